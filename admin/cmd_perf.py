@@ -1,0 +1,22 @@
+"""``magnetar perf``: load generators and benchmarks. Each benchmark registers a sub-subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+# name -> (module, help); each module exposes add_arguments(parser) and run(args) -> int
+BENCHMARKS: dict[str, tuple[str, str]] = {}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    for name, (module_name, help_text) in BENCHMARKS.items():
+        bench = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module_name).add_arguments(bench)
+        bench.set_defaults(_bench_module=module_name)
+
+
+def run(args: argparse.Namespace) -> int:
+    code: int = importlib.import_module(args._bench_module).run(args)
+    return code

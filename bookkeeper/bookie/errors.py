@@ -1,0 +1,41 @@
+"""The bookie layer's exceptions. Each carries the bookie status code it becomes on the wire."""
+
+from __future__ import annotations
+
+from magnetar.bookkeeper.protocol.status import BookieStatus
+
+
+class BookieError(Exception):
+    status: BookieStatus = BookieStatus.EIO
+
+
+class NoLedgerError(BookieError):
+    """The bookie has no record of the ledger."""
+
+    status = BookieStatus.ENOLEDGER
+
+
+class NoEntryError(BookieError):
+    """The ledger exists here but this entry was never written to this bookie.
+
+    Only raise this when the bookie *knows* the entry is absent. Data that should exist but cannot be read
+    is a :class:`StorageIOError` (BookKeeper invariant 8: a false "no entry" can truncate acked data).
+    """
+
+    status = BookieStatus.ENOENTRY
+
+
+class StorageIOError(BookieError):
+    """A read or write failed (I/O error, corrupt record, checksum mismatch, missing index entry)."""
+
+    status = BookieStatus.EIO
+
+
+class DiskFullError(BookieError):
+    """The disk is over its usage threshold; normal adds are refused (the bookie goes read-only)."""
+
+    status = BookieStatus.EREADONLY
+
+
+class StorageClosedError(BookieError):
+    status = BookieStatus.EIO

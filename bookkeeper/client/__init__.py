@@ -1,0 +1,1 @@
+"""The replication client: the BookKeeper ledger API (create, add, read, close, fencing and recovery)."""

@@ -1,0 +1,39 @@
+"""The metadata store: one interface, three backends chosen by URL (see :mod:`.api` and :mod:`.factory`)."""
+
+from magnetar.bookkeeper.metadata.api import (
+    METADATA_VALUE_BYTES_MAX,
+    BadVersionError,
+    GetResult,
+    InvalidPathError,
+    MetadataStore,
+    MetadataStoreError,
+    NotEmptyError,
+    NotFoundError,
+    Notification,
+    NotificationType,
+    SessionEvent,
+    Stat,
+    StoreUnavailableError,
+    ValueTooLargeError,
+)
+from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
+
+__all__ = [
+    "METADATA_VALUE_BYTES_MAX",
+    "BadVersionError",
+    "GetResult",
+    "InvalidPathError",
+    "MemoryMetadataStore",
+    "MetadataStore",
+    "MetadataStoreError",
+    "NotEmptyError",
+    "NotFoundError",
+    "Notification",
+    "NotificationType",
+    "SessionEvent",
+    "Stat",
+    "StoreUnavailableError",
+    "ValueTooLargeError",
+    "open_metadata_store",
+]

@@ -1,0 +1,1 @@
+"""The broker: topic ownership, producers, subscriptions, the WebSocket API and the HTTP server."""

@@ -1,0 +1,1 @@
+"""Retention trimming (broker side) and garbage collection / entry-log compaction (bookie side)."""

@@ -1,0 +1,1 @@
+"""Managed ledgers: a topic's storage as a sequence of ledgers plus named cursors."""

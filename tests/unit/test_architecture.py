@@ -1,0 +1,151 @@
+"""Architecture rules: the `packages` list matches the folders, and imports only run downward.
+
+Layers (DESIGN.md §1): admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
+bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; gc uses
+managed_ledger and bookkeeper. Nothing imports admin.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
+TOP_FOLDERS = {folder: pkg for pkg, folder in PACKAGE_DIRS.items()}
+
+# layer -> layers it may import (besides itself). Layers are matched by longest prefix.
+ALLOWED: dict[str, set[str]] = {
+    "magnetar.bookkeeper.runtime": set(),
+    "magnetar.bookkeeper.protocol": {"magnetar.bookkeeper.runtime"},
+    "magnetar.bookkeeper.metadata": {"magnetar.bookkeeper.runtime"},
+    "magnetar.bookkeeper.bookie": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.metadata",
+    },
+    "magnetar.bookkeeper.client": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.metadata",
+    },
+    "magnetar.bookkeeper": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.metadata",
+    },
+    "magnetar.managed_ledger": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.client",
+    },
+    "magnetar.broker": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.client",
+        "magnetar.managed_ledger",
+    },
+    "magnetar.gc": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.client",
+        "magnetar.bookkeeper.bookie",
+        "magnetar.managed_ledger",
+    },
+    "magnetar.admin": {
+        "magnetar.bookkeeper",
+        "magnetar.managed_ledger",
+        "magnetar.broker",
+        "magnetar.gc",
+    },
+}
+LAYERS = sorted(ALLOWED, key=len, reverse=True)
+
+
+def layer_of(module: str) -> str | None:
+    for layer in LAYERS:
+        if module == layer or module.startswith(layer + "."):
+            return layer
+    return None
+
+
+def module_files() -> list[tuple[str, Path]]:
+    out = []
+    for pkg, folder in PACKAGE_DIRS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out.append((".".join([pkg, *parts]), path))
+    return out
+
+
+def imports_of(module: str, path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base if is_package else base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+                found.append(target)
+            elif node.module:
+                found.append(node.module)
+    return found
+
+
+def test_packages_list_matches_folders() -> None:
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    on_disk = set()
+    for pkg, folder in PACKAGE_DIRS.items():
+        base = ROOT / folder
+        for init in base.rglob("__init__.py"):
+            rel = init.parent.relative_to(base)
+            on_disk.add(".".join([pkg, *rel.parts]))
+        for py in base.rglob("*.py"):
+            assert (py.parent / "__init__.py").exists(), f"{py} is in a folder without __init__.py"
+    assert listed == on_disk, f"pyproject packages differ from folders: {sorted(listed ^ on_disk)}"
+
+
+def test_every_package_is_typed() -> None:
+    for pkg in PYPROJECT["tool"]["setuptools"]["packages"]:
+        top, *rest = pkg.split(".")[1:]
+        folder = ROOT / PACKAGE_DIRS[f"magnetar.{top}"] / Path(*rest) if rest else ROOT / PACKAGE_DIRS[pkg]
+        assert (folder / "py.typed").exists(), f"{pkg} lacks py.typed"
+
+
+def test_imports_run_downward() -> None:
+    violations = []
+    for module, path in module_files():
+        own = layer_of(module)
+        assert own is not None, f"{module} is in no layer"
+        for target in imports_of(module, path):
+            head = target.split(".")[0]
+            if head in TOP_FOLDERS or head in {"broker", "admin", "managed_ledger", "bookkeeper"}:
+                violations.append(f"{module}: bare import {target!r} (use magnetar.{target})")
+                continue
+            if not target.startswith("magnetar."):
+                continue
+            other = layer_of(target)
+            if other is None or other == own or other.startswith(own + "."):
+                continue
+            if not any(other == a or other.startswith(a + ".") for a in ALLOWED[own]):
+                violations.append(f"{module} imports {target} ({own} may not import {other})")
+    assert not violations, "\n".join(violations)
+
+
+def test_layer_rule_detects_a_violation() -> None:
+    """The checker itself must reject an upward import (guards against a vacuous pass)."""
+    assert "magnetar.broker" not in ALLOWED["magnetar.managed_ledger"]
+    assert layer_of("magnetar.bookkeeper.client.ops") == "magnetar.bookkeeper.client"
+    assert layer_of("magnetar.bookkeeper.errors") == "magnetar.bookkeeper"
+    assert all("magnetar.admin" not in allowed for allowed in ALLOWED.values())
