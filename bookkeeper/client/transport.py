@@ -1,0 +1,58 @@
+"""The seam between the replication client and the network.
+
+The client never touches sockets: it hands a request to a :class:`BookieTransport` together with a callback,
+and the transport calls the callback exactly once with the bookie's response or with a
+:class:`TransportFailure` (could not connect, connection lost, request timed out). This callback style keeps
+thousands of pipelined adds cheap (no task per request) and lets the deterministic simulation substitute a
+fake network with message loss, delay, reordering and partitions.
+
+Implementations: the TCP transport (:mod:`.tcp_transport`, one pipelined connection per bookie) and the
+simulation's fake network (``tests/sim``). ``request.request_id`` must be unique among the requests in flight
+to one bookie; :func:`next_request_id` gives process-wide unique ids.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from magnetar.bookkeeper.protocol.messages import Request, Response
+
+BookieId = str
+"""A bookie's identity, ``host:port`` (BookKeeper's default bookie id)."""
+
+
+class FailureReason(enum.Enum):
+    CONNECT = "connect"  # BookieHandleNotAvailable: could not reach the bookie
+    CLOSED = "closed"  # the connection broke before the response arrived
+    TIMEOUT = "timeout"  # no response within the request timeout
+    SHUTDOWN = "shutdown"  # the transport is closing
+
+
+@dataclass(frozen=True, slots=True)
+class TransportFailure:
+    bookie: BookieId
+    reason: FailureReason
+    detail: str = ""
+
+
+ResponseCallback = Callable[[Response | TransportFailure], None]
+
+
+class BookieTransport(Protocol):
+    def send(self, bookie: BookieId, request: Request, callback: ResponseCallback) -> None:
+        """Queue ``request`` for ``bookie``; ``callback`` runs exactly once, on the trio thread, later.
+
+        Never calls ``callback`` synchronously from inside ``send`` (callers may hold state mid-update).
+        """
+        ...
+
+
+_request_ids = itertools.count(1)
+
+
+def next_request_id() -> int:
+    return next(_request_ids)
