@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import pytest
+
+from magnetar.managed_ledger.info import (
+    CursorInfo,
+    LedgerInfo,
+    ManagedLedgerInfo,
+    MetadataFormatError,
+)
+from magnetar.managed_ledger.position import InvalidPositionError, Position
+from magnetar.managed_ledger.rollover import RolloverLimits, jittered_max_time_ms, ledger_is_full
+
+
+def test_managed_ledger_info_round_trip() -> None:
+    info = ManagedLedgerInfo(
+        (LedgerInfo(3, 50_000, 5_000_000, 1234), LedgerInfo(9)),
+        Position(3, 49_999),
+        {"k": "v"},
+    )
+    assert ManagedLedgerInfo.decode(info.encode()) == info
+
+
+def test_cursor_info_round_trip() -> None:
+    cursor = CursorInfo(12, Position(3, 7), ((3, 9, 11), (4, 0, 0)), {"p": 1}, 99)
+    assert CursorInfo.decode(cursor.encode()) == cursor
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"[]",
+        b'{"format": 99}',
+        b'{"format": 1, "ledgers": {}}',
+        b'{"format": 1, "ledgers": [{"ledgerId": "x"}]}',
+        b'{"format": 1, "ledgers": [], "properties": {"a": 1}}',
+    ],
+)
+def test_malformed_ledger_info_is_rejected(raw: bytes) -> None:
+    with pytest.raises(MetadataFormatError):
+        ManagedLedgerInfo.decode(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"format": 1, "individualDeletedMessages": [[1, 5, 2]]}',
+        b'{"format": 1, "individualDeletedMessages": [[1, 2]]}',
+        b'{"format": 1, "properties": {"a": "b"}}',
+    ],
+)
+def test_malformed_cursor_info_is_rejected(raw: bytes) -> None:
+    with pytest.raises(MetadataFormatError):
+        CursorInfo.decode(raw)
+
+
+def test_position_text_form() -> None:
+    assert str(Position(3, -1)) == "3:-1"
+    assert Position.parse("7:12") == Position(7, 12)
+    assert Position(1, 5) < Position(2, 0) < Position(2, 1)
+    for bad in ("", "1", "a:b", "1:-2"):
+        with pytest.raises(InvalidPositionError):
+            Position.parse(bad)
+
+
+LIMITS = RolloverLimits(max_entries=100, max_size_bytes=1000, max_time_ms=60_000, min_time_ms=10_000)
+
+
+@pytest.mark.parametrize(
+    ("entries", "size", "age_ms", "full"),
+    [
+        (0, 0, 10**9, False),  # empty ledgers never roll
+        (100, 10, 0, True),  # the entry cap ignores the minimum age
+        (99, 10, 0, False),
+        (10, 1000, 5_000, False),  # size, but younger than the minimum age
+        (10, 1000, 10_000, True),
+        (10, 10, 60_000, True),  # age
+        (10, 10, 59_999, False),
+    ],
+)
+def test_rollover_rule(entries: int, size: int, age_ms: int, full: bool) -> None:
+    assert ledger_is_full(LIMITS, entries, size, age_ms) is full
+
+
+def test_rollover_jitter_extends_the_deadline() -> None:
+    deadline = jittered_max_time_ms(LIMITS, 0.5, 0.05)
+    assert deadline == 61_500
+    assert not ledger_is_full(LIMITS, 10, 10, 61_000, deadline)
+    assert ledger_is_full(LIMITS, 10, 10, 61_500, deadline)
+    with pytest.raises(ValueError):
+        RolloverLimits(min_time_ms=10, max_time_ms=5)
