@@ -5,10 +5,10 @@
   the unacknowledged entries).
 * ``read_position`` - the next entry to dispatch.
 
-An individual ack that fills the hole right after ``mark_delete`` moves ``mark_delete`` forward through every
-contiguous acknowledged range, across ledger boundaries (using the ledger list). ``mark_delete`` only ever moves
-forward, except through an explicit reset (invariant assert). Persisting this state (cursor ledger, metadata
-snapshot) is the managed ledger's job; this class only says what the state is.
+An individual ack that fills the hole right after ``mark_delete`` moves ``mark_delete`` forward through
+every contiguous acknowledged range, across ledger boundaries (using the ledger list). ``mark_delete`` only
+ever moves forward, except through an explicit reset (invariant assert). Persisting this state (cursor
+ledger, metadata snapshot) is the managed ledger's job; this class only says what the state is.
 """
 
 from __future__ import annotations
