@@ -1,0 +1,46 @@
+"""The managed-ledger layer's exceptions (Pulsar's ``ManagedLedgerException`` family)."""
+
+from __future__ import annotations
+
+
+class ManagedLedgerError(Exception):
+    """Base of the layer."""
+
+
+class ManagedLedgerFencedError(ManagedLedgerError):
+    """Another owner took the managed ledger over (bookie fencing or a metadata version conflict).
+
+    Nothing more can be written through this instance; the topic must be reloaded by its new owner.
+    """
+
+
+class ManagedLedgerClosedError(ManagedLedgerError):
+    pass
+
+
+class ManagedLedgerTerminatedError(ManagedLedgerError):
+    """The topic was terminated: no more writes (readers see the end of the topic)."""
+
+
+class ManagedLedgerWriteError(ManagedLedgerError):
+    """An add failed; its outcome is unknown (it may or may not be in the ledger)."""
+
+
+class ManagedLedgerNotFoundError(ManagedLedgerError):
+    pass
+
+
+class CursorNotFoundError(ManagedLedgerError):
+    pass
+
+
+class CursorAlreadyExistsError(ManagedLedgerError):
+    pass
+
+
+class InvalidCursorPositionError(ManagedLedgerError, ValueError):
+    pass
+
+
+class MetadataConflictError(ManagedLedgerError):
+    """A metadata write lost a compare-and-set race."""

@@ -1,0 +1,59 @@
+"""Managed-ledger settings, named as Pulsar's ``managedLedger*`` options with units last."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from magnetar.managed_ledger.rollover import RolloverLimits
+
+
+class ManagedLedgerSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ensemble_size: int = Field(2, ge=1)
+    write_quorum: int = Field(2, ge=1)
+    ack_quorum: int = Field(2, ge=1)
+    password: bytes = b""
+
+    max_entries_per_ledger: int = Field(50_000, ge=1)
+    max_size_per_ledger_mb: int = Field(2048, ge=1)
+    max_ledger_rollover_time_min: float = Field(240, ge=0)
+    min_ledger_rollover_time_min: float = Field(10, ge=0)
+    rollover_jitter_fraction: float = Field(0.05, ge=0, le=1)
+    rollover_check_interval_s: float = Field(60, gt=0)
+    """How often idle topics are checked for a due rollover (so retention works on quiet topics)."""
+
+    pending_adds_max: int = Field(10_000, ge=1)
+    """Adds waiting for a ledger (during rollover) or in flight; more adds wait (back-pressure)."""
+    metadata_operation_timeout_s: float = Field(60, gt=0)
+
+    cursor_max_entries_per_ledger: int = Field(50_000, ge=1)
+    mark_delete_rate_per_s: float = Field(1.0, gt=0)
+    """Cursor positions are persisted at most this often per cursor (Pulsar's markDeleteRateLimit)."""
+    unacked_ranges_persist_max: int = Field(10_000, ge=0)
+    unacked_ranges_persist_in_metadata_max: int = Field(1000, ge=0)
+
+    entry_cache_bytes_max: int = Field(64 * 1024 * 1024, ge=0)
+    read_batch_entries_max: int = Field(1000, ge=1)
+    read_handles_cached_max: int = Field(32, ge=1)
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> ManagedLedgerSettings:
+        if not self.ack_quorum <= self.write_quorum <= self.ensemble_size:
+            raise ValueError(
+                "need ack_quorum <= write_quorum <= ensemble_size, got "
+                f"{self.ack_quorum} / {self.write_quorum} / {self.ensemble_size}"
+            )
+        if self.max_ledger_rollover_time_min and (
+            self.min_ledger_rollover_time_min > self.max_ledger_rollover_time_min
+        ):
+            raise ValueError("min_ledger_rollover_time_min must not exceed max_ledger_rollover_time_min")
+        return self
+
+    def rollover_limits(self) -> RolloverLimits:
+        return RolloverLimits(
+            max_entries=self.max_entries_per_ledger,
+            max_size_bytes=self.max_size_per_ledger_mb * 1024 * 1024,
+            max_time_ms=int(self.max_ledger_rollover_time_min * 60_000),
+            min_time_ms=int(self.min_ledger_rollover_time_min * 60_000),
+        )
