@@ -104,6 +104,26 @@ class LedgerList:
             return position.next()
         return Position(current.ledger_id, max(current.entries, 0))
 
+    def normalize(self, position: Position) -> Position:
+        """The first stored entry at or after ``position``, else the slot where the next add lands.
+
+        Fixes read positions that went stale: a slot past the end of a ledger that has since been closed,
+        or a position in a ledger that was trimmed away.
+        """
+        info = self._infos.get(position.ledger_id)
+        if info is not None and 0 <= position.entry_id < info.entries:
+            return position
+        current = self.current
+        if current is not None and current.ledger_id == position.ledger_id:
+            return Position(position.ledger_id, max(position.entry_id, 0))
+        i = bisect.bisect_right(self._ids, position.ledger_id)
+        for lid in self._ids[i:]:
+            if self._infos[lid].entries > 0:
+                return Position(lid, 0)
+        if current is None:
+            return position
+        return Position(current.ledger_id, current.entries)
+
     def previous_position(self, position: Position) -> Position:
         """The position right before ``position`` (``L:-1`` style when ``position`` opens a ledger)."""
         if position.entry_id > 0:

@@ -108,3 +108,13 @@ def test_trimmed_ledgers_move_a_lagging_cursor() -> None:
     cursor.on_ledgers_trimmed()
     assert cursor.read_position == Position(7, 0)
     assert cursor.backlog() == 5
+
+
+def test_normalize_fixes_stale_positions() -> None:
+    ledgers, _ = fresh()
+    assert ledgers.normalize(Position(3, 2)) == Position(3, 2)
+    assert ledgers.normalize(Position(3, 4)) == Position(7, 0)  # past the end of a closed ledger
+    assert ledgers.normalize(Position(5, 0)) == Position(7, 0)  # empty ledger
+    assert ledgers.normalize(Position(1, 0)) == Position(3, 0)  # trimmed ledger
+    assert ledgers.normalize(Position(9, 2)) == Position(9, 2)  # next slot of the current ledger
+    assert ledgers.normalize(Position(9, -1)) == Position(9, 0)
