@@ -502,7 +502,8 @@ def test_zookeeper_ensemble(chart: helm_python.Chart) -> None:
     assert "srvr" in container["readinessProbe"]["exec"]["command"][-1]
     # myid follows the pod ordinal, matching server.<ordinal + 1> above.
     assert "${HOSTNAME##*-} + 1" in container["args"][0]
-    assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/data", "/conf"}
+    assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/data", "/conf", "/config-source"}
+    assert "cp /config-source/zoo.cfg" in container["args"][0]
     # Brokers and bookies get every server in their connect string.
     url = rendered.config_map_data(f"{RELEASE}-magnetar-bookie")["MAGNETAR_METADATA_URL"]
     assert url == "zk:" + ",".join(f"{host}:2181" for host in hosts)
