@@ -98,9 +98,6 @@ class Rendered:
         assert len(found) == 1, f"expected one {kind} of component {component}, found {len(found)}"
         return found[0]
 
-    def has(self, kind: str, component: str) -> bool:
-        return any(obj["metadata"]["labels"].get(COMPONENT) == component for obj in self.of_kind(kind))
-
     def workloads(self) -> Iterator[dict[str, Any]]:
         for obj in self.objects:
             if obj["kind"] in WORKLOAD_KINDS:
@@ -341,6 +338,24 @@ def test_extra_settings_become_magnetar_environment(chart: helm_python.Chart) ->
     }
     assert claims["journal"]["storageClassName"] == "fast-ssd"
     assert claims["ledgers"]["storageClassName"] == ""
+    assert "jute.maxbuffer=10485760\n" in rendered.config_map_data(f"{RELEASE}-magnetar-zookeeper")["zoo.cfg"]
+
+
+def test_image_service_account_and_scheduling_values_reach_the_pods(chart: helm_python.Chart) -> None:
+    rendered = render(chart, SCENARIOS["extras"])
+    assert not rendered.of_kind("ServiceAccount")
+    for workload in rendered.workloads():
+        spec = pod_spec(workload)
+        assert spec["serviceAccountName"] == "magnetar-runner"
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+        if workload["metadata"]["labels"][COMPONENT] != "zookeeper":
+            assert only_container(workload)["image"] == "registry.example.com/magnetar:0.1.0-rc1"
+    bookie = rendered.get("StatefulSet", "bookie")
+    spec = pod_spec(bookie)
+    assert spec["nodeSelector"] == {"disk": "ssd"}
+    assert spec["tolerations"][0]["value"] == "bookie"
+    assert {"name": "EXTRA", "value": "1"} in only_container(bookie)["env"]
+    assert bookie["spec"]["template"]["metadata"]["annotations"]["example.com/team"] == "storage"
 
 
 def test_config_change_changes_the_pod_checksum(chart: helm_python.Chart) -> None:
