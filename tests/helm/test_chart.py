@@ -143,6 +143,21 @@ def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
 
+def broker_replication(rendered: Rendered) -> tuple[str, str, str]:
+    """E, Qw, Qa as the brokers receive them."""
+    data = rendered.config_map_data(f"{RELEASE}-magnetar-broker")
+    return data["MAGNETAR_ENSEMBLE_SIZE"], data["MAGNETAR_WRITE_QUORUM"], data["MAGNETAR_ACK_QUORUM"]
+
+
+def replica_counts(rendered: Rendered) -> tuple[int, int, int]:
+    """ZooKeeper servers, bookies, brokers."""
+    return (
+        rendered.get("StatefulSet", "zookeeper")["spec"]["replicas"],
+        rendered.get("StatefulSet", "bookie")["spec"]["replicas"],
+        rendered.get("Deployment", "broker")["spec"]["replicas"],
+    )
+
+
 # --- chart metadata, lint, yamllint -------------------------------------------------------------------
 
 
@@ -374,17 +389,13 @@ def test_config_change_changes_the_pod_checksum(chart: helm_python.Chart) -> Non
 def test_broker_deployment_service_and_probes(chart: helm_python.Chart) -> None:
     rendered = render(chart)
     broker = rendered.get("Deployment", "broker")
-    assert broker["spec"]["replicas"] == 2
+    assert replica_counts(rendered) == (3, 3, 2)
     container = only_container(broker)
     assert container["args"] == ["broker"]
     assert container["readinessProbe"]["httpGet"] == {"path": "/admin/v2/brokers/health", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "http"}
     data = rendered.config_map_data(container["envFrom"][0]["configMapRef"]["name"])
-    assert (data["MAGNETAR_ENSEMBLE_SIZE"], data["MAGNETAR_WRITE_QUORUM"], data["MAGNETAR_ACK_QUORUM"]) == (
-        "2",
-        "2",
-        "2",
-    )
+    assert broker_replication(rendered) == ("2", "2", "2")
     assert data["MAGNETAR_HTTP_PORT"] == "8080"
     service = rendered.get("Service", "broker")
     assert service["spec"]["type"] == "ClusterIP"
@@ -402,15 +413,8 @@ def test_load_balancer_and_overrides(chart: helm_python.Chart) -> None:
     assert service["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8"]
     assert service["metadata"]["annotations"] == {"example.com/lb": "internal"}
     assert "loadBalancer.ingress" in rendered.notes
-    assert rendered.get("StatefulSet", "bookie")["spec"]["replicas"] == 5
-    assert rendered.get("StatefulSet", "zookeeper")["spec"]["replicas"] == 5
-    assert rendered.get("Deployment", "broker")["spec"]["replicas"] == 4
-    data = rendered.config_map_data(f"{RELEASE}-magnetar-broker")
-    assert (data["MAGNETAR_ENSEMBLE_SIZE"], data["MAGNETAR_WRITE_QUORUM"], data["MAGNETAR_ACK_QUORUM"]) == (
-        "3",
-        "3",
-        "2",
-    )
+    assert replica_counts(rendered) == (5, 5, 4)
+    assert broker_replication(rendered) == ("3", "3", "2")
 
 
 def test_autoscaling_owns_the_broker_replica_count(chart: helm_python.Chart) -> None:
@@ -453,15 +457,8 @@ def test_no_anti_affinity_with_dev_values(chart: helm_python.Chart) -> None:
     rendered = render(chart, SCENARIOS["dev"])
     for workload in rendered.workloads():
         assert "affinity" not in pod_spec(workload), workload["metadata"]["name"]
-    assert rendered.get("StatefulSet", "zookeeper")["spec"]["replicas"] == 1
-    assert rendered.get("StatefulSet", "bookie")["spec"]["replicas"] == 1
-    assert rendered.get("Deployment", "broker")["spec"]["replicas"] == 1
-    data = rendered.config_map_data(f"{RELEASE}-magnetar-broker")
-    assert (data["MAGNETAR_ENSEMBLE_SIZE"], data["MAGNETAR_WRITE_QUORUM"], data["MAGNETAR_ACK_QUORUM"]) == (
-        "1",
-        "1",
-        "1",
-    )
+    assert replica_counts(rendered) == (1, 1, 1)
+    assert broker_replication(rendered) == ("1", "1", "1")
 
 
 def test_soft_anti_affinity_override(chart: helm_python.Chart) -> None:
