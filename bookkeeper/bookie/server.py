@@ -87,7 +87,7 @@ class BookieServer:
     async def serve(
         self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Listen; ``task_status.started((host, port))`` reports the bound address (port 0 -> the real one)."""
+        """Listen; ``task_status.started((host, port))`` gives the bound address (port 0: the real one)."""
         settings = self.settings
         listeners = await trio.open_tcp_listeners(settings.port, host=settings.bind_address)
         listener, extra = listeners[0], listeners[1:]
@@ -196,22 +196,25 @@ class _Connection:
         """Read and dispatch until EOF (True: flush what is pending) or a broken connection (False)."""
         proto = self._proto
         stream = self.stream
+        out_max = self._out_max
         try:
             while True:
-                while len(self._out) > self._out_max:  # slow reader: stop reading until it catches up
-                    await self._wait_progress()
-                data = await stream.receive_some(self._chunk)
-                if not data:
-                    return True
-                proto.receive_data(data)
-                while (event := proto.next_event()) is not NEED_DATA:
-                    if isinstance(event, BadRequest):
-                        self._bad_request(event)
-                    elif isinstance(event, FramingError):
-                        log.warning("closing connection from %s: %s", self.peer, event.reason)
+                event = proto.next_event()
+                if event is NEED_DATA:
+                    data = await stream.receive_some(self._chunk)
+                    if not data:
                         return True
-                    else:
-                        self._dispatch(event)
+                    proto.receive_data(data)
+                    continue
+                if isinstance(event, BadRequest):
+                    self._bad_request(event)
+                elif isinstance(event, FramingError):
+                    log.warning("closing connection from %s: %s", self.peer, event.reason)
+                    return True
+                else:
+                    self._dispatch(event)
+                while len(self._out) > out_max:  # slow reader: stop reading until it catches up
+                    await self._wait_progress()
         except _IO_ERRORS as exc:
             log.debug("connection from %s lost: %s", self.peer, exc or type(exc).__name__)
             return False
@@ -336,6 +339,8 @@ class Bookie:
         self.registration: BookieRegistration | None = None
         self.endpoint: BookieEndpoint | None = None
         self._stop = trio.Event()
+        self.stopped = trio.Event()
+        """Set when :meth:`run` has finished (after the orderly shutdown, or when cancelled)."""
 
     def _on_usage(self, used: float) -> None:
         self.metrics.disk_usage_ratio = used
@@ -357,6 +362,12 @@ class Bookie:
         )
 
     async def run(self, *, task_status: trio.TaskStatus[BookieEndpoint] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self._run(task_status)
+        finally:
+            self.stopped.set()
+
+    async def _run(self, task_status: trio.TaskStatus[BookieEndpoint]) -> None:
         async with trio.open_nursery() as nursery:
             host, port = await nursery.start(self.server.serve)
             bookie_id = bookie_id_for(self.settings.advertised_host(), port)
