@@ -10,7 +10,8 @@ Theory of operation (BookKeeper's ``BookieNettyServer`` + ``BookieRequestProcess
 * **Isolation.** A malformed frame is answered EBADREQ and the connection goes on; an unrecoverable framing
   error, an abrupt disconnect or an exception in the request logic ends or fails only that connection or
   request. A client that does not read its responses (slow reader) stops being read once its unsent
-  responses exceed ``outgoing_bytes_max``: TCP back-pressure reaches it, nobody else waits.
+  responses exceed ``outgoing_bytes_max``: TCP back-pressure reaches it, nobody else waits; if it reads
+  nothing for ``write_timeout_ms`` its connection is closed.
 * **Back-pressure.** At most ``inflight_requests_max`` requests of a connection are in the core at once;
   further ones are answered ETOOMANYREQUESTS at once (BookKeeper's ``maxAddsInProgressLimit``).
 * **Drain.** :meth:`BookieServer.drain` stops accepting and reading, lets the in-flight requests finish and
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from time import perf_counter
 
 import trio
 
@@ -42,20 +44,23 @@ from magnetar.bookkeeper.protocol.frames import FramingError
 from magnetar.bookkeeper.protocol.messages import (
     AddRequest,
     ErrorResponse,
+    GetBookieInfoRequest,
+    ReadLacRequest,
     ReadRequest,
     Request,
     Response,
+    WriteLacRequest,
 )
 from magnetar.bookkeeper.protocol.status import BookieStatus
 
 log = logging.getLogger(__name__)
 
-_OP_NAMES = {
-    "AddRequest": "add_entry",
-    "ReadRequest": "read_entry",
-    "ReadLacRequest": "read_lac",
-    "WriteLacRequest": "write_lac",
-    "GetBookieInfoRequest": "get_bookie_info",
+_OP_NAMES: dict[type, str] = {
+    AddRequest: "add_entry",
+    ReadRequest: "read_entry",
+    ReadLacRequest: "read_lac",
+    WriteLacRequest: "write_lac",
+    GetBookieInfoRequest: "get_bookie_info",
 }
 _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -227,7 +232,7 @@ class _Connection:
         self._send(ErrorResponse(event.request_id, BookieStatus.EBADREQ, event.reason))
 
     def _dispatch(self, request: Request) -> None:
-        op = _OP_NAMES[type(request).__name__]
+        op = _OP_NAMES[type(request)]
         metrics = self._metrics
         if self.inflight >= self._inflight_max:
             metrics.request_done(op, BookieStatus.ETOOMANYREQUESTS, 0.0)
@@ -237,7 +242,7 @@ class _Connection:
         metrics.requests_in_progress += 1
         if type(request) is AddRequest:
             metrics.write_bytes += len(request.body)
-        started = trio.current_time()
+        started = perf_counter()  # latency metric only: no need for trio's clock
         answered = False
 
         def respond(response: Response) -> None:
@@ -248,7 +253,7 @@ class _Connection:
             answered = True
             self.inflight -= 1
             metrics.requests_in_progress -= 1
-            metrics.request_done(op, response.status, trio.current_time() - started)
+            metrics.request_done(op, response.status, perf_counter() - started)
             if type(request) is ReadRequest and response.status is BookieStatus.EOK:
                 metrics.read_bytes += len(getattr(response, "body", b""))
             if not self.closed:
@@ -272,6 +277,7 @@ class _Connection:
         await self._progress.wait()
 
     async def _writer(self) -> None:
+        write_timeout_s = self.server.settings.write_timeout_ms / 1000
         try:
             while True:
                 if not self._out:
@@ -281,9 +287,13 @@ class _Connection:
                     continue
                 data, self._out = self._out, bytearray()
                 self._writing = True
-                await self.stream.send_all(data)
+                with trio.fail_after(write_timeout_s):
+                    await self.stream.send_all(data)
                 self._writing = False
                 self._progress.set()
+        except trio.TooSlowError:
+            log.warning("closing connection from %s: it read nothing for write_timeout_ms", self.peer)
+            self._io_scope.cancel()
         except _IO_ERRORS as exc:
             log.debug("connection from %s lost while sending: %s", self.peer, exc or type(exc).__name__)
             self._io_scope.cancel()

@@ -51,6 +51,8 @@ class BookieSettings(BaseSettings):
     receive_chunk_bytes: PositiveInt = 256 * 1024
     outgoing_bytes_max: PositiveInt = 8 * 1024 * 1024
     """Unsent response bytes of one connection above which it stops reading requests (slow reader)."""
+    write_timeout_ms: PositiveInt = 60_000
+    """A connection whose client accepts no response bytes for this long is closed."""
     drain_timeout_ms: PositiveInt = 5_000
 
     disk_check_interval_ms: PositiveInt = 10_000

@@ -17,6 +17,7 @@ Theory of operation (BookKeeper's ``PerChannelBookieClient``):
   ``read_timeout_ms`` for the others, BookKeeper's ``addEntryTimeoutSec``/``readTimeout``); a request with no
   response by then fails with ``TIMEOUT`` and its late response is dropped. The connection stays up.
   Deadlines are kept in send order per timeout class, so one timer task sleeps until the earliest of them.
+  A write that makes no progress for the longer of the two timeouts counts as a lost connection.
 * **Back-pressure.** ``send`` cannot wait (it is synchronous), so a request beyond ``inflight_requests_max``
   on one connection is *failed*, not queued: its callback receives ``ErrorResponse(request_id,
   ETOOMANYREQUESTS)``, the same answer a saturated bookie gives.
@@ -161,10 +162,14 @@ class _Connection:
         self._add_timeout_s = settings.add_timeout_ms / 1000
         self._read_timeout_s = settings.read_timeout_ms / 1000
         self._inflight_max = settings.inflight_requests_max
+        # A write that cannot complete within the longest request timeout means a stuck connection.
+        self._write_timeout_s = max(settings.add_timeout_ms, settings.read_timeout_ms) / 1000
         self.inflight: dict[int, _Entry] = {}
         self._add_deadlines: deque[_Deadline] = deque()
         self._read_deadlines: deque[_Deadline] = deque()
         self._seq = 0
+        # The run's clock (trio's, or a MockClock in tests), read directly: cheaper than trio.current_time().
+        self._now = trio.lowlevel.current_clock().current_time
         self._out = bytearray()
         self._proto = ClientProtocol(settings.frame_bytes_max)
         self._running = False
@@ -202,10 +207,10 @@ class _Connection:
         self._seq = seq = self._seq + 1
         inflight[rid] = (seq, callback)
         if type(request) is AddRequest or type(request) is WriteLacRequest:
-            deadline = trio.current_time() + self._add_timeout_s
+            deadline = self._now() + self._add_timeout_s
             self._add_deadlines.append((deadline, rid, seq))
         else:
-            deadline = trio.current_time() + self._read_timeout_s
+            deadline = self._now() + self._read_timeout_s
             self._read_deadlines.append((deadline, rid, seq))
         if deadline < self._timer_scope.deadline:  # noqa: PLR1730 (assigning reschedules the timer)
             self._timer_scope.deadline = deadline
@@ -281,7 +286,11 @@ class _Connection:
                     await self._writer_wakeup.wait()
                     continue
                 data, self._out = self._out, bytearray()
-                await stream.send_all(data)
+                with trio.fail_after(self._write_timeout_s):
+                    await stream.send_all(data)
+        except trio.TooSlowError:
+            self._loss = f"the bookie accepted no bytes for {self._write_timeout_s:.1f}s"
+            scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._loss = f"connection lost while sending: {exc or type(exc).__name__}"
             scope.cancel()

@@ -222,7 +222,8 @@ async def test_connections_beyond_the_limit_are_closed() -> None:
 
 async def test_slow_reader_does_not_hold_up_other_clients() -> None:
     out_max = 4096
-    async with running_bookie(outgoing_bytes_max=out_max) as bk, open_tcp_transport() as transport:
+    settings = {"outgoing_bytes_max": out_max, "write_timeout_ms": 300}
+    async with running_bookie(**settings) as bk, open_tcp_transport() as transport:
         big = AddRequest(next_request_id(), 8, 0, KEY, packaged(8, 0, b"x" * 65536))
         assert (await call(transport, bk.bookie_id, big)).status is OK  # type: ignore[union-attr]
         hog = await trio.open_tcp_stream("127.0.0.1", bk.endpoint.port)
@@ -238,6 +239,10 @@ async def test_slow_reader_does_not_hold_up_other_clients() -> None:
         good = [send(transport, bk.bookie_id, add_request(8, e)) for e in range(1, 101)]
         for c in good:
             assert (await c.wait()).status is OK  # type: ignore[union-attr]
+        # A client that reads nothing for write_timeout_ms loses its connection.
+        with trio.fail_after(10):
+            while bk.bookie.server.connection_count > 1:
+                await trio.sleep(0.05)
         await hog.aclose()
 
 
