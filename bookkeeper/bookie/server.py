@@ -81,7 +81,6 @@ class BookieServer:
         self.metrics = metrics
         self._connections: set[_Connection] = set()
         self._accept_scope = trio.CancelScope()
-        self._conn_nursery: trio.Nursery | None = None
         self._draining = False
         self._all_closed = trio.Event()
 
@@ -101,7 +100,6 @@ class BookieServer:
         host, port = listener.socket.getsockname()[:2]
         log.info("bookie protocol listening on %s:%d", host, port)
         async with trio.open_nursery() as nursery:
-            self._conn_nursery = nursery
             task_status.started((host, port))
             with self._accept_scope:
                 async with listener:
@@ -117,9 +115,9 @@ class BookieServer:
                 continue
             if len(self._connections) >= self.settings.connections_max:
                 self.metrics.connections_rejected += 1
-                log.warning(
-                    "connections_max=%d reached: closing a new connection", self.settings.connections_max
-                )
+                if self.metrics.connections_rejected % 100 == 1:  # the first, then every 100th
+                    limit = self.settings.connections_max
+                    log.warning("connections_max=%d reached: closing new connections", limit)
                 await stream.aclose()
                 continue
             connection = _Connection(self, stream)

@@ -182,3 +182,15 @@ async def test_metrics_count_requests_by_op_and_status() -> None:
     assert "magnetar_bookie_readonly 0.0" in text
     assert f"magnetar_bookie_write_bytes_total {3 * len(packaged(13, 0))}.0" in text
     assert "magnetar_bookie_connections 1.0" in text
+
+
+class _StoreWithStats(MemoryLedgerStore):
+    def stats(self) -> dict[str, float]:
+        return {"journal_queue_entries": 3, "journal fsyncs": 12}
+
+
+async def test_store_figures_are_exported_when_the_store_offers_them() -> None:
+    async with running_bookie(store=_StoreWithStats()) as bk:
+        text = bk.bookie.render_metrics().decode()
+    assert "magnetar_bookie_journal_queue_entries 3.0" in text
+    assert "magnetar_bookie_journal_fsyncs 12.0" in text
