@@ -149,6 +149,21 @@ class BookieServer:
                 connection.abort()
 
 
+async def serve_bookie(
+    core: BookieCore,
+    settings: BookieSettings,
+    *,
+    metrics: BookieMetrics | None = None,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``core`` over TCP until cancelled: ``host, port = await nursery.start(serve_bookie, core, s)``.
+
+    The bare wire server (no registration, no disk monitor); :class:`Bookie` is the whole bookie.
+    """
+    server = BookieServer(core, settings, metrics or BookieMetrics())
+    await server.serve(task_status=task_status)
+
+
 class _Connection:
     def __init__(self, server: BookieServer, stream: trio.SocketStream) -> None:
         self.server = server

@@ -16,6 +16,7 @@ Theory of operation (BookKeeper's ``PerChannelBookieClient``):
 * **Timeouts.** Each request has a deadline (``add_timeout_ms`` for ADD_ENTRY and WRITE_LAC,
   ``read_timeout_ms`` for the others, BookKeeper's ``addEntryTimeoutSec``/``readTimeout``); a request with no
   response by then fails with ``TIMEOUT`` and its late response is dropped. The connection stays up.
+  (Use :func:`~.transport.next_request_id`: an id reused after a timeout could meet the old late response.)
   Deadlines are kept in send order per timeout class, so one timer task sleeps until the earliest of them.
   A write that makes no progress for the longer of the two timeouts counts as a lost connection.
 * **Back-pressure.** ``send`` cannot wait (it is synchronous), so a request beyond ``inflight_requests_max``

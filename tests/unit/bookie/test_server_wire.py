@@ -8,6 +8,7 @@ from fixtures.bookie_server import (
     KEY,
     OTHER_KEY,
     add_request,
+    bookie_settings,
     call,
     packaged,
     read_request,
@@ -15,7 +16,9 @@ from fixtures.bookie_server import (
     send,
 )
 
+from magnetar.bookkeeper.bookie.core import BookieCore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
+from magnetar.bookkeeper.bookie.server import serve_bookie
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.client.transport import next_request_id
 from magnetar.bookkeeper.protocol.messages import (
@@ -194,3 +197,17 @@ async def test_store_figures_are_exported_when_the_store_offers_them() -> None:
         text = bk.bookie.render_metrics().decode()
     assert "magnetar_bookie_journal_queue_entries 3.0" in text
     assert "magnetar_bookie_journal_fsyncs 12.0" in text
+
+
+async def test_serve_bookie_serves_a_bare_core() -> None:
+    store = MemoryLedgerStore()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(store.run)
+        host, port = await nursery.start(serve_bookie, BookieCore(store), bookie_settings())
+        assert host == "127.0.0.1"
+        async with open_tcp_transport() as transport:
+            response = await call(transport, f"{host}:{port}", add_request(14, 0))
+            assert isinstance(response, AddResponse)
+            assert response.status is OK
+        store.close()
+        nursery.cancel_scope.cancel()
