@@ -12,7 +12,8 @@ prefix included, as Netty counts it.
 
 :class:`FrameDecoder` turns a byte stream into frames. It keeps the unread bytes in one buffer with a read
 offset (no per-frame buffer shifting: O(total bytes)); when the buffer was fully consumed the next chunk is
-adopted as is, without a copy. Every decision is taken from the length prefix alone:
+adopted as is, without a copy; a small partial frame is joined with the next chunk; a large frame arriving
+in pieces grows a bytearray. Every decision is taken from the length prefix alone:
 
 * a negative length cannot be skipped over: the stream is lost (:class:`FramingError`, terminal);
 * a length too small to hold the 12-byte header is skipped (:class:`ShortFrame`);
@@ -42,7 +43,10 @@ OP_ERROR = 0x7F
 """Opcode of the error response to a frame that could not be decoded into a request."""
 
 COMPACT_BYTES = 64 * 1024
-"""Consumed bytes at the head of the buffer are discarded once they exceed this (or half the buffer)."""
+"""Consumed bytes at the head of a growing buffer are discarded once they exceed this (or half of it)."""
+CONCAT_BYTES_MAX = 64 * 1024
+"""Unread bytes up to this size are joined with the next chunk into a new immutable buffer; more (a large
+frame arriving in pieces) go to a growing bytearray instead, so no byte is copied more than a few times."""
 
 
 def header_word(op: int, flags: int = 0, version: int = PROTOCOL_VERSION) -> int:
@@ -117,13 +121,23 @@ class FrameDecoder:
             self._skip = 0
         buf = self._buf
         pos = self._pos
-        if pos >= len(buf):
+        leftover = len(buf) - pos
+        if leftover <= 0:
             # Everything was consumed: adopt the chunk (bytes are immutable, so no copy is needed).
             self._buf = data if type(data) is bytes else bytes(data)
             self._pos = 0
             return
+        if leftover <= CONCAT_BYTES_MAX:
+            # A partial frame at the end of the last chunk: prepend it, keeping an immutable buffer that
+            # frames are sliced from with one copy. Bounded cost: the leftover is small.
+            with memoryview(buf) as view:
+                self._buf = b"".join((view[pos:], data))
+            self._pos = 0
+            return
+        # A large frame arriving over many chunks: grow a bytearray (amortised O(bytes)).
         if type(buf) is bytes:
-            grown = bytearray(memoryview(buf)[pos:])
+            with memoryview(buf) as view:
+                grown = bytearray(view[pos:])
             grown += data
             self._buf = grown
             self._pos = 0

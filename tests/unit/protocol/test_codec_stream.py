@@ -226,3 +226,20 @@ def test_malformed_response_body_fails_only_that_request(batch: list[Response]) 
     assert isinstance(first, ErrorResponse)
     assert (first.request_id, first.status) == (77, BookieStatus.EBADREQ)
     assert events[1:] == batch
+
+
+@given(st.integers(1024, 70_000), st.integers(0, 3))
+@settings(max_examples=10, deadline=None)
+def test_large_frames_arriving_in_small_chunks(chunk: int, small_before: int) -> None:
+    big = AddRequest(9, 1, 2, bytes(20), struct.pack(">qq", 1, 2) + bytes(range(256)) * 4096)  # ~1 MiB
+    smalls = [ReadLacRequest(i + 1, 1) for i in range(small_before)]
+    batch: list[Request] = [*smalls, big, ReadLacRequest(10, 1)]
+    wire = b"".join(ClientProtocol().send(r) for r in batch)
+    server = ServerProtocol()
+    got: list[object] = []
+    for offset in range(0, len(wire), chunk):
+        server.receive_data(wire[offset : offset + chunk])
+        got.extend(drain(server))
+        assert server.buffered_bytes <= len(ClientProtocol().send(big)) + chunk
+    assert got == batch
+    assert server.buffered_bytes == 0
