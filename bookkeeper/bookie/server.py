@@ -63,6 +63,8 @@ _OP_NAMES: dict[type, str] = {
     GetBookieInfoRequest: "get_bookie_info",
 }
 _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+YIELD_EVERY_REQUESTS = 128
+"""Requests dispatched from one received chunk before the reader lets the writer send what is ready."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +217,7 @@ class _Connection:
         proto = self._proto
         stream = self.stream
         out_max = self._out_max
+        handled = 0
         try:
             while True:
                 event = proto.next_event()
@@ -231,6 +234,9 @@ class _Connection:
                     return True
                 else:
                     self._dispatch(event)
+                    handled += 1
+                    if handled % YIELD_EVERY_REQUESTS == 0 and self._out:
+                        await trio.lowlevel.checkpoint()  # let the writer start on the answers so far
                 while len(self._out) > out_max:  # slow reader: stop reading until it catches up
                     await self._wait_progress()
         except _IO_ERRORS as exc:

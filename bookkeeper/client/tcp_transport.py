@@ -62,6 +62,8 @@ from magnetar.bookkeeper.protocol.status import BookieStatus
 
 log = logging.getLogger(__name__)
 
+YIELD_EVERY_RESPONSES = 128
+
 
 class TcpTransportSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -307,12 +309,18 @@ class _Connection:
                     return
                 self._received_any = True
                 proto.receive_data(data)
+                handled = 0
                 while (event := proto.next_event()) is not NEED_DATA:
                     if isinstance(event, FramingError):
                         self._loss = f"protocol error from the bookie: {event.reason}"
                         log.warning("bookie %s: %s", self.bookie, self._loss)
                         return
                     self._on_response(event)
+                    handled += 1
+                    if handled % YIELD_EVERY_RESPONSES == 0 and self._out:
+                        # Let the writer send what the callbacks queued: the bookie starts on it while we
+                        # decode the rest of this chunk (the two processes overlap instead of taking turns).
+                        await trio.lowlevel.checkpoint()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._loss = f"connection lost while receiving: {exc or type(exc).__name__}"
 
