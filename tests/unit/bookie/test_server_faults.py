@@ -263,3 +263,29 @@ async def test_abrupt_disconnect_with_requests_in_flight() -> None:
         response = await call(transport, bk.bookie_id, add_request(9, 200))
         assert isinstance(response, AddResponse)
         assert response.status is OK
+
+
+async def test_requests_sent_together_are_coalesced_into_few_writes() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    bookie = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    chunks: list[int] = []
+    frame_bytes = len(ClientProtocol().send(add_request(1, 0)))
+    expected = 1000 * frame_bytes
+    got_all = trio.Event()
+
+    async def handle(stream: trio.SocketStream) -> None:
+        async with stream:
+            while sum(chunks) < expected:
+                chunks.append(len(await stream.receive_some(1 << 20)))
+            got_all.set()
+            await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery, open_tcp_transport() as transport:
+        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        for entry_id in range(1000):  # no checkpoint in between: one outgoing buffer, one send_all
+            send(transport, bookie, add_request(1, entry_id))
+        with trio.fail_after(10):
+            await got_all.wait()
+        assert sum(chunks) == expected
+        assert len(chunks) < 50  # a write per request would arrive as hundreds of segments
+        nursery.cancel_scope.cancel()
