@@ -122,7 +122,7 @@ async def test_connect_failure_backoff_and_reconnect_when_the_bookie_returns() -
         assert gone.reason in (FailureReason.CONNECT, FailureReason.CLOSED)
         async with running_bookie(port=port):
             back = await call(transport, bookie, read_request(3, 0))
-            assert back.status is BookieStatus.ENOLEDGER  # type: ignore[union-attr]  # a new, empty bookie
+            assert back.status is BookieStatus.ENOLEDGER  # a new, empty bookie
 
 
 async def test_invalid_bookie_id_is_a_connect_failure() -> None:
@@ -172,7 +172,7 @@ async def test_garbage_client_gets_ebadreq_while_a_good_client_keeps_working() -
             + raw_frame(OpCode.READ_LAC, 44, struct.pack(">q", 1))  # a good one
         )
         events = await _read_responses(raw, proto, 4)
-        assert [(e.request_id, e.status) for e in events[:3]] == [  # type: ignore[attr-defined]
+        assert [(e.request_id, e.status) for e in events[:3]] == [
             (41, BookieStatus.EBADREQ),
             (42, BookieStatus.EBADREQ),
             (43, BookieStatus.EBADREQ),
@@ -184,8 +184,8 @@ async def test_garbage_client_gets_ebadreq_while_a_good_client_keeps_working() -
         assert await raw.receive_some(100) == b""
         await raw.aclose()
         for c in good:
-            assert (await c.wait()).status is OK  # type: ignore[union-attr]
-        assert (await call(transport, bk.bookie_id, read_request(6, 49))).status is OK  # type: ignore[union-attr]
+            assert (await c.wait()).status is OK
+        assert (await call(transport, bk.bookie_id, read_request(6, 49))).status is OK
 
 
 async def test_oversized_frame_is_answered_and_skipped() -> None:
@@ -211,13 +211,13 @@ async def test_oversized_frame_is_answered_and_skipped() -> None:
 
 async def test_connections_beyond_the_limit_are_closed() -> None:
     async with running_bookie(connections_max=1) as bk, open_tcp_transport() as transport:
-        assert (await call(transport, bk.bookie_id, add_request(7, 0))).status is OK  # type: ignore[union-attr]
+        assert (await call(transport, bk.bookie_id, add_request(7, 0))).status is OK
         extra = await trio.open_tcp_stream("127.0.0.1", bk.endpoint.port)
         with trio.fail_after(5):
             assert await extra.receive_some(10) == b""
         await extra.aclose()
         assert bk.bookie.metrics.connections_rejected == 1
-        assert (await call(transport, bk.bookie_id, add_request(7, 1))).status is OK  # type: ignore[union-attr]
+        assert (await call(transport, bk.bookie_id, add_request(7, 1))).status is OK
 
 
 async def test_slow_reader_does_not_hold_up_other_clients() -> None:
@@ -225,7 +225,7 @@ async def test_slow_reader_does_not_hold_up_other_clients() -> None:
     settings = {"outgoing_bytes_max": out_max, "write_timeout_ms": 300}
     async with running_bookie(**settings) as bk, open_tcp_transport() as transport:
         big = AddRequest(next_request_id(), 8, 0, KEY, packaged(8, 0, b"x" * 65536))
-        assert (await call(transport, bk.bookie_id, big)).status is OK  # type: ignore[union-attr]
+        assert (await call(transport, bk.bookie_id, big)).status is OK
         hog = await trio.open_tcp_stream("127.0.0.1", bk.endpoint.port)
         burst = bytearray()
         hog_proto = ClientProtocol()
@@ -238,7 +238,7 @@ async def test_slow_reader_does_not_hold_up_other_clients() -> None:
         assert largest <= out_max + 70_000
         good = [send(transport, bk.bookie_id, add_request(8, e)) for e in range(1, 101)]
         for c in good:
-            assert (await c.wait()).status is OK  # type: ignore[union-attr]
+            assert (await c.wait()).status is OK
         # A client that reads nothing for write_timeout_ms loses its connection.
         with trio.fail_after(10):
             while bk.bookie.server.connection_count > 1:
@@ -248,7 +248,7 @@ async def test_slow_reader_does_not_hold_up_other_clients() -> None:
 
 async def test_abrupt_disconnect_with_requests_in_flight() -> None:
     async with running_bookie() as bk, open_tcp_transport() as transport:
-        assert (await call(transport, bk.bookie_id, add_request(9, 0))).status is OK  # type: ignore[union-attr]
+        assert (await call(transport, bk.bookie_id, add_request(9, 0))).status is OK
         raw = await trio.open_tcp_stream("127.0.0.1", bk.endpoint.port)
         burst = bytearray()
         proto = ClientProtocol()

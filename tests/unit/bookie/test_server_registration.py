@@ -143,7 +143,7 @@ async def test_disk_full_turns_the_bookie_read_only_until_below_the_low_water_ma
         assert not bk.bookie.state.readonly
         assert await list_bookies(metadata) == BookieLists(writable=[bk.bookie_id])
         accepted = await call(transport, bk.bookie_id, add_request(1, 0))
-        assert accepted.status is BookieStatus.EOK  # type: ignore[union-attr]
+        assert accepted.status is BookieStatus.EOK
 
 
 async def test_full_disk_at_start_registers_read_only() -> None:

@@ -89,7 +89,7 @@ async def test_fencing_over_the_wire() -> None:
 
 async def test_wrong_master_key_is_eua() -> None:
     async with running_bookie() as bk, open_tcp_transport() as transport:
-        assert (await call(transport, bk.bookie_id, add_request(7, 0))).status is OK  # type: ignore[union-attr]
+        assert (await call(transport, bk.bookie_id, add_request(7, 0))).status is OK
         response = await call(transport, bk.bookie_id, add_request(7, 1, key=OTHER_KEY))
         assert isinstance(response, AddResponse)
         assert response.status is BookieStatus.EUA
@@ -136,7 +136,7 @@ async def test_server_inflight_limit_answers_etoomanyrequests() -> None:
             assert isinstance(response, AddResponse)
             assert response.status is OK
         after = await call(transport, bk.bookie_id, read_request(10, 0))
-        assert after.status is OK  # type: ignore[union-attr]
+        assert after.status is OK
 
 
 async def test_client_inflight_limit_fails_clearly_and_never_inside_send() -> None:
@@ -152,7 +152,7 @@ async def test_client_inflight_limit_fails_clearly_and_never_inside_send() -> No
         assert "inflight_requests_max=1" in refused.message
         await trio.testing.wait_all_tasks_blocked()
         store.sync()
-        assert (await first.wait()).status is OK  # type: ignore[union-attr]
+        assert (await first.wait()).status is OK
 
 
 async def test_drain_answers_accepted_requests_before_closing() -> None:
