@@ -6,7 +6,12 @@ import argparse
 import importlib
 
 # name -> (module, help); each module exposes add_arguments(parser) and run(args) -> int
-BENCHMARKS: dict[str, tuple[str, str]] = {}
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "bookie-rpc": (
+        "magnetar.admin.perf_bookie_rpc",
+        "bookie wire path: pipelined adds over TCP to one bookie",
+    ),
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

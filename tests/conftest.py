@@ -11,5 +11,6 @@ from __future__ import annotations
 # --- bookie storage fixtures ----------------------------------------------------------------------------
 
 # --- bookie server / protocol fixtures ------------------------------------------------------------------
+# Helpers live in tests/fixtures/bookie_server.py (imported by the tests that use them).
 
 # --- replication client / simulation options ------------------------------------------------------------

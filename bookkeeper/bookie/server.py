@@ -1,0 +1,434 @@
+"""The bookie server: the wire protocol over TCP in front of a :class:`~.core.BookieCore`.
+
+Theory of operation (BookKeeper's ``BookieNettyServer`` + ``BookieRequestProcessor``):
+
+* :class:`BookieServer` accepts connections (at most ``connections_max``; more are closed at once) and runs
+  each in its own task. A connection decodes requests with :class:`~..protocol.codec.ServerProtocol` and
+  hands them to the core; the core answers through a callback, now (reads) or when the store makes the
+  change durable (adds, fences). Responses are encoded into the connection's outgoing buffer and one writer
+  task sends whatever has accumulated with one ``send_all`` (coalescing, as the client does).
+* **Isolation.** A malformed frame is answered EBADREQ and the connection goes on; an unrecoverable framing
+  error, an abrupt disconnect or an exception in the request logic ends or fails only that connection or
+  request. A client that does not read its responses (slow reader) stops being read once its unsent
+  responses exceed ``outgoing_bytes_max``: TCP back-pressure reaches it, nobody else waits; if it reads
+  nothing for ``write_timeout_ms`` its connection is closed.
+* **Back-pressure.** At most ``inflight_requests_max`` requests of a connection are in the core at once;
+  further ones are answered ETOOMANYREQUESTS at once (BookKeeper's ``maxAddsInProgressLimit``).
+* **Drain.** :meth:`BookieServer.drain` stops accepting and reading, lets the in-flight requests finish and
+  their responses go out (bounded by ``drain_timeout_ms``), then closes the connections.
+
+:class:`Bookie` composes one bookie: read-only state, request core, server, disk monitor and registration in
+the metadata store, over an injected :class:`~.ledger_store.LedgerStore` (the owner runs and closes the
+store). ``endpoint = await nursery.start(bookie.run)`` returns once it serves and is registered;
+:meth:`Bookie.request_stop` begins the orderly shutdown: drain, unregister, return.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from time import perf_counter
+
+import trio
+
+from magnetar.bookkeeper.bookie.core import BookieCore
+from magnetar.bookkeeper.bookie.disk_monitor import DiskMonitor, DiskThresholds, ReadOnlyState
+from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
+from magnetar.bookkeeper.bookie.metrics import BookieMetrics
+from magnetar.bookkeeper.bookie.registration import BookieRegistration
+from magnetar.bookkeeper.bookie.settings import BookieSettings, bookie_id_for
+from magnetar.bookkeeper.metadata.api import MetadataStore
+from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo
+from magnetar.bookkeeper.protocol.codec import NEED_DATA, BadRequest, ServerProtocol, response_for_status
+from magnetar.bookkeeper.protocol.frames import FramingError
+from magnetar.bookkeeper.protocol.messages import (
+    AddRequest,
+    ErrorResponse,
+    GetBookieInfoRequest,
+    ReadLacRequest,
+    ReadRequest,
+    Request,
+    Response,
+    WriteLacRequest,
+)
+from magnetar.bookkeeper.protocol.status import BookieStatus
+
+log = logging.getLogger(__name__)
+
+_OP_NAMES: dict[type, str] = {
+    AddRequest: "add_entry",
+    ReadRequest: "read_entry",
+    ReadLacRequest: "read_lac",
+    WriteLacRequest: "write_lac",
+    GetBookieInfoRequest: "get_bookie_info",
+}
+_IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+YIELD_EVERY_REQUESTS = 128
+"""Requests dispatched from one received chunk before the reader lets the writer send what is ready."""
+
+
+@dataclass(frozen=True, slots=True)
+class BookieEndpoint:
+    bookie_id: str
+    """``advertised_host:port``, the name clients and the metadata store use."""
+    host: str
+    """The address the listener is bound to."""
+    port: int
+
+
+class BookieServer:
+    def __init__(self, core: BookieCore, settings: BookieSettings, metrics: BookieMetrics) -> None:
+        self.core = core
+        self.settings = settings
+        self.metrics = metrics
+        self._connections: set[_Connection] = set()
+        self._accept_scope = trio.CancelScope()
+        self._draining = False
+        self._all_closed = trio.Event()
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def serve(
+        self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen; ``task_status.started((host, port))`` gives the bound address (port 0: the real one)."""
+        settings = self.settings
+        listeners = await trio.open_tcp_listeners(settings.port, host=settings.bind_address)
+        listener, extra = listeners[0], listeners[1:]
+        for other in extra:  # a host name with several addresses: serve the first, one port
+            await other.aclose()
+        host, port = listener.socket.getsockname()[:2]
+        log.info("bookie protocol listening on %s:%d", host, port)
+        async with trio.open_nursery() as nursery:
+            task_status.started((host, port))
+            with self._accept_scope:
+                async with listener:
+                    await self._accept_loop(listener, nursery)
+
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # EMFILE and friends: back off, keep serving
+                log.error("accept failed: %s", exc)
+                await trio.sleep(0.1)
+                continue
+            if len(self._connections) >= self.settings.connections_max:
+                self.metrics.connections_rejected += 1
+                if self.metrics.connections_rejected % 100 == 1:  # the first, then every 100th
+                    limit = self.settings.connections_max
+                    log.warning("connections_max=%d reached: closing new connections", limit)
+                await stream.aclose()
+                continue
+            connection = _Connection(self, stream)
+            self._connections.add(connection)
+            self.metrics.connections = len(self._connections)
+            nursery.start_soon(connection.run)
+
+    def connection_closed(self, connection: _Connection) -> None:
+        self._connections.discard(connection)
+        self.metrics.connections = len(self._connections)
+        if self._draining and not self._connections:
+            self._all_closed.set()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop accepting and reading; wait (bounded) for in-flight requests to be answered; close all."""
+        self._draining = True
+        self._accept_scope.cancel()
+        if not self._connections:
+            self._all_closed.set()
+        for connection in list(self._connections):
+            connection.stop_reading()
+        with trio.move_on_after(timeout_s):
+            await self._all_closed.wait()
+        if self._connections:
+            log.warning(
+                "drain timed out: closing %d connections with requests pending", len(self._connections)
+            )
+            for connection in list(self._connections):
+                connection.abort()
+
+
+async def serve_bookie(
+    core: BookieCore,
+    settings: BookieSettings,
+    *,
+    metrics: BookieMetrics | None = None,
+    task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``core`` over TCP until cancelled: ``host, port = await nursery.start(serve_bookie, core, s)``.
+
+    The bare wire server (no registration, no disk monitor); :class:`Bookie` is the whole bookie.
+    """
+    server = BookieServer(core, settings, metrics or BookieMetrics())
+    await server.serve(task_status=task_status)
+
+
+class _Connection:
+    def __init__(self, server: BookieServer, stream: trio.SocketStream) -> None:
+        self.server = server
+        self.stream = stream
+        settings = server.settings
+        self.peer = _peer_name(stream)
+        self._proto = ServerProtocol(settings.frame_bytes_max)
+        self._core = server.core
+        self._metrics = server.metrics
+        self._inflight_max = settings.inflight_requests_max
+        self._out_max = settings.outgoing_bytes_max
+        self._chunk = settings.receive_chunk_bytes
+        self.inflight = 0
+        self.closed = False
+        self._out = bytearray()
+        self._writing = False
+        self._writer_waiting = False
+        self._writer_wakeup = trio.Event()
+        self._progress = trio.Event()  # set after each write and each response, for waiters
+        self._read_scope = trio.CancelScope()
+        self._io_scope = trio.CancelScope()
+        self._bad_requests = 0
+
+    async def run(self) -> None:
+        log.debug("connection from %s", self.peer)
+        try:
+            with self._io_scope:
+                async with self.stream, trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer)
+                    graceful = True  # stopped by drain: answer what was accepted
+                    with self._read_scope:
+                        graceful = await self._reader()
+                    if graceful:
+                        await self._flush(self.server.settings.drain_timeout_ms / 1000)
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.closed = True
+            self.server.connection_closed(self)
+            log.debug("connection from %s closed (%d requests unanswered)", self.peer, self.inflight)
+
+    def stop_reading(self) -> None:
+        self._read_scope.cancel()
+
+    def abort(self) -> None:
+        self._io_scope.cancel()
+
+    async def _reader(self) -> bool:
+        """Read and dispatch until EOF (True: flush what is pending) or a broken connection (False)."""
+        proto = self._proto
+        stream = self.stream
+        out_max = self._out_max
+        handled = 0
+        try:
+            while True:
+                event = proto.next_event()
+                if event is NEED_DATA:
+                    data = await stream.receive_some(self._chunk)
+                    if not data:
+                        return True
+                    proto.receive_data(data)
+                    continue
+                if isinstance(event, BadRequest):
+                    self._bad_request(event)
+                elif isinstance(event, FramingError):
+                    log.warning("closing connection from %s: %s", self.peer, event.reason)
+                    return True
+                else:
+                    self._dispatch(event)
+                    handled += 1
+                    if handled % YIELD_EVERY_REQUESTS == 0 and self._out:
+                        await trio.lowlevel.checkpoint()  # let the writer start on the answers so far
+                while len(self._out) > out_max:  # slow reader: stop reading until it catches up
+                    await self._wait_progress()
+        except _IO_ERRORS as exc:
+            log.debug("connection from %s lost: %s", self.peer, exc or type(exc).__name__)
+            return False
+
+    def _bad_request(self, event: BadRequest) -> None:
+        self._bad_requests += 1
+        level = logging.WARNING if self._bad_requests == 1 else logging.DEBUG
+        log.log(level, "bad request from %s (id %d): %s", self.peer, event.request_id, event.reason)
+        self._metrics.request_done("invalid", BookieStatus.EBADREQ, 0.0)
+        self._send(ErrorResponse(event.request_id, BookieStatus.EBADREQ, event.reason))
+
+    def _dispatch(self, request: Request) -> None:
+        op = _OP_NAMES[type(request)]
+        metrics = self._metrics
+        if self.inflight >= self._inflight_max:
+            metrics.request_done(op, BookieStatus.ETOOMANYREQUESTS, 0.0)
+            self._send(response_for_status(request, BookieStatus.ETOOMANYREQUESTS))
+            return
+        self.inflight += 1
+        metrics.requests_in_progress += 1
+        if type(request) is AddRequest:
+            metrics.write_bytes += len(request.body)
+        started = perf_counter()  # latency metric only: no need for trio's clock
+        answered = False
+
+        def respond(response: Response) -> None:
+            nonlocal answered
+            if answered:
+                log.error("request %r answered twice; dropping %r", request, response)
+                return
+            answered = True
+            self.inflight -= 1
+            metrics.requests_in_progress -= 1
+            metrics.request_done(op, response.status, perf_counter() - started)
+            if type(request) is ReadRequest and response.status is BookieStatus.EOK:
+                metrics.read_bytes += len(getattr(response, "body", b""))
+            if not self.closed:
+                self._send(response)
+
+        try:
+            self._core.handle(request, respond)
+        except Exception:
+            log.exception("request logic failed on %r", request)
+            respond(response_for_status(request, BookieStatus.EIO))
+
+    def _send(self, response: Response) -> None:
+        self._proto.send_into(self._out, response)
+        if self._writer_waiting:
+            self._writer_waiting = False
+            self._writer_wakeup.set()
+        self._progress.set()
+
+    async def _wait_progress(self) -> None:
+        self._progress = trio.Event()
+        await self._progress.wait()
+
+    async def _writer(self) -> None:
+        write_timeout_s = self.server.settings.write_timeout_ms / 1000
+        try:
+            while True:
+                if not self._out:
+                    self._writer_wakeup = trio.Event()
+                    self._writer_waiting = True
+                    await self._writer_wakeup.wait()
+                    continue
+                data, self._out = self._out, bytearray()
+                self._writing = True
+                with trio.fail_after(write_timeout_s):
+                    await self.stream.send_all(data)
+                self._writing = False
+                self._progress.set()
+        except trio.TooSlowError:
+            log.warning("closing connection from %s: it read nothing for write_timeout_ms", self.peer)
+            self._io_scope.cancel()
+        except _IO_ERRORS as exc:
+            log.debug("connection from %s lost while sending: %s", self.peer, exc or type(exc).__name__)
+            self._io_scope.cancel()
+
+    async def _flush(self, timeout_s: float) -> None:
+        """Wait until every accepted request is answered and sent (bounded)."""
+        with trio.move_on_after(timeout_s) as scope:
+            while self.inflight or self._out or self._writing:
+                await self._wait_progress()
+        if scope.cancelled_caught:
+            log.warning("connection from %s: %d requests still pending at close", self.peer, self.inflight)
+
+
+def _peer_name(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
+
+
+class Bookie:
+    """One bookie: request core, TCP server, disk monitor, registration. The owner runs/closes the store."""
+
+    def __init__(
+        self,
+        settings: BookieSettings,
+        store: LedgerStore,
+        metadata: MetadataStore | None = None,
+        *,
+        state: ReadOnlyState | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.metadata = metadata
+        self.state = state or ReadOnlyState()
+        self.metrics = BookieMetrics(store_stats=getattr(store, "stats", None))
+        self.core = BookieCore(store, is_readonly=lambda: self.state.readonly)
+        self.server = BookieServer(self.core, settings, self.metrics)
+        self.monitor = DiskMonitor(
+            store.disk_usage,
+            self.state,
+            DiskThresholds(
+                settings.disk_usage_threshold,
+                settings.disk_usage_warn_threshold,
+                settings.disk_usage_lwm_threshold,
+            ),
+            interval_ms=settings.disk_check_interval_ms,
+            on_usage=self._on_usage,
+        )
+        self.state.add_listener(self._on_mode)
+        self.metrics.readonly = self.state.readonly
+        self.registration: BookieRegistration | None = None
+        self.endpoint: BookieEndpoint | None = None
+        self._stop = trio.Event()
+        self.stopped = trio.Event()
+        """Set when :meth:`run` has finished (after the orderly shutdown, or when cancelled)."""
+
+    def _on_usage(self, used: float) -> None:
+        self.metrics.disk_usage_ratio = used
+
+    def _on_mode(self, readonly: bool) -> None:
+        self.metrics.readonly = readonly
+
+    def render_metrics(self) -> bytes:
+        return self.metrics.render_metrics()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def service_info(self, readonly: bool) -> BookieServiceInfo:
+        assert self.endpoint is not None
+        host = self.settings.advertised_host()
+        return BookieServiceInfo(
+            self.endpoint.bookie_id, host, self.endpoint.port, self.settings.http_port, readonly
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[BookieEndpoint] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            await self._run(task_status)
+        finally:
+            self.stopped.set()
+
+    async def _run(self, task_status: trio.TaskStatus[BookieEndpoint]) -> None:
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(self.server.serve)
+            bookie_id = bookie_id_for(self.settings.advertised_host(), port)
+            self.endpoint = BookieEndpoint(bookie_id, host, port)
+            self.monitor.check()  # a full disk registers read-only from the start
+            nursery.start_soon(self.monitor.run)
+            if self.metadata is not None:
+                self.registration = BookieRegistration(
+                    self.metadata,
+                    self.service_info,
+                    self.state,
+                    timeout_ms=self.settings.registration_timeout_ms,
+                    retry_ms=self.settings.registration_retry_ms,
+                )
+                await nursery.start(self.registration.run)
+            log.info(
+                "bookie %s is serving (%s)", bookie_id, "read-only" if self.state.readonly else "writable"
+            )
+            task_status.started(self.endpoint)
+            await self._stop.wait()
+            await self._shutdown(nursery)
+
+    async def _shutdown(self, nursery: trio.Nursery) -> None:
+        assert self.endpoint is not None
+        log.info(
+            "bookie %s stopping: draining %d connections",
+            self.endpoint.bookie_id,
+            self.server.connection_count,
+        )
+        with trio.CancelScope(shield=True):
+            await self.server.drain(self.settings.drain_timeout_ms / 1000)
+            if self.registration is not None:
+                await self.registration.unregister()
+        log.info("bookie %s stopped serving", self.endpoint.bookie_id)
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,88 @@
+"""Settings of a bookie process: one pydantic-settings model, every field also ``MAGNETAR_<NAME>``.
+
+Names follow DESIGN.md §4 (unit last) and map to BookKeeper's ``bk_server.conf`` where one exists:
+``port`` = ``bookiePort``, ``advertised_address`` = ``advertisedAddress``, ``frame_bytes_max`` =
+``nettyMaxFrameSizeBytes``, ``inflight_requests_max`` ~ ``maxAddsInProgressLimit`` (per connection here),
+``disk_check_interval_ms`` = ``diskCheckInterval``, ``disk_usage_threshold`` = ``diskUsageThreshold``,
+``disk_usage_warn_threshold`` = ``diskUsageWarnThreshold``, ``disk_usage_lwm_threshold`` =
+``diskUsageLwmThreshold`` (BookKeeper validates lwm <= threshold since PR #3285; so do we).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
+
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class BookieSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
+
+    metadata_url: str = "memory://"
+    data_dir: Path = Path("data/bookie")
+    storage: Literal["memory"] = "memory"
+    """Ledger storage engine: ``memory`` keeps everything in RAM (tests, demos). Disk engine: to come."""
+    memory_store_bytes_max: PositiveInt = 1024 * 1024 * 1024
+    """Capacity of the ``memory`` engine (what ``disk_usage`` reports as the disk size)."""
+
+    bind_address: str = "0.0.0.0"
+    port: Annotated[int, Field(ge=0, le=65535)] = 3181
+    """TCP port of the bookie protocol; 0 picks a free port (see ``port_file``)."""
+    advertised_address: str | None = None
+    """Host part of the bookie id; default: ``bind_address`` unless it is a wildcard, else the hostname."""
+    http_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    """Published in the registration for tools (metrics/admin HTTP); not served by this module."""
+    port_file: Path | None = None
+    """Once serving and registered, write ``{"bookieId", "host", "port"}`` JSON here (atomically)."""
+
+    frame_bytes_max: Annotated[int, Field(ge=1024)] = FRAME_BYTES_MAX_DEFAULT
+    inflight_requests_max: PositiveInt = 10_000
+    """Requests of one connection being processed at once; more are answered ETOOMANYREQUESTS."""
+    connections_max: PositiveInt = 1024
+    receive_chunk_bytes: PositiveInt = 256 * 1024
+    outgoing_bytes_max: PositiveInt = 8 * 1024 * 1024
+    """Unsent response bytes of one connection above which it stops reading requests (slow reader)."""
+    write_timeout_ms: PositiveInt = 60_000
+    """A connection whose client accepts no response bytes for this long is closed."""
+    drain_timeout_ms: PositiveInt = 5_000
+
+    disk_check_interval_ms: PositiveInt = 10_000
+    disk_usage_threshold: Fraction = 0.95
+    disk_usage_warn_threshold: Fraction = 0.90
+    disk_usage_lwm_threshold: Fraction = 0.90
+
+    registration_timeout_ms: PositiveInt = 30_000
+    """How long to wait for a stale registration of the same bookie id (a previous session) to expire."""
+    registration_retry_ms: PositiveInt = 500
+
+    @model_validator(mode="after")
+    def _check_thresholds(self) -> Self:
+        if self.disk_usage_lwm_threshold > self.disk_usage_threshold:
+            raise ValueError("disk_usage_lwm_threshold must be <= disk_usage_threshold")
+        if self.disk_usage_warn_threshold > self.disk_usage_threshold:
+            raise ValueError("disk_usage_warn_threshold must be <= disk_usage_threshold")
+        return self
+
+    def advertised_host(self) -> str:
+        if self.advertised_address:
+            return self.advertised_address
+        try:
+            if ipaddress.ip_address(self.bind_address).is_unspecified:
+                return socket.gethostname()
+        except ValueError:
+            pass  # a host name
+        return self.bind_address
+
+
+def bookie_id_for(host: str, port: int) -> str:
+    """BookKeeper's default bookie id: ``host:port`` (IPv6 literals in brackets)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
