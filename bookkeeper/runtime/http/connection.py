@@ -174,6 +174,11 @@ class HttpConnection:
             return False
         if not isinstance(event, h11.Request):
             raise _CloseConnection
+        if event.http_version not in (b"1.0", b"1.1"):
+            await self._send_error_and_close(505, "HTTP Version Not Supported")
+        if _head_bytes(event) > self._settings.http_header_bytes_max:
+            # h11 bounds only an *incomplete* head; one that arrived whole in a single read is measured here.
+            await self._send_error_and_close(431, "Request Header Fields Too Large")
         head, query_error = self._make_head(event)
         if query_error is None and self._is_websocket_upgrade(head):
             ws_route = self._router.match_websocket(head.path)
@@ -417,6 +422,14 @@ class HttpConnection:
         """:class:`~.websocket.Upgrader`: answer the upgrade with an ordinary response; the connection stays
         usable for further requests."""
         await self._send_response("GET", response)
+
+
+def _head_bytes(event: h11.Request) -> int:
+    """Size of the request head as sent (request line and header lines with their CRLFs)."""
+    size = len(event.method) + len(event.target) + 12
+    for name, value in event.headers:
+        size += len(name) + len(value) + 4
+    return size
 
 
 def _with_params(head: RequestHead, params: dict[str, str]) -> RequestHead:

@@ -123,6 +123,16 @@ class WebSocket:
     def close_reason(self) -> str:
         return self._close_reason
 
+    @property
+    def send_queue_bytes(self) -> int:
+        """Encoded frames waiting for the socket (bounded by ``ws_send_queue_bytes_max`` plus one message)."""
+        return len(self._out)
+
+    @property
+    def receive_queue_bytes(self) -> int:
+        """Received messages waiting for :meth:`receive`."""
+        return self._in_bytes
+
     async def receive(self) -> str | bytes:
         """The next complete message: ``str`` for a text message, ``bytes`` for a binary one.
 
