@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import struct
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol
@@ -46,6 +47,10 @@ from magnetar.bookkeeper.runtime.http.types import HttpResponse, QueryParams, Re
 log = logging.getLogger(__name__)
 
 RECEIVE_CHUNK_BYTES = 65536
+_OPCODE_TEXT = 0x1
+_OPCODE_BINARY = 0x2
+_HEADER_16 = struct.Struct("!BBH")
+_HEADER_64 = struct.Struct("!BBQ")
 
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
@@ -161,10 +166,15 @@ class WebSocket:
                 return
 
     async def send_text(self, text: str) -> None:
-        await self._send_message(TextMessage(data=text))
+        await self._send_frame(_OPCODE_TEXT, text.encode("utf-8"))
+
+    async def send_text_encoded(self, data: bytes) -> None:
+        """Send a text message given as UTF-8 bytes (e.g. from orjson), skipping a decode/encode round trip.
+        The caller guarantees the bytes are valid UTF-8."""
+        await self._send_frame(_OPCODE_TEXT, data)
 
     async def send_bytes(self, data: bytes) -> None:
-        await self._send_message(BytesMessage(data=data))
+        await self._send_frame(_OPCODE_BINARY, data)
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """Start the closing handshake (if not started) and wait until the session is over.
@@ -179,11 +189,22 @@ class WebSocket:
 
     # --- internals used by the connection ---------------------------------------------------------------
 
-    async def _send_message(self, event: Event) -> None:
+    async def _send_frame(self, opcode: int, payload: bytes) -> None:
+        """Queue one complete, unfragmented data frame. Server frames are unmasked: a short header plus the
+        payload. wsproto's state is unaffected by complete messages, so they are framed here (cheaper than a
+        wsproto event per message) while control frames still go through wsproto."""
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._close_code is not None or self._state() is not ConnectionState.OPEN:
             raise WebSocketClosed(self._close_code or CLOSE_ABNORMAL, self._close_reason)
-        self._queue_frame(self._conn.send(event))
+        length = len(payload)
+        if length < 126:
+            self._out += bytes((0x80 | opcode, length))
+        elif length < 65536:
+            self._out += _HEADER_16.pack(0x80 | opcode, 126, length)
+        else:
+            self._out += _HEADER_64.pack(0x80 | opcode, 127, length)
+        self._out += payload
+        self._out_event.set()
         while len(self._out) > self._settings.ws_send_queue_bytes_max and self._close_code is None:
             self._drain_event = _fresh(self._drain_event)
             await self._drain_event.wait()
