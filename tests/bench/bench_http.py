@@ -26,7 +26,6 @@ import os
 import selectors
 import socket
 import struct
-import subprocess
 import sys
 import time
 
@@ -34,7 +33,7 @@ RESPONSE_BODY = b"ok"
 WS_PAYLOAD = b"x" * 100
 
 
-# --- load generator (runs in the child process) ---------------------------------------------------------------
+# --- load generator (runs in the child process) -------------------------------------------------------------
 
 
 def client_http(port: int, connections: int, duration_s: float) -> dict[str, float]:
@@ -140,7 +139,7 @@ def run_client(argv: list[str]) -> None:
     print(json.dumps(result))
 
 
-# --- server side (this process) ---------------------------------------------------------------------------------
+# --- server side (this process) -----------------------------------------------------------------------------
 
 
 async def run_benchmarks(duration_s: float, messages: int) -> dict[str, dict[str, float]]:
@@ -205,7 +204,9 @@ async def run_benchmarks(duration_s: float, messages: int) -> dict[str, dict[str
         port = str(ports[0])
         results["http keep-alive, 1 connection"] = await client("http", port, "1", str(duration_s))
         results["http keep-alive, 8 connections"] = await client("http", port, "8", str(duration_s))
-        results["ws server->client, 100 B binary"] = await client("ws-receive", port, "/ws/push-raw", str(messages))
+        results["ws server->client, 100 B binary"] = await client(
+            "ws-receive", port, "/ws/push-raw", str(messages)
+        )
         results["ws server->client, ConsumerMessage JSON (100 B payload)"] = await client(
             "ws-receive", port, "/ws/push-json", str(messages)
         )
@@ -218,7 +219,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         run_client(sys.argv[2:])
         return
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per HTTP run (default 5)")
     parser.add_argument("--messages", type=int, default=200_000, help="messages per WebSocket run")
     args = parser.parse_args()

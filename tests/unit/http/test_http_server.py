@@ -3,6 +3,7 @@ sockets where a well-behaved client cannot produce the input (garbage, pipelinin
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -347,3 +348,18 @@ async def test_shutdown_grace_expiry_cancels_stuck_handlers(start_server: StartS
         await entered.wait()
         await srv.shutdown()
     assert cancelled.is_set()
+
+
+async def test_serve_http_reports_its_port_and_stops_on_the_shutdown_event() -> None:
+    from magnetar.bookkeeper.runtime.http import HttpSettings, serve_http
+
+    shutdown = trio.Event()
+    settings = HttpSettings(http_bind_address="127.0.0.1", http_port=0)
+    async with trio.open_nursery() as nursery:
+        ports = await nursery.start(functools.partial(serve_http, shutdown=shutdown), make_router(), settings)
+        assert len(ports) == 1
+        assert ports[0] > 0
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{ports[0]}") as client:
+            assert (await client.get("/text")).text == "hello"
+        shutdown.set()  # the nursery exits only because serve_http returns
+    assert await _refuses_connections(ports[0])
