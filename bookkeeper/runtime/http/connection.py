@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterable, Sequence
 from email.utils import formatdate
+from typing import NoReturn
 
 import h11
 import trio
@@ -324,7 +325,7 @@ class HttpConnection:
                 raise _CloseConnection from None
         await self._send(self._h11.send(h11.EndOfMessage()))
 
-    async def _send_error_and_close(self, status: int, reason: str) -> None:
+    async def _send_error_and_close(self, status: int, reason: str) -> NoReturn:
         """Answer a request we cannot serve (malformed, timed out) if h11 still allows it, then close."""
         if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             self._shutting_down = True

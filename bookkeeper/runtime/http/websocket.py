@@ -225,7 +225,8 @@ class WebSocket:
                 log.debug("close frame not sent in state %s", self._state())
             if self._state() is ConnectionState.CLOSED:
                 self._reading_done = True
-        self._close_deadline = trio.current_time() + self._settings.ws_close_timeout_ms / 1000
+        if self._close_deadline == math.inf:  # the first close starts the clock; later calls do not extend it
+            self._close_deadline = trio.current_time() + self._settings.ws_close_timeout_ms / 1000
         self._wake_all()
 
     def server_shutdown(self) -> None:
