@@ -1,0 +1,446 @@
+"""One HTTP/1.1 connection: h11 drives the protocol, this module drives the socket.
+
+Theory of operation. Requests on a connection are served strictly one after another, so pipelined requests
+are answered in order (h11 keeps the bytes of the next request buffered until ``start_next_cycle``). For each
+request:
+
+1. wait for its first bytes at most ``http_idle_timeout_ms`` (a keep-alive connection with nothing to do is
+   closed); from then on the whole request must arrive within ``http_request_timeout_ms`` (else 408);
+2. route it. A WebSocket upgrade to a WebSocket route is handed to :mod:`.websocket`; everything else is an
+   HTTP request whose body is read completely, bounded by ``http_body_bytes_max`` (413, decided from
+   Content-Length before reading when possible; ``Expect: 100-continue`` is answered only when the body is
+   wanted);
+3. call the handler. :class:`HttpError` becomes ``{"reason": ...}`` with its status; any other exception
+   becomes a 500 with a generic body while the traceback goes to the log — never to the client;
+4. write the response in one ``send_all`` when its body is bytes, or chunk by chunk when it streams.
+
+Malformed input (h11 ``RemoteProtocolError``) is answered with h11's status hint (400, 431 for an oversized
+head) and the connection is closed; nothing a peer sends can affect another connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterable, Sequence
+from email.utils import formatdate
+from typing import NoReturn
+
+import h11
+import trio
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection
+from wsproto.events import Request as WsRequest
+from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
+
+from magnetar.bookkeeper.runtime.http.router import Router, WebSocketHandler
+from magnetar.bookkeeper.runtime.http.settings import HttpSettings
+from magnetar.bookkeeper.runtime.http.types import (
+    HttpError,
+    HttpHandler,
+    HttpRequest,
+    HttpResponse,
+    QueryParams,
+    RequestHead,
+    error_response,
+    status_phrase,
+)
+from magnetar.bookkeeper.runtime.http.websocket import (
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_NORMAL,
+    RECEIVE_CHUNK_BYTES,
+    WebSocket,
+    WebSocketRequest,
+)
+
+log = logging.getLogger(__name__)
+
+SERVER_HEADER = (b"server", b"magnetar")
+INTERNAL_ERROR_REASON = "internal error"
+
+
+class _CloseConnection(Exception):
+    """Internal: stop serving this connection (after an error response, a timeout or a peer's EOF)."""
+
+
+class _DateCache:
+    """The ``Date`` header value, formatted at most once per second."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def get(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._value = formatdate(now, usegmt=True).encode()
+        return self._value
+
+
+_DATE = _DateCache()
+
+
+class HttpConnection:
+    def __init__(self, stream: trio.SocketStream, router: Router, settings: HttpSettings) -> None:
+        self._stream = stream
+        self._router = router
+        self._settings = settings
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.http_header_bytes_max)
+        try:
+            peer = stream.socket.getpeername()
+            self._client: tuple[str, int] | None = (str(peer[0]), int(peer[1]))
+        except (OSError, IndexError, TypeError):
+            self._client = None
+        self._idle_scope: trio.CancelScope | None = None
+        self._shutting_down = False
+        self.websocket: WebSocket | None = None
+        self._ws_nursery: trio.Nursery | None = None
+        self._ws_conn: WSConnection | None = None
+        self._ws_head: RequestHead | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------------------
+
+    def begin_shutdown(self) -> None:
+        """Graceful shutdown: an idle keep-alive connection closes now, an in-flight request finishes and gets
+        ``Connection: close``, a WebSocket is closed with 1001."""
+        self._shutting_down = True
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+        if self.websocket is not None:
+            self.websocket.server_shutdown()
+
+    async def run(self) -> None:
+        try:
+            while await self._serve_one():
+                pass
+        except _CloseConnection:
+            pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+            log.debug("connection %s dropped: %r", self._client, exc)
+        except Exception:
+            # A bug, or a handler breaking the contract: this connection ends, the server keeps serving.
+            log.exception("connection %s failed", self._client)
+        finally:
+            await trio.aclose_forcefully(self._stream)
+
+    # --- reading ----------------------------------------------------------------------------------------
+
+    async def _receive_into_h11(self, deadline: float) -> None:
+        with trio.move_on_at(deadline):
+            data = await self._stream.receive_some(RECEIVE_CHUNK_BYTES)
+            self._h11.receive_data(data)
+            return
+        await self._send_error_and_close(408, "Request Timeout")
+
+    async def _next_event(self, deadline: float) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                status = exc.error_status_hint
+                await self._send_error_and_close(status, str(exc) or status_phrase(status))
+            if event is h11.NEED_DATA:
+                await self._receive_into_h11(deadline)
+                continue
+            return event
+
+    async def _wait_for_request(self) -> bool:
+        """Wait (idle timeout, cancellable by shutdown) until the next request has bytes buffered."""
+        if self._h11.trailing_data[0] or self._h11.their_state is not h11.IDLE:
+            return True
+        self._idle_scope = trio.CancelScope(
+            deadline=trio.current_time() + self._settings.http_idle_timeout_ms / 1000
+        )
+        try:
+            with self._idle_scope:
+                if self._shutting_down:
+                    return False
+                data = await self._stream.receive_some(RECEIVE_CHUNK_BYTES)
+                self._h11.receive_data(data)
+                return True
+            return False
+        finally:
+            self._idle_scope = None
+
+    # --- one request ------------------------------------------------------------------------------------
+
+    async def _serve_one(self) -> bool:
+        """Serve one request; False when the connection should close."""
+        if not await self._wait_for_request():
+            return False
+        deadline = trio.current_time() + self._settings.http_request_timeout_ms / 1000
+        event = await self._next_event(deadline)
+        if isinstance(event, h11.ConnectionClosed):
+            return False
+        if not isinstance(event, h11.Request):
+            raise _CloseConnection
+        if event.http_version not in (b"1.0", b"1.1"):
+            await self._send_error_and_close(505, "HTTP Version Not Supported")
+        if _head_bytes(event) > self._settings.http_header_bytes_max:
+            # h11 bounds only an *incomplete* head; one that arrived whole in a single read is measured here.
+            await self._send_error_and_close(431, "Request Header Fields Too Large")
+        head, query_error = self._make_head(event)
+        if query_error is None and self._is_websocket_upgrade(head):
+            ws_route = self._router.match_websocket(head.path)
+            if ws_route is not None:
+                return await self._serve_websocket(event, head, ws_route, deadline)
+        response = await self._serve_http(head, query_error, deadline)
+        await self._send_response(head.method, response)
+        return self._finish_cycle()
+
+    def _make_head(self, event: h11.Request) -> tuple[RequestHead, HttpError | None]:
+        target = event.target.decode("ascii", errors="replace")
+        path, _, query = target.partition("?")
+        headers = tuple((name.decode("ascii"), value.decode("latin-1")) for name, value in event.headers)
+        query_error: HttpError | None = None
+        try:
+            params = QueryParams.parse(query)
+        except HttpError as exc:
+            params, query_error = QueryParams(), exc
+        head = RequestHead(
+            method=event.method.decode("ascii"),
+            target=target,
+            path=path,
+            query=params,
+            headers=headers,
+            path_params={},
+            client=self._client,
+            http_version=event.http_version.decode("ascii"),
+        )
+        return head, query_error
+
+    @staticmethod
+    def _is_websocket_upgrade(head: RequestHead) -> bool:
+        upgrade = head.header("upgrade")
+        return head.method == "GET" and upgrade is not None and upgrade.strip().lower() == "websocket"
+
+    async def _serve_http(
+        self, head: RequestHead, query_error: HttpError | None, deadline: float
+    ) -> HttpResponse:
+        route_error = query_error
+        handler: HttpHandler | None = None
+        params: dict[str, str] = {}
+        if route_error is None:
+            try:
+                handler, params = self._router.match_http(head.method, head.path)
+            except HttpError as exc:
+                route_error = exc
+                if exc.status == 404 and self._router.match_websocket(head.path) is not None:
+                    route_error = HttpError(426, "Upgrade Required", (("upgrade", "websocket"),))
+        limit = self._settings.http_body_bytes_max
+        length = head.header("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            self._shutting_down = True  # the body stays unread: close after answering
+            return error_response(413, f"request body exceeds {limit} bytes")
+        if route_error is not None and self._h11.they_are_waiting_for_100_continue:
+            self._shutting_down = True
+            return error_response(route_error.status, route_error.reason, route_error.headers)
+        body = await self._read_body(deadline)
+        if body is None:
+            self._shutting_down = True
+            return error_response(413, f"request body exceeds {limit} bytes")
+        if route_error is not None or handler is None:
+            error = route_error or HttpError(500, INTERNAL_ERROR_REASON)
+            return error_response(error.status, error.reason, error.headers)
+        return await self._call_handler(handler, HttpRequest(_with_params(head, params), body))
+
+    async def _read_body(self, deadline: float) -> bytes | None:
+        """The whole request body, or None when it exceeds ``http_body_bytes_max``."""
+        if self._h11.they_are_waiting_for_100_continue:
+            await self._send(self._h11.send(h11.InformationalResponse(status_code=100, headers=[])))
+        chunks: list[bytes] = []
+        size = 0
+        limit = self._settings.http_body_bytes_max
+        while True:
+            event = await self._next_event(deadline)
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > limit:
+                    return None
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(chunks)
+            else:
+                raise _CloseConnection
+
+    @staticmethod
+    async def _call_handler(handler: HttpHandler, request: HttpRequest) -> HttpResponse:
+        try:
+            response = await handler(request)
+        except HttpError as exc:
+            return error_response(exc.status, exc.reason, exc.headers)
+        except Exception:
+            log.exception("handler for %s %s failed", request.method, request.path)
+            return error_response(500, INTERNAL_ERROR_REASON)
+        return response
+
+    # --- writing ----------------------------------------------------------------------------------------
+
+    async def _send(self, data: bytes) -> None:
+        with trio.fail_after(self._settings.http_send_timeout_ms / 1000):
+            await self._stream.send_all(data)
+
+    def _response_headers(self, response: HttpResponse) -> list[tuple[bytes, bytes]]:
+        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers]
+        headers.append(SERVER_HEADER)
+        headers.append((b"date", _DATE.get()))
+        if self._shutting_down:
+            headers.append((b"connection", b"close"))
+        return headers
+
+    async def _send_response(self, method: str, response: HttpResponse) -> None:
+        headers = self._response_headers(response)
+        reason = status_phrase(response.status).encode()
+        body = response.body
+        no_body = method == "HEAD" or response.status in (204, 304)
+        if isinstance(body, bytes | bytearray | memoryview):
+            if response.status != 204:
+                headers.append((b"content-length", str(len(body)).encode()))
+            out = self._h11.send(h11.Response(status_code=response.status, headers=headers, reason=reason))
+            if body and not no_body:
+                out += self._h11.send(h11.Data(data=body))
+            out += self._h11.send(h11.EndOfMessage())
+            await self._send(out)
+            return
+        await self._send_streaming(response.status, headers, reason, body, no_body)
+
+    async def _send_streaming(
+        self,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        reason: bytes,
+        body: AsyncIterable[bytes],
+        no_body: bool,
+    ) -> None:
+        await self._send(self._h11.send(h11.Response(status_code=status, headers=headers, reason=reason)))
+        if not no_body:
+            try:
+                async for chunk in body:
+                    if chunk:
+                        await self._send(self._h11.send(h11.Data(data=chunk)))
+            except Exception:
+                # The status line is gone already; all we can do is cut the response short.
+                log.exception("streaming response body failed")
+                raise _CloseConnection from None
+        await self._send(self._h11.send(h11.EndOfMessage()))
+
+    async def _send_error_and_close(self, status: int, reason: str) -> NoReturn:
+        """Answer a request we cannot serve (malformed, timed out) if h11 still allows it, then close."""
+        if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self._shutting_down = True
+            response = error_response(status, reason)
+            body = response.body if isinstance(response.body, bytes) else b""
+            headers = self._response_headers(response)
+            headers.append((b"content-length", str(len(body)).encode()))
+            try:
+                out = self._h11.send(h11.Response(status_code=status, headers=headers))
+                out += self._h11.send(h11.Data(data=body))
+                out += self._h11.send(h11.EndOfMessage())
+                await self._send(out)
+            except h11.LocalProtocolError:
+                pass
+        raise _CloseConnection
+
+    def _finish_cycle(self) -> bool:
+        if self._shutting_down:
+            return False
+        if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
+            self._h11.start_next_cycle()
+            return True
+        return False
+
+    # --- WebSocket upgrade ------------------------------------------------------------------------------
+
+    async def _serve_websocket(
+        self,
+        event: h11.Request,
+        head: RequestHead,
+        route: tuple[WebSocketHandler, dict[str, str]],
+        deadline: float,
+    ) -> bool:
+        handler, params = route
+        head = _with_params(head, params)
+        if await self._read_body(deadline) is None:  # an upgrade request has no body; read its end
+            await self._send_error_and_close(413, "an upgrade request carries no body")
+        ws_conn = WSConnection(ConnectionType.SERVER)
+        try:
+            ws_conn.initiate_upgrade_connection(list(event.headers), event.target)
+            ws_request = next(e for e in ws_conn.events() if isinstance(e, WsRequest))
+        except (WsRemoteProtocolError, StopIteration) as exc:
+            await self._send_error_and_close(400, f"invalid WebSocket upgrade: {exc}")
+        self._ws_conn = ws_conn
+        self._ws_head = head
+        request = WebSocketRequest(head, ws_request.subprotocols, self)
+        async with trio.open_nursery() as nursery:
+            self._ws_nursery = nursery
+            await self._run_ws_handler(handler, request)
+        if self.websocket is not None:
+            return False  # the socket belonged to the WebSocket session, which is over
+        return self._finish_cycle()
+
+    async def _run_ws_handler(self, handler: WebSocketHandler, request: WebSocketRequest) -> None:
+        try:
+            await handler(request)
+        except HttpError as exc:
+            if not request.answered:
+                await request.reject(error_response(exc.status, exc.reason, exc.headers))
+            elif self.websocket is not None:
+                await self.websocket.close(CLOSE_INTERNAL_ERROR, exc.reason)
+        except Exception:
+            log.exception("websocket handler for %s failed", request.path)
+            if not request.answered:
+                await request.reject(error_response(500, INTERNAL_ERROR_REASON))
+            elif self.websocket is not None:
+                await self.websocket.close(CLOSE_INTERNAL_ERROR, INTERNAL_ERROR_REASON)
+        else:
+            if not request.answered:
+                log.error("websocket handler for %s neither accepted nor rejected", request.path)
+                await request.reject(error_response(500, INTERNAL_ERROR_REASON))
+        if self.websocket is not None:
+            await self.websocket.close(CLOSE_NORMAL)
+
+    async def accept(self, subprotocol: str | None, headers: Sequence[tuple[str, str]]) -> WebSocket:
+        """:class:`~.websocket.Upgrader`: send 101 and start the session's reader and writer."""
+        assert self._ws_conn is not None
+        assert self._ws_nursery is not None
+        assert self._ws_head is not None
+        extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+        extra.append(SERVER_HEADER)
+        data = self._ws_conn.send(AcceptConnection(subprotocol=subprotocol, extra_headers=extra))
+        await self._send(data)
+        trailing, _ = self._h11.trailing_data
+        ws = WebSocket(
+            self._stream, self._ws_conn, self._settings, self._ws_head, subprotocol, initial_data=trailing
+        )
+        self.websocket = ws
+        self._ws_nursery.start_soon(ws.run)
+        if self._shutting_down:
+            ws.server_shutdown()
+        return ws
+
+    async def reject(self, response: HttpResponse) -> None:
+        """:class:`~.websocket.Upgrader`: answer the upgrade with an ordinary response; the connection stays
+        usable for further requests."""
+        await self._send_response("GET", response)
+
+
+def _head_bytes(event: h11.Request) -> int:
+    """Size of the request head as sent (request line and header lines with their CRLFs)."""
+    size = len(event.method) + len(event.target) + 12
+    for name, value in event.headers:
+        size += len(name) + len(value) + 4
+    return size
+
+
+def _with_params(head: RequestHead, params: dict[str, str]) -> RequestHead:
+    return RequestHead(
+        method=head.method,
+        target=head.target,
+        path=head.path,
+        query=head.query,
+        headers=head.headers,
+        path_params=params,
+        client=head.client,
+        http_version=head.http_version,
+    )

@@ -1,0 +1,140 @@
+"""Routing: ``(method, pattern, handler)`` for HTTP and ``(pattern, handler)`` for WebSocket upgrades.
+
+Patterns are paths with ``{name}`` placeholders matching one segment, or ``{name:path}`` matching one or more
+segments (slashes included), e.g. Pulsar's consumer path
+``/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic:path}/{subscription}``. Matching runs on the
+percent-encoded path, so ``%2F`` inside a segment stays inside it; captured values are then percent-decoded
+(UTF-8). A path that matches no pattern is 404; one that matches with another method is 405 with ``Allow``.
+``HEAD`` falls back to the ``GET`` handler (the body is not sent). All lookups are pure: the router does no
+I/O, so it is unit-testable without sockets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+from magnetar.bookkeeper.runtime.http.types import HttpError, HttpHandler
+
+if TYPE_CHECKING:
+    from magnetar.bookkeeper.runtime.http.websocket import WebSocketRequest
+
+WebSocketHandler = Callable[["WebSocketRequest"], Awaitable[None]]
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(path))?\}")
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """Turn ``/a/{x}/{rest:path}`` into an anchored regular expression with named groups."""
+    if not pattern.startswith("/"):
+        raise ValueError(f"route pattern must start with '/': {pattern!r}")
+    parts: list[str] = []
+    pos = 0
+    seen: set[str] = set()
+    for match in _PLACEHOLDER.finditer(pattern):
+        parts.append(re.escape(pattern[pos : match.start()]))
+        name, kind = match.group(1), match.group(2)
+        if name in seen:
+            raise ValueError(f"duplicate placeholder {name!r} in {pattern!r}")
+        seen.add(name)
+        parts.append(f"(?P<{name}>.+)" if kind == "path" else f"(?P<{name}>[^/]+)")
+        pos = match.end()
+    tail = pattern[pos:]
+    if "{" in tail or "}" in tail:
+        raise ValueError(f"malformed placeholder in {pattern!r}")
+    parts.append(re.escape(tail))
+    return re.compile("".join(parts))
+
+
+def _decode_params(match: re.Match[str]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for name, raw in match.groupdict().items():
+        try:
+            params[name] = unquote(raw, errors="strict")
+        except UnicodeDecodeError:
+            raise HttpError(400, f"path parameter {name!r} is not valid UTF-8") from None
+    return params
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    pattern: str
+    regex: re.Pattern[str]
+    handlers: dict[str, HttpHandler]
+
+
+@dataclass(frozen=True, slots=True)
+class _WsRoute:
+    pattern: str
+    regex: re.Pattern[str]
+    handler: WebSocketHandler
+
+
+class Router:
+    """The application the server serves: a table of HTTP and WebSocket routes, first match wins."""
+
+    def __init__(self) -> None:
+        self._routes: list[_Route] = []
+        self._by_pattern: dict[str, _Route] = {}
+        self._ws_routes: list[_WsRoute] = []
+
+    def route(self, method: str, pattern: str, handler: HttpHandler) -> None:
+        method = method.upper()
+        if method not in METHODS:
+            raise ValueError(f"unsupported method {method!r}")
+        existing = self._by_pattern.get(pattern)
+        if existing is None:
+            existing = _Route(pattern, compile_pattern(pattern), {})
+            self._routes.append(existing)
+            self._by_pattern[pattern] = existing
+        if method in existing.handlers:
+            raise ValueError(f"{method} {pattern} is already routed")
+        existing.handlers[method] = handler
+
+    def get(self, pattern: str, handler: HttpHandler) -> None:
+        self.route("GET", pattern, handler)
+
+    def post(self, pattern: str, handler: HttpHandler) -> None:
+        self.route("POST", pattern, handler)
+
+    def put(self, pattern: str, handler: HttpHandler) -> None:
+        self.route("PUT", pattern, handler)
+
+    def delete(self, pattern: str, handler: HttpHandler) -> None:
+        self.route("DELETE", pattern, handler)
+
+    def websocket(self, pattern: str, handler: WebSocketHandler) -> None:
+        if any(r.pattern == pattern for r in self._ws_routes):
+            raise ValueError(f"websocket {pattern} is already routed")
+        self._ws_routes.append(_WsRoute(pattern, compile_pattern(pattern), handler))
+
+    def match_http(self, method: str, path: str) -> tuple[HttpHandler, dict[str, str]]:
+        """The handler and decoded path parameters; :class:`HttpError` 404/405 when there is none."""
+        allowed: set[str] = set()
+        for route in self._routes:
+            match = route.regex.fullmatch(path)
+            if match is None:
+                continue
+            handler = route.handlers.get(method)
+            if handler is None and method == "HEAD":
+                handler = route.handlers.get("GET")
+            if handler is not None:
+                return handler, _decode_params(match)
+            allowed.update(route.handlers)
+        if allowed:
+            if "GET" in allowed:
+                allowed.add("HEAD")
+            raise HttpError(405, "Method Not Allowed", (("allow", ", ".join(sorted(allowed))),))
+        raise HttpError(404, "Not Found")
+
+    def match_websocket(self, path: str) -> tuple[WebSocketHandler, dict[str, str]] | None:
+        """The WebSocket handler for ``path``, or None when no WebSocket route matches."""
+        for route in self._ws_routes:
+            match = route.regex.fullmatch(path)
+            if match is not None:
+                return route.handler, _decode_params(match)
+        return None

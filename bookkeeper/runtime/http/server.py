@@ -1,0 +1,152 @@
+"""The HTTP/1.1 + WebSocket server: listeners, the connection limit and graceful shutdown.
+
+Theory of operation. ``HttpServer.serve`` binds the listeners, reports the bound ports through
+``task_status.started`` and accepts connections; each connection runs in a task of the server's connection
+nursery (process -> server -> connection -> WebSocket reader/writer). At most ``http_connections_max``
+connections are served; one more is answered ``503 {"reason": ...}`` and closed, like Jetty refusing beyond
+Pulsar's ``maxHttpServerConnections`` — the refusal itself runs in a small, bounded pool so a flood of
+connections cannot pile up tasks.
+
+Graceful shutdown (:meth:`HttpServer.shutdown`, or the ``shutdown`` event of :func:`serve_http`) stops
+accepting, closes idle keep-alive connections, lets in-flight requests finish (their responses carry
+``Connection: close``), closes WebSockets with 1001, and cancels whatever is still running after
+``shutdown_grace_ms``. Cancelling ``serve`` from outside is the ungraceful stop: everything ends at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+import trio
+
+from magnetar.bookkeeper.runtime.http.connection import HttpConnection
+from magnetar.bookkeeper.runtime.http.router import Router
+from magnetar.bookkeeper.runtime.http.settings import HttpSettings
+from magnetar.bookkeeper.runtime.http.types import json_bytes
+
+log = logging.getLogger(__name__)
+
+REFUSALS_IN_FLIGHT_MAX = 32
+"""Connections being answered 503 at once; beyond this an excess connection is closed without an answer."""
+REFUSAL_TIMEOUT_S = 1.0
+"""How long a refused connection may take to receive its 503."""
+ACCEPT_RETRY_DELAY_S = 0.1
+"""Pause before accepting again after the process ran out of file descriptors or memory."""
+_ACCEPT_RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
+def _refusal_bytes() -> bytes:
+    body = json_bytes({"reason": "too many connections"})
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        "content-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n"
+        "connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class HttpServer:
+    """Serves one :class:`Router` on the address and port of ``settings``."""
+
+    def __init__(self, app: Router, settings: HttpSettings) -> None:
+        self._app = app
+        self._settings = settings
+        self._connections: set[HttpConnection] = set()
+        self._refusing = 0
+        self._shutdown = trio.Event()
+        self.ports: list[int] = []
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    def shutdown(self) -> None:
+        """Begin a graceful shutdown; ``serve`` returns once it is complete."""
+        self._shutdown.set()
+
+    async def serve(self, *, task_status: trio.TaskStatus[list[int]] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(
+            self._settings.http_port, host=self._settings.http_bind_address
+        )
+        self.ports = sorted({listener.socket.getsockname()[1] for listener in listeners})
+        log.info("HTTP server listening on %s port(s) %s", self._settings.http_bind_address, self.ports)
+        async with trio.open_nursery() as connections:
+            try:
+                async with trio.open_nursery() as acceptors:
+                    for listener in listeners:
+                        acceptors.start_soon(self._accept_loop, listener, connections)
+                    task_status.started(self.ports)
+                    await self._shutdown.wait()
+                    acceptors.cancel_scope.cancel()
+            finally:
+                with trio.CancelScope(shield=True):
+                    for listener in listeners:
+                        await listener.aclose()
+            log.info("HTTP server shutting down: %d connection(s) open", len(self._connections))
+            for conn in list(self._connections):
+                conn.begin_shutdown()
+            connections.cancel_scope.deadline = trio.current_time() + self._settings.shutdown_grace_ms / 1000
+
+    async def _accept_loop(self, listener: trio.SocketListener, connections: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_RESOURCE_ERRORS:
+                    raise
+                log.error("accept failed (%s); retrying in %ss", exc, ACCEPT_RETRY_DELAY_S)
+                await trio.sleep(ACCEPT_RETRY_DELAY_S)
+                continue
+            if len(self._connections) >= self._settings.http_connections_max:
+                if self._refusing < REFUSALS_IN_FLIGHT_MAX:
+                    self._refusing += 1
+                    connections.start_soon(self._refuse, stream)
+                else:
+                    await trio.aclose_forcefully(stream)
+                continue
+            conn = HttpConnection(stream, self._app, self._settings)
+            self._connections.add(conn)
+            connections.start_soon(self._run_connection, conn)
+
+    async def _run_connection(self, conn: HttpConnection) -> None:
+        try:
+            await conn.run()
+        finally:
+            self._connections.discard(conn)
+
+    async def _refuse(self, stream: trio.SocketStream) -> None:
+        """Answer 503 and close; read what the client sent so closing does not reset the connection before
+        the client has read the answer."""
+        try:
+            with trio.move_on_after(REFUSAL_TIMEOUT_S):
+                await stream.send_all(_refusal_bytes())
+                await stream.send_eof()
+                while await stream.receive_some(65536):
+                    pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            self._refusing -= 1
+            await trio.aclose_forcefully(stream)
+
+
+async def serve_http(
+    app: Router,
+    settings: HttpSettings,
+    *,
+    shutdown: trio.Event | None = None,
+    task_status: trio.TaskStatus[list[int]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` until cancelled, or until ``shutdown`` is set (then gracefully).
+
+    Start it with ``ports = await nursery.start(serve_http, app, settings)``: the started value is the list
+    of bound ports (one entry unless the bind address resolves to several families on different ports)."""
+    server = HttpServer(app, settings)
+    async with trio.open_nursery() as nursery:
+        ports: list[int] = await nursery.start(server.serve)
+        task_status.started(ports)
+        if shutdown is not None:
+            await shutdown.wait()
+            server.shutdown()

@@ -1,0 +1,57 @@
+"""Limits and addresses of the HTTP/WebSocket server.
+
+Every buffer, queue and timeout of :mod:`magnetar.bookkeeper.runtime.http` is named here, unit last. The
+defaults follow the Jetty/Pulsar settings they stand for where one exists (``http_header_bytes_max`` is
+Jetty's 8 KiB request-header limit, ``http_connections_max`` Pulsar's ``maxHttpServerConnections``,
+``ws_idle_timeout_ms`` Pulsar's ``webSocketSessionIdleTimeoutMillis``). The model is a plain pydantic model so
+that each process kind's settings model (broker, bookie) can embed it and expose each field as a flag and a
+``MAGNETAR_<NAME>`` environment variable.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MIB = 1024 * 1024
+
+
+class HttpSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    http_bind_address: str = "0.0.0.0"
+    """Address to listen on; ``0.0.0.0`` for every IPv4 interface, ``127.0.0.1`` in tests."""
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    """TCP port; 0 picks a free one (the bound port is reported by ``serve_http``)."""
+
+    http_header_bytes_max: int = Field(default=8192, ge=256)
+    """Request line plus headers; a larger head is answered 431."""
+    http_body_bytes_max: int = Field(default=10 * MIB, ge=0)
+    """Request body; a larger body is answered 413 (before it is read when Content-Length says so)."""
+    http_idle_timeout_ms: int = Field(default=30_000, gt=0)
+    """A keep-alive connection with no request in progress is closed after this long."""
+    http_request_timeout_ms: int = Field(default=30_000, gt=0)
+    """Once a request has started arriving, all of it (head and body) must arrive within this; else 408."""
+    http_send_timeout_ms: int = Field(default=30_000, gt=0)
+    """One write to a peer's socket; a peer that reads nothing for this long is disconnected."""
+    http_connections_max: int = Field(default=2048, ge=1)
+    """Open connections (HTTP and WebSocket); beyond it a new connection is answered 503 and closed."""
+
+    ws_frame_bytes_max: int = Field(default=5 * MIB, ge=125)
+    """One received WebSocket message, reassembled from its fragments; larger closes with 1009."""
+    ws_idle_timeout_ms: int = Field(default=300_000, gt=0)
+    """A WebSocket with no frame received or sent for this long is closed with 1001."""
+    ws_send_queue_bytes_max: int = Field(default=1 * MIB, ge=1)
+    """Encoded frames waiting for the socket; a sender waits while the queue holds more than this."""
+    ws_receive_queue_bytes_max: int = Field(default=1 * MIB, ge=1)
+    """Received messages waiting for ``receive()``; the socket is not read while it holds more."""
+    ws_close_timeout_ms: int = Field(default=5_000, gt=0)
+    """After sending a Close frame, how long to wait for the peer's Close before dropping the socket."""
+
+    shutdown_grace_ms: int = Field(default=10_000, ge=0)
+    """On shutdown, in-flight requests and WebSocket closing handshakes get this long before cancellation."""
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> HttpSettings:
+        if self.ws_close_timeout_ms > self.ws_idle_timeout_ms:
+            raise ValueError("ws_close_timeout_ms must not exceed ws_idle_timeout_ms")
+        return self

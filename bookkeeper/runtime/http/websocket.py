@@ -1,0 +1,433 @@
+"""WebSocket sessions (RFC 6455) on top of wsproto, with bounded queues in both directions.
+
+Theory of operation. A WebSocket route's handler receives a :class:`WebSocketRequest` and either rejects it
+with an ordinary HTTP response (Pulsar answers a failed producer/consumer creation with 400/404/409/... on
+the upgrade request) or accepts it and gets a :class:`WebSocket`. From then on two tasks own the socket:
+
+* the **reader** feeds received bytes to wsproto, reassembles fragmented messages (refusing any message over
+  ``ws_frame_bytes_max`` with close code 1009), answers pings with pongs, runs the closing handshake, and puts
+  complete messages on a receive queue bounded by ``ws_receive_queue_bytes_max`` — when the handler does not
+  keep up the reader stops reading and TCP flow control slows the peer;
+* the **writer** sends whatever frames are queued in one ``send_all``. ``send_text``/``send_bytes`` only
+  encode a frame and append it to the send buffer (they checkpoint for cancellation but do not yield), so a
+  dispatcher pushing many small messages in a loop fills the buffer while the writer is busy and they leave
+  in few socket writes (write coalescing). A sender waits while the buffer holds more than
+  ``ws_send_queue_bytes_max``: a slow reader applies back-pressure instead of growing memory.
+
+Idle sessions (no frame in either direction for ``ws_idle_timeout_ms``) are closed with 1001, like Jetty's
+idle timeout behind Pulsar's ``webSocketSessionIdleTimeoutMillis``. After we send a Close frame the peer has
+``ws_close_timeout_ms`` to answer before the socket is dropped. As RFC 6455 §7.1.1 asks, the server closes
+the TCP connection once the closing handshake is complete.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Protocol
+
+import trio
+from wsproto import WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (
+    BytesMessage,
+    CloseConnection,
+    Event,
+    Ping,
+    TextMessage,
+)
+from wsproto.utilities import LocalProtocolError
+
+from magnetar.bookkeeper.runtime.http.settings import HttpSettings
+from magnetar.bookkeeper.runtime.http.types import HttpResponse, QueryParams, RequestHead
+
+log = logging.getLogger(__name__)
+
+RECEIVE_CHUNK_BYTES = 65536
+_OPCODE_TEXT = 0x1
+_OPCODE_BINARY = 0x2
+_HEADER_16 = struct.Struct("!BBH")
+_HEADER_64 = struct.Struct("!BBQ")
+
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_PROTOCOL_ERROR = 1002
+CLOSE_ABNORMAL = 1006
+"""Never sent: reported when the connection dropped without a Close frame."""
+CLOSE_MESSAGE_TOO_BIG = 1009
+CLOSE_INTERNAL_ERROR = 1011
+
+
+def _fresh(event: trio.Event) -> trio.Event:
+    """An unset event to wait on: the same one while nobody set it, so concurrent waiters share it."""
+    return trio.Event() if event.is_set() else event
+
+
+class WebSocketClosed(Exception):
+    """The session is closed (or closing); ``code``/``reason`` say how (the peer's or our Close frame)."""
+
+    def __init__(self, code: int, reason: str = "") -> None:
+        super().__init__(f"websocket closed: {code} {reason}".rstrip())
+        self.code = code
+        self.reason = reason
+
+
+class WebSocket:
+    """An accepted WebSocket session. Created by :meth:`WebSocketRequest.accept`."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        conn: WSConnection,
+        settings: HttpSettings,
+        head: RequestHead,
+        subprotocol: str | None,
+        *,
+        initial_data: bytes = b"",
+    ) -> None:
+        self._stream = stream
+        self._conn = conn
+        self._settings = settings
+        self.head = head
+        self.subprotocol = subprotocol
+        self._initial_data = initial_data
+        """Frames that arrived together with the upgrade request."""
+        # send side
+        self._out = bytearray()
+        self._out_event = trio.Event()
+        self._drain_event = trio.Event()
+        # receive side
+        self._in: deque[str | bytes] = deque()
+        self._in_bytes = 0
+        self._in_event = trio.Event()
+        self._space_event = trio.Event()
+        # lifecycle
+        self._close_code: int | None = None
+        self._close_reason = ""
+        self._reading_done = False
+        self._close_deadline = math.inf
+        self._last_activity = trio.current_time()
+        self._finished = trio.Event()
+        self._scope = trio.CancelScope()
+
+    # --- public API -----------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once a Close frame was sent or received, or the connection dropped."""
+        return self._close_code is not None
+
+    @property
+    def close_code(self) -> int | None:
+        return self._close_code
+
+    @property
+    def close_reason(self) -> str:
+        return self._close_reason
+
+    @property
+    def send_queue_bytes(self) -> int:
+        """Encoded frames waiting for the socket (bounded by ``ws_send_queue_bytes_max`` plus one message)."""
+        return len(self._out)
+
+    @property
+    def receive_queue_bytes(self) -> int:
+        """Received messages waiting for :meth:`receive`."""
+        return self._in_bytes
+
+    async def receive(self) -> str | bytes:
+        """The next complete message: ``str`` for a text message, ``bytes`` for a binary one.
+
+        Messages received before the close are delivered first; then :class:`WebSocketClosed` is raised."""
+        while True:
+            if self._in:
+                message = self._in.popleft()
+                self._in_bytes -= len(message)
+                self._space_event.set()
+                await trio.lowlevel.checkpoint()
+                return message
+            if self._reading_done or self._close_code is not None:
+                await trio.lowlevel.checkpoint()
+                raise WebSocketClosed(self._close_code or CLOSE_ABNORMAL, self._close_reason)
+            self._in_event = _fresh(self._in_event)
+            await self._in_event.wait()
+
+    def __aiter__(self) -> AsyncIterator[str | bytes]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[str | bytes]:
+        while True:
+            try:
+                yield await self.receive()
+            except WebSocketClosed:
+                return
+
+    async def send_text(self, text: str) -> None:
+        await self._send_frame(_OPCODE_TEXT, text.encode("utf-8"))
+
+    async def send_text_encoded(self, data: bytes) -> None:
+        """Send a text message given as UTF-8 bytes (e.g. from orjson), skipping a decode/encode round trip.
+        The caller guarantees the bytes are valid UTF-8."""
+        await self._send_frame(_OPCODE_TEXT, data)
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self._send_frame(_OPCODE_BINARY, data)
+
+    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
+        """Start the closing handshake (if not started) and wait until the session is over.
+
+        Waits at most ``ws_close_timeout_ms`` for the peer's Close, then drops the connection."""
+        self._start_close(code, reason)
+        with trio.move_on_after(self._settings.ws_close_timeout_ms / 1000):
+            await self._finished.wait()
+        if not self._finished.is_set():
+            self._scope.cancel()
+            await self._finished.wait()
+
+    # --- internals used by the connection ---------------------------------------------------------------
+
+    async def _send_frame(self, opcode: int, payload: bytes) -> None:
+        """Queue one complete, unfragmented data frame. Server frames are unmasked: a short header plus the
+        payload. wsproto's state is unaffected by complete messages, so they are framed here (cheaper than a
+        wsproto event per message) while control frames still go through wsproto."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._close_code is not None or self._state() is not ConnectionState.OPEN:
+            raise WebSocketClosed(self._close_code or CLOSE_ABNORMAL, self._close_reason)
+        length = len(payload)
+        if length < 126:
+            self._out += bytes((0x80 | opcode, length))
+        elif length < 65536:
+            self._out += _HEADER_16.pack(0x80 | opcode, 126, length)
+        else:
+            self._out += _HEADER_64.pack(0x80 | opcode, 127, length)
+        self._out += payload
+        self._out_event.set()
+        while len(self._out) > self._settings.ws_send_queue_bytes_max and self._close_code is None:
+            self._drain_event = _fresh(self._drain_event)
+            await self._drain_event.wait()
+
+    def _queue_frame(self, data: bytes) -> None:
+        self._out += data
+        self._out_event.set()
+
+    def _start_close(self, code: int, reason: str) -> None:
+        """Queue our Close frame (once); the reader then waits for the peer's, bounded in time."""
+        if self._close_code is None:
+            self._close_code = code
+            self._close_reason = reason
+        if self._state() in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
+            try:
+                self._queue_frame(self._conn.send(CloseConnection(code=code, reason=reason)))
+            except LocalProtocolError:
+                log.debug("close frame not sent in state %s", self._state())
+            if self._state() is ConnectionState.CLOSED:
+                self._reading_done = True
+        if self._close_deadline == math.inf:  # the first close starts the clock; later calls do not extend it
+            self._close_deadline = trio.current_time() + self._settings.ws_close_timeout_ms / 1000
+        self._wake_all()
+
+    def server_shutdown(self) -> None:
+        """Graceful server shutdown: close with 1001 ("going away")."""
+        self._start_close(CLOSE_GOING_AWAY, "Server shutting down")
+
+    def _state(self) -> ConnectionState:
+        return self._conn.state
+
+    def _wake_all(self) -> None:
+        self._out_event.set()
+        self._in_event.set()
+        self._drain_event.set()
+        self._space_event.set()
+
+    async def run(self) -> None:
+        """Run the reader and writer until the session is over, then close the socket."""
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._reader)
+                    nursery.start_soon(self._writer)
+        finally:
+            if self._close_code is None:
+                self._close_code = CLOSE_ABNORMAL
+            self._reading_done = True
+            self._wake_all()
+            await trio.aclose_forcefully(self._stream)
+            self._finished.set()
+
+    async def _writer(self) -> None:
+        timeout_s = self._settings.http_send_timeout_ms / 1000
+        while True:
+            if not self._out:
+                if self._reading_done:
+                    return
+                self._out_event = _fresh(self._out_event)
+                await self._out_event.wait()
+                continue
+            data = bytes(self._out)
+            self._out.clear()
+            self._drain_event.set()
+            try:
+                with trio.fail_after(timeout_s):
+                    await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+                log.debug("websocket send failed: %r", exc)
+                self._abort()
+                return
+            self._last_activity = trio.current_time()
+
+    def _abort(self) -> None:
+        if self._close_code is None:
+            self._close_code = CLOSE_ABNORMAL
+        self._scope.cancel()
+
+    def _read_deadline(self) -> float:
+        idle = self._last_activity + self._settings.ws_idle_timeout_ms / 1000
+        return min(idle, self._close_deadline)
+
+    async def _reader(self) -> None:
+        parts: list[str | bytes] = []
+        size = 0
+        while not self._reading_done:
+            while self._in_bytes > self._settings.ws_receive_queue_bytes_max and self._close_code is None:
+                self._space_event = _fresh(self._space_event)
+                await self._space_event.wait()
+            if self._initial_data:
+                data: bytes | None = self._initial_data
+                self._initial_data = b""
+            else:
+                data = await self._receive_chunk()
+            if data is None:
+                continue
+            self._conn.receive_data(data or None)
+            for event in self._conn.events():
+                if isinstance(event, TextMessage | BytesMessage):
+                    if self._close_code is not None:
+                        continue  # closing: drop data frames
+                    chunk = event.data if isinstance(event.data, str) else bytes(event.data)
+                    parts.append(chunk)
+                    size += len(chunk)
+                    if size > self._settings.ws_frame_bytes_max:
+                        limit = self._settings.ws_frame_bytes_max
+                        self._start_close(CLOSE_MESSAGE_TOO_BIG, f"message larger than {limit} bytes")
+                        parts, size = [], 0
+                    elif event.message_finished:
+                        self._deliver(parts)
+                        parts, size = [], 0
+                else:
+                    self._handle_control(event)
+            if not data:
+                self._reading_done = True
+                self._abort()
+
+    async def _receive_chunk(self) -> bytes | None:
+        """Bytes from the socket (``b""`` at EOF), or None when a deadline passed and was handled."""
+        deadline = self._read_deadline()
+        with trio.move_on_at(deadline):
+            try:
+                data = await self._stream.receive_some(RECEIVE_CHUNK_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return b""
+            self._last_activity = trio.current_time()
+            return bytes(data)
+        now = trio.current_time()
+        if now >= self._close_deadline:
+            log.debug("websocket peer did not answer our Close in time")
+            self._abort()
+        elif now >= self._last_activity + self._settings.ws_idle_timeout_ms / 1000:
+            self._start_close(CLOSE_GOING_AWAY, "Idle timeout")
+        return None
+
+    def _deliver(self, parts: list[str | bytes]) -> None:
+        if len(parts) == 1:
+            message = parts[0]
+        elif isinstance(parts[0], str):
+            message = "".join(p for p in parts if isinstance(p, str))
+        else:
+            message = b"".join(p for p in parts if isinstance(p, bytes))
+        self._in.append(message)
+        self._in_bytes += len(message)
+        self._in_event.set()
+
+    def _handle_control(self, event: Event) -> None:
+        if isinstance(event, Ping):
+            if self._conn.state is ConnectionState.OPEN:
+                self._queue_frame(self._conn.send(event.response()))
+        elif isinstance(event, CloseConnection):
+            if self._conn.state is ConnectionState.REMOTE_CLOSING:
+                # The peer started closing (or wsproto reported a protocol error with a Close event).
+                if self._close_code is None:
+                    self._close_code = event.code
+                    self._close_reason = event.reason or ""
+                self._queue_frame(self._conn.send(event.response()))
+            elif self._conn.state is ConnectionState.OPEN:
+                # A protocol error detected by wsproto (bad frame, invalid UTF-8): close with its code.
+                self._start_close(event.code, event.reason or "")
+                self._abort_after_flush()
+                return
+            self._reading_done = True
+            self._wake_all()
+
+    def _abort_after_flush(self) -> None:
+        """After a protocol error the peer's stream cannot be parsed further: flush our Close and stop."""
+        self._reading_done = True
+        self._wake_all()
+
+
+class Upgrader(Protocol):
+    """What a :class:`WebSocketRequest` needs from its connection (implemented by the HTTP connection)."""
+
+    async def accept(self, subprotocol: str | None, headers: Sequence[tuple[str, str]]) -> WebSocket: ...
+
+    async def reject(self, response: HttpResponse) -> None: ...
+
+
+class WebSocketRequest:
+    """An upgrade request routed to a WebSocket handler, which must :meth:`accept` or :meth:`reject` it."""
+
+    def __init__(self, head: RequestHead, subprotocols: Sequence[str], upgrader: Upgrader) -> None:
+        self.head = head
+        self.subprotocols = tuple(subprotocols)
+        self._upgrader = upgrader
+        self.answered = False
+
+    @property
+    def path(self) -> str:
+        return self.head.path
+
+    @property
+    def query(self) -> QueryParams:
+        return self.head.query
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        return self.head.headers
+
+    @property
+    def path_params(self) -> Mapping[str, str]:
+        return self.head.path_params
+
+    @property
+    def client(self) -> tuple[str, int] | None:
+        return self.head.client
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        return self.head.header(name, default)
+
+    async def accept(
+        self, subprotocol: str | None = None, headers: Sequence[tuple[str, str]] = ()
+    ) -> WebSocket:
+        self._answer()
+        return await self._upgrader.accept(subprotocol, headers)
+
+    async def reject(self, response: HttpResponse) -> None:
+        """Answer the upgrade with an ordinary HTTP response (e.g. Pulsar's 404 for a missing topic)."""
+        self._answer()
+        await self._upgrader.reject(response)
+
+    def _answer(self) -> None:
+        if self.answered:
+            raise RuntimeError("this WebSocket request was already accepted or rejected")
+        self.answered = True

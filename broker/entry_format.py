@@ -1,0 +1,244 @@
+"""The bytes of one stored entry: one message, or a batch of messages with their own metadata.
+
+Pulsar stores a message as ``MessageMetadata`` + payload, and a client-side batch as one entry whose
+metadata says ``num_messages_in_batch`` followed by ``SingleMessageMetadata`` + payload per message; a
+message in a batch is addressed by ``(ledger, entry, batch_index)``. Magnetar batches on the broker, so the
+messages of one entry may come from different producers; this format carries each message's full metadata
+and keeps the producer names in a small table at the head of the entry.
+
+Layout (little-endian)::
+
+    entry   := magic "Mg" | version u8 (=1) | kind u8 (1 = single message, 2 = batch)
+               | name_count u16 | name_count * (len u16, UTF-8 bytes)        # producer names
+               | message_count u32 | message_count * message
+    message := producer u16 (index into the names) | flags u8 (bit 0: has key)
+               | sequence_id i64 | publish_time_ms i64 | event_time_ms i64 (0 = none, as Pulsar)
+               | key_len u16 | property_count u16 | payload_len u32
+               | key bytes | property_count * (key_len u16, key, value_len u16, value) | payload
+
+A single-message entry is the same structure with one message and ``kind = 1``; the kind matters to message
+ids: a single message has ``batch_index = -1``, the ``i``-th message of a batch ``batch_index = i`` and
+``batch_size = message_count``. There is no checksum here: the entry travels and rests inside a BookKeeper
+entry whose CRC32C digest is verified on every read. Every length is bounded (see the ``*_MAX`` constants) and
+checked against the bytes actually present, so corrupt or hostile input raises :class:`CorruptEntryError` and
+never makes the decoder allocate more than the input's size.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.broker.errors import BrokerError
+
+MAGIC = b"Mg"
+VERSION = 1
+KIND_SINGLE = 1
+KIND_BATCH = 2
+
+PRODUCER_NAME_BYTES_MAX = 1024
+KEY_BYTES_MAX = 65535
+PROPERTIES_MAX = 1024
+"""Properties per message."""
+PROPERTY_BYTES_MAX = 65535
+"""Each property name and each value, in UTF-8 bytes."""
+PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
+"""One message's payload; the broker's own limit (Pulsar's ``maxMessageSize``, 5 MiB) is far below."""
+BATCH_MESSAGES_MAX = 65535
+PRODUCERS_PER_ENTRY_MAX = 65535
+
+_HEAD = struct.Struct("<2sBBH")  # magic, version, kind, name_count
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_MESSAGE = struct.Struct("<HBqqqHHI")
+_HAS_KEY = 0x01
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+class CorruptEntryError(BrokerError, ValueError):
+    """The bytes are not an entry of this format (truncated, bad magic or version, a length out of bounds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    payload: bytes
+    producer_name: str
+    sequence_id: int
+    publish_time_ms: int
+    event_time_ms: int = 0
+    key: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedEntry:
+    batched: bool
+    messages: list[StoredMessage]
+
+
+def _check_int64(name: str, value: int) -> None:
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"{name}={value} does not fit in 64 bits")
+
+
+def _encode_str(name: str, value: str, limit: int) -> bytes:
+    data = value.encode("utf-8")
+    if len(data) > limit:
+        raise ValueError(f"{name} is {len(data)} bytes, more than {limit}")
+    return data
+
+
+def _encode_message(parts: list[bytes], message: StoredMessage, producer_index: int) -> None:
+    _check_int64("sequence_id", message.sequence_id)
+    _check_int64("publish_time_ms", message.publish_time_ms)
+    _check_int64("event_time_ms", message.event_time_ms)
+    if len(message.payload) > PAYLOAD_BYTES_MAX:
+        raise ValueError(f"payload is {len(message.payload)} bytes, more than {PAYLOAD_BYTES_MAX}")
+    if len(message.properties) > PROPERTIES_MAX:
+        raise ValueError(f"{len(message.properties)} properties, more than {PROPERTIES_MAX}")
+    key = b"" if message.key is None else _encode_str("key", message.key, KEY_BYTES_MAX)
+    parts.append(
+        _MESSAGE.pack(
+            producer_index,
+            0 if message.key is None else _HAS_KEY,
+            message.sequence_id,
+            message.publish_time_ms,
+            message.event_time_ms,
+            len(key),
+            len(message.properties),
+            len(message.payload),
+        )
+    )
+    parts.append(key)
+    for name, value in message.properties.items():
+        name_bytes = _encode_str("property name", name, PROPERTY_BYTES_MAX)
+        value_bytes = _encode_str("property value", value, PROPERTY_BYTES_MAX)
+        parts.append(_U16.pack(len(name_bytes)))
+        parts.append(name_bytes)
+        parts.append(_U16.pack(len(value_bytes)))
+        parts.append(value_bytes)
+    parts.append(message.payload)
+
+
+def _encode(kind: int, messages: Sequence[StoredMessage]) -> bytes:
+    if not 1 <= len(messages) <= BATCH_MESSAGES_MAX:
+        raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {len(messages)}")
+    names: dict[str, int] = {}
+    for message in messages:
+        names.setdefault(message.producer_name, len(names))
+    if len(names) > PRODUCERS_PER_ENTRY_MAX:
+        raise ValueError(f"more than {PRODUCERS_PER_ENTRY_MAX} producers in one entry")
+    parts = [_HEAD.pack(MAGIC, VERSION, kind, len(names))]
+    for name in names:
+        encoded = _encode_str("producer_name", name, PRODUCER_NAME_BYTES_MAX)
+        parts.append(_U16.pack(len(encoded)))
+        parts.append(encoded)
+    parts.append(_U32.pack(len(messages)))
+    for message in messages:
+        _encode_message(parts, message, names[message.producer_name])
+    return b"".join(parts)
+
+
+def encode_message(message: StoredMessage) -> bytes:
+    """One message in its own entry (a non-batched message: ``batch_index`` -1)."""
+    return _encode(KIND_SINGLE, (message,))
+
+
+def encode_batch(messages: Sequence[StoredMessage]) -> bytes:
+    """Several messages in one entry; message ``i`` is addressed with ``batch_index = i``."""
+    return _encode(KIND_BATCH, messages)
+
+
+class _Reader:
+    """Bounds-checked cursor over the entry bytes."""
+
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, size: int) -> memoryview:
+        end = self.pos + size
+        if end > len(self.data):
+            raise CorruptEntryError(f"entry truncated: need {size} bytes at offset {self.pos}")
+        chunk = self.data[self.pos : end]
+        self.pos = end
+        return chunk
+
+    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
+        if self.pos + fmt.size > len(self.data):
+            raise CorruptEntryError(f"entry truncated at offset {self.pos}")
+        values = fmt.unpack_from(self.data, self.pos)
+        self.pos += fmt.size
+        return values
+
+    def text(self, size: int, what: str) -> str:
+        try:
+            return str(self.take(size), "utf-8")
+        except UnicodeDecodeError:
+            raise CorruptEntryError(f"{what} is not valid UTF-8") from None
+
+
+def _read_head(reader: _Reader) -> tuple[int, list[str], int]:
+    magic, version, kind, name_count = reader.unpack(_HEAD)
+    if magic != MAGIC:
+        raise CorruptEntryError("not a Magnetar entry (bad magic)")
+    if version != VERSION:
+        raise CorruptEntryError(f"unsupported entry format version {version}")
+    if kind not in (KIND_SINGLE, KIND_BATCH):
+        raise CorruptEntryError(f"unknown entry kind {kind}")
+    names = []
+    for _ in range(name_count):
+        (length,) = reader.unpack(_U16)
+        if length > PRODUCER_NAME_BYTES_MAX:
+            raise CorruptEntryError(f"producer name of {length} bytes")
+        names.append(reader.text(length, "producer name"))
+    (count,) = reader.unpack(_U32)
+    if not 1 <= count <= BATCH_MESSAGES_MAX:
+        raise CorruptEntryError(f"entry claims {count} messages")
+    if kind == KIND_SINGLE and count != 1:
+        raise CorruptEntryError("a single-message entry holds more than one message")
+    if count * _MESSAGE.size > len(reader.data) - reader.pos:
+        raise CorruptEntryError(f"entry too short for {count} messages")
+    return kind, names, count
+
+
+def _read_message(reader: _Reader, names: list[str]) -> StoredMessage:
+    producer, flags, sequence_id, publish, event, key_len, prop_count, payload_len = reader.unpack(_MESSAGE)
+    if producer >= len(names):
+        raise CorruptEntryError(f"producer index {producer} outside the name table")
+    if flags & ~_HAS_KEY:
+        raise CorruptEntryError(f"unknown message flags {flags:#x}")
+    if prop_count > PROPERTIES_MAX or payload_len > PAYLOAD_BYTES_MAX:
+        raise CorruptEntryError("message field count or size out of bounds")
+    key = reader.text(key_len, "key") if flags & _HAS_KEY else None
+    if key is None and key_len:
+        raise CorruptEntryError("key bytes without the has-key flag")
+    properties: dict[str, str] = {}
+    for _ in range(prop_count):
+        (name_len,) = reader.unpack(_U16)
+        name = reader.text(name_len, "property name")
+        (value_len,) = reader.unpack(_U16)
+        properties[name] = reader.text(value_len, "property value")
+    payload = bytes(reader.take(payload_len))
+    return StoredMessage(payload, names[producer], sequence_id, publish, event, key, properties)
+
+
+def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
+    """All messages of an entry; :class:`CorruptEntryError` if the bytes are not a well-formed entry."""
+    reader = _Reader(memoryview(data))
+    kind, names, count = _read_head(reader)
+    messages = [_read_message(reader, names) for _ in range(count)]
+    if reader.pos != len(reader.data):
+        raise CorruptEntryError(f"{len(reader.data) - reader.pos} trailing bytes after the last message")
+    return DecodedEntry(kind == KIND_BATCH, messages)
+
+
+def entry_message_count(data: bytes | bytearray | memoryview) -> int:
+    """How many messages an entry holds, reading only its head (for permits and backlog counts)."""
+    reader = _Reader(memoryview(data))
+    return _read_head(reader)[2]

@@ -1,0 +1,102 @@
+"""Namespace bundles: how Pulsar assigns a topic to a slice of its namespace's 32-bit hash ring.
+
+A namespace is split into bundles by boundaries on ``[0x00000000, 0xffffffff]`` (``NamespaceBundles``). The
+default split into ``n`` equal bundles is Pulsar's ``getBundles(numBundles)``: ``segment = 2**32 // n``,
+boundaries ``0, segment, 2*segment, ...`` and the last boundary ``0xffffffff``; each bundle is
+``[lower, upper)`` except the last, which also contains ``0xffffffff``. The broker default is
+``defaultNumberOfNamespaceBundles = 4``.
+
+Hash function: Pulsar's broker builds its ``NamespaceBundleFactory`` with Guava's ``Hashing.crc32()`` and
+hashes the topic's full name (``persistent://tenant/ns/topic``) as UTF-8; ``padToLong`` makes the 32-bit
+CRC an unsigned value. That is exactly ``zlib.crc32(name.encode())`` (CRC-32/ISO-HDLC, the zlib/PNG CRC —
+not the CRC32C used for entry digests). A bundle is named ``0x%08x_0x%08x`` (lower_upper), e.g. the full range
+``0x00000000_0xffffffff`` answered by the lookup ``.../bundle`` endpoint.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from magnetar.broker.errors import InvalidTopicNameError
+from magnetar.broker.topic_name import TopicName
+
+FULL_LOWER_BOUND = 0x00000000
+FULL_UPPER_BOUND = 0xFFFFFFFF
+DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES = 4
+BUNDLES_MAX = 2**32
+
+
+def topic_hash(topic: TopicName) -> int:
+    """The topic's position on the bundle ring: CRC-32 of its full name (see the module docstring)."""
+    return zlib.crc32(str(topic).encode("utf-8"))
+
+
+def bundle_boundaries(num_bundles: int = DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES) -> list[int]:
+    """The ``num_bundles + 1`` boundaries of an evenly split namespace (Pulsar's ``getBundles``)."""
+    if not 0 < num_bundles <= BUNDLES_MAX:
+        raise ValueError("Invalid number of bundles. Number of bundles has to be in the range of (0, 2^32].")
+    segment = 2**32 // num_bundles
+    bounds = [i * segment for i in range(num_bundles)]
+    bounds.append(FULL_UPPER_BOUND)
+    return bounds
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class NamespaceBundle:
+    lower: int
+    upper: int
+    """Exclusive, except for the last bundle whose upper bound ``0xffffffff`` is included."""
+
+    def __post_init__(self) -> None:
+        if not FULL_LOWER_BOUND <= self.lower <= self.upper <= FULL_UPPER_BOUND:
+            raise ValueError(f"invalid bundle range {self.lower:#x}..{self.upper:#x}")
+
+    @property
+    def range_name(self) -> str:
+        return f"0x{self.lower:08x}_0x{self.upper:08x}"
+
+    def __str__(self) -> str:
+        return self.range_name
+
+    def contains(self, hash_value: int) -> bool:
+        if self.upper == FULL_UPPER_BOUND:
+            return self.lower <= hash_value <= self.upper
+        return self.lower <= hash_value < self.upper
+
+    @classmethod
+    def parse(cls, range_name: str) -> NamespaceBundle:
+        """``0x00000000_0x40000000`` -> bundle (Pulsar's ``NamespaceBundleFactory.getBundle``)."""
+        lower, sep, upper = range_name.partition("_")
+        try:
+            if not sep:
+                raise ValueError
+            return cls(int(lower, 16), int(upper, 16))
+        except ValueError:
+            raise InvalidTopicNameError(f"Invalid bundle range: {range_name!r}") from None
+
+
+def bundles_of(boundaries: Sequence[int]) -> list[NamespaceBundle]:
+    if len(boundaries) < 2:
+        raise ValueError("Need to specify at least 2 boundaries")
+    if list(boundaries) != sorted(boundaries):
+        raise ValueError("bundle boundaries must be ascending")
+    return [NamespaceBundle(lo, hi) for lo, hi in itertools.pairwise(boundaries)]
+
+
+def find_bundle(topic: TopicName, boundaries: Sequence[int]) -> NamespaceBundle:
+    """The bundle of ``boundaries`` (as from :func:`bundle_boundaries`) that owns ``topic``."""
+    return bundle_for_hash(topic_hash(topic), boundaries)
+
+
+def bundle_for_hash(hash_value: int, boundaries: Sequence[int]) -> NamespaceBundle:
+    if len(boundaries) < 2:
+        raise ValueError("Need to specify at least 2 boundaries")
+    if not boundaries[0] <= hash_value <= boundaries[-1]:
+        raise ValueError(f"hash {hash_value:#x} outside the namespace range")
+    index = bisect.bisect_right(boundaries, hash_value) - 1
+    index = min(index, len(boundaries) - 2)  # the last bundle includes its upper boundary
+    return NamespaceBundle(boundaries[index], boundaries[index + 1])

@@ -1,0 +1,66 @@
+"""Pulsar's DateFormatter (ISO_OFFSET_DATE_TIME) for publishTime/eventTime."""
+
+from __future__ import annotations
+
+from datetime import timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from magnetar.broker.date_format import DateParseError, format_timestamp, parse_timestamp
+
+PDT = timezone(timedelta(hours=-7))
+
+
+def test_pulsar_doc_example_round_trips() -> None:
+    ms = parse_timestamp("2021-10-29T16:01:38.967-07:00")
+    assert ms == 1635548498967
+    assert format_timestamp(ms, PDT) == "2021-10-29T16:01:38.967-07:00"
+    assert format_timestamp(ms) == "2021-10-29T23:01:38.967Z"
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (0, "1970-01-01T00:00:00Z"),  # Java prints no fraction for a whole second
+        (900, "1970-01-01T00:00:00.9Z"),  # ... and strips trailing zeros
+        (10, "1970-01-01T00:00:00.01Z"),
+        (1, "1970-01-01T00:00:00.001Z"),
+        (-1, "1969-12-31T23:59:59.999Z"),
+    ],
+)
+def test_fraction_digits_like_java(ms: int, text: str) -> None:
+    assert format_timestamp(ms) == text
+    assert parse_timestamp(text) == ms
+
+
+def test_offsets() -> None:
+    assert format_timestamp(0, timezone(timedelta(hours=5, minutes=30))) == "1970-01-01T05:30:00+05:30"
+    assert parse_timestamp("1970-01-01T05:30+05:30") == 0  # seconds are optional when parsing
+    assert parse_timestamp("1970-01-01t00:00:00.123456789z") == 123  # case-insensitive, nanos truncated
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2021-10-29",
+        "2021-10-29T16:01:38",  # no offset
+        "2021-10-29 16:01:38Z",
+        "2021-13-01T00:00:00Z",
+        "2021-02-30T00:00:00Z",
+        "2021-10-29T16:01:38.1234567890Z",
+        "2021-10-29T16:01:38+19:00",
+        "1635548498967",
+        "",
+    ],
+)
+def test_unparseable(text: str) -> None:
+    with pytest.raises(DateParseError):
+        parse_timestamp(text)
+
+
+@given(st.integers(min_value=-(10**12), max_value=10**13))
+def test_round_trip(ms: int) -> None:
+    assert parse_timestamp(format_timestamp(ms)) == ms
+    assert parse_timestamp(format_timestamp(ms, PDT)) == ms

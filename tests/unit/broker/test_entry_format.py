@@ -1,0 +1,152 @@
+"""The stored entry format: round trips (hypothesis), corrupt and hostile input, bounds."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from magnetar.broker.entry_format import (
+    BATCH_MESSAGES_MAX,
+    KEY_BYTES_MAX,
+    PRODUCER_NAME_BYTES_MAX,
+    CorruptEntryError,
+    StoredMessage,
+    decode_entry,
+    encode_batch,
+    encode_message,
+    entry_message_count,
+)
+
+int64 = st.integers(-(2**63), 2**63 - 1)
+short_text = st.text(max_size=20)
+messages = st.builds(
+    StoredMessage,
+    payload=st.binary(max_size=300),
+    producer_name=st.sampled_from(["standalone-0-1", "p", "prödücer", ""]) | short_text,
+    sequence_id=int64,
+    publish_time_ms=int64,
+    event_time_ms=int64,
+    key=st.none() | short_text,
+    properties=st.dictionaries(short_text, short_text, max_size=5),
+)
+
+
+@given(messages)
+def test_single_message_round_trips(message: StoredMessage) -> None:
+    data = encode_message(message)
+    entry = decode_entry(data)
+    assert not entry.batched
+    assert entry.messages == [message]
+    assert entry_message_count(data) == 1
+
+
+@given(st.lists(messages, min_size=1, max_size=20))
+def test_batch_round_trips(batch: list[StoredMessage]) -> None:
+    data = encode_batch(batch)
+    entry = decode_entry(memoryview(data))
+    assert entry.batched
+    assert entry.messages == batch
+    assert entry_message_count(data) == len(batch)
+
+
+def test_empty_key_differs_from_no_key() -> None:
+    with_empty = StoredMessage(b"x", "p", 1, 2, key="")
+    without = StoredMessage(b"x", "p", 1, 2)
+    assert decode_entry(encode_message(with_empty)).messages[0].key == ""
+    assert decode_entry(encode_message(without)).messages[0].key is None
+
+
+def test_producer_names_are_stored_once_per_entry() -> None:
+    batch = [StoredMessage(b"", "a-long-producer-name", i, 0) for i in range(100)]
+    assert len(encode_batch(batch)) < 100 * 40 + 50
+
+
+SAMPLE = encode_batch(
+    [
+        StoredMessage(b"hello", "p1", 1, 1000, 5, "k", {"a": "b"}),
+        StoredMessage(b"world", "p2", 2, 1001),
+    ]
+)
+
+
+def test_every_truncation_is_detected() -> None:
+    for size in range(len(SAMPLE)):
+        with pytest.raises(CorruptEntryError):
+            decode_entry(SAMPLE[:size])
+
+
+def test_trailing_bytes_are_detected() -> None:
+    with pytest.raises(CorruptEntryError, match="trailing"):
+        decode_entry(SAMPLE + b"\x00")
+
+
+@pytest.mark.parametrize(
+    ("offset", "value", "match"),
+    [
+        (0, b"X", "bad magic"),
+        (2, b"\x02", "version"),
+        (3, b"\x07", "kind"),
+    ],
+)
+def test_bad_header_fields(offset: int, value: bytes, match: str) -> None:
+    data = SAMPLE[:offset] + value + SAMPLE[offset + 1 :]
+    with pytest.raises(CorruptEntryError, match=match):
+        decode_entry(data)
+
+
+def test_hostile_counts_never_allocate_beyond_the_input() -> None:
+    head = b"Mg\x01\x02" + struct.pack("<H", 0)
+    with pytest.raises(CorruptEntryError):
+        decode_entry(head + struct.pack("<I", BATCH_MESSAGES_MAX))  # claims 65535 messages in 10 bytes
+    with pytest.raises(CorruptEntryError):
+        decode_entry(head + struct.pack("<I", 2**32 - 1))
+    with pytest.raises(CorruptEntryError):
+        decode_entry(b"Mg\x01\x01" + struct.pack("<H", 1) + struct.pack("<H", 60000) + b"x")
+    two = encode_batch([StoredMessage(b"", "p", 0, 0)] * 2)
+    single_with_two = two.replace(b"Mg\x01\x02", b"Mg\x01\x01", 1)
+    with pytest.raises(CorruptEntryError, match="more than one"):
+        decode_entry(single_with_two)
+
+
+def test_bad_utf8_and_bad_producer_index() -> None:
+    data = bytearray(encode_message(StoredMessage(b"", "pp", 0, 0)))
+    data[8] = 0xFF  # first byte of the producer name
+    with pytest.raises(CorruptEntryError, match="UTF-8"):
+        decode_entry(bytes(data))
+    data = bytearray(encode_message(StoredMessage(b"", "pp", 0, 0)))
+    data[14] = 5  # producer index of the message (after head 6 + name 4 + count 4)
+    with pytest.raises(CorruptEntryError, match="producer index"):
+        decode_entry(bytes(data))
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_mutations_decode_or_raise_the_typed_error(data: st.DataObject) -> None:
+    raw = bytearray(SAMPLE)
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    with contextlib.suppress(CorruptEntryError):
+        decode_entry(bytes(raw))
+
+
+@given(st.binary(max_size=200))
+def test_random_bytes_decode_or_raise_the_typed_error(raw: bytes) -> None:
+    with contextlib.suppress(CorruptEntryError):
+        decode_entry(raw)
+
+
+def test_encoding_limits() -> None:
+    with pytest.raises(ValueError, match=r"1\.\.65535 messages"):
+        encode_batch([])
+    with pytest.raises(ValueError, match="producer_name"):
+        encode_message(StoredMessage(b"", "p" * (PRODUCER_NAME_BYTES_MAX + 1), 0, 0))
+    with pytest.raises(ValueError, match="key"):
+        encode_message(StoredMessage(b"", "p", 0, 0, key="k" * (KEY_BYTES_MAX + 1)))
+    with pytest.raises(ValueError, match="64 bits"):
+        encode_message(StoredMessage(b"", "p", 2**63, 0))
+    with pytest.raises(ValueError, match="property value"):
+        encode_message(StoredMessage(b"", "p", 0, 0, properties={"a": "v" * 70000}))
