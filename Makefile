@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: FORCE run test venv zookeeper lint typecheck pytest sim-long bench bench-bookie-storage clean
+.PHONY: FORCE run test venv zookeeper lint typecheck pytest helm-check sim-long bench bench-bookie-storage clean
 
 ## run: install what is needed and start `magnetar standalone` on http://127.0.0.1:8080
 run: venv
@@ -30,7 +30,7 @@ $(VENV)/.modules: $(STAMP) FORCE
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]' --config-settings editable_mode=strict
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,helm]' --config-settings editable_mode=strict
 	touch $(STAMP)
 
 ## zookeeper: ZooKeeper from Debian, for the metadata-store and cluster tests
@@ -49,6 +49,11 @@ typecheck: venv
 
 pytest: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## helm-check: the Helm chart's offline checks (yamllint, helm lint, render, Kubernetes schema validation)
+helm-check: venv
+	$(BIN)/yamllint -s -c helm/.yamllint helm
+	$(BIN)/python -m pytest tests/helm -q
 
 ## sim-long: thousands of seeds of the deterministic replication simulation
 sim-long: venv

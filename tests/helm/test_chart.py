@@ -1,0 +1,670 @@
+"""Offline checks of the Helm chart in helm/magnetar: lint, render, schema validation, properties.
+
+There is no helm binary and no cluster here. helm-python-sdk runs Helm's own Go library (the linter and
+the template engine, Helm v4) in-process through ctypes; kubernetes-validate checks every rendered object
+against the Kubernetes JSON schemas of a pinned version in strict mode (an unknown or misplaced field is an
+error, as the API server would reject it); yamllint checks the values files and Chart.yaml. What this
+cannot show — that the pods start, find each other and serve — needs a cluster (see the chart README).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART_DIR = ROOT / "helm" / "magnetar"
+KUBE_VERSION = "1.30.0"
+RELEASE = "demo"
+NAMESPACE = "mq"
+WORKLOAD_KINDS = ("StatefulSet", "Deployment", "Job")
+COMPONENT = "app.kubernetes.io/component"
+
+
+def values_file(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((CHART_DIR / name).read_text())
+    return loaded
+
+
+EXTERNAL_ZK = "zk-a.example.net:2181,zk-b.example.net:2181/magnetar"
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "dev": values_file("values-dev.yaml"),
+    "external-zookeeper": {"zookeeper": {"enabled": False, "connect": EXTERNAL_ZK}},
+    "overrides": {
+        "zookeeper": {"replicas": 5},
+        "bookie": {"replicas": 5, "antiAffinity": {"mode": "soft"}},
+        "broker": {
+            "replicas": 4,
+            "antiAffinity": {"mode": "hard", "topologyKey": "topology.kubernetes.io/zone"},
+            "service": {
+                "type": "LoadBalancer",
+                "nodePort": 30080,
+                "loadBalancerSourceRanges": ["10.0.0.0/8"],
+                "annotations": {"example.com/lb": "internal"},
+            },
+        },
+        "replication": {"ensembleSize": 3, "writeQuorum": 3, "ackQuorum": 2},
+    },
+    "extras": {
+        "serviceAccount": {"create": False, "name": "magnetar-runner"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "image": {"repository": "registry.example.com/magnetar", "tag": "0.1.0-rc1"},
+        "zookeeper": {"extraConfig": {"jute.maxbuffer": 10485760}, "metrics": {"enabled": False}},
+        "bookie": {
+            "config": {"journal_group_wait_ms": 2, "entry_log_size_bytes_max": 1073741824},
+            "journal": {"storageClassName": "fast-ssd"},
+            "ledgers": {"storageClassName": "-"},
+            "nodeSelector": {"disk": "ssd"},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "bookie", "effect": "NoSchedule"}
+            ],
+            "extraEnv": [{"name": "EXTRA", "value": "1"}],
+            "podAnnotations": {"example.com/team": "storage"},
+        },
+        "broker": {
+            "service": {"type": "NodePort", "nodePort": 30080},
+            "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 4},
+            "config": {"pending_adds_max": 1000},
+        },
+        "prometheusAnnotations": False,
+    },
+}
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One `helm template` result: the objects and the NOTES.txt text."""
+
+    objects: list[dict[str, Any]]
+    notes: str
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [obj for obj in self.objects if obj["kind"] == kind]
+
+    def get(self, kind: str, component: str) -> dict[str, Any]:
+        found = [obj for obj in self.of_kind(kind) if obj["metadata"]["labels"].get(COMPONENT) == component]
+        assert len(found) == 1, f"expected one {kind} of component {component}, found {len(found)}"
+        return found[0]
+
+    def workloads(self) -> Iterator[dict[str, Any]]:
+        for obj in self.objects:
+            if obj["kind"] in WORKLOAD_KINDS:
+                yield obj
+
+    def config_map_data(self, name: str) -> dict[str, str]:
+        found = [cm for cm in self.of_kind("ConfigMap") if cm["metadata"]["name"] == name]
+        assert len(found) == 1, f"ConfigMap {name} is not rendered"
+        data: dict[str, str] = found[0]["data"]
+        return data
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm_python.Chart]:
+    with helm_python.Chart.load(CHART_DIR) as loaded:
+        yield loaded
+
+
+def render(chart: helm_python.Chart, values: dict[str, Any] | None = None) -> Rendered:
+    manifests = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects: list[dict[str, Any]] = []
+    notes = ""
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            notes = text
+            continue
+        objects.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return Rendered(objects, notes)
+
+
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def only_container(workload: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = pod_spec(workload)["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def broker_replication(rendered: Rendered) -> tuple[str, str, str]:
+    """E, Qw, Qa as the brokers receive them."""
+    data = rendered.config_map_data(f"{RELEASE}-magnetar-broker")
+    return data["MAGNETAR_ENSEMBLE_SIZE"], data["MAGNETAR_WRITE_QUORUM"], data["MAGNETAR_ACK_QUORUM"]
+
+
+def replica_counts(rendered: Rendered) -> tuple[int, int, int]:
+    """ZooKeeper servers, bookies, brokers."""
+    return (
+        rendered.get("StatefulSet", "zookeeper")["spec"]["replicas"],
+        rendered.get("StatefulSet", "bookie")["spec"]["replicas"],
+        rendered.get("Deployment", "broker")["spec"]["replicas"],
+    )
+
+
+# --- chart metadata, lint, yamllint -------------------------------------------------------------------
+
+
+def test_chart_metadata_follows_the_package_version(chart: helm_python.Chart) -> None:
+    package_version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    metadata = chart.metadata
+    assert metadata["apiVersion"] == "v2"
+    assert metadata["name"] == "magnetar"
+    assert metadata["appVersion"] == package_version
+
+
+@pytest.mark.parametrize("values_name", ["values.yaml", "values-dev.yaml"])
+def test_helm_lint_strict_passes(values_name: str) -> None:
+    values = None if values_name == "values.yaml" else values_file(values_name)
+    report = helm_python.lint(CHART_DIR, values, strict=True, kube_version=f"v{KUBE_VERSION}")
+    assert report["total_charts_linted"] == 1
+    assert report["errors"] == []
+    # Severity 1 is informational ("icon is recommended"); warnings (2) and errors (3) fail strict lint.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_yamllint_passes_on_values_and_chart_metadata() -> None:
+    config = ROOT / "helm" / ".yamllint"
+    listed = subprocess.run(
+        [sys.executable, "-m", "yamllint", "--list-files", "-c", str(config), "helm"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    # The Go templates are ignored, the values files and Chart.yaml are not.
+    assert {"helm/magnetar/values.yaml", "helm/magnetar/values-dev.yaml", "helm/magnetar/Chart.yaml"} <= set(
+        listed
+    )
+    assert not [path for path in listed if "/templates/" in path]
+    lint = subprocess.run(
+        [sys.executable, "-m", "yamllint", "-s", "-c", str(config), "helm"],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+KEY_LINE = re.compile(r"^(\s*)[\w.-]+:")
+
+
+@pytest.mark.parametrize("values_name", ["values.yaml", "values-dev.yaml"])
+def test_every_value_is_documented(values_name: str) -> None:
+    lines = (CHART_DIR / values_name).read_text().splitlines()
+    undocumented = []
+    for number, line in enumerate(lines):
+        if KEY_LINE.match(line) and not lines[number - 1].lstrip().startswith("#"):
+            undocumented.append(f"{values_name}:{number + 1}: {line.strip()}")
+    assert undocumented == []
+
+
+# --- every scenario renders to objects the Kubernetes schemas accept ----------------------------------
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_rendered_manifests_validate_strictly(chart: helm_python.Chart, scenario: str) -> None:
+    rendered = render(chart, SCENARIOS[scenario])
+    assert len(rendered.objects) >= 8
+    for obj in rendered.objects:
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            path = ".".join(str(part) for part in error.path)
+            pytest.fail(f"{scenario}: {name} is invalid at {path}: {error.message}")
+        assert obj["metadata"].get("namespace") == NAMESPACE, name
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_container_runs_as_non_root(chart: helm_python.Chart, scenario: str) -> None:
+    rendered = render(chart, SCENARIOS[scenario])
+    for workload in rendered.workloads():
+        spec = pod_spec(workload)
+        pod_context = spec.get("securityContext", {})
+        for container in spec["containers"] + spec.get("initContainers", []):
+            context = {**pod_context, **container.get("securityContext", {})}
+            where = f"{workload['metadata']['name']}/{container['name']}"
+            assert context.get("runAsNonRoot") is True, where
+            assert context.get("runAsUser", 0) > 0, where
+            assert context.get("allowPrivilegeEscalation") is False, where
+            assert context.get("readOnlyRootFilesystem") is True, where
+            assert context["capabilities"]["drop"] == ["ALL"], where
+        assert spec["automountServiceAccountToken"] is False
+        # Service links would inject <SERVICE>_PORT variables into the MAGNETAR_* settings namespace.
+        assert spec["enableServiceLinks"] is False
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_environment_from_the_config_maps_reaches_the_containers(
+    chart: helm_python.Chart, scenario: str
+) -> None:
+    rendered = render(chart, SCENARIOS[scenario])
+    for component in ("bookie", "broker"):
+        workload = rendered.get("StatefulSet" if component == "bookie" else "Deployment", component)
+        container = only_container(workload)
+        (source,) = container["envFrom"]
+        data = rendered.config_map_data(source["configMapRef"]["name"])
+        assert data["MAGNETAR_METADATA_URL"].startswith("zk:")
+        for key, value in data.items():
+            # envFrom silently skips keys that are not valid variable names.
+            assert re.fullmatch(r"MAGNETAR_[A-Z0-9_]+", key), key
+            assert isinstance(value, str), key
+        # The pod-specific address comes from the pod itself, after the ConfigMap.
+        env = {var["name"]: var for var in container["env"]}
+        assert "MAGNETAR_ADVERTISED_ADDRESS" in env
+        assert "MAGNETAR_ADVERTISED_ADDRESS" not in data
+        # A config change rolls the pods: the template carries the ConfigMap's checksum.
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
+        assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/config"])
+
+
+def test_names_fit_kubernetes_limits_with_the_longest_release_name(chart: helm_python.Chart) -> None:
+    release = "r" * 53  # Helm's longest release name
+    manifests = chart.render({}, name=release, namespace=NAMESPACE, is_install=True)
+    objects = [
+        doc
+        for path, text in manifests.items()
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    names = {(obj["kind"], obj["metadata"]["name"]) for obj in objects}
+    assert len(names) == len(objects), "two objects of one kind share a name"
+    for kind, name in names:
+        assert len(name) <= 63, name
+        if kind == "StatefulSet":
+            # Pods carry controller-revision-hash=<name>-<10 characters>, a label value of at most 63.
+            assert len(name) <= 52, name
+
+
+# --- bookies ------------------------------------------------------------------------------------------
+
+
+def test_bookie_has_separate_journal_and_ledger_volumes(chart: helm_python.Chart) -> None:
+    rendered = render(chart)
+    bookie = rendered.get("StatefulSet", "bookie")
+    claims = {claim["metadata"]["name"]: claim for claim in bookie["spec"]["volumeClaimTemplates"]}
+    assert set(claims) == {"journal", "ledgers"}
+    assert claims["journal"]["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert claims["ledgers"]["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    container = only_container(bookie)
+    mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
+    data = rendered.config_map_data(container["envFrom"][0]["configMapRef"]["name"])
+    assert mounts["journal"] == data["MAGNETAR_JOURNAL_DIR"] == "/var/lib/magnetar/journal"
+    assert mounts["ledgers"] == data["MAGNETAR_DATA_DIR"] == "/var/lib/magnetar/ledgers"
+    # Neither volume is also declared in the pod: they come only from the claim templates.
+    assert {volume["name"] for volume in pod_spec(bookie)["volumes"]}.isdisjoint(claims)
+
+
+def test_bookie_identity_probes_and_shutdown(chart: helm_python.Chart) -> None:
+    rendered = render(chart)
+    bookie = rendered.get("StatefulSet", "bookie")
+    service = rendered.get("Service", "bookie")
+    assert bookie["spec"]["podManagementPolicy"] == "Parallel"
+    assert bookie["spec"]["serviceName"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    container = only_container(bookie)
+    assert container["args"] == ["bookie"]
+    env = {var["name"]: var for var in container["env"]}
+    assert env["POD_FQDN"]["value"] == (
+        f"$(POD_NAME).{service['metadata']['name']}.$(POD_NAMESPACE).svc.cluster.local"
+    )
+    assert env["MAGNETAR_ADVERTISED_ADDRESS"]["value"] == "$(POD_FQDN)"
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"bookie": 3181, "http": 8000}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/api/v1/bookie/is_ready", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "http"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/metrics", "port": "http"}
+    assert pod_spec(bookie)["terminationGracePeriodSeconds"] >= 60
+    assert set(container["resources"]) == {"requests", "limits"}
+
+
+def test_extra_settings_become_magnetar_environment(chart: helm_python.Chart) -> None:
+    rendered = render(chart, SCENARIOS["extras"])
+    data = rendered.config_map_data(f"{RELEASE}-magnetar-bookie")
+    assert data["MAGNETAR_JOURNAL_GROUP_WAIT_MS"] == "2"
+    # Whole numbers stay whole (Helm reads numbers as floats: toString would print 1.073741824e+09).
+    assert data["MAGNETAR_ENTRY_LOG_SIZE_BYTES_MAX"] == "1073741824"
+    assert rendered.config_map_data(f"{RELEASE}-magnetar-broker")["MAGNETAR_PENDING_ADDS_MAX"] == "1000"
+    claims = {
+        c["metadata"]["name"]: c["spec"]
+        for c in rendered.get("StatefulSet", "bookie")["spec"]["volumeClaimTemplates"]
+    }
+    assert claims["journal"]["storageClassName"] == "fast-ssd"
+    assert claims["ledgers"]["storageClassName"] == ""
+    assert "jute.maxbuffer=10485760\n" in rendered.config_map_data(f"{RELEASE}-magnetar-zookeeper")["zoo.cfg"]
+
+
+def test_image_service_account_and_scheduling_values_reach_the_pods(chart: helm_python.Chart) -> None:
+    rendered = render(chart, SCENARIOS["extras"])
+    assert not rendered.of_kind("ServiceAccount")
+    for workload in rendered.workloads():
+        spec = pod_spec(workload)
+        assert spec["serviceAccountName"] == "magnetar-runner"
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+        if workload["metadata"]["labels"][COMPONENT] != "zookeeper":
+            assert only_container(workload)["image"] == "registry.example.com/magnetar:0.1.0-rc1"
+    bookie = rendered.get("StatefulSet", "bookie")
+    spec = pod_spec(bookie)
+    assert spec["nodeSelector"] == {"disk": "ssd"}
+    assert spec["tolerations"][0]["value"] == "bookie"
+    assert {"name": "EXTRA", "value": "1"} in only_container(bookie)["env"]
+    assert bookie["spec"]["template"]["metadata"]["annotations"]["example.com/team"] == "storage"
+
+
+def test_config_change_changes_the_pod_checksum(chart: helm_python.Chart) -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        bookie = render(chart, values).get("StatefulSet", "bookie")
+        annotation: str = bookie["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        return annotation
+
+    assert checksum({}) == checksum({})
+    assert checksum({}) != checksum({"bookie": {"config": {"journal_group_wait_ms": 5}}})
+
+
+# --- brokers ------------------------------------------------------------------------------------------
+
+
+def test_broker_deployment_service_and_probes(chart: helm_python.Chart) -> None:
+    rendered = render(chart)
+    broker = rendered.get("Deployment", "broker")
+    assert replica_counts(rendered) == (3, 3, 2)
+    container = only_container(broker)
+    assert container["args"] == ["broker"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/admin/v2/brokers/health", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "http"}
+    data = rendered.config_map_data(container["envFrom"][0]["configMapRef"]["name"])
+    assert broker_replication(rendered) == ("2", "2", "2")
+    assert data["MAGNETAR_HTTP_PORT"] == "8080"
+    service = rendered.get("Service", "broker")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http"}]
+    assert labels_match(service["spec"]["selector"], broker["spec"]["template"]["metadata"]["labels"])
+    assert not rendered.of_kind("HorizontalPodAutoscaler")
+    assert "port-forward service/demo-magnetar-broker 8080:8080" in rendered.notes
+
+
+def test_load_balancer_and_overrides(chart: helm_python.Chart) -> None:
+    rendered = render(chart, SCENARIOS["overrides"])
+    service = rendered.get("Service", "broker")
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["spec"]["ports"][0]["nodePort"] == 30080
+    assert service["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8"]
+    assert service["metadata"]["annotations"] == {"example.com/lb": "internal"}
+    assert "loadBalancer.ingress" in rendered.notes
+    assert replica_counts(rendered) == (5, 5, 4)
+    assert broker_replication(rendered) == ("3", "3", "2")
+
+
+def test_autoscaling_owns_the_broker_replica_count(chart: helm_python.Chart) -> None:
+    rendered = render(chart, SCENARIOS["extras"])
+    broker = rendered.get("Deployment", "broker")
+    assert "replicas" not in broker["spec"]
+    (hpa,) = rendered.of_kind("HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": broker["metadata"]["name"],
+    }
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 4)
+    assert rendered.get("Service", "broker")["spec"]["type"] == "NodePort"
+
+
+# --- placement and disruption -------------------------------------------------------------------------
+
+
+def anti_affinity(workload: dict[str, Any]) -> dict[str, Any]:
+    affinity: dict[str, Any] = pod_spec(workload).get("affinity", {}).get("podAntiAffinity", {})
+    return affinity
+
+
+def test_anti_affinity_by_default(chart: helm_python.Chart) -> None:
+    rendered = render(chart)
+    for kind, component in (("StatefulSet", "bookie"), ("StatefulSet", "zookeeper")):
+        workload = rendered.get(kind, component)
+        (term,) = anti_affinity(workload)["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        # The term keeps pods of the same component apart, and only those.
+        assert term["labelSelector"]["matchLabels"] == workload["spec"]["selector"]["matchLabels"]
+    broker = rendered.get("Deployment", "broker")
+    (preferred,) = anti_affinity(broker)["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred["podAffinityTerm"]["labelSelector"]["matchLabels"][COMPONENT] == "broker"
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in anti_affinity(broker)
+
+
+def test_no_anti_affinity_with_dev_values(chart: helm_python.Chart) -> None:
+    rendered = render(chart, SCENARIOS["dev"])
+    for workload in rendered.workloads():
+        assert "affinity" not in pod_spec(workload), workload["metadata"]["name"]
+    assert replica_counts(rendered) == (1, 1, 1)
+    assert broker_replication(rendered) == ("1", "1", "1")
+
+
+def test_soft_anti_affinity_override(chart: helm_python.Chart) -> None:
+    rendered = render(chart, SCENARIOS["overrides"])
+    bookie = anti_affinity(rendered.get("StatefulSet", "bookie"))
+    assert "requiredDuringSchedulingIgnoredDuringExecution" not in bookie
+    (preferred,) = bookie["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred["weight"] == 100
+    assert preferred["podAffinityTerm"]["labelSelector"]["matchLabels"][COMPONENT] == "bookie"
+    (broker,) = anti_affinity(rendered.get("Deployment", "broker"))[
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert broker["topologyKey"] == "topology.kubernetes.io/zone"
+
+
+def test_pod_disruption_budgets_select_their_component(chart: helm_python.Chart) -> None:
+    rendered = render(chart)
+    pods = {
+        workload["metadata"]["labels"][COMPONENT]: workload["spec"]["template"]["metadata"]["labels"]
+        for workload in rendered.workloads()
+    }
+    budgets = rendered.of_kind("PodDisruptionBudget")
+    assert {pdb["metadata"]["labels"][COMPONENT] for pdb in budgets} == {"zookeeper", "bookie", "broker"}
+    for pdb in budgets:
+        component = pdb["metadata"]["labels"][COMPONENT]
+        selector = pdb["spec"]["selector"]["matchLabels"]
+        assert pdb["spec"]["maxUnavailable"] == 1
+        assert [name for name, labels in pods.items() if labels_match(selector, labels)] == [component]
+    assert not render(chart, SCENARIOS["dev"]).of_kind("PodDisruptionBudget")
+
+
+# --- ZooKeeper ----------------------------------------------------------------------------------------
+
+
+def test_zookeeper_ensemble(chart: helm_python.Chart) -> None:
+    rendered = render(chart)
+    zookeeper = rendered.get("StatefulSet", "zookeeper")
+    service = rendered.get("Service", "zookeeper")
+    name = zookeeper["metadata"]["name"]
+    assert zookeeper["spec"]["serviceName"] == service["metadata"]["name"] == name
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    zoo_cfg = rendered.config_map_data(name)["zoo.cfg"]
+    hosts = [f"{name}-{i}.{name}.{NAMESPACE}.svc.cluster.local" for i in range(3)]
+    servers = re.findall(r"^server\.(\d+)=(.+)$", zoo_cfg, re.MULTILINE)
+    assert servers == [(str(i + 1), f"{host}:2888:3888") for i, host in enumerate(hosts)]
+    assert "standaloneEnabled=false" in zoo_cfg
+    whitelist = re.search(r"^4lw\.commands\.whitelist=(.+)$", zoo_cfg, re.MULTILINE)
+    assert whitelist is not None
+    assert {"ruok", "srvr"} <= set(whitelist.group(1).split(","))
+    container = only_container(zookeeper)
+    assert "ruok" in container["livenessProbe"]["exec"]["command"][-1]
+    assert "srvr" in container["readinessProbe"]["exec"]["command"][-1]
+    # myid follows the pod ordinal, matching server.<ordinal + 1> above.
+    assert "${HOSTNAME##*-} + 1" in container["args"][0]
+    assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/data", "/conf", "/config-source"}
+    assert "cp /config-source/zoo.cfg" in container["args"][0]
+    # Brokers and bookies get every server in their connect string.
+    url = rendered.config_map_data(f"{RELEASE}-magnetar-bookie")["MAGNETAR_METADATA_URL"]
+    assert url == "zk:" + ",".join(f"{host}:2181" for host in hosts)
+    dev_cfg = render(chart, SCENARIOS["dev"]).config_map_data(name)["zoo.cfg"]
+    assert "standaloneEnabled=true" in dev_cfg
+
+
+def test_external_zookeeper(chart: helm_python.Chart) -> None:
+    rendered = render(chart, SCENARIOS["external-zookeeper"])
+    assert not [obj for obj in rendered.objects if obj["metadata"]["labels"].get(COMPONENT) == "zookeeper"]
+    for component in ("bookie", "broker"):
+        data = rendered.config_map_data(f"{RELEASE}-magnetar-{component}")
+        assert data["MAGNETAR_METADATA_URL"] == f"zk:{EXTERNAL_ZK}"
+    job_env = {var["name"]: var.get("value") for var in only_container(rendered.get("Job", "init"))["env"]}
+    assert job_env["MAGNETAR_METADATA_URL"] == f"zk:{EXTERNAL_ZK}"
+    # A connect string given with the zk: scheme is not doubled.
+    prefixed = render(chart, {"zookeeper": {"enabled": False, "connect": f"zk:{EXTERNAL_ZK}"}})
+    assert (
+        prefixed.config_map_data(f"{RELEASE}-magnetar-broker")["MAGNETAR_METADATA_URL"] == f"zk:{EXTERNAL_ZK}"
+    )
+
+
+# --- init job -----------------------------------------------------------------------------------------
+
+
+def test_init_job_is_a_bounded_idempotent_hook(chart: helm_python.Chart) -> None:
+    rendered = render(chart)
+    job = rendered.get("Job", "init")
+    annotations = job["metadata"]["annotations"]
+    assert set(annotations["helm.sh/hook"].split(",")) == {"post-install", "post-upgrade"}
+    assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"]
+    assert job["spec"]["backoffLimit"] <= 5
+    assert 0 < job["spec"]["activeDeadlineSeconds"] <= 3600
+    assert pod_spec(job)["restartPolicy"] == "Never"
+    container = only_container(job)
+    script = container["args"][0]
+    assert "magnetar initialize-cluster-metadata" in script
+    assert '--metadata-url "$MAGNETAR_METADATA_URL" --cluster "$MAGNETAR_CLUSTER"' in script
+    assert "exit 1" in script
+    env = {var["name"]: var.get("value") for var in container["env"]}
+    assert env["MAGNETAR_CLUSTER"] == "magnetar"
+    assert (
+        env["MAGNETAR_METADATA_URL"]
+        == (rendered.config_map_data(f"{RELEASE}-magnetar-broker")["MAGNETAR_METADATA_URL"])
+    )
+    assert (
+        int(env["INIT_ATTEMPTS"]) * int(env["INIT_RETRY_DELAY_SECONDS"])
+        <= job["spec"]["activeDeadlineSeconds"]
+    )
+    assert not render(chart, {"initJob": {"enabled": False}}).of_kind("Job")
+
+
+# --- metrics ------------------------------------------------------------------------------------------
+
+
+def test_prometheus_scrape_annotations(chart: helm_python.Chart) -> None:
+    rendered = render(chart)
+    expected = {
+        ("StatefulSet", "bookie"): "8000",
+        ("Deployment", "broker"): "8080",
+        ("StatefulSet", "zookeeper"): "7000",
+    }
+    for (kind, component), port in expected.items():
+        annotations = rendered.get(kind, component)["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true"
+        assert annotations["prometheus.io/port"] == port
+        assert annotations["prometheus.io/path"] == "/metrics"
+    quiet = render(chart, SCENARIOS["extras"])
+    for workload in quiet.workloads():
+        assert "prometheus.io/scrape" not in workload["spec"]["template"]["metadata"].get("annotations", {})
+
+
+# --- values that cannot work fail the render with a message naming them ----------------------------
+
+
+INVALID: dict[str, tuple[dict[str, Any], str]] = {
+    "fewer bookies than the ack quorum": (
+        {"bookie": {"replicas": 1}},
+        r"bookie\.replicas \(1\) must be >= replication\.ackQuorum \(2\)",
+    ),
+    "fewer bookies than the ensemble": (
+        {"bookie": {"replicas": 2}, "replication": {"ensembleSize": 3, "writeQuorum": 3, "ackQuorum": 2}},
+        r"bookie\.replicas \(2\) must be >= replication\.ensembleSize \(3\)",
+    ),
+    "write quorum above the ensemble": (
+        {"replication": {"ensembleSize": 2, "writeQuorum": 3, "ackQuorum": 2}},
+        r"replication\.writeQuorum \(3\) must be <= replication\.ensembleSize \(2\)",
+    ),
+    "ack quorum above the write quorum": (
+        {"replication": {"ensembleSize": 3, "writeQuorum": 2, "ackQuorum": 3}},
+        r"replication\.ackQuorum \(3\) must be <= replication\.writeQuorum \(2\)",
+    ),
+    "zero quorum": (
+        {"replication": {"ensembleSize": 2, "writeQuorum": 2, "ackQuorum": 0}},
+        r"must all be >= 1",
+    ),
+    "external zookeeper without connect": (
+        {"zookeeper": {"enabled": False}},
+        r"zookeeper\.connect must name the external ensemble",
+    ),
+    "unknown anti-affinity mode": (
+        {"bookie": {"antiAffinity": {"mode": "sometimes"}}},
+        r'bookie\.antiAffinity\.mode must be hard, soft or none, not "sometimes"',
+    ),
+    "unknown service type": (
+        {"broker": {"service": {"type": "Ingress"}}},
+        r'broker\.service\.type must be ClusterIP, NodePort or LoadBalancer, not "Ingress"',
+    ),
+    "journal and ledgers on one path": (
+        {"bookie": {"ledgers": {"mountPath": "/var/lib/magnetar/journal"}}},
+        r"bookie\.journal\.mountPath and bookie\.ledgers\.mountPath must differ",
+    ),
+    "chart-managed setting in config": (
+        {"bookie": {"config": {"journal_dir": "/elsewhere"}}},
+        r"bookie\.config\.journal_dir is managed by the chart",
+    ),
+    "chart-managed replication in broker config": (
+        {"broker": {"config": {"MAGNETAR_ACK_QUORUM": 1}}},
+        r"broker\.config\.MAGNETAR_ACK_QUORUM is managed by the chart",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID))
+def test_invalid_values_fail_with_a_clear_message(chart: helm_python.Chart, case: str) -> None:
+    values, message = INVALID[case]
+    with pytest.raises(helm_python.HelmRenderError, match=message):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+# --- the container image definition -------------------------------------------------------------------
+
+
+def test_dockerfile_is_multi_stage_non_root_and_runs_magnetar() -> None:
+    text = (CHART_DIR / "Dockerfile").read_text()
+    instructions = [line for line in text.splitlines() if line and not line.startswith(("#", " "))]
+    stages = [i for i, line in enumerate(instructions) if line.startswith("FROM ")]
+    assert len(stages) == 2
+    assert "ARG PYTHON_IMAGE=python:3.11-slim" in instructions
+    build, final = instructions[stages[0] : stages[1]], instructions[stages[1] :]
+    assert any(line.endswith("pip install .") for line in build)
+    # Only the built environment crosses into the final image; no compiler is installed anywhere.
+    assert [line for line in final if line.startswith("COPY")] == [
+        "COPY --from=build /opt/magnetar /opt/magnetar"
+    ]
+    assert not re.search(r"\b(gcc|build-essential|apt-get install)\b", text)
+    (user,) = [line for line in final if line.startswith("USER ")]
+    assert user == "USER 10001:10001"
+    assert final[-2:] == ['ENTRYPOINT ["magnetar"]', 'CMD ["--help"]']
+    # The chart's pod security context runs as the image's user.
+    defaults = values_file("values.yaml")["podSecurityContext"]
+    assert (defaults["runAsUser"], defaults["runAsGroup"], defaults["fsGroup"]) == (10001, 10001, 10001)
