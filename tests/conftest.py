@@ -7,15 +7,12 @@ section (or in a module under tests/fixtures imported here) so parallel work doe
 from __future__ import annotations
 
 # --- metadata store / ZooKeeper fixtures ---------------------------------------------------------------
-
 # --- bookie storage fixtures ----------------------------------------------------------------------------
-
 # --- bookie server / protocol fixtures ------------------------------------------------------------------
-
 # --- replication client / simulation options ------------------------------------------------------------
 # In-process bookies (fixtures: client_metadata, in_process_bookies, bookkeeper_client); the simulation's
 # --sim-seed / --sim-seeds options live in tests/sim/conftest.py.
-from fixtures.client import (  # noqa: E402
+from fixtures.client import (
     bookkeeper_client,
     client_metadata,
     in_process_bookies,
