@@ -3,9 +3,13 @@
 Tailing cursors (consumers that keep up) read what was just written; serving them from memory avoids a bookie
 round trip per read, which is Pulsar's ``EntryCache``. Entries are inserted when their add is acknowledged and
 evicted oldest-first (across all managed ledgers) when the byte budget is exceeded; a catch-up reader that
-misses the cache reads from the bookies instead. Deleting or trimming a ledger invalidates its entries. The
-eviction order is a deque of keys; keys of entries invalidated early are skipped when they reach its head,
-and the deque is compacted when such stale keys outnumber live ones, so it stays bounded too.
+misses the cache reads from the bookies instead. Deleting or trimming a ledger invalidates its entries.
+
+Layout matters for speed: a cache of a few hundred thousand entries must not give the garbage collector a few
+hundred thousand objects to traverse. Entries live in ``name -> ledgerId -> {entryId: bytes}`` dicts whose
+keys and values are atomic (CPython stops tracking such dicts), and the eviction order is a deque of plain
+``(name, ledgerId, entryId)`` tuples. Keys of entries invalidated early are skipped when they reach the head
+of the deque, and the deque is compacted when such stale keys outnumber live ones, so it stays bounded too.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ class EntryCache:
         self.max_bytes = max_bytes
         self._bytes = 0
         self._count = 0
-        self._by_ledger: dict[str, dict[Position, bytes]] = {}
-        self._order: deque[tuple[str, Position]] = deque()
+        self._by_name: dict[str, dict[int, dict[int, bytes]]] = {}
+        self._order: deque[tuple[str, int, int]] = deque()
         self.hits = 0
         self.misses = 0
 
@@ -36,22 +40,26 @@ class EntryCache:
     def put(self, name: str, position: Position, data: bytes) -> None:
         if len(data) > self.max_bytes:
             return
-        entries = self._by_ledger.setdefault(name, {})
-        if position in entries:
+        ledgers = self._by_name.get(name)
+        if ledgers is None:
+            ledgers = self._by_name[name] = {}
+        entries = ledgers.get(position.ledger_id)
+        if entries is None:
+            entries = ledgers[position.ledger_id] = {}
+        if position.entry_id in entries:
             return
-        entries[position] = data
-        self._order.append((name, position))
+        entries[position.entry_id] = data
+        self._order.append((name, position.ledger_id, position.entry_id))
         self._bytes += len(data)
         self._count += 1
         while self._bytes > self.max_bytes and self._order:
-            name_, position_ = self._order.popleft()
-            self._remove(name_, position_)
+            self._remove(*self._order.popleft())
         if len(self._order) > 2 * self._count + 1024:
-            self._order = deque((n, p) for n, p in self._order if p in self._by_ledger.get(n, {}))
+            self._order = deque(key for key in self._order if self._holds(*key))
 
     def get(self, name: str, position: Position) -> bytes | None:
-        entries = self._by_ledger.get(name)
-        data = None if entries is None else entries.get(position)
+        entries = self._by_name.get(name, {}).get(position.ledger_id)
+        data = None if entries is None else entries.get(position.entry_id)
         if data is None:
             self.misses += 1
         else:
@@ -59,31 +67,47 @@ class EntryCache:
         return data
 
     def invalidate_ledger(self, name: str, ledger_id: int) -> None:
-        entries = self._by_ledger.get(name)
+        ledgers = self._by_name.get(name)
+        if ledgers is None:
+            return
+        entries = ledgers.pop(ledger_id, None)
         if entries:
-            for position in [p for p in entries if p.ledger_id == ledger_id]:
-                self._remove(name, position)
+            self._bytes -= sum(len(d) for d in entries.values())
+            self._count -= len(entries)
+        if not ledgers:
+            del self._by_name[name]
 
     def invalidate_before(self, name: str, position: Position) -> None:
         """Drop entries every cursor has read past (they will not be read from memory again)."""
-        entries = self._by_ledger.get(name)
+        ledgers = self._by_name.get(name)
+        if not ledgers:
+            return
+        for ledger_id in [lid for lid in ledgers if lid < position.ledger_id]:
+            self.invalidate_ledger(name, ledger_id)
+        entries = ledgers.get(position.ledger_id)
         if entries:
-            for stale in [p for p in entries if p < position]:
-                self._remove(name, stale)
+            for entry_id in [e for e in entries if e < position.entry_id]:
+                self._remove(name, position.ledger_id, entry_id)
 
     def clear(self, name: str) -> None:
-        entries = self._by_ledger.get(name)
-        if entries:
-            for position in list(entries):
-                self._remove(name, position)
+        for ledger_id in list(self._by_name.get(name, {})):
+            self.invalidate_ledger(name, ledger_id)
 
-    def _remove(self, name: str, position: Position) -> None:
-        entries = self._by_ledger.get(name)
+    def _holds(self, name: str, ledger_id: int, entry_id: int) -> bool:
+        return entry_id in self._by_name.get(name, {}).get(ledger_id, {})
+
+    def _remove(self, name: str, ledger_id: int, entry_id: int) -> None:
+        ledgers = self._by_name.get(name)
+        if ledgers is None:
+            return
+        entries = ledgers.get(ledger_id)
         if entries is None:
             return
-        data = entries.pop(position, None)
+        data = entries.pop(entry_id, None)
         if data is not None:
             self._bytes -= len(data)
             self._count -= 1
         if not entries:
-            del self._by_ledger[name]
+            del ledgers[ledger_id]
+            if not ledgers:
+                del self._by_name[name]

@@ -7,10 +7,17 @@ section (or in a module under tests/fixtures imported here) so parallel work doe
 from __future__ import annotations
 
 # --- metadata store / ZooKeeper fixtures ---------------------------------------------------------------
-
 # --- bookie storage fixtures ----------------------------------------------------------------------------
-
 # --- bookie server / protocol fixtures ------------------------------------------------------------------
 # Helpers live in tests/fixtures/bookie_server.py (imported by the tests that use them).
 
 # --- replication client / simulation options ------------------------------------------------------------
+# In-process bookies (fixtures: client_metadata, in_process_bookies, bookkeeper_client); the simulation's
+# --sim-seed / --sim-seeds options live in tests/sim/conftest.py.
+from fixtures.client import (
+    bookkeeper_client,
+    client_metadata,
+    in_process_bookies,
+)
+
+__all__ = ["bookkeeper_client", "client_metadata", "in_process_bookies"]

@@ -1,0 +1,38 @@
+"""Opening a ledger for reading (BookKeeper's ``LedgerOpenOp``).
+
+Read the metadata; a stored password must match the one given (else :class:`UnauthorizedError`, as
+BookKeeper's ``BKUnauthorizedAccessException``); the stored digest type is used. A CLOSED ledger needs
+nothing more. Otherwise, with ``recovery=True`` the ledger is fenced and recovered
+(:class:`~.recovery.LedgerRecoveryOp`) and the handle sees the closed result; with ``recovery=False``
+(``openLedgerNoRecovery``) nothing is fenced and the handle's LAC starts at -1.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from magnetar.bookkeeper.client.context import ClientContext
+from magnetar.bookkeeper.client.errors import UnauthorizedError
+from magnetar.bookkeeper.client.read_handle import ReadHandle
+from magnetar.bookkeeper.client.recovery import LedgerRecoveryOp
+from magnetar.bookkeeper.protocol.digest import Digester, master_key
+
+
+class LedgerOpenOp:
+    def __init__(self, ctx: ClientContext, ledger_id: int, password: bytes, *, recovery: bool) -> None:
+        self._ctx = ctx
+        self._ledger_id = ledger_id
+        self._password = bytes(password)
+        self._recovery = recovery
+
+    async def run(self) -> ReadHandle:
+        ctx = self._ctx
+        versioned = await ctx.manager.read(self._ledger_id)
+        md = versioned.metadata
+        if md.password is not None and not hmac.compare_digest(md.password, self._password):
+            raise UnauthorizedError(f"ledger {self._ledger_id}: wrong password")
+        digester = Digester(md.digest_type or ctx.settings.digest_type, self._password)
+        if self._recovery and not md.is_closed:
+            op = LedgerRecoveryOp(ctx, self._ledger_id, versioned, digester, master_key(self._password))
+            versioned = await op.run()
+        return ReadHandle(ctx, self._ledger_id, versioned, digester)

@@ -1,0 +1,58 @@
+"""Replication-client settings (BookKeeper's ``ClientConfiguration``), one pydantic model with named limits.
+
+Every timeout, window, queue and retry count the client uses is here, named with its unit last. Defaults
+follow BookKeeper where it has one (``readTimeout`` 5 s, ``addEntryTimeoutSec`` = read timeout,
+``recoveryReadBatchSize`` 1, ``bookieQuarantineTimeSeconds`` 1800, ``maxNumEnsembleChanges`` unbounded -
+here 2^31 - 1) and otherwise are sized for one broker process. The default quorum
+(``ensemble_size``/``write_quorum``/``ack_quorum``) is used when ``create_ledger`` is not told otherwise.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from magnetar.bookkeeper.protocol.digest import DigestType
+
+
+class ClientSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ensemble_size: int = Field(2, ge=1, description="default E for new ledgers")
+    write_quorum: int = Field(2, ge=1, description="default WQ for new ledgers")
+    ack_quorum: int = Field(2, ge=1, description="default AQ for new ledgers")
+    digest_type: DigestType = DigestType.CRC32C
+
+    add_timeout_ms: int = Field(5000, ge=1, description="per-bookie add request timeout")
+    read_timeout_ms: int = Field(5000, ge=1, description="per-bookie read / fence / read-LAC timeout")
+    pending_adds_max: int = Field(10_000, ge=1, description="adds in flight per ledger; more wait")
+    entry_payload_bytes_max: int = Field(5 * 1024 * 1024 - 1024, ge=1, description="one entry's payload")
+    ensemble_changes_max: int = Field(2**31 - 1, ge=0, description="ensemble changes per ledger handle")
+    reads_in_flight_max: int = Field(256, ge=1, description="entries a batch read keeps in flight")
+    read_entries_per_call_max: int = Field(65_536, ge=1, description="entries one read_entries may return")
+    recovery_read_batch_size: int = Field(1, ge=1, description="entries recovery reads ahead")
+    metadata_retries_max: int = Field(64, ge=1, description="compare-and-set attempts per metadata update")
+    ledger_id_retries_max: int = Field(16, ge=1, description="create attempts on a ledger-id collision")
+    bookie_quarantine_ms: int = Field(1_800_000, ge=0, description="how long a failed bookie is avoided")
+    ledgers_root_path: str = Field("/ledgers", pattern=r"^/[^/].*[^/]$|^/[^/]$")
+
+    @model_validator(mode="after")
+    def _check_quorums(self) -> ClientSettings:
+        check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        return self
+
+    @property
+    def add_timeout_s(self) -> float:
+        return self.add_timeout_ms / 1000
+
+    @property
+    def read_timeout_s(self) -> float:
+        return self.read_timeout_ms / 1000
+
+
+def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
+    """BookKeeper's rule ``E >= WQ >= AQ >= 1`` (raises ValueError)."""
+    if not (ensemble_size >= write_quorum >= ack_quorum >= 1):
+        raise ValueError(
+            "quorums must satisfy ack_quorum <= write_quorum <= ensemble_size (all >= 1); got "
+            f"ensemble_size={ensemble_size} write_quorum={write_quorum} ack_quorum={ack_quorum}"
+        )

@@ -1,0 +1,193 @@
+"""Cursors: named positions in a managed ledger that read entries and take acknowledgements.
+
+A durable cursor (a subscription) persists its state through :class:`~.cursor_store.CursorStore`, throttled
+to ``mark_delete_rate_per_s``: acknowledgements mark the cursor dirty and one background flush per cursor
+writes the newest state. A non-durable cursor (a reader) lives only in memory and does not hold back
+trimming. Reads start at the read position and advance it; a tailing reader waits for new entries.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from magnetar.bookkeeper.client import BKError
+from magnetar.managed_ledger.cursor_state import CursorState
+from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
+from magnetar.managed_ledger.entry import Entry
+from magnetar.managed_ledger.errors import ManagedLedgerError, ManagedLedgerFencedError
+from magnetar.managed_ledger.position import Position
+
+if TYPE_CHECKING:
+    from magnetar.managed_ledger.ledger import ManagedLedger
+
+log = logging.getLogger(__name__)
+
+
+class ManagedCursor:
+    def __init__(
+        self,
+        ml: ManagedLedger,
+        name: str,
+        state: CursorState,
+        store: CursorStore | None,
+        properties: dict[str, int] | None = None,
+    ) -> None:
+        self.ml = ml
+        self.name = name
+        self._state = state
+        self._store = store
+        self.properties = properties or {}
+        self._dirty = False
+        self._flush_scheduled = False
+        self._last_persist_s = -1e9
+        self._closed = False
+        self.messages_consumed_counter = 0
+        self.last_active_ms = 0
+
+    @property
+    def durable(self) -> bool:
+        return self._store is not None
+
+    @property
+    def mark_delete(self) -> Position:
+        return self._state.mark_delete
+
+    @property
+    def read_position(self) -> Position:
+        return self.ml.ledgers.normalize(self._state.read_position)
+
+    @property
+    def acked_ranges(self) -> tuple[tuple[int, int, int], ...]:
+        return tuple(self._state.acked.ranges())
+
+    def individually_deleted_messages(self) -> str:
+        return self._state.acked.render()
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    async def read_entries(self, max_entries: int) -> list[Entry]:
+        """Up to ``max_entries`` entries from the read position; advances it past what was returned."""
+        start = self.read_position
+        entries = await self.ml.read_entries(start, max_entries)
+        if entries:
+            self._state.seek_read(self.ml.ledgers.next_position(entries[-1].position))
+            self.messages_consumed_counter += len(entries)
+        return entries
+
+    async def read_entries_or_wait(self, max_entries: int) -> list[Entry]:
+        """As :meth:`read_entries`, but wait for new entries when none are there yet.
+
+        Returns an empty list only when the topic is terminated and fully read, or the ledger closed.
+        """
+        while True:
+            entries = await self.read_entries(max_entries)
+            if entries or self.is_at_end() or self._closed:
+                return entries
+            await self.ml.wait_for_entries_after(self.ml.ledgers.previous_position(self.read_position))
+
+    def has_more_entries(self) -> bool:
+        return self.read_position <= self.ml.last_confirmed
+
+    def is_at_end(self) -> bool:
+        """The topic is terminated and this cursor has read everything."""
+        return self.ml.is_terminated and not self.has_more_entries()
+
+    def rewind(self) -> None:
+        """Re-read from the first unacknowledged entry (redelivery of everything unacked)."""
+        self._state.seek_read(self.ml.ledgers.next_position(self._state.mark_delete))
+
+    def seek(self, position: Position) -> None:
+        self._state.seek_read(position)
+
+    # -- acknowledgements -------------------------------------------------------------------------------
+
+    def ack(self, position: Position) -> None:
+        if self._state.ack(position) or self._state.acked.range_count:
+            self._mark_dirty()
+
+    def ack_cumulative(self, position: Position) -> None:
+        if self._state.ack_cumulative(position):
+            self._mark_dirty()
+
+    def is_acked(self, position: Position) -> bool:
+        return self._state.is_acked(position)
+
+    def reset(self, position: Position) -> None:
+        """Make ``position`` the next entry delivered (Pulsar's reset cursor)."""
+        self._state.reset(self.ml.ledgers.normalize(position))
+        self._mark_dirty()
+
+    def skip(self, count: int) -> None:
+        self._state.skip(count)
+        self._mark_dirty()
+
+    def clear_backlog(self) -> None:
+        last = self.ml.last_confirmed
+        if last.entry_id >= 0 and last > self._state.mark_delete:
+            self._state.ack_cumulative(last)
+            self._mark_dirty()
+
+    def backlog(self) -> int:
+        return self._state.backlog()
+
+    def on_ledgers_trimmed(self) -> None:
+        self._state.on_ledgers_trimmed()
+
+    # -- persistence ------------------------------------------------------------------------------------
+
+    def snapshot(self) -> CursorSnapshot:
+        return CursorSnapshot(self._state.mark_delete, self.acked_ranges, dict(self.properties))
+
+    def _mark_dirty(self) -> None:
+        self.last_active_ms = self.ml.now_ms()
+        if self._store is None:
+            return
+        self._dirty = True
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.ml.spawn(self._flush_soon, f"cursor flush {self.name}")
+
+    async def _flush_soon(self) -> None:
+        try:
+            interval = 1.0 / self.ml.settings.mark_delete_rate_per_s
+            wait = self._last_persist_s + interval - trio.current_time()
+            if wait > 0:
+                await trio.sleep(wait)
+            await self.flush()
+        finally:
+            self._flush_scheduled = False
+        if self._dirty and not self._closed:
+            self._mark_dirty()
+
+    async def flush(self) -> None:
+        """Persist the current state now if it changed."""
+        if self._store is None or not self._dirty or self._closed:
+            return
+        self._dirty = False
+        self._last_persist_s = trio.current_time()
+        try:
+            await self._store.persist(self.snapshot())
+        except ManagedLedgerFencedError as exc:
+            self.ml.fence_from_cursor(str(exc))
+        except (BKError, ManagedLedgerError) as exc:
+            log.warning("cursor %s/%s: persisting failed: %s", self.ml.name, self.name, exc)
+            self._dirty = True
+        self.ml.on_cursor_persisted(self)
+
+    async def close(self, *, persist: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._store is not None and persist:
+            try:
+                await self._store.close(self.snapshot())
+            except (BKError, ManagedLedgerError) as exc:
+                log.warning("cursor %s/%s: final snapshot failed: %s", self.ml.name, self.name, exc)
+
+    async def delete(self) -> None:
+        self._closed = True
+        if self._store is not None:
+            await self._store.delete()

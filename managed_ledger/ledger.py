@@ -1,0 +1,651 @@
+"""A managed ledger: one topic's storage as a sequence of BookKeeper ledgers plus named cursors.
+
+Theory of operation (reference/pulsar.md §3, Pulsar's ``ManagedLedgerImpl``):
+
+* **Appends.** Adds go to the current ledger, pipelined; the client acknowledges them strictly in entry order,
+  so positions ``(ledgerId, entryId)`` are acknowledged in order too. ``last_confirmed`` follows the acks.
+* **Rollover.** After ``max_entries_per_ledger`` adds were *pushed* to the current ledger, further adds queue;
+  when the in-flight ones are acknowledged the ledger is closed, a new one created and the ledger list
+  CAS-written, then the queued adds go to the new ledger in order. Size and age (checked on acks and by the
+  periodic idle check) trigger the same sequence. Nothing is lost or reordered across a rollover.
+* **Failures.** If the client reports the ledger fenced (another broker recovered it), or a metadata write
+  loses a compare-and-set race, this instance is *fenced*: every pending and future add fails with
+  :class:`ManagedLedgerFencedError` and it never writes again. Any other add failure fails that add and the
+  adds behind it (their outcome is unknown, so they are not silently re-sent); the next add opens a new
+  ledger.
+* **Trimming.** :meth:`ManagedLedger.trim` applies the pure rule of :mod:`.trim` and deletes the chosen
+  ledgers: first from the ledger list (CAS), then from the bookies. Deletions that fail are retried by the
+  next trim.
+
+Background work (rollover, cursor persistence) runs in this ledger's own nursery, cancelled on close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+import trio
+
+from magnetar.bookkeeper.client import BKError, BookKeeper, LedgerFencedError, LedgerHandle
+from magnetar.bookkeeper.protocol.digest import DigestType
+from magnetar.bookkeeper.runtime import Clock
+from magnetar.managed_ledger.cursor import ManagedCursor
+from magnetar.managed_ledger.cursor_state import CursorState
+from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
+from magnetar.managed_ledger.entry import Entry
+from magnetar.managed_ledger.entry_cache import EntryCache
+from magnetar.managed_ledger.errors import (
+    CursorNotFoundError,
+    ManagedLedgerClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    ManagedLedgerTerminatedError,
+    ManagedLedgerWriteError,
+    MetadataConflictError,
+)
+from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
+from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.meta_store import MetaStore
+from magnetar.managed_ledger.position import Position
+from magnetar.managed_ledger.reader import EntryReader
+from magnetar.managed_ledger.rollover import jittered_max_time_ms, ledger_is_full
+from magnetar.managed_ledger.settings import ManagedLedgerSettings
+from magnetar.managed_ledger.trim import RetentionPolicy, ledgers_to_trim
+
+log = logging.getLogger(__name__)
+
+AddCallback = Callable[[Position | ManagedLedgerError], None]
+
+
+class State(enum.Enum):
+    LEDGER_OPENED = "LedgerOpened"
+    CLOSING_LEDGER = "ClosingLedger"
+    CREATING_LEDGER = "CreatingLedger"
+    WRITE_FAILED = "WriteFailed"
+    TERMINATED = "Terminated"
+    FENCED = "Fenced"
+    CLOSED = "Closed"
+
+
+WRITABLE = {State.LEDGER_OPENED, State.CLOSING_LEDGER, State.CREATING_LEDGER, State.WRITE_FAILED}
+
+
+@dataclass(slots=True)
+class _PendingAdd:
+    data: bytes
+    callback: AddCallback
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What every managed ledger of a factory shares."""
+
+    bk: BookKeeper
+    meta: MetaStore
+    settings: ManagedLedgerSettings
+    cache: EntryCache
+    clock: Clock
+    rng: random.Random
+    on_trim_candidate: Callable[[ManagedLedger], None]
+    """Called after a rollover and when the slowest cursor enters a new ledger (retention may trim)."""
+
+
+async def create_bk_ledger(ctx: Context, name: str) -> LedgerHandle:
+    """A new ledger for managed ledger ``name`` (its name recorded in the ledger's custom metadata)."""
+    s = ctx.settings
+    with trio.fail_after(s.metadata_operation_timeout_s):
+        return await ctx.bk.create_ledger(
+            ensemble_size=s.ensemble_size,
+            write_quorum=s.write_quorum,
+            ack_quorum=s.ack_quorum,
+            digest_type=DigestType.CRC32C,
+            password=s.password,
+            custom_metadata={"pulsar/managed-ledger": name.encode()},
+        )
+
+
+class ManagedLedger:
+    def __init__(
+        self,
+        name: str,
+        ctx: Context,
+        ledgers: LedgerList,
+        info_version: int,
+        current: LedgerHandle | None,
+        terminated_at: Position | None,
+        properties: dict[str, str],
+    ) -> None:
+        self.name = name
+        self._ctx = ctx
+        self._settings = ctx.settings
+        self.ledgers = ledgers
+        self._info_version = info_version
+        self._current = current
+        self._properties = properties
+        self._terminated_at = terminated_at
+        self.state = State.TERMINATED if terminated_at is not None else State.LEDGER_OPENED
+        if current is None and terminated_at is None:
+            self.state = State.WRITE_FAILED
+        last = ledgers.last_position()
+        first_current = current.ledger_id if current is not None else -1
+        self.last_confirmed = last if last is not None else Position(first_current, -1)
+        self._pushed = 0
+        self._inflight = 0
+        self._pending: deque[_PendingAdd] = deque()
+        self._ledger_created_ms = ctx.clock.time_ms()
+        self._max_age_ms = self._jittered_max_age()
+        self._metadata_lock = trio.Lock()
+        self._inflight_drained = trio.Event()
+        self._entries_added = trio.Event()
+        self._capacity_freed = trio.Event()
+        self._rolling = False
+        self._rollover_done = trio.Event()
+        self._rollover_done.set()
+        self._undeleted_ledgers: set[int] = set()
+        self.cursors: dict[str, ManagedCursor] = {}
+        self._last_slowest_ledger = -1
+        self.non_durable_cursors: list[ManagedCursor] = []
+        self.entries_added_counter = 0
+        self.last_ledger_created_ms = self._ledger_created_ms
+        self.reader = EntryReader(
+            name,
+            ctx.bk,
+            ctx.cache,
+            self._settings.password,
+            self._settings.read_handles_cached_max,
+            lambda: self._current,
+        )
+        self._nursery: trio.Nursery | None = None
+        self._closed = trio.Event()
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The ledger's background tasks; started by the factory, ended by :meth:`close`."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await self._closed.wait()
+            nursery.cancel_scope.cancel()
+
+    def spawn(self, fn: Callable[[], Awaitable[object]], name: str) -> None:
+        """Run ``fn`` in this ledger's nursery (dropped once the ledger is closed)."""
+        if self._nursery is None or self._closed.is_set():
+            return
+        self._nursery.start_soon(fn, name=f"{name} {self.name}")
+
+    @property
+    def settings(self) -> ManagedLedgerSettings:
+        return self._settings
+
+    def now_ms(self) -> int:
+        return self._ctx.clock.time_ms()
+
+    @property
+    def current_ledger_id(self) -> int:
+        return self._current.ledger_id if self._current is not None else -1
+
+    @property
+    def is_terminated(self) -> bool:
+        return self._terminated_at is not None
+
+    @property
+    def pending_adds(self) -> int:
+        return len(self._pending) + self._inflight
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self._properties)
+
+    # -- appends --------------------------------------------------------------------------------------------
+
+    async def add_entry(self, data: bytes) -> Position:
+        """Append one entry and wait for its acknowledgement."""
+        await self.wait_for_capacity()
+        done = trio.Event()
+        outcome: list[Position | ManagedLedgerError] = []
+
+        def callback(result: Position | ManagedLedgerError) -> None:
+            outcome.append(result)
+            done.set()
+
+        self.add_entry_nowait(data, callback)
+        await done.wait()
+        result = outcome[0]
+        if isinstance(result, ManagedLedgerError):
+            raise result
+        return result
+
+    async def wait_for_capacity(self) -> None:
+        """Back-pressure: wait while ``pending_adds_max`` adds are queued or in flight."""
+        while self.pending_adds >= self._settings.pending_adds_max and self.state in WRITABLE:
+            await self._capacity_freed.wait()
+
+    def add_entry_nowait(self, data: bytes, callback: AddCallback) -> None:
+        """Append one entry; ``callback`` gets its position or the error, in add order.
+
+        Callers that add without waiting must respect :meth:`wait_for_capacity` themselves.
+        """
+        error = self._refusal()
+        if error is not None:
+            callback(error)
+            return
+        op = _PendingAdd(data, callback)
+        if self.state is State.LEDGER_OPENED and not self._pending and self._has_room():
+            self._send(op)
+            return
+        self._pending.append(op)
+        if self.state is State.WRITE_FAILED:
+            self._start_new_ledger()  # drains the failed ledger's in-flight adds first
+
+    def _refusal(self) -> ManagedLedgerError | None:
+        if self.state is State.FENCED:
+            return ManagedLedgerFencedError(f"managed ledger {self.name} is fenced")
+        if self.state is State.TERMINATED:
+            return ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated")
+        if self.state is State.CLOSED:
+            return ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
+        return None
+
+    def _has_room(self) -> bool:
+        return self._pushed < self._settings.max_entries_per_ledger
+
+    def _send(self, op: _PendingAdd) -> None:
+        handle = self._current
+        assert handle is not None
+        self._pushed += 1
+        self._inflight += 1
+        ledger_id = handle.ledger_id
+
+        def on_complete(result: int | BaseException) -> None:
+            self._on_add_complete(ledger_id, op, result)
+
+        handle.add_entry_nowait(op.data, on_complete)
+        if not self._has_room():
+            self._start_rollover()
+
+    def _on_add_complete(self, ledger_id: int, op: _PendingAdd, result: int | BaseException) -> None:
+        self._inflight -= 1
+        if isinstance(result, BaseException):
+            self._on_add_failed(ledger_id, op, result)
+        else:
+            position = Position(ledger_id, result)
+            info = self.ledgers.get(ledger_id)
+            if info is not None:
+                self.ledgers.update(
+                    replace(info, entries=result + 1, size_bytes=info.size_bytes + len(op.data))
+                )
+            assert position > self.last_confirmed, f"acks out of order: {self.last_confirmed} -> {position}"
+            self.last_confirmed = position
+            self.entries_added_counter += 1
+            self._ctx.cache.put(self.name, position, op.data)
+            op.callback(position)
+            self._signal_entries_added()
+            if self.state is State.LEDGER_OPENED and not self._rolling and self._current_is_full():
+                self._start_rollover()
+        self._free_capacity()
+        if self._inflight == 0:
+            self._inflight_drained.set()
+
+    def _on_add_failed(self, ledger_id: int, op: _PendingAdd, error: BaseException) -> None:
+        if isinstance(error, LedgerFencedError):
+            self._fence(f"ledger {ledger_id} was fenced by another owner")
+            op.callback(ManagedLedgerFencedError(f"managed ledger {self.name} is fenced"))
+            return
+        log.warning("managed ledger %s: add to ledger %d failed: %s", self.name, ledger_id, error)
+        failure = ManagedLedgerWriteError(f"add failed, outcome unknown: {error}")
+        op.callback(failure)
+        if self.state is State.LEDGER_OPENED and self.current_ledger_id == ledger_id:
+            # Adds queued behind the failed one fail too, so no add made after it can succeed before a
+            # producer hears of the failure (the client fails the in-flight ones the same way).
+            self.state = State.WRITE_FAILED
+            self._fail_pending(failure)
+
+    def _signal_entries_added(self) -> None:
+        event, self._entries_added = self._entries_added, trio.Event()
+        event.set()
+
+    def _free_capacity(self) -> None:
+        if self.pending_adds < self._settings.pending_adds_max:
+            event, self._capacity_freed = self._capacity_freed, trio.Event()
+            event.set()
+
+    async def wait_for_entries_after(self, position: Position) -> None:
+        """Return once an entry after ``position`` exists (or the ledger stops being writable)."""
+        while self.last_confirmed <= position and self.state not in (State.CLOSED, State.FENCED):
+            if self.is_terminated:
+                return
+            await self._entries_added.wait()
+
+    # -- rollover -----------------------------------------------------------------------------------------
+
+    def _current_is_full(self) -> bool:
+        if self._current is None:
+            return False
+        info = self.ledgers.get(self._current.ledger_id)
+        if info is None:
+            return False
+        age_ms = self._ctx.clock.time_ms() - self._ledger_created_ms
+        return ledger_is_full(
+            self._settings.rollover_limits(), info.entries, info.size_bytes, age_ms, self._max_age_ms
+        )
+
+    def check_rollover(self) -> None:
+        """The periodic idle check: roll a non-empty ledger that is due even if no add arrives."""
+        if self.state is State.LEDGER_OPENED and not self._rolling and self._current_is_full():
+            self._start_rollover()
+
+    def _start_rollover(self) -> None:
+        if self._rolling or self.state is not State.LEDGER_OPENED:
+            return
+        self.state = State.CLOSING_LEDGER
+        self._start_new_ledger()
+
+    def _start_new_ledger(self) -> None:
+        if self._rolling:
+            return
+        self._rolling = True
+        self._rollover_done = trio.Event()
+        self.spawn(self._rollover, "rollover")
+
+    async def _rollover(self) -> None:
+        try:
+            await self._drain_inflight()
+            closed = await self._close_current()
+            if self.state in (State.FENCED, State.CLOSED, State.TERMINATED):
+                return
+            self.state = State.CREATING_LEDGER
+            await self._create_next_ledger(closed)
+        except ManagedLedgerFencedError:
+            pass
+        except (BKError, ManagedLedgerError, trio.TooSlowError) as exc:
+            log.error("managed ledger %s: could not open a new ledger: %s", self.name, exc)
+            if self.state not in (State.FENCED, State.CLOSED, State.TERMINATED):
+                self.state = State.WRITE_FAILED
+            self._fail_pending(ManagedLedgerWriteError(f"no ledger available: {exc}"))
+        finally:
+            self._rolling = False
+            self._rollover_done.set()
+        if self.state is State.LEDGER_OPENED:
+            self._flush_pending()
+            self._ctx.on_trim_candidate(self)
+
+    async def _drain_inflight(self) -> None:
+        while self._inflight > 0:
+            self._inflight_drained = trio.Event()
+            await self._inflight_drained.wait()
+
+    async def _close_current(self) -> LedgerInfo | None:
+        handle = self._current
+        if handle is None:
+            return None
+        try:
+            await handle.close()
+        except LedgerFencedError:
+            self._fence(f"ledger {handle.ledger_id} was fenced while closing")
+            raise ManagedLedgerFencedError(self.name) from None
+        except BKError as exc:
+            # The entries up to LAC are ours; a later recovery will fix the ledger's metadata.
+            log.warning("managed ledger %s: closing ledger %d failed: %s", self.name, handle.ledger_id, exc)
+        info = self.ledgers.get(handle.ledger_id)
+        assert info is not None
+        closed = replace(
+            info,
+            entries=handle.last_add_confirmed + 1,
+            size_bytes=handle.length,
+            timestamp_ms=self._ctx.clock.time_ms(),
+        )
+        self.ledgers.update(closed)
+        self._current = None
+        return closed
+
+    async def _create_next_ledger(self, closed: LedgerInfo | None) -> None:
+        handle = await self.create_ledger()
+        # A ledger closed with no entries (a failed one) is dropped from the list, as at open.
+        dropped = closed.ledger_id if closed is not None and closed.entries == 0 else None
+        async with self._metadata_lock:
+            infos = [i for i in self.ledgers if i.ledger_id != dropped]
+            infos.append(LedgerInfo(handle.ledger_id))
+            try:
+                await self._write_info(infos)
+            except ManagedLedgerFencedError:
+                await self._delete_bk_ledger(handle.ledger_id)
+                raise
+            if dropped is not None:
+                self.ledgers.remove(dropped)
+            self.ledgers.append(LedgerInfo(handle.ledger_id))
+        if dropped is not None:
+            await self._delete_bk_ledger(dropped)
+        self._current = handle
+        self._pushed = 0
+        self._ledger_created_ms = self._ctx.clock.time_ms()
+        self.last_ledger_created_ms = self._ledger_created_ms
+        self._max_age_ms = self._jittered_max_age()
+        self.state = State.LEDGER_OPENED
+        log.info("managed ledger %s: now writing to ledger %d", self.name, handle.ledger_id)
+
+    async def create_ledger(self) -> LedgerHandle:
+        return await create_bk_ledger(self._ctx, self.name)
+
+    def _flush_pending(self) -> None:
+        while self._pending and self.state is State.LEDGER_OPENED and self._has_room():
+            self._send(self._pending.popleft())
+
+    def _fail_pending(self, error: ManagedLedgerError) -> None:
+        pending, self._pending = self._pending, deque()
+        for op in pending:
+            op.callback(error)
+        self._free_capacity()
+
+    def _jittered_max_age(self) -> int:
+        limits = self._settings.rollover_limits()
+        return jittered_max_time_ms(limits, self._ctx.rng.random(), self._settings.rollover_jitter_fraction)
+
+    # -- metadata -----------------------------------------------------------------------------------------
+
+    async def _write_info(self, ledgers: list[LedgerInfo], terminated: Position | None = None) -> None:
+        """CAS-write the ledger list (caller holds the metadata lock); a conflict fences this instance."""
+        info = ManagedLedgerInfo(tuple(ledgers), terminated or self._terminated_at, self._properties)
+        try:
+            with trio.fail_after(self._settings.metadata_operation_timeout_s):
+                self._info_version = await self._ctx.meta.put_ledger_info(self.name, info, self._info_version)
+        except MetadataConflictError as exc:
+            self._fence(f"metadata version conflict: {exc}")
+            raise ManagedLedgerFencedError(f"managed ledger {self.name} is fenced: {exc}") from exc
+
+    def _fence(self, why: str) -> None:
+        if self.state is State.FENCED:
+            return
+        log.warning("managed ledger %s fenced: %s", self.name, why)
+        self.state = State.FENCED
+        self._fail_pending(ManagedLedgerFencedError(f"managed ledger {self.name} is fenced"))
+        self._signal_entries_added()
+
+    async def _delete_bk_ledger(self, ledger_id: int) -> None:
+        try:
+            await self._ctx.bk.delete_ledger(ledger_id)
+            self._undeleted_ledgers.discard(ledger_id)
+        except BKError as exc:
+            log.warning(
+                "managed ledger %s: deleting ledger %d failed (will retry): %s", self.name, ledger_id, exc
+            )
+            self._undeleted_ledgers.add(ledger_id)
+
+    # -- cursors ------------------------------------------------------------------------------------------
+
+    async def open_cursor(self, name: str, *, start_at_earliest: bool = False) -> ManagedCursor:
+        """Open (or create) a durable cursor; a new one starts at the latest or the earliest entry."""
+        existing = self.cursors.get(name)
+        if existing is not None:
+            return existing
+        if self.state in (State.FENCED, State.CLOSED):
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is {self.state.value}")
+        mark = self._initial_mark_delete(start_at_earliest)
+        snapshot = CursorSnapshot(mark, (), {})
+        try:
+            store = await CursorStore.create(
+                self.name, name, self._ctx.bk, self._ctx.meta, self._settings, snapshot, self.now_ms()
+            )
+        except MetadataConflictError:
+            recovered = await CursorStore.recover(
+                self.name, name, self._ctx.bk, self._ctx.meta, self._settings, self.now_ms()
+            )
+            if recovered is None:
+                raise
+            store, snapshot = recovered
+        cursor = ManagedCursor(self, name, self._cursor_state(snapshot), store, snapshot.properties)
+        self.cursors[name] = cursor
+        return cursor
+
+    def open_non_durable_cursor(self, start: Position) -> ManagedCursor:
+        """A reader's cursor: in memory only, starting so that ``start`` is the first entry read."""
+        state = CursorState(self.ledgers, self.ledgers.previous_position(self.ledgers.normalize(start)))
+        cursor = ManagedCursor(self, f"reader-{len(self.non_durable_cursors)}", state, None)
+        self.non_durable_cursors.append(cursor)
+        return cursor
+
+    def close_non_durable_cursor(self, cursor: ManagedCursor) -> None:
+        if cursor in self.non_durable_cursors:
+            self.non_durable_cursors.remove(cursor)
+
+    async def delete_cursor(self, name: str) -> None:
+        cursor = self.cursors.pop(name, None)
+        if cursor is None:
+            raise CursorNotFoundError(f"cursor {name} does not exist on {self.name}")
+        await cursor.delete()
+        self._ctx.on_trim_candidate(self)
+
+    def attach_recovered_cursor(self, name: str, store: CursorStore, snapshot: CursorSnapshot) -> None:
+        state = self._cursor_state(snapshot)
+        self.cursors[name] = ManagedCursor(self, name, state, store, snapshot.properties)
+
+    def _cursor_state(self, snapshot: CursorSnapshot) -> CursorState:
+        state = CursorState(self.ledgers, snapshot.mark_delete)
+        state.restore_acked(snapshot.acked_ranges)
+        state.on_ledgers_trimmed()
+        return state
+
+    def _initial_mark_delete(self, earliest: bool) -> Position:
+        if not earliest:
+            return self.last_confirmed
+        first = self.ledgers.first_position()
+        if first is None:
+            return self.last_confirmed
+        return self.ledgers.previous_position(first)
+
+    def on_cursor_persisted(self, cursor: ManagedCursor) -> None:
+        slowest = self.slowest_durable_mark_delete()
+        ledger = slowest.ledger_id if slowest is not None else -1
+        if ledger != self._last_slowest_ledger:
+            self._last_slowest_ledger = ledger
+            self._ctx.on_trim_candidate(self)
+
+    def fence_from_cursor(self, why: str) -> None:
+        self._fence(why)
+
+    # -- trimming, termination, close ------------------------------------------------------------------
+
+    def slowest_durable_mark_delete(self) -> Position | None:
+        marks = [c.mark_delete for c in self.cursors.values()]
+        return min(marks) if marks else None
+
+    async def trim(self, policy: RetentionPolicy, *, truncate: bool = False) -> list[int]:
+        """Delete the consumed ledgers retention allows (see :mod:`.trim`); returns their ids."""
+        if self.state in (State.FENCED, State.CLOSED):
+            return []
+        for ledger_id in sorted(self._undeleted_ledgers):
+            await self._delete_bk_ledger(ledger_id)
+        async with self._metadata_lock:
+            doomed = ledgers_to_trim(
+                self.ledgers.infos(),
+                self.current_ledger_id,
+                self.slowest_durable_mark_delete(),
+                policy,
+                self._ctx.clock.time_ms(),
+                truncate=truncate,
+            )
+            if not doomed:
+                return []
+            keep = [info for info in self.ledgers if info.ledger_id not in doomed]
+            await self._write_info(keep)
+            for ledger_id in doomed:
+                self.ledgers.remove(ledger_id)
+                self._ctx.cache.invalidate_ledger(self.name, ledger_id)
+        for cursor in [*self.cursors.values(), *self.non_durable_cursors]:
+            cursor.on_ledgers_trimmed()
+        for ledger_id in doomed:
+            await self.reader.forget(ledger_id)
+            await self._delete_bk_ledger(ledger_id)
+        log.info("managed ledger %s: trimmed ledgers %s", self.name, doomed)
+        return doomed
+
+    async def terminate(self) -> Position:
+        """No more writes; readers reach the end of the topic at the returned position."""
+        if self.is_terminated:
+            assert self._terminated_at is not None
+            return self._terminated_at
+        if self.state in (State.FENCED, State.CLOSED):
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is {self.state.value}")
+        await self._rollover_done.wait()
+        await self._drain_inflight()
+        await self._close_current()
+        async with self._metadata_lock:
+            await self._write_info(list(self.ledgers), terminated=self.last_confirmed)
+        self._terminated_at = self.last_confirmed
+        self.state = State.TERMINATED
+        self._fail_pending(ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated"))
+        self._signal_entries_added()
+        return self.last_confirmed
+
+    async def delete(self) -> None:
+        """Delete the managed ledger: its ledgers, cursors and metadata."""
+        await self.close()
+        for cursor in list(self.cursors.values()):
+            await cursor.delete()
+        self.cursors.clear()
+        for info in list(self.ledgers):
+            await self._delete_bk_ledger(info.ledger_id)
+        await self._ctx.meta.delete_ledger_info(self.name)
+
+    async def close(self) -> None:
+        """Close cleanly: persist cursor snapshots, close the current ledger, stop background tasks."""
+        if self.state is State.CLOSED:
+            return
+        writable = self.state is not State.FENCED
+        if writable:
+            await self._drain_inflight()
+        for cursor in list(self.cursors.values()):
+            await cursor.close(persist=writable)
+        if writable and self._current is not None:
+            with contextlib.suppress(ManagedLedgerFencedError):
+                await self._close_current()
+        self._fail_pending(ManagedLedgerClosedError(f"managed ledger {self.name} is closed"))
+        self.state = State.CLOSED
+        self._signal_entries_added()
+        await self.reader.close()
+        self._ctx.cache.clear(self.name)
+        self._closed.set()
+
+    # -- reads --------------------------------------------------------------------------------------------
+
+    async def read_entries(self, start: Position, max_entries: int) -> list[Entry]:
+        """Up to ``max_entries`` confirmed entries from ``start`` on."""
+        if max_entries <= 0 or start > self.last_confirmed:
+            return []
+        return await self.reader.read(self.ledgers, start, self.last_confirmed, max_entries)
+
+    async def read_entry(self, position: Position) -> Entry | None:
+        entries = await self.read_entries(position, 1)
+        return entries[0] if entries and entries[0].position == position else None
+
+    def number_of_entries(self) -> int:
+        return self.ledgers.total_entries()
+
+    def total_size(self) -> int:
+        return self.ledgers.total_size()
