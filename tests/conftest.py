@@ -1,23 +1,16 @@
 """Shared pytest configuration and fixtures.
 
-Fixtures that start processes stop them by pid in their teardown. Keep each area's fixtures in its own
-section (or in a module under tests/fixtures imported here) so parallel work does not collide.
+Fixtures that start processes stop them by pid in their teardown. Each area keeps its shared fixtures in a
+module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tests/`` is on the import path).
+
+* ``fixtures.client`` - in-process bookies: ``client_metadata``, ``in_process_bookies``,
+  ``bookkeeper_client``
+* ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
+* the simulation's ``--sim-seed`` / ``--sim-seeds`` options live in ``tests/sim/conftest.py``
 """
 
 from __future__ import annotations
 
-# --- metadata store / ZooKeeper fixtures ---------------------------------------------------------------
-# --- bookie storage fixtures ----------------------------------------------------------------------------
-# --- bookie server / protocol fixtures ------------------------------------------------------------------
-# Helpers live in tests/fixtures/bookie_server.py (imported by the tests that use them).
-
-# --- replication client / simulation options ------------------------------------------------------------
-# In-process bookies (fixtures: client_metadata, in_process_bookies, bookkeeper_client); the simulation's
-# --sim-seed / --sim-seeds options live in tests/sim/conftest.py.
-from fixtures.client import (
-    bookkeeper_client,
-    client_metadata,
-    in_process_bookies,
-)
-
-__all__ = ["bookkeeper_client", "client_metadata", "in_process_bookies"]
+pytest_plugins = [
+    "fixtures.client",
+]
