@@ -1,6 +1,7 @@
 """The metadata store: one interface, three backends chosen by URL (see :mod:`.api` and :mod:`.factory`)."""
 
 from magnetar.bookkeeper.metadata.api import (
+    METADATA_PATH_BYTES_MAX,
     METADATA_VALUE_BYTES_MAX,
     BadVersionError,
     GetResult,
@@ -20,6 +21,7 @@ from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 
 __all__ = [
+    "METADATA_PATH_BYTES_MAX",
     "METADATA_VALUE_BYTES_MAX",
     "BadVersionError",
     "GetResult",

@@ -28,6 +28,7 @@ from magnetar.bookkeeper.metadata.api import (
     Stat,
     StoreUnavailableError,
     Unregister,
+    check_expected_version,
     check_value,
     join,
     parent_of,
@@ -120,6 +121,7 @@ class MemoryMetadataStore:
         self._check_open()
         validate_path(path)
         check_value(value)
+        check_expected_version(expected_version)
         if path == "/":
             raise InvalidPathError("cannot write the root node")
         nodes = self._tree.nodes
