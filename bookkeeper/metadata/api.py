@@ -186,6 +186,20 @@ def join(parent: str, child: str) -> str:
     return ("" if parent == "/" else parent) + "/" + child
 
 
+def check_put_condition(path: str, current_version: int | None, expected_version: int | None) -> None:
+    """Raise :class:`BadVersionError` unless a node at ``current_version`` (``None``: absent) satisfies
+    ``expected_version`` as ``put`` defines it."""
+    if expected_version is None:
+        return
+    if expected_version == -1:
+        if current_version is not None:
+            raise BadVersionError(f"{path} already exists")
+    elif current_version is None:
+        raise BadVersionError(f"{path} does not exist (expected version {expected_version})")
+    elif current_version != expected_version:
+        raise BadVersionError(f"{path} is at version {current_version}, expected {expected_version}")
+
+
 def check_value(value: bytes) -> None:
     if len(value) > METADATA_VALUE_BYTES_MAX:
         raise ValueTooLargeError(
