@@ -7,6 +7,7 @@ section (or in a module under tests/fixtures imported here) so parallel work doe
 from __future__ import annotations
 
 # --- metadata store / ZooKeeper fixtures ---------------------------------------------------------------
+from fixtures.zookeeper import private_zookeeper, zookeeper_server, zookeeper_url  # noqa: F401
 
 # --- bookie storage fixtures ----------------------------------------------------------------------------
 
