@@ -1,12 +1,13 @@
 """Open a metadata store from its URL, as Pulsar's ``metadataStoreUrl`` (``MetadataStoreFactoryImpl``).
 
-* ``memory://`` / ``memory://NAME`` - :class:`~.memory.MemoryMetadataStore` (``NAME`` shares a tree in-process)
+* ``memory://`` / ``memory://NAME`` - :class:`~.memory.MemoryMetadataStore` (NAME: a tree shared in-process)
 * ``rocksdb:///abs/path`` - :class:`~.rocksdb_store.RocksDbMetadataStore`, embedded, one process (standalone);
   ``rocksdb://rel/path`` is relative to the working directory, as Pulsar's ``rocksdb://data/metadata``
 * ``zk:host:port[,host:port][/chroot]`` - :class:`~.zk_store.ZkMetadataStore`; as in Pulsar a bare
   ``host:port[,host:port][/chroot]`` is ZooKeeper too
 
-The backends import lazily so a process pays only for the one it uses.
+The backends import lazily (``# noqa: PLC0415``) so that importing the package does not load kazoo and
+rocksdict: a process pays only for the backend it uses.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from magnetar.bookkeeper.metadata.api import InvalidPathError, MetadataStore, MetadataStoreError, validate_path
+from magnetar.bookkeeper.metadata.api import (
+    InvalidPathError,
+    MetadataStore,
+    MetadataStoreError,
+    validate_path,
+)
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 
@@ -67,12 +73,12 @@ async def _open(url: str, settings: MetadataStoreSettings) -> MetadataStore:
     if url.startswith("rocksdb:"):
         if not url.startswith("rocksdb://"):
             raise InvalidMetadataUrlError(f"unsupported metadata store URL {url!r}: {_USAGE}")
-        from magnetar.bookkeeper.metadata.rocksdb_store import RocksDbMetadataStore
+        from magnetar.bookkeeper.metadata.rocksdb_store import RocksDbMetadataStore  # noqa: PLC0415
 
         return RocksDbMetadataStore.open(_rocksdb_directory(url))
     if url.startswith("zk:") or _HOST_PORT.match(url.partition("/")[0].split(",")[0]):
         address = parse_zk_url(url)
-        from magnetar.bookkeeper.metadata.zk_store import ZkMetadataStore
+        from magnetar.bookkeeper.metadata.zk_store import ZkMetadataStore  # noqa: PLC0415
 
         return await ZkMetadataStore.connect(address.hosts, address.chroot, settings)
     raise InvalidMetadataUrlError(f"unsupported metadata store URL {url!r}: {_USAGE}")

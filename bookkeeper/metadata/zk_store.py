@@ -6,9 +6,10 @@ runs completions. We bridge it to trio in both directions:
 
 * trio -> kazoo: every operation is one blocking function (kazoo's async call, then ``get`` bounded by
   ``operation_timeout_ms``) run with ``trio.to_thread.run_sync`` under a per-store ``CapacityLimiter``
-  (``zk_blocking_calls_max`` threads). kazoo fails a call at once while it is reconnecting, and fails an
-  in-flight call with ``ConnectionLoss`` when the connection drops, so no call hangs: with ZooKeeper down,
-  operations raise :class:`~.api.StoreUnavailableError` promptly.
+  (``zk_blocking_calls_max`` threads). While the connection is down an operation fails at once (kazoo
+  would queue it until it reconnects), and kazoo fails in-flight calls with ``ConnectionLoss`` when the
+  connection drops (a silent server is detected within 2/3 of the session timeout), so no call hangs:
+  with ZooKeeper down or hung, operations raise :class:`~.api.StoreUnavailableError` promptly.
 * kazoo -> trio: connection-state changes and watch events arrive on kazoo's threads; they are handed to the
   trio loop with ``TrioToken.run_sync_soon`` (non-blocking, FIFO) and nothing else is done in kazoo's thread.
 
@@ -395,6 +396,12 @@ class ZkMetadataStore:
             raise StoreUnavailableError("metadata store is closed")
 
         def call() -> T:
+            if self._client.state != KazooState.CONNECTED:
+                # kazoo would queue the request until it reconnects; fail fast instead, as ZooKeeper's
+                # own client does while disconnected, and let the caller decide whether to retry.
+                raise StoreUnavailableError(
+                    f"not connected to ZooKeeper ({self._client.state}) during {path}"
+                )
             try:
                 return operation()
             except KazooException as exc:
