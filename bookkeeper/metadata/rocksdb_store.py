@@ -17,12 +17,15 @@ right after cannot lose it). Ephemeral nodes die with the process: the store rem
 left by a previous process when it opens, and its own when it closes. RocksDB's ``LOCK`` file makes the
 directory single-owner; a second opener gets :class:`StoreInUseError`.
 
-Inline, not in a thread. Every RocksDB call here is a memtable/block-cache read or a WAL append with fdatasync
-(about 0.07 ms per synced batch measured on this machine; low milliseconds on a slow disk), and metadata
-writes are rare (ledger rollover, throttled cursor persistence). Running them on the trio thread keeps each
-operation's read-check-write atomic with respect to other tasks - there is no checkpoint between reading a
-version and committing the batch - so compare-and-set needs no lock, and no thread hop costs more than the
-call itself. Each operation starts with a checkpoint so a loop of metadata writes cannot starve other tasks.
+Inline, not in a thread. rocksdict holds the GIL through ``Rdict.write`` (its fsync included: measured here,
+a synced write in a worker thread stalls the trio thread for as long as the write takes), so a thread hop
+would not free the event loop, only add its own cost. Inline, each operation's read-check-write is atomic
+with respect to other tasks - no checkpoint between reading a version and committing the batch - so
+compare-and-set needs no lock. The price is that a synced write blocks the loop: 0.07 ms on an idle disk
+here, 0.4-4 ms p50 and ~12 ms p99 while other processes load the disk (tests/bench/RESULTS.md). Metadata
+writes are rare (ledger rollover, throttled cursor updates); if that changes, the remedy is group commit
+(unsynced batches, then one ``flush_wal(sync=True)`` in a thread, which does release the GIL). Each
+operation starts with a checkpoint so a loop of metadata calls cannot starve other tasks.
 
 Notifications go to this store's listeners, synchronously after the batch is durable, in the order
 :class:`~.memory.MemoryMetadataStore` produces them. There are no session events: the session cannot be lost
