@@ -10,6 +10,8 @@ import trio
 from fixtures.metadata import TEST_ZK_SETTINGS, Recorder
 from fixtures.tcp_proxy import TcpProxy
 from fixtures.zookeeper import ZooKeeperServer
+from kazoo.client import KazooClient
+from kazoo.protocol.serialization import int_int_struct, write_string
 
 from magnetar.bookkeeper.metadata import (
     Notification,
@@ -19,7 +21,7 @@ from magnetar.bookkeeper.metadata import (
 )
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
-from magnetar.bookkeeper.metadata.zk_store import ZkMetadataStore
+from magnetar.bookkeeper.metadata.zk_store import ZkMetadataStore, _route_watch_events
 
 pytestmark = pytest.mark.zookeeper
 
@@ -181,3 +183,20 @@ async def test_nested_chroot_is_created_and_isolated(zookeeper_server: ZooKeeper
         assert got.value == b"a"
         assert await a.get_children("/") == ["x"]
         assert await whole.get_children("/tenant") == ["a", "b"]
+
+
+def test_watch_events_of_unknown_types_are_dropped_quietly() -> None:
+    """kazoo logs unknown event types with the deprecated Logger.warn: under -W error that would kill its
+    connection thread, so the store drops them before kazoo sees them (ZooKeeper 3.6+ has such types, e.g.
+    PersistentWatchRemoved)."""
+    client = KazooClient(hosts="127.0.0.1:1")  # never started: no threads, no connection
+    delivered: list[tuple[NotificationType, str]] = []
+    _route_watch_events(client, lambda kind, path: delivered.append((kind, path)))
+
+    def event(kind: int, path: str) -> bytes:
+        return bytes(int_int_struct.pack(kind, 3) + write_string(path))
+
+    client._connection._read_watch_event(event(7, "/x"), 0)
+    client._connection._read_watch_event(event(1, "/a/b"), 0)
+    client._connection._read_watch_event(event(3, "/a/b"), 0)
+    assert delivered == [(NotificationType.CREATED, "/a/b"), (NotificationType.MODIFIED, "/a/b")]
