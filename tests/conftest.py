@@ -3,6 +3,8 @@
 Fixtures that start processes stop them by pid in their teardown. Each area keeps its shared fixtures in a
 module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tests/`` is on the import path).
 
+* ``fixtures.zookeeper`` - a real ZooKeeper: ``zookeeper_server`` (per session), ``zookeeper_url`` (a fresh
+  chroot per test), ``private_zookeeper`` (a test's own server to stop or pause)
 * ``fixtures.client`` - in-process bookies: ``client_metadata``, ``in_process_bookies``,
   ``bookkeeper_client``
 * ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
@@ -13,4 +15,5 @@ from __future__ import annotations
 
 pytest_plugins = [
     "fixtures.client",
+    "fixtures.zookeeper",
 ]

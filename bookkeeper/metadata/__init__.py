@@ -1,6 +1,7 @@
 """The metadata store: one interface, three backends chosen by URL (see :mod:`.api` and :mod:`.factory`)."""
 
 from magnetar.bookkeeper.metadata.api import (
+    METADATA_PATH_BYTES_MAX,
     METADATA_VALUE_BYTES_MAX,
     BadVersionError,
     GetResult,
@@ -16,17 +17,21 @@ from magnetar.bookkeeper.metadata.api import (
     StoreUnavailableError,
     ValueTooLargeError,
 )
-from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.metadata.factory import InvalidMetadataUrlError, open_metadata_store
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
+from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 
 __all__ = [
+    "METADATA_PATH_BYTES_MAX",
     "METADATA_VALUE_BYTES_MAX",
     "BadVersionError",
     "GetResult",
+    "InvalidMetadataUrlError",
     "InvalidPathError",
     "MemoryMetadataStore",
     "MetadataStore",
     "MetadataStoreError",
+    "MetadataStoreSettings",
     "NotEmptyError",
     "NotFoundError",
     "Notification",

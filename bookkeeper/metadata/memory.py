@@ -9,7 +9,6 @@ test run two "brokers" against one store and kill one of them.
 from __future__ import annotations
 
 import itertools
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,14 +27,15 @@ from magnetar.bookkeeper.metadata.api import (
     Stat,
     StoreUnavailableError,
     Unregister,
+    check_expected_version,
+    check_put_condition,
     check_value,
     join,
     parent_of,
     sequential_name,
     validate_path,
 )
-
-log = logging.getLogger(__name__)
+from magnetar.bookkeeper.metadata.listeners import ListenerSet
 
 _session_ids = itertools.count(1)
 
@@ -86,8 +86,8 @@ class MemoryMetadataStore:
         self._tree = tree
         self._session = next(_session_ids)
         self._closed = False
-        self._listeners: list[NotificationListener] = []
-        self._session_listeners: list[SessionListener] = []
+        self._listeners: ListenerSet[Notification] = ListenerSet()
+        self._session_listeners: ListenerSet[SessionEvent] = ListenerSet()
         tree.stores.add(self)
 
     # -- reads -------------------------------------------------------------------------------------------
@@ -120,6 +120,7 @@ class MemoryMetadataStore:
         self._check_open()
         validate_path(path)
         check_value(value)
+        check_expected_version(expected_version)
         if path == "/":
             raise InvalidPathError("cannot write the root node")
         nodes = self._tree.nodes
@@ -128,13 +129,7 @@ class MemoryMetadataStore:
             path = sequential_name(path, parent.sequence)
             parent.sequence += 1
         node = nodes.get(path)
-        if expected_version == -1 and node is not None:
-            raise BadVersionError(f"{path} already exists")
-        if expected_version is not None and expected_version >= 0:
-            if node is None:
-                raise BadVersionError(f"{path} does not exist (expected version {expected_version})")
-            if node.version != expected_version:
-                raise BadVersionError(f"{path} is at version {node.version}, expected {expected_version}")
+        check_put_condition(path, None if node is None else node.version, expected_version)
         now = self._tree.clock_ms()
         if node is not None:
             node.value = bytes(value)
@@ -180,29 +175,21 @@ class MemoryMetadataStore:
     # -- notifications and sessions -----------------------------------------------------------------------
 
     def register_listener(self, listener: NotificationListener) -> Unregister:
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+        return self._listeners.add(listener)
 
     def register_session_listener(self, listener: SessionListener) -> Unregister:
-        self._session_listeners.append(listener)
-        return lambda: (
-            self._session_listeners.remove(listener) if listener in self._session_listeners else None
-        )
+        return self._session_listeners.add(listener)
 
     def deliver(self, event: Notification) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:
-                log.exception("metadata listener failed on %s", event)
+        self._listeners.emit(event)
 
     def expire_session(self) -> None:
         """Simulate a session expiry: drop this session's ephemeral nodes, then start a new session."""
-        self._emit_session(SessionEvent.CONNECTION_LOST)
+        self._session_listeners.emit(SessionEvent.CONNECTION_LOST)
         self._drop_ephemerals()
-        self._emit_session(SessionEvent.SESSION_LOST)
+        self._session_listeners.emit(SessionEvent.SESSION_LOST)
         self._session = next(_session_ids)
-        self._emit_session(SessionEvent.SESSION_REESTABLISHED)
+        self._session_listeners.emit(SessionEvent.SESSION_REESTABLISHED)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -243,10 +230,3 @@ class MemoryMetadataStore:
         owned = [p for p, n in self._tree.nodes.items() if n.owner_session == self._session]
         for path in owned:
             self._remove(path)
-
-    def _emit_session(self, event: SessionEvent) -> None:
-        for listener in list(self._session_listeners):
-            try:
-                listener(event)
-            except Exception:
-                log.exception("session listener failed on %s", event)
