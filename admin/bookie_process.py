@@ -23,10 +23,12 @@ from typing import Any
 import pydantic
 import trio
 
+from magnetar.bookkeeper.bookie.http_api import bookie_router
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.bookie.server import Bookie, BookieEndpoint
 from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.runtime.http import HttpSettings, serve_http
 
 log = logging.getLogger("magnetar.bookie")
 
@@ -55,8 +57,9 @@ async def serve(settings: BookieSettings) -> int:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(store.run)
+                http_port = await _start_http(nursery, bookie)
                 endpoint = await nursery.start(bookie.run)
-                announce(settings, endpoint)
+                announce(bookie.settings, endpoint, http_port)
                 nursery.start_soon(_stop_on_signal, signals, bookie)
                 await bookie.stopped.wait()
                 store.close()
@@ -75,7 +78,19 @@ async def _stop_on_signal(signals: AsyncIterator[int], bookie: Bookie) -> None:
         return
 
 
-def announce(settings: BookieSettings, endpoint: BookieEndpoint) -> None:
+async def _start_http(nursery: trio.Nursery, bookie: Bookie) -> int | None:
+    """Serve the bookie's HTTP endpoints if ``http_port`` is set; the bound port goes in its registration."""
+    settings = bookie.settings
+    if settings.http_port is None:
+        return None
+    http = HttpSettings(http_bind_address=settings.bind_address, http_port=settings.http_port)
+    ports: list[int] = await nursery.start(serve_http, bookie_router(bookie), http)
+    bookie.settings = settings.model_copy(update={"http_port": ports[0]})
+    log.info("bookie HTTP endpoints on port %d", ports[0])
+    return ports[0]
+
+
+def announce(settings: BookieSettings, endpoint: BookieEndpoint, http_port: int | None = None) -> None:
     """Print the ready line on stdout and write the port file."""
     document = json.dumps(
         {
@@ -83,6 +98,7 @@ def announce(settings: BookieSettings, endpoint: BookieEndpoint) -> None:
             "bookieId": endpoint.bookie_id,
             "host": endpoint.host,
             "port": endpoint.port,
+            "httpPort": http_port,
         }
     )
     if settings.port_file is not None:

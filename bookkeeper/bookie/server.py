@@ -383,6 +383,17 @@ class Bookie:
     def request_stop(self) -> None:
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def is_ready(self) -> bool:
+        """Serving, registered (when a metadata store is used) and not shutting down."""
+        if self.endpoint is None or self.stopping or self.stopped.is_set():
+            return False
+        return self.registration is None or self.registration.registered_path is not None
+
     def service_info(self, readonly: bool) -> BookieServiceInfo:
         assert self.endpoint is not None
         host = self.settings.advertised_host()

@@ -40,7 +40,8 @@ class BookieSettings(BaseSettings):
     advertised_address: str | None = None
     """Host part of the bookie id; default: ``bind_address`` unless it is a wildcard, else the hostname."""
     http_port: Annotated[int, Field(ge=0, le=65535)] | None = None
-    """Published in the registration for tools (metrics/admin HTTP); not served by this module."""
+    """Port of the bookie's HTTP endpoints (``/metrics``, ``/api/v1/bookie/...``) on ``bind_address``;
+    0 picks a free one; unset serves no HTTP. Published in the registration."""
     port_file: Path | None = None
     """Once serving and registered, write ``{"bookieId", "host", "port"}`` JSON here (atomically)."""
 

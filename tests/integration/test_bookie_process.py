@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 from fixtures.bookie_server import add_request, call, packaged, read_request
@@ -38,7 +39,7 @@ async def test_bookie_process_serves_and_stops_cleanly_on_sigterm(tmp_path: Path
         sys.executable, "-m", "magnetar.admin.cli", "bookie",
         "--metadata-url", "memory://", "--storage", "memory", "--data-dir", str(tmp_path),
         "--bind", "127.0.0.1", "--advertised-address", "127.0.0.1", "--port", "0",
-        "--port-file", str(port_file),
+        "--port-file", str(port_file), "--http-port", "0",
     ]  # fmt: skip
     with stderr_path.open("wb") as stderr:
         process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=stderr)
@@ -59,6 +60,20 @@ async def test_bookie_process_serves_and_stops_cleanly_on_sigterm(tmp_path: Path
             read = await call(transport, bookie_id, read_request(1, 0))
             assert isinstance(read, ReadResponse)
             assert (read.status, read.body) == (BookieStatus.EOK, packaged(1, 0))
+
+        http_port = ready["httpPort"]
+        assert isinstance(http_port, int)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}") as http:
+            assert (await http.get("/api/v1/bookie/is_ready")).status_code == 200
+            state = (await http.get("/api/v1/bookie/state")).json()
+            assert state == {
+                "running": True,
+                "readOnly": False,
+                "shuttingDown": False,
+                "availableForHighPriorityWrites": True,
+            }
+            metrics = (await http.get("/metrics")).text
+            assert 'magnetar_bookie_requests_total{op="add_entry",status="EOK"} 1.0' in metrics
 
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(30):

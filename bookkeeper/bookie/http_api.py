@@ -1,0 +1,62 @@
+"""The bookie's HTTP endpoints (BookKeeper's bookie HTTP service, the parts operators and probes use).
+
+* ``GET /metrics`` - Prometheus text format, this bookie's own registry.
+* ``GET /api/v1/bookie/is_ready`` - 200 once the bookie serves and is registered (writable or read-only),
+  503 before that and while shutting down: the Kubernetes readiness probe.
+* ``GET /api/v1/bookie/state`` - ``{"running", "readOnly", "shuttingDown", "availableForHighPriorityWrites"}``
+  as BookKeeper's ``/api/v1/bookie/state``.
+* ``GET /api/v1/bookie/info`` - bookie id and disk figures.
+
+Garbage-collection endpoints are added by the composition root when a GC runs inside the bookie.
+"""
+
+from __future__ import annotations
+
+from magnetar.bookkeeper.bookie.server import Bookie
+from magnetar.bookkeeper.runtime.http import (
+    HttpRequest,
+    HttpResponse,
+    Router,
+    error_response,
+    json_response,
+)
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def bookie_router(bookie: Bookie) -> Router:
+    router = Router()
+
+    async def metrics(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, (("content-type", PROMETHEUS_CONTENT_TYPE),), bookie.render_metrics())
+
+    async def is_ready(request: HttpRequest) -> HttpResponse:
+        if bookie.is_ready:
+            return json_response("OK")
+        return error_response(503, "bookie is not serving or not registered")
+
+    async def state(request: HttpRequest) -> HttpResponse:
+        return json_response(
+            {
+                "running": bookie.endpoint is not None and not bookie.stopped.is_set(),
+                "readOnly": bookie.state.readonly,
+                "shuttingDown": bookie.stopping,
+                "availableForHighPriorityWrites": True,
+            }
+        )
+
+    async def info(request: HttpRequest) -> HttpResponse:
+        usage = bookie.store.disk_usage()
+        return json_response(
+            {
+                "bookieId": bookie.endpoint.bookie_id if bookie.endpoint else None,
+                "totalDiskSpace": usage.total_bytes,
+                "freeSpace": usage.free_bytes,
+            }
+        )
+
+    router.get("/metrics", metrics)
+    router.get("/api/v1/bookie/is_ready", is_ready)
+    router.get("/api/v1/bookie/state", state)
+    router.get("/api/v1/bookie/info", info)
+    return router
