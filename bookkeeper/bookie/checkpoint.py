@@ -87,17 +87,19 @@ class CacheFlusher:
     ) -> FlushResult:
         """Write ``cache`` and the records of the ``dirty`` ledgers durably; see the module docstring."""
         run = _FlushRun(self, states, ranges)
-        try:
-            if self._logger.current is None:
-                await run_io("entry log start", self._logger.start_log)
-            run.begin()
-            for ledger_id in cache.sorted_ledgers():
-                await run.add_ledger(ledger_id, cache.ledgers[ledger_id])
-            await run.write_out()
-            await run_io("entry log flush", self._logger.flush)
-        except BookieError:
-            self._logger.abandon_current()
-            raise
+        run.batches.append(self._index.batch())
+        if cache.count:
+            try:
+                if self._logger.current is None:
+                    await run_io("entry log start", self._logger.start_log)
+                run.begin()
+                for ledger_id in cache.sorted_ledgers():
+                    await run.add_ledger(ledger_id, cache.ledgers[ledger_id])
+                await run.write_out()
+                await run_io("entry log flush", self._logger.flush)
+            except BookieError:
+                self._logger.abandon_current()
+                raise
         for ledger_id in dirty:
             if ledger_id not in run.new_ranges:
                 run.put_record(ledger_id, ranges.get(ledger_id))
@@ -131,7 +133,6 @@ class _FlushRun:
         self._log = self._f._logger.current
         assert self._log is not None
         self._buf_offset = self._log.offset
-        self.batches.append(self._f._index.batch())
 
     async def add_ledger(self, ledger_id: int, entries: dict[int, bytes]) -> None:
         if ledger_id not in self._states:

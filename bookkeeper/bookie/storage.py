@@ -32,7 +32,7 @@ import os
 import struct
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -60,6 +60,7 @@ from magnetar.bookkeeper.bookie.journal_files import (
     delete_journals_before,
     list_journal_ids,
 )
+from magnetar.bookkeeper.bookie.ledger_registry import LedgerRegistry
 from magnetar.bookkeeper.bookie.ledger_store import DiskUsage, DurableCallback, LedgerState
 from magnetar.bookkeeper.bookie.log_mark import LogMark, MarkFile
 from magnetar.bookkeeper.bookie.read_cache import ReadCache
@@ -144,15 +145,18 @@ def _open_parts(settings: BookieStorageSettings) -> _Parts:
 
 @asynccontextmanager
 async def open_ledger_store(
-    settings: BookieStorageSettings, *, disk_probe: DiskProbe = statvfs_probe
+    settings: BookieStorageSettings, *, disk_probe: DiskProbe = statvfs_probe, final_checkpoint: bool = True
 ) -> AsyncIterator[DbLedgerStorage]:
     """Open the engine (replaying the journal), run its background tasks, and close it on exit.
 
     On exit the journal is drained and a last checkpoint is taken (under a shield, bounded by
     ``close_timeout_ms``), the background tasks are cancelled, then files and the index are closed.
+    ``final_checkpoint=False`` leaves the last changes to journal replay, as a crash would (tests and the
+    replay benchmark use it).
     """
     parts = await run_io("opening the ledger store", _open_parts, settings)
     store = DbLedgerStorage(settings, parts, disk_probe)
+    store._final_checkpoint = final_checkpoint
     try:
         await store._recover()
         async with trio.open_nursery() as nursery:
@@ -197,10 +201,8 @@ class DbLedgerStorage:
             write_bytes=settings.entry_log_write_bytes,
         )
         self._disk_probe = disk_probe
-        self._states = parts.states
-        self._ranges = parts.ranges
-        self._verified: dict[int, EntryRange] = {}
-        self._dirty: set[int] = set()
+        self._ledgers = LedgerRegistry(parts.states, parts.ranges)
+        self._states = self._ledgers.states
         self._cache = DoubleWriteCache(settings.write_cache_bytes_max)
         self._read_cache = ReadCache(settings.read_cache_bytes_max)
         self._pending: _PendingFlush | None = None
@@ -215,6 +217,7 @@ class DbLedgerStorage:
         self._disk_full = False
         self._entry_bytes_max = settings.entry_bytes_max
         self._read_ahead_entries = settings.read_ahead_entries if settings.read_cache_bytes_max else 0
+        self._final_checkpoint = True
         self.checkpoints = 0
         self.replay_stats: ReplayStats | None = None
 
@@ -239,27 +242,19 @@ class DbLedgerStorage:
 
     def create_ledger(self, ledger_id: int, master_key: bytes, on_durable: DurableCallback) -> None:
         self._check_meta_append(len(master_key) + 8)
-        state = self._states.get(ledger_id)
-        if state is None:
-            self._states[ledger_id] = LedgerState(master_key=bytes(master_key), fenced=False)
-            self._dirty.add(ledger_id)
-        elif state.master_key != master_key:
-            raise ValueError(f"ledger {ledger_id} exists with another master key")
+        self._ledgers.create(ledger_id, master_key)
         self._journal.append_ledger_key(ledger_id, master_key, on_durable)
 
     def fence(self, ledger_id: int, on_durable: DurableCallback) -> None:
-        state = self._known(ledger_id)
+        self._ledgers.known(ledger_id)
         self._check_meta_append(8)
-        if not state.fenced:
-            self._states[ledger_id] = replace(state, fenced=True)
-            self._dirty.add(ledger_id)
+        self._ledgers.fence(ledger_id)
         self._journal.append_fence(ledger_id, on_durable)
 
     def set_explicit_lac(self, ledger_id: int, body: bytes, on_durable: DurableCallback) -> None:
-        state = self._known(ledger_id)
+        self._ledgers.known(ledger_id)
         self._check_meta_append(len(body) + 8)
-        self._states[ledger_id] = replace(state, explicit_lac_body=bytes(body))
-        self._dirty.add(ledger_id)
+        self._ledgers.set_explicit_lac(ledger_id, body)
         self._journal.append_explicit_lac(ledger_id, body, on_durable)
 
     # -- LedgerStore: add --------------------------------------------------------------------------------
@@ -320,7 +315,7 @@ class DbLedgerStorage:
             return body
         loc = self._location(ledger_id, entry_id)
         if loc is None:
-            raise self._absent(ledger_id, entry_id)
+            raise self._ledgers.absent_error(self._index, ledger_id, entry_id)
         if not self._read_ahead_entries:
             return self.entry_logger.read(loc, ledger_id, entry_id)
         body, following = self.entry_logger.read_run(
@@ -341,10 +336,7 @@ class DbLedgerStorage:
             indexed = self._index.last_entry_id(ledger_id)
         except Exception as exc:
             raise StorageIOError(f"index lookup of ledger {ledger_id} failed: {exc}") from exc
-        rng = self._ranges.get(ledger_id)
-        if rng is not None and (indexed is None or indexed < rng.last):
-            log.error("ledger %d: index ends at %s but entry %d was indexed", ledger_id, indexed, rng.last)
-            raise StorageIOError(f"ledger {ledger_id}: the index lost its last entries")
+        self._ledgers.check_last_indexed(ledger_id, indexed)
         candidates = [e for e in (indexed, self._cache.last_entry(ledger_id)) if e is not None]
         if not candidates:
             raise NoEntryError(f"ledger {ledger_id} has no entries here")
@@ -356,25 +348,6 @@ class DbLedgerStorage:
         except Exception as exc:
             log.error("index lookup of %d:%d failed: %s", ledger_id, entry_id, exc)
             raise StorageIOError(f"index lookup of {ledger_id}:{entry_id} failed: {exc}") from exc
-
-    def _absent(self, ledger_id: int, entry_id: int) -> BookieError:
-        """NoEntry if the entry was never stored here; StorageIOError if the index lost it."""
-        rng = self._ranges.get(ledger_id)
-        if rng is None or entry_id not in rng:
-            return NoEntryError(f"entry {ledger_id}:{entry_id} was never stored here")
-        if not rng.contiguous and self._verified.get(ledger_id) != rng:
-            try:
-                held = self._index.count_entries(ledger_id, rng.first, rng.last)
-            except Exception as exc:
-                return StorageIOError(f"index scan of ledger {ledger_id} failed: {exc}")
-            if held >= rng.count:
-                self._verified[ledger_id] = rng
-        if self._verified.get(ledger_id) == rng:
-            return NoEntryError(f"entry {ledger_id}:{entry_id} was never stored here")
-        log.error(
-            "entry %d:%d is missing from the index, which should hold it (%s)", ledger_id, entry_id, rng
-        )
-        return StorageIOError(f"entry {ledger_id}:{entry_id} should be here but the index lost it")
 
     # -- LedgerStore: delete ------------------------------------------------------------------------------
 
@@ -392,10 +365,7 @@ class DbLedgerStorage:
             )
 
     def _forget_ledger(self, ledger_id: int) -> None:
-        del self._states[ledger_id]
-        self._ranges.pop(ledger_id, None)
-        self._verified.pop(ledger_id, None)
-        self._dirty.discard(ledger_id)
+        self._ledgers.forget(ledger_id)
         self._cache.active.drop_ledger(ledger_id)
         self._read_cache.clear()
         if self._pending is not None:
@@ -422,20 +392,19 @@ class DbLedgerStorage:
 
     def _swap(self) -> None:
         mark = self._replay_mark if self._replaying else self._journal.synced_mark
-        self._pending = _PendingFlush(self._cache.swap(), mark, self._dirty)
-        self._dirty = set()
+        self._pending = _PendingFlush(self._cache.swap(), mark, self._ledgers.take_dirty())
 
     async def _flush_pending(self) -> None:
         pending = self._pending
         assert pending is not None
         try:
-            result = await self._flusher.flush(pending.cache, pending.dirty, self._states, self._ranges)
+            result = await self._flusher.flush(
+                pending.cache, pending.dirty, self._states, self._ledgers.ranges
+            )
         except BookieError:
             self._reload_ranges(pending.cache.ledgers)
             raise
-        for ledger_id, rng in result.ranges.items():
-            if ledger_id in self._states:
-                self._ranges[ledger_id] = rng
+        self._ledgers.install_ranges(result.ranges)
         self._cache.flushed()
         self._pending = None
         deleted, self._deleted_while_flushing = self._deleted_while_flushing, set()
@@ -464,8 +433,8 @@ class DbLedgerStorage:
             except Exception as exc:
                 log.error("reloading the record of ledger %d failed: %s", ledger_id, exc)
                 continue
-            if record is not None and record.entries is not None and ledger_id in self._states:
-                self._ranges[ledger_id] = record.entries
+            if record is not None and record.entries is not None:
+                self._ledgers.install_ranges({ledger_id: record.entries})
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.settings.checkpoint_interval_ms / 1000
@@ -536,24 +505,13 @@ class DbLedgerStorage:
         self._cache.active.put(ledger_id, entry_id, body)
 
     def replay_ledger_key(self, ledger_id: int, master_key: bytes) -> None:
-        state = self._states.get(ledger_id)
-        if state is None:
-            self._states[ledger_id] = LedgerState(master_key=master_key, fenced=False)
-            self._dirty.add(ledger_id)
-        elif state.master_key != master_key:
-            log.warning("replay: ledger %d journaled with another master key; keeping the first", ledger_id)
+        self._ledgers.create(ledger_id, master_key, replaying=True)
 
     def replay_fence(self, ledger_id: int) -> None:
-        state = self._states.get(ledger_id)
-        if state is not None and not state.fenced:
-            self._states[ledger_id] = replace(state, fenced=True)
-            self._dirty.add(ledger_id)
+        self._ledgers.fence(ledger_id)
 
     def replay_explicit_lac(self, ledger_id: int, body: bytes) -> None:
-        state = self._states.get(ledger_id)
-        if state is not None:
-            self._states[ledger_id] = replace(state, explicit_lac_body=body)
-            self._dirty.add(ledger_id)
+        self._ledgers.set_explicit_lac(ledger_id, body)
 
     def replay_delete(self, ledger_id: int) -> None:
         if ledger_id in self._states:
@@ -564,7 +522,8 @@ class DbLedgerStorage:
         with trio.move_on_after(self.settings.close_timeout_ms / 1000) as scope:
             try:
                 await self._journal.drain()
-                await self.checkpoint()
+                if self._final_checkpoint:
+                    await self.checkpoint()
             except BookieError as exc:
                 log.error("final checkpoint failed (%s); the journal will be replayed on restart", exc)
         if scope.cancelled_caught:
@@ -579,15 +538,17 @@ class DbLedgerStorage:
 
     async def _disk_monitor(self) -> None:
         while True:
-            self._check_disk()
+            self.check_disk()
             await trio.sleep(self.settings.disk_check_interval_ms / 1000)
 
-    def _check_disk(self) -> None:
+    def check_disk(self) -> DiskUsage | None:
+        """Probe free space now (the monitor does it every ``disk_check_interval_ms``); below
+        ``disk_free_bytes_min`` every add is refused with DiskFullError until space returns."""
         try:
             usage = self._disk_probe(self.settings.data_dir)
         except OSError as exc:
             log.warning("disk probe failed: %s", exc)
-            return
+            return None
         full = usage.free_bytes < self.settings.disk_free_bytes_min
         if full != self._disk_full:
             self._disk_full = full
@@ -595,14 +556,9 @@ class DbLedgerStorage:
                 log.error("only %d bytes free: refusing adds (disk_free_bytes_min)", usage.free_bytes)
             else:
                 log.warning("%d bytes free again: accepting adds", usage.free_bytes)
+        return usage
 
     # -- helpers -----------------------------------------------------------------------------------------
-
-    def _known(self, ledger_id: int) -> LedgerState:
-        state = self._states.get(ledger_id)
-        if state is None:
-            raise NoLedgerError(f"ledger {ledger_id} is unknown here")
-        return state
 
     def _check_meta_append(self, size: int) -> None:
         if not self._accepting:

@@ -80,7 +80,7 @@ def test_a_truncated_log_is_an_io_error_not_an_absence(tmp_path: Path) -> None:
         f.truncate(path.stat().st_size - 10)
     logger = make_logger(tmp_path)
     assert logger.read(locations[0], 1, 0) == body(1, 0)
-    with pytest.raises(StorageIOError, match="truncated|ends"):
+    with pytest.raises(StorageIOError, match=r"truncated|ends"):
         logger.read(locations[1], 1, 1)
     logger.close()
 

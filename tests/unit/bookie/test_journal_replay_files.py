@@ -23,7 +23,9 @@ def write_files(path: Path, files: list[list[bytes]]) -> list[list[LogMark]]:
     """Write each list of payloads as entry records into its own journal file; the mark after each."""
     marks: list[list[LogMark]] = []
     for file_id, payloads in enumerate(files, start=1):
-        writer = JournalWriterFile(path, first_file_id=file_id, file_bytes_max=1 << 20, preallocate_bytes=8192)
+        writer = JournalWriterFile(
+            path, first_file_id=file_id, file_bytes_max=1 << 20, preallocate_bytes=8192
+        )
         writer.open()
         file_marks = []
         for payload in payloads:
@@ -35,7 +37,9 @@ def write_files(path: Path, files: list[list[bytes]]) -> list[list[LogMark]]:
     return marks
 
 
-def replay(path: Path, start: LogMark | None = None, chunk: int = 100) -> tuple[list[bytes], JournalReplayReader]:
+def replay(
+    path: Path, start: LogMark | None = None, chunk: int = 100
+) -> tuple[list[bytes], JournalReplayReader]:
     reader = JournalReplayReader(path, start, chunk_bytes=chunk, record_bytes_max=1 << 16)
     payloads = []
     while (batch := reader.read_batch()) is not None:
