@@ -6,7 +6,12 @@ import argparse
 import importlib
 
 # name -> (module, help); each module exposes add_arguments(parser) and run(args) -> int
-BENCHMARKS: dict[str, tuple[str, str]] = {}
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "bookie-storage": (
+        "magnetar.admin.perf_bookie_storage",
+        "bookie storage engine: durable adds/s, add latency, catch-up reads/s, journal replay, disk limit",
+    ),
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

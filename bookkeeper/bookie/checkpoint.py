@@ -55,6 +55,8 @@ class FlushResult:
     """The entry range of every ledger the flush wrote, as the index now holds it."""
     entries: int
     bytes: int
+    rewritten: list[tuple[int, int]]
+    """Entries at or below their ledger's last indexed entry: possibly re-added with new bytes."""
 
 
 async def run_io(what: str, fn: Callable[..., T], *args: object) -> T:
@@ -108,7 +110,7 @@ class CacheFlusher:
             await run_io(
                 "index write", self._index.write_sync if i == last else self._index.write_nosync, batch
             )
-        return FlushResult(run.new_ranges, run.entries, run.bytes)
+        return FlushResult(run.new_ranges, run.entries, run.bytes, run.rewritten)
 
 
 class _FlushRun:
@@ -124,6 +126,7 @@ class _FlushRun:
         self.batches: list[IndexBatch] = []
         self.entries = 0
         self.bytes = 0
+        self.rewritten: list[tuple[int, int]] = []
         self._buf = bytearray()
         self._buf_offset = 0
         self._log: CurrentLog | None = None
@@ -139,24 +142,27 @@ class _FlushRun:
             return  # deleted since the swap
         prev = self._ranges.get(ledger_id)
         first, last, count = (prev.first, prev.last, prev.count) if prev is not None else (-1, -1, 0)
-        logger = self._f._logger
-        bytes_max = logger.bytes_max
+        f = self._f
+        bytes_max, slice_entries, write_bytes = f._logger.bytes_max, f._slice_entries, f._write_bytes
+        pack_key, pack_head, crc = ENTRY_KEY.pack, RECORD_HEADER.pack, crc32c.crc32c
         locations: list[tuple[bytes, int]] = []
         ledger_bytes = 0
-        pack_key, pack_head, crc = ENTRY_KEY.pack, RECORD_HEADER.pack, crc32c.crc32c
+        # The loop below runs once per entry of every checkpoint: state lives in locals, and is written
+        # back to ``self`` around each await (writing out or rolling replaces the buffer).
+        buf, offset, log_base, in_slice = self._loop_state()
         for entry_id in sorted(entries):
             body = entries[entry_id]
             size = len(body)
-            offset = self._buf_offset + len(self._buf)
             if offset + size + 8 > bytes_max and offset > HEADER_BYTES:
+                self._in_slice = in_slice
                 self._commit(ledger_id, locations, ledger_bytes, EntryRange(first, last, count))
                 locations, ledger_bytes = [], 0
                 await self._roll()
-                offset = self._buf_offset
-            assert self._log is not None
-            self._buf += pack_head(size, crc(body, size))
-            self._buf += body
-            locations.append((pack_key(ledger_id, entry_id), (self._log.log_id << OFFSET_BITS) | offset))
+                buf, offset, log_base, in_slice = self._loop_state()
+            buf += pack_head(size, crc(body, size))
+            buf += body
+            locations.append((pack_key(ledger_id, entry_id), log_base | offset))
+            offset += size + 8
             ledger_bytes += size + 8
             if count == 0:
                 first = last = entry_id
@@ -165,14 +171,24 @@ class _FlushRun:
                 last, count = entry_id, count + 1
             elif entry_id < first:
                 first, count = entry_id, count + 1
-            elif self._f._index.get_location(ledger_id, entry_id) is None:
-                count += 1  # fills a gap (recovery); a re-added entry is not counted twice
-            self._in_slice += 1
-            if self._in_slice >= self._f._slice_entries or len(self._buf) >= self._f._write_bytes:
+            else:
+                self.rewritten.append((ledger_id, entry_id))
+                if f._index.get_location(ledger_id, entry_id) is None:
+                    count += 1  # fills a gap (recovery); a re-added entry is not counted twice
+            in_slice += 1
+            if in_slice >= slice_entries or len(buf) >= write_bytes:
                 self._commit(ledger_id, locations, ledger_bytes, EntryRange(first, last, count))
                 locations, ledger_bytes = [], 0
                 await self._end_slice()
+                buf, offset, log_base, in_slice = self._loop_state()
+        self._in_slice = in_slice
         self._commit(ledger_id, locations, ledger_bytes, EntryRange(first, last, count))
+
+    def _loop_state(self) -> tuple[bytearray, int, int, int]:
+        """The buffer, the log offset of its end, the location base of the log, entries in the slice."""
+        assert self._log is not None
+        buf = self._buf
+        return buf, self._buf_offset + len(buf), self._log.log_id << OFFSET_BITS, self._in_slice
 
     def _commit(
         self, ledger_id: int, locations: list[tuple[bytes, int]], ledger_bytes: int, rng: EntryRange

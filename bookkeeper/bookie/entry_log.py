@@ -25,9 +25,12 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
+import crc32c
+
 from magnetar.bookkeeper.bookie.entry_log_format import (
     HEADER_BYTES,
     IDS,
+    IDS_BYTES,
     RECORD_HEADER,
     RECORD_HEADER_BYTES,
     EntryLogFormatError,
@@ -54,6 +57,11 @@ _SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 
 def log_file_name(log_id: int) -> str:
     return f"{log_id:08x}{SUFFIX}"
+
+
+def _describe(ledger_id: int, entry_id: int, loc: int) -> str:
+    log_id, offset = split_location(loc)
+    return f"entry {ledger_id}:{entry_id} at {log_file_name(log_id)}+{offset}"
 
 
 class CurrentLog:
@@ -168,26 +176,28 @@ class EntryLogger:
         same ledger (read-ahead for catch-up readers), all from one read of at most ``bytes_max`` bytes."""
         data, (chunk, pos) = self._read_first(loc, ledger_id, entry_id, bytes_max)
         following: list[tuple[int, bytes]] = []
-        unpack_ids = IDS.unpack_from
-        while len(following) < entries_max:
-            try:
-                decoded = decode_record(chunk, pos)
-            except EntryLogFormatError:
+        # decode_record, inlined: this loop runs once per entry a catch-up reader gets.
+        unpack_head, unpack_ids, crc = RECORD_HEADER.unpack_from, IDS.unpack_from, crc32c.crc32c
+        size_chunk = len(chunk)
+        while len(following) < entries_max and pos + RECORD_HEADER_BYTES <= size_chunk:
+            size, expected = unpack_head(chunk, pos)
+            end = pos + RECORD_HEADER_BYTES + size
+            if size < IDS_BYTES or end > size_chunk:
                 break
-            if decoded is None:
+            record = chunk[pos + RECORD_HEADER_BYTES : end]
+            if crc(record, size) != expected:
                 break
-            record, pos = decoded
             other_ledger, other_entry = unpack_ids(record)
             if other_ledger != ledger_id:
                 break
             following.append((other_entry, record))
+            pos = end
         return data, following
 
     def _read_first(
         self, loc: int, ledger_id: int, entry_id: int, read_bytes: int
     ) -> tuple[bytes, tuple[bytes, int]]:
         log_id, offset = split_location(loc)
-        what = f"entry {ledger_id}:{entry_id} at {log_file_name(log_id)}+{offset}"
         try:
             fd = self._reader(log_id)
             chunk = os.pread(fd, read_bytes, offset)
@@ -203,10 +213,12 @@ class EntryLogger:
                 if decoded is None:
                     raise EntryLogFormatError("the log ends inside the record (truncated)")
         except (OSError, EntryLogFormatError) as exc:
+            what = _describe(ledger_id, entry_id, loc)
             log.error("cannot read %s: %s", what, exc)
             raise StorageIOError(f"cannot read {what}: {exc}") from exc
         data, end = decoded
         if IDS.unpack_from(data) != (ledger_id, entry_id):
+            what = _describe(ledger_id, entry_id, loc)
             log.error("%s holds %d:%d instead", what, *IDS.unpack_from(data))
             raise StorageIOError(f"{what} holds another entry (index and log disagree)")
         return data, (chunk, end)

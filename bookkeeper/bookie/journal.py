@@ -61,6 +61,7 @@ class JournalStats:
     records: int = 0
     bytes: int = 0
     sync_seconds: float = 0.0
+    sync_seconds_max: float = 0.0
     failed_syncs: int = 0
 
 
@@ -247,7 +248,9 @@ class Journal:
             stats.syncs += 1
             stats.records += records
             stats.bytes += len(buf)
-            stats.sync_seconds += trio.current_time() - started
+            took = trio.current_time() - started
+            stats.sync_seconds += took
+            stats.sync_seconds_max = max(stats.sync_seconds_max, took)
         self._in_flight_bytes = 0
         _fire(callbacks, error)
         self._signal_progress()

@@ -66,7 +66,7 @@ from magnetar.bookkeeper.bookie.log_mark import LogMark, MarkFile
 from magnetar.bookkeeper.bookie.read_cache import ReadCache
 from magnetar.bookkeeper.bookie.replay import ReplayStats, replay_journal
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
-from magnetar.bookkeeper.bookie.write_cache import DoubleWriteCache, WriteCache
+from magnetar.bookkeeper.bookie.write_cache import ENTRY_OVERHEAD_BYTES, DoubleWriteCache, WriteCache
 
 log = logging.getLogger(__name__)
 
@@ -272,21 +272,21 @@ class DbLedgerStorage:
             )
         if self._disk_full:
             raise DiskFullError(f"less than disk_free_bytes_min={self.settings.disk_free_bytes_min} free")
-        journal = self._journal
-        if not journal.has_capacity(size):
-            raise StorageBusyError(f"journal_queue_bytes_max={self.settings.journal_queue_bytes_max} reached")
         cache = self._cache
-        if not cache.has_room(size):
+        active = cache.active
+        if active.bytes + size + ENTRY_OVERHEAD_BYTES > cache.half_bytes_max:
             if self._pending is not None:
                 raise StorageBusyError(
                     f"write_cache_bytes_max={self.settings.write_cache_bytes_max} reached while flushing"
                 )
             self._swap()
             self._checkpoint_wanted.set()
-        cache.active.put(ledger_id, entry_id, body)
-        if self._read_cache.bytes:
-            self._read_cache.discard(ledger_id, entry_id)
-        journal.append_entry(body, on_durable)
+            active = cache.active
+        # BookKeeper adds to storage before journaling, so that no checkpoint can fall between the two. Here
+        # both happen in one synchronous step of the event loop, where no checkpoint can run; journaling
+        # first lets the journal's bound refuse the add (StorageBusyError) before anything changed.
+        self._journal.append_entry(body, on_durable)
+        active.put(ledger_id, entry_id, body)
 
     async def wait_writable(self, size: int) -> None:
         """Back-pressure for callers: return once an add of ``size`` bytes would not be refused as busy."""
@@ -325,10 +325,8 @@ class DbLedgerStorage:
             entries_max=self._read_ahead_entries,
             bytes_max=self.settings.read_ahead_bytes_max,
         )
-        put = self._read_cache.put
-        put(ledger_id, entry_id, body)
-        for other_id, other in following:
-            put(ledger_id, other_id, other)
+        following.append((entry_id, body))
+        self._read_cache.put_run(ledger_id, following)
         return body
 
     def _read_last(self, ledger_id: int) -> bytes:
@@ -405,6 +403,8 @@ class DbLedgerStorage:
             self._reload_ranges(pending.cache.ledgers)
             raise
         self._ledgers.install_ranges(result.ranges)
+        for ledger_id, entry_id in result.rewritten:
+            self._read_cache.discard(ledger_id, entry_id)  # a stale copy must not outlive its re-add
         self._cache.flushed()
         self._pending = None
         deleted, self._deleted_while_flushing = self._deleted_while_flushing, set()

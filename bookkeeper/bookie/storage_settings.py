@@ -74,7 +74,7 @@ class BookieStorageSettings(BaseModel):
     # -- checkpoint (SyncThread) ---------------------------------------------------------------------------
     checkpoint_interval_ms: int = Field(10_000, ge=1)
     """flushInterval: a checkpoint runs this often, and whenever the write cache fills."""
-    checkpoint_slice_entries: int = Field(4096, ge=1)
+    checkpoint_slice_entries: int = Field(1024, ge=1)
     """Entries packed per slice of a checkpoint (and per index batch) before the event loop gets a turn."""
     checkpoint_retry_ms: int = Field(1000, ge=1)
     """After a failed checkpoint (disk full, I/O error) the next attempt waits this long."""
