@@ -105,21 +105,27 @@ async def replay_journal(
 
 
 async def _apply_batch(target: ReplayTarget, records: list[tuple[int, bytes]], stats: ReplayStats) -> None:
-    unpack_ids = _IDS.unpack_from
+    unpack_ids, ledger_state, has_room, put = (
+        _IDS.unpack_from,
+        target.ledger_state,
+        target.replay_has_room,
+        target.replay_entry,
+    )
+    entry_kind = RecordKind.ENTRY
     for kind, payload in records:
-        if kind != RecordKind.ENTRY:
+        if kind != entry_kind:
             _apply_meta(target, kind, payload, stats)
             continue
         if len(payload) < _IDS.size:
             log.warning("journal entry record of %d bytes ignored", len(payload))
             continue
         ledger_id, entry_id = unpack_ids(payload)
-        if target.ledger_state(ledger_id) is None:
+        if ledger_state(ledger_id) is None:
             stats.skipped_entries += 1
             continue
-        if not target.replay_has_room(len(payload)):
+        if not has_room(len(payload)):
             await target.replay_checkpoint(stats.end)
-        target.replay_entry(ledger_id, entry_id, payload)
+        put(ledger_id, entry_id, payload)
         stats.entries += 1
 
 

@@ -219,6 +219,7 @@ class DbLedgerStorage:
         self._read_ahead_entries = settings.read_ahead_entries if settings.read_cache_bytes_max else 0
         self._final_checkpoint = True
         self.checkpoints = 0
+        """Write-cache flushes completed so far (the one at startup included)."""
         self.replay_stats: ReplayStats | None = None
 
     @property
@@ -388,6 +389,11 @@ class DbLedgerStorage:
                 self._swap()
             await self._flush_pending()
 
+    async def wait_for_checkpoints(self, count: int) -> None:
+        """Wait until ``count`` write-cache flushes have completed (tools and tests)."""
+        while self.checkpoints < count and not self._closed:
+            await self._flush_done.wait()
+
     def _swap(self) -> None:
         mark = self._replay_mark if self._replaying else self._journal.synced_mark
         self._pending = _PendingFlush(self._cache.swap(), mark, self._ledgers.take_dirty())
@@ -410,9 +416,9 @@ class DbLedgerStorage:
         deleted, self._deleted_while_flushing = self._deleted_while_flushing, set()
         if deleted:
             self._delete_from_index(deleted)
+        self.checkpoints += 1
         self._flush_done.set()
         self._flush_done = trio.Event()
-        self.checkpoints += 1
         if pending.mark is not None and await run_io(
             "persisting the journal mark", self._mark_file.persist, pending.mark
         ):
@@ -438,15 +444,19 @@ class DbLedgerStorage:
 
     async def _checkpoint_loop(self) -> None:
         interval_s = self.settings.checkpoint_interval_ms / 1000
+        retry = False
         while True:
-            with trio.move_on_after(interval_s):
-                await self._checkpoint_wanted.wait()
+            if not retry:
+                with trio.move_on_after(interval_s):
+                    await self._checkpoint_wanted.wait()
             self._checkpoint_wanted = trio.Event()
             try:
                 await self.checkpoint()
+                retry = False
             except BookieError as exc:
                 log.error("checkpoint failed (%s); retrying in %d ms", exc, self.settings.checkpoint_retry_ms)
                 await trio.sleep(self.settings.checkpoint_retry_ms / 1000)
+                retry = True
 
     # -- garbage collection primitives ----------------------------------------------------------------------
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from magnetar.bookkeeper.bookie import checkpoint, entry_log, journal_files
+from magnetar.bookkeeper.bookie import checkpoint, journal_files
 from magnetar.bookkeeper.bookie.entry_index import EntryIndex
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.errors import (
@@ -166,21 +165,43 @@ async def test_enospc_during_a_checkpoint_keeps_the_entries_and_a_retry_succeeds
     settings = make_settings()
     async with open_ledger_store(settings) as store:
         await fill(store, make_entry, 1, range(30))
-        real_pwrite = os.pwrite
 
-        def entry_log_pwrite(fd: int, data: Any, offset: int) -> int:
+        def no_space(data: Any) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(entry_log.os, "pwrite", entry_log_pwrite)
+        monkeypatch.setattr(store.entry_logger, "write", no_space)
         with pytest.raises(DiskFullError):
             await store.checkpoint()
-        monkeypatch.setattr(entry_log.os, "pwrite", real_pwrite)
+        monkeypatch.undo()
         assert [store.read_entry(1, e) for e in range(30)] == [make_entry(1, e) for e in range(30)]
         await store.checkpoint()
     async with open_ledger_store(settings) as store:
         assert store.replay_stats is not None
         assert store.replay_stats.entries == 0
         assert [store.read_entry(1, e) for e in range(30)] == [make_entry(1, e) for e in range(30)]
+
+
+async def test_the_checkpointer_retries_a_failed_checkpoint_by_itself(
+    make_settings: Any, make_entry: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(checkpoint_retry_ms=20, write_cache_bytes_max=64 * 1024, entry_bytes_max=4096)
+    async with open_ledger_store(settings) as store:
+        real_write = store.entry_logger.write
+        failures: list[int] = []
+
+        def fails_twice(data: Any) -> None:
+            if len(failures) < 2:
+                failures.append(len(data))
+                raise OSError(errno.EIO, "bad sector")
+            real_write(data)
+
+        monkeypatch.setattr(store.entry_logger, "write", fails_twice)
+        with caplog.at_level(logging.ERROR):
+            await fill(store, make_entry, 1, range(300))  # fills half the write cache: a checkpoint is due
+            await store.wait_for_checkpoints(2)
+        assert len(failures) == 2
+        assert "retrying in 20 ms" in caplog.text
+        assert [store.read_entry(1, e) for e in range(300)] == [make_entry(1, e) for e in range(300)]
 
 
 async def test_a_failing_index_write_fails_the_checkpoint_without_losing_anything(
