@@ -19,7 +19,7 @@ Entry bodies are packaged before each timed phase, so the figures are the engine
 from __future__ import annotations
 
 import argparse
-import gc
+import importlib
 import os
 import shutil
 import statistics
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 
 KEY = b"perf-bookie-storage!"
+_python_gc = importlib.import_module("gc")  # Python's collector: a bare ``import gc`` names our gc/ package
 _HEADER = struct.Struct(">qqqq")
 
 
@@ -259,11 +260,11 @@ class GcPauses:
             self.pauses.append(time.perf_counter() - self._started)
 
     def __enter__(self) -> GcPauses:
-        gc.callbacks.append(self._callback)  # type: ignore[attr-defined]  # mypy takes gc/ for the module
+        _python_gc.callbacks.append(self._callback)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._callback)  # type: ignore[attr-defined]
+        _python_gc.callbacks.remove(self._callback)
 
 
 def pct(values: list[float], q: float) -> float:
