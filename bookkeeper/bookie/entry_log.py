@@ -13,8 +13,9 @@ logs, and an id must never be reused while something could still refer to it.
 Reads (``read``, ``read_run``) are blocking ``pread`` calls on cached read descriptors; they serve the
 engine's read path on the trio thread, as BookKeeper's read threads do, and the page cache makes most of
 them cheap. Every failure to read what the index points at is a :class:`StorageIOError` - never "no entry".
-Functions GC will call: :meth:`EntryLogger.log_ids`, :meth:`EntryLogger.ledgers_map`,
-:meth:`EntryLogger.scan`, :meth:`EntryLogger.ledger_usage`, :meth:`EntryLogger.delete_log`.
+Functions GC will call (blocking, from a worker thread): :meth:`EntryLogger.log_ids`,
+:meth:`EntryLogger.ledgers_map`, :meth:`EntryLogger.scan`, :meth:`EntryLogger.ledger_usage`; deleting a log
+goes through the engine (``DbLedgerStorage.delete_entry_log``), which closes its read descriptor first.
 """
 
 from __future__ import annotations
@@ -240,7 +241,8 @@ class EntryLogger:
     def log_ids(self) -> list[int]:
         """Ids of the logs on disk, ascending, except the one being written (GC must leave it alone)."""
         current = self.current.log_id if self.current is not None else None
-        return sorted(i for i in self._ids if i != current)
+        ids = list(self._ids)  # one C-level copy: a checkpoint's thread may add a log meanwhile
+        return sorted(i for i in ids if i != current)
 
     def ledgers_map(self, log_id: int) -> dict[int, int] | None:
         """``ledgerId -> bytes`` from the log's ledgers map; None if it has none (use :meth:`scan`)."""
@@ -299,16 +301,25 @@ class EntryLogger:
             usage[entry.ledger_id] = usage.get(entry.ledger_id, 0) + entry.record_bytes
         return usage
 
-    def delete_log(self, log_id: int) -> None:
-        """Delete a log no index entry points at any more (GC's last step)."""
+    def forget_log(self, log_id: int) -> None:
+        """Stop reading a log about to be deleted: close its read descriptor (trio thread, like reads)."""
         if self.current is not None and log_id == self.current.log_id:
             raise ValueError(f"entry log {log_id:x} is being written")
+        self._ids.discard(log_id)
         fd = self._readers.pop(log_id, None)
         if fd is not None:
             os.close(fd)
+
+    def delete_log_file(self, log_id: int) -> None:
+        """Unlink a forgotten log durably (blocking; after :meth:`forget_log`)."""
         (self.directory / log_file_name(log_id)).unlink(missing_ok=True)
-        self._ids.discard(log_id)
         fsync_dir(self.directory)
+
+    def delete_log(self, log_id: int) -> None:
+        """Both steps at once, for single-threaded callers (tools, tests); the engine's
+        ``delete_entry_log`` splits them between the trio thread and a worker thread."""
+        self.forget_log(log_id)
+        self.delete_log_file(log_id)
 
     # -- helpers ----------------------------------------------------------------------------------------
 

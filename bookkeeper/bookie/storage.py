@@ -465,6 +465,13 @@ class DbLedgerStorage:
         async with self._checkpoint_lock:
             return await append_durably(self.entry_logger, list(bodies))
 
+    async def delete_entry_log(self, log_id: int) -> None:
+        """Compaction, step 3: delete a log that no index entry points at any more (invariant 12: only
+        after ``update_locations`` made the new locations durable)."""
+        async with self._checkpoint_lock:
+            self.entry_logger.forget_log(log_id)
+            await run_io("deleting an entry log", self.entry_logger.delete_log_file, log_id)
+
     async def update_locations(self, moves: Sequence[Relocation]) -> int:
         """Compaction, step 2: point the index at new (already synced) locations, durably.
 

@@ -13,7 +13,6 @@ from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType
 
 DIGESTER = Digester(DigestType.CRC32C)
-KEY = b"k" * 20
 
 
 def packaged(ledger_id: int, entry_id: int, payload: bytes | None = None) -> bytes:
