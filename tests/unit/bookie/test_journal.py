@@ -49,7 +49,7 @@ async def running_journal(writer: JournalWriterFile, **overrides: object) -> Asy
         "flush_when_queue_empty": True,
     }
     options.update(overrides)
-    journal = Journal(writer, **options)  # type: ignore[arg-type]
+    journal = Journal(writer, **options)
     await journal.open()
     async with trio.open_nursery() as nursery:
         await nursery.start(journal.run)
