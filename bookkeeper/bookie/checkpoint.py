@@ -9,8 +9,8 @@ the caches before, and persists the mark after. Order, which makes a crash at an
    ``entry_log_write_bytes`` by a worker thread. A log that reaches ``entry_log_bytes_max`` is rolled
    (ledgers map, synced) and writing continues in the next.
 2. The entry log is **fdatasynced**.
-3. Only then the index is written, one RocksDB batch per slice, the last one synced (a synced write also
-   syncs the WAL before it). Each batch carries the ledger records with the entry ranges *as of that batch*,
+3. Only then the index is written, one RocksDB batch per slice, and RocksDB's WAL is synced once at the
+   end. Each batch carries the ledger records with the entry ranges *as of that batch*,
    so the index's ranges always describe exactly the locations it holds, even after a crash between
    batches. rocksdict holds the GIL while it writes, so bounded batches bound each stall of the event loop.
 
@@ -105,11 +105,10 @@ class CacheFlusher:
         for ledger_id in dirty:
             if ledger_id not in run.new_ranges:
                 run.put_record(ledger_id, ranges.get(ledger_id))
-        last = len(run.batches) - 1
-        for i, batch in enumerate(run.batches):
-            await run_io(
-                "index write", self._index.write_sync if i == last else self._index.write_nosync, batch
-            )
+        for batch in run.batches:
+            if batch.size:
+                await run_io("index write", self._index.write_nosync, batch)
+        await run_io("index sync", self._index.sync_wal)
         return FlushResult(run.new_ranges, run.entries, run.bytes, run.rewritten)
 
 

@@ -210,6 +210,10 @@ class EntryIndex:
     def write_nosync(self, batch: IndexBatch) -> None:
         self.write(batch, sync=False)
 
+    def sync_wal(self) -> None:
+        """Make every write so far durable: sync RocksDB's write-ahead log."""
+        self.handles().db.flush_wal(True)
+
     def get_location(self, ledger_id: int, entry_id: int) -> int | None:
         value = self.handles().locations.get(ENTRY_KEY.pack(ledger_id, entry_id))
         return None if value is None else int(LOCATION.unpack(value)[0])

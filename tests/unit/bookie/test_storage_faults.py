@@ -214,7 +214,7 @@ async def test_a_failing_index_write_fails_the_checkpoint_without_losing_anythin
         def broken_write(batch: Any) -> None:
             raise RuntimeError("rocksdb: IO error")
 
-        monkeypatch.setattr(store.index, "write_sync", broken_write)
+        monkeypatch.setattr(store.index, "write_nosync", broken_write)
         with pytest.raises(StorageIOError, match="index write"):
             await store.checkpoint()
         monkeypatch.undo()
