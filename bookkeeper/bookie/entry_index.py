@@ -12,10 +12,10 @@ both atomically:
   written here" (NoEntry) from "lost" (an I/O error): invariant 8 forbids answering NoEntry for data a bookie
   should have.
 
-Writes reach RocksDB at checkpoints (synced with the mark's persistence) and on ledger deletion (unsynced: a
-deleted ledger that comes back after a crash is deleted again by garbage collection, as in BookKeeper).
-rocksdict keeps the GIL during calls, so the engine issues them in bounded batches. Iterators are deleted
-before the database is closed.
+Writes reach RocksDB at checkpoints (its WAL synced before the journal mark is persisted) and on ledger
+deletion (unsynced: a deleted ledger that comes back after a crash is deleted again by garbage collection,
+as in BookKeeper). rocksdict keeps the GIL during calls, so the engine issues them in bounded batches.
+Iterators are deleted before the database is closed, and every handle is dropped on close.
 """
 
 from __future__ import annotations
