@@ -1,8 +1,9 @@
 """Replication against real bookie processes (issue #3 integration tests).
 
-A real ZooKeeper (fixture), real ``magnetar bookie`` processes on port 0, the replication client over TCP:
-a writer survives a bookie SIGKILLed mid-stream (ensemble change), a SIGKILLed writer's ledger is recovered
-by another client with every acknowledged entry, and a writer fenced by that recovery cannot add again.
+A real ZooKeeper (fixture), real ``magnetar bookie`` processes (disk storage) on port 0, the replication
+client over TCP: a writer survives a bookie SIGKILLed mid-stream (ensemble change), a SIGKILLed writer's
+ledger is recovered by another client with every acknowledged entry, a writer fenced by that recovery cannot
+add again, and a SIGKILLed bookie restarted on its data replays its journal and serves its entries again.
 """
 
 from __future__ import annotations
@@ -16,17 +17,20 @@ from pathlib import Path
 
 import pytest
 import trio
+from fixtures.bookie_server import call
 from fixtures.processes import MagnetarProcess, ProcessGroup
 
 from magnetar.bookkeeper.client import BookKeeper, ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import open_tcp_transport
 from magnetar.bookkeeper.metadata import open_metadata_store
+from magnetar.bookkeeper.protocol.messages import ReadRequest, ReadResponse
+from magnetar.bookkeeper.protocol.status import BookieStatus
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper, pytest.mark.slow]
 
 WRITER = Path(__file__).with_name("ledger_writer.py")
 SETTINGS = ClientSettings(ensemble_size=3, write_quorum=3, ack_quorum=2)
-STORAGE = ("--storage", "memory")
+STORAGE = ("--storage", "disk")
 
 
 def start_bookies(group: ProcessGroup, url: str, tmp_path: Path, count: int) -> list[MagnetarProcess]:
@@ -166,3 +170,34 @@ async def test_writer_fenced_by_recovery_never_gets_another_add_acknowledged(
             after = await bk.open_ledger(ledger_id, password=b"pw", recovery=False)
             assert after.last_add_confirmed == 999, "the closed ledger's end never changes"
     assert acked_before == set(range(1000))
+
+
+async def test_killed_bookie_replays_its_journal_and_serves_its_entries_again(
+    zookeeper_url: str, magnetar_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    bookies = start_bookies(magnetar_processes, zookeeper_url, tmp_path, 3)
+    victim = bookies[0]
+    port = victim.ready["port"]
+    total = 2_000
+    async with client(zookeeper_url) as bk:
+        handle = await bk.create_ledger(ensemble_size=3, write_quorum=3, ack_quorum=3, password=b"pw")
+        for i in range(total):
+            await handle.wait_for_room()
+            handle.add_entry_nowait(f"entry-{i}".encode(), lambda result: None)
+        while handle.last_add_confirmed < total - 1:
+            await trio.sleep(0.01)
+        victim.kill()  # acknowledged by all three: durable in the victim's journal, maybe not checkpointed
+        restarted = magnetar_processes.bookie(
+            "bookie0-again", zookeeper_url, tmp_path / "bookie0", *STORAGE, "--port", str(port)
+        )
+        assert restarted.ready["bookieId"] == victim.ready["bookieId"]
+        async with open_tcp_transport() as transport:
+            for entry_id in (0, total // 2, total - 1):
+                answer = await call(
+                    transport,
+                    restarted.ready["bookieId"],
+                    ReadRequest(entry_id + 1, handle.ledger_id, entry_id),
+                )
+                assert isinstance(answer, ReadResponse)
+                assert answer.status is BookieStatus.EOK, answer
+                assert answer.body.endswith(f"entry-{entry_id}".encode())
