@@ -13,12 +13,6 @@ from __future__ import annotations
 # --- bookie server / protocol fixtures ------------------------------------------------------------------
 
 # --- replication client / simulation options ------------------------------------------------------------
-# In-process bookies (fixtures: client_metadata, in_process_bookies, bookkeeper_client); the simulation's
-# --sim-seed / --sim-seeds options live in tests/sim/conftest.py.
-from fixtures.client import (  # noqa: E402
-    bookkeeper_client,
-    client_metadata,
-    in_process_bookies,
-)
-
-__all__ = ["bookkeeper_client", "client_metadata", "in_process_bookies"]
+# In-process bookies (fixtures client_metadata, in_process_bookies, bookkeeper_client, defined in
+# tests/fixtures/client.py); the simulation's --sim-seed / --sim-seeds options live in tests/sim/conftest.py.
+pytest_plugins = ["fixtures.client"]
