@@ -172,7 +172,10 @@ class LedgerHandle:
             if self._closed and self.metadata.is_closed:
                 return
             self._closed = True
-            self._writer.fail(LedgerClosedError(f"ledger {self.ledger_id} is closed"))
+            closed = LedgerClosedError(f"ledger {self.ledger_id} is closed")
+            self._writer.fail(closed)
+            if not self._fenced:
+                self._writer.error = closed  # later adds say "closed", whatever failed the writer first
             lac, length = self._writer.last_add_confirmed, self._writer.length
             self.versioned = await self._close_metadata(lac, length)
 
