@@ -104,6 +104,7 @@ class LedgerWriter:
         self._idle = trio.lowlevel.ParkingLot()
         self.on_error: Callable[[BKError], None] | None = None
         self.on_ack: Callable[[int], None] | None = None
+        ctx.track_writer(self)
 
     # -- pushing adds ------------------------------------------------------------------------------------
 
