@@ -15,10 +15,10 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fixtures.client import open_in_process_bookies  # noqa: E402
+from fixtures.client import open_in_process_bookies
 
-from magnetar.bookkeeper.client import BKError, ClientSettings, open_bookkeeper  # noqa: E402
-from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore  # noqa: E402
+from magnetar.bookkeeper.client import BKError, ClientSettings, open_bookkeeper
+from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 
 
 async def main(entries: int, payload_bytes: int, quorum: tuple[int, int, int]) -> None:
@@ -50,7 +50,7 @@ async def main(entries: int, payload_bytes: int, quorum: tuple[int, int, int]) -
             read += len(await lh.read_entries(first, min(entries, first + 10_000) - 1))
         read_s = time.perf_counter() - start
         start = time.perf_counter()
-        for i in range(1000):
+        for _ in range(1000):
             await lh.add_entry(payload)
         one_s = time.perf_counter() - start
     print(f"E/WQ/AQ={quorum} payload={payload_bytes}B entries={entries}")

@@ -24,8 +24,8 @@ import hypothesis  # noqa: F401  - enables trio's deterministic scheduling (its 
 import trio
 import trio._core._run as trio_run
 import trio.testing
-from sim_metadata import SimMetadataStore, check_transition
-from sim_network import NetConfig, Scheduler, SimNetwork, SimTransport
+from sim.sim_metadata import SimMetadataStore, check_transition
+from sim.sim_network import NetConfig, Scheduler, SimNetwork, SimTransport
 
 from magnetar.bookkeeper.client import (
     BKError,
@@ -457,6 +457,11 @@ def run_seed(seed: int) -> SimResult:
         world.violation(f"client logged an error: {record}")
     closed_at = world.closes_seen[-1][1] if world.closes_seen else None
     return SimResult(seed, world.scenario, world.violations, world.trace, len(world.acked), closed_at)
+
+
+def trace_digest(seed: int) -> str:
+    """A fingerprint of a seed's whole event trace (compared across processes)."""
+    return hashlib.sha256("\n".join(run_seed(seed).trace).encode()).hexdigest()
 
 
 def repro_command(test_name: str, seed: int) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 import trio
 from fixtures.client import InProcessBookies, open_in_process_bookies
-from sim_scripted import GatedMetadataStore, ScriptedTransport, add_of, adds_from, read_of
+from sim.sim_scripted import GatedMetadataStore, ScriptedTransport, add_of, adds_from, read_of
 
 from magnetar.bookkeeper.client import (
     BKError,

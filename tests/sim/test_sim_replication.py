@@ -6,14 +6,13 @@ A failing seed prints the command that reproduces it: ``pytest tests/sim -k <tes
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from sim_world import SimResult, repro_command, run_seed
+from sim.sim_world import SimResult, repro_command, run_seed, trace_digest
 
 from magnetar.bookkeeper.client import recovery
 
@@ -44,14 +43,10 @@ def test_a_seed_replays_the_same_trace() -> None:
     assert first.trace == second.trace
 
 
-def trace_digest(seed: int) -> str:
-    return hashlib.sha256("\n".join(run_seed(seed).trace).encode()).hexdigest()
-
-
 def test_a_seed_replays_the_same_trace_in_a_fresh_process() -> None:
     """What the printed reproduction command relies on: same trace in another process, another hash seed."""
-    code = f"import sys; sys.path[:0] = [{str(HERE)!r}, {str(HERE.parent)!r}]; " + (
-        "from test_sim_replication import trace_digest; print(trace_digest(5))"
+    code = f"import sys; sys.path.insert(0, {str(HERE.parent)!r}); " + (
+        "from sim.sim_world import trace_digest; print(trace_digest(5))"
     )
     digests = set()
     for hash_seed in ("1", "2"):
