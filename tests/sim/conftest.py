@@ -1,14 +1,14 @@
 """Options of the deterministic replication simulation.
 
 ``--sim-seed=N`` runs exactly seed N (reproducing a failure); ``--sim-seeds=K`` runs seeds 0..K-1
-(default 400 in CI; ``make sim-long`` runs 5000).
+(default 500 in CI; ``make sim-long`` runs 5000).
 """
 
 from __future__ import annotations
 
 import pytest
 
-DEFAULT_SEEDS = 400
+DEFAULT_SEEDS = 500
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
