@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, NotEmptyError, NotFoundError
+from magnetar.broker.topic_name import url_decode, url_encode
 
 CLUSTERS = "/admin/clusters"
 POLICIES = "/admin/policies"
@@ -219,14 +220,20 @@ class PolicyStore:
 
     @staticmethod
     def _partitioned_path(namespace: str, local_name: str) -> str:
-        return f"{PARTITIONED}/{namespace}/persistent/{local_name}"
+        """The local name is URL-encoded (as in the managed-ledger name) so any topic name makes a valid
+        metadata path segment."""
+        return f"{PARTITIONED}/{namespace}/persistent/{url_encode(local_name)}"
 
     async def get_partitions(self, namespace: str, local_name: str) -> int:
         found = await self._get(self._partitioned_path(namespace, local_name), PartitionedTopicMetadata)
         return 0 if found is None else found[0].partitions
 
     async def partitioned_topics(self, namespace: str) -> list[str]:
-        return await self.store.get_children(f"{PARTITIONED}/{namespace}/persistent")
+        """Local names of the namespace's partitioned topics (decoded)."""
+        return [
+            url_decode(name)
+            for name in await self.store.get_children(f"{PARTITIONED}/{namespace}/persistent")
+        ]
 
     async def create_partitioned(self, namespace: str, local_name: str, partitions: int) -> None:
         await self._create(
@@ -256,13 +263,13 @@ class PolicyStore:
     # -- topic-level policies ----------------------------------------------------------------------
 
     async def get_topic_policies(self, namespace: str, local_name: str) -> TopicPolicies:
-        found = await self._get(f"{TOPIC_POLICIES}/{namespace}/{local_name}", TopicPolicies)
+        found = await self._get(f"{TOPIC_POLICIES}/{namespace}/{url_encode(local_name)}", TopicPolicies)
         return TopicPolicies() if found is None else found[0]
 
     async def update_topic_policies(
         self, namespace: str, local_name: str, change: Callable[[TopicPolicies], TopicPolicies]
     ) -> TopicPolicies:
-        path = f"{TOPIC_POLICIES}/{namespace}/{local_name}"
+        path = f"{TOPIC_POLICIES}/{namespace}/{url_encode(local_name)}"
         for _ in range(3):
             found = await self._get(path, TopicPolicies)
             value, version = found if found is not None else (TopicPolicies(), -1)
