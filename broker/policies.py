@@ -126,7 +126,7 @@ class PolicyStore:
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
 
-    # -- generic versioned access -------------------------------------------------------------------------
+    # -- generic versioned access ---------------------------------------------------------------
 
     async def _get(self, path: str, model: type[M]) -> tuple[M, int] | None:
         result = await self.store.get(path)
@@ -155,7 +155,7 @@ class PolicyStore:
             raise ConcurrentModificationError(f"{what} was modified concurrently") from exc
         return updated
 
-    # -- clusters ---------------------------------------------------------------------------------------
+    # -- clusters -----------------------------------------------------------------------------
 
     async def clusters(self) -> list[str]:
         return await self.store.get_children(CLUSTERS)
@@ -167,7 +167,7 @@ class PolicyStore:
         found = await self._get(f"{CLUSTERS}/{name}", ClusterData)
         return None if found is None else found[0]
 
-    # -- tenants ----------------------------------------------------------------------------------------
+    # -- tenants ------------------------------------------------------------------------------
 
     async def tenants(self) -> list[str]:
         return await self.store.get_children(POLICIES)
@@ -192,7 +192,7 @@ class PolicyStore:
         except NotEmptyError as exc:
             raise AlreadyExists("The tenant still has active namespaces") from exc
 
-    # -- namespaces -------------------------------------------------------------------------------------
+    # -- namespaces ---------------------------------------------------------------------------
 
     async def namespaces(self, tenant: str) -> list[str]:
         return [f"{tenant}/{ns}" for ns in await self.store.get_children(f"{POLICIES}/{tenant}")]
@@ -216,7 +216,7 @@ class PolicyStore:
         except NotFoundError as exc:
             raise NotFound("Namespace does not exist") from exc
 
-    # -- partitioned topics -------------------------------------------------------------------------
+    # -- partitioned topics ---------------------------------------------------------------
 
     @staticmethod
     def _partitioned_path(namespace: str, local_name: str) -> str:
@@ -260,7 +260,7 @@ class PolicyStore:
         except NotFoundError as exc:
             raise NotFound("Partitioned topic does not exist") from exc
 
-    # -- topic-level policies ----------------------------------------------------------------------
+    # -- topic-level policies ------------------------------------------------------------
 
     async def get_topic_policies(self, namespace: str, local_name: str) -> TopicPolicies:
         found = await self._get(f"{TOPIC_POLICIES}/{namespace}/{url_encode(local_name)}", TopicPolicies)
