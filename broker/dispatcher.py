@@ -132,11 +132,11 @@ class Dispatcher:
         previous, self.active = self.active, chosen
         if previous is not None:
             log.info("subscription %s: active consumer %s -> %s", self._sub.name, previous.name, chosen.name)
-            for consumer in self.consumers:
-                if consumer is not chosen and consumer.pending:
-                    consumer.flow.release(len(consumer.pending))
-                    consumer.pending.clear()
-            self.rewind()
+        for consumer in self.consumers:
+            if consumer is not chosen and consumer.pending:
+                consumer.flow.release(len(consumer.pending))
+                consumer.pending.clear()
+        self.rewind()  # the new active consumer gets everything unacknowledged
 
     def rewind(self) -> None:
         """Deliver everything unacknowledged again from the mark-delete position on."""
