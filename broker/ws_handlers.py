@@ -29,6 +29,7 @@ import trio
 from magnetar.bookkeeper.runtime.http import (
     CLOSE_NORMAL,
     WebSocket,
+    WebSocketClosed,
     WebSocketRequest,
     error_response,
 )
@@ -107,8 +108,10 @@ class WsHandlers:
                 nursery.start_soon(extra)
             with session.scope:
                 try:
-                    async for message in ws:
-                        await on_frame(message)
+                    while True:
+                        await on_frame(await ws.receive())
+                except WebSocketClosed:
+                    pass
                 except WsSessionError as exc:
                     close = (exc.close_code, exc.reason)
             if session.kicked is not None:
