@@ -11,6 +11,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "magnetar.admin.perf_bookie_rpc",
         "bookie wire path: pipelined adds over TCP to one bookie",
     ),
+    "produce": ("magnetar.admin.perf_produce", "publish over the WebSocket API: throughput and latency"),
+    "consume": ("magnetar.admin.perf_consume", "consume over the WebSocket API: throughput, end-to-end latency"),
 }
 
 
