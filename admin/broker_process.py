@@ -82,7 +82,7 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
                 handle.stop()
                 await handle.stopped.wait()
     if port_file is not None:
-        port_file.unlink(missing_ok=True)
+        await trio.Path(port_file).unlink(missing_ok=True)
     log.info("broker %s exited cleanly", handle.http_url)
     return 0
 

@@ -22,7 +22,7 @@ FLAGS = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata-url", help="metadata store: zk:HOST:PORT[/chroot], memory://[NAME]")
-    parser.add_argument("--http-port", type=int, help="HTTP/WebSocket port (default 8080; 0 = pick a free one)")
+    parser.add_argument("--http-port", type=int, help="HTTP/WebSocket port (default 8080; 0: any free port)")
     parser.add_argument("--port", dest="http_port", type=int, help="alias of --http-port")
     parser.add_argument("--bind", dest="bind_address", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--advertised-address", help="host clients are told to use (lookup, redirects)")
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-auto-topic-creation", dest="allow_auto_topic_creation", action="store_false", default=None
     )
     parser.add_argument(
-        "--port-file", help="when ready, write {brokerId, httpUrl, port} as JSON to this file (port discovery)"
+        "--port-file", help="when ready, write {brokerId, httpUrl, port} as JSON to this file"
     )
 
 

@@ -12,7 +12,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "bookie wire path: pipelined adds over TCP to one bookie",
     ),
     "produce": ("magnetar.admin.perf_produce", "publish over the WebSocket API: throughput and latency"),
-    "consume": ("magnetar.admin.perf_consume", "consume over the WebSocket API: throughput, end-to-end latency"),
+    "consume": ("magnetar.admin.perf_consume", "consume over the WebSocket API: throughput, e2e latency"),
 }
 
 

@@ -128,7 +128,8 @@ def _report(kind: str, stats: Stats, since: float) -> None:
     elapsed = max(time.monotonic() - since, 1e-9)
     summary = stats.interval.summary()
     print(
-        f"{kind}: {stats.interval_count / elapsed:,.0f} msg/s | total {stats.count:,} | errors {stats.errors} | "
+        f"{kind}: {stats.interval_count / elapsed:,.0f} msg/s | total {stats.count:,} | "
+        f"errors {stats.errors} | "
         f"latency ms p50 {summary['p50']} p95 {summary['p95']} p99 {summary['p99']} max {summary['max']}",
         flush=True,
     )
@@ -172,7 +173,9 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
             nursery.start_soon(_reporter, "produce", stats, args.report_interval_s)
             async with trio.open_nursery() as producers:
                 for index in range(args.producers):
-                    producers.start_soon(_producer, url, payload, per_producer, rate, args.max_pending, stats, index)
+                    producers.start_soon(
+                        _producer, url, payload, per_producer, rate, args.max_pending, stats, index
+                    )
             nursery.cancel_scope.cancel()
     _final("produce", stats, {"size": args.size, "producers": args.producers, "target_rate": args.rate})
     return {"count": stats.count}

@@ -3,6 +3,7 @@ Pulsar-aware clients do), send text frames in batches, receive text frames."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from urllib.parse import urlsplit
 
@@ -120,14 +121,11 @@ class WsClient:
                     continue
                 elif isinstance(event, Ping):
                     await self._stream.send_all(self._conn.send(event.response()))
-                elif isinstance(event, CloseConnection):
-                    if not self._messages:
-                        raise WsClosed(event.code, event.reason or "")
+                elif isinstance(event, CloseConnection) and not self._messages:
+                    raise WsClosed(event.code, event.reason or "")
         return self._messages.popleft()
 
     async def aclose(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # best effort on an already broken connection
             await self._stream.send_all(self._conn.send(CloseConnection(code=1000)))
-        except Exception:  # noqa: BLE001 - best effort on an already broken connection
-            pass
         await trio.aclose_forcefully(self._stream)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fixtures.broker_processes import ProcessCluster  # noqa: E402
-from fixtures.zookeeper import ZooKeeperServer  # noqa: E402
+from fixtures.broker_processes import ProcessCluster
+from fixtures.zookeeper import ZooKeeperServer
 
 
 def main() -> int:
@@ -36,7 +36,8 @@ def main() -> int:
                     cluster.start_bookie(index)
                 broker = cluster.start_broker(
                     0,
-                    "--ensemble-size", str(quorum), "--write-quorum", str(quorum), "--ack-quorum", str(quorum),
+                    "--ensemble-size", str(quorum), "--write-quorum", str(quorum),
+                    "--ack-quorum", str(quorum),
                 )  # fmt: skip
                 print(f"broker ready: ws://127.0.0.1:{broker.ready['port']} pids: "
                       f"{[p.pid for p in cluster.processes]}", flush=True)  # fmt: skip

@@ -36,7 +36,8 @@ def test_producer_errors_are_acks_and_the_session_goes_on(broker: Broker, ws_con
     assert recv_json(producer)["result"] == "send-error:3"
     send_json(producer, {"context": "1"})
     missing = recv_json(producer)
-    assert missing["result"] == "send-error:7" and missing["context"] == "1"
+    assert missing["result"] == "send-error:7"
+    assert missing["context"] == "1"
     send_json(producer, {"payload": "***", "context": "2"})
     bad = recv_json(producer)
     assert bad["result"] == "send-error:7"

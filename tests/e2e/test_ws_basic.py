@@ -30,7 +30,8 @@ def test_round_trip_with_websocket_client(
     assert ack["context"] == "c1"
     assert ack["errorCode"] == 0
     mid = MessageId.from_base64(ack["messageId"])
-    assert mid.partition == -1 and mid.batch_index == -1
+    assert mid.partition == -1
+    assert mid.batch_index == -1
     message = recv_json(consumer)
     assert message["messageId"] == ack["messageId"]
     assert unb64(message["payload"]) == b"hello"

@@ -6,6 +6,7 @@ import json
 from collections import defaultdict
 from collections.abc import Callable
 
+import pytest
 import websocket
 from fixtures.broker import (
     Broker,
@@ -28,13 +29,10 @@ def payloads(messages: list[dict[str, object]]) -> list[str]:
 def test_exclusive_refuses_a_second_consumer(broker: Broker, ws_connect: Connect) -> None:
     url = f"{broker.ws_url}/ws/v2/consumer/{TOPIC}/excl/sub"
     ws_connect(url)
-    try:
+    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
         ws_connect(url)
-    except websocket.WebSocketBadStatusException as exc:
-        assert exc.status_code == 409
-        assert b"Exclusive consumer is already connected" in (exc.resp_body or b"")
-    else:
-        raise AssertionError("second exclusive consumer was accepted")
+    assert refused.value.status_code == 409
+    assert b"Exclusive consumer is already connected" in (refused.value.resp_body or b"")
 
 
 def test_shared_spreads_messages_and_redelivers_when_a_consumer_leaves(
