@@ -74,7 +74,8 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 handle: BrokerHandle = await nursery.start(run_broker, settings, metadata, bk)
-                tune_gc()
+                if settings.gc_tuning:
+                    tune_gc()
                 announce(handle, port_file)
                 async for signum in signals:
                     log.info("received %s: shutting down", signal.Signals(signum).name)

@@ -303,13 +303,23 @@ async def _consume_on(client: WsClient, messages: int, stats: Stats) -> None:
         await client.send_many(acks)
 
 
+_PARSED: dict[str, int] = {}
+
+
 def _parse_ms(text: str) -> int:
+    """``publishTime`` -> epoch ms (cached: consecutive messages share their millisecond)."""
     from magnetar.broker.date_format import DateParseError, parse_timestamp  # noqa: PLC0415
 
-    try:
-        return parse_timestamp(text)
-    except DateParseError:
-        return 0
+    value = _PARSED.get(text)
+    if value is None:
+        try:
+            value = parse_timestamp(text)
+        except DateParseError:
+            value = 0
+        if len(_PARSED) > 10_000:
+            _PARSED.clear()
+        _PARSED[text] = value
+    return value
 
 
 def run_produce(args: argparse.Namespace) -> int:

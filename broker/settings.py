@@ -92,6 +92,10 @@ class BrokerSettings(BaseSettings):
     ws_send_queue_bytes_max: PositiveInt = 1 * MIB
     shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
 
+    # -- process ---------------------------------------------------------------------------------------
+    gc_tuning: bool = True
+    """``magnetar broker`` freezes start-up objects and raises the GC thresholds (see ``tune_gc``)."""
+
     @model_validator(mode="after")
     def _check_relations(self) -> Self:
         if not self.ack_quorum <= self.write_quorum <= self.ensemble_size:
