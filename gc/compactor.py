@@ -1,0 +1,180 @@
+"""Entry-log compaction policy: which logs, in which order, at what rate (BookKeeper's
+``GarbageCollectorThread.doCompactEntryLogs`` with the ``TransactionalEntryLogCompactor``; reference §6).
+
+A pass (minor or major) takes the logs whose usage is below its threshold, lowest usage first (they free
+the most space per byte copied), and packs them into jobs whose live bytes fit one entry log
+(``entry_log_bytes_max``): each job copies the live entries of its logs into one new log and retires them
+(:class:`~magnetar.bookkeeper.bookie.entry_log_gc.CompactionJob`, transactional and crash-safe). Merging
+several sparse logs into one keeps the number of logs from growing (BookKeeper compacts one log into one).
+Copying is throttled by a token bucket in entries or bytes per second (``compactionRateByEntries`` /
+``compactionRateByBytes``), so the disk and the event loop stay available to writers.
+
+A job starts only if the disk has room for what it copies (plus ``compaction_free_bytes_reserve``); a job
+that would free nothing (a single log with no dead bytes) is skipped; a source the job cannot read to its
+end is marked damaged and the job rolled back (the other logs are retried on the next pass). A pass stops
+at its time limit, when the caller says stop (suspended, disk pressure), or on a storage error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from magnetar.bookkeeper.bookie.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, SourceDamagedError, StepHook
+from magnetar.bookkeeper.bookie.errors import BookieError
+from magnetar.bookkeeper.bookie.gc_settings import GcSettings
+from magnetar.gc.log_usage import UsageTracker
+from magnetar.gc.rate_limiter import RateLimiter
+
+log = logging.getLogger(__name__)
+
+StopCheck = Callable[[], str | None]
+"""Asked before each job: a reason to stop the pass, or None to go on."""
+
+
+@dataclass(slots=True)
+class CompactionPass:
+    kind: str
+    threshold: float
+    jobs: int = 0
+    logs_compacted: int = 0
+    entries: int = 0
+    copied_bytes: int = 0
+    reclaimed_bytes: int = 0
+    skipped_jobs: int = 0
+    seconds: float = 0.0
+    stopped: str | None = None
+    """Why the pass ended before its last job (None: it did them all)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "threshold": self.threshold,
+            "jobs": self.jobs,
+            "logsCompacted": self.logs_compacted,
+            "entries": self.entries,
+            "copiedBytes": self.copied_bytes,
+            "reclaimedBytes": self.reclaimed_bytes,
+            "skippedJobs": self.skipped_jobs,
+            "seconds": round(self.seconds, 3),
+            "stopped": self.stopped,
+        }
+
+
+class Compactor:
+    def __init__(
+        self,
+        engine: EntryLogGc,
+        tracker: UsageTracker,
+        settings: GcSettings,
+        *,
+        target_log_bytes: int,
+        free_bytes: Callable[[], int | None],
+        on_step: StepHook | None = None,
+    ) -> None:
+        self._engine = engine
+        self._tracker = tracker
+        self._settings = settings
+        self._target_log_bytes = target_log_bytes
+        self._free_bytes = free_bytes
+        self._on_step = on_step
+        by_bytes = settings.compaction_throttle_by_bytes
+        self._by_bytes = by_bytes
+        self.limiter = RateLimiter(
+            settings.compaction_rate_bytes_per_s if by_bytes else settings.compaction_rate_entries_per_s
+        )
+
+    def plan(self, threshold: float) -> list[list[int]]:
+        """Jobs for the logs below ``threshold``, lowest usage first, each fitting one entry log."""
+        tracker = self._tracker
+        jobs: list[list[int]] = []
+        current: list[int] = []
+        current_bytes = 0
+        for _, log_id in tracker.candidates(threshold):
+            remaining = tracker.remaining_bytes(log_id)
+            if current and current_bytes + remaining > self._target_log_bytes:
+                jobs.append(current)
+                current, current_bytes = [], 0
+            current.append(log_id)
+            current_bytes += remaining
+        if current:
+            jobs.append(current)
+        return [job for job in jobs if len(job) > 1 or self._frees_bytes(job[0])]
+
+    def _frees_bytes(self, log_id: int) -> bool:
+        return self._tracker.remaining_bytes(log_id) < self._tracker.usage_of(log_id).total_bytes
+
+    async def run(self, kind: str, threshold: float, *, max_time_s: float, stop: StopCheck) -> CompactionPass:
+        result = CompactionPass(kind, threshold)
+        started = trio.current_time()
+        for job in self.plan(threshold):
+            reason = stop()
+            if reason is None and max_time_s and trio.current_time() - started >= max_time_s:
+                reason = f"{kind}_compaction_max_time_s={max_time_s} reached"
+            if reason is not None:
+                result.stopped = reason
+                break
+            try:
+                await self._run_job(job, result)
+            except BookieError as exc:
+                log.error("%s compaction stopped: %s", kind, exc)
+                result.stopped = f"storage error: {exc}"
+                break
+        result.seconds = trio.current_time() - started
+        return result
+
+    async def _run_job(self, logs: list[int], result: CompactionPass) -> None:
+        tracker = self._tracker
+        need = (
+            sum(tracker.remaining_bytes(log_id) for log_id in logs)
+            + self._settings.compaction_free_bytes_reserve
+        )
+        free = self._free_bytes()
+        if free is not None and free < need:
+            log.warning("compaction of %s skipped: %d bytes free, %d needed", _names(logs), free, need)
+            result.skipped_jobs += 1
+            return
+        job = await self._engine.start_compaction(
+            batch_bytes=self._settings.compaction_batch_bytes,
+            relocate_batch_entries=self._settings.compaction_relocate_batch_entries,
+            on_step=self._on_step,
+        )
+        source = logs[0]
+        try:
+            for source in logs:
+                await job.copy(tracker.usage_of(source), self._throttle)
+        except SourceDamagedError as exc:
+            await job.abort()
+            tracker.mark_damaged(source, str(exc))
+            return
+        except BaseException:
+            await job.abort()
+            raise
+        done = await job.commit()
+        for log_id in done.sources_deleted:
+            tracker.forget(log_id)
+        result.jobs += 1
+        result.logs_compacted += len(done.sources_deleted)
+        result.entries += done.entries
+        result.copied_bytes += done.copied_bytes
+        result.reclaimed_bytes += done.reclaimed_bytes
+        log.info(
+            "%s compaction: %s -> %s, %d live entries (%d bytes) copied, %d bytes reclaimed",
+            result.kind,
+            _names(done.sources_deleted),
+            log_file_name(done.target),
+            done.entries,
+            done.copied_bytes,
+            done.reclaimed_bytes,
+        )
+
+    async def _throttle(self, entries: int, size: int) -> None:
+        await self.limiter.acquire(size if self._by_bytes else entries)
+
+
+def _names(log_ids: list[int]) -> str:
+    return ",".join(log_file_name(log_id) for log_id in log_ids)
