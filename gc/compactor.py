@@ -9,16 +9,19 @@ several sparse logs into one keeps the number of logs from growing (BookKeeper c
 Copying is throttled by a token bucket in entries or bytes per second (``compactionRateByEntries`` /
 ``compactionRateByBytes``), so the disk and the event loop stay available to writers.
 
-A job starts only if the disk has room for what it copies (plus ``compaction_free_bytes_reserve``); a job
-that would free nothing (a single log with no dead bytes) is skipped; a source the job cannot read to its
-end is marked damaged and the job rolled back (the other logs are retried on the next pass). A pass stops
-at its time limit, when the caller says stop (suspended, disk pressure), or on a storage error.
+Jobs are planned one at a time against the free disk space: a job copies no more than the disk can take
+(less ``compaction_free_bytes_reserve``), so on a nearly full disk the emptiest logs go first in small jobs,
+and each job's freed space lets the next one be bigger. A job that would free nothing (a single log with no
+dead bytes) is not planned; a source a job cannot read to its end is marked damaged and the job rolled back
+(its other logs are retried on the next pass). A pass stops when nothing is left below its threshold, at its
+time limit, when the caller says stop (suspended, disk pressure), when what is left does not fit the free
+space, or on a storage error.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 
 import trio
@@ -45,7 +48,6 @@ class CompactionPass:
     entries: int = 0
     copied_bytes: int = 0
     reclaimed_bytes: int = 0
-    skipped_jobs: int = 0
     seconds: float = 0.0
     stopped: str | None = None
     """Why the pass ended before its last job (None: it did them all)."""
@@ -59,7 +61,6 @@ class CompactionPass:
             "entries": self.entries,
             "copiedBytes": self.copied_bytes,
             "reclaimedBytes": self.reclaimed_bytes,
-            "skippedJobs": self.skipped_jobs,
             "seconds": round(self.seconds, 3),
             "stopped": self.stopped,
         }
@@ -88,15 +89,21 @@ class Compactor:
             settings.compaction_rate_bytes_per_s if by_bytes else settings.compaction_rate_entries_per_s
         )
 
-    def plan(self, threshold: float) -> list[list[int]]:
-        """Jobs for the logs below ``threshold``, lowest usage first, each fitting one entry log."""
+    def plan(
+        self, threshold: float, budget_bytes: int | None = None, exclude: Set[int] = frozenset()
+    ) -> list[list[int]]:
+        """Jobs for the logs below ``threshold``, lowest usage first, each copying at most ``budget_bytes``
+        (default: one entry log's worth) of live data."""
         tracker = self._tracker
+        budget = self._target_log_bytes if budget_bytes is None else min(budget_bytes, self._target_log_bytes)
         jobs: list[list[int]] = []
         current: list[int] = []
         current_bytes = 0
         for _, log_id in tracker.candidates(threshold):
             remaining = tracker.remaining_bytes(log_id)
-            if current and current_bytes + remaining > self._target_log_bytes:
+            if log_id in exclude or remaining > budget:
+                continue
+            if current and current_bytes + remaining > budget:
                 jobs.append(current)
                 current, current_bytes = [], 0
             current.append(log_id)
@@ -111,13 +118,16 @@ class Compactor:
     async def run(self, kind: str, threshold: float, *, max_time_s: float, stop: StopCheck) -> CompactionPass:
         result = CompactionPass(kind, threshold)
         started = trio.current_time()
-        for job in self.plan(threshold):
+        tried: set[int] = set()
+        while True:
             reason = stop()
             if reason is None and max_time_s and trio.current_time() - started >= max_time_s:
                 reason = f"{kind}_compaction_max_time_s={max_time_s} reached"
-            if reason is not None:
+            job, reason = self._next_job(threshold, tried) if reason is None else (None, reason)
+            if job is None:
                 result.stopped = reason
                 break
+            tried.update(job)
             try:
                 await self._run_job(job, result)
             except BookieError as exc:
@@ -127,17 +137,20 @@ class Compactor:
         result.seconds = trio.current_time() - started
         return result
 
+    def _next_job(self, threshold: float, tried: set[int]) -> tuple[list[int] | None, str | None]:
+        """The next job that fits the free space; else None and why (None: nothing left to do)."""
+        free = self._free_bytes()
+        budget = None if free is None else free - self._settings.compaction_free_bytes_reserve
+        jobs = self.plan(threshold, budget, tried)
+        if jobs:
+            return jobs[0], None
+        if budget is not None and self.plan(threshold, None, tried):
+            log.warning("compaction paused: %d bytes free are not enough to copy the next log", free)
+            return None, f"not enough free disk space ({free} bytes)"
+        return None, None
+
     async def _run_job(self, logs: list[int], result: CompactionPass) -> None:
         tracker = self._tracker
-        need = (
-            sum(tracker.remaining_bytes(log_id) for log_id in logs)
-            + self._settings.compaction_free_bytes_reserve
-        )
-        free = self._free_bytes()
-        if free is not None and free < need:
-            log.warning("compaction of %s skipped: %d bytes free, %d needed", _names(logs), free, need)
-            result.skipped_jobs += 1
-            return
         job = await self._engine.start_compaction(
             batch_bytes=self._settings.compaction_batch_bytes,
             relocate_batch_entries=self._settings.compaction_relocate_batch_entries,
