@@ -5,8 +5,8 @@ module gives it safe operations on the running engine, each keeping invariant 12
 
 * :meth:`EntryLogGc.log_ids` - the logs GC may look at: *sealed* logs only, i.e. not the log being written
   and not a log whose entries a running checkpoint may still be indexing (the ids below the log that was
-  current when the last checkpoint completed), and not the logs of a compaction in progress. A sealed log
-  never gains an index entry again; it only loses them.
+  current when the last checkpoint completed, and the targets of finished compactions), and not the logs of
+  a compaction in progress. A sealed log never gains an index entry again; it only loses them.
 * :meth:`EntryLogGc.usage` - ``ledgerId -> bytes`` of a log from its ledgers map, or from a scan for a log
   without one (a crash interrupted it). A scan that stops early leaves a log GC must not delete until
   :meth:`EntryLogGc.index_references` proved (one pass over the index) that nothing points past that point.
@@ -139,6 +139,8 @@ class EntryLogGc:
         self._lock = lock
         self._settings = settings
         self._sealed_below = 0
+        self._compacted: set[int] = set()
+        """Targets of finished compactions: complete, and never written by a checkpoint - sealed at once."""
         self._busy: set[int] = set()
         self._record_bytes_max = settings.entry_bytes_max + RECORD_HEADER_BYTES
 
@@ -153,7 +155,8 @@ class EntryLogGc:
 
     def log_ids(self) -> list[int]:
         """Sealed logs that no compaction is working on, ascending."""
-        return [i for i in self._logger.log_ids() if i < self._sealed_below and i not in self._busy]
+        sealed, compacted, busy = self._sealed_below, self._compacted, self._busy
+        return [i for i in self._logger.log_ids() if (i < sealed or i in compacted) and i not in busy]
 
     def ledger_exists(self, ledger_id: int) -> bool:
         return ledger_id in self._states
@@ -313,6 +316,7 @@ class EntryLogGc:
             step("source-deleted")
         result.reclaimed_bytes -= result.target_bytes
         await run_io("removing a compaction manifest", remove_file, directory / manifest_name(target))
+        self._compacted.add(target)
         step("done")
         return result
 
