@@ -22,7 +22,7 @@ import pytest
 import trio
 from fixtures.gc import directory_bytes, entry_log_bytes, live_bytes, open_gc_cluster
 
-from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
+from magnetar.bookkeeper.client import ClientSettings, LedgerHandle, open_bookkeeper
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.gc.ledger_gc import find_deleted_ledgers
 from magnetar.gc.rate_limiter import RateLimiter
@@ -89,6 +89,22 @@ async def consume(ml: ManagedLedger, topic: int, count: int, subscription: str =
             seen += 1
         cursor.ack_cumulative(entries[-1].position)
     await cursor.flush()
+
+
+async def add_pipelined(adds: list[tuple[LedgerHandle, bytes]]) -> None:
+    done = trio.Event()
+    results: list[object] = []
+
+    def on_add(result: object) -> None:
+        results.append(result)
+        if len(results) == len(adds):
+            done.set()
+
+    for handle, data in adds:
+        await handle.wait_for_room()
+        handle.add_entry_nowait(data, on_add)
+    await done.wait()
+    assert all(isinstance(r, int) for r in results), [r for r in results if not isinstance(r, int)][:3]
 
 
 @pytest.mark.slow
@@ -174,4 +190,56 @@ async def test_retention_and_one_gc_cycle_give_the_disk_back(tmp_path: Path) -> 
             for offset, e in enumerate(retained):
                 assert e.data == payload(topic, start + offset)
             ml.close_non_durable_cursor(reader)
+    await metadata.aclose()
+
+
+async def test_mixed_lifetimes_short_lived_ledgers_are_compacted_away(tmp_path: Path) -> None:
+    """Long-lived and short-lived ledgers interleaved in the same entry logs (through the replication client,
+    E/W/A 3/3/2); the short-lived ones are deleted; a minor compaction reclaims their space and every entry
+    of the long-lived ones still reads back."""
+    metadata = MemoryMetadataStore()
+    client = ClientSettings(ensemble_size=3, write_quorum=3, ack_quorum=2)
+    long_entries: dict[int, list[bytes]] = {}
+    short_ids: list[int] = []
+    engine = {"entry_log_bytes_max": 128 * 1024}
+    async with (
+        open_gc_cluster(metadata, tmp_path, 3, engine=engine) as cluster,
+        open_bookkeeper(metadata, cluster.transport, client) as bk,
+    ):
+        longs = [await bk.create_ledger(password=b"long") for _ in range(2)]
+        for handle in longs:
+            long_entries[handle.ledger_id] = []
+        for round_ in range(20):
+            short = await bk.create_ledger(password=b"short")
+            short_ids.append(short.ledger_id)
+            adds: list[tuple[LedgerHandle, bytes]] = []
+            for i in range(45):
+                adds.append((short, f"short {round_}/{i} ".encode() * 60))
+                if i % 9 == 0:
+                    for handle in longs:
+                        data = f"long {handle.ledger_id}/{len(long_entries[handle.ledger_id])} ".encode() * 60
+                        adds.append((handle, data))
+                        long_entries[handle.ledger_id].append(data)
+            await add_pipelined(adds)
+            await short.close()
+            await cluster.checkpoint()  # every entry log holds runs of both kinds
+        for handle in longs:
+            await handle.close()
+        for ledger_id in short_ids:
+            await bk.delete_ledger(ledger_id)
+        before = [entry_log_bytes(b.store.settings) for b in cluster.bookies]
+        results = await cluster.gc_cycle(force_major=False, force_minor=True)
+        for b, result, size in zip(cluster.bookies, results, before, strict=True):
+            assert sorted(result.deleted_ledgers) == sorted(short_ids)
+            assert result.compaction is not None
+            assert result.compaction.kind == "minor"
+            assert result.compaction.logs_compacted > 0
+            after = entry_log_bytes(b.store.settings)
+            live = live_bytes(b.store)
+            print(f"{b.bookie_id}: {size} -> {after} bytes ({live} live): {result.compaction.to_json()}")
+            assert after <= 1.1 * live + engine["entry_log_bytes_max"]
+        for ledger_id, expected in long_entries.items():
+            reader = await bk.open_ledger(ledger_id, b"long")
+            assert [e.payload for e in await reader.read_entries(0, len(expected) - 1)] == expected
+            await reader.close()
     await metadata.aclose()
