@@ -38,6 +38,7 @@ import crc32c
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.entry_log_format import (
     HEADER_BYTES,
+    ScannedEntry,
     ScanStop,
     encode_header,
     encode_ledgers_map,
@@ -208,15 +209,13 @@ class CompactionLogWriter:
 
 
 @dataclass(frozen=True, slots=True)
-class Record:
-    ledger_id: int
-    entry_id: int
-    offset: int
-    """Offset of the record (header included) in its log: the low half of its location."""
-    size: int
-    """Bytes of the whole record, header included."""
-    raw: bytes
-    """The whole record (empty when read without data)."""
+class Chunk:
+    """Whole records read from a log: ``entries`` (offsets in the file) and the bytes they are in."""
+
+    buf: bytes
+    base: int
+    """File offset of ``buf[0]``: entry ``e``'s record starts at ``buf[e.offset - base]``."""
+    entries: list[ScannedEntry]
 
 
 class LogRecordReader:
@@ -226,13 +225,10 @@ class LogRecordReader:
     :attr:`stop_offset` then say which and where.
     """
 
-    def __init__(
-        self, path: Path, *, chunk_bytes: int, record_bytes_max: int, with_data: bool = True
-    ) -> None:
+    def __init__(self, path: Path, *, chunk_bytes: int, record_bytes_max: int) -> None:
         self.path = path
         self._chunk_bytes = chunk_bytes
         self._size_max = record_bytes_max
-        self._with_data = with_data
         self._file: BinaryIO | None = None
         self._buf = b""
         self._base = HEADER_BYTES
@@ -248,26 +244,15 @@ class LogRecordReader:
             self._file.close()
             self._file = None
 
-    def read_chunk(self) -> list[Record] | None:
+    def read_chunk(self) -> Chunk | None:
         """The next records (possibly none), or None once reading has stopped."""
         if self.stop is not None:
             return None
         assert self._file is not None, "the reader is not open"
-        chunk = self._file.read(self._chunk_bytes)
-        buf = self._buf + chunk if self._buf else chunk
+        data = self._file.read(self._chunk_bytes)
+        buf = self._buf + data if self._buf else data
         base = self._base
-        result = scan_records(buf, 0, base, final=not chunk, size_max=self._size_max)
-        with_data = self._with_data
-        records = [
-            Record(
-                e.ledger_id,
-                e.entry_id,
-                e.offset,
-                e.record_bytes,
-                buf[e.offset - base : e.offset - base + e.record_bytes] if with_data else b"",
-            )
-            for e in result.entries
-        ]
+        result = scan_records(buf, 0, base, final=not data, size_max=self._size_max)
         self._buf = buf[result.end :]
         self._base = base + result.end
         if result.stop is not None:
@@ -276,4 +261,4 @@ class LogRecordReader:
             if result.stop in (ScanStop.TORN, ScanStop.CORRUPT):
                 stop = result.stop.value
                 log.warning("%s: records end at offset %d (%s)", self.path.name, self._base, stop)
-        return records
+        return Chunk(buf, base, result.entries)

@@ -174,15 +174,13 @@ class EntryLogGc:
             with path.open("rb") as f:
                 header = decode_header(f.read(HEADER_BYTES))
             return LogUsage(log_id, mapped, file_bytes, header.map_offset, from_map=True)
-        reader = LogRecordReader(
-            path, chunk_bytes=SCAN_CHUNK_BYTES, record_bytes_max=self._record_bytes_max, with_data=False
-        )
+        reader = LogRecordReader(path, chunk_bytes=SCAN_CHUNK_BYTES, record_bytes_max=self._record_bytes_max)
         usage: dict[int, int] = {}
         reader.open()
         try:
-            while (records := reader.read_chunk()) is not None:
-                for r in records:
-                    usage[r.ledger_id] = usage.get(r.ledger_id, 0) + r.size
+            while (chunk := reader.read_chunk()) is not None:
+                for e in chunk.entries:
+                    usage[e.ledger_id] = usage.get(e.ledger_id, 0) + e.record_bytes
         finally:
             reader.close()
         return LogUsage(log_id, usage, file_bytes, reader.stop_offset, from_map=False, scan_stop=reader.stop)
@@ -252,17 +250,26 @@ class EntryLogGc:
 
     def _read_live(self, reader: LogRecordReader, source: int) -> _LiveChunk | None:
         """The next records of ``source`` that are live: their ledger exists and the index points at them."""
-        records = reader.read_chunk()
-        if records is None:
+        read = reader.read_chunk()
+        if read is None:
             return None
-        chunk = _LiveChunk()
-        states, get_location, base = self._states, self._index.get_location, source << OFFSET_BITS
-        for r in records:
-            if r.ledger_id in states and get_location(r.ledger_id, r.entry_id) == base | r.offset:
-                chunk.raw += r.raw
-                chunk.ledger_bytes.append((r.ledger_id, len(r.raw)))
-                chunk.entries += 1
-        return chunk
+        live = _LiveChunk()
+        states, get_location, loc_base = self._states, self._index.get_location, source << OFFSET_BITS
+        view, base = memoryview(read.buf), read.base
+        run_start = run_end = -1  # contiguous live records are copied with one slice
+        for e in read.entries:
+            if e.ledger_id in states and get_location(e.ledger_id, e.entry_id) == loc_base | e.offset:
+                start = e.offset - base
+                if start != run_end:
+                    if run_end > run_start:
+                        live.raw += view[run_start:run_end]
+                    run_start = start
+                run_end = start + e.record_bytes
+                live.ledger_bytes.append((e.ledger_id, e.record_bytes))
+                live.entries += 1
+        if run_end > run_start:
+            live.raw += view[run_start:run_end]
+        return live
 
     async def _complete(
         self,
@@ -328,13 +335,13 @@ class EntryLogGc:
             self._logger.directory / log_file_name(target),
             chunk_bytes=SCAN_CHUNK_BYTES,
             record_bytes_max=self._record_bytes_max,
-            with_data=False,
         )
         await run_io("opening a compacted log", reader.open)
         seen = moved = 0
         base = target << OFFSET_BITS
         try:
-            while (records := await run_io("reading a compacted log", reader.read_chunk)) is not None:
+            while (chunk := await run_io("reading a compacted log", reader.read_chunk)) is not None:
+                records = chunk.entries
                 seen += len(records)
                 for start in range(0, len(records), batch_entries):
                     piece = records[start : start + batch_entries]
