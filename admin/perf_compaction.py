@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=int, default=2_000, help="publish adds/s during the measurements")
     parser.add_argument("--baseline-s", type=float, default=10.0, help="publishing without compaction")
     parser.add_argument("--tail-s", type=float, default=1.0, help="publishing after the compaction ends")
+    parser.add_argument("--sync-mb", type=int, default=4, help="compaction_sync_bytes in MiB (0: at the end)")
     parser.add_argument(
         "--runs",
         default="unlimited,bytes:20000000",
@@ -64,6 +65,8 @@ class RunFigures:
     logs_compacted: int = 0
     latency: dict[str, float] = field(default_factory=dict)
     publishes: int = 0
+    journal_sync_ms: tuple[float, float] = (0.0, 0.0)
+    """Journal fdatasync mean and max during the run."""
 
     def line(self) -> str:
         lat = self.latency
@@ -76,8 +79,14 @@ class RunFigures:
             )
         return (
             head + f"publish p50 {lat['p50_ms']:.2f} p99 {lat['p99_ms']:.2f} p99.9 {lat['p999_ms']:.2f} "
-            f"max {lat['max_ms']:.2f} ms ({self.publishes} adds)"
+            f"max {lat['max_ms']:.2f} ms ({self.publishes} adds); journal fdatasync mean "
+            f"{self.journal_sync_ms[0]:.2f} max {self.journal_sync_ms[1]:.1f} ms"
         )
+
+
+def sync_figures(stats: Any) -> tuple[float, float]:
+    mean = stats.sync_seconds / stats.syncs if stats.syncs else 0.0
+    return mean * 1000, stats.sync_seconds_max * 1000
 
 
 def gc_settings_for(run: str) -> dict[str, Any]:
@@ -167,6 +176,7 @@ async def main(args: argparse.Namespace, root: Path) -> list[RunFigures]:
     import trio  # noqa: PLC0415
 
     from magnetar.bookkeeper.bookie.gc_settings import GcSettings  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.journal import JournalStats  # noqa: PLC0415
     from magnetar.bookkeeper.bookie.storage import open_ledger_store  # noqa: PLC0415
     from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings  # noqa: PLC0415
     from magnetar.gc.collector import BookieGarbageCollector  # noqa: PLC0415
@@ -184,10 +194,12 @@ async def main(args: argparse.Namespace, root: Path) -> list[RunFigures]:
         publisher = Publisher(store, args.payload_bytes, args.rate)
         nursery.start_soon(publisher.run)
         publisher.recording = True
+        store.journal.stats = JournalStats()
         await trio.sleep(args.baseline_s)
         publisher.recording = False
         latencies = publisher.take()
         baseline = RunFigures("baseline", latency=latency_summary_ms(latencies), publishes=len(latencies))
+        baseline.journal_sync_ms = sync_figures(store.journal.stats)
         figures.append(baseline)
         print(baseline.line(), flush=True)
         for index, run in enumerate(args.runs.split(",")):
@@ -195,11 +207,14 @@ async def main(args: argparse.Namespace, root: Path) -> list[RunFigures]:
             for ledger_id in doomed:
                 store.delete_ledger(ledger_id)
             await store.checkpoint()
-            gc_settings = GcSettings(gc_wait_time_s=3600, **gc_settings_for(run))
+            gc_settings = GcSettings(
+                gc_wait_time_s=3600, compaction_sync_bytes=args.sync_mb * MIB, **gc_settings_for(run)
+            )
             collector = BookieGarbageCollector(store, None, gc_settings, name=run)
             await collector.tracker.refresh()  # usage is read before the measured part
             publisher.take()
             publisher.recording = True
+            store.journal.stats = JournalStats()
             result = await collector.run_once(force_major=True)
             await trio.sleep(args.tail_s)
             publisher.recording = False
@@ -217,6 +232,7 @@ async def main(args: argparse.Namespace, root: Path) -> list[RunFigures]:
                     logs_compacted=compaction.logs_compacted,
                     latency=latency_summary_ms(latencies),
                     publishes=len(latencies),
+                    journal_sync_ms=sync_figures(store.journal.stats),
                 )
             )
             print(figures[-1].line(), flush=True)

@@ -154,6 +154,7 @@ class Compactor:
         job = await self._engine.start_compaction(
             batch_bytes=self._settings.compaction_batch_bytes,
             relocate_batch_entries=self._settings.compaction_relocate_batch_entries,
+            sync_bytes=self._settings.compaction_sync_bytes,
             on_step=self._on_step,
         )
         source = logs[0]

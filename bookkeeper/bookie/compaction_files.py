@@ -148,11 +148,15 @@ def make_visible(directory: Path, target: int) -> bool:
 class CompactionLogWriter:
     """Writes ``<target>.log.compacting``: the header, copied records, the ledgers map (blocking)."""
 
-    def __init__(self, directory: Path, log_id: int, *, offset_limit: int) -> None:
+    def __init__(self, directory: Path, log_id: int, *, offset_limit: int, sync_bytes: int = 0) -> None:
+        """``sync_bytes``: fdatasync whenever this much was written since the last sync (0: only at the end),
+        so that the disk writes a compaction back in small pieces rather than one burst at its commit."""
         self.directory = directory
         self.log_id = log_id
         self.path = directory / compacting_name(log_id)
         self.offset = HEADER_BYTES
+        self._synced = HEADER_BYTES
+        self._sync_bytes = sync_bytes
         self.usage: dict[int, int] = {}
         self._offset_limit = offset_limit
         self._fd: int | None = None
@@ -183,6 +187,9 @@ class CompactionLogWriter:
         usage = self.usage
         for ledger_id, size in ledger_bytes:
             usage[ledger_id] = usage.get(ledger_id, 0) + size
+        if self._sync_bytes and offset - self._synced >= self._sync_bytes:
+            os.fdatasync(self._fd)
+            self._synced = offset
         return start
 
     def finish(self) -> int:

@@ -49,7 +49,10 @@ class GcSettings(BaseModel):
     compaction_throttle_by_bytes: bool = False
     compaction_batch_bytes: int = Field(1 * MIB, ge=64 * 1024)
     """The compactor reads and writes the logs in pieces of about this size (one worker-thread call each)."""
-    compaction_relocate_batch_entries: int = Field(4096, ge=1)
+    compaction_sync_bytes: int = Field(4 * MIB, ge=0)
+    """The compaction log is fdatasynced every this many bytes (0: once, at the end): the disk then writes it
+    back in pieces instead of one burst that the journal's fsyncs would queue behind."""
+    compaction_relocate_batch_entries: int = Field(512, ge=1)
     """Index updates made per hold of the checkpoint lock when a compacted log is made visible."""
     compaction_free_bytes_reserve: int = Field(1 * MIB, ge=0)
     """A compaction starts only if the disk has room for the live data it copies plus this reserve."""
