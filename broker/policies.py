@@ -162,6 +162,9 @@ class PolicyStore:
     async def create_cluster(self, name: str, data: ClusterData) -> None:
         await self._create(f"{CLUSTERS}/{name}", data, f"Cluster {name}")
 
+    async def update_cluster(self, name: str, data: ClusterData) -> None:
+        await self._update(f"{CLUSTERS}/{name}", ClusterData, lambda _: data, "Cluster")
+
     async def get_cluster(self, name: str) -> ClusterData | None:
         found = await self._get(f"{CLUSTERS}/{name}", ClusterData)
         return None if found is None else found[0]
