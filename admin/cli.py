@@ -16,6 +16,10 @@ from collections.abc import Sequence
 # name -> (module, help). Each module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
 COMMANDS: dict[str, tuple[str, str]] = {
     "bookie": ("magnetar.admin.cmd_bookie", "run one bookie (storage node) process"),
+    "initialize-cluster-metadata": (
+        "magnetar.admin.cmd_init_cluster",
+        "create the cluster, tenant public and namespace public/default (idempotent)",
+    ),
     "perf": ("magnetar.admin.cmd_perf", "load generators and benchmarks (like pulsar-perf)"),
 }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from magnetar.admin.rest.framework import Endpoint
 
@@ -29,9 +29,13 @@ _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::path)?\}")
 
 
 def _schema(tp: Any, components: dict[str, Any]) -> dict[str, Any]:
+    """The schema of ``tp``; models (top-level or nested) go to ``components`` and are referenced."""
     schema = TypeAdapter(tp).json_schema(ref_template=REF_TEMPLATE)
     for name, definition in schema.pop("$defs", {}).items():
         components[name] = definition
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        components[tp.__name__] = schema
+        return {"$ref": REF_TEMPLATE.format(model=tp.__name__)}
     return schema
 
 
@@ -46,7 +50,7 @@ def _path_parameters(pattern: str) -> list[dict[str, Any]]:
 
 
 def _query_parameters(endpoint: Endpoint, components: dict[str, Any]) -> list[dict[str, Any]]:
-    schema = _schema(endpoint.query, components)
+    schema = TypeAdapter(endpoint.query).json_schema(ref_template=REF_TEMPLATE)
     props: dict[str, Any] = schema.get("properties", {})
     required = set(schema.get("required", []))
     return [
