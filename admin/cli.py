@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 # name -> (module, help). Each module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "admin": ("magnetar.admin.cmd_admin", "manage tenants, namespaces, topics (like pulsar-admin)"),
     "bookie": ("magnetar.admin.cmd_bookie", "run one bookie (storage node) process"),
     "initialize-cluster-metadata": (
         "magnetar.admin.cmd_init_cluster",
