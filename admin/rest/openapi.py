@@ -83,7 +83,10 @@ def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]
         content = {endpoint.content_type: {"schema": {"type": "string"}}}
         responses[str(endpoint.status)] = {"description": "OK", "content": content}
     error_content = {"application/json": {"schema": {"$ref": REF_TEMPLATE.format(model="ErrorData")}}}
-    for status, description in sorted({400: "Bad request", **endpoint.errors}.items()):
+    documented = {400: "Bad request", **endpoint.errors}
+    if any(name in endpoint.path for name in ("{tenant}", "{namespace}", "{cluster}", "{topic}")):
+        documented.setdefault(412, "Name is not valid")
+    for status, description in sorted(documented.items()):
         responses[str(status)] = {"description": description, "content": error_content}
     op["responses"] = responses
     return op
