@@ -281,9 +281,8 @@ async def get_topic_ttl(call: Call) -> HttpResponse:
 async def set_topic_ttl(call: Call) -> HttpResponse:
     query = call.query_as(TtlSetQuery)
     seconds = query.messageTTL if query.messageTTL is not None else call.body
-    if seconds is None:
-        raise AdminError(400, "Message TTL is required (query parameter messageTTL or a JSON number body)")
-    if ttl_error(seconds) is not None:
+    # Pulsar passes a missing value on as null: the topic-level TTL is unset (as DELETE does).
+    if seconds is not None and ttl_error(seconds) is not None:
         raise AdminError(412, "Invalid TTL")
     topic, _ = await _policy_target(call)
     await _update(call.context, topic, {"message_ttl_in_seconds": seconds})
