@@ -7,18 +7,22 @@
 
 from __future__ import annotations
 
-from magnetar.admin.rest import clusters, namespaces, topic_metadata
+from magnetar.admin.rest import clusters, namespaces, range_read, subscriptions, topic_metadata, topics
 from magnetar.admin.rest.context import AdminContext, AdminSettings, BrokerDirectory, StaticBrokers
 from magnetar.admin.rest.framework import Call, Endpoint, NoQuery, ok, register
 from magnetar.admin.rest.openapi import build_document
+from magnetar.admin.rest.topic_host import SubscriptionTraffic, TopicHost, TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse, Router
 
 OPENAPI_PATH = "/admin/v2/openapi.json"
 
 
-def admin_endpoints() -> list[Endpoint]:
-    """Every admin endpoint, in registration order (more specific paths first)."""
-    return [*clusters.endpoints(), *namespaces.endpoints(), *topic_metadata.endpoints()]
+def admin_endpoints(*, with_topics: bool = False) -> list[Endpoint]:
+    """Every admin endpoint, in registration order; the topic data routes only ``with_topics``."""
+    endpoints = [*clusters.endpoints(), *namespaces.endpoints(), *topic_metadata.endpoints()]
+    if with_topics:
+        endpoints += [*topics.endpoints(), *subscriptions.endpoints(), *range_read.endpoints()]
+    return endpoints
 
 
 def register_admin_routes(
@@ -27,7 +31,7 @@ def register_admin_routes(
     """Register the admin API (plus ``extra`` endpoints, e.g. the broker's topic routes) on ``router``.
 
     Returns the OpenAPI document, which is also served at :data:`OPENAPI_PATH`."""
-    endpoints = [*admin_endpoints(), *(extra or [])]
+    endpoints = [*admin_endpoints(with_topics=context.topics is not None), *(extra or [])]
     document = build_document(endpoints)
 
     async def openapi(call: Call) -> HttpResponse:
@@ -44,6 +48,9 @@ __all__ = [
     "AdminSettings",
     "BrokerDirectory",
     "StaticBrokers",
+    "SubscriptionTraffic",
+    "TopicHost",
+    "TopicTraffic",
     "admin_endpoints",
     "register_admin_routes",
 ]

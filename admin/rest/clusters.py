@@ -46,7 +46,7 @@ def _cluster_of(call: Call) -> str:
     return cluster
 
 
-# -- clusters --------------------------------------------------------------------------------------------
+# -- clusters ------------------------------------------------------------------------------------------
 
 
 async def list_clusters(call: Call) -> HttpResponse:
@@ -78,7 +78,7 @@ async def update_cluster(call: Call) -> HttpResponse:
     return no_content()
 
 
-# -- brokers ---------------------------------------------------------------------------------------------
+# -- brokers -------------------------------------------------------------------------------------------
 
 
 async def health(call: Call) -> HttpResponse:
@@ -101,7 +101,7 @@ async def local_brokers(call: Call) -> HttpResponse:
     return ok(sorted(await call.context.brokers.active_brokers()))
 
 
-# -- tenants ---------------------------------------------------------------------------------------------
+# -- tenants -------------------------------------------------------------------------------------------
 
 
 async def list_tenants(call: Call) -> HttpResponse:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.broker.namespace_bundle import DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
 from magnetar.broker.policies import PolicyStore
@@ -78,6 +79,8 @@ class AdminContext:
     metadata: MetadataStore
     settings: AdminSettings = field(default_factory=AdminSettings)
     brokers: BrokerDirectory = field(default_factory=StaticBrokers)
+    topics: TopicHost | None = None
+    """The broker's side of the topic routes; without it only metadata routes are served."""
     policies: PolicyStore = field(init=False)
 
     def __post_init__(self) -> None:

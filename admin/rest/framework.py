@@ -133,7 +133,7 @@ def _adapter(tp: Any) -> TypeAdapter[Any]:
     return adapter
 
 
-# -- responses -------------------------------------------------------------------------------------------
+# -- responses -----------------------------------------------------------------------------------------
 
 
 def no_content() -> HttpResponse:
@@ -160,14 +160,15 @@ def plain(text: str) -> HttpResponse:
     return text_response(text)
 
 
-# -- validation ------------------------------------------------------------------------------------------
+# -- validation ----------------------------------------------------------------------------------------
 
 
 def parse_query(endpoint: Endpoint, request: HttpRequest) -> QueryModel:
     raw = dict(request.query)  # first value of each name, as Pulsar's handlers read it
     model = endpoint.query
+    known = {info.alias or name for name, info in model.model_fields.items()}
     for name in raw:
-        if name not in model.model_fields:
+        if name not in known:
             raise AdminError(400, f"Unknown query parameter '{name}'")
     try:
         return model.model_validate(raw)
@@ -220,7 +221,7 @@ def describe(exc: ValidationError) -> str:
     return f"{where}: {first['msg']}" if where else str(first["msg"])
 
 
-# -- error mapping ---------------------------------------------------------------------------------------
+# -- error mapping -------------------------------------------------------------------------------------
 
 
 def error_for(exc: Exception) -> HttpError | None:

@@ -68,7 +68,7 @@ class BacklogQuotaQuery(QueryModel):
     authoritative: bool = False
 
 
-# -- create / get / delete -------------------------------------------------------------------------------
+# -- create / get / delete -----------------------------------------------------------------------------
 
 
 async def list_namespaces(call: Call) -> HttpResponse:
@@ -172,7 +172,7 @@ async def get_bundles(call: Call) -> HttpResponse:
     return ok(policies.bundles)
 
 
-# -- retention -------------------------------------------------------------------------------------------
+# -- retention -----------------------------------------------------------------------------------------
 
 _QUOTA_OVER_RETENTION = (
     "Specified backlog quota exceeds retention quota. Increase retention quota and retry request"
@@ -228,7 +228,7 @@ async def remove_retention(call: Call) -> HttpResponse:
     return no_content()
 
 
-# -- message TTL -----------------------------------------------------------------------------------------
+# -- message TTL ---------------------------------------------------------------------------------------
 
 
 async def get_ttl(call: Call) -> HttpResponse:
@@ -256,7 +256,7 @@ async def remove_ttl(call: Call) -> HttpResponse:
     return no_content()
 
 
-# -- backlog quota ---------------------------------------------------------------------------------------
+# -- backlog quota -------------------------------------------------------------------------------------
 
 
 async def get_backlog_quota_map(call: Call) -> HttpResponse:

@@ -113,7 +113,7 @@ class QuotaSetQuery(PolicySetQuery):
     backlogQuotaType: BacklogQuotaType = "destination_storage"
 
 
-# -- listings --------------------------------------------------------------------------------------------
+# -- listings ------------------------------------------------------------------------------------------
 
 
 async def list_namespace_topics(call: Call) -> HttpResponse:
@@ -128,7 +128,7 @@ async def list_partitioned(call: Call) -> HttpResponse:
     return ok(await list_partitioned_topics(call.context, namespace))
 
 
-# -- partitioned topics ----------------------------------------------------------------------------------
+# -- partitioned topics --------------------------------------------------------------------------------
 
 
 def _partition_limit(ctx: AdminContext) -> int:
@@ -200,7 +200,7 @@ async def delete_partitioned(call: Call) -> HttpResponse:
     return no_content()
 
 
-# -- topic-level policies --------------------------------------------------------------------------------
+# -- topic-level policies ------------------------------------------------------------------------------
 
 
 def _topic_policies_path(topic: TopicName) -> str:
