@@ -40,10 +40,10 @@ class StoredPolicySource:
 
     async def _topic_levels(self, topic: TopicName) -> list[TopicPolicies]:
         namespace = str(topic.namespace_name)
-        levels = [await self._policies.get_topic_policies(namespace, topic.encoded_local_name)]
+        levels = [await self._policies.get_topic_policies(namespace, topic.local_name)]
         if topic.is_partition:
             parent = topic.partitioned_topic
-            levels.append(await self._policies.get_topic_policies(namespace, parent.encoded_local_name))
+            levels.append(await self._policies.get_topic_policies(namespace, parent.local_name))
         return levels
 
     async def policies_for(self, ml_name: str) -> TopicRetentionPolicies:

@@ -260,9 +260,20 @@ def make_handler(
     return handle
 
 
-def register(router: Router, endpoints: list[Endpoint], context: AdminContext) -> None:
+def register(router: Router, endpoints: list[Endpoint], context: AdminContext) -> list[Endpoint]:
+    """Route every endpoint; one the router already serves (the broker's own ``/admin/v2/brokers/health``)
+    is left to it. Returns the endpoints routed here."""
+    routed = []
     for endpoint in endpoints:
-        router.route(endpoint.method, endpoint.path, make_handler(endpoint, context))
+        try:
+            router.route(endpoint.method, endpoint.path, make_handler(endpoint, context))
+        except ValueError as exc:
+            if "already routed" not in str(exc):
+                raise
+            log.info("admin: %s %s is served by the broker itself", endpoint.method, endpoint.path)
+            continue
+        routed.append(endpoint)
+    return routed
 
 
 def redirect(location: str) -> HttpResponse:

@@ -66,7 +66,7 @@ async def managed_ledger_exists(store: MetadataStore, topic: TopicName) -> bool:
 
 
 async def partition_count(ctx: AdminContext, topic: TopicName) -> int:
-    return await ctx.policies.get_partitions(str(topic.namespace_name), topic.encoded_local_name)
+    return await ctx.policies.get_partitions(str(topic.namespace_name), topic.local_name)
 
 
 async def topic_exists(ctx: AdminContext, topic: TopicName) -> bool:
@@ -94,9 +94,9 @@ async def list_topics(ctx: AdminContext, namespace: NamespaceName) -> list[str]:
             names.add(str(TopicName.from_managed_ledger_name(f"{prefix}/{child}")))
         except InvalidTopicNameError:
             continue  # not a topic of ours (a foreign node); never fail the listing for it
-    for encoded in await ctx.policies.partitioned_topics(str(namespace)):
+    for local in await ctx.policies.partitioned_topics(str(namespace)):
         try:
-            base = TopicName.of(namespace.tenant, namespace.namespace, url_decode(encoded))
+            base = TopicName.of(namespace.tenant, namespace.namespace, local)
         except InvalidTopicNameError:
             continue
         count = await partition_count(ctx, base)
@@ -106,9 +106,9 @@ async def list_topics(ctx: AdminContext, namespace: NamespaceName) -> list[str]:
 
 async def list_partitioned_topics(ctx: AdminContext, namespace: NamespaceName) -> list[str]:
     out = []
-    for encoded in await ctx.policies.partitioned_topics(str(namespace)):
+    for local in await ctx.policies.partitioned_topics(str(namespace)):
         try:
-            out.append(str(TopicName.of(namespace.tenant, namespace.namespace, url_decode(encoded))))
+            out.append(str(TopicName.of(namespace.tenant, namespace.namespace, local)))
         except InvalidTopicNameError:
             continue
     return sorted(out)

@@ -115,13 +115,8 @@ async def create_subscription(call: Call) -> HttpResponse:
 
 
 async def delete_subscription(call: Call) -> HttpResponse:
-    topic, ml, cursor = await _cursor(call)
-    host = host_of(call)
-    if host.consumer_count(topic, cursor.name) > 0:
-        if not call.query_as(ForceQuery).force:
-            raise AdminError(412, "Subscription has active connected consumers")
-        await host.disconnect(topic, cursor.name)
-    await ml.delete_cursor(cursor.name)
+    topic, _, cursor = await _cursor(call)
+    await host_of(call).delete_subscription(topic, cursor.name, force=call.query_as(ForceQuery).force)
     return no_content()
 
 

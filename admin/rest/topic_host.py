@@ -61,14 +61,14 @@ class TopicHost(Protocol):
         not exist and ``create`` is false."""
         ...
 
-    def producer_count(self, topic: TopicName) -> int: ...
-
-    def consumer_count(self, topic: TopicName, subscription: str | None = None) -> int:
-        """Connected consumers of one subscription, or of every subscription when ``subscription`` is None."""
+    async def delete(self, topic: TopicName, *, force: bool) -> None:
+        """Delete the topic and its data; :class:`~.framework.AdminError` 412 "Topic has active
+        producers/subscriptions" while clients are connected, unless ``force`` (which disconnects them)."""
         ...
 
-    async def disconnect(self, topic: TopicName, subscription: str | None = None) -> None:
-        """Close the connected clients (of one subscription, or every producer and consumer of the topic)."""
+    async def delete_subscription(self, topic: TopicName, subscription: str, *, force: bool) -> None:
+        """Delete a durable subscription; 412 "Subscription has active connected consumers" unless
+        ``force``."""
         ...
 
     async def cursor_moved(self, topic: TopicName, subscription: str) -> None:
@@ -77,10 +77,6 @@ class TopicHost(Protocol):
 
     async def unload(self, topic: TopicName) -> None:
         """Close the topic here and release it; the next lookup may place it on any broker."""
-        ...
-
-    async def delete(self, topic: TopicName) -> None:
-        """Close the topic (its clients already gone) and delete its managed ledger."""
         ...
 
     def traffic(self, topic: TopicName) -> TopicTraffic: ...

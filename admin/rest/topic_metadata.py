@@ -149,7 +149,7 @@ async def create_partitioned(call: Call) -> HttpResponse:
     if await managed_ledger_exists(ctx.metadata, topic):
         raise AdminError(409, "This topic already exists")
     try:
-        await ctx.policies.create_partitioned(str(topic.namespace_name), topic.encoded_local_name, count)
+        await ctx.policies.create_partitioned(str(topic.namespace_name), topic.local_name, count)
     except AlreadyExists:
         raise AdminError(409, "This topic already exists") from None
     return no_content()
@@ -176,7 +176,7 @@ async def update_partitions(call: Call) -> HttpResponse:
         raise AdminError(
             422, "The number of new partitions must be greater than existing number of partitions"
         )
-    await ctx.policies.update_partitions(str(topic.namespace_name), topic.encoded_local_name, count)
+    await ctx.policies.update_partitions(str(topic.namespace_name), topic.local_name, count)
     return no_content()
 
 
@@ -193,18 +193,14 @@ async def delete_partitioned(call: Call) -> HttpResponse:
         if await managed_ledger_exists(ctx.metadata, topic.partition(index)):
             raise AdminError(412, "Topic has active producers/subscriptions")
     try:
-        await ctx.policies.delete_partitioned(str(topic.namespace_name), topic.encoded_local_name)
+        await ctx.policies.delete_partitioned(str(topic.namespace_name), topic.local_name)
     except NotFound:
         raise AdminError(404, "Partitioned topic does not exist") from None
-    await ctx.metadata.delete_recursive(_topic_policies_path(topic))
+    await ctx.policies.delete_topic_policies(str(topic.namespace_name), topic.local_name)
     return no_content()
 
 
 # -- topic-level policies ------------------------------------------------------------------------------
-
-
-def _topic_policies_path(topic: TopicName) -> str:
-    return f"/admin/topic-policies/{topic.namespace_name}/{topic.encoded_local_name}"
 
 
 async def _policy_target(call: Call) -> tuple[TopicName, Policies]:
@@ -217,12 +213,12 @@ async def _policy_target(call: Call) -> tuple[TopicName, Policies]:
 
 
 async def _topic_policies(ctx: AdminContext, topic: TopicName) -> TopicPolicies:
-    return await ctx.policies.get_topic_policies(str(topic.namespace_name), topic.encoded_local_name)
+    return await ctx.policies.get_topic_policies(str(topic.namespace_name), topic.local_name)
 
 
 async def _update(ctx: AdminContext, topic: TopicName, update: dict[str, object]) -> None:
     await ctx.policies.update_topic_policies(
-        str(topic.namespace_name), topic.encoded_local_name, lambda p: p.model_copy(update=update)
+        str(topic.namespace_name), topic.local_name, lambda p: p.model_copy(update=update)
     )
 
 

@@ -92,15 +92,8 @@ async def delete_topic(call: Call) -> HttpResponse:
     if await partition_count(call.context, topic) > 0:
         raise AdminError(409, "Topic is a partitioned topic; delete it with DELETE .../partitions")
     topic, _ = await served_topic(call)
-    host = host_of(call)
-    if host.producer_count(topic) + host.consumer_count(topic) > 0:
-        if not call.query_as(DeleteQuery).force:
-            raise AdminError(412, "Topic has active producers/subscriptions")
-        await host.disconnect(topic)
-    await host.delete(topic)
-    await call.context.metadata.delete_recursive(
-        f"/admin/topic-policies/{topic.namespace_name}/{topic.encoded_local_name}"
-    )
+    await host_of(call).delete(topic, force=call.query_as(DeleteQuery).force)
+    await call.context.policies.delete_topic_policies(str(topic.namespace_name), topic.local_name)
     return no_content()
 
 
