@@ -171,7 +171,9 @@ class BrokerAdmin:
             topics=BrokerTopicHost(service),
         )
         register_admin_routes(router, self.context)
-        register_storage_metrics(service.metrics.registry, service.ml_factory, self.retention)
+        register_storage_metrics(
+            service.metrics.registry, service.ml_factory, self.retention, self.settings.cluster
+        )
 
     def run_kwargs(self) -> dict[str, Any]:
         """``run_broker(..., **admin.run_kwargs())``."""

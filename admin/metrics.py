@@ -1,12 +1,11 @@
-"""Broker-side storage metrics for ``/metrics``: managed ledgers and the retention service.
+"""Storage metrics for the broker's ``/metrics``: managed ledgers and the retention service.
 
-Names follow Pulsar's topic metrics under a ``magnetar_`` prefix: ``pulsar_storage_size`` ->
-``magnetar_storage_size``, likewise ``msg_backlog``, ``subscription_back_log``, ``storage_backlog_size``;
-and Pulsar's managed-ledger metrics as ``magnetar_ml_*``. Everything is read from the live objects
-when scraped (a collector, no per-operation cost). The topic label is the full topic name (``persistent://t/ns/x``).
-
-Traffic metrics (``magnetar_in_messages_total``, rates, publish latency) belong to the broker's producers and
-dispatchers and are registered by the broker next to these.
+They join the broker's registry next to its topic metrics (``magnetar_in_messages_total``,
+``magnetar_storage_size``, ``magnetar_msg_backlog``, publish latency ...) with the same labels (``cluster``,
+``namespace``, ``topic``), named as Pulsar's under a ``magnetar_`` prefix: ``storage_backlog_size``,
+``subscription_back_log`` (per subscription), and the managed-ledger figures ``magnetar_ml_*`` (ledgers,
+entries, entries added, pending adds, rollovers, trims, ledgers deleted). Everything is read from the live
+objects when scraped (a collector: no per-operation cost).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from magnetar.managed_ledger.factory import ManagedLedgerFactory
 from magnetar.managed_ledger.ledger import ManagedLedger
 
 PREFIX = "magnetar_"
+LABELS = ["cluster", "namespace", "topic"]
 
 
 def topic_label(ml_name: str) -> str:
@@ -39,9 +39,12 @@ def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
 
 
 class StorageCollector(Collector):
-    def __init__(self, factory: ManagedLedgerFactory, retention: RetentionService | None = None) -> None:
+    def __init__(
+        self, factory: ManagedLedgerFactory, retention: RetentionService | None = None, cluster: str = ""
+    ) -> None:
         self._factory = factory
         self._retention = retention
+        self._cluster = cluster
 
     def collect(self) -> Iterable[Metric]:
         ledgers = self._factory.opened()
@@ -50,41 +53,37 @@ class StorageCollector(Collector):
         if self._retention is not None:
             yield from self._retention_metrics(self._retention)
 
+    def _labels(self, ml: ManagedLedger) -> list[str]:
+        topic = topic_label(ml.name)
+        namespace = "/".join(ml.name.split("/")[:2])
+        return [self._cluster, namespace, topic]
+
     def _topic_metrics(self, ledgers: list[ManagedLedger]) -> Iterable[Metric]:
-        size = _gauge("storage_size", "Bytes stored for the topic (all ledgers)", ["topic"])
-        backlog = _gauge("msg_backlog", "Unacknowledged entries, summed over subscriptions", ["topic"])
-        backlog_size = _gauge("storage_backlog_size", "Bytes behind the slowest subscription", ["topic"])
-        subs = _gauge("subscriptions_count", "Durable subscriptions of the topic", ["topic"])
-        sub_backlog = _gauge("subscription_back_log", "Unacknowledged entries", ["topic", "subscription"])
+        backlog_size = _gauge("storage_backlog_size", "Bytes behind the slowest subscription", LABELS)
+        sub_backlog = _gauge("subscription_back_log", "Unacknowledged entries", [*LABELS, "subscription"])
         for ml in ledgers:
-            topic = topic_label(ml.name)
-            size.add_metric([topic], ml.total_size())
-            backlogs = {name: cursor.backlog() for name, cursor in ml.cursors.items()}
-            backlog.add_metric([topic], sum(backlogs.values()))
+            labels = self._labels(ml)
             slowest = ml.slowest_durable_mark_delete()
-            backlog_size.add_metric([topic], backlog_bytes(ml, slowest) if slowest is not None else 0)
-            subs.add_metric([topic], len(backlogs))
-            for name, count in sorted(backlogs.items()):
-                sub_backlog.add_metric([topic, name], count)
-        yield from (size, backlog, backlog_size, subs, sub_backlog)
+            backlog_size.add_metric(labels, backlog_bytes(ml, slowest) if slowest is not None else 0)
+            for name, cursor in sorted(ml.cursors.items()):
+                sub_backlog.add_metric([*labels, name], cursor.backlog())
+        yield from (backlog_size, sub_backlog)
 
     def _ml_metrics(self, ledgers: list[ManagedLedger]) -> Iterable[Metric]:
-        count = _gauge("ml_ledgers", "Ledgers of the managed ledger", ["topic"])
-        entries = _gauge("ml_entries", "Entries stored in the managed ledger", ["topic"])
-        added = CounterMetricFamily(
-            PREFIX + "ml_entries_added", "Entries added since loaded", labels=["topic"]
-        )
-        pending = _gauge("ml_pending_adds", "Adds queued or in flight", ["topic"])
+        count = _gauge("ml_ledgers", "Ledgers of the managed ledger", LABELS)
+        entries = _gauge("ml_entries", "Entries stored in the managed ledger", LABELS)
+        added = CounterMetricFamily(PREFIX + "ml_entries_added", "Entries added since loaded", labels=LABELS)
+        pending = _gauge("ml_pending_adds", "Adds queued or in flight", LABELS)
         rollovers = CounterMetricFamily(
-            PREFIX + "ml_rollovers", "Ledger rollovers since loaded", labels=["topic"]
+            PREFIX + "ml_rollovers", "Ledger rollovers since loaded", labels=LABELS
         )
         for ml in ledgers:
-            topic = topic_label(ml.name)
-            count.add_metric([topic], len(ml.ledgers))
-            entries.add_metric([topic], ml.number_of_entries())
-            added.add_metric([topic], ml.entries_added_counter)
-            pending.add_metric([topic], ml.pending_adds)
-            rollovers.add_metric([topic], ml.ledger_switches_counter)
+            labels = self._labels(ml)
+            count.add_metric(labels, len(ml.ledgers))
+            entries.add_metric(labels, ml.number_of_entries())
+            added.add_metric(labels, ml.entries_added_counter)
+            pending.add_metric(labels, ml.pending_adds)
+            rollovers.add_metric(labels, ml.ledger_switches_counter)
         yield from (count, entries, added, pending, rollovers)
         yield GaugeMetricFamily(PREFIX + "ml_open", "Open managed ledgers", value=len(ledgers))
 
@@ -112,8 +111,11 @@ class StorageCollector(Collector):
 
 
 def register_storage_metrics(
-    registry: CollectorRegistry, factory: ManagedLedgerFactory, retention: RetentionService | None = None
+    registry: CollectorRegistry,
+    factory: ManagedLedgerFactory,
+    retention: RetentionService | None = None,
+    cluster: str = "",
 ) -> StorageCollector:
-    collector = StorageCollector(factory, retention)
+    collector = StorageCollector(factory, retention, cluster)
     registry.register(collector)
     return collector

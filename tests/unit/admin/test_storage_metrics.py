@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 from fixtures.client import open_in_process_bookies
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from magnetar.admin.metrics import register_storage_metrics
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
@@ -20,11 +21,19 @@ SETTINGS = ManagedLedgerSettings(
 )
 
 
-def sample(text: str, line_start: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(line_start + " "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no sample {line_start!r} in:\n{text}")
+TOPIC = {
+    "cluster": "standalone",
+    "namespace": "public/default",
+    "topic": "persistent://public/default/metered",
+}
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return float(s.value)
+    raise AssertionError(f"no sample {name} {labels} in:\n{text}")
 
 
 async def test_storage_metrics() -> None:
@@ -40,25 +49,22 @@ async def test_storage_metrics() -> None:
     ):
         await nursery.start(service.run, f)
         registry = CollectorRegistry(auto_describe=False)
-        register_storage_metrics(registry, f, service)
+        register_storage_metrics(registry, f, service, "standalone")
         ml = await f.open("public/default/persistent/metered")
         cursor = await ml.open_cursor("sub", start_at_earliest=True)
         for i in range(250):
             await ml.add_entry(b"%04d" % i + b"x" * 96)
         await service.wait_idle()
         text = generate_latest(registry).decode()
-        topic = 'topic="persistent://public/default/metered"'
-        assert sample(text, f"magnetar_storage_size{{{topic}}}") == 250 * 100
-        assert sample(text, f"magnetar_msg_backlog{{{topic}}}") == 250
-        assert sample(text, f'magnetar_subscription_back_log{{subscription="sub",{topic}}}') == 250
-        assert sample(text, f"magnetar_storage_backlog_size{{{topic}}}") == 250 * 100
-        assert sample(text, f"magnetar_ml_ledgers{{{topic}}}") == 3
-        assert sample(text, f"magnetar_ml_entries_added_total{{{topic}}}") == 250
-        assert sample(text, f"magnetar_ml_rollovers_total{{{topic}}}") == 2
+        assert sample(text, "magnetar_subscription_back_log", **TOPIC, subscription="sub") == 250
+        assert sample(text, "magnetar_storage_backlog_size", **TOPIC) == 250 * 100
+        assert sample(text, "magnetar_ml_ledgers", **TOPIC) == 3
+        assert sample(text, "magnetar_ml_entries_added_total", **TOPIC) == 250
+        assert sample(text, "magnetar_ml_rollovers_total", **TOPIC) == 2
         assert sample(text, "magnetar_ml_open") == 1
         assert sample(text, "magnetar_ml_trims_total") >= 2
         cursor.ack_cumulative(ml.last_confirmed)
         text = generate_latest(registry).decode()
-        assert sample(text, f"magnetar_msg_backlog{{{topic}}}") == 0
+        assert sample(text, "magnetar_subscription_back_log", **TOPIC, subscription="sub") == 0
         nursery.cancel_scope.cancel()
     await metadata.aclose()
