@@ -12,6 +12,7 @@ provides them from one set of broker settings:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,12 @@ from magnetar.admin.rest import (
 from magnetar.admin.rest.framework import AdminError
 from magnetar.admin.retention_policies import StoredPolicySource, entry_publish_time
 from magnetar.bookkeeper.runtime.http import Router
-from magnetar.broker.errors import NotOwnerError, SubscriptionBusyError, TopicNotFoundError
+from magnetar.broker.errors import (
+    InvalidTopicNameError,
+    NotOwnerError,
+    SubscriptionBusyError,
+    TopicNotFoundError,
+)
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic import PersistentTopic
@@ -164,6 +170,7 @@ class BrokerAdmin:
         )
 
     def register_routes(self, router: Router, service: BrokerService) -> None:
+        self.retention.on_cursor_moved = functools.partial(_cursor_moved, service)
         self.context = AdminContext(
             service.metadata,
             admin_settings(self.settings),
@@ -183,6 +190,17 @@ class BrokerAdmin:
             "on_trim_candidate": self.retention.on_trim_candidate,
             "factory_services": services,
         }
+
+
+def _cursor_moved(service: BrokerService, ml: ManagedLedger, cursor: str) -> None:
+    try:
+        topic = TopicName.from_managed_ledger_name(ml.name)
+    except InvalidTopicNameError:
+        return
+    loaded = service.topic_if_loaded(topic)
+    subscription = loaded.subscriptions.get(cursor) if loaded is not None else None
+    if subscription is not None:
+        subscription.cursor_moved()
 
 
 class _LazyPolicies:

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 _FAILURES = (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError)
 InactiveTopicHook = Callable[[ManagedLedger], Awaitable[bool]]
+CursorMovedHook = Callable[[ManagedLedger, str], None]
+"""Told after TTL or backlog eviction moved a cursor (ledger, cursor name): the broker's dispatcher
+re-reads from the cursor instead of delivering what is now acknowledged."""
 
 
 @dataclass
@@ -72,12 +75,14 @@ class RetentionService:
         publish_time_of: PublishTimeOf | None = None,
         clock: Clock | None = None,
         delete_inactive_topic: InactiveTopicHook | None = None,
+        on_cursor_moved: CursorMovedHook | None = None,
     ) -> None:
         self._policies = policies
         self.settings = settings or RetentionSettings()
         self._publish_time_of = publish_time_of
         self._clock = clock or SystemClock()
         self._delete_inactive_topic = delete_inactive_topic
+        self.on_cursor_moved: CursorMovedHook = on_cursor_moved or (lambda ml, name: None)
         self._pending: dict[str, ManagedLedger] = {}
         self._wakeup = trio.Event()
         self._idle = trio.Event()
@@ -178,11 +183,15 @@ class RetentionService:
         expired = 0
         for cursor in list(ml.cursors.values()):
             try:
-                expired += await expire_cursor(
+                moved = await expire_cursor(
                     ml, cursor, cutoff, self._publish_time_of, self.settings.expiry_search_reads_max
                 )
             except _FAILURES as exc:
                 log.warning("retention: expiring %s/%s failed: %s", ml.name, cursor.name, exc)
+                continue
+            if moved:
+                expired += moved
+                self.on_cursor_moved(ml, cursor.name)
         self.stats.messages_expired += expired
         return expired
 
@@ -229,6 +238,7 @@ class RetentionService:
             count = entries_to_evict(ml, cursor, target)
             if count > 0:
                 cursor.skip(count)
+                self.on_cursor_moved(ml, cursor.name)
                 self.stats.backlog_entries_evicted += count
                 log.info("backlog quota: evicted %d entries of %s/%s", count, ml.name, cursor.name)
 

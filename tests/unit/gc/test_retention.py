@@ -234,8 +234,11 @@ async def test_message_ttl_acknowledges_old_messages(env: Env) -> None:
     await produce(ml, 150, entry(now - 600_000))  # ten minutes old
     await produce(ml, 70, entry(now - 5_000))  # five seconds old
     assert cursor.backlog() == 220
+    moved: list[tuple[str, str]] = []
+    env.service.on_cursor_moved = lambda m, name: moved.append((m.name, name))
     assert await env.service.expire(ml, ttl_s=60) == 150
     assert cursor.backlog() == 70
+    assert moved == [(ml.name, "sub")]  # the broker's dispatcher is told
     assert await env.service.expire(ml, ttl_s=60) == 0
     env.clock.now_ms += 120_000
     assert await env.service.expire(ml, ttl_s=60) == 70
