@@ -37,7 +37,6 @@ from magnetar.bookkeeper.runtime.http import (
     HttpRequest,
     HttpResponse,
     Router,
-    json_bytes,
     json_response,
     text_response,
 )
@@ -274,9 +273,3 @@ def register(router: Router, endpoints: list[Endpoint], context: AdminContext) -
             continue
         routed.append(endpoint)
     return routed
-
-
-def redirect(location: str) -> HttpResponse:
-    """307 to the owning broker (Pulsar's ``WebApplicationException(Response.temporaryRedirect(uri))``)."""
-    body = json_bytes({"reason": "Current broker doesn't serve the namespace of this topic"})
-    return HttpResponse(307, (("location", location), ("content-type", "application/json")), body)
