@@ -19,6 +19,7 @@ persisted), bookies drain, the storage engines take a final checkpoint. Once ser
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -32,6 +33,7 @@ import trio
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from magnetar.admin.broker_admin import BrokerAdmin
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -177,23 +179,18 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
         open_bookies(settings, metadata) as running,
         open_bookkeeper(metadata, running.transport, broker_settings.client_settings()) as bk,
     ):
+        extras = BrokerAdmin(broker_settings).run_kwargs()  # admin API, retention, storage metrics
+        broker_routes: RouteRegistration = register_routes or extras["register_routes"]
 
         def routes(router: Router, service: BrokerService) -> None:
-            if register_routes is not None:
-                register_routes(router, service)
-            add_gc_routes(router, running.collectors)
+            broker_routes(router, service)
+            add_gc_routes(router, running.collectors)  # the bookies' garbage collectors
 
+        extras["register_routes"] = routes
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                handle: BrokerHandle = await nursery.start(
-                    lambda task_status: run_broker(
-                        broker_settings,
-                        metadata,
-                        bk,
-                        register_routes=routes,
-                        task_status=task_status,
-                    )
-                )
+                start = functools.partial(run_broker, broker_settings, metadata, bk, **extras)
+                handle: BrokerHandle = await nursery.start(start)
                 tune_gc()
                 e, w, a = settings.quorums()
                 log.info(
