@@ -14,6 +14,9 @@ Theory of operation (reference/bookkeeper.md §5, invariants 6, 8, 11, 12):
 * **Restart.** Ledger records are loaded from the index; the journal is replayed from the persisted mark,
   idempotently (entries, master keys, fences, explicit LACs, deletions); a checkpoint then makes it all
   durable in the entry logs before the store serves anything.
+* **Garbage collection** (:mod:`.entry_log_gc`, driven by ``magnetar.gc``). Opening first finishes or rolls
+  back a compaction a crash interrupted (before the journal replay); every completed checkpoint *seals* the
+  logs before the current one, which GC may then delete or compact (invariant 12).
 * **Read.** Write cache (both halves), read cache, index, entry log - with read-ahead of the following
   entries of the same ledger into the read cache. An entry the index lacks is "no entry" only if the
   ledger's indexed entry range shows it was never stored here; otherwise, and for every unreadable record,

@@ -1,15 +1,16 @@
 """Crash-test worker: a bookie storage engine compacting its entry logs while it keeps taking writes.
 
-Run as ``python gc_crash_worker.py DATA_DIR KILL_STEP KILL_AT``. The test prepared ``DATA_DIR`` (long-lived
-ledgers 1, 3, 5 and short-lived ledgers 2, 4, 6 interleaved in every entry log; the short-lived ones
-deleted). The worker opens the engine (which recovers whatever an earlier crash left), prints ``READY``, then
-runs garbage-collection passes with forced major compaction, rate-limited so that a compaction takes a while,
-while a writer adds entries to ledger 7 and reports each one *after* the engine made it durable
-(``A 7 <entry>``, one ``os.write`` per line). Every compaction step is reported (``S <step>``); with
-``KILL_STEP`` set (``copy``, ``manifest``, ``relocated`` ...), the worker SIGKILLs itself at the
-``KILL_AT``-th occurrence of that step - the crash lands exactly between two steps of the transactional
-compaction. With ``KILL_STEP`` ``-`` it runs until the test kills it at a random moment. Entry bytes are a
-function of (ledger, entry) so the test can check every byte it reads back.
+``python gc_crash_worker.py DATA_DIR prepare 0`` prepares ``DATA_DIR``: long-lived ledgers 1, 3, 5 and
+short-lived ledgers 2, 4, 6 interleaved in every entry log, the short-lived ones deleted.
+
+``python gc_crash_worker.py DATA_DIR KILL_STEP KILL_AT`` opens the engine (which recovers whatever an earlier
+crash left), prints ``READY``, then runs garbage-collection passes with forced major compaction,
+rate-limited so that a compaction takes a while, while a writer adds entries to ledger 7 and reports each
+one *after* the engine made it durable (``A 7 <entry>``, one ``os.write`` per line). Every compaction step
+is reported (``S <step>``); with ``KILL_STEP`` set (``copy``, ``manifest``, ``relocated`` ...), the worker
+SIGKILLs itself at the ``KILL_AT``-th occurrence of that step - the crash lands exactly between two steps of
+the transactional compaction. With ``KILL_STEP`` ``-`` it runs until the test kills it at a random moment.
+Entry bytes are a function of (ledger, entry) so the test can check every byte it reads back.
 """
 
 from __future__ import annotations
@@ -134,4 +135,7 @@ async def run(data_dir: Path, kill_step: str, kill_at: int) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(run, Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
+    if sys.argv[2] == "prepare":
+        trio.run(prepare, Path(sys.argv[1]))
+    else:
+        trio.run(run, Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))

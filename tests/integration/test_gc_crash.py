@@ -136,9 +136,10 @@ def check_store(store: DbLedgerStorage, acked: set[int]) -> None:
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One prepared engine directory, copied for each seed."""
+    """One prepared engine directory, copied for each seed (prepared by the worker script in a process of
+    its own: a second ``trio.run`` inside the test process disturbed later tests' event loops)."""
     data_dir = tmp_path_factory.mktemp("gc-crash") / "bookie"
-    trio.run(worker.prepare, data_dir)
+    subprocess.run([sys.executable, str(WORKER), str(data_dir), "prepare", "0"], check=True, timeout=120)
     return data_dir
 
 
