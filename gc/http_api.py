@@ -1,7 +1,7 @@
 """The bookie's garbage-collection HTTP endpoints (BookKeeper's names, reference: its Admin REST API).
 
 * ``PUT /api/v1/bookie/gc`` - trigger a pass; optional JSON body ``{"forceMajor": bool, "forceMinor": bool}``
-  (both default true: an operator's trigger means "compact now"). ``?wait=true`` answers when the pass is
+  (as BookKeeper: no body forces both, a body forces what it names). ``?wait=true`` answers when the pass is
   done, with its result. ``GET`` answers ``{"is_in_force_gc": "true"|"false"}``.
 * ``GET /api/v1/bookie/gc_details`` - a list with one ``GarbageCollectionStatus`` per collector
   (``forceCompacting``, ``majorCompacting``, ``minorCompacting``, ``lastMajorCompactionTime``,
@@ -36,8 +36,8 @@ FILE_TYPES = {"journal": "journal files", "entrylog": "entrylog files", "index":
 def add_gc_routes(router: Router, collectors: Sequence[BookieGarbageCollector]) -> None:
     async def gc_trigger(request: HttpRequest) -> HttpResponse:
         body = _body(request)
-        force_major = _flag(body, "forceMajor", default=True)
-        force_minor = _flag(body, "forceMinor", default=True)
+        force_major = _flag(body, "forceMajor", default=not body)  # BookKeeper: no body forces both
+        force_minor = _flag(body, "forceMinor", default=not body)
         if request.query.get("wait", "false").lower() == "true":
             results = []
             for gc in collectors:
