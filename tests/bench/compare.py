@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: bench.comparison, fixtures
 
+from bench.comparison.engine import BATCH_MAX
 from bench.comparison.machine import load_average, machine_facts
 from bench.comparison.report import (
     Results,
@@ -54,7 +55,9 @@ RESULTS_PATH = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--peers", default=",".join(ALL_PEERS), help="systems to measure, comma-separated")
     parser.add_argument("--sizes", help=f"payload bytes, comma-separated (default {FULL['sizes']})")
     parser.add_argument("--rates", help=f"fixed publish rates, msgs/s (default {FULL['rates']})")
@@ -148,8 +151,8 @@ def render(
         f"Load average before: {load_before}; after: {load_after}. Other work shares this machine: the "
         "figures are noisy, and only figures of the same run compare.",
         "",
-        f"Settings: one producer connection with {settings.window:,} messages in flight at most (handed to the "
-        f"client {100} at a time), one consumer; throughput runs of {settings.messages:,} messages "
+        f"Settings: one producer connection with {settings.window:,} messages in flight at most (handed to "
+        f"the client {BATCH_MAX} at a time), one consumer; throughput runs of {settings.messages:,} messages "
         f"(bounded by {settings.phase_limit_s:.0f} s); fixed-rate runs of {settings.duration_s:g} s each "
         f"(open loop, latency from each message's due time to its ack); end-to-end at "
         f"{settings.e2e_rate:,.0f} msgs/s (due time -> delivery to the subscribed consumer). One system "

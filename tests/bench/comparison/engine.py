@@ -22,13 +22,12 @@ from __future__ import annotations
 import math
 import struct
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
-
 from bench.comparison.figures import Latency, Throughput
 from bench.comparison.system import System
+
 from magnetar.admin.perf_ws import Histogram
 
 BATCH_MAX = 100
@@ -72,15 +71,21 @@ class Window:
 
 
 class Progress:
+    """A progress line at most every ``PROGRESS_INTERVAL_S`` (long runs must show life)."""
+
     def __init__(self, label: str) -> None:
         self.label = label
         self._last = time.monotonic()
 
-    def tick(self, text: Callable[[], str]) -> None:
+    def due(self) -> bool:
         now = time.monotonic()
-        if now - self._last >= PROGRESS_INTERVAL_S:
-            self._last = now
-            print(f"    [{self.label}] {text()}", flush=True)
+        if now - self._last < PROGRESS_INTERVAL_S:
+            return False
+        self._last = now
+        return True
+
+    def show(self, text: str) -> None:
+        print(f"    [{self.label}] {text}", flush=True)
 
 
 @dataclass
@@ -119,7 +124,8 @@ async def publish_throughput(
                 room.take(batch)
                 await publisher.send_many([(seq, payload) for seq in range(sent, sent + batch)])
                 sent += batch
-                progress.tick(lambda: f"sent {sent:,} acked {acks.count:,}")
+                if progress.due():
+                    progress.show(f"sent {sent:,} acked {acks.count:,}")
             await all_acked.wait()
     elapsed = (acks.last_ack or time.monotonic()) - acks.first_send
     return Throughput(count=acks.count, elapsed_s=elapsed, errors=acks.errors, complete=acks.count == count)
@@ -136,7 +142,8 @@ async def consume_throughput(system: System, topic: str, count: int, time_limit_
         if not received:
             first = last
         received += 1
-        progress.tick(lambda: f"received {received:,}")
+        if progress.due():
+            progress.show(f"received {received:,}")
         return received < count
 
     with anyio.move_on_after(time_limit_s):
@@ -201,7 +208,8 @@ async def _publish_at_rate(
                 run.send_lag.record((time.monotonic_ns() - due_ns[run.sent]) / 1e9)
                 await publisher.send_many(batch)
                 run.sent += batch_size
-                progress.tick(lambda: f"sent {run.sent:,} acked {run.acked:,}")
+                if progress.due():
+                    progress.show(f"sent {run.sent:,} acked {run.acked:,}")
             await all_acked.wait()
     return run, start
 

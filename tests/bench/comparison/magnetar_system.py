@@ -25,9 +25,9 @@ from typing import Any
 
 import anyio
 import orjson
-
 from bench.comparison.processes import ServerFailed, ServerProcess, free_port, run_tool
 from bench.comparison.system import AckSink, PayloadSink, Publisher
+
 from magnetar.admin.ws_client import WsClient
 
 READY_TIMEOUT_S = 120.0
@@ -42,7 +42,7 @@ def _magnetar(*args: str) -> list[str]:
 
 
 def _has_dev_cluster() -> bool:
-    from magnetar.admin import cli  # noqa: PLC0415
+    from magnetar.admin import cli
 
     commands: Any = getattr(cli, "COMMANDS", {})
     return "dev-cluster" in commands
@@ -86,7 +86,7 @@ class MagnetarSystem:
         return None
 
     def versions(self) -> dict[str, str]:
-        from importlib.metadata import version  # noqa: PLC0415
+        from importlib.metadata import version
 
         commit = run_tool(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"])
         return {"magnetar": f"{version('magnetar')} (git {commit})", "transport": "Pulsar WebSocket API"}
@@ -122,7 +122,8 @@ class MagnetarSystem:
         e, w, a = QUORUMS
         ready = self._spawn(
             "magnetar-dev-cluster",
-            ["dev-cluster", "--zk", "1", "--bookies", "3", "--brokers", "1", "--data-dir", str(workdir / "dc"),
+            ["dev-cluster", "--zk", "1", "--bookies", "3", "--brokers", "1",
+             "--data-dir", str(workdir / "dev-cluster"),
              "--ensemble-size", e, "--write-quorum", w, "--ack-quorum", a, "--bookie-storage", "disk"],
             workdir,
         )  # fmt: skip
@@ -130,7 +131,7 @@ class MagnetarSystem:
         self.how = f"magnetar dev-cluster: ZooKeeper, 3 disk bookies, 1 broker, E/W/A {e}/{w}/{a}"
 
     def _start_processes(self, workdir: Path) -> None:
-        from fixtures.zookeeper import ZooKeeperServer  # noqa: PLC0415 (tests/ is on sys.path)
+        from fixtures.zookeeper import ZooKeeperServer
 
         self._zookeeper = ZooKeeperServer(workdir / "zk")
         self._zookeeper.start()
@@ -151,6 +152,13 @@ class MagnetarSystem:
         )  # fmt: skip
         self.ws_url = f"ws://127.0.0.1:{ready['port']}"
         self.how = f"ZooKeeper + 3 magnetar bookie (disk) + 1 magnetar broker, E/W/A {e}/{w}/{a}"
+
+    def pids(self) -> list[int]:
+        """Of the processes started here and not yet stopped (ZooKeeper's included)."""
+        pids = [process.pid for process in self._processes]
+        if self._zookeeper is not None and self._zookeeper.pid is not None:
+            pids.append(self._zookeeper.pid)
+        return pids
 
     def stop(self) -> None:
         errors = []

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 from bench.comparison.processes import ServerProcess, free_port, run_tool, wait_for_port
 from bench.comparison.system import AckSink, PayloadSink, Publisher
 
@@ -62,15 +61,18 @@ class NatsSystem:
         if shutil.which("nats-server") is None:
             return "nats-server is not installed (apt-get install nats-server)"
         try:
-            import nats  # noqa: F401, PLC0415
+            import nats  # noqa: F401
         except ImportError as exc:
             return f"client missing ({exc}); pip install -e '.[bench]'"
         return None
 
     def versions(self) -> dict[str, str]:
-        from importlib.metadata import version  # noqa: PLC0415
+        from importlib.metadata import version
 
-        return {"nats-server": run_tool(["nats-server", "--version"]), "client": f"nats-py {version('nats-py')}"}
+        return {
+            "nats-server": run_tool(["nats-server", "--version"]),
+            "client": f"nats-py {version('nats-py')}",
+        }
 
     def start(self, workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -90,12 +92,12 @@ class NatsSystem:
             self._server = None
 
     async def _connect(self) -> Any:
-        import nats  # noqa: PLC0415
+        import nats
 
         return await nats.connect(f"nats://127.0.0.1:{self.port}", allow_reconnect=False)
 
     async def _stream(self, js: Any, topic: str) -> None:
-        from nats.js.api import StorageType  # noqa: PLC0415
+        from nats.js.api import StorageType
 
         await js.add_stream(name=topic, subjects=[topic], storage=StorageType.FILE)
 
@@ -116,8 +118,8 @@ class NatsSystem:
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        import nats.errors  # noqa: PLC0415
-        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy  # noqa: PLC0415
+        import nats.errors
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         nc = await self._connect()
         try:

@@ -101,7 +101,9 @@ class ServerProcess:
             if readable:
                 chunk = os.read(fd, 4096)
                 if not chunk:
-                    raise self.fail(f"exited with {self.process.wait(self.stop_timeout_s)} before it was ready")
+                    raise self.fail(
+                        f"exited with {self.process.wait(self.stop_timeout_s)} before it was ready"
+                    )
                 line += chunk
         document: dict[str, Any] = json.loads(line.split(b"\n", 1)[0])
         return document
@@ -150,7 +152,7 @@ def wait_for_port(server: ServerProcess, port: int, timeout_s: float) -> None:
 
 
 def run_tool(command: Sequence[str], timeout_s: float = 30.0, env: Mapping[str, str] | None = None) -> str:
-    """A short command's stdout+stderr (a version query, a control command); failure is reported, not raised."""
+    """A short command's stdout+stderr (a version, a control command); a failure is returned, not raised."""
     try:
         done = subprocess.run(
             list(command),

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 from bench.comparison.processes import ServerProcess, free_port, wait_for_port
 from bench.comparison.system import AckSink, PayloadSink, Publisher
 
@@ -54,7 +53,7 @@ class _PulsarPublisher:
             self.producer.send_async(payload, partial(self._sent, seq))
 
     def _sent(self, seq: int, result: Any, _message_id: Any) -> None:
-        import pulsar  # noqa: PLC0415
+        import pulsar
 
         self.loop.call_soon_threadsafe(self.on_ack, seq, result == pulsar.Result.Ok)
 
@@ -79,11 +78,11 @@ class PulsarLiteSystem:
         return None
 
     def versions(self) -> dict[str, str]:
-        from importlib.metadata import version  # noqa: PLC0415
+        from importlib.metadata import version
 
         return {
             "pulsar-lite": version("pulsar-lite"),
-            "client": f"pulsar-client {version('pulsar-client')} (Pulsar binary protocol; not Magnetar's API)",
+            "client": f"pulsar-client {version('pulsar-client')} (Pulsar binary protocol)",
         }
 
     def start(self, workdir: Path) -> None:
@@ -108,7 +107,7 @@ class PulsarLiteSystem:
             self._server = None
 
     def _client(self) -> Any:
-        import pulsar  # noqa: PLC0415
+        import pulsar
 
         return pulsar.Client(
             f"pulsar://127.0.0.1:{self.port}", logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
@@ -139,7 +138,7 @@ class PulsarLiteSystem:
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        import pulsar  # noqa: PLC0415
+        import pulsar
 
         client = self._client()
         try:
@@ -168,7 +167,7 @@ class PulsarLiteSystem:
 
 def _receive_batch(consumer: Any) -> list[Any]:
     """Wait (bounded) for one message, then take what else is already in the receiver queue."""
-    import pulsar  # noqa: PLC0415
+    import pulsar
 
     try:
         batch = [consumer.receive(timeout_millis=RECEIVE_WAIT_MS)]

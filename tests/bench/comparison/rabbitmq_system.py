@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 from bench.comparison.processes import ServerFailed, ServerProcess, free_port, run_tool, wait_for_port
 from bench.comparison.system import AckSink, PayloadSink, Publisher
 
@@ -46,7 +45,7 @@ class _StreamPublisher:
         self.on_ack = on_ack
 
     async def send_many(self, messages: Sequence[tuple[int, bytes]]) -> None:
-        from rstream import RawMessage  # noqa: PLC0415
+        from rstream import RawMessage
 
         # Our own publishing ids: a confirm can be handled before send_batch returns its ids.
         await self.producer.send_batch(
@@ -77,13 +76,13 @@ class RabbitMqSystem:
         if not (RABBITMQ_BIN / "rabbitmq-server").is_file() or shutil.which("epmd") is None:
             return "rabbitmq-server is not installed (apt-get install rabbitmq-server)"
         try:
-            import rstream  # noqa: F401, PLC0415
+            import rstream  # noqa: F401
         except ImportError as exc:
             return f"client missing ({exc}); pip install -e '.[bench]'"
         return None
 
     def versions(self) -> dict[str, str]:
-        from importlib.metadata import version  # noqa: PLC0415
+        from importlib.metadata import version
 
         package = run_tool(["dpkg-query", "-W", "-f", "${Version}", "rabbitmq-server"])
         erlang = run_tool(["dpkg-query", "-W", "-f", "${Version}", "erlang-base"])
@@ -161,7 +160,7 @@ class RabbitMqSystem:
 
     @asynccontextmanager
     async def publisher(self, topic: str, on_ack: AckSink) -> AsyncIterator[Publisher]:
-        from rstream import Producer  # noqa: PLC0415
+        from rstream import Producer
 
         producer = Producer(**self._client_args())
         await producer.start()
@@ -178,7 +177,7 @@ class RabbitMqSystem:
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        from rstream import Consumer, ConsumerOffsetSpecification, OffsetType  # noqa: PLC0415
+        from rstream import Consumer, ConsumerOffsetSpecification, OffsetType
 
         consumer = Consumer(**self._client_args())
         done = anyio.Event()

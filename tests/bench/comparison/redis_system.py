@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-
 from bench.comparison.processes import ServerProcess, free_port, run_tool, wait_for_port
 from bench.comparison.system import AckSink, PayloadSink, Publisher
 
@@ -36,7 +35,7 @@ GROUP = "bench"
 
 DURABILITY = {"always": "fsync (AOF always)", "everysec": "fsync each second"}
 DURABILITY_DETAIL = {
-    "always": "AOF appendfsync always: the AOF is fsynced before the replies (one fsync per event-loop batch)",
+    "always": "AOF appendfsync always: the AOF is fsynced before the replies (one fsync per loop batch)",
     "everysec": "AOF appendfsync everysec: page cache, fsync once a second (up to ~1 s of writes lost)",
 }
 
@@ -45,11 +44,14 @@ class _RespPublisher:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, topic: str) -> None:
         self.reader = reader
         self.writer = writer
-        self.prefix = b"*5\r\n$4\r\nXADD\r\n$%d\r\n%s\r\n$1\r\n*\r\n$1\r\nd\r\n" % (len(topic), topic.encode())
+        self.prefix = b"*5\r\n$4\r\nXADD\r\n$%d\r\n%s\r\n$1\r\n*\r\n$1\r\nd\r\n" % (
+            len(topic),
+            topic.encode(),
+        )
         self.pending: deque[int] = deque()
 
     async def send_many(self, messages: Sequence[tuple[int, bytes]]) -> None:
-        parts = []
+        parts: list[bytes] = []
         for seq, payload in messages:
             parts += (self.prefix, b"$%d\r\n" % len(payload), payload, b"\r\n")
             self.pending.append(seq)
@@ -57,7 +59,7 @@ class _RespPublisher:
         await self.writer.drain()
 
     async def replies(self, on_ack: AckSink) -> None:
-        import hiredis  # noqa: PLC0415
+        import hiredis
 
         parser = hiredis.Reader()
         while True:
@@ -85,14 +87,14 @@ class RedisSystem:
         if shutil.which("redis-server") is None:
             return "redis-server is not installed (apt-get install redis-server)"
         try:
-            import hiredis  # noqa: F401, PLC0415
-            import redis  # noqa: F401, PLC0415
+            import hiredis  # noqa: F401
+            import redis  # noqa: F401
         except ImportError as exc:
             return f"client missing ({exc}); pip install -e '.[bench]'"
         return None
 
     def versions(self) -> dict[str, str]:
-        from importlib.metadata import version  # noqa: PLC0415
+        from importlib.metadata import version
 
         return {
             "redis-server": run_tool(["redis-server", "--version"]),
@@ -135,7 +137,7 @@ class RedisSystem:
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        import redis.asyncio  # noqa: PLC0415
+        import redis.asyncio
 
         client: Any = redis.asyncio.Redis(host="127.0.0.1", port=self.port)
         try:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.comparison.figures import Failure, Figure, Latency, Throughput, is_number
 
-MISSING = "–"
+MISSING = "n/a"
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,9 @@ def scenarios(sizes: Sequence[int], rates: Sequence[float], e2e_rate: float) -> 
             Scenario("consume", f"Consume throughput, {size}-byte messages (msgs/s)", size),
         ]
         result += [
-            Scenario(f"rate-{rate:g}", f"Publish latency at {rate:,.0f} msgs/s, {size}-byte messages (ms)", size)
+            Scenario(
+                f"rate-{rate:g}", f"Publish latency at {rate:,.0f} msgs/s, {size}-byte messages (ms)", size
+            )
             for rate in rates
         ]
         result.append(
@@ -65,10 +67,9 @@ def scenarios(sizes: Sequence[int], rates: Sequence[float], e2e_rate: float) -> 
 
 
 def ratio(magnetar: float | None, other: float | None) -> float | None:
-    if not is_number(magnetar) or not is_number(other) or not other or not magnetar:
+    if magnetar is None or other is None or not is_number(magnetar) or not is_number(other):
         return None
-    assert magnetar is not None and other is not None
-    return magnetar / other
+    return magnetar / other if magnetar and other else None
 
 
 def format_ratio(value: float | None) -> str:
@@ -190,7 +191,12 @@ def render_tables(results: Results, all_scenarios: Sequence[Scenario]) -> str:
 def render_systems(results: Results, how: dict[str, str]) -> str:
     header = ["system", "what an ack means", "consumer", "started as"]
     rows = [
-        [s.name, _escape(s.durability_detail or s.durability), _escape(s.consume_mode), _escape(how.get(s.name, ""))]
+        [
+            s.name,
+            _escape(s.durability_detail or s.durability),
+            _escape(s.consume_mode),
+            _escape(how.get(s.name, "")),
+        ]
         for s in results.systems
     ]
     return _markdown(header, rows)

@@ -13,10 +13,8 @@ import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import anyio
-
 from bench.comparison import engine
 from bench.comparison.figures import Failure, Figure, Latency, Throughput
 from bench.comparison.report import Results, Scenario, SystemInfo
@@ -24,8 +22,6 @@ from bench.comparison.system import System
 
 CONNECT_GRACE_S = 60.0
 """On top of a phase's own bound: connecting, creating topics and subscriptions, closing."""
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -50,23 +46,23 @@ def describe(exc: BaseException) -> str:
 def build_system(name: str, window: int) -> System:
     """The driver for one ``--peers`` name (imports only what that system needs)."""
     if name in ("redis-always", "redis-everysec"):
-        from bench.comparison.redis_system import RedisSystem  # noqa: PLC0415
+        from bench.comparison.redis_system import RedisSystem
 
         return RedisSystem(name, name.removeprefix("redis-"))
     if name == "nats":
-        from bench.comparison.nats_system import NatsSystem  # noqa: PLC0415
+        from bench.comparison.nats_system import NatsSystem
 
         return NatsSystem(name, window)
     if name == "rabbitmq":
-        from bench.comparison.rabbitmq_system import RabbitMqSystem  # noqa: PLC0415
+        from bench.comparison.rabbitmq_system import RabbitMqSystem
 
         return RabbitMqSystem(name)
     if name == "pulsar-lite":
-        from bench.comparison.pulsar_lite_system import PulsarLiteSystem  # noqa: PLC0415
+        from bench.comparison.pulsar_lite_system import PulsarLiteSystem
 
         return PulsarLiteSystem(name, window)
     if name in ("magnetar-standalone", "magnetar-cluster"):
-        from bench.comparison.magnetar_system import MagnetarSystem  # noqa: PLC0415
+        from bench.comparison.magnetar_system import MagnetarSystem
 
         return MagnetarSystem(name, cluster=name == "magnetar-cluster")
     raise ValueError(f"unknown system {name!r}")
@@ -77,7 +73,9 @@ def info(system: System) -> SystemInfo:
 
 
 class Runner:
-    def __init__(self, settings: Settings, scenarios: list[Scenario], results: Results, workdir: Path) -> None:
+    def __init__(
+        self, settings: Settings, scenarios: list[Scenario], results: Results, workdir: Path
+    ) -> None:
         self.settings = settings
         self.scenarios = scenarios
         self.results = results
