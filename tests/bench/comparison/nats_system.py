@@ -55,6 +55,7 @@ class NatsSystem:
         self.name = name
         self.window = window
         self.port = 0
+        self.how = ""
         self._server: ServerProcess | None = None
 
     def available(self) -> str | None:
@@ -85,6 +86,7 @@ class NatsSystem:
         self._server = ServerProcess(self.name, ["nats-server", "-c", str(config)], workdir / "nats.log")
         self._server.start()
         wait_for_port(self._server, self.port, START_TIMEOUT_S)
+        self.how = "nats-server -c nats.conf (listen 127.0.0.1, jetstream store_dir), file-storage streams"
 
     def stop(self) -> None:
         if self._server is not None:

@@ -68,6 +68,7 @@ class PulsarLiteSystem:
         self.name = name
         self.window = window
         self.port = 0
+        self.how = ""
         self._server: ServerProcess | None = None
 
     def available(self) -> str | None:
@@ -100,6 +101,7 @@ class PulsarLiteSystem:
         )  # fmt: skip
         self._server.start()
         wait_for_port(self._server, self.port, START_TIMEOUT_S)
+        self.how = "pulsar-lite --addr 127.0.0.1:P --db-path D --log-level warn; client pulsar-client"
 
     def stop(self) -> None:
         if self._server is not None:

@@ -67,6 +67,7 @@ class RabbitMqSystem:
     def __init__(self, name: str) -> None:
         self.name = name
         self.stream_port = 0
+        self.how = ""
         self._env: dict[str, str] = {}
         self._node = ""
         self._epmd: ServerProcess | None = None
@@ -137,6 +138,7 @@ class RabbitMqSystem:
         )
         self._server.start()
         wait_for_port(self._server, self.stream_port, START_TIMEOUT_S)
+        self.how = "rabbitmq-server (one node, rabbitmq_stream plugin, own epmd), streams"
 
     def stop(self) -> None:
         if self._server is not None:

@@ -81,6 +81,7 @@ class RedisSystem:
         self.durability = DURABILITY[fsync]
         self.durability_detail = DURABILITY_DETAIL[fsync]
         self.port = 0
+        self.how = ""
         self._server: ServerProcess | None = None
 
     def available(self) -> str | None:
@@ -112,6 +113,7 @@ class RedisSystem:
         )  # fmt: skip
         self._server.start()
         wait_for_port(self._server, self.port, START_TIMEOUT_S)
+        self.how = f"redis-server --appendonly yes --appendfsync {self.fsync} --save ''"
 
     def stop(self) -> None:
         if self._server is not None:

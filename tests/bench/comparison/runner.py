@@ -94,7 +94,7 @@ class Runner:
         started = time.monotonic()
         try:
             system.start(self.workdir / system.name)
-            self.how[system.name] = str(getattr(system, "how", "") or "")
+            self.how[system.name] = system.how
             for scenario in self.scenarios:
                 self._measure(system, scenario)
         except Exception as exc:  # a system that does not start is reported, the others still run

@@ -43,6 +43,8 @@ class System(Protocol):
     """The same at length, for the legend of the report."""
     consume_mode: str
     """How its consumer reads and acknowledges."""
+    how: str
+    """How it was started (set by :meth:`start`), for the report."""
 
     def available(self) -> str | None:
         """None when the server and client are installed, else why not."""

@@ -44,6 +44,7 @@ class MemorySystem:
     durability = "memory"
     durability_detail = "a Python list"
     consume_mode = "iterates the list"
+    how = "in this process"
 
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
