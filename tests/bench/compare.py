@@ -169,7 +169,10 @@ def render(
         "",
         "Ratios are Magnetar ÷ the row's system: for throughput above 1 means Magnetar is faster, for "
         "latency above 1 means Magnetar is slower. 'saturated' marks a fixed-rate run that did not "
-        "acknowledge the target rate; its latencies then include the backlog.",
+        "acknowledge the target rate; its latencies then include the backlog. 'send lag p99' is how late "
+        "the harness handed messages to the client (its own scheduling, or a full window): when it is "
+        "close to the latency, the client side set the pace. Consumers count distinct messages by the "
+        "sequence number each carries; redelivered and skipped ones are reported apart.",
         "",
         render_tables(results, all_scenarios),
     ]

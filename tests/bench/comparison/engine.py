@@ -8,17 +8,21 @@ Every phase uses one producer connection and one consumer, and the same window o
 messages at once (Redis pipelining, WebSocket frames, RabbitMQ publish frames) do.
 
 * publish throughput: ``count`` messages pipelined with the window, until all are acknowledged;
-  rate = acknowledged / (last ack - first send). Bounded by ``time_limit_s``.
-* consume throughput: read what the publish phase stored; rate = (n - 1) / (last - first delivery).
+  rate = acknowledged / (last ack - first send). Bounded by ``time_limit_s``. Message ``i`` carries ``i``.
+* consume throughput: read what the publish phase stored; rate = (n - 1) / (last - first delivery), ``n``
+  counting distinct messages: the sequence numbers they carry tell redeliveries (counted apart, not as
+  throughput) and messages skipped.
 * publish latency at a fixed rate: open loop, message ``i`` is due at ``start + i / rate``; latency runs from
   that due time to its ack, so a client that falls behind (window full, slow server) shows it in its
   latency instead of silently sending later (no coordinated omission). Achieved rate = acked / elapsed.
 * end-to-end latency: the same fixed-rate publisher while a consumer, subscribed first, receives; latency =
-  delivery time - due time carried in the payload's first 8 bytes (one process, one monotonic clock).
+  delivery time - due time carried in the payload's first 8 bytes (one process, one monotonic clock). A
+  delivery whose due time is not after the previous one's is a redelivery: counted, not timed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import struct
 import time
@@ -103,7 +107,6 @@ async def publish_throughput(
     room = Window(window)
     all_acked = anyio.Event()
     progress = Progress(f"{system.name} publish {size} B")
-    payload = make_payload(size, 0)
 
     def on_ack(_seq: int, ok: bool) -> None:
         room.release()
@@ -122,7 +125,9 @@ async def publish_throughput(
             while sent < count:
                 batch = min(await room.room(), BATCH_MAX, count - sent)
                 room.take(batch)
-                await publisher.send_many([(seq, payload) for seq in range(sent, sent + batch)])
+                await publisher.send_many(
+                    [(seq, make_payload(size, seq)) for seq in range(sent, sent + batch)]
+                )
                 sent += batch
                 if progress.due():
                     progress.show(f"sent {sent:,} acked {acks.count:,}")
@@ -131,26 +136,49 @@ async def publish_throughput(
     return Throughput(count=acks.count, elapsed_s=elapsed, errors=acks.errors, complete=acks.count == count)
 
 
+@dataclass
+class _Deliveries:
+    """Sequence numbers seen by a consumer that should see 0, 1, 2, ... once each."""
+
+    next_seq: int = 0
+    distinct: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    first: float = 0.0
+    last: float = 0.0
+
+    def see(self, seq: int) -> None:
+        if seq < self.next_seq:
+            self.duplicates += 1
+            return
+        self.skipped += seq - self.next_seq
+        self.next_seq = seq + 1
+        self.last = time.monotonic()
+        if not self.distinct:
+            self.first = self.last
+        self.distinct += 1
+
+
 async def consume_throughput(system: System, topic: str, count: int, time_limit_s: float) -> Throughput:
-    received = 0
-    first = last = 0.0
+    seen = _Deliveries()
     progress = Progress(f"{system.name} consume")
 
-    def on_payload(_payload: bytes) -> bool:
-        nonlocal received, first, last
-        last = time.monotonic()
-        if not received:
-            first = last
-        received += 1
+    def on_payload(payload: bytes) -> bool:
+        seen.see(payload_stamp(payload))
         if progress.due():
-            progress.show(f"received {received:,}")
-        return received < count
+            progress.show(f"received {seen.distinct:,} (+{seen.duplicates:,} redelivered)")
+        return seen.next_seq < count
 
     with anyio.move_on_after(time_limit_s):
         async with anyio.create_task_group() as tasks:
             await tasks.start(system.consume, topic, on_payload)
     return Throughput(
-        count=received, elapsed_s=last - first, errors=0, complete=received >= count, intervals=received - 1
+        count=seen.distinct,
+        elapsed_s=seen.last - seen.first,
+        skipped=seen.skipped,
+        complete=seen.distinct >= count,
+        intervals=seen.distinct - 1,
+        duplicates=seen.duplicates,
     )
 
 
@@ -244,9 +272,17 @@ async def end_to_end_latency(
     total = max(1, int(rate * duration_s))
     delivered = Histogram()
     all_delivered = anyio.Event()
+    latest = -1
+    duplicates = 0
 
     def on_payload(payload: bytes) -> bool:
-        delivered.record((time.monotonic_ns() - payload_stamp(payload)) / 1e9)
+        nonlocal latest, duplicates
+        due = payload_stamp(payload)
+        if due <= latest:
+            duplicates += 1
+            return True
+        latest = due
+        delivered.record((time.monotonic_ns() - due) / 1e9)
         if delivered.total >= total:
             all_delivered.set()
             return False
@@ -258,4 +294,4 @@ async def end_to_end_latency(
         with anyio.move_on_after(drain_s):
             await all_delivered.wait()
         tasks.cancel_scope.cancel()
-    return _latency(run, rate, total, start, delivered)
+    return dataclasses.replace(_latency(run, rate, total, start, delivered), duplicates=duplicates)

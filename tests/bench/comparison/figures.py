@@ -14,9 +14,14 @@ class Throughput:
     count: int
     elapsed_s: float
     errors: int = 0
+    """Publish: messages whose acknowledgement reported a failure."""
     complete: bool = True
     intervals: int | None = None
     """Consume: deliveries after the first (the rate is timed from the first delivery to the last)."""
+    duplicates: int = 0
+    """Consume: messages delivered again (not counted in ``count``)."""
+    skipped: int = 0
+    """Consume: messages never delivered while later ones were."""
 
     @property
     def rate(self) -> float:
@@ -35,6 +40,8 @@ class Latency:
     count: int
     expected: int
     errors: int = 0
+    duplicates: int = 0
+    """End to end: messages delivered again (not timed)."""
     send_lag_p99_ms: float = math.nan
     """How late the harness handed messages over (the first of each batch): its own scheduling delay."""
 

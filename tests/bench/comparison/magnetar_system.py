@@ -33,8 +33,16 @@ from magnetar.admin.ws_client import WsClient
 READY_TIMEOUT_S = 120.0
 ACKS_PER_WRITE = 50
 RECEIVER_QUEUE_SIZE = 1000
+CLOSE_TIMEOUT_S = 5.0
 QUORUMS = ("3", "3", "2")
 """E, W, A of the cluster."""
+
+
+async def _close(client: WsClient) -> None:
+    """Close even when the phase was cancelled: ``WsClient.aclose`` sends its close frame first, and a
+    cancellation there would skip closing the socket (ResourceWarning), so it runs shielded (bounded)."""
+    with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True):
+        await client.aclose()
 
 
 def _magnetar(*args: str) -> list[str]:
@@ -185,7 +193,7 @@ class MagnetarSystem:
                 yield _WsPublisher(client)
                 tasks.cancel_scope.cancel()
         finally:
-            await client.aclose()
+            await _close(client)
 
     @staticmethod
     async def _acks(client: WsClient, on_ack: AckSink) -> None:
@@ -223,4 +231,4 @@ class MagnetarSystem:
                     await client.send_many(acks)
                     acks = []
         finally:
-            await client.aclose()
+            await _close(client)

@@ -4,6 +4,8 @@ append to RESULTS.md).
 
 Ratio = Magnetar's figure / the system's figure. For throughputs above 1 means Magnetar is faster; for
 latencies above 1 means Magnetar is slower. A figure that is missing, zero or not a number gives no ratio.
+"send lag" is how late the harness itself handed messages to the client (its own scheduling, or a full
+window): a large one means the client side, not the server, set the pace.
 """
 
 from __future__ import annotations
@@ -115,7 +117,11 @@ def _throughput_cell(figure: Figure | None) -> str:
     if not figure.complete:
         notes.append(f"only {figure.count:,} in {figure.elapsed_s:.0f} s")
     if figure.errors:
-        notes.append(f"{figure.errors:,} errors")
+        notes.append(f"{figure.errors:,} failed")
+    if figure.skipped:
+        notes.append(f"{figure.skipped:,} skipped")
+    if figure.duplicates:
+        notes.append(f"{figure.duplicates:,} redelivered")
     return f"{cell} ({', '.join(notes)})" if notes else cell
 
 
@@ -137,16 +143,23 @@ def _latency_values(figure: Figure | None) -> tuple[float, float, float] | None:
 
 def _latency_cells(figure: Figure | None) -> list[str]:
     if figure is None:
-        return [MISSING] * 4
+        return [MISSING] * 5
     if isinstance(figure, Failure):
-        return [f"{MISSING} ({_escape(figure.reason)})", MISSING, MISSING, MISSING]
+        return [f"{MISSING} ({_escape(figure.reason)})", *[MISSING] * 4]
     assert isinstance(figure, Latency)
-    achieved = format_rate(figure.achieved_rate)
+    notes = []
     if figure.saturated:
-        achieved += f" (saturated: {figure.count:,} of {figure.expected:,} acked)"
+        notes.append(
+            f"saturated: {figure.count:,} of {figure.expected:,} acked"
+            if figure.count < figure.expected
+            else "saturated"
+        )
     if figure.errors:
-        achieved += f" ({figure.errors:,} errors)"
-    return [achieved, *(format_ms(v) for v in figure.percentiles())]
+        notes.append(f"{figure.errors:,} failed")
+    if figure.duplicates:
+        notes.append(f"{figure.duplicates:,} redelivered")
+    achieved = format_rate(figure.achieved_rate) + (f" ({', '.join(notes)})" if notes else "")
+    return [achieved, *(format_ms(v) for v in figure.percentiles()), format_ms(figure.send_lag_p99_ms)]
 
 
 def _latency_ratios(magnetar: Figure | None, other: Figure | None) -> str:
@@ -159,7 +172,7 @@ def _latency_ratios(magnetar: Figure | None, other: Figure | None) -> str:
 def latency_table(results: Results, scenario: Scenario) -> str:
     magnetars = _magnetars(results)
     header = [
-        "system", "durability", "achieved msgs/s", "p50", "p99", "p99.9",
+        "system", "durability", "achieved msgs/s", "p50", "p99", "p99.9", "send lag p99",
         *(f"{m} ÷ this (p50 / p99 / p99.9)" for m in magnetars),
     ]  # fmt: skip
     rows = []

@@ -116,9 +116,22 @@ async def test_failed_acks_are_errors_not_throughput() -> None:
 
 async def test_consume_throughput_reads_what_was_published() -> None:
     system = MemorySystem()
-    system.topics["t"] = [engine.make_payload(100, 0)] * 2_000
+    system.topics["t"] = [engine.make_payload(100, seq) for seq in range(2_000)]
     figure = await engine.consume_throughput(system, "t", 2_000, time_limit_s=60)
     assert (figure.count, figure.intervals, figure.complete) == (2_000, 1_999, True)
+
+
+async def test_consume_counts_redeliveries_and_skipped_messages_apart() -> None:
+    system = MemorySystem()
+    system.topics["t"] = [engine.make_payload(100, seq) for seq in (0, 1, 1, 2, 0, 4, 5)]
+    figure = await engine.consume_throughput(system, "t", 6, time_limit_s=60)
+    assert (figure.count, figure.duplicates, figure.skipped, figure.complete) == (5, 2, 1, False)
+
+
+async def test_published_messages_carry_their_sequence_numbers() -> None:
+    system = MemorySystem()
+    await engine.publish_throughput(system, "t", 100, count=300, window=100, time_limit_s=60)
+    assert [engine.payload_stamp(p) for p in system.topics["t"]] == list(range(300))
 
 
 async def test_fixed_rate_publishes_rate_times_duration_messages() -> None:

@@ -28,7 +28,9 @@ NATS = SystemInfo("nats", "page cache")
 
 
 def latency(p50: float, p99: float, p999: float, achieved: float = 1000.0, count: int = 10_000) -> Latency:
-    return Latency(1000.0, achieved, p50, p99, p999, p999 * 2, count=count, expected=10_000)
+    return Latency(
+        1000.0, achieved, p50, p99, p999, p999 * 2, count=count, expected=10_000, send_lag_p99_ms=0.5
+    )
 
 
 def rows(table: str) -> dict[str, list[str]]:
@@ -97,28 +99,37 @@ def test_an_incomplete_throughput_run_says_how_far_it_got() -> None:
     )
     assert (
         rows(throughput_table(results, scenario))["magnetar-standalone"][1]
-        == "10 (only 600 in 60 s, 3 errors)"
+        == "10 (only 600 in 60 s, 3 failed)"
     )
 
 
-def test_latency_table_gives_percentiles_and_their_ratios() -> None:
-    results = Results([STANDALONE, REDIS])
+def test_latency_table_gives_percentiles_send_lag_and_ratios() -> None:
+    results = Results([STANDALONE, REDIS, NATS])
     scenario = Scenario("rate-1000", "Publish latency", 100)
     results.put(scenario, "magnetar-standalone", latency(4.0, 40.0, 400.0, achieved=700.0, count=7_000))
     results.put(scenario, "redis-always", latency(2.0, 10.0, 100.0))
-    cells = rows(latency_table(results, scenario))
+    results.put(scenario, "nats", latency(2.0, 10.0, 100.0, achieved=500.0))
+    table = latency_table(results, scenario)
+    assert table.splitlines()[0] == (
+        "| system | durability | achieved msgs/s | p50 | p99 | p99.9 | send lag p99 "
+        "| magnetar-standalone ÷ this (p50 / p99 / p99.9) |"
+    )
+    cells = rows(table)
     assert cells["magnetar-standalone"] == [
         "fsync (1 bookie)", "700 (saturated: 7,000 of 10,000 acked)",
-        "4.00", "40.0", "400", "1.00 / 1.00 / 1.00",
+        "4.00", "40.0", "400", "0.50", "1.00 / 1.00 / 1.00",
     ]  # fmt: skip
     assert cells["redis-always"] == [
-        "fsync (AOF always)",
-        "1,000",
-        "2.00",
-        "10.0",
-        "100",
-        "2.00 / 4.00 / 4.00",
-    ]
+        "fsync (AOF always)", "1,000", "2.00", "10.0", "100", "0.50", "2.00 / 4.00 / 4.00",
+    ]  # fmt: skip
+    assert cells["nats"][1] == "500 (saturated)"
+
+
+def test_a_consumer_that_skips_or_repeats_messages_is_flagged() -> None:
+    results = Results([REDIS])
+    scenario = Scenario("consume", "Consume", 100)
+    results.put(scenario, "redis-always", Throughput(count=900, elapsed_s=1.0, skipped=100, duplicates=7))
+    assert rows(throughput_table(results, scenario))["redis-always"][1] == "900 (100 skipped, 7 redelivered)"
 
 
 def test_every_scenario_of_every_size_gets_a_table() -> None:
