@@ -17,6 +17,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, tuple[str, str]] = {
     "bookie": ("magnetar.admin.cmd_bookie", "run one bookie (storage node) process"),
     "perf": ("magnetar.admin.cmd_perf", "load generators and benchmarks (like pulsar-perf)"),
+    "tokens": ("magnetar.admin.cmd_tokens", "keys and tokens for token authentication (like pulsar tokens)"),
 }
 
 

@@ -8,12 +8,15 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
 * ``fixtures.client`` - in-process bookies: ``client_metadata``, ``in_process_bookies``,
   ``bookkeeper_client``
 * ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
+* ``fixtures.auth`` - token keys (``token_keys``), a test CA with server/client certificates (``tls_files``),
+  ``FakeClock``
 * the simulation's ``--sim-seed`` / ``--sim-seeds`` options live in ``tests/sim/conftest.py``
 """
 
 from __future__ import annotations
 
 pytest_plugins = [
+    "fixtures.auth",
     "fixtures.client",
     "fixtures.zookeeper",
 ]

@@ -263,8 +263,9 @@ class _Connection:
     async def _auth_deadline(self) -> None:
         with self._auth_scope:
             await trio.sleep(self.server.settings.auth_timeout_ms / 1000)
-            log.warning("closing connection from %s: no AUTH within auth_timeout_ms", self.peer)
             self._metrics.auth_failures += 1
+            level = logging.WARNING if self._metrics.auth_failures % 100 == 1 else logging.DEBUG
+            log.log(level, "closing connection from %s: no AUTH within auth_timeout_ms", self.peer)
             self.abort()
 
     def abort(self) -> None:
@@ -317,7 +318,8 @@ class _Connection:
             role = self._authenticator.authenticate(request)
         except (AuthenticationError, AuthorizationError) as exc:
             self._metrics.auth_failures += 1
-            log.warning("connection from %s refused: %s", self.peer, exc.reason)
+            level = logging.WARNING if self._metrics.auth_failures % 100 == 1 else logging.DEBUG
+            log.log(level, "connection from %s refused: %s", self.peer, exc.reason)
             reason = exc.reason.encode("utf-8")[:1024]
             self._send(AuthResponse(rid, BookieStatus.EUA, AUTH_PLUGIN_TOKEN, reason))
             return False

@@ -70,9 +70,16 @@ def _numeric_date(claims: Mapping[str, Any], name: str) -> float | None:
     value = claims.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidClaimsError(f"the '{name}' claim must be a number of seconds since the epoch")
-    return float(value)
+    problem = InvalidClaimsError(f"the '{name}' claim must be a number of seconds since the epoch")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise problem
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond a float's range
+        raise problem from None
+    if not math.isfinite(number):
+        raise problem
+    return number
 
 
 class TokenVerifier:
@@ -177,7 +184,11 @@ class TokenVerifier:
             value = value[0]  # Pulsar takes the first entry of a list claim
         if not isinstance(value, str) or not value:
             raise InvalidClaimsError(f"token has no '{self._role_claim}' claim naming a role")
-        if len(value.encode()) > ROLE_BYTES_MAX:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:  # JSON can carry lone surrogates ("\ud800")
+            raise InvalidClaimsError(f"the role in '{self._role_claim}' is not valid Unicode") from None
+        if size > ROLE_BYTES_MAX:
             raise InvalidClaimsError(f"the role in '{self._role_claim}' exceeds {ROLE_BYTES_MAX} bytes")
         return value
 
