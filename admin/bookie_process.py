@@ -18,15 +18,18 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pydantic
 import trio
 
 from magnetar.bookkeeper.bookie.http_api import bookie_router
+from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.bookie.server import Bookie, BookieEndpoint
 from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.runtime.http import HttpSettings, serve_http
 
@@ -50,25 +53,41 @@ def main(overrides: dict[str, Any]) -> int:
 
 
 async def serve(settings: BookieSettings) -> int:
-    async with open_metadata_store(settings.metadata_url) as metadata:
-        store = MemoryLedgerStore(capacity_bytes=settings.memory_store_bytes_max)
-        log.info("ledger storage: %s (%d bytes)", settings.storage, settings.memory_store_bytes_max)
+    async with open_metadata_store(settings.metadata_url) as metadata, open_store(settings) as store:
         bookie = Bookie(settings, store, metadata)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(store.run)
                 http_port = await _start_http(nursery, bookie)
                 endpoint = await nursery.start(bookie.run)
                 announce(bookie.settings, endpoint, http_port)
                 nursery.start_soon(_stop_on_signal, signals, bookie)
                 await bookie.stopped.wait()
-                store.close()
-                log.info("ledger storage closed")
                 nursery.cancel_scope.cancel()
         if settings.port_file is not None:
             settings.port_file.unlink(missing_ok=True)
     log.info("bookie %s exited cleanly", endpoint.bookie_id)
     return 0
+
+
+@asynccontextmanager
+async def open_store(settings: BookieSettings) -> AsyncIterator[LedgerStore]:
+    """The ledger storage engine named by ``settings.storage``, running until the block exits."""
+    if settings.storage == "disk":
+        engine = settings.storage_settings()
+        log.info("ledger storage: disk (data %s, journal %s)", engine.data_dir, engine.journal_dir)
+        async with open_ledger_store(engine) as disk:
+            yield disk
+        log.info("ledger storage closed (final checkpoint taken)")
+        return
+    memory = MemoryLedgerStore(capacity_bytes=settings.memory_store_bytes_max)
+    log.info("ledger storage: memory (%d bytes, lost on exit)", settings.memory_store_bytes_max)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(memory.run)
+        try:
+            yield memory
+        finally:
+            memory.close()
+            nursery.cancel_scope.cancel()
 
 
 async def _stop_on_signal(signals: AsyncIterator[int], bookie: Bookie) -> None:

@@ -11,6 +11,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "magnetar.admin.perf_bookie_rpc",
         "bookie wire path: pipelined adds over TCP to one bookie",
     ),
+    "bookie-storage": (
+        "magnetar.admin.perf_bookie_storage",
+        "bookie storage engine: durable adds/s, add latency, catch-up reads/s, journal replay, disk limit",
+    ),
 }
 
 

@@ -39,3 +39,13 @@ class DiskFullError(BookieError):
 
 class StorageClosedError(BookieError):
     status = BookieStatus.EIO
+
+
+class StorageBusyError(BookieError):
+    """The storage engine's bounded buffers are full (journal queue or write cache); retry later.
+
+    BookKeeper's ``OperationRejectedException`` when the write cache stays full; on the wire it is
+    ETOOMANYREQUESTS. Callers that prefer to wait can await the engine's capacity before adding.
+    """
+
+    status = BookieStatus.ETOOMANYREQUESTS

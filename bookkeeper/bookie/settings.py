@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
@@ -31,12 +32,20 @@ PositiveInt = Annotated[int, Field(gt=0)]
 
 
 class BookieSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
 
     metadata_url: str = "memory://"
     data_dir: Path = Path("data/bookie")
-    storage: Literal["memory"] = "memory"
-    """Ledger storage engine: ``memory`` keeps everything in RAM (tests, demos). Disk engine: to come."""
+    """Entry logs, the RocksDB index and the journal mark (the ledgers volume)."""
+    journal_dir: Path | None = None
+    """Journal files; ``data_dir/journal`` when unset. Put it on its own disk in production."""
+    storage: Literal["disk", "memory"] = "disk"
+    """Ledger storage engine: ``disk`` (journal + entry logs + RocksDB index, durable) or ``memory``
+    (everything in RAM, lost on exit: tests and demos only)."""
+    storage_engine: BookieStorageSettings = BookieStorageSettings()
+    """Tuning of the disk engine, e.g. ``MAGNETAR_STORAGE_ENGINE__JOURNAL_GROUP_WAIT_MS=1``."""
     memory_store_bytes_max: PositiveInt = 1024 * 1024 * 1024
     """Capacity of the ``memory`` engine (what ``disk_usage`` reports as the disk size)."""
 
@@ -122,6 +131,12 @@ class BookieSettings(BaseSettings):
         if self.disk_usage_warn_threshold > self.disk_usage_threshold:
             raise ValueError("disk_usage_warn_threshold must be <= disk_usage_threshold")
         return self
+
+    def storage_settings(self) -> BookieStorageSettings:
+        """The disk engine's settings, with this bookie's directories."""
+        return self.storage_engine.model_copy(
+            update={"data_dir": self.data_dir, "journal_dir": self.journal_dir}
+        )
 
     def advertised_host(self) -> str:
         if self.advertised_address:

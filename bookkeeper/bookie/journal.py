@@ -1,0 +1,268 @@
+"""The journal: BookKeeper's write-ahead log with group commit (``Journal`` + ``ForceWriteThread``, §5.1).
+
+Theory of operation. Appends are cheap and synchronous on the trio thread: a record is encoded straight into
+the current batch (a ``bytearray``) and its durability callback queued beside it. One writer task owns the
+file. It waits for a batch to form, then hands the whole batch to a worker thread that writes it and
+fdatasyncs the file (the event loop never blocks on the disk); only after the sync returns does it advance
+the synced mark and fire the batch's callbacks, in append order. While one batch is being synced the next
+one fills, so batches grow with load (group commit) and shrink to one record when the bookie is idle.
+
+A batch is flushed when, as in BookKeeper, the oldest record has waited ``journal_group_wait_ms``, or the
+batch holds ``journal_buffered_bytes_max`` bytes, or - with ``journal_flush_when_queue_empty`` - appends
+have drained: one pass of the trio scheduler produced no new record.
+
+Memory is bounded: bytes appended but not yet durable never exceed ``journal_queue_bytes_max``. An append
+beyond it is refused with :class:`StorageBusyError` (ETOOMANYREQUESTS), because the ``LedgerStore`` contract
+is synchronous; callers that prefer back-pressure await :meth:`Journal.wait_for_capacity` first.
+
+A failed write or sync fails every callback of its batch (an add is never reported durable unless it is:
+ENOSPC becomes :class:`DiskFullError`, anything else :class:`StorageIOError`), the file is abandoned and the
+next batch opens a new one. After :meth:`close` every later append fails with :class:`StorageClosedError`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from dataclasses import dataclass
+from typing import NoReturn
+
+import crc32c
+import trio
+import trio.lowlevel
+
+from magnetar.bookkeeper.bookie.errors import (
+    BookieError,
+    DiskFullError,
+    StorageBusyError,
+    StorageClosedError,
+    StorageIOError,
+)
+from magnetar.bookkeeper.bookie.journal_files import JournalWriterFile
+from magnetar.bookkeeper.bookie.journal_format import (
+    ENTRY_WORD_BASE,
+    RECORD_HEADER,
+    RECORD_HEADER_BYTES,
+    RecordKind,
+    append_record,
+    ledger_payload,
+)
+from magnetar.bookkeeper.bookie.ledger_store import DurableCallback
+from magnetar.bookkeeper.bookie.log_mark import LogMark
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class JournalStats:
+    """Counters for benchmarks and metrics: how group commit actually batched."""
+
+    syncs: int = 0
+    records: int = 0
+    bytes: int = 0
+    sync_seconds: float = 0.0
+    sync_seconds_max: float = 0.0
+    failed_syncs: int = 0
+
+
+def storage_error(exc: OSError, what: str) -> BookieError:
+    """The bookie error an OS error on the write path becomes."""
+    if exc.errno == errno.ENOSPC:
+        return DiskFullError(f"{what}: no space left on device")
+    return StorageIOError(f"{what}: {exc}")
+
+
+class Journal:
+    def __init__(
+        self,
+        writer: JournalWriterFile,
+        *,
+        group_wait_ms: float,
+        buffered_bytes_max: int,
+        queue_bytes_max: int,
+        flush_when_queue_empty: bool,
+    ) -> None:
+        self._writer = writer
+        self._group_wait_s = group_wait_ms / 1000.0
+        self._buffered_bytes_max = buffered_bytes_max
+        self._queue_bytes_max = queue_bytes_max
+        self._flush_when_queue_empty = flush_when_queue_empty
+        self._buf = bytearray()
+        self._callbacks: list[DurableCallback] = []
+        self._records = 0
+        self._first_append_at = 0.0
+        self._in_flight_bytes = 0
+        self._data_ready = trio.Event()
+        self._batch_full = trio.Event()
+        self._progress = trio.Event()
+        self._closed = False
+        self._writer_running = False
+        self.synced_mark = LogMark(-1, 0)
+        """Every record before this position is durable (advanced after each fdatasync)."""
+        self.stats = JournalStats()
+
+    async def open(self) -> None:
+        """Create the first journal file of this process (in a worker thread)."""
+        self.synced_mark = await trio.to_thread.run_sync(self._writer.open)
+
+    # -- appends (trio thread, synchronous) -----------------------------------------------------------------
+
+    def append_entry(self, body: bytes, on_durable: DurableCallback) -> None:
+        """Journal a packaged entry; ``on_durable`` fires after the fdatasync that covers it."""
+        buf = self._buf
+        size = len(body)
+        if not buf:
+            self._start_batch(size)
+        elif self._in_flight_bytes + len(buf) + size > self._queue_bytes_max:
+            self._refuse(size)
+        word = ENTRY_WORD_BASE | size
+        buf += RECORD_HEADER.pack(word, crc32c.crc32c(body, word))
+        buf += body
+        self._callbacks.append(on_durable)
+        self._records += 1
+        if len(buf) >= self._buffered_bytes_max:
+            self._batch_full.set()
+
+    def append_ledger_key(self, ledger_id: int, master_key: bytes, on_durable: DurableCallback) -> None:
+        self._append_meta(RecordKind.LEDGER_KEY, ledger_payload(ledger_id, master_key), on_durable)
+
+    def append_fence(self, ledger_id: int, on_durable: DurableCallback) -> None:
+        self._append_meta(RecordKind.FENCE, ledger_payload(ledger_id), on_durable)
+
+    def append_explicit_lac(self, ledger_id: int, body: bytes, on_durable: DurableCallback) -> None:
+        self._append_meta(RecordKind.EXPLICIT_LAC, ledger_payload(ledger_id, body), on_durable)
+
+    def append_delete(self, ledger_id: int, on_durable: DurableCallback) -> None:
+        self._append_meta(RecordKind.DELETE, ledger_payload(ledger_id), on_durable)
+
+    def _append_meta(self, kind: RecordKind, payload: bytes, on_durable: DurableCallback) -> None:
+        size = len(payload)
+        if not self._buf:
+            self._start_batch(size)
+        elif self._in_flight_bytes + len(self._buf) + size > self._queue_bytes_max:
+            self._refuse(size)
+        append_record(self._buf, kind, payload)
+        self._callbacks.append(on_durable)
+        self._records += 1
+        if len(self._buf) >= self._buffered_bytes_max:
+            self._batch_full.set()
+
+    def _start_batch(self, size: int) -> None:
+        if self._closed:
+            raise StorageClosedError("the journal is closed")
+        if self._in_flight_bytes + size + RECORD_HEADER_BYTES > self._queue_bytes_max:
+            self._refuse(size)
+        self._first_append_at = trio.current_time()
+        self._data_ready.set()
+
+    def _refuse(self, size: int) -> NoReturn:
+        if self._closed:
+            raise StorageClosedError("the journal is closed")
+        raise StorageBusyError(
+            f"journal_queue_bytes_max={self._queue_bytes_max} reached: {self.queued_bytes} bytes are "
+            f"waiting for fdatasync, {size} more refused"
+        )
+
+    # -- capacity and draining --------------------------------------------------------------------------
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes appended but not yet durable."""
+        return self._in_flight_bytes + len(self._buf)
+
+    def has_capacity(self, size: int) -> bool:
+        return self.queued_bytes + size + RECORD_HEADER_BYTES <= self._queue_bytes_max
+
+    async def wait_for_capacity(self, size: int) -> None:
+        """Wait until an append of ``size`` bytes would be accepted (back-pressure for callers)."""
+        while not self.has_capacity(size) and not self._closed:
+            await self._progress.wait()
+
+    async def drain(self) -> None:
+        """Wait until everything appended so far has been synced (or failed)."""
+        while self._buf or self._in_flight_bytes:
+            if not self._writer_running:
+                raise StorageClosedError("the journal writer is not running")
+            await self._progress.wait()
+
+    def close(self) -> None:
+        """Refuse further appends and fail those still buffered (call after :meth:`drain`)."""
+        self._closed = True
+        callbacks, self._callbacks = self._callbacks, []
+        self._buf = bytearray()
+        _fire(callbacks, StorageClosedError("the journal closed before this record was synced"))
+        self._signal_progress()
+        self._writer.close()
+
+    # -- the writer task --------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Group-commit loop; runs until cancelled. Start it with ``await nursery.start(journal.run)``."""
+        self._writer_running = True
+        task_status.started()
+        try:
+            while True:
+                await self._data_ready.wait()
+                await self._gather_batch()
+                await self._flush()
+        finally:
+            self._writer_running = False
+            self._signal_progress()
+
+    async def _gather_batch(self) -> None:
+        while len(self._buf) < self._buffered_bytes_max:
+            remaining = self._first_append_at + self._group_wait_s - trio.current_time()
+            if remaining <= 0:
+                return
+            if self._flush_when_queue_empty:
+                before = self._records
+                await trio.lowlevel.checkpoint()
+                if self._records == before:
+                    return
+            else:
+                with trio.move_on_after(remaining):
+                    await self._batch_full.wait()
+
+    async def _flush(self) -> None:
+        buf, callbacks, records = self._buf, self._callbacks, self._records
+        self._buf, self._callbacks, self._records = bytearray(), [], 0
+        self._data_ready = trio.Event()
+        self._batch_full = trio.Event()
+        self._in_flight_bytes = len(buf)
+        error: BookieError | None = None
+        started = trio.current_time()
+        try:
+            mark = await trio.to_thread.run_sync(self._writer.write_and_sync, buf)
+        except OSError as exc:
+            error = storage_error(exc, "journal write")
+            self.stats.failed_syncs += 1
+            log.error("journal batch of %d records (%d bytes) failed: %s", records, len(buf), exc)
+        except BaseException as exc:
+            self._in_flight_bytes = 0
+            _fire(callbacks, StorageIOError(f"journal writer failed: {exc!r}"))
+            raise
+        else:
+            assert mark >= self.synced_mark, "the synced journal mark went backwards"
+            self.synced_mark = mark
+            stats = self.stats
+            stats.syncs += 1
+            stats.records += records
+            stats.bytes += len(buf)
+            took = trio.current_time() - started
+            stats.sync_seconds += took
+            stats.sync_seconds_max = max(stats.sync_seconds_max, took)
+        self._in_flight_bytes = 0
+        _fire(callbacks, error)
+        self._signal_progress()
+
+    def _signal_progress(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
+
+
+def _fire(callbacks: list[DurableCallback], error: BaseException | None) -> None:
+    for callback in callbacks:
+        try:
+            callback(error)
+        except Exception:
+            log.exception("a journal durability callback raised (callbacks must not raise)")
