@@ -20,6 +20,7 @@ import trio
 from magnetar.bookkeeper.client.bookie_client import BookieClient
 from magnetar.bookkeeper.client.call_soon import CallSoon
 from magnetar.bookkeeper.client.context import ClientContext
+from magnetar.bookkeeper.client.errors import ClientClosedError
 from magnetar.bookkeeper.client.ledger_create import LedgerCreateOp
 from magnetar.bookkeeper.client.ledger_handle import LedgerHandle
 from magnetar.bookkeeper.client.ledger_manager import LedgerManager
@@ -92,6 +93,7 @@ class BookKeeper:
 
     def _shutdown(self) -> None:
         self._ctx.closed = True
+        self._ctx.fail_writers(ClientClosedError("the BookKeeper client was closed"))
         self._ctx.rpc.close()
         self._ctx.call_soon.drain()
 

@@ -112,6 +112,10 @@ class LedgerHandle:
         self._check_payload(payload)
         return self._writer.push(payload, callback)
 
+    async def wait_for_room(self) -> None:
+        """Until fewer than ``pending_adds_max`` adds are in flight (or the handle failed)."""
+        await self._writer.wait_for_room()
+
     async def add_entry(self, payload: bytes) -> int:
         """Add and wait for the acknowledgement; returns the entry id."""
         self._check_payload(payload)
@@ -139,7 +143,13 @@ class LedgerHandle:
         if isinstance(error, LedgerFencedError):
             self._fenced = True
         elif isinstance(error, NotEnoughBookiesError):
-            self._ctx.spawn(self.close)
+            self._ctx.spawn(self._close_after_failure)
+
+    async def _close_after_failure(self) -> None:
+        try:
+            await self.close()
+        except BKError as exc:
+            log.warning("ledger %d: close after running out of bookies failed: %s", self.ledger_id, exc)
 
     # -- reads -------------------------------------------------------------------------------------------
 
@@ -162,7 +172,10 @@ class LedgerHandle:
             if self._closed and self.metadata.is_closed:
                 return
             self._closed = True
-            self._writer.fail(LedgerClosedError(f"ledger {self.ledger_id} is closed"))
+            closed = LedgerClosedError(f"ledger {self.ledger_id} is closed")
+            self._writer.fail(closed)
+            if not self._fenced:
+                self._writer.error = closed  # later adds say "closed", whatever failed the writer first
             lac, length = self._writer.last_add_confirmed, self._writer.length
             self.versioned = await self._close_metadata(lac, length)
 

@@ -104,6 +104,7 @@ class LedgerWriter:
         self._idle = trio.lowlevel.ParkingLot()
         self.on_error: Callable[[BKError], None] | None = None
         self.on_ack: Callable[[int], None] | None = None
+        ctx.track_writer(self)
 
     # -- pushing adds ------------------------------------------------------------------------------------
 
@@ -194,7 +195,7 @@ class LedgerWriter:
         if isinstance(answer, AddResponse) and answer.status in _UNRECOVERABLE:
             self.fail(error_for_status(answer.status, f"add {self.ledger_id}:{op.entry_id} on {bookie}"))
             return
-        log.info("ledger %d: add %d failed on %s: %s", self.ledger_id, op.entry_id, bookie, answer)
+        log.debug("ledger %d: add %d failed on %s: %s", self.ledger_id, op.entry_id, bookie, answer)
         self.handle_bookie_failure({index: bookie})
 
     def _send_callbacks(self) -> None:

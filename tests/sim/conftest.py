@@ -1,0 +1,25 @@
+"""Options of the deterministic replication simulation.
+
+``--sim-seed=N`` runs exactly seed N (reproducing a failure); ``--sim-seeds=K`` runs seeds 0..K-1
+(default 500 in CI; ``make sim-long`` runs 5000).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+DEFAULT_SEEDS = 500
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("simulation")
+    group.addoption("--sim-seed", type=int, default=None, help="run only this simulation seed")
+    group.addoption("--sim-seeds", type=int, default=DEFAULT_SEEDS, help="how many simulation seeds to run")
+
+
+@pytest.fixture
+def sim_seeds(request: pytest.FixtureRequest) -> list[int]:
+    seed = request.config.getoption("--sim-seed")
+    if seed is not None:
+        return [seed]
+    return list(range(request.config.getoption("--sim-seeds")))
