@@ -53,7 +53,10 @@ def main(overrides: dict[str, Any]) -> int:
 
 
 async def serve(settings: BookieSettings) -> int:
-    async with open_metadata_store(settings.metadata_url) as metadata, open_store(settings) as store:
+    async with (
+        open_metadata_store(settings.metadata_url, settings.metadata_settings()) as metadata,
+        open_store(settings) as store,
+    ):
         bookie = Bookie(settings, store, metadata)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:

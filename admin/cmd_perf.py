@@ -11,10 +11,16 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "magnetar.admin.perf_bookie_rpc",
         "bookie wire path: pipelined adds over TCP to one bookie",
     ),
+    "ledger": (
+        "magnetar.admin.perf_ledger",
+        "replication client + real bookie processes: adds/s, add latency, reads/s, recovery time",
+    ),
     "bookie-storage": (
         "magnetar.admin.perf_bookie_storage",
         "bookie storage engine: durable adds/s, add latency, catch-up reads/s, journal replay, disk limit",
     ),
+    "produce": ("magnetar.admin.perf_produce", "publish over the WebSocket API: throughput and latency"),
+    "consume": ("magnetar.admin.perf_consume", "consume over the WebSocket API: throughput, e2e latency"),
 }
 
 

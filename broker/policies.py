@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, NotEmptyError, NotFoundError
+from magnetar.broker.topic_name import url_decode, url_encode
 
 CLUSTERS = "/admin/clusters"
 POLICIES = "/admin/policies"
@@ -125,7 +126,7 @@ class PolicyStore:
     def __init__(self, store: MetadataStore) -> None:
         self.store = store
 
-    # -- generic versioned access -------------------------------------------------------------------------
+    # -- generic versioned access ---------------------------------------------------------------
 
     async def _get(self, path: str, model: type[M]) -> tuple[M, int] | None:
         result = await self.store.get(path)
@@ -154,7 +155,7 @@ class PolicyStore:
             raise ConcurrentModificationError(f"{what} was modified concurrently") from exc
         return updated
 
-    # -- clusters ---------------------------------------------------------------------------------------
+    # -- clusters -----------------------------------------------------------------------------
 
     async def clusters(self) -> list[str]:
         return await self.store.get_children(CLUSTERS)
@@ -166,7 +167,7 @@ class PolicyStore:
         found = await self._get(f"{CLUSTERS}/{name}", ClusterData)
         return None if found is None else found[0]
 
-    # -- tenants ----------------------------------------------------------------------------------------
+    # -- tenants ------------------------------------------------------------------------------
 
     async def tenants(self) -> list[str]:
         return await self.store.get_children(POLICIES)
@@ -191,7 +192,7 @@ class PolicyStore:
         except NotEmptyError as exc:
             raise AlreadyExists("The tenant still has active namespaces") from exc
 
-    # -- namespaces -------------------------------------------------------------------------------------
+    # -- namespaces ---------------------------------------------------------------------------
 
     async def namespaces(self, tenant: str) -> list[str]:
         return [f"{tenant}/{ns}" for ns in await self.store.get_children(f"{POLICIES}/{tenant}")]
@@ -215,18 +216,24 @@ class PolicyStore:
         except NotFoundError as exc:
             raise NotFound("Namespace does not exist") from exc
 
-    # -- partitioned topics -------------------------------------------------------------------------
+    # -- partitioned topics ---------------------------------------------------------------
 
     @staticmethod
     def _partitioned_path(namespace: str, local_name: str) -> str:
-        return f"{PARTITIONED}/{namespace}/persistent/{local_name}"
+        """The local name is URL-encoded (as in the managed-ledger name) so any topic name makes a valid
+        metadata path segment."""
+        return f"{PARTITIONED}/{namespace}/persistent/{url_encode(local_name)}"
 
     async def get_partitions(self, namespace: str, local_name: str) -> int:
         found = await self._get(self._partitioned_path(namespace, local_name), PartitionedTopicMetadata)
         return 0 if found is None else found[0].partitions
 
     async def partitioned_topics(self, namespace: str) -> list[str]:
-        return await self.store.get_children(f"{PARTITIONED}/{namespace}/persistent")
+        """Local names of the namespace's partitioned topics (decoded)."""
+        return [
+            url_decode(name)
+            for name in await self.store.get_children(f"{PARTITIONED}/{namespace}/persistent")
+        ]
 
     async def create_partitioned(self, namespace: str, local_name: str, partitions: int) -> None:
         await self._create(
@@ -253,16 +260,16 @@ class PolicyStore:
         except NotFoundError as exc:
             raise NotFound("Partitioned topic does not exist") from exc
 
-    # -- topic-level policies ----------------------------------------------------------------------
+    # -- topic-level policies ------------------------------------------------------------
 
     async def get_topic_policies(self, namespace: str, local_name: str) -> TopicPolicies:
-        found = await self._get(f"{TOPIC_POLICIES}/{namespace}/{local_name}", TopicPolicies)
+        found = await self._get(f"{TOPIC_POLICIES}/{namespace}/{url_encode(local_name)}", TopicPolicies)
         return TopicPolicies() if found is None else found[0]
 
     async def update_topic_policies(
         self, namespace: str, local_name: str, change: Callable[[TopicPolicies], TopicPolicies]
     ) -> TopicPolicies:
-        path = f"{TOPIC_POLICIES}/{namespace}/{local_name}"
+        path = f"{TOPIC_POLICIES}/{namespace}/{url_encode(local_name)}"
         for _ in range(3):
             found = await self._get(path, TopicPolicies)
             value, version = found if found is not None else (TopicPolicies(), -1)

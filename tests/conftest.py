@@ -6,6 +6,8 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
 * ``fixtures.zookeeper`` - a real ZooKeeper: ``zookeeper_server`` (per session), ``zookeeper_url`` (a fresh
   chroot per test), ``private_zookeeper`` (a test's own server to stop or pause)
 * ``fixtures.processes`` - real ``magnetar`` processes stopped by pid: ``magnetar_processes``
+* ``fixtures.broker`` - brokers on in-process bookies in a thread of their own: ``cluster``, ``broker``
+  (plus WebSocket client helpers)
 * ``fixtures.client`` - in-process bookies: ``client_metadata``, ``in_process_bookies``,
   ``bookkeeper_client``
 * ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
@@ -21,4 +23,5 @@ pytest_plugins = [
     "fixtures.client",
     "fixtures.processes",
     "fixtures.zookeeper",
+    "fixtures.broker",
 ]

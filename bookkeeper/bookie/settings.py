@@ -25,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
@@ -37,6 +38,8 @@ class BookieSettings(BaseSettings):
     )
 
     metadata_url: str = "memory://"
+    metadata_session_timeout_ms: PositiveInt = 30_000
+    """Metadata-store (ZooKeeper) session timeout: how long a crashed bookie's registration lingers."""
     data_dir: Path = Path("data/bookie")
     """Entry logs, the RocksDB index and the journal mark (the ledgers volume)."""
     journal_dir: Path | None = None
@@ -131,6 +134,9 @@ class BookieSettings(BaseSettings):
         if self.disk_usage_warn_threshold > self.disk_usage_threshold:
             raise ValueError("disk_usage_warn_threshold must be <= disk_usage_threshold")
         return self
+
+    def metadata_settings(self) -> MetadataStoreSettings:
+        return MetadataStoreSettings(session_timeout_ms=self.metadata_session_timeout_ms)
 
     def storage_settings(self) -> BookieStorageSettings:
         """The disk engine's settings, with this bookie's directories."""

@@ -6,7 +6,7 @@
    (:class:`~.read_lac.ReadLastConfirmedOp`). From then on the old writer cannot gather AQ acks.
 3. ``LAC = max(maxLAC, firstEntry(lastEnsemble) - 1)`` - the floor is the fix for #2615 (an ensemble whose
    bookies all answer "no entry" must not pull the LAC below entries acknowledged in earlier ensembles).
-4. Read forward from LAC + 1, ``recovery_read_batch_size`` entries at a time, with **fencing** recovery reads
+4. Read forward from LAC + 1, ``recovery_read_batch_size`` reads in flight, with **fencing** recovery reads
    (fix for #2614: a bookie that answered "no such entry" is fenced and can never accept that entry from the
    old writer afterwards). Per entry: *found* on one OK answer with a valid digest; *absent* on
    ``WQ - AQ + 1`` NoSuchEntry/NoSuchLedger answers from its write set; anything else is *unknown* and
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -201,31 +202,29 @@ class LedgerRecoveryOp:
                 failures.append(outcome)
 
         needed = INJECTED_BUGS.negative_answers or negative_answers_needed(md.write_quorum, md.ack_quorum)
-        batch = self.ctx.settings.recovery_read_batch_size
-        next_entry = writer.last_add_confirmed + 1
-        ended = False
-        while not ended:
-            reads = [
-                self._read(writer, md, entry_id, needed) for entry_id in range(next_entry, next_entry + batch)
-            ]
-            for read in reads:
-                await read.done.wait()
-                if read.outcome is ReadOutcome.ABSENT:
-                    ended = True
-                    break
-                if read.outcome is ReadOutcome.UNKNOWN:
-                    raise LedgerRecoveryError(
-                        f"ledger {self.ledger_id}: entry {read.entry_id} neither found nor proven absent "
-                        f"({'; '.join(read.errors) or 'no answers'})"
-                    )
-                assert read.entry is not None
-                await writer.wait_for_room()
-                if writer.error is not None:
-                    break
-                writer.push_packaged(read.entry_id, read.body, read.entry.length, on_added)
-                next_entry = read.entry_id + 1
+        window = self.ctx.settings.recovery_read_batch_size
+        next_read = writer.last_add_confirmed + 1
+        reads: deque[_RecoveryRead] = deque()
+        # A sliding window of fencing reads; outcomes are consumed strictly in entry order, so the first
+        # entry proven absent ends the ledger whatever the reads beyond it found.
+        while True:
+            while len(reads) < window:
+                reads.append(self._read(writer, md, next_read, needed))
+                next_read += 1
+            read = reads.popleft()
+            await read.done.wait()
+            if read.outcome is ReadOutcome.ABSENT:
+                break
+            if read.outcome is ReadOutcome.UNKNOWN:
+                raise LedgerRecoveryError(
+                    f"ledger {self.ledger_id}: entry {read.entry_id} neither found nor proven absent "
+                    f"({'; '.join(read.errors) or 'no answers'})"
+                )
+            assert read.entry is not None
+            await writer.wait_for_room()
             if writer.error is not None:
                 break
+            writer.push_packaged(read.entry_id, read.body, read.entry.length, on_added)
         await writer.wait_idle()
         error = writer.error or (failures[0] if failures else None)
         if error is not None:

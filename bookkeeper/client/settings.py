@@ -29,7 +29,12 @@ class ClientSettings(BaseModel):
     ensemble_changes_max: int = Field(2**31 - 1, ge=0, description="ensemble changes per ledger handle")
     reads_in_flight_max: int = Field(256, ge=1, description="entries a batch read keeps in flight")
     read_entries_per_call_max: int = Field(65_536, ge=1, description="entries one read_entries may return")
-    recovery_read_batch_size: int = Field(1, ge=1, description="entries recovery reads ahead")
+    recovery_read_batch_size: int = Field(
+        64,
+        ge=1,
+        description="fencing recovery reads kept in flight (BookKeeper: 1, reading serially; a window makes "
+        "recovering thousands of unacknowledged entries take milliseconds, not seconds)",
+    )
     metadata_retries_max: int = Field(64, ge=1, description="compare-and-set attempts per metadata update")
     ledger_id_retries_max: int = Field(16, ge=1, description="create attempts on a ledger-id collision")
     bookie_quarantine_ms: int = Field(1_800_000, ge=0, description="how long a failed bookie is avoided")

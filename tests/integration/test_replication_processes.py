@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -33,8 +33,15 @@ SETTINGS = ClientSettings(ensemble_size=3, write_quorum=3, ack_quorum=2)
 STORAGE = ("--storage", "disk")
 
 
+# A killed bookie's registration lingers for its session timeout; keep it short so a restart is quick.
+BOOKIE_ENV = {"MAGNETAR_METADATA_SESSION_TIMEOUT_MS": "4000"}
+
+
 def start_bookies(group: ProcessGroup, url: str, tmp_path: Path, count: int) -> list[MagnetarProcess]:
-    return [group.bookie(f"bookie{i}", url, tmp_path / f"bookie{i}", *STORAGE) for i in range(count)]
+    return [
+        group.bookie(f"bookie{i}", url, tmp_path / f"bookie{i}", *STORAGE, env=BOOKIE_ENV)
+        for i in range(count)
+    ]
 
 
 @asynccontextmanager
@@ -71,7 +78,7 @@ async def test_writer_carries_on_when_a_bookie_is_killed_mid_stream(
         with trio.fail_after(60):
             await done.wait()
         assert results == list(range(total)), [r for r in results if isinstance(r, Exception)][:3]
-        assert len(handle.metadata.ensembles) >= 2, "the writer must have changed its ensemble"
+        # The writer replaced the dead bookie (possibly already at entry 0, replacing the first segment).
         assert victim.ready["bookieId"] not in handle.metadata.last_ensemble[1]
         await handle.close()
         reader = await bk.open_ledger(handle.ledger_id, password=b"pw", recovery=False)
@@ -116,9 +123,9 @@ async def test_killed_writer_ledger_is_recovered_with_every_acknowledged_entry(
     start_bookies(magnetar_processes, zookeeper_url, tmp_path, 3)
     acked: set[int] = set()
     ledger_id = -1
-    async with writer_process(zookeeper_url, 10_000) as writer:
+    async with writer_process(zookeeper_url, 10_000) as writer, aclosing(read_lines(writer)) as lines:
         with trio.fail_after(60):
-            async for line in read_lines(writer):
+            async for line in lines:
                 if "ledgerId" in line:
                     ledger_id = int(line["ledgerId"])  # type: ignore[call-overload]
                 acked.update(line.get("acked", []))  # type: ignore[arg-type]
@@ -142,8 +149,10 @@ async def test_writer_fenced_by_recovery_never_gets_another_add_acknowledged(
 ) -> None:
     start_bookies(magnetar_processes, zookeeper_url, tmp_path, 3)
     acked_before: set[int] = set()
-    async with writer_process(zookeeper_url, 3_000, "--pause-after", "1000") as writer:
-        lines = read_lines(writer)
+    async with (
+        writer_process(zookeeper_url, 3_000, "--pause-after", "1000") as writer,
+        aclosing(read_lines(writer)) as lines,
+    ):
         ledger_id = -1
         with trio.fail_after(60):
             async for line in lines:
@@ -188,7 +197,13 @@ async def test_killed_bookie_replays_its_journal_and_serves_its_entries_again(
             await trio.sleep(0.01)
         victim.kill()  # acknowledged by all three: durable in the victim's journal, maybe not checkpointed
         restarted = magnetar_processes.bookie(
-            "bookie0-again", zookeeper_url, tmp_path / "bookie0", *STORAGE, "--port", str(port)
+            "bookie0-again",
+            zookeeper_url,
+            tmp_path / "bookie0",
+            *STORAGE,
+            "--port",
+            str(port),
+            env=BOOKIE_ENV,
         )
         assert restarted.ready["bookieId"] == victim.ready["bookieId"]
         async with open_tcp_transport() as transport:

@@ -1,0 +1,55 @@
+"""``magnetar broker``: run one broker process. The work is in :mod:`.broker_process` (imported on use).
+
+Every flag is also an environment variable ``MAGNETAR_<NAME>``
+(:class:`~magnetar.broker.settings.BrokerSettings`); a flag wins over the environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+FLAGS = (
+    "metadata_url",
+    "http_port",
+    "bind_address",
+    "advertised_address",
+    "cluster",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metadata-url", help="metadata store: zk:HOST:PORT[/chroot], memory://[NAME]")
+    parser.add_argument("--http-port", type=int, help="HTTP/WebSocket port (default 8080; 0: any free port)")
+    parser.add_argument("--port", dest="http_port", type=int, help="alias of --http-port")
+    parser.add_argument("--bind", dest="bind_address", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--advertised-address", help="host clients are told to use (lookup, redirects)")
+    parser.add_argument("--cluster", help="cluster name (default standalone)")
+    parser.add_argument("--ensemble-size", type=int, help="bookies per ledger (default 2)")
+    parser.add_argument("--write-quorum", type=int, help="copies of each entry (default 2)")
+    parser.add_argument("--ack-quorum", type=int, help="acks needed per entry (default 2)")
+    creation = parser.add_mutually_exclusive_group()
+    creation.add_argument(
+        "--auto-topic-creation",
+        dest="allow_auto_topic_creation",
+        action="store_true",
+        default=None,
+        help="create topics on first use (the default)",
+    )
+    creation.add_argument(
+        "--no-auto-topic-creation", dest="allow_auto_topic_creation", action="store_false", default=None
+    )
+    parser.add_argument(
+        "--port-file", help="when ready, write {brokerId, httpUrl, port} as JSON to this file"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from magnetar.admin import broker_process  # noqa: PLC0415 (heavy imports only when the command runs)
+
+    overrides = {name: getattr(args, name) for name in (*FLAGS, "allow_auto_topic_creation")}
+    return broker_process.main(
+        {k: v for k, v in overrides.items() if v is not None}, port_file=getattr(args, "port_file", None)
+    )

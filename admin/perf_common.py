@@ -1,0 +1,72 @@
+"""Shared pieces of the ``magnetar perf`` benchmarks: bookie processes, percentiles, progress lines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class BookieProcess:
+    """A ``magnetar bookie`` child process on 127.0.0.1 port 0, stopped by pid."""
+
+    def __init__(self, storage: str, data_dir: Path | None = None, metadata_url: str = "memory://") -> None:
+        command = [
+            sys.executable, "-m", "magnetar.admin.cli", "--log-level", "WARNING", "bookie",
+            "--metadata-url", metadata_url, "--storage", storage, "--port", "0",
+            "--bind", "127.0.0.1", "--advertised-address", "127.0.0.1",
+        ]  # fmt: skip
+        if data_dir is not None:
+            command += ["--data-dir", str(data_dir)]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait()
+            raise RuntimeError(f"the bookie exited with {self.process.returncode} before it was ready")
+        self.bookie_id = str(json.loads(line)["bookieId"])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
+
+
+def latency_summary_ms(latencies_s: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(latencies_s)
+    return {
+        "p50_ms": round(percentile(ordered, 0.50) * 1000, 3),
+        "p99_ms": round(percentile(ordered, 0.99) * 1000, 3),
+        "p999_ms": round(percentile(ordered, 0.999) * 1000, 3),
+        "max_ms": round((ordered[-1] if ordered else float("nan")) * 1000, 3),
+    }
+
+
+class Progress:
+    """Prints a progress line at most every ``interval_s`` seconds (long benchmarks must show life)."""
+
+    def __init__(self, label: str, interval_s: float = 2.0) -> None:
+        self.label = label
+        self.interval_s = interval_s
+        self._last = time.monotonic()
+
+    def tick(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.interval_s:
+            self._last = now
+            print(f"  [{self.label}] {message}", flush=True)

@@ -1,0 +1,332 @@
+"""``magnetar perf produce`` / ``magnetar perf consume``: load over the WebSocket API (like ``pulsar-perf``).
+
+produce: ``--producers`` connections publish ``--size``-byte messages, each keeping up to ``--max-pending``
+unacknowledged (pipelining), at ``--rate`` messages/s in total (0: as fast as acks allow), until
+``--messages`` were acknowledged or ``--duration-s`` passed. Latency is send -> ack ("ok" means stored with
+the ack quorum). A closed connection (broker unloaded or died) is reopened through the same URL (the broker
+redirects to the owner); the longest pause between two acks is reported as the failover gap.
+
+consume: one consumer (``--subscription``, ``--subscription-type``) acknowledging every message; latency is
+end to end, ``publishTime`` -> delivery (same machine clock, millisecond resolution).
+
+Both print throughput and latency percentiles every ``--report-interval-s`` and a summary at the end (the
+last line is JSON, for scripts). The histogram keeps 3 significant digits (HdrHistogram-style buckets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
+
+
+class Histogram:
+    """Latencies in microseconds, bucketed to 3 significant digits."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[int] = Counter()
+        self.total = 0
+        self.max_us = 0
+
+    def record(self, seconds: float) -> None:
+        micros = max(0, int(seconds * 1e6))
+        if micros >= 1000:
+            scale = 10 ** (len(str(micros)) - 3)
+            micros = (micros // scale) * scale
+        self.counts[micros] += 1
+        self.total += 1
+        self.max_us = max(self.max_us, micros)
+
+    def percentile_ms(self, pct: float) -> float:
+        if not self.total:
+            return math.nan
+        wanted = math.ceil(self.total * pct / 100)
+        seen = 0
+        for value in sorted(self.counts):
+            seen += self.counts[value]
+            if seen >= wanted:
+                return value / 1000
+        return self.max_us / 1000
+
+    def summary(self) -> dict[str, float]:
+        return {f"p{p}": round(self.percentile_ms(p), 3) for p in (50, 95, 99, 99.9)} | {
+            "max": self.max_us / 1000
+        }
+
+
+@dataclass
+class Stats:
+    started: float = field(default_factory=time.monotonic)
+    count: int = 0
+    errors: int = 0
+    interval_count: int = 0
+    histogram: Histogram = field(default_factory=Histogram)
+    interval: Histogram = field(default_factory=Histogram)
+    last_ack: float = 0.0
+    max_gap_s: float = 0.0
+
+    def record(self, latency_s: float) -> None:
+        now = time.monotonic()
+        if self.last_ack:
+            self.max_gap_s = max(self.max_gap_s, now - self.last_ack)
+        self.last_ack = now
+        self.count += 1
+        self.interval_count += 1
+        self.histogram.record(latency_s)
+        self.interval.record(latency_s)
+
+
+def add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default="ws://127.0.0.1:8080", help="broker URL (ws:// or http://)")
+    parser.add_argument("--topic", required=True, help="persistent://tenant/ns/topic or tenant/ns/topic")
+    parser.add_argument("--messages", type=int, default=0, help="stop after this many (0: run --duration-s)")
+    parser.add_argument("--duration-s", type=float, default=30.0, help="stop after this long")
+    parser.add_argument("--report-interval-s", type=float, default=5.0)
+
+
+def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--rate", type=float, default=0.0, help="messages/s in total (0: unlimited)")
+    parser.add_argument("--size", type=int, default=100, help="payload bytes")
+    parser.add_argument("--producers", type=int, default=1, help="producer connections")
+    parser.add_argument("--max-pending", type=int, default=1000, help="unacked messages per producer")
+
+
+def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--subscription", default="perf-sub")
+    parser.add_argument(
+        "--subscription-type", default="Exclusive", choices=["Exclusive", "Shared", "Failover", "Key_Shared"]
+    )
+    parser.add_argument("--initial-position", default="Earliest", choices=["Earliest", "Latest"])
+    parser.add_argument("--receiver-queue-size", type=int, default=1000)
+
+
+def _path(topic: str) -> str:
+    topic = topic.removeprefix("persistent://")
+    parts = topic.split("/")
+    if len(parts) == 1:
+        parts = ["public", "default", *parts]
+    return "persistent/" + "/".join(parts)
+
+
+def _base(url: str) -> str:
+    return "ws://" + url.split("://", 1)[-1].rstrip("/") if url.startswith("http") else url.rstrip("/")
+
+
+def _report(kind: str, stats: Stats, since: float) -> None:
+    elapsed = max(time.monotonic() - since, 1e-9)
+    summary = stats.interval.summary()
+    print(
+        f"{kind}: {stats.interval_count / elapsed:,.0f} msg/s | total {stats.count:,} | "
+        f"errors {stats.errors} | "
+        f"latency ms p50 {summary['p50']} p95 {summary['p95']} p99 {summary['p99']} max {summary['max']}",
+        flush=True,
+    )
+    stats.interval_count = 0
+    stats.interval = Histogram()
+
+
+async def _reporter(kind: str, stats: Stats, interval_s: float) -> None:
+    while True:
+        since = time.monotonic()
+        await trio.sleep(interval_s)
+        _report(kind, stats, since)
+
+
+def _final(kind: str, stats: Stats, extra: dict[str, Any]) -> None:
+    elapsed = time.monotonic() - stats.started
+    result = {
+        "kind": kind,
+        "messages": stats.count,
+        "errors": stats.errors,
+        "elapsed_s": round(elapsed, 3),
+        "rate_msg_s": round(stats.count / elapsed, 1) if elapsed else 0,
+        "latency_ms": stats.histogram.summary(),
+        "max_gap_s": round(stats.max_gap_s, 3),
+        **extra,
+    }
+    print(json.dumps(result), flush=True)
+
+
+# -- produce -----------------------------------------------------------------------------------------------
+
+
+async def produce(args: argparse.Namespace) -> dict[str, Any]:
+    stats = Stats()
+    url = f"{_base(args.url)}/ws/v2/producer/{_path(args.topic)}"
+    payload = base64.b64encode(os.urandom(args.size)).decode()
+    per_producer = args.messages // args.producers if args.messages else 0
+    rate = args.rate / args.producers if args.rate else 0.0
+    with trio.move_on_after(args.duration_s):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_reporter, "produce", stats, args.report_interval_s)
+            async with trio.open_nursery() as producers:
+                for index in range(args.producers):
+                    producers.start_soon(
+                        _producer, url, payload, per_producer, rate, args.max_pending, stats, index
+                    )
+            nursery.cancel_scope.cancel()
+    _final("produce", stats, {"size": args.size, "producers": args.producers, "target_rate": args.rate})
+    return {"count": stats.count}
+
+
+@dataclass
+class _Progress:
+    sent: int = 0
+
+
+async def _producer(
+    url: str, payload: str, messages: int, rate: float, window: int, stats: Stats, index: int
+) -> None:
+    progress = _Progress()
+    while True:
+        try:
+            client = await WsClient.connect(url)
+        except (WsRejected, OSError, trio.TooSlowError) as exc:
+            print(f"producer {index}: connect failed ({exc}); retrying", flush=True)
+            await trio.sleep(0.2)
+            continue
+        try:
+            await _produce_on(client, payload, messages, progress, rate, window, stats)
+            return
+        except (WsClosed, OSError, trio.BrokenResourceError) as exc:
+            print(f"producer {index}: connection lost ({exc}); reconnecting", flush=True)
+        finally:
+            await client.aclose()
+
+
+async def _produce_on(
+    client: WsClient, payload: str, messages: int, progress: _Progress, rate: float, window: int, stats: Stats
+) -> None:
+    in_flight: dict[str, float] = {}
+    room = trio.Semaphore(window)
+    start = time.monotonic()
+    first = progress.sent
+    done = trio.Event()
+
+    async def acks() -> None:
+        try:
+            while True:
+                ack = json.loads(await client.receive())
+                sent_at = in_flight.pop(ack.get("context", ""), None)
+                room.release()
+                if ack.get("result") == "ok" and sent_at is not None:
+                    stats.record(time.monotonic() - sent_at)
+                else:
+                    stats.errors += 1
+                if messages and not in_flight and progress.sent >= messages:
+                    done.set()
+                    return
+        finally:
+            stats.errors += len(in_flight)  # outcome unknown when the connection is lost
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(acks)
+        while not messages or progress.sent < messages:
+            batch: list[str] = []
+            await room.acquire()
+            while True:
+                if rate:
+                    delay = start + (progress.sent - first) / rate - time.monotonic()
+                    if delay > 0 and batch:
+                        room.release()
+                        break
+                    if delay > 0:
+                        await trio.sleep(delay)
+                context = str(progress.sent)
+                in_flight[context] = time.monotonic()
+                batch.append(f'{{"payload":"{payload}","context":"{context}"}}')
+                progress.sent += 1
+                if len(batch) >= 100 or (messages and progress.sent >= messages) or room.value == 0:
+                    break
+                room.acquire_nowait()
+            await client.send_many(batch)
+        await done.wait()
+
+
+# -- consume -----------------------------------------------------------------------------------------------
+
+
+async def consume(args: argparse.Namespace) -> dict[str, Any]:
+    stats = Stats()
+    query = (
+        f"subscriptionType={args.subscription_type}&receiverQueueSize={args.receiver_queue_size}"
+        f"&subscriptionInitialPosition={args.initial_position}"
+    )
+    url = f"{_base(args.url)}/ws/v2/consumer/{_path(args.topic)}/{args.subscription}?{query}"
+    with trio.move_on_after(args.duration_s):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_reporter, "consume", stats, args.report_interval_s)
+            while not args.messages or stats.count < args.messages:
+                try:
+                    client = await WsClient.connect(url)
+                except (WsRejected, OSError, trio.TooSlowError) as exc:
+                    print(f"consumer: connect failed ({exc}); retrying", flush=True)
+                    await trio.sleep(0.2)
+                    continue
+                try:
+                    await _consume_on(client, args.messages, stats)
+                except (WsClosed, OSError, trio.BrokenResourceError) as exc:
+                    print(f"consumer: connection lost ({exc}); reconnecting", flush=True)
+                finally:
+                    await client.aclose()
+            nursery.cancel_scope.cancel()
+    _final("consume", stats, {})
+    return {"count": stats.count}
+
+
+async def _consume_on(client: WsClient, messages: int, stats: Stats) -> None:
+    acks: list[str] = []
+    while not messages or stats.count < messages:
+        message = json.loads(await client.receive())
+        message_id = message.get("messageId")
+        if message_id is None:
+            continue
+        published = _parse_ms(message.get("publishTime", ""))
+        stats.record(max(0.0, time.time() - published / 1000) if published else 0.0)
+        acks.append(f'{{"messageId":"{message_id}"}}')
+        if len(acks) >= 50 or (messages and stats.count >= messages):
+            await client.send_many(acks)
+            acks = []
+    if acks:
+        await client.send_many(acks)
+
+
+_PARSED: dict[str, int] = {}
+
+
+def _parse_ms(text: str) -> int:
+    """``publishTime`` -> epoch ms (cached: consecutive messages share their millisecond)."""
+    from magnetar.broker.date_format import DateParseError, parse_timestamp  # noqa: PLC0415
+
+    value = _PARSED.get(text)
+    if value is None:
+        try:
+            value = parse_timestamp(text)
+        except DateParseError:
+            value = 0
+        if len(_PARSED) > 10_000:
+            _PARSED.clear()
+        _PARSED[text] = value
+    return value
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    trio.run(produce, args)
+    return 0
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    trio.run(consume, args)
+    return 0

@@ -1,0 +1,282 @@
+"""Consumers and the flow control of one WebSocket consumer/reader session (Pulsar's ``ConsumerHandler``).
+
+Flow control follows the WebSocket handler of Pulsar (PR #3058):
+
+* push mode - at most ``receiverQueueSize`` (``0`` meaning 1) messages pushed and not yet acknowledged or
+  negatively acknowledged; every ack/nack releases one;
+* pull mode - nothing is pushed without permits; ``{"type":"permit","permitMessages":N}`` adds N, every
+  delivery uses one, acks release nothing;
+* reader - like push mode, but any frame that is not ``isEndOfTopic`` releases one (it acknowledges nothing).
+
+One session may span several consumers: a consumer of a partitioned topic is one :class:`Consumer` per
+partition sharing the session's :class:`FlowControl` and outbound frame queue, so the window holds for the
+whole session. A dispatcher asks ``consumer.available()`` before it pushes and pushes synchronously; frames
+wait in the session's :class:`OutboundFrames` (never more than the window) for the session's sender task,
+which is the only one that awaits the socket: a slow client stalls only its own deliveries.
+
+Each consumer keeps its pending (pushed, unacknowledged) messages in push order, for acks, ack-timeout
+redelivery (``ackTimeoutMillis``: a message not acked within the timeout is redelivered with
+``redeliveryCount + 1``), negative acks (redelivered after ``negativeAckRedeliveryDelay``) and for handing
+them back to the subscription when the consumer goes away.
+"""
+
+from __future__ import annotations
+
+import binascii
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import orjson
+import trio
+
+from magnetar.bookkeeper.runtime.http import WebSocket, WebSocketClosed
+from magnetar.broker.date_format import format_timestamp
+from magnetar.broker.entry_format import StoredMessage
+from magnetar.broker.message_id import encode_message_id
+
+if TYPE_CHECKING:
+    from magnetar.broker.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+MsgKey = tuple[int, int, int]
+"""``(ledgerId, entryId, batchIndex)`` of a message within one topic (partition)."""
+
+_consumer_ids = itertools.count(1)
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One message on its way to a consumer (or waiting for redelivery)."""
+
+    ledger_id: int
+    entry_id: int
+    batch_index: int
+    batch_size: int
+    message: StoredMessage
+    slot: int = 0
+    """Key_Shared slot of the message's key (0 for other subscription types)."""
+    sent_at: float = 0.0
+
+    @property
+    def key(self) -> MsgKey:
+        return (self.ledger_id, self.entry_id, self.batch_index)
+
+
+class OutboundFrames:
+    """Frames waiting for one WebSocket, pushed synchronously, sent by :meth:`run` (the only writer)."""
+
+    def __init__(self) -> None:
+        self._frames: deque[bytes] = deque()
+        self._event = trio.Event()
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def push(self, frame: bytes) -> None:
+        if self._closed:
+            return
+        self._frames.append(frame)
+        self._event.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._frames.clear()
+        self._event.set()
+
+    async def run(self, ws: WebSocket) -> None:
+        """Send queued frames until the socket or this queue closes."""
+        frames = self._frames
+        try:
+            while True:
+                while frames:
+                    await ws.send_text_encoded(frames.popleft())
+                self._event = trio.Event()
+                if self._stopped():
+                    return
+                if not frames:
+                    await self._event.wait()
+        except WebSocketClosed:
+            self.close()
+
+    def _stopped(self) -> bool:
+        return self._closed
+
+
+class FlowControl:
+    """The delivery window of one session (see the module docstring)."""
+
+    def __init__(self, window: int, *, pull_mode: bool) -> None:
+        self.window = window
+        self.pull_mode = pull_mode
+        self.outstanding = 0
+        """Push mode: messages pushed and not released. Pull mode: negative of the remaining permits."""
+        self._listeners: list[Callable[[], None]] = []
+
+    def available(self) -> int:
+        return (0 if self.pull_mode else self.window) - self.outstanding
+
+    def on_pushed(self) -> None:
+        self.outstanding += 1
+
+    def release(self, count: int = 1) -> None:
+        """An ack, nack or timeout gave back ``count`` (push mode only)."""
+        if self.pull_mode or count <= 0:
+            return
+        was_full = self.outstanding >= self.window
+        self.outstanding = max(0, self.outstanding - count)
+        if was_full:
+            self._notify()
+
+    def grant(self, permits: int) -> None:
+        """Pull mode: ``permit`` command."""
+        if permits <= 0:
+            return
+        self.outstanding -= permits
+        self._notify()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self) -> None:
+        for listener in self._listeners:
+            listener()
+
+
+class Consumer:
+    """One consumer of one subscription (one partition of a session)."""
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        *,
+        name: str,
+        priority_level: int,
+        partition: int,
+        flow: FlowControl,
+        frames: OutboundFrames,
+        ack_timeout_ms: int = 0,
+        nack_delay_ms: int = 60_000,
+        track_pending: bool = True,
+    ) -> None:
+        self.id = next(_consumer_ids)
+        self.subscription = subscription
+        self.name = name
+        self.priority_level = priority_level
+        self.partition = partition
+        self.flow = flow
+        self.frames = frames
+        self.ack_timeout_s = ack_timeout_ms / 1000
+        self.nack_delay_s = nack_delay_ms / 1000
+        self.track_pending = track_pending
+        self.pending: dict[MsgKey, Delivery] = {}
+        self.nacked: deque[tuple[float, Delivery]] = deque()
+        self.closed = False
+        self.kick: Callable[[int, str], None] | None = None
+        """Closes the consumer's WebSocket session (set by the session)."""
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.connected_since_ms = 0
+        self.address = ""
+        self._last_time_ms = -1
+        self._last_time_text = ""
+
+    def available(self) -> int:
+        return self.flow.available() if not self.closed else 0
+
+    def push(self, delivery: Delivery, redelivery_count: int) -> None:
+        """Send one message (the caller checked :meth:`available`)."""
+        message = delivery.message
+        frame: dict[str, object] = {
+            "messageId": encode_message_id(
+                delivery.ledger_id,
+                delivery.entry_id,
+                self.partition,
+                delivery.batch_index,
+                delivery.batch_size,
+            ),
+            "payload": _b64(message.payload),
+            "properties": message.properties,
+            "publishTime": self._format_time(message.publish_time_ms),
+            "redeliveryCount": redelivery_count,
+        }
+        if message.event_time_ms != 0:
+            frame["eventTime"] = format_timestamp(message.event_time_ms)
+        if message.key is not None:
+            frame["key"] = message.key
+        self.frames.push(orjson.dumps(frame))
+        self.flow.on_pushed()
+        self.msg_out_counter += 1
+        self.bytes_out_counter += len(message.payload)
+        if self.track_pending:
+            delivery.sent_at = trio.current_time()
+            self.pending[delivery.key] = delivery
+
+    def _format_time(self, ms: int) -> str:
+        if ms != self._last_time_ms:
+            self._last_time_ms = ms
+            self._last_time_text = format_timestamp(ms)
+        return self._last_time_text
+
+    def take_pending(self, key: MsgKey) -> Delivery | None:
+        """Remove ``key`` from the pending messages (ack or nack), releasing its place in the window."""
+        delivery = self.pending.pop(key, None)
+        if delivery is not None:
+            self.flow.release()
+        return delivery
+
+    def schedule_nack(self, delivery: Delivery) -> None:
+        self.nacked.append((trio.current_time() + self.nack_delay_s, delivery))
+
+    def due_redeliveries(self, now: float) -> tuple[list[Delivery], list[Delivery]]:
+        """(negatively acknowledged messages whose delay passed, pending messages past the ack timeout)."""
+        nacked: list[Delivery] = []
+        while self.nacked and self.nacked[0][0] <= now:
+            nacked.append(self.nacked.popleft()[1])
+        timed_out: list[Delivery] = []
+        if self.ack_timeout_s > 0:
+            limit = now - self.ack_timeout_s
+            for delivery in self.pending.values():
+                if delivery.sent_at > limit:
+                    break
+                timed_out.append(delivery)
+            for delivery in timed_out:
+                del self.pending[delivery.key]
+            self.flow.release(len(timed_out))
+        return nacked, timed_out
+
+    @property
+    def needs_timers(self) -> bool:
+        return self.ack_timeout_s > 0 or bool(self.nacked)
+
+    def detach(self) -> list[Delivery]:
+        """The consumer goes away: everything it holds goes back for redelivery (in position order)."""
+        self.closed = True
+        held = list(self.pending.values()) + [delivery for _, delivery in self.nacked]
+        self.pending.clear()
+        self.nacked.clear()
+        held.sort(key=lambda d: d.key)
+        return held
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "consumerName": self.name,
+            "msgOutCounter": self.msg_out_counter,
+            "bytesOutCounter": self.bytes_out_counter,
+            "availablePermits": max(0, self.flow.available()),
+            "unackedMessages": len(self.pending),
+            "blockedConsumerOnUnackedMsgs": False,
+            "priorityLevel": self.priority_level,
+            "address": self.address,
+            "connectedSince": format_timestamp(self.connected_since_ms) if self.connected_since_ms else "",
+            "metadata": {},
+        }
+
+
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")

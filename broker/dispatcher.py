@@ -1,0 +1,323 @@
+"""Dispatch: moving a subscription's messages to its consumers (Pulsar's ``PersistentDispatcher*``).
+
+One task per subscription runs :meth:`Dispatcher.run`. Each round it first hands out messages waiting for
+redelivery (in position order), then messages already read, and only when consumers still have permits reads
+the next entries from the cursor - at most ``min(permits, dispatch_read_entries_max)`` entries, so it never
+holds more than the permits' worth of entries (an entry holds at least one message). Delivery itself is a
+synchronous push into the consumer's bounded frame queue. The task sleeps on one event, woken by new entries,
+released permits, consumer changes and redeliveries.
+
+Subscription types:
+
+* **Exclusive** - one consumer; a second one is refused (``ConsumerBusy``, 409).
+* **Failover** - one *active* consumer: among the consumers of the best (lowest) ``priorityLevel``, sorted by
+  name, the one at ``partition % count`` (index 0 for a non-partitioned topic). When the active consumer
+  changes, everything unacknowledged is delivered again to the new one from the mark-delete position on
+  (the cursor rewinds; acknowledged messages are skipped).
+* **Shared** - round robin over the consumers with permits; a consumer that leaves hands its unacknowledged
+  messages back for redelivery to the others.
+* **Key_Shared** - a message goes to the consumer owning its key's slot on a consistent-hash ring. Per-key
+  order is kept while consumers join and leave with Pulsar's "draining hashes" rule (PIP-379): a message
+  whose slot still has unacknowledged messages pending at *another* consumer is not delivered yet; it waits
+  in the redelivery set, and every later message of that slot waits behind it.
+
+Negative acks and ack timeouts put messages into the redelivery set (the single-active types keep them in
+position order there too, instead of Pulsar's rewind of the whole cursor, so in-flight messages are not
+duplicated). Reading stops while the redelivery set holds ``dispatch_redelivery_messages_max`` messages.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections import deque
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import trio
+
+from magnetar.bookkeeper.client import BKError
+from magnetar.broker.consumer import Consumer, Delivery, MsgKey
+from magnetar.broker.errors import ConsumerBusyError
+from magnetar.broker.key_hash import HashRing
+from magnetar.managed_ledger.errors import (
+    ManagedLedgerClosedError,
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+)
+
+if TYPE_CHECKING:
+    from magnetar.broker.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+READ_RETRY_DELAY_S = 0.2
+"""Pause before reading again after a failed read (a bookie hiccup)."""
+
+
+class SubscriptionType(StrEnum):
+    EXCLUSIVE = "Exclusive"
+    SHARED = "Shared"
+    FAILOVER = "Failover"
+    KEY_SHARED = "Key_Shared"
+
+    @property
+    def single_active(self) -> bool:
+        return self in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
+
+
+class Dispatcher:
+    def __init__(
+        self, subscription: Subscription, *, partition: int, read_entries_max: int, redelivery_max: int
+    ) -> None:
+        self._sub = subscription
+        self._partition = partition
+        self._read_entries_max = read_entries_max
+        self._redelivery_max = redelivery_max
+        self.type: SubscriptionType | None = None
+        self.consumers: list[Consumer] = []
+        self.active: Consumer | None = None
+        self._ready: deque[Delivery] = deque()
+        self._redeliver: dict[MsgKey, Delivery] = {}
+        self._redeliver_keys: list[MsgKey] = []
+        self._redeliver_slots: dict[int, int] = {}
+        self._slot_pending: dict[int, list[int]] = {}
+        """Key_Shared: slot -> [consumer id, unacknowledged messages of that slot it holds]."""
+        self._ring = HashRing()
+        self._rr = 0
+        self._generation = 0
+        self._wake = trio.Event()
+        self._closed = False
+
+    # -- consumers --------------------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer, sub_type: SubscriptionType) -> None:
+        if self.consumers and sub_type is not self.type:
+            raise ConsumerBusyError("Subscription is of different type")
+        if sub_type is SubscriptionType.EXCLUSIVE and self.consumers:
+            raise ConsumerBusyError("Exclusive consumer is already connected")
+        self.type = sub_type
+        self.consumers.append(consumer)
+        consumer.flow.add_listener(self.wake)
+        if sub_type is SubscriptionType.KEY_SHARED:
+            self._ring.add(consumer.id, consumer.name, consumer)
+        if sub_type.single_active:
+            self._pick_active()
+        self.wake()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        self.consumers.remove(consumer)
+        held = consumer.detach()
+        if self.type is SubscriptionType.KEY_SHARED:
+            self._ring.remove(consumer.id)
+            for slot in [s for s, (owner, _) in self._slot_pending.items() if owner == consumer.id]:
+                del self._slot_pending[slot]
+        if self.type is not None and self.type.single_active:
+            self._pick_active()
+        else:
+            self.redeliver(held)
+        self.wake()
+
+    def _pick_active(self) -> None:
+        if not self.consumers:
+            self.active = None
+            return
+        best = min(c.priority_level for c in self.consumers)
+        candidates = sorted((c for c in self.consumers if c.priority_level == best), key=lambda c: c.name)
+        chosen = candidates[max(self._partition, 0) % len(candidates)]
+        if chosen is self.active:
+            return
+        previous, self.active = self.active, chosen
+        if previous is not None:
+            log.info("subscription %s: active consumer %s -> %s", self._sub.name, previous.name, chosen.name)
+        for consumer in self.consumers:
+            if consumer is not chosen and consumer.pending:
+                consumer.flow.release(len(consumer.pending))
+                consumer.pending.clear()
+        self.rewind()  # the new active consumer gets everything unacknowledged
+
+    def rewind(self) -> None:
+        """Deliver everything unacknowledged again from the mark-delete position on."""
+        self._generation += 1
+        self._ready.clear()
+        self._redeliver.clear()
+        self._redeliver_keys.clear()
+        self._redeliver_slots.clear()
+        self._sub.cursor.rewind()
+        self.wake()
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    def redeliver(self, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            key = delivery.key
+            if key in self._redeliver:
+                continue
+            self._redeliver[key] = delivery
+            bisect.insort(self._redeliver_keys, key)
+            if self.type is SubscriptionType.KEY_SHARED:
+                self._redeliver_slots[delivery.slot] = self._redeliver_slots.get(delivery.slot, 0) + 1
+        if deliveries:
+            self.wake()
+
+    def forget(self, key: MsgKey) -> None:
+        """A message waiting for redelivery was acknowledged meanwhile."""
+        delivery = self._redeliver.pop(key, None)
+        if delivery is not None:
+            index = bisect.bisect_left(self._redeliver_keys, key)
+            del self._redeliver_keys[index]
+            self._drop_redeliver_slot(delivery.slot)
+
+    def on_released(self, consumer: Consumer, delivery: Delivery) -> None:
+        """A pending message left ``consumer`` (ack, nack, timeout): Key_Shared slot bookkeeping."""
+        if self.type is not SubscriptionType.KEY_SHARED:
+            return
+        holder = self._slot_pending.get(delivery.slot)
+        if holder is not None and holder[0] == consumer.id:
+            holder[1] -= 1
+            if holder[1] <= 0:
+                del self._slot_pending[delivery.slot]
+                if self._redeliver:
+                    self.wake()
+
+    @property
+    def redelivery_count(self) -> int:
+        return len(self._redeliver)
+
+    # -- the dispatch task --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while not self._closed:
+            self._wake = trio.Event()
+            try:
+                progressed = await self._step()
+            except (ManagedLedgerClosedError, ManagedLedgerFencedError):
+                return
+            except (ManagedLedgerError, BKError) as exc:
+                log.warning("subscription %s: reading failed: %s", self._sub.name, exc)
+                await trio.sleep(READ_RETRY_DELAY_S)
+                continue
+            if not progressed:
+                await self._wake.wait()
+
+    async def _step(self) -> bool:
+        if not self.consumers or self.type is None:
+            return False
+        self._dispatch_redeliveries()
+        self._dispatch_ready()
+        if self._ready or len(self._redeliver) >= self._redelivery_max:
+            return False
+        permits = self._permits()
+        cursor = self._sub.cursor
+        if permits <= 0 or not cursor.has_more_entries():
+            return False
+        generation = self._generation
+        entries = await cursor.read_entries(min(permits, self._read_entries_max))
+        if generation != self._generation:
+            return True  # rewound meanwhile: what was read is stale
+        for entry in entries:
+            self._ready.extend(self._sub.deliveries_of(entry))
+        self._dispatch_ready()
+        return True
+
+    def _permits(self) -> int:
+        if self.type is not None and self.type.single_active:
+            return self.active.available() if self.active is not None else 0
+        return sum(max(0, c.available()) for c in self.consumers)
+
+    # -- routing -----------------------------------------------------------------------------------
+
+    def _dispatch_ready(self) -> None:
+        ready = self._ready
+        if not ready:
+            return
+        if self.type is SubscriptionType.KEY_SHARED:
+            while ready:
+                delivery = ready.popleft()
+                if self._redeliver_slots.get(delivery.slot) or not self._try_key_shared(delivery):
+                    self.redeliver([delivery])
+            return
+        push = self._sub.push
+        if self.type is not None and self.type.single_active:
+            active = self.active
+            if active is None:
+                return
+            available = active.available()
+            while ready and available > 0:
+                push(active, ready.popleft())
+                available -= 1
+            return
+        while ready:
+            consumer = self._next_shared_consumer()
+            if consumer is None:
+                return
+            push(consumer, ready.popleft())
+
+    def _next_shared_consumer(self) -> Consumer | None:
+        count = len(self.consumers)
+        for step in range(count):
+            consumer = self.consumers[(self._rr + step) % count]
+            if consumer.available() > 0:
+                self._rr = (self._rr + step + 1) % count
+                return consumer
+        return None
+
+    def _try_key_shared(self, delivery: Delivery) -> bool:
+        consumer = self._ring.select(delivery.slot)
+        if not isinstance(consumer, Consumer) or consumer.available() <= 0:
+            return False
+        holder = self._slot_pending.get(delivery.slot)
+        if holder is not None and holder[0] != consumer.id:
+            return False  # draining: the slot's earlier messages are still unacked at another consumer
+        if holder is None:
+            self._slot_pending[delivery.slot] = [consumer.id, 1]
+        else:
+            holder[1] += 1
+        self._sub.push(consumer, delivery)
+        return True
+
+    def _dispatch_redeliveries(self) -> None:
+        if not self._redeliver:
+            return
+        keys = self._redeliver_keys
+        delivered: set[MsgKey] = set()
+        stuck_slots: set[int] = set()
+        key_shared = self.type is SubscriptionType.KEY_SHARED
+        for key in keys:
+            if self._permits() <= 0:
+                break
+            delivery = self._redeliver[key]
+            if key_shared:
+                if delivery.slot in stuck_slots or not self._try_key_shared(delivery):
+                    stuck_slots.add(delivery.slot)
+                    continue
+            else:
+                consumer = self.active if self.type is not None and self.type.single_active else None
+                consumer = consumer or self._next_shared_consumer()
+                if consumer is None or consumer.available() <= 0:
+                    break
+                self._sub.push(consumer, delivery)
+            delivered.add(key)
+        if not delivered:
+            return
+        self._redeliver_keys = [key for key in keys if key not in delivered]
+        for key in delivered:
+            delivery = self._redeliver.pop(key)
+            if key_shared:
+                self._drop_redeliver_slot(delivery.slot)
+
+    def _drop_redeliver_slot(self, slot: int) -> None:
+        count = self._redeliver_slots.get(slot, 0) - 1
+        if count > 0:
+            self._redeliver_slots[slot] = count
+        else:
+            self._redeliver_slots.pop(slot, None)

@@ -1,0 +1,39 @@
+"""The broker's HTTP application: one :class:`Router` with the WebSocket API, lookup, health and metrics.
+
+The admin layer registers its REST routes into the same router (``register_routes`` of
+:func:`~.run.run_broker`), so one port serves everything, as Pulsar's broker web service does.
+``GET /admin/v2/brokers/health`` answers 200 ``ok`` once the broker serves (503 before and while stopping).
+"""
+
+from __future__ import annotations
+
+from magnetar.bookkeeper.runtime.http import HttpRequest, HttpResponse, Router, error_response, text_response
+from magnetar.broker.lookup import LookupHandlers
+from magnetar.broker.service import BrokerService
+from magnetar.broker.ws_handlers import WsHandlers
+
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def build_router(service: BrokerService) -> Router:
+    router = Router()
+    ws = WsHandlers(service)
+    router.websocket("/ws/v2/producer/{domain}/{tenant}/{namespace}/{topic:path}", ws.producer)
+    router.websocket("/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic:path}/{subscription}", ws.consumer)
+    router.websocket("/ws/v2/reader/{domain}/{tenant}/{namespace}/{topic:path}", ws.reader)
+    router.websocket("/ws/{rest:path}", ws.invalid)
+    lookup = LookupHandlers(service)
+    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", lookup.bundle)
+    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup.lookup)
+
+    async def health(request: HttpRequest) -> HttpResponse:
+        if not service.ready:
+            return error_response(503, "broker is not serving")
+        return text_response("ok")
+
+    async def metrics(request: HttpRequest) -> HttpResponse:
+        return HttpResponse(200, (("content-type", PROMETHEUS_CONTENT_TYPE),), service.metrics.render())
+
+    router.get("/admin/v2/brokers/health", health)
+    router.get("/metrics", metrics)
+    return router

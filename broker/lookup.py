@@ -1,0 +1,49 @@
+"""Topic lookup over HTTP (Pulsar's ``TopicLookup``): which broker serves a topic.
+
+``GET /lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}`` answers Pulsar's ``LookupData`` with the owning
+broker's URLs. A topic whose bundle nobody owns is assigned to the broker asked (it takes the bundle), so
+the answer always names a live owner. Pulsar may instead answer 307 to another broker chosen by its load
+manager; Magnetar has no load manager, so it never needs to. ``.../bundle`` answers the bundle's range
+(``"0x00000000_0x40000000"``). A missing namespace is 404, an invalid name 412.
+"""
+
+from __future__ import annotations
+
+from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, json_response
+from magnetar.broker.errors import InvalidTopicNameError, ServiceError
+from magnetar.broker.service import BrokerService
+from magnetar.broker.topic_name import TopicDomain, TopicName
+
+
+def topic_from_path(request: HttpRequest) -> TopicName:
+    """The topic named by ``{domain}/{tenant}/{namespace}/{topic}`` path parameters; 412 if invalid."""
+    params = request.path_params
+    try:
+        domain = TopicDomain(params["domain"])
+        topic = TopicName(domain, params["tenant"], params["namespace"], params["topic"])
+    except (ValueError, InvalidTopicNameError) as exc:
+        raise HttpError(412, f"Topic name is not valid: {exc}") from None
+    if not topic.is_persistent:
+        raise HttpError(412, "non-persistent topics are not supported")
+    return topic
+
+
+class LookupHandlers:
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    async def lookup(self, request: HttpRequest) -> HttpResponse:
+        topic = topic_from_path(request)
+        try:
+            owner = await self._service.owner_of(topic)
+        except ServiceError as exc:
+            raise HttpError(exc.status, str(exc)) from None
+        return json_response(self._service.lookup_data(owner))
+
+    async def bundle(self, request: HttpRequest) -> HttpResponse:
+        topic = topic_from_path(request)
+        try:
+            _, bundle = await self._service.bundle_of(topic)
+        except ServiceError as exc:
+            raise HttpError(exc.status, str(exc)) from None
+        return json_response(bundle)

@@ -1,0 +1,193 @@
+"""Producers: one WebSocket producer session publishing to a topic (or to each partition of one).
+
+Ordering (Pulsar's guarantee for one producer): a producer's messages are stored and acknowledged in send
+order - the topic appends them in arrival order and the managed ledger calls back in add order. When a send
+fails, that message and *every later message of the producer still pending* fail with it (``send-error:8``
+with the cause), so the client never sees "ok" for a message sent after a failed one; callbacks arriving
+later for those messages are ignored. The producer then goes on: new sends may succeed (as a Pulsar client
+producer keeps working after a failed send). A message whose send failed may or may not have been stored (the
+outcome of a failed add is unknown), as in Pulsar.
+
+Back-pressure: a producer holds at most ``maxPendingMessages`` unacknowledged messages (capped by the
+broker's ``producer_pending_messages_max``); the WebSocket handler waits for room before it reads the next
+frame, so TCP slows the client down. Pulsar's WebSocket producer answers an error instead
+(``blockIfQueueFull(false)``); waiting loses nothing and needs nothing of the client.
+
+Partitioned topics: :class:`PartitionedProducer` routes each message to one partition's producer - by the
+hash of its key (``hashingScheme``: Java's ``String.hashCode`` by default, or Murmur3), else by
+``messageRoutingMode``: ``SinglePartition`` (one partition picked at random for the session) or
+``RoundRobinPartition`` (the next partition for each message).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
+
+from magnetar.broker.consumer import OutboundFrames
+from magnetar.broker.entry_format import StoredMessage
+from magnetar.broker.key_hash import partition_for_key
+from magnetar.broker.message_id import encode_message_id
+from magnetar.broker.ws_errors import WsErrorCode
+from magnetar.broker.ws_messages import PublishRequest, producer_ack_error, producer_ack_ok
+
+if TYPE_CHECKING:
+    from magnetar.broker.topic import PersistentTopic
+
+Kick = Callable[[int, str], None]
+
+
+class Capacity:
+    """Messages pending across the producers of one session, bounded by ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.count = 0
+        self._freed = trio.Event()
+
+    def taken(self) -> None:
+        self.count += 1
+
+    def returned(self, count: int = 1) -> None:
+        self.count -= count
+        if self.count < self.limit:
+            self._freed.set()
+
+    async def wait(self) -> None:
+        while self.count >= self.limit:
+            self._freed = trio.Event()
+            await self._freed.wait()
+
+
+@dataclass(slots=True, eq=False)
+class PendingMessage:
+    producer: Producer
+    message: StoredMessage
+    context: str | None
+    received_at: float
+    failed: bool = field(default=False)
+
+
+class Producer:
+    """One producer on one topic (partition)."""
+
+    def __init__(
+        self,
+        topic: PersistentTopic,
+        name: str,
+        frames: OutboundFrames,
+        capacity: Capacity,
+        *,
+        initial_sequence_id: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.frames = frames
+        self.capacity = capacity
+        self.pending: deque[PendingMessage] = deque()
+        self._sequence_id = -1 if initial_sequence_id is None else initial_sequence_id
+        self.kick: Kick | None = None
+        self.closed = False
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+        self.connected_since_ms = topic.now_ms()
+        self.address = ""
+
+    def send(self, request: PublishRequest, received_at: float) -> None:
+        """Publish one message; its ack (or error) is pushed to the session's frames later."""
+        if self.closed:
+            self.frames.push(
+                producer_ack_error(WsErrorCode.UNKNOWN_ERROR, "Producer is closed", request.context)
+            )
+            return
+        self._sequence_id += 1
+        message = StoredMessage(
+            request.payload,
+            self.name,
+            self._sequence_id,
+            self.topic.now_ms(),
+            request.event_time_ms,
+            request.key,
+            request.properties,
+        )
+        pending = PendingMessage(self, message, request.context, received_at)
+        self.pending.append(pending)
+        self.capacity.taken()
+        self.topic.publish(pending)
+
+    def on_stored(
+        self, pending: PendingMessage, ledger_id: int, entry_id: int, index: int, size: int
+    ) -> None:
+        if pending.failed:
+            return
+        head = self.pending.popleft()
+        assert head is pending, "a producer's messages are acknowledged in send order"
+        self.capacity.returned()
+        self.msg_in_counter += 1
+        self.bytes_in_counter += len(pending.message.payload)
+        message_id = encode_message_id(ledger_id, entry_id, self.topic.partition, index, size)
+        self.frames.push(producer_ack_ok(message_id, pending.context))
+
+    def on_failed(self, pending: PendingMessage, reason: str) -> None:
+        """``pending`` failed: it and every later pending message of this producer fail."""
+        if pending.failed:
+            return
+        failed = list(self.pending)
+        self.pending.clear()
+        for item in failed:
+            item.failed = True
+            self.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, reason, item.context))
+        self.capacity.returned(len(failed))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def stats(self) -> dict[str, object]:
+        from magnetar.broker.date_format import format_timestamp  # noqa: PLC0415
+
+        return {
+            "producerName": self.name,
+            "msgInCounter": self.msg_in_counter,
+            "bytesInCounter": self.bytes_in_counter,
+            "accessMode": "Shared",
+            "address": self.address,
+            "connectedSince": format_timestamp(self.connected_since_ms),
+            "clientVersion": "websocket",
+            "metadata": {},
+        }
+
+
+class PartitionedProducer:
+    """Routes a session's messages over the producers of a partitioned topic's partitions."""
+
+    def __init__(
+        self,
+        producers: list[Producer],
+        *,
+        routing_mode: str,
+        hashing_scheme: str | None,
+        rng: random.Random,
+    ) -> None:
+        self.producers = producers
+        self._round_robin = routing_mode == "RoundRobinPartition"
+        self._hashing_scheme = hashing_scheme
+        self._single = rng.randrange(len(producers))
+        self._next = rng.randrange(len(producers))
+
+    def route(self, key: str | None) -> Producer:
+        count = len(self.producers)
+        if key is not None:
+            return self.producers[partition_for_key(key, count, self._hashing_scheme)]
+        if self._round_robin:
+            producer = self.producers[self._next % count]
+            self._next += 1
+            return producer
+        return self.producers[self._single]
+
+    def send(self, request: PublishRequest, received_at: float) -> None:
+        self.route(request.key).send(request, received_at)

@@ -1,0 +1,91 @@
+"""Composition entry point: one broker (service + HTTP server) on a metadata store and a BookKeeper client.
+
+``magnetar broker`` and ``magnetar standalone`` call :func:`run_broker`::
+
+    handle = await nursery.start(run_broker, settings, metadata, bk)   # -> BrokerHandle (bound port, URL)
+    ...
+    handle.stop()   # graceful: unload topics, release bundles, drain the HTTP server
+
+``register_routes(router, service)`` lets the admin layer add its REST routes before the server starts.
+Start-up creates the cluster, tenant ``public`` and namespace ``public/default`` when they are missing
+(``initialize_metadata``), as Pulsar standalone does.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from magnetar.bookkeeper.client import BookKeeper
+from magnetar.bookkeeper.metadata import MetadataStore
+from magnetar.bookkeeper.runtime import Clock
+from magnetar.bookkeeper.runtime.http import HttpServer, Router
+from magnetar.broker.http_app import build_router
+from magnetar.broker.service import BrokerService, initialize_cluster_metadata
+from magnetar.broker.settings import BrokerSettings
+from magnetar.managed_ledger.factory import open_managed_ledger_factory
+
+log = logging.getLogger(__name__)
+
+RouteRegistration = Callable[[Router, BrokerService], None]
+
+
+@dataclass
+class BrokerHandle:
+    service: BrokerService
+    router: Router
+    port: int
+    http_url: str
+    _stop: trio.Event = field(default_factory=trio.Event)
+    stopped: trio.Event = field(default_factory=trio.Event)
+
+    def stop(self) -> None:
+        """Begin the graceful shutdown; ``stopped`` is set once it is complete."""
+        self._stop.set()
+
+
+async def run_broker(
+    settings: BrokerSettings,
+    metadata: MetadataStore,
+    bk: BookKeeper,
+    *,
+    register_routes: RouteRegistration | None = None,
+    initialize_metadata: bool = True,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    ml_settings = settings.managed_ledger_settings()
+    async with open_managed_ledger_factory(bk, metadata, ml_settings, clock=clock, rng=rng) as factory:
+        service = BrokerService(settings, metadata, factory, clock=clock, rng=rng)
+        router = build_router(service)
+        if register_routes is not None:
+            register_routes(router, service)
+        server = HttpServer(router, settings.http_settings())
+        async with trio.open_nursery() as nursery:
+            ports: list[int] = await nursery.start(server.serve)
+            http_url = f"http://{settings.advertised_host()}:{ports[0]}"
+            if initialize_metadata:
+                await initialize_cluster_metadata(service.policies, settings.cluster, http_url)
+            service_scope = trio.CancelScope()
+
+            async def run_service(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                with service_scope:
+                    await service.run(http_url, task_status=task_status)
+
+            await nursery.start(run_service)
+            handle = BrokerHandle(service, router, ports[0], http_url)
+            log.info("broker serving at %s", http_url)
+            task_status.started(handle)
+            try:
+                await handle._stop.wait()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await service.shutdown()
+                    server.shutdown()
+                    service_scope.cancel()
+        handle.stopped.set()

@@ -1,0 +1,338 @@
+"""The broker service: which topics this broker serves, and loading them on demand (Pulsar's
+``BrokerService`` + ``NamespaceService``).
+
+Ownership. A topic belongs to the namespace bundle containing the CRC-32 of its name; the broker that holds
+the bundle's ephemeral node serves it (:mod:`.ownership`). The first request for a topic whose bundle nobody
+owns makes this broker take it (Pulsar's lookup assigns an unowned bundle; without a load manager the broker
+asked is the candidate). A request for a topic owned elsewhere raises :class:`NotOwnerError` carrying the
+owner's URL: the WebSocket API answers it with a 307 redirect, lookup with the owner's URLs.
+
+Loading. A topic's managed ledger is opened on first use, only once this broker owns the bundle; the open
+sequence of the managed ledger recovers (fences) the last ledger, so a previous owner's writes stop and every
+acknowledged entry stays. Auto-creation (``allow_auto_topic_creation``, on by default) creates a missing
+topic, but only in an existing namespace; a partition of an existing partitioned topic is always created.
+
+Losing ownership. When the metadata session is lost the ownership manager reports every bundle at once; the
+service fences each topic of those bundles synchronously (no more writes accepted, sessions closed) before
+anything else can run, then closes their managed ledgers in the background. Unloading a bundle (admin) closes
+its topics cleanly and releases the bundle so another broker can take it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from typing import Any
+
+import trio
+
+from magnetar.bookkeeper.client import BKError
+from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, MetadataStoreError
+from magnetar.bookkeeper.runtime import Clock, SystemClock
+from magnetar.broker.errors import (
+    NotOwnerError,
+    ServiceUnitNotReadyError,
+    SubscriptionBusyError,
+    TopicNotFoundError,
+)
+from magnetar.broker.metrics import BrokerMetrics, TopicMetrics
+from magnetar.broker.namespace_bundle import bundle_boundaries, bundle_for_hash, topic_hash
+from magnetar.broker.ownership import OwnerInfo, OwnershipManager
+from magnetar.broker.policies import (
+    AlreadyExists,
+    ClusterData,
+    Policies,
+    PolicyError,
+    PolicyStore,
+    TenantInfo,
+    ensure,
+)
+from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic_name import TopicName
+from magnetar.managed_ledger.errors import ManagedLedgerError
+from magnetar.managed_ledger.factory import ManagedLedgerFactory
+
+log = logging.getLogger(__name__)
+
+LOST_TOPIC_CLOSE_TIMEOUT_S = 10.0
+"""Bound on closing the managed ledger of a topic whose bundle was lost (the store may be unreachable)."""
+
+Bundle = tuple[str, str]
+
+
+class BrokerService:
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        metadata: MetadataStore,
+        ml_factory: ManagedLedgerFactory,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metadata = metadata
+        self.ml_factory = ml_factory
+        self.policies = PolicyStore(metadata)
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.topics: dict[str, PersistentTopic] = {}
+        self._topic_bundles: dict[str, Bundle] = {}
+        self._loading: dict[str, trio.Event] = {}
+        self._boundaries: dict[str, list[int]] = {}
+        self.metrics = BrokerMetrics(settings.cluster, lambda: list(self.topics.values()))
+        self._ownership: OwnershipManager | None = None
+        self._nursery: trio.Nursery | None = None
+        self.http_url = ""
+        self.ready = False
+        self._producer_counter = 0
+
+    @property
+    def ownership(self) -> OwnershipManager:
+        if self._ownership is None:
+            raise ServiceUnitNotReadyError("the broker is not serving yet")
+        return self._ownership
+
+    @property
+    def broker_id(self) -> str:
+        return self.http_url.removeprefix("http://")
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(
+        self, http_url: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Register the broker under ``http_url`` and serve until cancelled (call :meth:`shutdown` first for a
+        clean stop)."""
+        self.http_url = http_url
+        me = OwnerInfo(httpUrl=http_url)
+        self._ownership = OwnershipManager(self.metadata, self.broker_id, me, self._on_bundles_lost)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._ownership.register_broker({"cluster": self.settings.cluster})
+                nursery.start_soon(self._ownership.run)
+                self.ready = True
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self.ready = False
+            self._ownership.close()
+
+    async def shutdown(self) -> None:
+        """Graceful stop: unload every topic (cursors persisted), then give every bundle up."""
+        self.ready = False
+        for name in list(self.topics):
+            topic = self.topics.pop(name, None)
+            if topic is not None:
+                await self._close_topic(topic, "Broker shutting down")
+        if self._ownership is not None:
+            try:
+                await self._ownership.release_all()
+            except MetadataStoreError as exc:
+                log.warning("releasing bundles failed: %s", exc)
+
+    def _check_ready(self) -> None:
+        if not self.ready:
+            raise ServiceUnitNotReadyError("the broker is not serving")
+
+    # -- ownership -----------------------------------------------------------------------------
+
+    async def bundle_of(self, topic: TopicName) -> Bundle:
+        namespace = str(topic.namespace_name)
+        boundaries = self._boundaries.get(namespace)
+        if boundaries is None:
+            policies = await self._namespace_policies(namespace)
+            boundaries = [int(b, 16) for b in policies.bundles.boundaries] or bundle_boundaries(
+                policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles
+            )
+            self._boundaries[namespace] = boundaries
+        return namespace, bundle_for_hash(topic_hash(topic), boundaries).range_name
+
+    async def _namespace_policies(self, namespace: str) -> Policies:
+        try:
+            policies = await self.policies.get_namespace(namespace)
+        except (PolicyError, MetadataStoreError) as exc:
+            raise ServiceUnitNotReadyError(f"reading the policies of {namespace} failed: {exc}") from exc
+        if policies is None:
+            raise TopicNotFoundError(f"Namespace {namespace} does not exist")
+        return policies
+
+    async def owner_of(self, topic: TopicName) -> OwnerInfo:
+        """The broker serving ``topic``: this one if it owns the bundle or just took it, else the owner."""
+        self._check_ready()
+        namespace, bundle = await self.bundle_of(topic)
+        ownership = self.ownership
+        if ownership.owns(namespace, bundle):
+            return ownership.me
+        for _ in range(3):
+            try:
+                return await ownership.acquire(namespace, bundle)
+            except BadVersionError:
+                continue  # the owner vanished between our create and read: try again
+            except MetadataStoreError as exc:
+                raise ServiceUnitNotReadyError(f"bundle {namespace}/{bundle}: {exc}") from exc
+        raise ServiceUnitNotReadyError(f"bundle {namespace}/{bundle} ownership is changing")
+
+    async def check_owner(self, topic: TopicName) -> Bundle:
+        """Raise :class:`NotOwnerError` unless this broker serves ``topic``; returns its bundle."""
+        owner = await self.owner_of(topic)
+        if owner.httpUrl != self.http_url:
+            raise NotOwnerError(f"{topic} is served by {owner.httpUrl}", owner.httpUrl)
+        return await self.bundle_of(topic)
+
+    def _on_bundles_lost(self, bundles: set[Bundle]) -> None:
+        for name, bundle in list(self._topic_bundles.items()):
+            if bundle not in bundles:
+                continue
+            topic = self.topics.pop(name, None)
+            del self._topic_bundles[name]
+            if topic is not None:
+                topic.fence_now("Broker lost the ownership of the topic's bundle")
+                if self._nursery is not None:
+                    self._nursery.start_soon(self._close_lost_topic, topic)
+
+    async def _close_lost_topic(self, topic: PersistentTopic) -> None:
+        with trio.move_on_after(LOST_TOPIC_CLOSE_TIMEOUT_S):
+            await self._close_topic(topic, "ownership lost")
+
+    def _on_topic_fenced(self, topic: PersistentTopic) -> None:
+        """Another broker took the managed ledger over: stop serving the topic."""
+        if self.topics.get(topic.full_name) is topic:
+            del self.topics[topic.full_name]
+            self._topic_bundles.pop(topic.full_name, None)
+        topic.fence_now("Topic ownership moved to another broker")
+        if self._nursery is not None:
+            self._nursery.start_soon(self._close_lost_topic, topic)
+
+    # -- topics ------------------------------------------------------------------------------------
+
+    def topic_if_loaded(self, topic: TopicName) -> PersistentTopic | None:
+        loaded = self.topics.get(str(topic))
+        return loaded if loaded is not None and not loaded.closed else None
+
+    async def partitions(self, topic: TopicName) -> int:
+        """Partitions of a partitioned topic (0: not partitioned)."""
+        if topic.is_partition:
+            return 0
+        try:
+            return await self.policies.get_partitions(str(topic.namespace_name), topic.local_name)
+        except (PolicyError, MetadataStoreError) as exc:
+            raise ServiceUnitNotReadyError(f"reading partitions of {topic} failed: {exc}") from exc
+
+    async def get_topic(self, topic: TopicName, *, create: bool = True) -> PersistentTopic:
+        """The loaded topic, loading (and, if allowed, creating) it on first use."""
+        self._check_ready()
+        key = str(topic)
+        while True:
+            loaded = self.topic_if_loaded(topic)
+            if loaded is not None:
+                return loaded
+            pending = self._loading.get(key)
+            if pending is None:
+                break
+            await pending.wait()
+        bundle = await self.check_owner(topic)
+        done = self._loading[key] = trio.Event()
+        try:
+            return await self._load(topic, bundle, create=create)
+        finally:
+            del self._loading[key]
+            done.set()
+
+    async def _load(self, topic: TopicName, bundle: Bundle, *, create: bool) -> PersistentTopic:
+        await self._namespace_policies(bundle[0])
+        name = topic.managed_ledger_name
+        if not await self._may_create(topic, create) and not await self.ml_factory.exists(name):
+            raise TopicNotFoundError(f"Topic {topic} does not exist")
+        try:
+            ml = await self.ml_factory.open(name)
+        except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
+            raise ServiceUnitNotReadyError(f"Failed to load topic {topic}: {exc}") from exc
+        if not self.ownership.owns(*bundle):  # lost while opening
+            await self.ml_factory.close_ledger(name)
+            raise ServiceUnitNotReadyError(f"ownership of {topic} was lost while loading it")
+        loaded = PersistentTopic(
+            topic,
+            ml,
+            self.settings,
+            self.clock,
+            TopicMetrics(),
+            on_fenced=self._on_topic_fenced,
+            close_ml=lambda: self.ml_factory.close_ledger(name),
+        )
+        assert self._nursery is not None
+        await self._nursery.start(loaded.run)
+        self.topics[str(topic)] = loaded
+        self._topic_bundles[str(topic)] = bundle
+        log.info("loaded topic %s", topic)
+        return loaded
+
+    async def _may_create(self, topic: TopicName, create: bool) -> bool:
+        if not create:
+            return False
+        if topic.is_partition:
+            partitions = await self.partitions(topic.partitioned_topic)
+            if partitions > topic.partition_index:
+                return True
+        return self.settings.allow_auto_topic_creation
+
+    async def _close_topic(self, topic: PersistentTopic, reason: str) -> None:
+        self._topic_bundles.pop(topic.full_name, None)
+        await topic.close(reason)
+
+    async def unload_topic(self, topic: TopicName) -> bool:
+        """Close a loaded topic cleanly (admin ``unload``); the bundle stays owned. False if not loaded."""
+        loaded = self.topics.pop(str(topic), None)
+        if loaded is None:
+            return False
+        await self._close_topic(loaded, "Topic unloaded")
+        return True
+
+    async def unload_bundle(self, namespace: str, bundle: str) -> None:
+        """Close the bundle's topics cleanly and give the bundle up: the next lookup may place it anywhere."""
+        for name, owned in list(self._topic_bundles.items()):
+            topic = self.topics.pop(name, None) if owned == (namespace, bundle) else None
+            if topic is not None:
+                await self._close_topic(topic, "Bundle unloaded")
+        await self.ownership.release(namespace, bundle)
+
+    async def delete_topic(self, topic: TopicName, *, force: bool = False) -> None:
+        """Delete a (non-partitioned) topic and its data. Refused with 412 while it has producers or
+        consumers, unless ``force``."""
+        loaded = await self.get_topic(topic, create=False)
+        busy = loaded.producers or any(s.consumers for s in loaded.subscriptions.values())
+        if busy and not force:
+            raise SubscriptionBusyError("Topic has active producers/subscriptions")
+        self.topics.pop(str(topic), None)
+        self._topic_bundles.pop(str(topic), None)
+        loaded.fence_now("Topic deleted")
+        await self.ml_factory.delete(topic.managed_ledger_name)
+        loaded.stop()
+
+    def next_producer_name(self) -> str:
+        """Pulsar's generated producer names: ``<cluster>-<broker>-<counter>``."""
+        self._producer_counter += 1
+        return f"{self.settings.cluster}-{self.broker_id}-{self._producer_counter}"
+
+    def lookup_data(self, owner: OwnerInfo) -> dict[str, Any]:
+        """Pulsar's ``LookupData``; Magnetar has no binary protocol, so the broker URLs are empty."""
+        return {
+            "brokerUrl": owner.nativeUrl,
+            "brokerUrlTls": owner.nativeUrlTls,
+            "httpUrl": owner.httpUrl,
+            "httpUrlTls": owner.httpUrlTls,
+            "nativeUrl": owner.nativeUrl,
+            "brokerUrlSsl": "",
+        }
+
+
+async def initialize_cluster_metadata(policies: PolicyStore, cluster: str, http_url: str = "") -> None:
+    """Create the cluster, tenant ``public`` and namespace ``public/default`` if missing (idempotent), as
+    ``pulsar initialize-cluster-metadata`` / standalone do."""
+    await ensure(lambda: policies.create_cluster(cluster, ClusterData(serviceUrl=http_url)))
+    await ensure(lambda: policies.create_tenant("public", TenantInfo(allowedClusters=[cluster])))
+    with contextlib.suppress(AlreadyExists):
+        await policies.create_namespace("public/default", Policies(replication_clusters=[cluster]))

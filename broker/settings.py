@@ -1,0 +1,162 @@
+"""Settings of a broker process: one pydantic-settings model, every field also ``MAGNETAR_<NAME>``.
+
+Names follow DESIGN.md §4 (unit last) and map to Pulsar's ``broker.conf`` where one exists:
+``allow_auto_topic_creation`` = ``allowAutoTopicCreation``, ``default_number_of_namespace_bundles`` =
+``defaultNumberOfNamespaceBundles``, ``ensemble_size`` / ``write_quorum`` / ``ack_quorum`` =
+``managedLedgerDefault{EnsembleSize,WriteQuorum,AckQuorum}``, ``ws_frame_bytes_max`` = Pulsar's
+``maxMessageSize`` (5 MiB; a WebSocket message carries one JSON publish request),
+``ws_idle_timeout_ms`` = ``webSocketSessionIdleTimeoutMillis``,
+``metadata_session_timeout_ms`` = ``metadataStoreSessionTimeoutMillis``.
+
+The model embeds the values of the HTTP server (:class:`HttpSettings`), the managed ledger
+(:class:`ManagedLedgerSettings`) and the replication client (:class:`ClientSettings`); the ``*_settings()``
+methods build those models.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Annotated, Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from magnetar.bookkeeper.client import ClientSettings
+from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
+from magnetar.bookkeeper.runtime.http import HttpSettings
+from magnetar.managed_ledger.settings import ManagedLedgerSettings
+
+PositiveInt = Annotated[int, Field(gt=0)]
+MIB = 1024 * 1024
+
+
+class BrokerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
+
+    # -- identity and addresses -----------------------------------------------------------------
+    metadata_url: str = "memory://"
+    cluster: str = "standalone"
+    bind_address: str = "127.0.0.1"
+    http_port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    """HTTP port of the WebSocket API, admin REST, lookup and /metrics; 0 picks a free one."""
+    advertised_address: str | None = None
+    """Host clients are told to use (lookup, redirects); default: the bind address unless it is a wildcard,
+    else the hostname."""
+
+    # -- topics -----------------------------------------------------------------------------------
+    allow_auto_topic_creation: bool = True
+    default_number_of_namespace_bundles: Annotated[int, Field(ge=1, le=1024)] = 4
+    """Bundles of a namespace whose policies name none (Pulsar's default is 4)."""
+
+    # -- storage (managed ledger + replication client) ------------------------------------------
+    ensemble_size: PositiveInt = 2
+    write_quorum: PositiveInt = 2
+    ack_quorum: PositiveInt = 2
+    max_entries_per_ledger: PositiveInt = 50_000
+    min_ledger_rollover_time_min: Annotated[float, Field(ge=0)] = 10
+    max_ledger_rollover_time_min: Annotated[float, Field(ge=0)] = 240
+    mark_delete_rate_per_s: Annotated[float, Field(gt=0)] = 1.0
+    entry_cache_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
+    add_timeout_ms: PositiveInt = 5_000
+    read_timeout_ms: PositiveInt = 5_000
+    metadata_session_timeout_ms: PositiveInt = 30_000
+    metadata_operation_timeout_ms: PositiveInt = 30_000
+
+    # -- publishing ------------------------------------------------------------------------------
+    publish_batch_messages_max: Annotated[int, Field(ge=1, le=65535)] = 1000
+    """Messages the broker may group into one entry (server-side batching; 1 disables it)."""
+    publish_batch_bytes_max: PositiveInt = 128 * 1024
+    """Payload bytes of one batch entry (a larger single message still goes alone)."""
+    publish_inflight_entries_max: PositiveInt = 4
+    """Entries of one topic in flight to the bookies before new messages wait in the batch being built."""
+    producer_pending_messages_max: PositiveInt = 1000
+    """Upper bound of a producer's ``maxPendingMessages``: unacknowledged sends before the broker stops
+    reading that producer's socket (back-pressure instead of Pulsar's queue-full error)."""
+
+    # -- dispatching -----------------------------------------------------------------------------
+    dispatch_read_entries_max: PositiveInt = 100
+    """Entries read from the cursor in one batch (fewer when consumers have fewer permits)."""
+    dispatch_redelivery_messages_max: PositiveInt = 10_000
+    """Messages waiting for redelivery in one subscription above which no new entries are read."""
+    consumer_ack_timeout_tick_ms: PositiveInt = 100
+    """Granularity of ack-timeout and negative-ack redelivery timers."""
+
+    # -- HTTP / WebSocket server -------------------------------------------------------------
+    http_header_bytes_max: Annotated[int, Field(ge=256)] = 8192
+    http_body_bytes_max: Annotated[int, Field(ge=0)] = 10 * MIB
+    http_idle_timeout_ms: PositiveInt = 30_000
+    http_connections_max: PositiveInt = 2048
+    ws_frame_bytes_max: Annotated[int, Field(ge=125)] = 5 * MIB
+    ws_idle_timeout_ms: PositiveInt = 300_000
+    ws_send_queue_bytes_max: PositiveInt = 1 * MIB
+    shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
+
+    # -- process ---------------------------------------------------------------------------------------
+    gc_tuning: bool = True
+    """``magnetar broker`` freezes start-up objects and raises the GC thresholds (see ``tune_gc``)."""
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> Self:
+        if not self.ack_quorum <= self.write_quorum <= self.ensemble_size:
+            raise ValueError(
+                "need ack_quorum <= write_quorum <= ensemble_size, got "
+                f"{self.ack_quorum} / {self.write_quorum} / {self.ensemble_size}"
+            )
+        return self
+
+    def advertised_host(self) -> str:
+        if self.advertised_address:
+            return self.advertised_address
+        try:
+            if ipaddress.ip_address(self.bind_address).is_unspecified:
+                return socket.gethostname()
+        except ValueError:
+            pass
+        return self.bind_address
+
+    def http_settings(self) -> HttpSettings:
+        return HttpSettings(
+            http_bind_address=self.bind_address,
+            http_port=self.http_port,
+            http_header_bytes_max=self.http_header_bytes_max,
+            http_body_bytes_max=self.http_body_bytes_max,
+            http_idle_timeout_ms=self.http_idle_timeout_ms,
+            http_connections_max=self.http_connections_max,
+            ws_frame_bytes_max=self.ws_frame_bytes_max,
+            ws_idle_timeout_ms=self.ws_idle_timeout_ms,
+            ws_send_queue_bytes_max=self.ws_send_queue_bytes_max,
+            shutdown_grace_ms=self.shutdown_grace_ms,
+        )
+
+    def managed_ledger_settings(self) -> ManagedLedgerSettings:
+        return ManagedLedgerSettings.model_validate(
+            {
+                "ensemble_size": self.ensemble_size,
+                "write_quorum": self.write_quorum,
+                "ack_quorum": self.ack_quorum,
+                "max_entries_per_ledger": self.max_entries_per_ledger,
+                "min_ledger_rollover_time_min": self.min_ledger_rollover_time_min,
+                "max_ledger_rollover_time_min": self.max_ledger_rollover_time_min,
+                "mark_delete_rate_per_s": self.mark_delete_rate_per_s,
+                "entry_cache_bytes_max": self.entry_cache_bytes_max,
+                "metadata_operation_timeout_s": self.metadata_operation_timeout_ms / 1000,
+            }
+        )
+
+    def client_settings(self) -> ClientSettings:
+        return ClientSettings.model_validate(
+            {
+                "ensemble_size": self.ensemble_size,
+                "write_quorum": self.write_quorum,
+                "ack_quorum": self.ack_quorum,
+                "add_timeout_ms": self.add_timeout_ms,
+                "read_timeout_ms": self.read_timeout_ms,
+            }
+        )
+
+    def metadata_settings(self) -> MetadataStoreSettings:
+        return MetadataStoreSettings(
+            session_timeout_ms=self.metadata_session_timeout_ms,
+            operation_timeout_ms=self.metadata_operation_timeout_ms,
+        )

@@ -1,0 +1,261 @@
+"""A subscription: a cursor on a topic, its consumers, acknowledgements and redelivery bookkeeping.
+
+Message ids. Every message is addressed by ``(ledgerId, entryId, batchIndex)`` in its topic (partition), as in
+Pulsar; a message stored alone has batch index -1, message ``i`` of a broker-made batch entry has index ``i``
+and carries the batch size in its id. An entry is acknowledged in the cursor once every message in it is
+acknowledged: the subscription keeps, for each partly acknowledged batch entry, the indexes still
+unacknowledged, and a redelivered batch entry delivers only those (Pulsar's batch-index acknowledgement).
+
+Acks (Magnetar's decision, close to Pulsar's broker): an ack is applied when its id names a message stored in
+this topic/partition - whichever consumer of the subscription it was delivered to, so a client that
+reconnected can still acknowledge what it received before. Ids of another partition, of entries that do not
+exist (never written, or trimmed), batch indexes outside the batch and repeated acks are ignored, as Pulsar
+ignores unknown ids; they never acknowledge anything else and never close the session.
+
+``redeliveryCount`` counts the negative acks and ack timeouts of a message (Pulsar's redelivery tracker).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from magnetar.broker.consumer import Consumer, Delivery, MsgKey
+from magnetar.broker.dispatcher import Dispatcher, SubscriptionType
+from magnetar.broker.entry_format import CorruptEntryError, decode_entry
+from magnetar.broker.key_hash import sticky_key_slot
+from magnetar.broker.message_id import MessageId
+from magnetar.managed_ledger.cursor import ManagedCursor
+from magnetar.managed_ledger.cursor_state import InvalidAckError
+from magnetar.managed_ledger.entry import Entry
+from magnetar.managed_ledger.position import Position
+
+if TYPE_CHECKING:
+    from magnetar.broker.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+BATCH_INDEX_AFTER_ALL = 2**31
+"""A batch index above every real one: "after every message of this entry"."""
+
+
+class Subscription:
+    def __init__(
+        self,
+        topic: PersistentTopic,
+        name: str,
+        cursor: ManagedCursor,
+        *,
+        durable: bool,
+        read_entries_max: int,
+        redelivery_max: int,
+        start_after: MsgKey | None = None,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.durable = durable
+        self.dispatcher = Dispatcher(
+            self,
+            partition=topic.partition,
+            read_entries_max=read_entries_max,
+            redelivery_max=redelivery_max,
+        )
+        self._start_after = start_after
+        """Reader started at a message id: skip messages up to and including it."""
+        self._batches: dict[tuple[int, int], set[int]] = {}
+        self._redelivery_counts: dict[MsgKey, int] = {}
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.msg_redeliver_counter = 0
+        self.last_ack_ms = 0
+        self.last_consumed_ms = 0
+
+    # -- consumers ----------------------------------------------------------------------------
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self.dispatcher.consumers
+
+    @property
+    def type(self) -> SubscriptionType | None:
+        return self.dispatcher.type
+
+    def add_consumer(self, consumer: Consumer, sub_type: SubscriptionType) -> None:
+        self.dispatcher.add_consumer(consumer, sub_type)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        self.dispatcher.remove_consumer(consumer)
+
+    # -- delivery -----------------------------------------------------------------------------
+
+    def deliveries_of(self, entry: Entry) -> list[Delivery]:
+        """The messages of ``entry`` still to deliver (acknowledged ones skipped)."""
+        position = entry.position
+        if self.cursor.is_acked(position):
+            return []
+        try:
+            decoded = decode_entry(entry.data)
+        except CorruptEntryError as exc:
+            log.error(
+                "topic %s: entry %s is not a message entry (%s); skipped", self.topic.name, position, exc
+            )
+            return []
+        ledger_id, entry_id = position.ledger_id, position.entry_id
+        key_shared = self.dispatcher.type is SubscriptionType.KEY_SHARED
+        out: list[Delivery] = []
+        if not decoded.batched:
+            message = decoded.messages[0]
+            slot = sticky_key_slot(message.key) if key_shared else 0
+            out.append(Delivery(ledger_id, entry_id, -1, 0, message, slot))
+        else:
+            size = len(decoded.messages)
+            unacked = self._batches.get((ledger_id, entry_id))
+            for index, message in enumerate(decoded.messages):
+                if unacked is not None and index not in unacked:
+                    continue
+                slot = sticky_key_slot(message.key) if key_shared else 0
+                out.append(Delivery(ledger_id, entry_id, index, size, message, slot))
+        if self._start_after is not None:
+            start = self._start_after
+            out = [d for d in out if d.key > start]
+            if out:
+                self._start_after = None
+        return out
+
+    def push(self, consumer: Consumer, delivery: Delivery) -> None:
+        count = self._redelivery_counts.get(delivery.key, 0) if self._redelivery_counts else 0
+        consumer.push(delivery, count)
+        self.msg_out_counter += 1
+        self.bytes_out_counter += len(delivery.message.payload)
+
+    # -- acknowledgements -----------------------------------------------------------------------
+
+    def _take_pending(self, consumer: Consumer, key: MsgKey) -> Delivery | None:
+        delivery = consumer.take_pending(key)
+        owner = consumer
+        if delivery is None:
+            for other in self.dispatcher.consumers:
+                if other is not consumer:
+                    delivery = other.take_pending(key)
+                    if delivery is not None:
+                        owner = other
+                        break
+        if delivery is not None:
+            self.dispatcher.on_released(owner, delivery)
+        return delivery
+
+    def _stored(self, ledger_id: int, entry_id: int) -> bool:
+        info = self.cursor.ml.ledgers.get(ledger_id)
+        return info is not None and 0 <= entry_id < info.entries
+
+    def ack(self, consumer: Consumer, message_id: MessageId) -> bool:
+        """Acknowledge one message (see the module docstring); False when the id was ignored."""
+        if message_id.partition != consumer.partition or not self._stored(
+            message_id.ledger_id, message_id.entry_id
+        ):
+            return False
+        key = (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+        delivery = self._take_pending(consumer, key)
+        self.dispatcher.forget(key)
+        position = Position(message_id.ledger_id, message_id.entry_id)
+        if message_id.batch_index >= 0:
+            entry_key = (message_id.ledger_id, message_id.entry_id)
+            unacked = self._batches.get(entry_key)
+            if unacked is None:
+                size = delivery.batch_size if delivery is not None else message_id.batch_size
+                if not 0 <= message_id.batch_index < size or self.cursor.is_acked(position):
+                    return False
+                unacked = self._batches[entry_key] = set(range(size))
+            if message_id.batch_index not in unacked:
+                return False
+            unacked.discard(message_id.batch_index)
+            self._redelivery_counts.pop(key, None)
+            if unacked:
+                return True
+            del self._batches[entry_key]
+        self._redelivery_counts.pop(key, None)
+        try:
+            self.cursor.ack(position)
+        except InvalidAckError:
+            return False
+        self.last_ack_ms = self.topic.now_ms()
+        return True
+
+    def nack(self, consumer: Consumer, message_id: MessageId) -> None:
+        """Negative ack: redeliver after the consumer's ``negativeAckRedeliveryDelay``."""
+        if message_id.partition != consumer.partition:
+            return
+        key = (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
+        delivery = self._take_pending(consumer, key)
+        if delivery is not None:
+            consumer.schedule_nack(delivery)
+
+    def redeliver_due(self, consumer: Consumer, now: float) -> None:
+        """Move the consumer's due negative acks and ack timeouts to the redelivery set."""
+        nacked, timed_out = consumer.due_redeliveries(now)
+        for delivery in timed_out:
+            self.dispatcher.on_released(consumer, delivery)
+        due = nacked + timed_out
+        if not due:
+            return
+        for delivery in due:
+            self._redelivery_counts[delivery.key] = self._redelivery_counts.get(delivery.key, 0) + 1
+        self.msg_redeliver_counter += len(due)
+        due.sort(key=lambda d: d.key)
+        self.dispatcher.redeliver(due)
+
+    # -- admin operations ----------------------------------------------------------------------
+
+    def reset_to(self, position: Position) -> None:
+        """Make ``position`` the next entry delivered (admin reset cursor)."""
+        self._batches.clear()
+        self._redelivery_counts.clear()
+        self.cursor.reset(position)
+        self._drop_in_flight()
+
+    def skip(self, count: int) -> None:
+        self.cursor.skip(count)
+        self._drop_in_flight()
+
+    def clear_backlog(self) -> None:
+        self._batches.clear()
+        self._redelivery_counts.clear()
+        self.cursor.clear_backlog()
+        self._drop_in_flight()
+
+    def _drop_in_flight(self) -> None:
+        for consumer in self.dispatcher.consumers:
+            consumer.flow.release(len(consumer.pending))
+            consumer.pending.clear()
+        self.dispatcher.rewind()
+
+    def close(self) -> None:
+        self.dispatcher.close()
+
+    # -- figures --------------------------------------------------------------------------------
+
+    def backlog(self) -> int:
+        return self.cursor.backlog()
+
+    def stats(self) -> dict[str, object]:
+        """Pulsar's ``SubscriptionStats`` fields Magnetar knows (rates are the admin layer's business)."""
+        dispatcher = self.dispatcher
+        active = dispatcher.active
+        return {
+            "msgOutCounter": self.msg_out_counter,
+            "bytesOutCounter": self.bytes_out_counter,
+            "msgBacklog": self.backlog(),
+            "unackedMessages": sum(len(c.pending) for c in dispatcher.consumers),
+            "msgRateRedeliver": 0.0,
+            "type": str(dispatcher.type or SubscriptionType.EXCLUSIVE),
+            "activeConsumerName": active.name if active is not None else None,
+            "lastAckedTimestamp": self.last_ack_ms,
+            "consumers": [c.stats() for c in dispatcher.consumers],
+            "isDurable": self.durable,
+            "durable": self.durable,
+            "isReplicated": False,
+            "replicated": False,
+            "msgDelayed": 0,
+            "blockedSubscriptionOnUnackedMsgs": False,
+        }

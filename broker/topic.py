@@ -1,0 +1,432 @@
+"""A persistent topic (Pulsar's ``PersistentTopic``): a managed ledger, its producers and subscriptions.
+
+Publishing. Messages are appended in arrival order. Each becomes a :class:`~.entry_format.StoredMessage`
+(payload, key, properties, event time, publish time, producer name, sequence id). While fewer than
+``publish_inflight_entries_max`` entries are in flight to the bookies a message is written at once as an
+entry of its own; while the pipeline is full, arriving messages gather in one batch, written as a single
+entry when an in-flight entry completes (or when the batch reaches ``publish_batch_messages_max`` messages or
+``publish_batch_bytes_max`` bytes). So a quiet topic writes one message per entry (lowest latency) and a busy
+one amortises the per-entry cost over many messages (group commit). Every message of a batch keeps its own
+id ``(ledger, entry, batchIndex)`` and is acknowledged individually (see :mod:`.subscription`).
+
+Closing. :meth:`PersistentTopic.close` (unload, shutdown) stops accepting messages, writes what is pending,
+closes every session with 1001 so clients look the topic up again, and closes the managed ledger cleanly
+(cursor positions persisted). :meth:`fence_now` is the synchronous first half for a lost bundle: from that
+instant nothing more is accepted or dispatched.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from magnetar.bookkeeper.client import BKError
+from magnetar.bookkeeper.metadata import MetadataStoreError
+from magnetar.bookkeeper.runtime import Clock
+from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY
+from magnetar.broker.consumer import Consumer, MsgKey
+from magnetar.broker.dispatcher import SubscriptionType
+from magnetar.broker.entry_format import decode_entry, encode_batch, encode_message
+from magnetar.broker.errors import (
+    ProducerBusyError,
+    SubscriptionBusyError,
+    TopicClosedError,
+    TopicNotFoundError,
+    TopicTerminatedError,
+)
+from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
+from magnetar.broker.metrics import TopicMetrics
+from magnetar.broker.producer import PendingMessage, Producer
+from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.subscription import BATCH_INDEX_AFTER_ALL, Subscription
+from magnetar.broker.topic_name import TopicName
+from magnetar.managed_ledger.cursor import ManagedCursor
+from magnetar.managed_ledger.errors import (
+    ManagedLedgerError,
+    ManagedLedgerFencedError,
+    ManagedLedgerTerminatedError,
+)
+from magnetar.managed_ledger.ledger import ManagedLedger
+from magnetar.managed_ledger.position import Position
+from magnetar.managed_ledger.stats import internal_stats
+
+log = logging.getLogger(__name__)
+
+
+class PersistentTopic:
+    def __init__(
+        self,
+        name: TopicName,
+        ml: ManagedLedger,
+        settings: BrokerSettings,
+        clock: Clock,
+        metrics: TopicMetrics,
+        *,
+        on_fenced: Callable[[PersistentTopic], None] = lambda topic: None,
+        close_ml: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.name = name
+        self.ml = ml
+        self._settings = settings
+        self._clock = clock
+        self.metrics = metrics
+        self._on_fenced = on_fenced
+        self._close_ml = close_ml or ml.close
+        self.partition = name.partition_index
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self._batch: list[PendingMessage] = []
+        self._batch_bytes = 0
+        self._inflight = 0
+        self._drained = trio.Event()
+        self._drained.set()
+        self.closed = False
+        self._nursery: trio.Nursery | None = None
+        self._stopped = trio.Event()
+
+    @property
+    def full_name(self) -> str:
+        return str(self.name)
+
+    def now_ms(self) -> int:
+        return self._clock.time_ms()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The topic's dispatchers live in this nursery; it ends when the topic is closed."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for cursor_name, cursor in list(self.ml.cursors.items()):
+                self._add_subscription(cursor_name, cursor, durable=True)
+            task_status.started()
+            await self._stopped.wait()
+            nursery.cancel_scope.cancel()
+
+    def fence_now(self, reason: str) -> None:
+        """Stop at once: refuse messages, stop dispatching, close every session (see the module doc)."""
+        if self.closed:
+            return
+        self.closed = True
+        log.info("topic %s closing: %s", self.name, reason)
+        for pending in self._batch:
+            pending.producer.on_failed(pending, f"Topic {self.name} is closing: {reason}")
+        self._batch = []
+        self._batch_bytes = 0
+        for producer in list(self.producers.values()):
+            producer.close()
+            if producer.kick is not None:
+                producer.kick(CLOSE_GOING_AWAY, reason)
+        for subscription in list(self.subscriptions.values()):
+            subscription.close()
+            for consumer in list(subscription.consumers):
+                if consumer.kick is not None:
+                    consumer.kick(CLOSE_GOING_AWAY, reason)
+
+    async def close(self, reason: str = "Topic unloaded") -> None:
+        """Clean close: let in-flight writes finish, then close the managed ledger (cursors persisted)."""
+        self.fence_now(reason)
+        with trio.move_on_after(self._settings.metadata_operation_timeout_ms / 1000):
+            await self._drained.wait()
+        try:
+            await self._close_ml()
+        except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
+            log.warning("topic %s: closing its managed ledger failed: %s", self.name, exc)
+        self.stop()
+
+    def stop(self) -> None:
+        """End the topic's dispatcher tasks (after :meth:`fence_now`)."""
+        self._stopped.set()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise TopicClosedError(f"Topic {self.name} is being unloaded")
+
+    # -- publishing -----------------------------------------------------------------------------
+
+    def add_producer(self, name: str, producer_factory: Callable[[], Producer]) -> Producer:
+        self._check_open()
+        if self.ml.is_terminated:
+            raise TopicTerminatedError(f"Topic {self.name} was terminated")
+        if name in self.producers:
+            raise ProducerBusyError(f"Producer with name '{name}' is already connected to topic")
+        producer = producer_factory()
+        self.producers[name] = producer
+        return producer
+
+    def remove_producer(self, producer: Producer) -> None:
+        producer.close()
+        if self.producers.get(producer.name) is producer:
+            del self.producers[producer.name]
+
+    def publish(self, pending: PendingMessage) -> None:
+        if self.closed:
+            pending.producer.on_failed(pending, f"Topic {self.name} is being unloaded")
+            return
+        size = len(pending.message.payload)
+        settings = self._settings
+        if self._batch and self._batch_bytes + size > settings.publish_batch_bytes_max:
+            self._flush()
+        self._batch.append(pending)
+        self._batch_bytes += size
+        if (
+            self._inflight < settings.publish_inflight_entries_max
+            or len(self._batch) >= settings.publish_batch_messages_max
+        ):
+            self._flush()
+
+    def _flush(self) -> None:
+        batch = [p for p in self._batch if not p.failed]
+        self._batch = []
+        self._batch_bytes = 0
+        if not batch:
+            return
+        if len(batch) == 1:
+            data = encode_message(batch[0].message)
+        else:
+            data = encode_batch([p.message for p in batch])
+        self._inflight += 1
+        self._drained = trio.Event() if self._drained.is_set() else self._drained
+
+        def on_added(result: Position | ManagedLedgerError) -> None:
+            self._on_added(batch, result, len(data))
+
+        self.ml.add_entry_nowait(data, on_added)
+
+    def _on_added(
+        self, batch: list[PendingMessage], result: Position | ManagedLedgerError, size: int
+    ) -> None:
+        self._inflight -= 1
+        now = trio.current_time()
+        if isinstance(result, Position):
+            ledger_id, entry_id = result.ledger_id, result.entry_id
+            if len(batch) == 1:
+                pending = batch[0]
+                pending.producer.on_stored(pending, ledger_id, entry_id, -1, 0)
+            else:
+                count = len(batch)
+                for index, pending in enumerate(batch):
+                    pending.producer.on_stored(pending, ledger_id, entry_id, index, count)
+            self.metrics.on_entry_stored(batch, size, now)
+            for subscription in self.subscriptions.values():
+                subscription.dispatcher.wake()
+        else:
+            reason = _describe_failure(result)
+            for pending in batch:
+                pending.producer.on_failed(pending, reason)
+            if isinstance(result, ManagedLedgerFencedError) and not self.closed:
+                log.warning("topic %s: managed ledger fenced by another owner", self.name)
+                self._on_fenced(self)
+        if self._batch and not self.closed and self._inflight < self._settings.publish_inflight_entries_max:
+            self._flush()
+        if self._inflight == 0:
+            self._drained.set()
+
+    # -- subscriptions --------------------------------------------------------------------------
+
+    def _add_subscription(
+        self, name: str, cursor: ManagedCursor, *, durable: bool, start_after: MsgKey | None = None
+    ) -> Subscription:
+        subscription = Subscription(
+            self,
+            name,
+            cursor,
+            durable=durable,
+            read_entries_max=self._settings.dispatch_read_entries_max,
+            redelivery_max=self._settings.dispatch_redelivery_messages_max,
+            start_after=start_after,
+        )
+        self.subscriptions[name] = subscription
+        assert self._nursery is not None
+        self._nursery.start_soon(subscription.dispatcher.run, name=f"dispatcher {self.name}/{name}")
+        return subscription
+
+    async def get_or_create_subscription(
+        self, name: str, *, durable: bool = True, start_earliest: bool = False
+    ) -> Subscription:
+        self._check_open()
+        subscription = self.subscriptions.get(name)
+        if subscription is not None:
+            return subscription
+        if durable:
+            cursor = await self.ml.open_cursor(name, start_at_earliest=start_earliest)
+        else:
+            start = self._first_position() if start_earliest else self._after_last()
+            cursor = self.ml.open_non_durable_cursor(start)
+        self._check_open()
+        existing = self.subscriptions.get(name)
+        if existing is not None:
+            return existing
+        return self._add_subscription(name, cursor, durable=durable)
+
+    async def subscribe(
+        self,
+        name: str,
+        make_consumer: Callable[[Subscription], Consumer],
+        sub_type: SubscriptionType,
+        *,
+        durable: bool,
+        start_earliest: bool,
+    ) -> Consumer:
+        subscription = await self.get_or_create_subscription(
+            name, durable=durable, start_earliest=start_earliest
+        )
+        consumer = make_consumer(subscription)
+        try:
+            subscription.add_consumer(consumer, sub_type)
+        except Exception:
+            if not subscription.durable and not subscription.consumers:
+                self._drop_subscription(subscription)
+            raise
+        return consumer
+
+    def create_reader(self, start: MessageId, make_consumer: Callable[[Subscription], Consumer]) -> Consumer:
+        """A reader's subscription: non-durable, starting after ``start`` (``earliest``: the first message,
+        ``latest``: the next message published)."""
+        self._check_open()
+        start_after = None
+        if start == LATEST:
+            position = self._after_last()
+        elif start == EARLIEST or start.ledger_id < 0:
+            position = self._first_position()
+        else:
+            position = Position(start.ledger_id, max(start.entry_id, 0))
+            index = start.batch_index if start.batch_index >= 0 else BATCH_INDEX_AFTER_ALL
+            start_after = (start.ledger_id, start.entry_id, index)
+        cursor = self.ml.open_non_durable_cursor(position)
+        name = f"reader-{uuid.uuid4().hex[:10]}"
+        subscription = self._add_subscription(name, cursor, durable=False, start_after=start_after)
+        consumer = make_consumer(subscription)
+        subscription.add_consumer(consumer, SubscriptionType.EXCLUSIVE)
+        return consumer
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        subscription = consumer.subscription
+        subscription.remove_consumer(consumer)
+        if not subscription.durable and not subscription.consumers:
+            self._drop_subscription(subscription)
+
+    def _drop_subscription(self, subscription: Subscription) -> None:
+        subscription.close()
+        self.ml.close_non_durable_cursor(subscription.cursor)
+        if self.subscriptions.get(subscription.name) is subscription:
+            del self.subscriptions[subscription.name]
+
+    async def unsubscribe(self, consumer: Consumer) -> None:
+        """The consumer's ``unsubscribe`` command: allowed when it is the subscription's only consumer."""
+        subscription = consumer.subscription
+        if [c for c in subscription.consumers if c is not consumer]:
+            raise SubscriptionBusyError("Subscription has active connected consumers")
+        self.remove_consumer(consumer)
+        await self.delete_subscription(subscription.name, force=True)
+
+    async def delete_subscription(self, name: str, *, force: bool = False) -> None:
+        subscription = self.subscriptions.get(name)
+        if subscription is None:
+            raise TopicNotFoundError("Subscription not found")
+        if subscription.consumers and not force:
+            raise SubscriptionBusyError("Subscription has active connected consumers")
+        for consumer in list(subscription.consumers):
+            if consumer.kick is not None:
+                consumer.kick(CLOSE_GOING_AWAY, "Subscription deleted")
+            subscription.remove_consumer(consumer)
+        subscription.close()
+        del self.subscriptions[name]
+        if subscription.durable:
+            await self.ml.delete_cursor(name)
+        else:
+            self.ml.close_non_durable_cursor(subscription.cursor)
+
+    def _first_position(self) -> Position:
+        first = self.ml.ledgers.first_position()
+        return first if first is not None else self._after_last()
+
+    def _after_last(self) -> Position:
+        return self.ml.ledgers.next_position(self.ml.last_confirmed)
+
+    # -- admin operations ------------------------------------------------------------------------
+
+    async def terminate(self) -> MessageId:
+        """No more messages: returns the id of the last one (``isEndOfTopic`` turns true once read)."""
+        position = await self.ml.terminate()
+        for producer in list(self.producers.values()):
+            producer.close()
+            if producer.kick is not None:
+                producer.kick(CLOSE_GOING_AWAY, "Topic was terminated")
+        for subscription in self.subscriptions.values():
+            subscription.dispatcher.wake()
+        return MessageId(position.ledger_id, position.entry_id, self.partition)
+
+    def last_message_id(self) -> MessageId:
+        last = self.ml.last_confirmed
+        return MessageId(last.ledger_id, last.entry_id, self.partition)
+
+    async def peek(self, subscription: str, count: int) -> list[tuple[MessageId, Any]]:
+        """The first ``count`` unacknowledged messages of ``subscription`` (admin ``peek``)."""
+        sub = self.subscriptions.get(subscription)
+        if sub is None:
+            raise TopicNotFoundError("Subscription not found")
+        out: list[tuple[MessageId, Any]] = []
+        position = self.ml.ledgers.next_position(sub.cursor.mark_delete)
+        while len(out) < count and position <= self.ml.last_confirmed:
+            entries = await self.ml.read_entries(position, min(100, count))
+            if not entries:
+                break
+            for entry in entries:
+                if sub.cursor.is_acked(entry.position):
+                    continue
+                decoded = decode_entry(entry.data)
+                size = len(decoded.messages) if decoded.batched else 0
+                for index, message in enumerate(decoded.messages):
+                    batch_index = index if decoded.batched else -1
+                    mid = MessageId(
+                        entry.position.ledger_id, entry.position.entry_id, self.partition, batch_index, size
+                    )
+                    out.append((mid, message))
+            position = self.ml.ledgers.next_position(entries[-1].position)
+        return out[:count]
+
+    def is_end_of_topic(self, subscription: Subscription) -> bool:
+        return subscription.cursor.is_at_end()
+
+    # -- figures -------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Pulsar's ``TopicStats`` fields Magnetar knows (counters since load; rates left to the caller)."""
+        msg_in = sum(p.msg_in_counter for p in self.producers.values())
+        return {
+            "msgRateIn": 0.0,
+            "msgThroughputIn": 0.0,
+            "msgRateOut": 0.0,
+            "msgThroughputOut": 0.0,
+            "bytesInCounter": self.metrics.bytes_in,
+            "msgInCounter": self.metrics.msg_in,
+            "bytesOutCounter": sum(s.bytes_out_counter for s in self.subscriptions.values()),
+            "msgOutCounter": sum(s.msg_out_counter for s in self.subscriptions.values()),
+            "averageMsgSize": self.metrics.bytes_in / self.metrics.msg_in if self.metrics.msg_in else 0.0,
+            "msgChunkPublished": False,
+            "storageSize": self.ml.total_size(),
+            "backlogSize": 0,
+            "publishers": [p.stats() for p in self.producers.values()],
+            "waitingPublishers": 0,
+            "subscriptions": {name: s.stats() for name, s in self.subscriptions.items() if s.durable},
+            "replication": {},
+            "deduplicationStatus": "Disabled",
+            "topicEpoch": None,
+            "connectedProducersMessages": msg_in,
+        }
+
+    def internal_stats(self) -> dict[str, Any]:
+        return internal_stats(self.ml)
+
+
+def _describe_failure(error: ManagedLedgerError) -> str:
+    if isinstance(error, ManagedLedgerTerminatedError):
+        return "org.apache.pulsar.client.api.PulsarClientException$TopicTerminatedException: topic terminated"
+    if isinstance(error, ManagedLedgerFencedError):
+        return "Topic ownership moved to another broker: reconnect"
+    return f"Failed to persist message: {error}"

@@ -1,0 +1,378 @@
+"""Pulsar's WebSocket API on the broker: the producer, consumer and reader endpoints.
+
+Each upgrade request is checked before it is accepted, as Pulsar's handlers create their producer/consumer
+before the upgrade completes: a bad path or query parameter is answered 400 ``Invalid query params: ...``, a
+missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503,
+and a topic this broker does not serve **307** with ``Location: ws://<owner>/<same path and query>``
+(``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs two tasks: the reader
+loop below (one frame at a time) and the session's frame sender (:class:`~.consumer.OutboundFrames`).
+
+Runtime errors follow Pulsar: a producer's bad request gets a ``send-error:N`` ack and the session goes on; a
+consumer's or reader's frame that is not a JSON command closes the session with Pulsar's code 3, sent as
+**4003** (close codes 1-8 are outside RFC 6455's range: Magnetar sends 4000+N, see :mod:`.ws_errors`). A
+binary frame is treated as a request that cannot be read: ``send-error:3`` for a producer, close 4003 for a
+consumer or reader. When the topic is unloaded or its bundle lost, sessions are closed with 1001 (going
+away) so clients look the topic up again; ``unsubscribe`` closes the session with 1000 once done.
+
+Magnetar extension: the consumer accepts ``subscriptionInitialPosition=Earliest|Latest`` (default Latest, the
+Java client's default) for a subscription it creates.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from magnetar.bookkeeper.runtime.http import (
+    CLOSE_NORMAL,
+    WebSocket,
+    WebSocketClosed,
+    WebSocketRequest,
+    error_response,
+)
+from magnetar.broker.consumer import Consumer, FlowControl, OutboundFrames
+from magnetar.broker.dispatcher import SubscriptionType
+from magnetar.broker.errors import NotOwnerError, ServiceError
+from magnetar.broker.message_id import EARLIEST, LATEST
+from magnetar.broker.producer import Capacity, PartitionedProducer, Producer
+from magnetar.broker.subscription import Subscription
+from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic_name import TopicName
+from magnetar.broker.ws_errors import WsErrorCode, WsSessionError, WsUpgradeError
+from magnetar.broker.ws_messages import (
+    CommandType,
+    PublishError,
+    end_of_topic_json,
+    parse_consumer_command,
+    parse_publish_request,
+    parse_reader_command,
+    producer_ack_error,
+)
+from magnetar.broker.ws_params import ConsumerParams, ProducerParams, ReaderParams, WsKind, parse_ws_path
+
+if TYPE_CHECKING:
+    from magnetar.broker.service import BrokerService
+
+log = logging.getLogger(__name__)
+
+INITIAL_POSITIONS = ("Latest", "Earliest")
+
+
+class _Session:
+    """What one accepted WebSocket session owns: its outbound frames and the means to end it."""
+
+    def __init__(self) -> None:
+        self.frames = OutboundFrames()
+        self.scope = trio.CancelScope()
+        self.kicked: tuple[int, str] | None = None
+        self.timers = trio.Event()
+
+    def kick(self, code: int, reason: str) -> None:
+        if self.kicked is None:
+            self.kicked = (code, reason)
+        self.scope.cancel()
+
+
+class WsHandlers:
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    # -- shared -----------------------------------------------------------------------------------
+
+    async def _refuse(self, request: WebSocketRequest, exc: Exception) -> None:
+        if isinstance(exc, NotOwnerError):
+            location = "ws://" + exc.http_url.split("://", 1)[-1] + request.head.target
+            response = error_response(307, str(exc), (("location", location),))
+        elif isinstance(exc, WsUpgradeError):
+            response = error_response(exc.status, exc.reason)
+        elif isinstance(exc, ServiceError):
+            response = error_response(exc.status, f"Failed to create producer/consumer: {exc}")
+        else:
+            raise exc
+        await request.reject(response)
+
+    async def _serve(
+        self,
+        ws: WebSocket,
+        session: _Session,
+        on_frame: Callable[[str | bytes], Awaitable[None]],
+        extra: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        close = (CLOSE_NORMAL, "")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(session.frames.run, ws)
+            if extra is not None:
+                nursery.start_soon(extra)
+            with session.scope:
+                try:
+                    while True:
+                        await on_frame(await ws.receive())
+                except WebSocketClosed:
+                    pass
+                except WsSessionError as exc:
+                    close = (exc.close_code, exc.reason)
+            if session.kicked is not None:
+                close = session.kicked
+            nursery.cancel_scope.cancel()
+        session.frames.close()
+        if not ws.closed:
+            await ws.close(*close)
+
+    @staticmethod
+    def _address(request: WebSocketRequest) -> str:
+        client = request.client
+        return f"{client[0]}:{client[1]}" if client else ""
+
+    async def _topics(self, topic: TopicName) -> list[TopicName]:
+        partitions = await self._service.partitions(topic)
+        return [topic] if partitions == 0 else [topic.partition(i) for i in range(partitions)]
+
+    # -- producer -------------------------------------------------------------------------------
+
+    async def producer(self, request: WebSocketRequest) -> None:
+        session = _Session()
+        producers: list[Producer] = []
+        try:
+            target = parse_ws_path(request.path)
+            if target.kind is not WsKind.PRODUCER:
+                raise WsUpgradeError.invalid("not a producer path")
+            params = ProducerParams.parse(request.query)
+            limit = min(
+                params.max_pending_messages or 1, self._service.settings.producer_pending_messages_max
+            )
+            capacity = Capacity(limit)
+            name = params.producer_name or self._service.next_producer_name()
+            for topic_name in await self._topics(target.topic):
+                topic = await self._service.get_topic(topic_name)
+
+                def make(topic: PersistentTopic = topic) -> Producer:
+                    return Producer(
+                        topic, name, session.frames, capacity, initial_sequence_id=params.initial_sequence_id
+                    )
+
+                producer = topic.add_producer(name, make)
+                producer.kick = session.kick
+                producer.address = self._address(request)
+                producers.append(producer)
+        except (WsUpgradeError, ServiceError) as exc:
+            self._remove_producers(producers)
+            await self._refuse(request, exc)
+            return
+        publisher: Producer | PartitionedProducer = producers[0]
+        if target.topic != producers[0].topic.name:
+            publisher = PartitionedProducer(
+                producers,
+                routing_mode=params.message_routing_mode,
+                hashing_scheme=params.hashing_scheme,
+                rng=self._service.rng,
+            )
+        try:
+            ws = await request.accept()
+
+            async def on_frame(message: str | bytes) -> None:
+                if isinstance(message, bytes):
+                    reason = "Binary frames are not supported: send the JSON request as a text frame"
+                    session.frames.push(
+                        producer_ack_error(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, reason, None)
+                    )
+                    return
+                try:
+                    publish = parse_publish_request(message)
+                except PublishError as exc:
+                    session.frames.push(exc.ack_json())
+                    return
+                await capacity.wait()
+                publisher.send(publish, trio.current_time())
+
+            await self._serve(ws, session, on_frame)
+        finally:
+            self._remove_producers(producers)
+
+    @staticmethod
+    def _remove_producers(producers: list[Producer]) -> None:
+        for producer in producers:
+            producer.topic.remove_producer(producer)
+
+    # -- consumer -------------------------------------------------------------------------------
+
+    async def consumer(self, request: WebSocketRequest) -> None:
+        session = _Session()
+        consumers: list[Consumer] = []
+        try:
+            target = parse_ws_path(request.path)
+            if target.kind is not WsKind.CONSUMER or target.subscription is None:
+                raise WsUpgradeError.invalid("not a consumer path")
+            params = ConsumerParams.parse(request.query, target.topic, target.subscription)
+            initial = request.query.get("subscriptionInitialPosition", "Latest")
+            if initial not in INITIAL_POSITIONS:
+                raise WsUpgradeError.invalid(f"Invalid subscriptionInitialPosition {initial}")
+            flow = FlowControl(params.max_pending_messages, pull_mode=params.pull_mode)
+            consumer_name = params.consumer_name or _random_name(self._service)
+            sub_type = SubscriptionType(params.subscription_type)
+            for topic_name in await self._topics(target.topic):
+                topic = await self._service.get_topic(topic_name)
+
+                def make(subscription: Subscription, topic: PersistentTopic = topic) -> Consumer:
+                    consumer = Consumer(
+                        subscription,
+                        name=consumer_name,
+                        priority_level=params.priority_level,
+                        partition=topic.partition,
+                        flow=flow,
+                        frames=session.frames,
+                        ack_timeout_ms=params.ack_timeout_ms,
+                        nack_delay_ms=params.negative_ack_redelivery_delay_ms,
+                    )
+                    consumer.kick = session.kick
+                    consumer.address = self._address(request)
+                    consumer.connected_since_ms = topic.now_ms()
+                    return consumer
+
+                consumers.append(
+                    await topic.subscribe(
+                        target.subscription,
+                        make,
+                        sub_type,
+                        durable=params.subscription_mode == "Durable",
+                        start_earliest=initial == "Earliest",
+                    )
+                )
+        except (WsUpgradeError, ServiceError) as exc:
+            self._remove_consumers(consumers)
+            await self._refuse(request, exc)
+            return
+        try:
+            ws = await request.accept()
+            by_partition = {c.partition: c for c in consumers}
+
+            async def on_frame(message: str | bytes) -> None:
+                if isinstance(message, bytes):
+                    raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
+                await self._consumer_command(session, consumers, by_partition, message)
+
+            async def timers() -> None:
+                await self._run_timers(session, consumers)
+
+            await self._serve(ws, session, on_frame, timers)
+        finally:
+            self._remove_consumers(consumers)
+
+    async def _consumer_command(
+        self, session: _Session, consumers: list[Consumer], by_partition: dict[int, Consumer], text: str
+    ) -> None:
+        command = parse_consumer_command(text)
+        kind = command.type
+        if kind is CommandType.ACK or kind is CommandType.NEGATIVE_ACK:
+            assert command.message_id is not None
+            consumer = by_partition.get(command.message_id.partition)
+            if consumer is None:
+                return  # an id of another topic/partition: ignored (see subscription.py)
+            if kind is CommandType.ACK:
+                consumer.subscription.ack(consumer, command.message_id)
+            else:
+                consumer.subscription.nack(consumer, command.message_id)
+                session.timers.set()
+        elif kind is CommandType.PERMIT:
+            assert command.permit_messages is not None
+            consumers[0].flow.grant(command.permit_messages)
+        elif kind is CommandType.IS_END_OF_TOPIC:
+            end = all(c.subscription.topic.is_end_of_topic(c.subscription) for c in consumers)
+            session.frames.push(end_of_topic_json(end))
+        elif kind is CommandType.UNSUBSCRIBE:
+            try:
+                for consumer in consumers:
+                    await consumer.subscription.topic.unsubscribe(consumer)
+            except ServiceError as exc:
+                raise WsSessionError(WsErrorCode.UNKNOWN_ERROR, f"Unsubscribe failed: {exc}") from None
+            session.kick(CLOSE_NORMAL, "Unsubscribed")
+
+    async def _run_timers(self, session: _Session, consumers: list[Consumer]) -> None:
+        """Ack-timeout and negative-ack redelivery, checked every ``consumer_ack_timeout_tick_ms``."""
+        tick_s = self._service.settings.consumer_ack_timeout_tick_ms / 1000
+        while True:
+            if not any(c.needs_timers for c in consumers):
+                session.timers = trio.Event()
+                await session.timers.wait()
+                continue
+            await trio.sleep(tick_s)
+            now = trio.current_time()
+            for consumer in consumers:
+                if consumer.needs_timers and not consumer.closed:
+                    consumer.subscription.redeliver_due(consumer, now)
+
+    @staticmethod
+    def _remove_consumers(consumers: list[Consumer]) -> None:
+        for consumer in consumers:
+            consumer.subscription.topic.remove_consumer(consumer)
+
+    # -- reader ---------------------------------------------------------------------------------
+
+    async def reader(self, request: WebSocketRequest) -> None:
+        session = _Session()
+        consumers: list[Consumer] = []
+        try:
+            target = parse_ws_path(request.path)
+            if target.kind is not WsKind.READER:
+                raise WsUpgradeError.invalid("not a reader path")
+            params = ReaderParams.parse(request.query)
+            flow = FlowControl(params.max_pending_messages, pull_mode=False)
+            reader_name = params.reader_name or _random_name(self._service)
+            topics = await self._topics(target.topic)
+            start = params.start_message_id
+            if len(topics) > 1 and start not in (EARLIEST, LATEST):
+                raise WsUpgradeError.invalid("a reader of a partitioned topic starts at earliest or latest")
+            for topic_name in topics:
+                topic = await self._service.get_topic(topic_name)
+
+                def make(subscription: Subscription, topic: PersistentTopic = topic) -> Consumer:
+                    consumer = Consumer(
+                        subscription,
+                        name=reader_name,
+                        priority_level=0,
+                        partition=topic.partition,
+                        flow=flow,
+                        frames=session.frames,
+                        track_pending=False,
+                    )
+                    consumer.kick = session.kick
+                    consumer.address = self._address(request)
+                    return consumer
+
+                consumers.append(topic.create_reader(start, make))
+        except (WsUpgradeError, ServiceError) as exc:
+            self._remove_consumers(consumers)
+            await self._refuse(request, exc)
+            return
+        try:
+            ws = await request.accept()
+
+            async def on_frame(message: str | bytes) -> None:
+                if isinstance(message, bytes):
+                    raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
+                if parse_reader_command(message):
+                    end = all(c.subscription.topic.is_end_of_topic(c.subscription) for c in consumers)
+                    session.frames.push(end_of_topic_json(end))
+                else:
+                    flow.release()
+
+            await self._serve(ws, session, on_frame)
+        finally:
+            self._remove_consumers(consumers)
+
+    # -- anything else under /ws ------------------------------------------------------------
+
+    async def invalid(self, request: WebSocketRequest) -> None:
+        """A ``/ws/...`` path that is none of the three endpoints: 400, as Pulsar's path checks."""
+        try:
+            parse_ws_path(request.path)
+            raise WsUpgradeError.invalid("Invalid topic name format")
+        except WsUpgradeError as exc:
+            await self._refuse(request, exc)
+
+
+def _random_name(service: BrokerService) -> str:
+    """Pulsar's clients name unnamed consumers with 5 random characters."""
+    return "".join(service.rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5))

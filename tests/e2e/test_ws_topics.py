@@ -1,0 +1,121 @@
+"""Partitioned topics, readers, end of topic, lookup, redirects, ownership loss, health and metrics."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable
+
+import httpx
+import websocket
+from fixtures.broker import Broker, Cluster, publish_many, receive, recv_json, send_json, unb64
+
+from magnetar.broker.message_id import MessageId
+from magnetar.broker.topic_name import parse_topic_name
+
+Connect = Callable[..., websocket.WebSocket]
+NS = "persistent/public/default"
+
+
+def texts(messages: list[dict[str, object]]) -> list[str]:
+    return [unb64(str(m["payload"])).decode() for m in messages]
+
+
+def make_partitioned(broker: Broker, name: str, partitions: int) -> None:
+    broker.call(broker.service.policies.create_partitioned, "public/default", name, partitions)
+
+
+def test_partitioned_topic_routes_by_key_and_consumes_from_every_partition(
+    broker: Broker, ws_connect: Connect
+) -> None:
+    make_partitioned(broker, "parts", 3)
+    consumer = ws_connect(f"{broker.ws_url}/ws/v2/consumer/{NS}/parts/sub?subscriptionType=Shared")
+    producer = ws_connect(f"{broker.ws_url}/ws/v2/producer/{NS}/parts")
+    for i in range(30):
+        send_json(producer, {"payload": "eA==", "key": f"k{i % 5}", "context": str(i)})
+    acks = [recv_json(producer) for _ in range(30)]
+    partitions_by_key: dict[str, set[int]] = {}
+    for ack in acks:
+        assert ack["result"] == "ok"
+        key = f"k{int(ack['context']) % 5}"
+        partitions_by_key.setdefault(key, set()).add(MessageId.from_base64(ack["messageId"]).partition)
+    assert all(len(p) == 1 for p in partitions_by_key.values())
+    received = receive(consumer, 30)
+    assert sorted(m["messageId"] for m in received) == sorted(a["messageId"] for a in acks)
+
+
+def test_round_robin_producer_uses_every_partition(broker: Broker, ws_connect: Connect) -> None:
+    make_partitioned(broker, "rr", 4)
+    producer = ws_connect(f"{broker.ws_url}/ws/v2/producer/{NS}/rr?messageRoutingMode=RoundRobinPartition")
+    acks = publish_many(producer, [f"m{i}" for i in range(8)])
+    assert {MessageId.from_base64(a["messageId"]).partition for a in acks} == {0, 1, 2, 3}
+    reader = ws_connect(f"{broker.ws_url}/ws/v2/reader/{NS}/rr?messageId=earliest")
+    assert sorted(texts(receive(reader, 8))) == sorted(f"m{i}" for i in range(8))
+
+
+def test_reader_from_earliest_latest_and_a_message_id(broker: Broker, ws_connect: Connect) -> None:
+    producer = ws_connect(f"{broker.ws_url}/ws/v2/producer/{NS}/readers")
+    acks = publish_many(producer, [f"m{i}" for i in range(5)])
+    earliest = ws_connect(f"{broker.ws_url}/ws/v2/reader/{NS}/readers?messageId=earliest")
+    assert texts(receive(earliest, 5)) == [f"m{i}" for i in range(5)]
+    latest = ws_connect(f"{broker.ws_url}/ws/v2/reader/{NS}/readers")
+    from_id = ws_connect(f"{broker.ws_url}/ws/v2/reader/{NS}/readers?messageId={acks[1]['messageId']}")
+    assert texts(receive(from_id, 3)) == ["m2", "m3", "m4"]  # exclusive of the start id, as Pulsar
+    publish_many(producer, ["m5"])
+    assert texts(receive(latest, 1)) == ["m5"]
+
+
+def test_is_end_of_topic_after_termination(broker: Broker, ws_connect: Connect) -> None:
+    consumer = ws_connect(f"{broker.ws_url}/ws/v2/consumer/{NS}/ending/sub")
+    producer = ws_connect(f"{broker.ws_url}/ws/v2/producer/{NS}/ending")
+    publish_many(producer, ["a"])
+    send_json(consumer, {"type": "isEndOfTopic"})
+    first = recv_json(consumer)
+    if "messageId" in first:  # the message may come before the answer
+        send_json(consumer, {"messageId": first["messageId"]})
+        first = recv_json(consumer)
+    assert first == {"endOfTopic": False}
+    topic = parse_topic_name("persistent://public/default/ending")
+    loaded = broker.service.topic_if_loaded(topic)
+    broker.call(loaded.terminate)
+    send_json(consumer, {"type": "isEndOfTopic"})
+    assert recv_json(consumer) == {"endOfTopic": True}
+
+
+def test_lookup_health_and_metrics(broker: Broker, ws_connect: Connect) -> None:
+    with httpx.Client(base_url=broker.http_url) as http:
+        assert http.get("/admin/v2/brokers/health").text == "ok"
+        lookup = http.get(f"/lookup/v2/topic/{NS}/looked-up").json()
+        assert lookup["httpUrl"] == broker.service.http_url
+        bundle = http.get(f"/lookup/v2/topic/{NS}/looked-up/bundle").json()
+        assert bundle.startswith("0x")
+        assert http.get("/lookup/v2/topic/persistent/nope/default/x").status_code == 404
+        producer = ws_connect(f"{broker.ws_url}/ws/v2/producer/{NS}/measured")
+        publish_many(producer, ["a", "b"])
+        metrics = http.get("/metrics").text
+    assert 'magnetar_in_messages_total{cluster="standalone",namespace="public/default",' in metrics
+    assert "magnetar_publish_latency_seconds_bucket" in metrics
+
+
+def test_a_non_owner_redirects_and_a_lost_session_moves_the_topic(
+    cluster: Cluster, ws_connect: Connect
+) -> None:
+    first = cluster.start_broker()
+    second = cluster.start_broker()
+    producer = ws_connect(f"{first.ws_url}/ws/v2/producer/{NS}/moving")
+    acked = publish_many(producer, [f"m{i}" for i in range(10)])
+    assert all(a["result"] == "ok" for a in acked)
+    # the second broker answers with the owner's URL and redirects WebSocket upgrades there
+    with urllib.request.urlopen(f"{second.http_url}/lookup/v2/topic/{NS}/moving") as answer:
+        assert json.load(answer)["httpUrl"] == first.service.http_url
+    redirected = ws_connect(f"{second.ws_url}/ws/v2/reader/{NS}/moving?messageId=earliest")
+    assert texts(receive(redirected, 10)) == [f"m{i}" for i in range(10)]
+    # the first broker loses its metadata session: it stops serving at once, the second takes over
+    first.call_sync(first.metadata.expire_session)
+    opcode, _ = producer.recv_data(control_frame=True)
+    assert opcode == websocket.ABNF.OPCODE_CLOSE
+    assert first.service.topics == {}
+    again = ws_connect(f"{second.ws_url}/ws/v2/producer/{NS}/moving")
+    assert publish_many(again, ["m10"])[0]["result"] == "ok"
+    reader = ws_connect(f"{second.ws_url}/ws/v2/reader/{NS}/moving?messageId=earliest")
+    assert texts(receive(reader, 11)) == [f"m{i}" for i in range(11)]
