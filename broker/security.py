@@ -37,7 +37,7 @@ from magnetar.bookkeeper.runtime.clock import Clock
 from magnetar.bookkeeper.runtime.http import HttpError, RequestHead
 from magnetar.bookkeeper.runtime.rate_limit import KeyedRateLimiter, RateLimitedError, TokenBucket
 from magnetar.broker.authorization import AuthorizationService, TopicOperation
-from magnetar.broker.policies import PreconditionFailed
+from magnetar.broker.errors import TooManyTopicsError
 from magnetar.broker.topic_name import TopicName
 from magnetar.broker.ws_errors import WsUpgradeError
 
@@ -184,7 +184,7 @@ class BrokerSecurity:
         """Refuse creating a topic in a namespace that holds ``topics_per_namespace_max`` (412, as Pulsar)."""
         limit = self.limits.topics_per_namespace_max
         if limit and existing_topics >= limit:
-            raise PreconditionFailed(
+            raise TooManyTopicsError(
                 f"Exceed maximum number of topics in namespace {namespace} (topics_per_namespace_max={limit})"
             )
 

@@ -219,6 +219,7 @@ class HttpConnection:
             path_params={},
             client=self._client,
             http_version=event.http_version.decode("ascii"),
+            tls=isinstance(self._stream, trio.SSLStream),
         )
         return head, query_error
 
@@ -455,4 +456,5 @@ def _with_params(head: RequestHead, params: dict[str, str]) -> RequestHead:
         path_params=params,
         client=head.client,
         http_version=head.http_version,
+        tls=head.tls,
     )

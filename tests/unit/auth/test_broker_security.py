@@ -13,7 +13,8 @@ from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.runtime.auth.authentication import AuthenticationService, AuthenticationSettings
 from magnetar.bookkeeper.runtime.http import HttpError, QueryParams, RequestHead
 from magnetar.broker.authorization import AuthAction, AuthorizationService, AuthorizationSettings
-from magnetar.broker.policies import Policies, PolicyStore, PreconditionFailed, TenantInfo
+from magnetar.broker.errors import TooManyTopicsError
+from magnetar.broker.policies import Policies, PolicyStore, TenantInfo
 from magnetar.broker.security import BrokerSecurity, SecurityLimits
 from magnetar.broker.topic_name import NamespaceName, parse_topic_name
 from magnetar.broker.ws_errors import WsUpgradeError
@@ -131,6 +132,9 @@ async def test_publish_limits_per_connection_and_role(token_keys: TokenKeys, pol
 async def test_topic_count_limit(token_keys: TokenKeys, policies: PolicyStore) -> None:
     guard = security(token_keys, policies, FakeClock(), topics_per_namespace_max=2)
     guard.check_topic_count("acme/ns", 1)
-    with pytest.raises(PreconditionFailed, match="Exceed maximum number of topics in namespace acme/ns"):
+    with pytest.raises(
+        TooManyTopicsError, match="Exceed maximum number of topics in namespace acme/ns"
+    ) as caught:
         guard.check_topic_count("acme/ns", 2)
+    assert caught.value.status == 412
     security(token_keys, policies, FakeClock()).check_topic_count("acme/ns", 10**6)  # 0: no limit
