@@ -104,6 +104,12 @@ class BookieSettings(BaseSettings):
     """Mutual TLS: refuse clients without a certificate signed by ``tls_trust_certs_file``."""
     tls_handshake_timeout_ms: PositiveInt = 10_000
 
+    zk_tls_enabled: bool = False
+    """Reach ZooKeeper over TLS, with the ``zk_tls_*`` files below (see ``MetadataStoreSettings``)."""
+    zk_tls_trust_certs_file: Path | None = None
+    zk_tls_certificate_file: Path | None = None
+    zk_tls_key_file: Path | None = None
+
     @field_validator("auth_allowed_roles", mode="before")
     @classmethod
     def _split_roles(cls, value: Any) -> Any:
@@ -136,7 +142,13 @@ class BookieSettings(BaseSettings):
         return self
 
     def metadata_settings(self) -> MetadataStoreSettings:
-        return MetadataStoreSettings(session_timeout_ms=self.metadata_session_timeout_ms)
+        return MetadataStoreSettings(
+            session_timeout_ms=self.metadata_session_timeout_ms,
+            zk_tls_enabled=self.zk_tls_enabled,
+            zk_tls_trust_certs_file=self.zk_tls_trust_certs_file,
+            zk_tls_certificate_file=self.zk_tls_certificate_file,
+            zk_tls_key_file=self.zk_tls_key_file,
+        )
 
     def storage_settings(self) -> BookieStorageSettings:
         """The disk engine's settings, with this bookie's directories."""
