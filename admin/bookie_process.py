@@ -13,9 +13,7 @@ line saying why.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,19 +22,17 @@ from typing import Any
 import pydantic
 import trio
 
+from magnetar.admin.process_common import EXIT_FAILED, EXIT_USAGE, announce, describe, first_signal
 from magnetar.bookkeeper.bookie.http_api import bookie_router
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
-from magnetar.bookkeeper.bookie.server import Bookie, BookieEndpoint
+from magnetar.bookkeeper.bookie.server import Bookie
 from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.runtime.http import HttpSettings, serve_http
 
 log = logging.getLogger("magnetar.bookie")
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def main(overrides: dict[str, Any]) -> int:
@@ -48,7 +44,7 @@ def main(overrides: dict[str, Any]) -> int:
     try:
         return trio.run(serve, settings)
     except Exception as exc:  # ExceptionGroup included
-        log.error("bookie failed: %s", _describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+        log.error("bookie failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED
 
 
@@ -62,7 +58,16 @@ async def serve(settings: BookieSettings) -> int:
             async with trio.open_nursery() as nursery:
                 http_port = await _start_http(nursery, bookie)
                 endpoint = await nursery.start(bookie.run)
-                announce(bookie.settings, endpoint, http_port)
+                announce(
+                    {
+                        "event": "bookie-ready",
+                        "bookieId": endpoint.bookie_id,
+                        "host": endpoint.host,
+                        "port": endpoint.port,
+                        "httpPort": http_port,
+                    },
+                    bookie.settings.port_file,
+                )
                 nursery.start_soon(_stop_on_signal, signals, bookie)
                 await bookie.stopped.wait()
                 nursery.cancel_scope.cancel()
@@ -94,10 +99,8 @@ async def open_store(settings: BookieSettings) -> AsyncIterator[LedgerStore]:
 
 
 async def _stop_on_signal(signals: AsyncIterator[int], bookie: Bookie) -> None:
-    async for signum in signals:
-        log.info("received %s: shutting down", signal.Signals(signum).name)
-        bookie.request_stop()
-        return
+    await first_signal(signals, log)
+    bookie.request_stop()
 
 
 async def _start_http(nursery: trio.Nursery, bookie: Bookie) -> int | None:
@@ -110,27 +113,3 @@ async def _start_http(nursery: trio.Nursery, bookie: Bookie) -> int | None:
     bookie.settings = settings.model_copy(update={"http_port": ports[0]})
     log.info("bookie HTTP endpoints on port %d", ports[0])
     return ports[0]
-
-
-def announce(settings: BookieSettings, endpoint: BookieEndpoint, http_port: int | None = None) -> None:
-    """Print the ready line on stdout and write the port file."""
-    document = json.dumps(
-        {
-            "event": "bookie-ready",
-            "bookieId": endpoint.bookie_id,
-            "host": endpoint.host,
-            "port": endpoint.port,
-            "httpPort": http_port,
-        }
-    )
-    if settings.port_file is not None:
-        temporary = settings.port_file.with_name(settings.port_file.name + ".tmp")
-        temporary.write_text(document + "\n")
-        os.replace(temporary, settings.port_file)
-    print(document, flush=True)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(inner) for inner in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}"

@@ -17,10 +17,7 @@ a busy broker's time in full (gen-2) passes over long-lived objects (see tests/b
 
 from __future__ import annotations
 
-import importlib
-import json
 import logging
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -28,6 +25,14 @@ from typing import Any
 import pydantic
 import trio
 
+from magnetar.admin.process_common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    announce,
+    describe,
+    first_signal,
+    tune_gc,
+)
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
@@ -35,22 +40,6 @@ from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.settings import BrokerSettings
 
 log = logging.getLogger("magnetar.broker")
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-GC_THRESHOLDS = (50_000, 50, 100)
-"""Generation-0 threshold raised from 700 (fewer collections of short-lived garbage, which reference counting
-frees anyway); older generations collected less often."""
-
-
-def tune_gc() -> None:
-    """Freeze what start-up allocated (never scanned again) and raise the collection thresholds."""
-    # The stdlib module (a builtin, always found first at run time); mypy would resolve ``import gc`` to
-    # Magnetar's own top-level gc/ folder.
-    collector: Any = importlib.import_module("gc")
-    collector.collect()
-    collector.freeze()
-    collector.set_threshold(*GC_THRESHOLDS)
 
 
 def main(overrides: dict[str, Any], *, port_file: str | None = None) -> int:
@@ -62,7 +51,7 @@ def main(overrides: dict[str, Any], *, port_file: str | None = None) -> int:
     try:
         return trio.run(serve, settings, Path(port_file) if port_file else None)
     except Exception as exc:  # ExceptionGroup included
-        log.error("broker failed: %s", _describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+        log.error("broker failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED
 
 
@@ -82,36 +71,19 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
                 handle: BrokerHandle = await nursery.start(run_broker, settings, metadata, bk)
                 if settings.gc_tuning:
                     tune_gc()
-                announce(handle, port_file)
-                async for signum in signals:
-                    log.info("received %s: shutting down", signal.Signals(signum).name)
-                    break
+                ready: dict[str, Any] = {
+                    "event": "broker-ready",
+                    "brokerId": handle.service.broker_id,
+                    "httpUrl": handle.http_url,
+                    "port": handle.port,
+                }
+                if handle.tls_port is not None:
+                    ready.update(httpUrlTls=handle.http_url_tls, tlsPort=handle.tls_port)
+                announce(ready, port_file)
+                await first_signal(signals, log)
                 handle.stop()
                 await handle.stopped.wait()
     if port_file is not None:
         await trio.Path(port_file).unlink(missing_ok=True)
     log.info("broker %s exited cleanly", handle.http_url)
     return 0
-
-
-def announce(handle: BrokerHandle, port_file: Path | None) -> None:
-    ready: dict[str, Any] = {
-        "event": "broker-ready",
-        "brokerId": handle.service.broker_id,
-        "httpUrl": handle.http_url,
-        "port": handle.port,
-    }
-    if handle.tls_port is not None:
-        ready.update(httpUrlTls=handle.http_url_tls, tlsPort=handle.tls_port)
-    document = json.dumps(ready)
-    if port_file is not None:
-        temporary = port_file.with_name(port_file.name + ".tmp")
-        temporary.write_text(document + "\n")
-        os.replace(temporary, port_file)
-    print(document, flush=True)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(inner) for inner in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}"

@@ -15,6 +15,10 @@ from collections.abc import Sequence
 
 # name -> (module, help). Each module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "standalone": (
+        "magnetar.admin.cmd_standalone",
+        "metadata store, bookies and a broker in one process (the quick start)",
+    ),
     "bookie": ("magnetar.admin.cmd_bookie", "run one bookie (storage node) process"),
     "broker": ("magnetar.admin.cmd_broker", "run one broker process (WebSocket API, lookup, metrics)"),
     "perf": ("magnetar.admin.cmd_perf", "load generators and benchmarks (like pulsar-perf)"),

@@ -1,0 +1,58 @@
+"""What every long-running ``magnetar`` process shares: the ready line, error summaries, signals, GC tuning.
+
+A process that serves announces readiness with one JSON line on stdout (``{"event": "<kind>-ready", ...}``)
+and, when asked, writes the same document atomically to a port file, so tests, scripts and the dev cluster
+find a ``--port 0`` process. Logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+GC_THRESHOLDS = (50_000, 50, 100)
+"""Generation-0 threshold raised from 700 (fewer collections of short-lived garbage, which reference counting
+frees anyway); older generations collected less often."""
+
+
+def announce(document: dict[str, Any], port_file: Path | None = None) -> None:
+    """Print the ready line on stdout and write it to ``port_file`` (atomically) if given."""
+    text = json.dumps(document)
+    if port_file is not None:
+        temporary = port_file.with_name(port_file.name + ".tmp")
+        temporary.write_text(text + "\n")
+        os.replace(temporary, port_file)
+    print(text, flush=True)
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line summary of an exception (or of every leaf of an exception group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def first_signal(signals: AsyncIterator[int], log: logging.Logger) -> None:
+    """Wait for SIGTERM/SIGINT (from ``trio.open_signal_receiver``) and log it."""
+    async for signum in signals:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        return
+
+
+def tune_gc() -> None:
+    """Freeze what start-up allocated (never scanned again) and raise the collection thresholds."""
+    # The stdlib module (a builtin, always found first at run time); mypy would resolve ``import gc`` to
+    # Magnetar's own top-level gc/ folder.
+    collector: Any = importlib.import_module("gc")
+    collector.collect()
+    collector.freeze()
+    collector.set_threshold(*GC_THRESHOLDS)

@@ -1,0 +1,186 @@
+"""``magnetar standalone``: everything in one process on an embedded default (Pulsar's ``pulsar standalone``).
+
+* metadata store: embedded RocksDB under ``DATA_DIR/metadata`` (one process; ephemeral nodes die with it);
+* ``--bookies N`` bookies, each with the disk storage engine under ``DATA_DIR/bookie-<i>``, serving the bookie
+  protocol on ``127.0.0.1:<bookie_port + i>`` (stable ports, because a bookie's id is its address and ledgers
+  remember the ids of their bookies: data written before a restart must be found again after it);
+* the broker (WebSocket API, admin REST API, ``/metrics``) on ``--http-port`` (default 8080), talking to the
+  bookies through in-process calls (the same bookie request logic, without TCP and the codec in between);
+* replication E/W/A = 1/1/1 for one bookie, 2/2/2 for two, 3/3/2 for three or more (overridable).
+
+Data survives restarts. Ctrl-C (SIGINT) or SIGTERM stops it cleanly: the broker unloads its topics (cursors
+persisted), bookies drain, the storage engines take a final checkpoint. Once serving it prints a
+``{"event": "standalone-ready", ...}`` line on stdout.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+import pydantic
+import trio
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from magnetar.admin.process_common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    announce,
+    describe,
+    first_signal,
+    tune_gc,
+)
+from magnetar.bookkeeper.bookie.server import Bookie
+from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.client import open_bookkeeper
+from magnetar.bookkeeper.client.local_transport import LocalTransport
+from magnetar.bookkeeper.metadata import MetadataStore
+from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.runtime.http import Router
+from magnetar.broker.run import BrokerHandle, run_broker
+from magnetar.broker.service import BrokerService
+from magnetar.broker.settings import BrokerSettings
+
+log = logging.getLogger("magnetar.standalone")
+
+RouteRegistration = Callable[[Router, BrokerService], None]
+
+
+class StandaloneSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="ignore")
+
+    data_dir: Path = Path("data")
+    http_port: Annotated[int, Field(ge=0, le=65535)] = 8080
+    bind_address: str = "127.0.0.1"
+    bookies: Annotated[int, Field(ge=1, le=9)] = 1
+    bookie_port: Annotated[int, Field(ge=1, le=65526)] = 3181
+    """Bookie ``i`` listens on ``127.0.0.1:<bookie_port + i>``; keep it stable across restarts."""
+    ensemble_size: Annotated[int, Field(ge=1)] | None = None
+    write_quorum: Annotated[int, Field(ge=1)] | None = None
+    ack_quorum: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _quorums_fit(self) -> Self:
+        e, w, a = self.quorums()
+        if not a <= w <= e <= self.bookies:
+            raise ValueError(f"need ack_quorum <= write_quorum <= ensemble_size <= bookies, got {a}/{w}/{e}")
+        return self
+
+    def quorums(self) -> tuple[int, int, int]:
+        default = {1: (1, 1, 1), 2: (2, 2, 2)}.get(self.bookies, (3, 3, 2))
+        return (
+            self.ensemble_size or default[0],
+            self.write_quorum or default[1],
+            self.ack_quorum or default[2],
+        )
+
+    def broker_settings(self) -> BrokerSettings:
+        e, w, a = self.quorums()
+        return BrokerSettings(
+            cluster="standalone",
+            bind_address=self.bind_address,
+            http_port=self.http_port,
+            ensemble_size=e,
+            write_quorum=w,
+            ack_quorum=a,
+        )
+
+    def bookie_settings(self, index: int) -> BookieSettings:
+        return BookieSettings(
+            data_dir=self.data_dir / f"bookie-{index}",
+            bind_address="127.0.0.1",
+            advertised_address="127.0.0.1",
+            port=self.bookie_port + index,
+        )
+
+
+def main(overrides: dict[str, Any], register_routes: RouteRegistration | None = None) -> int:
+    try:
+        settings = StandaloneSettings(**overrides)
+    except pydantic.ValidationError as exc:
+        log.error("invalid standalone settings: %s", exc)
+        return EXIT_USAGE
+    try:
+        return trio.run(serve, settings, register_routes)
+    except Exception as exc:  # ExceptionGroup included
+        log.error("standalone failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+        return EXIT_FAILED
+
+
+@asynccontextmanager
+async def open_bookies(
+    settings: StandaloneSettings, metadata: MetadataStore
+) -> AsyncIterator[tuple[LocalTransport, list[Bookie]]]:
+    """Start the bookies (disk engines, TCP servers, registration) and a local transport routed to them."""
+    transport = LocalTransport()
+    bookies: list[Bookie] = []
+    async with AsyncExitStack() as stack:
+        # The storage engines outlive the bookies that serve them: opened first, closed last (each close
+        # drains its journal and takes a final checkpoint).
+        stores = [
+            await stack.enter_async_context(open_ledger_store(settings.bookie_settings(i).storage_settings()))
+            for i in range(settings.bookies)
+        ]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(transport.run)
+            for index, store in enumerate(stores):
+                bookie_settings = settings.bookie_settings(index)
+                bookie = Bookie(bookie_settings, store, metadata)
+                endpoint = await nursery.start(bookie.run)
+                transport.add_bookie(endpoint.bookie_id, bookie.core)
+                bookies.append(bookie)
+                log.info("bookie %s ready (data in %s)", endpoint.bookie_id, bookie_settings.data_dir)
+            try:
+                yield transport, bookies
+            finally:
+                with trio.CancelScope(shield=True):
+                    for bookie in bookies:
+                        bookie.request_stop()
+                    for bookie in bookies:
+                        await bookie.stopped.wait()
+                nursery.cancel_scope.cancel()
+
+
+async def serve(settings: StandaloneSettings, register_routes: RouteRegistration | None = None) -> int:
+    data_dir = settings.data_dir.resolve()
+    await trio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    broker_settings = settings.broker_settings()
+    async with (
+        open_metadata_store(f"rocksdb://{data_dir / 'metadata'}") as metadata,
+        open_bookies(settings, metadata) as (transport, _bookies),
+        open_bookkeeper(metadata, transport, broker_settings.client_settings()) as bk,
+    ):
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                handle: BrokerHandle = await nursery.start(
+                    lambda task_status: run_broker(
+                        broker_settings,
+                        metadata,
+                        bk,
+                        register_routes=register_routes,
+                        task_status=task_status,
+                    )
+                )
+                tune_gc()
+                e, w, a = settings.quorums()
+                log.info(
+                    "Magnetar standalone ready at %s (data in %s, %d bookie(s), E/W/A %d/%d/%d)",
+                    handle.http_url,
+                    data_dir,
+                    settings.bookies,
+                    e,
+                    w,
+                    a,
+                )
+                announce({"event": "standalone-ready", "httpUrl": handle.http_url, "port": handle.port})
+                await first_signal(signals, log)
+                handle.stop()
+                await handle.stopped.wait()
+    log.info("standalone stopped cleanly")
+    return 0
