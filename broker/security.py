@@ -51,6 +51,8 @@ class SecurityLimits(BaseModel):
 
     admin_requests_per_role_per_s: Annotated[float, Field(ge=0)] = 0.0
     """Admin REST calls per second for one role (anonymous callers: per client address)."""
+    admin_requests_per_connection_per_s: Annotated[float, Field(ge=0)] = 0.0
+    """Admin REST calls per second on one HTTP connection (keep-alive)."""
     admin_requests_burst: Annotated[int, Field(ge=1)] = 100
     publish_messages_per_connection_per_s: Annotated[float, Field(ge=0)] = 0.0
     """Messages per second one WebSocket producer session may publish."""
@@ -108,6 +110,17 @@ class BrokerSecurity:
             if limits.admin_requests_per_role_per_s > 0
             else None
         )
+        self._admin_connection = (
+            KeyedRateLimiter(
+                limits.admin_requests_per_connection_per_s,
+                limits.admin_requests_burst,
+                clock,
+                setting="admin_requests_per_connection_per_s",
+                keys_max=keys,
+            )
+            if limits.admin_requests_per_connection_per_s > 0
+            else None
+        )
         self._publish_role = (
             KeyedRateLimiter(
                 limits.publish_messages_per_role_per_s,
@@ -159,11 +172,13 @@ class BrokerSecurity:
 
     def check_admin_rate(self, principal: Principal, head: RequestHead) -> None:
         """Count one admin call of the caller; beyond the rate: :class:`HttpError` 429, ``Retry-After``."""
-        if self._admin is None:
-            return
-        key = principal.role if principal.role is not None else _address(head)
         try:
-            self._admin.acquire_or_raise(key, what="admin requests")
+            if self._admin_connection is not None and head.client is not None:
+                connection = f"{head.client[0]}:{head.client[1]}"
+                self._admin_connection.acquire_or_raise(connection, what="admin requests on connection")
+            if self._admin is not None:
+                key = principal.role if principal.role is not None else _address(head)
+                self._admin.acquire_or_raise(key, what="admin requests")
         except RateLimitedError as exc:
             retry = max(1, round(exc.retry_after_s))
             raise HttpError(429, f"Too Many Requests: {exc}", (("retry-after", str(retry)),)) from None

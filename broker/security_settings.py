@@ -69,6 +69,7 @@ class SecuritySettings(BaseSettings):
     # -- limits -------------------------------------------------------------------------------------
     http_connections_per_ip_max: Annotated[int, Field(ge=0)] = 0
     admin_requests_per_role_per_s: Annotated[float, Field(ge=0)] = 0.0
+    admin_requests_per_connection_per_s: Annotated[float, Field(ge=0)] = 0.0
     admin_requests_burst: Annotated[int, Field(ge=1)] = 100
     publish_messages_per_connection_per_s: Annotated[float, Field(ge=0)] = 0.0
     publish_messages_per_role_per_s: Annotated[float, Field(ge=0)] = 0.0
@@ -134,6 +135,7 @@ class SecuritySettings(BaseSettings):
     def security_limits(self) -> SecurityLimits:
         return SecurityLimits(
             admin_requests_per_role_per_s=self.admin_requests_per_role_per_s,
+            admin_requests_per_connection_per_s=self.admin_requests_per_connection_per_s,
             admin_requests_burst=self.admin_requests_burst,
             publish_messages_per_connection_per_s=self.publish_messages_per_connection_per_s,
             publish_messages_per_role_per_s=self.publish_messages_per_role_per_s,

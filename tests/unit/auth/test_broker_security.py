@@ -98,6 +98,13 @@ async def test_admin_rate_limit_per_role(token_keys: TokenKeys, policies: Policy
     guard.check_admin_rate(quiet, head())  # another role is not affected
     clock.advance(1)
     guard.check_admin_rate(noisy, head())
+    per_connection = security(
+        token_keys, policies, clock, admin_requests_per_connection_per_s=1, admin_requests_burst=1
+    )
+    per_connection.check_admin_rate(quiet, head(client="10.0.0.9"))
+    with pytest.raises(HttpError, match="admin_requests_per_connection_per_s"):
+        per_connection.check_admin_rate(quiet, head(client="10.0.0.9"))
+    per_connection.check_admin_rate(quiet, head(client="10.0.0.8"))  # another connection
     unlimited = security(token_keys, policies, clock)
     for _ in range(1000):
         unlimited.check_admin_rate(noisy, head())
