@@ -176,6 +176,7 @@ class BrokerAdmin:
             admin_settings(self.settings),
             BrokerDirectoryAdapter(service),
             topics=BrokerTopicHost(service),
+            security=service.security,
         )
         register_admin_routes(router, self.context)
         register_storage_metrics(

@@ -195,10 +195,11 @@ class BrokerSecurity:
         role_key = principal.role if principal.role is not None else _address(head)
         return PublishLimiter(connection, self._publish_role, role_key)
 
-    def check_topic_count(self, namespace: str, existing_topics: int) -> None:
-        """Refuse creating a topic in a namespace that holds ``topics_per_namespace_max`` (412, as Pulsar)."""
+    def check_topic_count(self, namespace: str, existing_topics: int, adding: int = 1) -> None:
+        """Refuse creating ``adding`` topics (partitions count one each) in a namespace that would then hold
+        more than ``topics_per_namespace_max`` (412, as Pulsar)."""
         limit = self.limits.topics_per_namespace_max
-        if limit and existing_topics >= limit:
+        if limit and existing_topics + adding > limit:
             raise TooManyTopicsError(
                 f"Exceed maximum number of topics in namespace {namespace} (topics_per_namespace_max={limit})"
             )
