@@ -4,11 +4,16 @@ Requests go to ``--admin-url`` (env ``MAGNETAR_ADMIN_URL``, default ``http://127
 to the owning broker are followed (httpx keeps the method and body; the Location carries
 ``authoritative=true``), at most ``REDIRECTS_MAX`` times so a redirect loop (Pulsar issue #13946) ends with an
 error. A non-2xx answer raises :class:`AdminApiError` with the server's ``reason``.
+
+With a token (``--auth-token``, as Pulsar's ``authParams=token:...``) every request carries
+``Authorization: Bearer <token>``; ``--tls-trust-certs-file`` verifies an ``https://`` admin URL against
+those CA certificates (Pulsar's ``tlsTrustCertsFilePath``) instead of the system's.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 import httpx
@@ -36,12 +41,22 @@ def _reason(response: httpx.Response) -> str:
 
 
 class AdminClient:
-    def __init__(self, base_url: str = DEFAULT_ADMIN_URL, *, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        base_url: str = DEFAULT_ADMIN_URL,
+        *,
+        timeout_s: float = TIMEOUT_S,
+        token: str | None = None,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             follow_redirects=True,
             max_redirects=REDIRECTS_MAX,
             timeout=timeout_s,
+            headers=headers,
+            verify=verify,
         )
 
     def close(self) -> None:

@@ -9,18 +9,22 @@ here fails :func:`test_every_admin_route_is_in_the_matrix`.
 
 from __future__ import annotations
 
+import io
+import json
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import websocket
 from fixtures.admin import admin_extras
-from fixtures.auth import TokenKeys
+from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.broker import Broker, Cluster, publish
 
+from magnetar.admin.cli_admin import admin_main
 from magnetar.admin.rest import OPENAPI_PATH, admin_endpoints
 from magnetar.admin.rest.access import Kind, rule_for
 from magnetar.broker.authorization import NamespaceOperation, TopicOperation
@@ -344,3 +348,74 @@ def test_admin_rate_limit_per_role(cluster: Cluster, token_keys: TokenKeys) -> N
         assert admin.call("GET", "/admin/v2/clusters", "quiet").status_code == 200
     finally:
         admin.http.close()
+
+
+def test_magnetar_admin_with_a_token_over_tls(
+    cluster: Cluster, token_keys: TokenKeys, tls_files: TlsFiles, tmp_path: Path
+) -> None:
+    tls = {
+        "http_port_tls": 0,
+        "tls_certificate_file": tls_files.server_cert,
+        "tls_key_file": tls_files.server_key,
+    }
+    broker = cluster.start_broker(extras=admin_extras, **secure_settings(token_keys, **tls))
+    assert broker.handle is not None
+    token_file = tmp_path / "token"
+    token_file.write_text(token_keys.token(ROOT) + "\n")
+    base = [
+        "--admin-url",
+        f"https://localhost:{broker.handle.tls_port}",
+        "--tls-trust-certs-file",
+        str(tls_files.ca_cert),
+    ]
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = admin_main([*base, *argv], out, err)
+        return code, out.getvalue(), err.getvalue()
+
+    code, _, err = run("tenants", "list")
+    assert code == 1
+    assert "401 Authentication required: no token" in err
+    auth = ("--auth-token", token_file.as_uri())
+    assert run(*auth, "tenants", "create", "acme", "--admin-roles", ADMIN)[0] == 0
+    assert run(*auth, "namespaces", "create", "acme/ns")[0] == 0
+    assert (
+        run(
+            *auth,
+            "namespaces",
+            "grant-permission",
+            "acme/ns",
+            "--role",
+            "app",
+            "--actions",
+            "produce,consume",
+        )[0]
+        == 0
+    )
+    code, out, _ = run(*auth, "namespaces", "permissions", "acme/ns")
+    assert (code, json.loads(out)) == (0, {"app": ["produce", "consume"]})
+    app = ("--auth-token", f"token:{token_keys.token('app')}")
+    code, _, err = run(*app, "tenants", "list")
+    assert code == 1
+    assert "403 This operation requires super-user access" in err
+    assert run(*auth, "topics", "create", "persistent://acme/ns/t")[0] == 0
+    assert (
+        run(
+            *auth,
+            "topics",
+            "grant-permission",
+            "persistent://acme/ns/t",
+            "--role",
+            "reader",
+            "--actions",
+            "consume",
+        )[0]
+        == 0
+    )
+    code, out, _ = run(*auth, "topics", "permissions", "persistent://acme/ns/t")
+    assert json.loads(out) == {"app": ["produce", "consume"], "reader": ["consume"]}
+    assert run(*auth, "topics", "revoke-permission", "persistent://acme/ns/t", "--role", "reader")[0] == 0
+    assert run(*auth, "namespaces", "revoke-permission", "acme/ns", "--role", "app")[0] == 0
+    code, out, _ = run(*auth, "namespaces", "permissions", "acme/ns")
+    assert json.loads(out) == {}
