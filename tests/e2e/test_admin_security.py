@@ -27,6 +27,7 @@ from fixtures.broker import Broker, Cluster, publish
 from magnetar.admin.cli_admin import admin_main
 from magnetar.admin.rest import OPENAPI_PATH, admin_endpoints
 from magnetar.admin.rest.access import Kind, rule_for
+from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.broker.authorization import NamespaceOperation, TopicOperation
 
 ROOT, ADMIN, CONSUMER, PRODUCER, OTHER = "root", "acme-admin", "consumer-role", "producer-role", "other-role"
@@ -419,3 +420,45 @@ def test_magnetar_admin_with_a_token_over_tls(
     assert run(*auth, "namespaces", "revoke-permission", "acme/ns", "--role", "app")[0] == 0
     code, out, _ = run(*auth, "namespaces", "permissions", "acme/ns")
     assert json.loads(out) == {}
+
+
+def test_redirects_keep_tls_and_the_token(
+    cluster: Cluster, token_keys: TokenKeys, tls_files: TlsFiles
+) -> None:
+    tls = {
+        "http_port_tls": 0,
+        "tls_certificate_file": tls_files.server_cert,
+        "tls_key_file": tls_files.server_key,
+    }
+    owner = cluster.start_broker(extras=admin_extras, **secure_settings(token_keys, **tls))
+    other = cluster.start_broker(extras=admin_extras, **secure_settings(token_keys, **tls))
+    assert owner.handle is not None
+    assert other.handle is not None
+    root = token_keys.token(ROOT)
+    with httpx.Client(
+        base_url=owner.http_url, timeout=30, headers={"Authorization": f"Bearer {root}"}
+    ) as http:
+        assert http.put("/admin/v2/persistent/public/default/owned").status_code == 204
+    with httpx.Client(
+        timeout=30,
+        verify=client_ssl_context(trust_certs_file=tls_files.ca_cert),
+        headers={"Authorization": f"Bearer {root}"},
+    ) as http:
+        redirect = http.get(
+            f"https://127.0.0.1:{other.handle.tls_port}/admin/v2/persistent/public/default/owned/stats"
+        )
+    assert redirect.status_code == 307
+    assert redirect.headers["location"].startswith(f"{owner.handle.http_url_tls}/admin/v2/persistent/")
+    out, err = io.StringIO(), io.StringIO()
+    code = admin_main(
+        [
+            "--admin-url", f"https://127.0.0.1:{other.handle.tls_port}",
+            "--tls-trust-certs-file", str(tls_files.ca_cert),
+            "--auth-token", f"token:{root}",
+            "topics", "stats", "persistent://public/default/owned",
+        ],
+        out,
+        err,
+    )  # fmt: skip
+    assert code == 0, err.getvalue()
+    assert json.loads(out.getvalue())["msgInCounter"] == 0
