@@ -5,6 +5,7 @@ endpoints over TLS (``wss://``, ``https://``) with websocket-client and httpx ve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -278,3 +279,19 @@ def test_a_tls_client_is_redirected_to_the_owners_tls_port(
             reader.close()
     finally:
         producer.close()
+
+
+def test_perf_tools_authenticate_with_a_token(
+    secure_broker: Broker, token_keys: TokenKeys, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from magnetar.admin.cli import main
+
+    common = ["perf", "produce", "--url", secure_broker.http_url, "--topic", "persistent://acme/ns/perf"]
+    token = ["--auth-token", f"token:{token_keys.token('producer-role')}"]
+    assert main([*common, "--messages", "20", "--duration-s", "20", *token]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["messages"] == 20
+    assert main([*common, "--messages", "20", "--duration-s", "1"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out.strip().splitlines()[-1])["messages"] == 0
+    assert "upgrade refused: 401" in captured.out
