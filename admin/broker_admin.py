@@ -38,6 +38,7 @@ from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_name import TopicName
+from magnetar.gc.backlog_quota import BacklogQuotaMonitor
 from magnetar.gc.policies import TopicRetentionPolicies
 from magnetar.gc.retention import RetentionService
 from magnetar.gc.settings import RetentionSettings
@@ -173,6 +174,7 @@ class BrokerAdmin:
 
     def register_routes(self, router: Router, service: BrokerService) -> None:
         self.retention.on_cursor_moved = functools.partial(_cursor_moved, service)
+        service.publish_gate = QuotaGate(self.retention.quota)
         self.context = AdminContext(
             service.metadata,
             admin_settings(self.settings),
@@ -193,6 +195,23 @@ class BrokerAdmin:
             "on_trim_candidate": self.retention.on_trim_candidate,
             "factory_services": services,
         }
+
+
+class QuotaGate:
+    """The broker's :class:`~magnetar.broker.publish_gate.PublishGate` over the retention service's quotas."""
+
+    def __init__(self, quota: BacklogQuotaMonitor) -> None:
+        self._quota = quota
+
+    @property
+    def any_exceeded(self) -> bool:
+        return self._quota.any_exceeded
+
+    def admission(self, ml_name: str) -> str:
+        return self._quota.verdict(ml_name).value
+
+    async def wait_until_within_quota(self, ml_name: str) -> None:
+        await self._quota.wait_until_within_quota(ml_name)
 
 
 def _cursor_moved(service: BrokerService, ml: ManagedLedger, cursor: str) -> None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from magnetar.bookkeeper.client.stats import ClientStats
 from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.topic_name import TopicName
 from magnetar.gc.expiry import backlog_bytes
@@ -50,6 +51,7 @@ class StorageCollector(Collector):
         ledgers = self._factory.opened()
         yield from self._topic_metrics(ledgers)
         yield from self._ml_metrics(ledgers)
+        yield from self._client_metrics(self._factory.bk.stats)
         if self._retention is not None:
             yield from self._retention_metrics(self._retention)
 
@@ -86,6 +88,28 @@ class StorageCollector(Collector):
             rollovers.add_metric(labels, ml.ledger_switches_counter)
         yield from (count, entries, added, pending, rollovers)
         yield GaugeMetricFamily(PREFIX + "ml_open", "Open managed ledgers", value=len(ledgers))
+
+    @staticmethod
+    def _client_metrics(stats: ClientStats) -> Iterable[Metric]:
+        latency = HistogramMetricFamily(
+            PREFIX + "bookkeeper_client_add_latency_seconds", "Ledger add latency (send to ack quorum)"
+        )
+        latency.add_metric([], stats.latency_buckets(), stats.add_latency_sum_s)
+        yield latency
+        counters = {
+            "bookkeeper_client_adds": ("Adds acknowledged by an ack quorum", stats.adds),
+            "bookkeeper_client_add_failures": ("Adds failed (outcome unknown)", stats.add_failures),
+            "bookkeeper_client_ensemble_changes": (
+                "Bookies replaced in write ensembles",
+                stats.ensemble_changes,
+            ),
+            "bookkeeper_client_ledger_recoveries": ("Ledgers fenced and recovered", stats.recoveries),
+            "bookkeeper_client_ledger_recovery_failures": ("Recoveries that failed", stats.recovery_failures),
+            "bookkeeper_client_ledgers_created": ("Ledgers created", stats.ledgers_created),
+            "bookkeeper_client_ledgers_deleted": ("Ledgers deleted", stats.ledgers_deleted),
+        }
+        for name, (doc, value) in counters.items():
+            yield CounterMetricFamily(PREFIX + name, doc, value=value)
 
     @staticmethod
     def _retention_metrics(service: RetentionService) -> Iterable[Metric]:

@@ -51,6 +51,10 @@ class BacklogQuotaMonitor:
         self._exceeded: dict[str, BacklogPolicy] = {}
         self._released: dict[str, trio.Event] = {}
 
+    @property
+    def any_exceeded(self) -> bool:
+        return bool(self._exceeded)
+
     def verdict(self, ml_name: str) -> QuotaVerdict:
         policy = self._exceeded.get(ml_name)
         if policy is BacklogPolicy.PRODUCER_REQUEST_HOLD:

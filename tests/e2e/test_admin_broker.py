@@ -198,3 +198,76 @@ def test_retention_deletes_consumed_ledgers_120k_messages(
 
 def ledger_metadata_path(ledger_id: int) -> str:
     return ledger_path("/ledgers", ledger_id)
+
+
+@pytest.fixture
+def quota_broker(cluster: Cluster) -> Broker:
+    return cluster.start_broker(extras=admin_extras, backlog_quota_check_interval_s=0.1)
+
+
+def _set_quota(admin: httpx.Client, topic: str, policy: str) -> None:
+    answer = admin.post(
+        f"{ADMIN}/{topic}/backlogQuota",
+        params={"backlogQuotaType": "destination_storage"},
+        json={"limitSize": 500, "limitTime": -1, "policy": policy},
+    )
+    assert answer.status_code == 204, answer.text
+
+
+def test_producer_exception_quota_refuses_producers_until_the_backlog_shrinks(
+    quota_broker: Broker, ws_connect: Callable[..., websocket.WebSocket]
+) -> None:
+    with httpx.Client(base_url=quota_broker.http_url, timeout=30) as admin:
+        assert admin.put(f"{ADMIN}/quota/subscription/slow", json="earliest").status_code == 204
+        _set_quota(admin, "quota", "producer_exception")
+        producer = ws_connect(f"{quota_broker.ws_url}/ws/v2/producer/{TOPIC}/quota")
+        acks = publish_many(producer, ["x" * 100] * 20)
+        assert {a["result"] for a in acks} == {"ok"}
+
+        def refused() -> bool:
+            try:
+                ws_connect(f"{quota_broker.ws_url}/ws/v2/producer/{TOPIC}/quota").close()
+            except websocket.WebSocketBadStatusException as exc:
+                return bool(exc.status_code == 503)
+            return False
+
+        wait_until(refused, what="a new producer refused with 503")
+        send_json(producer, {"payload": b64("blocked"), "context": "late"})
+        blocked = recv_json(producer)
+        assert blocked["result"] == "send-error:8"
+        assert "ProducerBlockedQuotaExceeded" in blocked["errorMsg"]
+        assert blocked["context"] == "late"
+
+        assert admin.post(f"{ADMIN}/quota/subscription/slow/skip_all").status_code == 204
+        wait_until(lambda: not refused(), what="producers accepted again")
+        assert publish_many(producer, ["after"])[0]["result"] == "ok"
+
+
+def test_producer_request_hold_quota_holds_publishes_until_the_backlog_shrinks(
+    quota_broker: Broker, ws_connect: Callable[..., websocket.WebSocket]
+) -> None:
+    with httpx.Client(base_url=quota_broker.http_url, timeout=30) as admin:
+        assert admin.put(f"{ADMIN}/hold/subscription/slow", json="earliest").status_code == 204
+        _set_quota(admin, "hold", "producer_request_hold")
+        producer = ws_connect(f"{quota_broker.ws_url}/ws/v2/producer/{TOPIC}/hold")
+        assert {a["result"] for a in publish_many(producer, ["x" * 100] * 20)} == {"ok"}
+
+        probes = iter(range(1000))
+
+        def publish_is_held() -> bool:
+            """Publish a probe; True when no answer comes within 0.5 s (the topic is held)."""
+            send_json(producer, {"payload": b64("probe"), "context": f"probe-{next(probes)}"})
+            producer.settimeout(0.5)
+            try:
+                assert recv_json(producer)["result"] == "ok"
+            except websocket.WebSocketTimeoutException:
+                return True
+            finally:
+                producer.settimeout(30)
+            return False
+
+        wait_until(publish_is_held, what="a publish held by the backlog quota")
+        assert admin.post(f"{ADMIN}/hold/subscription/slow/skip_all").status_code == 204
+        released = recv_json(producer)
+        assert released["result"] == "ok", "the held publish goes through once the backlog is within quota"
+        assert released["context"].startswith("probe-")

@@ -63,6 +63,10 @@ async def test_storage_metrics() -> None:
         assert sample(text, "magnetar_ml_rollovers_total", **TOPIC) == 2
         assert sample(text, "magnetar_ml_open") == 1
         assert sample(text, "magnetar_ml_trims_total") >= 2
+        assert sample(text, "magnetar_bookkeeper_client_adds_total") == 250
+        assert sample(text, "magnetar_bookkeeper_client_add_latency_seconds_count") == 250
+        assert sample(text, "magnetar_bookkeeper_client_ledgers_created_total") == 3
+        assert sample(text, "magnetar_bookkeeper_client_add_failures_total") == 0
         cursor.ack_cumulative(ml.last_confirmed)
         text = generate_latest(registry).decode()
         assert sample(text, "magnetar_subscription_back_log", **TOPIC, subscription="sub") == 0
