@@ -10,6 +10,7 @@ need a token (401) of a role that may produce or consume on the topic (403), as 
 
 from __future__ import annotations
 
+from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, json_response
 from magnetar.broker.authorization import TopicOperation
@@ -43,6 +44,8 @@ class LookupHandlers:
             await security.authorization.check_topic_operation(topic, principal.role, TopicOperation.LOOKUP)
         except AuthorizationError as exc:
             raise HttpError(403, exc.reason) from None
+        except MetadataStoreError as exc:
+            raise HttpError(503, f"Failed to check authorization: {type(exc).__name__}") from None
         return topic
 
     async def lookup(self, request: HttpRequest) -> HttpResponse:

@@ -27,6 +27,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
     Principal,
@@ -158,6 +159,8 @@ class BrokerSecurity:
             await self.authorization.check_topic_operation(topic, principal.role, operation, subscription)
         except AuthorizationError as exc:
             raise WsUpgradeError(403, f"Not authorized: {exc.reason}") from None
+        except MetadataStoreError as exc:  # the grants could not be read: try again later
+            raise WsUpgradeError(503, f"Failed to check authorization: {type(exc).__name__}") from None
 
     async def authorize_producer(self, principal: Principal, topic: TopicName) -> None:
         await self._authorize_session(principal, topic, TopicOperation.PRODUCE, None)

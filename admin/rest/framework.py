@@ -249,8 +249,8 @@ def make_handler(
     access = rule_for(endpoint.method, endpoint.path)
 
     async def handle(request: HttpRequest) -> HttpResponse:
-        await check_access(access, request, context.security)
         try:
+            await check_access(access, request, context.security)
             query = parse_query(endpoint, request)
             body = parse_body(endpoint, request)
             return await endpoint.handler(Call(request, context, query, body))
