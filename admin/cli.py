@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "create the cluster, tenant public and namespace public/default (idempotent)",
     ),
     "perf": ("magnetar.admin.cmd_perf", "load generators and benchmarks (like pulsar-perf)"),
+    "tokens": ("magnetar.admin.cmd_tokens", "keys and tokens for token authentication (like pulsar tokens)"),
 }
 
 

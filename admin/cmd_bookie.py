@@ -25,6 +25,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port-file", help="when ready, write {bookieId, host, port} as JSON to this file (port discovery)"
     )
+    security = parser.add_argument_group("security (off by default)")
+    security.add_argument(
+        "--authentication-enabled",
+        action="store_const",
+        const=True,
+        help="require every connection to present a cluster token (AUTH) before any request",
+    )
+    security.add_argument(
+        "--token-secret-key", help="the cluster's token key: file:///path or data:;base64,..."
+    )
+    security.add_argument("--token-public-key", help="or the public key of the cluster's key pair")
+    security.add_argument("--auth-allowed-roles", help="comma-separated roles whose tokens may connect")
+    security.add_argument("--tls-certificate-file", help="PEM certificate chain: serve the protocol over TLS")
+    security.add_argument("--tls-key-file", help="PEM private key of the certificate")
+    security.add_argument("--tls-trust-certs-file", help="PEM CA certificates for client certificates")
+    security.add_argument(
+        "--tls-require-trusted-client-cert",
+        action="store_const",
+        const=True,
+        help="mutual TLS: refuse clients without a certificate signed by --tls-trust-certs-file",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,5 +54,9 @@ def run(args: argparse.Namespace) -> int:
     names = (
         "metadata_url", "data_dir", "journal_dir", "port", "bind_address", "advertised_address", "http_port",
     )  # fmt: skip
-    overrides = {name: getattr(args, name) for name in (*names, "storage", "port_file")}
+    security = (
+        "authentication_enabled", "token_secret_key", "token_public_key", "auth_allowed_roles",
+        "tls_certificate_file", "tls_key_file", "tls_trust_certs_file", "tls_require_trusted_client_cert",
+    )  # fmt: skip
+    overrides = {name: getattr(args, name) for name in (*names, *security, "storage", "port_file")}
     return bookie_process.main({k: v for k, v in overrides.items() if v is not None})
