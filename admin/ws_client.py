@@ -65,6 +65,16 @@ class WsClient:
         port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         stream = await trio.open_tcp_stream(host, port)
+        try:
+            return await cls._handshake(stream, url, host, port, target)
+        except BaseException:  # cancelled (a connect timeout) or failed mid-handshake: do not leak the socket
+            await trio.aclose_forcefully(stream)
+            raise
+
+    @classmethod
+    async def _handshake(
+        cls, stream: trio.SocketStream, url: str, host: str, port: int, target: str
+    ) -> tuple[WsClient | None, str | None]:
         conn = WSConnection(ConnectionType.CLIENT)
         await stream.send_all(conn.send(Request(host=f"{host}:{port}", target=target)))
         status = 0
