@@ -234,9 +234,11 @@ class BrokerService:
             if pending is None:
                 break
             await pending.wait()
-        bundle = await self.check_owner(topic)
+        # Registered before the first await: a concurrent request for the same topic waits for this load
+        # instead of loading a second PersistentTopic over the same managed ledger.
         done = self._loading[key] = trio.Event()
         try:
+            bundle = await self.check_owner(topic)
             return await self._load(topic, bundle, create=create)
         finally:
             del self._loading[key]
@@ -245,9 +247,9 @@ class BrokerService:
     async def _load(self, topic: TopicName, bundle: Bundle, *, create: bool) -> PersistentTopic:
         await self._namespace_policies(bundle[0])
         name = topic.managed_ledger_name
-        if not await self._may_create(topic, create) and not await self.ml_factory.exists(name):
-            raise TopicNotFoundError(f"Topic {topic} does not exist")
         try:
+            if not await self._may_create(topic, create) and not await self.ml_factory.exists(name):
+                raise TopicNotFoundError(f"Topic {topic} does not exist")
             ml = await self.ml_factory.open(name)
         except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
             raise ServiceUnitNotReadyError(f"Failed to load topic {topic}: {exc}") from exc
