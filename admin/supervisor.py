@@ -72,6 +72,8 @@ class ManagedProcess:
         self.stop_timeout_s = stop_timeout_s
         self.ready: dict[str, Any] = {}
         self.starts = 0
+        self.paused = False
+        """Stopped with SIGSTOP (by :meth:`pause`) and not resumed since."""
         self._process: trio.Process | None = None
         self._stopping = False
         self.exited = trio.Event()
@@ -104,6 +106,7 @@ class ManagedProcess:
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._stopping = False
+        self.paused = False
         self.exited = trio.Event()
         self.starts += 1
         with self.log_path.open("ab") as log_file:
@@ -184,7 +187,7 @@ class ManagedProcess:
             return None
         self._stopping = True
         if process.returncode is None:
-            self._signal(signal.SIGCONT)
+            self.resume()  # a paused process cannot act on SIGTERM
             self._signal(signal.SIGTERM)
             with trio.move_on_after(self.stop_timeout_s):
                 await process.wait()
@@ -204,9 +207,11 @@ class ManagedProcess:
     def pause(self) -> None:
         """SIGSTOP: the process keeps its sockets but does nothing (a hung process, a long GC pause)."""
         self._signal(signal.SIGSTOP)
+        self.paused = True
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
+        self.paused = False
 
     def _signal(self, signum: int) -> None:
         process = self._process
