@@ -27,6 +27,7 @@ from chaos.workload import NAMESPACE, ProducerSpec, Workload
 from fixtures.dev_cluster import ClusterExits
 
 from magnetar.admin.dev_cluster import DevCluster
+from magnetar.admin.ws_client import WsClient, WsRejected
 
 log = logging.getLogger("chaos")
 
@@ -105,6 +106,24 @@ class Scenario:
                         return self.cluster.broker_names[self.cluster.broker_index(document["httpUrl"])]
                     except (OSError, ValueError, KeyError):
                         continue
+                await trio.sleep(0.2)
+
+    async def takeover_by(self, broker: str) -> None:
+        """Make ``broker`` serve the topic (bounded): open readers there until one is served by it rather than
+        redirected elsewhere (the previous owner's ephemeral node must be gone first)."""
+        url = self.cluster.broker_urls[self.cluster.broker_names.index(broker)]
+        ws_url = url.replace("http://", "ws://") + f"/ws/v2/reader/{NAMESPACE}/{self.topic}"
+        with trio.fail_after(self.config.recovery_timeout_s):
+            while True:
+                try:
+                    reader = await WsClient.connect(ws_url, timeout_s=3)
+                except (OSError, WsRejected, trio.TooSlowError):
+                    await trio.sleep(0.2)
+                    continue
+                served_by = reader.url.split("/ws/")[0]
+                await reader.aclose()
+                if served_by == ws_url.split("/ws/")[0]:
+                    return
                 await trio.sleep(0.2)
 
     # -- running -----------------------------------------------------------------------------------
