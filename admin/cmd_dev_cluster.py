@@ -11,6 +11,7 @@ a component that fails to start stops everything and exits 1 with its log.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,22 +78,39 @@ async def serve(spec: object) -> int:
 
     assert isinstance(spec, DevClusterSpec)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with open_dev_cluster(spec) as cluster:
-            ready = cluster.ready_document()
-            e, w, a = spec.quorums()
-            lines = [
-                f"dev cluster ready (data and logs in {ready['dataDir']}; E/W/A {e}/{w}/{a}):",
-                f"  metadata store  {ready['metadataUrl']}",
-                *(f"  {b['name']:<15} {b['bookieId']} (http {b['httpPort']}, pid {b['pid']})"
-                  for b in ready["bookies"]),
-                *(f"  {b['name']:<15} {b['httpUrl']}  {b['wsUrl']}/ws/v2/...  (pid {b['pid']})"
-                  for b in ready["brokers"]),
-                "Ctrl-C stops everything.",
-            ]  # fmt: skip
-            print("\n".join(lines), file=sys.stderr, flush=True)
-            print(json.dumps(ready), flush=True)
+        stop = trio.Event()
+
+        async def watch_signals() -> None:
+            # Every signal is consumed here: one left pending when the receiver closes would be re-delivered
+            # (a second Ctrl-C or a SIGTERM arriving while the cluster stops would then kill this process).
             async for signum in signals:
-                print(f"received {signal.Signals(signum).name}: stopping the dev cluster", file=sys.stderr)
-                break
+                name = signal.Signals(signum).name
+                if stop.is_set():
+                    print(f"received {name}: already stopping", file=sys.stderr, flush=True)
+                else:
+                    print(f"received {name}: stopping the dev cluster", file=sys.stderr, flush=True)
+                    stop.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_signals)
+            async with open_dev_cluster(spec) as cluster:
+                print(_summary(cluster.ready_document(), spec), file=sys.stderr, flush=True)
+                print(json.dumps(cluster.ready_document()), flush=True)
+                await stop.wait()
+            nursery.cancel_scope.cancel()
     print("dev cluster stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _summary(ready: dict[str, Any], spec: Any) -> str:
+    e, w, a = spec.quorums()
+    lines = [
+        f"dev cluster ready (data and logs in {ready['dataDir']}; E/W/A {e}/{w}/{a}):",
+        f"  metadata store  {ready['metadataUrl']}",
+        *(f"  {b['name']:<15} {b['bookieId']} (http {b['httpPort']}, pid {b['pid']})"
+          for b in ready["bookies"]),
+        *(f"  {b['name']:<15} {b['httpUrl']}  {b['wsUrl']}/ws/v2/...  (pid {b['pid']})"
+          for b in ready["brokers"]),
+        "Ctrl-C stops everything.",
+    ]  # fmt: skip
+    return "\n".join(lines)
