@@ -2,10 +2,11 @@
 
 It opens the metadata store named by ``--metadata-url``, a TCP transport to the bookies it finds there, the
 replication client and :func:`~magnetar.broker.run.run_broker` (managed-ledger factory, broker service, HTTP
-server). Once serving it prints one JSON line on stdout, ``{"event": "broker-ready", "brokerId": ...,
-"httpUrl": ..., "port": ...}`` (and writes it to ``--port-file``), so tests and scripts find a ``--http-port
-0`` broker. Logs go to stderr. SIGTERM or SIGINT stops it gracefully: topics unloaded (cursors persisted),
-bundles released, connections drained; exit code 0.
+server) with the admin REST API, the retention service and the storage metrics of
+:class:`~magnetar.admin.broker_admin.BrokerAdmin`. Once serving it prints one JSON line on stdout,
+``{"event": "broker-ready", "brokerId": ..., "httpUrl": ..., "port": ...}`` (and writes it to
+``--port-file``), so tests and scripts find a ``--http-port 0`` broker. Logs go to stderr. SIGTERM or SIGINT
+stops it gracefully: topics unloaded (cursors persisted), bundles released, connections drained; exit 0.
 
 :func:`tune_gc` is applied at start-up: CPython's generational collector otherwise spends a large share of
 a busy broker's time in full (gen-2) passes over long-lived objects (see tests/bench/RESULTS.md).
@@ -13,6 +14,7 @@ a busy broker's time in full (gen-2) passes over long-lived objects (see tests/b
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 
 import trio
 
+from magnetar.admin.broker_admin import BrokerAdmin
 from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
 from magnetar.admin.process_common import (
     EXIT_FAILED,
@@ -63,7 +66,9 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
     ):
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                handle: BrokerHandle = await nursery.start(run_broker, settings, metadata, bk)
+                admin = BrokerAdmin(settings)  # admin REST routes, retention service, storage metrics
+                start = functools.partial(run_broker, settings, metadata, bk, **admin.run_kwargs())
+                handle: BrokerHandle = await nursery.start(start)
                 if settings.gc_tuning:
                     tune_gc()
                 announce(

@@ -15,6 +15,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "magnetar.admin.perf_ledger",
         "replication client + real bookie processes: adds/s, add latency, reads/s, recovery time",
     ),
+    "managed-ledger": (
+        "magnetar.admin.perf_managed_ledger",
+        "a managed ledger on real bookie processes: appends/s, cursor reads/s, rollover cost",
+    ),
     "bookie-storage": (
         "magnetar.admin.perf_bookie_storage",
         "bookie storage engine: durable adds/s, add latency, catch-up reads/s, journal replay, disk limit",

@@ -9,9 +9,10 @@
         await cluster.restart("broker-0")         # same ports and data, waits until ready
 
 Start-up order: the ZooKeeper servers (all at once; an ensemble serves once it has a quorum), the cluster
-metadata (cluster, tenant ``public``, namespace ``public/default``, created if missing), the bookies (all at
-once), the brokers (all at once). Any component that fails to start stops everything started so far (by
-pid), and the error carries that component's log. Every component writes its log under ``DATA_DIR/logs``.
+metadata (``magnetar initialize-cluster-metadata``: cluster, tenant ``public``, namespace ``public/default``,
+created if missing), the bookies (all at once), the brokers (all at once). Any component that fails to
+start stops everything started so far (by pid), and the error carries that component's log. Every
+component writes its log under ``DATA_DIR/logs``.
 
 Ports are chosen free at the first start and recorded in ``DATA_DIR/dev-cluster.json``: a bookie's id is its
 address, and the ledgers written before a restart name it, so a component keeps its ports across restarts of
@@ -41,7 +42,7 @@ from typing import Any, Literal
 import trio
 
 from magnetar.admin import zookeeper as zk
-from magnetar.admin.supervisor import ManagedProcess, magnetar_command
+from magnetar.admin.supervisor import ManagedProcess, ProcessStartError, magnetar_command
 
 log = logging.getLogger("magnetar.dev_cluster")
 
@@ -239,14 +240,20 @@ class DevCluster:
         await self._start_all(self.zookeeper_names)
 
     async def initialize_metadata(self) -> None:
-        """The cluster, tenant ``public`` and namespace ``public/default`` (idempotent)."""
-        # Imported here: the broker's modules are only needed once ZooKeeper serves.
-        from magnetar.bookkeeper.metadata.factory import open_metadata_store  # noqa: PLC0415
-        from magnetar.broker.policies import PolicyStore  # noqa: PLC0415
-        from magnetar.broker.service import initialize_cluster_metadata  # noqa: PLC0415
-
-        async with open_metadata_store(self.metadata_url) as store:
-            await initialize_cluster_metadata(PolicyStore(store), self.spec.cluster, self.broker_urls[0])
+        """The cluster, tenant ``public`` and namespace ``public/default``: ``magnetar
+        initialize-cluster-metadata`` run as the Helm chart's init job runs it (idempotent)."""
+        command = magnetar_command(
+            "initialize-cluster-metadata", "--metadata-url", self.metadata_url,
+            "--cluster", self.spec.cluster, "--web-service-url", self.broker_urls[0],
+        )  # fmt: skip
+        log_path = self.data_dir / "logs" / "initialize-cluster-metadata.log"
+        with log_path.open("ab") as log_file, trio.fail_after(self.spec.ready_timeout_s):
+            result = await trio.run_process(
+                command, stdout=log_file, stderr=log_file, env=self._env({}), check=False
+            )
+        if result.returncode != 0:
+            tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+            raise ProcessStartError(f"initialize-cluster-metadata exited with {result.returncode}:\n{tail}")
         log.info(
             "cluster metadata ready: cluster %s, tenant public, namespace public/default", self.spec.cluster
         )

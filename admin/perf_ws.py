@@ -228,8 +228,11 @@ async def _produce_on(
                 if messages and not in_flight and progress.sent >= messages:
                     done.set()
                     return
-        finally:
-            stats.errors += len(in_flight)  # outcome unknown when the connection is lost
+        except trio.Cancelled:
+            raise  # the run's duration ended: what is still in flight is neither acked nor failed
+        except BaseException:
+            stats.errors += len(in_flight)  # the connection was lost: their outcome is unknown
+            raise
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(acks)

@@ -15,6 +15,7 @@ persisted), bookies drain, the storage engines take a final checkpoint. Once ser
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +27,7 @@ import trio
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from magnetar.admin.broker_admin import BrokerAdmin
 from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
 from magnetar.admin.process_common import (
     EXIT_FAILED,
@@ -164,15 +166,11 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
     ):
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                handle: BrokerHandle = await nursery.start(
-                    lambda task_status: run_broker(
-                        broker_settings,
-                        metadata,
-                        bk,
-                        register_routes=register_routes,
-                        task_status=task_status,
-                    )
-                )
+                extras = BrokerAdmin(broker_settings).run_kwargs()  # admin API, retention, storage metrics
+                if register_routes is not None:
+                    extras["register_routes"] = register_routes
+                start = functools.partial(run_broker, broker_settings, metadata, bk, **extras)
+                handle: BrokerHandle = await nursery.start(start)
                 tune_gc()
                 e, w, a = settings.quorums()
                 log.info(

@@ -10,6 +10,8 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
   (plus WebSocket client helpers)
 * ``fixtures.client`` - in-process bookies: ``client_metadata``, ``in_process_bookies``,
   ``bookkeeper_client``
+* ``fixtures.admin`` - the admin REST API on a real server: ``admin_server``, ``admin_client``,
+  ``run_admin_server``
 * ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
 * ``fixtures.dev_cluster`` - real clusters of processes (``open_test_cluster``, the ``magnetar dev-cluster``
   command), imported by the tests that use them; ``fixtures.tcp_proxy`` - the fault-injecting proxy
@@ -20,6 +22,7 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
 from __future__ import annotations
 
 pytest_plugins = [
+    "fixtures.admin",
     "fixtures.client",
     "fixtures.processes",
     "fixtures.zookeeper",
