@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from chaos.harness import SUMMARIES
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -30,3 +31,11 @@ def scale(long_run: bool) -> Callable[[float, float], float]:
         return long if long_run else short
 
     return pick
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if SUMMARIES:
+        terminalreporter.section("failure suite: scenario summaries")
+        for table in SUMMARIES:
+            terminalreporter.write_line(table)
+            terminalreporter.write_line("")

@@ -31,6 +31,10 @@ from magnetar.admin.ws_client import WsClient, WsRejected
 
 log = logging.getLogger("chaos")
 
+SUMMARIES: list[str] = []
+"""Every scenario's summary table, printed again at the end of the pytest run (tests/chaos/conftest.py), so
+the figures show even when pytest captures the output of passing tests."""
+
 
 @dataclass(frozen=True)
 class ScenarioConfig:
