@@ -160,9 +160,9 @@ class Scenario:
                 )
                 nursery.cancel_scope.cancel()
         verdict = self.checker.verdict()
-        print(
-            summary_table(f"{config.name} ({trio.current_time() - self._start:.0f} s)", verdict), flush=True
-        )
+        table = summary_table(f"{config.name} ({trio.current_time() - self._start:.0f} s)", verdict)
+        print(table, flush=True)
+        SUMMARIES.append(table)
         return verdict
 
     def report(self) -> str:
