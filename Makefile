@@ -8,8 +8,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: FORCE run test venv zookeeper lint typecheck pytest helm-check sim-long bench bench-bookie-storage \
-	bench-peers bench-compare clean
+.PHONY: FORCE run test venv zookeeper lint typecheck pytest helm-check sim-long chaos chaos-long dev-cluster \
+	bench bench-bookie-storage bench-peers bench-compare clean
 
 ## run: install what is needed and start `magnetar standalone` on http://127.0.0.1:8080
 run: venv
@@ -59,6 +59,18 @@ helm-check: venv
 ## sim-long: thousands of seeds of the deterministic replication simulation
 sim-long: venv
 	$(BIN)/python -m pytest tests/sim --sim-seeds=5000 -q
+
+## chaos: the failure suite's short scenarios on a real local cluster (part of `make test` too)
+chaos: zookeeper venv
+	$(BIN)/python -m pytest tests/chaos -q -s
+
+## chaos-long: the failure suite's long scenarios (more fault rounds, longer faults; about 10 minutes)
+chaos-long: zookeeper venv
+	$(BIN)/python -m pytest tests/chaos -q -s --chaos-long
+
+## dev-cluster: ZooKeeper, 3 bookies and 2 brokers as processes under ./dev-cluster until Ctrl-C
+dev-cluster: zookeeper venv
+	$(BIN)/magnetar dev-cluster --zk 1 --bookies 3 --brokers 2 --data-dir dev-cluster
 
 ## bench-bookie-storage: the storage-engine benchmark (figures go to tests/bench/RESULTS.md by hand)
 bench-bookie-storage: venv

@@ -24,10 +24,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import trio
 
 from magnetar.admin.broker_admin import BrokerAdmin
+from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -45,12 +45,13 @@ from magnetar.broker.settings import BrokerSettings
 log = logging.getLogger("magnetar.broker")
 
 
-def main(overrides: dict[str, Any], *, port_file: str | None = None) -> int:
+def main(overrides: dict[str, Any], *, port_file: str | None = None, config_file: str | None = None) -> int:
     try:
-        settings = BrokerSettings(**overrides)
-    except pydantic.ValidationError as exc:
-        log.error("invalid broker settings: %s", exc)
+        settings = load_settings(BrokerSettings, overrides, config_file_from(config_file)).settings
+    except ConfigError as exc:
+        log.error("%s", exc)
         return EXIT_USAGE
+    warn_unknown_environment(BrokerSettings)
     try:
         return trio.run(serve, settings, Path(port_file) if port_file else None)
     except Exception as exc:  # ExceptionGroup included

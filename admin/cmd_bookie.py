@@ -1,7 +1,8 @@
 """``magnetar bookie``: run one bookie process. The work is in :mod:`.bookie_process` (imported on use).
 
-Every flag is also an environment variable ``MAGNETAR_<NAME>``
-(:class:`~magnetar.bookkeeper.bookie.settings.BookieSettings`); a flag wins over the environment.
+Every flag is also an environment variable ``MAGNETAR_<NAME>`` and a key of the TOML config file
+(:class:`~magnetar.bookkeeper.bookie.settings.BookieSettings`, :mod:`magnetar.admin.config`): flags win
+over the environment, which wins over the file.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML config file (default: $MAGNETAR_CONFIG); flags and env win")
     parser.add_argument("--metadata-url", help="metadata store: zk:HOST:PORT[/chroot], memory://[NAME]")
     parser.add_argument("--data-dir", help="entry logs and index (default ./data/bookie)")
     parser.add_argument("--journal-dir", help="journal directory (default DATA_DIR/journal)")
@@ -59,4 +61,4 @@ def run(args: argparse.Namespace) -> int:
         "tls_certificate_file", "tls_key_file", "tls_trust_certs_file", "tls_require_trusted_client_cert",
     )  # fmt: skip
     overrides = {name: getattr(args, name) for name in (*names, *security, "storage", "port_file")}
-    return bookie_process.main({k: v for k, v in overrides.items() if v is not None})
+    return bookie_process.main({k: v for k, v in overrides.items() if v is not None}, args.config)

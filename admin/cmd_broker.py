@@ -1,7 +1,8 @@
 """``magnetar broker``: run one broker process. The work is in :mod:`.broker_process` (imported on use).
 
-Every flag is also an environment variable ``MAGNETAR_<NAME>``
-(:class:`~magnetar.broker.settings.BrokerSettings`); a flag wins over the environment.
+Every flag is also an environment variable ``MAGNETAR_<NAME>`` and a key of the TOML config file
+(:class:`~magnetar.broker.settings.BrokerSettings`, :mod:`magnetar.admin.config`): flags win over the
+environment, which wins over the file.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ FLAGS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML config file (default: $MAGNETAR_CONFIG); flags and env win")
     parser.add_argument("--metadata-url", help="metadata store: zk:HOST:PORT[/chroot], memory://[NAME]")
     parser.add_argument("--http-port", type=int, help="HTTP/WebSocket port (default 8080; 0: any free port)")
     parser.add_argument("--port", dest="http_port", type=int, help="alias of --http-port")
@@ -83,5 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {name: getattr(args, name) for name in (*FLAGS, "allow_auto_topic_creation")}
     return broker_process.main(
-        {k: v for k, v in overrides.items() if v is not None}, port_file=getattr(args, "port_file", None)
+        {k: v for k, v in overrides.items() if v is not None},
+        port_file=getattr(args, "port_file", None),
+        config_file=args.config,
     )

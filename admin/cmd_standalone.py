@@ -1,6 +1,7 @@
 """``magnetar standalone``: metadata store, bookies and a broker in one process (see :mod:`.standalone`).
 
-Every flag is also an environment variable ``MAGNETAR_<NAME>``; a flag wins over the environment.
+Every flag is also an environment variable ``MAGNETAR_<NAME>`` and a key of the TOML config file
+(:mod:`magnetar.admin.config`): flags win over the environment, which wins over the file.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ SECURITY_FLAGS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML config file (default: $MAGNETAR_CONFIG); flags and env win")
     parser.add_argument("--data-dir", help="where everything is stored (default ./data)")
     parser.add_argument("--http-port", type=int, help="WebSocket/admin/metrics port (default 8080; 0: any)")
     parser.add_argument(
@@ -50,4 +52,4 @@ def run(args: argparse.Namespace) -> int:
     from magnetar.admin import standalone  # noqa: PLC0415 (heavy imports only when the command runs)
 
     overrides = {name: getattr(args, name) for name in (*FLAGS, *QUORUM_FLAGS, *SECURITY_FLAGS)}
-    return standalone.main({k: v for k, v in overrides.items() if v is not None})
+    return standalone.main({k: v for k, v in overrides.items() if v is not None}, config_file=args.config)

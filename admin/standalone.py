@@ -28,12 +28,12 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-import pydantic
 import trio
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.admin.broker_admin import BrokerAdmin
+from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -129,12 +129,18 @@ class StandaloneSettings(BaseSettings):
         )
 
 
-def main(overrides: dict[str, Any], register_routes: RouteRegistration | None = None) -> int:
+def main(
+    overrides: dict[str, Any],
+    register_routes: RouteRegistration | None = None,
+    *,
+    config_file: str | None = None,
+) -> int:
     try:
-        settings = StandaloneSettings(**overrides)
-    except pydantic.ValidationError as exc:
-        log.error("invalid standalone settings: %s", exc)
+        settings = load_settings(StandaloneSettings, overrides, config_file_from(config_file)).settings
+    except ConfigError as exc:
+        log.error("%s", exc)
         return EXIT_USAGE
+    warn_unknown_environment(StandaloneSettings)
     try:
         return trio.run(serve, settings, register_routes)
     except Exception as exc:  # ExceptionGroup included

@@ -243,9 +243,11 @@ class BrokerService:
             if pending is None:
                 break
             await pending.wait()
-        bundle = await self.check_owner(topic)
+        # Registered before the first await: a concurrent request for the same topic waits for this load
+        # instead of loading a second PersistentTopic over the same managed ledger.
         done = self._loading[key] = trio.Event()
         try:
+            bundle = await self.check_owner(topic)
             return await self._load(topic, bundle, create=create)
         finally:
             del self._loading[key]
@@ -254,13 +256,13 @@ class BrokerService:
     async def _load(self, topic: TopicName, bundle: Bundle, *, create: bool) -> PersistentTopic:
         await self._namespace_policies(bundle[0])
         name = topic.managed_ledger_name
-        may_create = await self._may_create(topic, create)
-        topics_max = self.security.limits.topics_per_namespace_max
-        if (not may_create or topics_max) and not await self.ml_factory.exists(name):
-            if not may_create:
-                raise TopicNotFoundError(f"Topic {topic} does not exist")
-            await self.check_topic_count(topic)
         try:
+            may_create = await self._may_create(topic, create)
+            topics_max = self.security.limits.topics_per_namespace_max
+            if (not may_create or topics_max) and not await self.ml_factory.exists(name):
+                if not may_create:
+                    raise TopicNotFoundError(f"Topic {topic} does not exist")
+                await self.check_topic_count(topic)
             ml = await self.ml_factory.open(name)
         except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
             raise ServiceUnitNotReadyError(f"Failed to load topic {topic}: {exc}") from exc
