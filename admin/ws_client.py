@@ -150,6 +150,8 @@ class WsClient:
                 self._close = (event.code, event.reason or "")
 
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):  # best effort on an already broken connection
-            await self._stream.send_all(self._conn.send(CloseConnection(code=1000)))
-        await trio.aclose_forcefully(self._stream)
+        try:
+            with contextlib.suppress(Exception):  # best effort on an already broken connection
+                await self._stream.send_all(self._conn.send(CloseConnection(code=1000)))
+        finally:  # also when cancelled during the close frame: the socket must not leak
+            await trio.aclose_forcefully(self._stream)
