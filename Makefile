@@ -8,7 +8,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: FORCE run test venv zookeeper lint typecheck pytest helm-check sim-long bench bench-bookie-storage clean
+.PHONY: FORCE run test venv zookeeper lint typecheck pytest helm-check sim-long chaos chaos-long dev-cluster \
+	bench bench-bookie-storage bench-peers bench-compare clean
 
 ## run: install what is needed and start `magnetar standalone` on http://127.0.0.1:8080
 run: venv
@@ -59,9 +60,40 @@ helm-check: venv
 sim-long: venv
 	$(BIN)/python -m pytest tests/sim --sim-seeds=5000 -q
 
+## chaos: the failure suite's short scenarios on a real local cluster (part of `make test` too)
+chaos: zookeeper venv
+	$(BIN)/python -m pytest tests/chaos -q -s
+
+## chaos-long: the failure suite's long scenarios (more fault rounds, longer faults; about 10 minutes)
+chaos-long: zookeeper venv
+	$(BIN)/python -m pytest tests/chaos -q -s --chaos-long
+
+## dev-cluster: ZooKeeper, 3 bookies and 2 brokers as processes under ./dev-cluster until Ctrl-C
+dev-cluster: zookeeper venv
+	$(BIN)/magnetar dev-cluster --zk 1 --bookies 3 --brokers 2 --data-dir dev-cluster
+
 ## bench-bookie-storage: the storage-engine benchmark (figures go to tests/bench/RESULTS.md by hand)
 bench-bookie-storage: venv
 	$(BIN)/magnetar perf bookie-storage
+
+## bench-peers: the servers and clients Magnetar is compared with (Debian: redis-server, nats-server,
+## rabbitmq-server; PyPI: the `bench` extra). Not needed by `make test`. The comparison runs its own
+## instances on free loopback ports; it does not use services a package may have started.
+BENCH_DEBS := redis-server nats-server rabbitmq-server
+bench-peers: zookeeper venv
+	@missing=""; for p in $(BENCH_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing from Debian:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,helm,bench]' --config-settings editable_mode=strict \
+		> $(VENV)/bench-install.log 2>&1 || { cat $(VENV)/bench-install.log; exit 1; }
+
+## bench-compare: Magnetar side by side with Redis, NATS, RabbitMQ and pulsar-lite on this machine (about 20
+## minutes; figures appended to tests/bench/RESULTS.md). COMPARE_ARGS=--quick for a short run.
+COMPARE_ARGS ?=
+bench-compare: bench-peers
+	$(BIN)/python tests/bench/compare.py $(COMPARE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

@@ -22,9 +22,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import pydantic
 import trio
 
+from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
 from magnetar.admin.process_common import EXIT_FAILED, EXIT_USAGE, announce, describe, first_signal
 from magnetar.bookkeeper.bookie.http_api import bookie_router
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
@@ -41,12 +41,13 @@ from magnetar.gc.http_api import add_gc_routes
 log = logging.getLogger("magnetar.bookie")
 
 
-def main(overrides: dict[str, Any]) -> int:
+def main(overrides: dict[str, Any], config_file: str | None = None) -> int:
     try:
-        settings = BookieSettings(**overrides)
-    except pydantic.ValidationError as exc:
-        log.error("invalid bookie settings: %s", exc)
+        settings = load_settings(BookieSettings, overrides, config_file_from(config_file)).settings
+    except ConfigError as exc:
+        log.error("%s", exc)
         return EXIT_USAGE
+    warn_unknown_environment(BookieSettings)
     try:
         return trio.run(serve, settings)
     except Exception as exc:  # ExceptionGroup included

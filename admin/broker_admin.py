@@ -62,9 +62,11 @@ class BrokerTopicHost:
     def __init__(self, service: BrokerService) -> None:
         self._service = service
 
-    async def owner_url(self, topic: TopicName, *, authoritative: bool) -> str | None:
+    async def owner_url(self, topic: TopicName, *, authoritative: bool, tls: bool = False) -> str | None:
         owner = await self._service.owner_of(topic)
-        return None if owner.httpUrl == self._service.http_url else owner.httpUrl
+        if owner.httpUrl == self._service.http_url:
+            return None
+        return owner.httpUrlTls if tls and owner.httpUrlTls else owner.httpUrl
 
     async def load(self, topic: TopicName, *, create: bool) -> ManagedLedger | None:
         try:
@@ -178,6 +180,7 @@ class BrokerAdmin:
             admin_settings(self.settings),
             BrokerDirectoryAdapter(service),
             topics=BrokerTopicHost(service),
+            security=service.security,
         )
         register_admin_routes(router, self.context)
         register_storage_metrics(

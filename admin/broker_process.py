@@ -8,6 +8,10 @@ server) with the admin REST API, the retention service and the storage metrics o
 ``--port-file``), so tests and scripts find a ``--http-port 0`` broker. Logs go to stderr. SIGTERM or SIGINT
 stops it gracefully: topics unloaded (cursors persisted), bundles released, connections drained; exit 0.
 
+Security (off by default): the broker presents ``bookkeeper_auth_token`` to bookies that require a token and
+connects to them over TLS with ``bookkeeper_tls_enabled``; key files and certificates are read at start-up,
+so a missing file stops the process with a message naming it.
+
 :func:`tune_gc` is applied at start-up: CPython's generational collector otherwise spends a large share of
 a busy broker's time in full (gen-2) passes over long-lived objects (see tests/bench/RESULTS.md).
 """
@@ -20,10 +24,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import pydantic
 import trio
 
 from magnetar.admin.broker_admin import BrokerAdmin
+from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -41,12 +45,13 @@ from magnetar.broker.settings import BrokerSettings
 log = logging.getLogger("magnetar.broker")
 
 
-def main(overrides: dict[str, Any], *, port_file: str | None = None) -> int:
+def main(overrides: dict[str, Any], *, port_file: str | None = None, config_file: str | None = None) -> int:
     try:
-        settings = BrokerSettings(**overrides)
-    except pydantic.ValidationError as exc:
-        log.error("invalid broker settings: %s", exc)
+        settings = load_settings(BrokerSettings, overrides, config_file_from(config_file)).settings
+    except ConfigError as exc:
+        log.error("%s", exc)
         return EXIT_USAGE
+    warn_unknown_environment(BrokerSettings)
     try:
         return trio.run(serve, settings, Path(port_file) if port_file else None)
     except Exception as exc:  # ExceptionGroup included
@@ -58,9 +63,11 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
     transport_settings = TcpTransportSettings(
         add_timeout_ms=settings.add_timeout_ms, read_timeout_ms=settings.read_timeout_ms
     )
+    bookie_tls = settings.bookkeeper_ssl_context()
+    bookie_token = settings.bookkeeper_token()
     async with (
         open_metadata_store(settings.metadata_url, settings.metadata_settings()) as metadata,
-        open_tcp_transport(transport_settings) as transport,
+        open_tcp_transport(transport_settings, ssl_context=bookie_tls, auth_token=bookie_token) as transport,
         open_bookkeeper(metadata, transport, settings.client_settings()) as bk,
     ):
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -70,15 +77,15 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
                 handle: BrokerHandle = await nursery.start(start)
                 if settings.gc_tuning:
                     tune_gc()
-                announce(
-                    {
-                        "event": "broker-ready",
-                        "brokerId": handle.service.broker_id,
-                        "httpUrl": handle.http_url,
-                        "port": handle.port,
-                    },
-                    port_file,
-                )
+                ready: dict[str, Any] = {
+                    "event": "broker-ready",
+                    "brokerId": handle.service.broker_id,
+                    "httpUrl": handle.http_url,
+                    "port": handle.port,
+                }
+                if handle.tls_port is not None:
+                    ready.update(httpUrlTls=handle.http_url_tls, tlsPort=handle.tls_port)
+                announce(ready, port_file)
                 await first_signal(signals, log)
                 handle.stop()
                 await handle.stopped.wait()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -27,6 +28,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "create the cluster, tenant public and namespace public/default (idempotent)",
     ),
     "perf": ("magnetar.admin.cmd_perf", "load generators and benchmarks (like pulsar-perf)"),
+    "tokens": ("magnetar.admin.cmd_tokens", "keys and tokens for token authentication (like pulsar tokens)"),
+    "config": (
+        "magnetar.admin.cmd_config",
+        "show the effective settings of a process kind and their sources",
+    ),
+    "dev-cluster": (
+        "magnetar.admin.cmd_dev_cluster",
+        "a real local cluster: ZooKeeper, bookie and broker processes (until Ctrl-C)",
+    ),
 }
 
 
@@ -37,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-level",
-        default="INFO",
+        default=os.environ.get("MAGNETAR_LOG_LEVEL", "INFO").upper(),
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="logging level (default INFO)",
+        help="logging level (default $MAGNETAR_LOG_LEVEL, else INFO)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
@@ -54,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=getattr(logging, args.log_level),
+        level=getattr(logging, args.log_level, logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     module = importlib.import_module(args._module)

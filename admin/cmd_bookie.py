@@ -1,7 +1,8 @@
 """``magnetar bookie``: run one bookie process. The work is in :mod:`.bookie_process` (imported on use).
 
-Every flag is also an environment variable ``MAGNETAR_<NAME>``
-(:class:`~magnetar.bookkeeper.bookie.settings.BookieSettings`); a flag wins over the environment.
+Every flag is also an environment variable ``MAGNETAR_<NAME>`` and a key of the TOML config file
+(:class:`~magnetar.bookkeeper.bookie.settings.BookieSettings`, :mod:`magnetar.admin.config`): flags win
+over the environment, which wins over the file.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML config file (default: $MAGNETAR_CONFIG); flags and env win")
     parser.add_argument("--metadata-url", help="metadata store: zk:HOST:PORT[/chroot], memory://[NAME]")
     parser.add_argument("--data-dir", help="entry logs and index (default ./data/bookie)")
     parser.add_argument("--journal-dir", help="journal directory (default DATA_DIR/journal)")
@@ -25,6 +27,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port-file", help="when ready, write {bookieId, host, port} as JSON to this file (port discovery)"
     )
+    security = parser.add_argument_group("security (off by default)")
+    security.add_argument(
+        "--authentication-enabled",
+        action="store_const",
+        const=True,
+        help="require every connection to present a cluster token (AUTH) before any request",
+    )
+    security.add_argument(
+        "--token-secret-key", help="the cluster's token key: file:///path or data:;base64,..."
+    )
+    security.add_argument("--token-public-key", help="or the public key of the cluster's key pair")
+    security.add_argument("--auth-allowed-roles", help="comma-separated roles whose tokens may connect")
+    security.add_argument("--tls-certificate-file", help="PEM certificate chain: serve the protocol over TLS")
+    security.add_argument("--tls-key-file", help="PEM private key of the certificate")
+    security.add_argument("--tls-trust-certs-file", help="PEM CA certificates for client certificates")
+    security.add_argument(
+        "--tls-require-trusted-client-cert",
+        action="store_const",
+        const=True,
+        help="mutual TLS: refuse clients without a certificate signed by --tls-trust-certs-file",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,5 +56,9 @@ def run(args: argparse.Namespace) -> int:
     names = (
         "metadata_url", "data_dir", "journal_dir", "port", "bind_address", "advertised_address", "http_port",
     )  # fmt: skip
-    overrides = {name: getattr(args, name) for name in (*names, "storage", "port_file")}
-    return bookie_process.main({k: v for k, v in overrides.items() if v is not None})
+    security = (
+        "authentication_enabled", "token_secret_key", "token_public_key", "auth_allowed_roles",
+        "tls_certificate_file", "tls_key_file", "tls_trust_certs_file", "tls_require_trusted_client_cert",
+    )  # fmt: skip
+    overrides = {name: getattr(args, name) for name in (*names, *security, "storage", "port_file")}
+    return bookie_process.main({k: v for k, v in overrides.items() if v is not None}, args.config)

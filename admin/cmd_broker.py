@@ -1,7 +1,8 @@
 """``magnetar broker``: run one broker process. The work is in :mod:`.broker_process` (imported on use).
 
-Every flag is also an environment variable ``MAGNETAR_<NAME>``
-(:class:`~magnetar.broker.settings.BrokerSettings`); a flag wins over the environment.
+Every flag is also an environment variable ``MAGNETAR_<NAME>`` and a key of the TOML config file
+(:class:`~magnetar.broker.settings.BrokerSettings`, :mod:`magnetar.admin.config`): flags win over the
+environment, which wins over the file.
 """
 
 from __future__ import annotations
@@ -17,10 +18,22 @@ FLAGS = (
     "ensemble_size",
     "write_quorum",
     "ack_quorum",
+    "authentication_enabled",
+    "token_secret_key",
+    "token_public_key",
+    "super_user_roles",
+    "http_port_tls",
+    "tls_certificate_file",
+    "tls_key_file",
+    "tls_trust_certs_file",
+    "bookkeeper_auth_token",
+    "bookkeeper_tls_enabled",
+    "bookkeeper_tls_trust_certs_file",
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML config file (default: $MAGNETAR_CONFIG); flags and env win")
     parser.add_argument("--metadata-url", help="metadata store: zk:HOST:PORT[/chroot], memory://[NAME]")
     parser.add_argument("--http-port", type=int, help="HTTP/WebSocket port (default 8080; 0: any free port)")
     parser.add_argument("--port", dest="http_port", type=int, help="alias of --http-port")
@@ -44,6 +57,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port-file", help="when ready, write {brokerId, httpUrl, port} as JSON to this file"
     )
+    security = parser.add_argument_group("security (off by default; every MAGNETAR_<NAME> setting works too)")
+    security.add_argument(
+        "--authentication-enabled",
+        action="store_const",
+        const=True,
+        help="require a token on the WebSocket API, lookup and admin API (and check permissions)",
+    )
+    security.add_argument("--token-secret-key", help="token key: file:///path, data:;base64,... or base64")
+    security.add_argument("--token-public-key", help="or the public key of a key pair, same forms")
+    security.add_argument("--super-user-roles", help="comma-separated roles allowed everything")
+    security.add_argument("--http-port-tls", type=int, help="also serve HTTPS/WSS on this port (0: any)")
+    security.add_argument("--tls-certificate-file", help="PEM certificate chain of the TLS port")
+    security.add_argument("--tls-key-file", help="PEM private key of the TLS port")
+    security.add_argument("--tls-trust-certs-file", help="PEM CA certificates for client certificates")
+    security.add_argument(
+        "--bookkeeper-auth-token", help="token for the bookies: token:<jwt> or file:///path"
+    )
+    security.add_argument(
+        "--bookkeeper-tls-enabled", action="store_const", const=True, help="connect to bookies over TLS"
+    )
+    security.add_argument("--bookkeeper-tls-trust-certs-file", help="PEM CA certificates of the bookies")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,5 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {name: getattr(args, name) for name in (*FLAGS, "allow_auto_topic_creation")}
     return broker_process.main(
-        {k: v for k, v in overrides.items() if v is not None}, port_file=getattr(args, "port_file", None)
+        {k: v for k, v in overrides.items() if v is not None},
+        port_file=getattr(args, "port_file", None),
+        config_file=args.config,
     )

@@ -24,10 +24,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import trio
 
 from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 
 
 class Histogram:
@@ -92,6 +94,19 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=0, help="stop after this many (0: run --duration-s)")
     parser.add_argument("--duration-s", type=float, default=30.0, help="stop after this long")
     parser.add_argument("--report-interval-s", type=float, default=5.0)
+    parser.add_argument(
+        "--auth-token",
+        default=os.environ.get("MAGNETAR_AUTH_TOKEN"),
+        help="token for a broker with authentication: token:<jwt>, file:///path or the bare token "
+        "(sent as the WebSocket API's token query parameter)",
+    )
+
+
+def _with_token(url: str, args: argparse.Namespace) -> str:
+    if not args.auth_token:
+        return url
+    token = read_token_setting(args.auth_token, "--auth-token")
+    return f"{url}{'&' if '?' in url else '?'}{urlencode({'token': token})}"
 
 
 def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
@@ -164,7 +179,7 @@ def _final(kind: str, stats: Stats, extra: dict[str, Any]) -> None:
 
 async def produce(args: argparse.Namespace) -> dict[str, Any]:
     stats = Stats()
-    url = f"{_base(args.url)}/ws/v2/producer/{_path(args.topic)}"
+    url = _with_token(f"{_base(args.url)}/ws/v2/producer/{_path(args.topic)}", args)
     payload = base64.b64encode(os.urandom(args.size)).decode()
     per_producer = args.messages // args.producers if args.messages else 0
     rate = args.rate / args.producers if args.rate else 0.0
@@ -267,7 +282,9 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
         f"subscriptionType={args.subscription_type}&receiverQueueSize={args.receiver_queue_size}"
         f"&subscriptionInitialPosition={args.initial_position}"
     )
-    url = f"{_base(args.url)}/ws/v2/consumer/{_path(args.topic)}/{args.subscription}?{query}"
+    url = _with_token(
+        f"{_base(args.url)}/ws/v2/consumer/{_path(args.topic)}/{args.subscription}?{query}", args
+    )
     with trio.move_on_after(args.duration_s):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_reporter, "consume", stats, args.report_interval_s)

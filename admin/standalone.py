@@ -12,6 +12,11 @@ Each bookie runs its garbage collector and entry-log compactor (``magnetar.gc``)
 (``PUT /api/v1/bookie/gc``, ``GET /api/v1/bookie/gc_details``, ``list_disk_file``, ``entry_log_usage``) are
 served on the broker's HTTP port and act on every bookie.
 
+Security is off by default, as in Pulsar's standalone. ``--authentication-enabled`` with a token key turns
+on token authentication and authorization for the broker (WebSocket API, lookup, admin API) and for the
+bookies' TCP ports (the broker itself reaches its bookies in process); ``--super-user-roles`` names the
+administrators. ``--http-port-tls`` with a certificate and key adds an HTTPS/WSS port.
+
 Data survives restarts. Ctrl-C (SIGINT) or SIGTERM stops it cleanly: the broker unloads its topics (cursors
 persisted), bookies drain, the storage engines take a final checkpoint. Once serving it prints a
 ``{"event": "standalone-ready", ...}`` line on stdout.
@@ -28,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Self
 
-import pydantic
 import trio
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.admin.broker_admin import BrokerAdmin
+from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -75,6 +80,15 @@ class StandaloneSettings(BaseSettings):
     write_quorum: Annotated[int, Field(ge=1)] | None = None
     ack_quorum: Annotated[int, Field(ge=1)] | None = None
 
+    authentication_enabled: bool = False
+    token_secret_key: str | None = None
+    token_public_key: str | None = None
+    super_user_roles: str = ""
+    """Comma-separated roles allowed everything."""
+    http_port_tls: Annotated[int, Field(ge=0, le=65535)] | None = None
+    tls_certificate_file: Path | None = None
+    tls_key_file: Path | None = None
+
     @model_validator(mode="after")
     def _quorums_fit(self) -> Self:
         e, w, a = self.quorums()
@@ -90,6 +104,13 @@ class StandaloneSettings(BaseSettings):
             self.ack_quorum or default[2],
         )
 
+    def _token_settings(self) -> dict[str, Any]:
+        return {
+            "authentication_enabled": self.authentication_enabled,
+            "token_secret_key": self.token_secret_key,
+            "token_public_key": self.token_public_key,
+        }
+
     def broker_settings(self) -> BrokerSettings:
         e, w, a = self.quorums()
         return BrokerSettings(
@@ -99,6 +120,11 @@ class StandaloneSettings(BaseSettings):
             ensemble_size=e,
             write_quorum=w,
             ack_quorum=a,
+            super_user_roles=self.super_user_roles,
+            http_port_tls=self.http_port_tls,
+            tls_certificate_file=self.tls_certificate_file,
+            tls_key_file=self.tls_key_file,
+            **self._token_settings(),
         )
 
     def bookie_settings(self, index: int) -> BookieSettings:
@@ -107,15 +133,22 @@ class StandaloneSettings(BaseSettings):
             bind_address="127.0.0.1",
             advertised_address="127.0.0.1",
             port=self.bookie_port + index,
+            **self._token_settings(),
         )
 
 
-def main(overrides: dict[str, Any], register_routes: RouteRegistration | None = None) -> int:
+def main(
+    overrides: dict[str, Any],
+    register_routes: RouteRegistration | None = None,
+    *,
+    config_file: str | None = None,
+) -> int:
     try:
-        settings = StandaloneSettings(**overrides)
-    except pydantic.ValidationError as exc:
-        log.error("invalid standalone settings: %s", exc)
+        settings = load_settings(StandaloneSettings, overrides, config_file_from(config_file)).settings
+    except ConfigError as exc:
+        log.error("%s", exc)
         return EXIT_USAGE
+    warn_unknown_environment(StandaloneSettings)
     try:
         return trio.run(serve, settings, register_routes)
     except Exception as exc:  # ExceptionGroup included
@@ -202,7 +235,14 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
                     w,
                     a,
                 )
-                announce({"event": "standalone-ready", "httpUrl": handle.http_url, "port": handle.port})
+                ready: dict[str, Any] = {
+                    "event": "standalone-ready",
+                    "httpUrl": handle.http_url,
+                    "port": handle.port,
+                }
+                if handle.tls_port is not None:
+                    ready.update(httpUrlTls=handle.http_url_tls, tlsPort=handle.tls_port)
+                announce(ready)
                 await first_signal(signals, log)
                 handle.stop()
                 await handle.stopped.wait()

@@ -9,9 +9,9 @@ from urllib.parse import urlsplit
 
 import trio
 from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
 from wsproto.events import (
     AcceptConnection,
-    BytesMessage,
     CloseConnection,
     Message,
     Ping,
@@ -46,6 +46,7 @@ class WsClient:
         self.url = url
         self._messages: deque[str] = deque()
         self._parts: list[str] = []
+        self._close: tuple[int, str] | None = None
 
     @classmethod
     async def connect(cls, url: str, timeout_s: float = 10.0) -> WsClient:
@@ -65,6 +66,16 @@ class WsClient:
         port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         stream = await trio.open_tcp_stream(host, port)
+        try:
+            return await cls._handshake(stream, url, host, port, target)
+        except BaseException:  # cancelled (a connect timeout) or failed mid-handshake: do not leak the socket
+            await trio.aclose_forcefully(stream)
+            raise
+
+    @classmethod
+    async def _handshake(
+        cls, stream: trio.SocketStream, url: str, host: str, port: int, target: str
+    ) -> tuple[WsClient | None, str | None]:
         conn = WSConnection(ConnectionType.CLIENT)
         await stream.send_all(conn.send(Request(host=f"{host}:{port}", target=target)))
         status = 0
@@ -98,34 +109,49 @@ class WsClient:
             return None, headers["location"]
         raise WsRejected(status, body)
 
+    def _check_open(self) -> None:
+        """Sending after the peer began closing is a closed connection, not a wsproto protocol error."""
+        if self._conn.state is not ConnectionState.OPEN:
+            raise WsClosed(1006, f"connection is {self._conn.state.name}")
+
     async def send_many(self, texts: list[str]) -> None:
         """Send several text frames in one socket write."""
+        self._check_open()
         await self._stream.send_all(b"".join(self._conn.send(Message(data=t)) for t in texts))
 
     async def send(self, text: str) -> None:
+        self._check_open()
         await self._stream.send_all(self._conn.send(Message(data=text)))
 
     async def receive(self) -> str:
-        while not self._messages:
+        """The next text message; :class:`WsClosed` once the peer closed and every message was received."""
+        while True:
+            await self._handle_events()
+            if self._messages:
+                return self._messages.popleft()
+            if self._close is not None:
+                raise WsClosed(*self._close)
             data = await self._stream.receive_some(RECEIVE_BYTES)
             if not data:
                 raise WsClosed(1006, "connection lost")
             self._conn.receive_data(data)
-            for event in self._conn.events():
-                if isinstance(event, TextMessage):
-                    self._parts.append(event.data)
-                    if event.message_finished:
-                        self._messages.append("".join(self._parts))
-                        self._parts = []
-                elif isinstance(event, BytesMessage):
-                    continue
-                elif isinstance(event, Ping):
-                    await self._stream.send_all(self._conn.send(event.response()))
-                elif isinstance(event, CloseConnection) and not self._messages:
-                    raise WsClosed(event.code, event.reason or "")
-        return self._messages.popleft()
+
+    async def _handle_events(self) -> None:
+        """Process what wsproto has parsed - including what arrived with the upgrade response itself."""
+        for event in self._conn.events():
+            if isinstance(event, TextMessage):
+                self._parts.append(event.data)
+                if event.message_finished:
+                    self._messages.append("".join(self._parts))
+                    self._parts = []
+            elif isinstance(event, Ping):
+                await self._stream.send_all(self._conn.send(event.response()))
+            elif isinstance(event, CloseConnection):
+                self._close = (event.code, event.reason or "")
 
     async def aclose(self) -> None:
-        with contextlib.suppress(Exception):  # best effort on an already broken connection
-            await self._stream.send_all(self._conn.send(CloseConnection(code=1000)))
-        await trio.aclose_forcefully(self._stream)
+        try:
+            with contextlib.suppress(Exception):  # best effort on an already broken connection
+                await self._stream.send_all(self._conn.send(CloseConnection(code=1000)))
+        finally:  # also when cancelled during the close frame: the socket must not leak
+            await trio.aclose_forcefully(self._stream)

@@ -72,11 +72,20 @@ class SubscriptionBusyError(ServiceError):
     status = 412
 
 
+class TooManyTopicsError(ServiceError):
+    """Creating one more topic would exceed ``topics_per_namespace_max`` (Pulsar's ``maxTopicsPerNamespace``,
+    412 "Exceed maximum number of topics in namespace")."""
+
+    status = 412
+
+
 class NotOwnerError(ServiceError):
-    """This broker does not own the topic's bundle; ``http_url`` is the owner's (307 redirect)."""
+    """This broker does not own the topic's bundle; ``http_url`` is the owner's (307 redirect), and
+    ``http_url_tls`` its TLS URL when it serves one (a client that came over TLS is sent there)."""
 
     status = 307
 
-    def __init__(self, message: str, http_url: str) -> None:
+    def __init__(self, message: str, http_url: str, http_url_tls: str = "") -> None:
         super().__init__(message)
         self.http_url = http_url
+        self.http_url_tls = http_url_tls

@@ -3,11 +3,23 @@
 The admin layer registers its REST routes into the same router (``register_routes`` of
 :func:`~.run.run_broker`), so one port serves everything, as Pulsar's broker web service does.
 ``GET /admin/v2/brokers/health`` answers 200 ``ok`` once the broker serves (503 before and while stopping).
+
+Security: the WebSocket endpoints and lookup authenticate and authorize every request (:mod:`.security`).
+Health stays open - it is the readiness probe, reveals nothing and Pulsar's equivalent for probes
+(``/status.html``) is open too; ``/metrics`` is open unless ``authenticate_metrics_endpoint`` is set
+(Pulsar's ``authenticateMetricsEndpoint``, default false), and then needs a superuser's token.
 """
 
 from __future__ import annotations
 
-from magnetar.bookkeeper.runtime.http import HttpRequest, HttpResponse, Router, error_response, text_response
+from magnetar.bookkeeper.runtime.http import (
+    HttpError,
+    HttpRequest,
+    HttpResponse,
+    Router,
+    error_response,
+    text_response,
+)
 from magnetar.broker.lookup import LookupHandlers
 from magnetar.broker.service import BrokerService
 from magnetar.broker.ws_handlers import WsHandlers
@@ -32,6 +44,10 @@ def build_router(service: BrokerService) -> Router:
         return text_response("ok")
 
     async def metrics(request: HttpRequest) -> HttpResponse:
+        if service.settings.authenticate_metrics_endpoint:
+            principal = service.security.authenticate_http(request.head)
+            if not service.security.authorization.is_superuser(principal.role):
+                raise HttpError(403, "This operation requires super-user access")
         return HttpResponse(200, (("content-type", PROMETHEUS_CONTENT_TYPE),), service.metrics.render())
 
     router.get("/admin/v2/brokers/health", health)

@@ -9,7 +9,9 @@
 ``register_routes(router, service)`` lets the admin layer add its REST routes before the server starts;
 ``on_trim_candidate`` is handed to the managed-ledger factory and each of ``factory_services`` is started with
 ``nursery.start(service_fn, factory)`` once the factory is open (the retention service of ``gc``, which the
-broker may not import).
+broker may not import). With ``http_port_tls`` set the same router is served over TLS on that port too
+(Pulsar's ``webServicePortTls``); the broker registers both URLs (``httpUrl``, ``httpUrlTls``), and lookups
+and redirects of clients that came over TLS point at the TLS one.
 Start-up creates the cluster, tenant ``public`` and namespace ``public/default`` when they are missing
 (``initialize_metadata``), as Pulsar standalone does.
 """
@@ -46,6 +48,8 @@ class BrokerHandle:
     router: Router
     port: int
     http_url: str
+    tls_port: int | None = None
+    http_url_tls: str = ""
     _stop: trio.Event = field(default_factory=trio.Event)
     stopped: trio.Event = field(default_factory=trio.Event)
 
@@ -77,16 +81,25 @@ async def run_broker(
         if register_routes is not None:
             register_routes(router, service)
         server = HttpServer(router, settings.http_settings())
+        ssl_context = settings.web_ssl_context()
+        tls_server = None
+        if ssl_context is not None:
+            tls_server = HttpServer(router, settings.http_tls_settings(), ssl_context=ssl_context)
         async with trio.open_nursery() as nursery:
             ports: list[int] = await nursery.start(server.serve)
             http_url = f"http://{settings.advertised_host()}:{ports[0]}"
+            tls_port: int | None = None
+            http_url_tls = ""
+            if tls_server is not None:
+                tls_port = (await nursery.start(tls_server.serve))[0]
+                http_url_tls = f"https://{settings.advertised_host()}:{tls_port}"
             if initialize_metadata:
                 await initialize_cluster_metadata(service.policies, settings.cluster, http_url)
             service_scope = trio.CancelScope()
 
             async def run_service(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
                 with service_scope:
-                    await service.run(http_url, task_status=task_status)
+                    await service.run(http_url, http_url_tls=http_url_tls, task_status=task_status)
 
             await nursery.start(run_service)
             services_scope = trio.CancelScope()
@@ -101,7 +114,7 @@ async def run_broker(
                         task_status.started()
 
             await nursery.start(run_factory_services)
-            handle = BrokerHandle(service, router, ports[0], http_url)
+            handle = BrokerHandle(service, router, ports[0], http_url, tls_port, http_url_tls)
             log.info("broker serving at %s", http_url)
             task_status.started(handle)
             try:
@@ -110,6 +123,8 @@ async def run_broker(
                 with trio.CancelScope(shield=True):
                     await service.shutdown()
                     server.shutdown()
+                    if tls_server is not None:
+                        tls_server.shutdown()
                     service_scope.cancel()
                     services_scope.cancel()
         handle.stopped.set()

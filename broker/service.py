@@ -49,6 +49,7 @@ from magnetar.broker.policies import (
     ensure,
 )
 from magnetar.broker.publish_gate import PublishGate
+from magnetar.broker.security_settings import build_security
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_name import TopicName
@@ -78,6 +79,7 @@ class BrokerService:
         self.ml_factory = ml_factory
         self.policies = PolicyStore(metadata)
         self.clock = clock or SystemClock()
+        self.security = build_security(settings, self.policies, self.clock)
         self.rng = rng or random.Random()
         self.topics: dict[str, PersistentTopic] = {}
         self._topic_bundles: dict[str, Bundle] = {}
@@ -105,12 +107,16 @@ class BrokerService:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(
-        self, http_url: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        http_url: str,
+        *,
+        http_url_tls: str = "",
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Register the broker under ``http_url`` and serve until cancelled (call :meth:`shutdown` first for a
-        clean stop)."""
+        """Register the broker under ``http_url`` (and ``http_url_tls`` when it serves TLS) and serve until
+        cancelled (call :meth:`shutdown` first for a clean stop)."""
         self.http_url = http_url
-        me = OwnerInfo(httpUrl=http_url)
+        me = OwnerInfo(httpUrl=http_url, httpUrlTls=http_url_tls)
         self._ownership = OwnershipManager(self.metadata, self.broker_id, me, self._on_bundles_lost)
         try:
             async with trio.open_nursery() as nursery:
@@ -183,7 +189,7 @@ class BrokerService:
         """Raise :class:`NotOwnerError` unless this broker serves ``topic``; returns its bundle."""
         owner = await self.owner_of(topic)
         if owner.httpUrl != self.http_url:
-            raise NotOwnerError(f"{topic} is served by {owner.httpUrl}", owner.httpUrl)
+            raise NotOwnerError(f"{topic} is served by {owner.httpUrl}", owner.httpUrl, owner.httpUrlTls)
         return await self.bundle_of(topic)
 
     def _on_bundles_lost(self, bundles: set[Bundle]) -> None:
@@ -237,9 +243,11 @@ class BrokerService:
             if pending is None:
                 break
             await pending.wait()
-        bundle = await self.check_owner(topic)
+        # Registered before the first await: a concurrent request for the same topic waits for this load
+        # instead of loading a second PersistentTopic over the same managed ledger.
         done = self._loading[key] = trio.Event()
         try:
+            bundle = await self.check_owner(topic)
             return await self._load(topic, bundle, create=create)
         finally:
             del self._loading[key]
@@ -248,9 +256,13 @@ class BrokerService:
     async def _load(self, topic: TopicName, bundle: Bundle, *, create: bool) -> PersistentTopic:
         await self._namespace_policies(bundle[0])
         name = topic.managed_ledger_name
-        if not await self._may_create(topic, create) and not await self.ml_factory.exists(name):
-            raise TopicNotFoundError(f"Topic {topic} does not exist")
         try:
+            may_create = await self._may_create(topic, create)
+            topics_max = self.security.limits.topics_per_namespace_max
+            if (not may_create or topics_max) and not await self.ml_factory.exists(name):
+                if not may_create:
+                    raise TopicNotFoundError(f"Topic {topic} does not exist")
+                await self.check_topic_count(topic)
             ml = await self.ml_factory.open(name)
         except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
             raise ServiceUnitNotReadyError(f"Failed to load topic {topic}: {exc}") from exc
@@ -272,6 +284,20 @@ class BrokerService:
         self._topic_bundles[str(topic)] = bundle
         log.info("loaded topic %s", topic)
         return loaded
+
+    async def check_topic_count(self, topic: TopicName) -> None:
+        """Refuse creating ``topic`` in a namespace holding ``topics_per_namespace_max`` topics (partitions
+        count one each, as in Pulsar)."""
+        if not self.security.limits.topics_per_namespace_max:
+            return
+        prefix = f"{topic.tenant}/{topic.namespace}/{topic.domain}"
+        try:
+            existing = await self.ml_factory.meta.list_managed_ledgers(prefix)
+        except MetadataStoreError as exc:
+            raise ServiceUnitNotReadyError(
+                f"counting the topics of {topic.namespace_name} failed: {exc}"
+            ) from exc
+        self.security.check_topic_count(str(topic.namespace_name), len(existing))
 
     async def _may_create(self, topic: TopicName, create: bool) -> bool:
         if not create:

@@ -8,6 +8,9 @@ Names follow DESIGN.md §4 (unit last) and map to Pulsar's ``broker.conf`` where
 ``ws_idle_timeout_ms`` = ``webSocketSessionIdleTimeoutMillis``,
 ``metadata_session_timeout_ms`` = ``metadataStoreSessionTimeoutMillis``.
 
+Security settings (authentication, authorization, TLS, protective limits) are inherited from
+:class:`~.security_settings.SecuritySettings`; all are off by default.
+
 The model embeds the values of the HTTP server (:class:`HttpSettings`), the managed ledger
 (:class:`ManagedLedgerSettings`) and the replication client (:class:`ClientSettings`); the ``*_settings()``
 methods build those models.
@@ -20,18 +23,19 @@ import socket
 from typing import Annotated, Self
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientSettings
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 from magnetar.bookkeeper.runtime.http import HttpSettings
+from magnetar.broker.security_settings import SecuritySettings
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
 PositiveInt = Annotated[int, Field(gt=0)]
 MIB = 1024 * 1024
 
 
-class BrokerSettings(BaseSettings):
+class BrokerSettings(SecuritySettings):
     model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
 
     # -- identity and addresses -----------------------------------------------------------------
@@ -127,6 +131,10 @@ class BrokerSettings(BaseSettings):
             pass
         return self.bind_address
 
+    def http_tls_settings(self) -> HttpSettings:
+        """The HTTP settings of the TLS port (``http_port_tls``), otherwise those of the plain port."""
+        return self.http_settings().model_copy(update={"http_port": self.http_port_tls or 0})
+
     def http_settings(self) -> HttpSettings:
         return HttpSettings(
             http_bind_address=self.bind_address,
@@ -135,6 +143,7 @@ class BrokerSettings(BaseSettings):
             http_body_bytes_max=self.http_body_bytes_max,
             http_idle_timeout_ms=self.http_idle_timeout_ms,
             http_connections_max=self.http_connections_max,
+            http_connections_per_ip_max=self.http_connections_per_ip_max,
             ws_frame_bytes_max=self.ws_frame_bytes_max,
             ws_idle_timeout_ms=self.ws_idle_timeout_ms,
             ws_send_queue_bytes_max=self.ws_send_queue_bytes_max,
@@ -171,4 +180,5 @@ class BrokerSettings(BaseSettings):
         return MetadataStoreSettings(
             session_timeout_ms=self.metadata_session_timeout_ms,
             operation_timeout_ms=self.metadata_operation_timeout_ms,
+            **self.zk_tls_options(),
         )

@@ -14,6 +14,12 @@ binary frame is treated as a request that cannot be read: ``send-error:3`` for a
 consumer or reader. When the topic is unloaded or its bundle lost, sessions are closed with 1001 (going
 away) so clients look the topic up again; ``unsubscribe`` closes the session with 1000 once done.
 
+Security (:mod:`.security`): right after the path is parsed, the upgrade is authenticated (``Authorization:
+Bearer`` or the ``token`` query parameter; 401 ``Failed to authenticate: ...``) and authorized (produce for a
+producer, consume on the subscription for a consumer, consume for a reader; 403 ``Not authorized: ...``),
+before any topic is looked up or created - Pulsar's ``checkAuth``. A producer's messages beyond the publish
+rate limits get ``send-error:8`` with the limit named, and the session goes on.
+
 Magnetar extension: the consumer accepts ``subscriptionInitialPosition=Earliest|Latest`` (default Latest, the
 Java client's default) for a subscription it creates.
 """
@@ -85,7 +91,10 @@ class WsHandlers:
 
     async def _refuse(self, request: WebSocketRequest, exc: Exception) -> None:
         if isinstance(exc, NotOwnerError):
-            location = "ws://" + exc.http_url.split("://", 1)[-1] + request.head.target
+            if request.head.tls and exc.http_url_tls:
+                location = "wss://" + exc.http_url_tls.split("://", 1)[-1] + request.head.target
+            else:
+                location = "ws://" + exc.http_url.split("://", 1)[-1] + request.head.target
             response = error_response(307, str(exc), (("location", location),))
         elif isinstance(exc, WsUpgradeError):
             response = error_response(exc.status, exc.reason)
@@ -140,6 +149,10 @@ class WsHandlers:
             target = parse_ws_path(request.path)
             if target.kind is not WsKind.PRODUCER:
                 raise WsUpgradeError.invalid("not a producer path")
+            security = self._service.security
+            principal = security.authenticate_upgrade(request.head)
+            await security.authorize_producer(principal, target.topic)
+            limiter = security.publish_limiter(principal, request.head)
             params = ProducerParams.parse(request.query)
             limit = min(
                 params.max_pending_messages or 1, self._service.settings.producer_pending_messages_max
@@ -189,6 +202,12 @@ class WsHandlers:
                     publish = parse_publish_request(message)
                 except PublishError as exc:
                     session.frames.push(exc.ack_json())
+                    return
+                refusal = limiter.try_publish()
+                if refusal is not None:
+                    session.frames.push(
+                        producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refusal, publish.context)
+                    )
                     return
                 if not await self._admitted(producers):
                     reason = (
@@ -240,6 +259,9 @@ class WsHandlers:
             target = parse_ws_path(request.path)
             if target.kind is not WsKind.CONSUMER or target.subscription is None:
                 raise WsUpgradeError.invalid("not a consumer path")
+            security = self._service.security
+            principal = security.authenticate_upgrade(request.head)
+            await security.authorize_consumer(principal, target.topic, target.subscription)
             params = ConsumerParams.parse(request.query, target.topic, target.subscription)
             initial = request.query.get("subscriptionInitialPosition", "Latest")
             if initial not in INITIAL_POSITIONS:
@@ -352,6 +374,9 @@ class WsHandlers:
             target = parse_ws_path(request.path)
             if target.kind is not WsKind.READER:
                 raise WsUpgradeError.invalid("not a reader path")
+            security = self._service.security
+            principal = security.authenticate_upgrade(request.head)
+            await security.authorize_reader(principal, target.topic)
             params = ReaderParams.parse(request.query)
             flow = FlowControl(params.max_pending_messages, pull_mode=False)
             reader_name = params.reader_name or _random_name(self._service)

@@ -44,3 +44,8 @@ class InvalidCursorPositionError(ManagedLedgerError, ValueError):
 
 class MetadataConflictError(ManagedLedgerError):
     """A metadata write lost a compare-and-set race."""
+
+
+class MetadataUnavailableError(ManagedLedgerError):
+    """The metadata store failed or could not be reached (ZooKeeper down, session lost); the operation may or
+    may not have happened. Callers treat it like a failed bookie write: retry later, never crash."""

@@ -13,6 +13,11 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
 * ``fixtures.admin`` - the admin REST API on a real server: ``admin_server``, ``admin_client``,
   ``run_admin_server``
 * ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
+* ``fixtures.auth`` - token keys (``token_keys``), a test CA with server/client certificates (``tls_files``),
+  ``FakeClock``
+* ``fixtures.dev_cluster`` - real clusters of processes (``open_test_cluster``, the ``magnetar dev-cluster``
+  command), imported by the tests that use them; ``fixtures.tcp_proxy`` - the fault-injecting proxy
+* the failure suite's ``--chaos-long`` option lives in ``tests/chaos/conftest.py``
 * the simulation's ``--sim-seed`` / ``--sim-seeds`` options live in ``tests/sim/conftest.py``
 """
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 pytest_plugins = [
     "fixtures.admin",
+    "fixtures.auth",
     "fixtures.client",
     "fixtures.processes",
     "fixtures.zookeeper",

@@ -1,14 +1,21 @@
 """The HTTP side of ``magnetar admin``: a small synchronous client of the admin REST API.
 
 Requests go to ``--admin-url`` (env ``MAGNETAR_ADMIN_URL``, default ``http://127.0.0.1:8080``); 307 redirects
-to the owning broker are followed (httpx keeps the method and body; the Location carries
+to the owning broker are followed with the same method, body and headers (the Location carries
 ``authoritative=true``), at most ``REDIRECTS_MAX`` times so a redirect loop (Pulsar issue #13946) ends with an
-error. A non-2xx answer raises :class:`AdminApiError` with the server's ``reason``.
+error. The client follows them itself because httpx drops the ``Authorization`` header on a redirect to
+another host or port - and the owning broker needs the token as much as the first one. A non-2xx answer
+raises :class:`AdminApiError` with the server's ``reason``.
+
+With a token (``--auth-token``, as Pulsar's ``authParams=token:...``) every request carries
+``Authorization: Bearer <token>``; ``--tls-trust-certs-file`` verifies an ``https://`` admin URL against
+those CA certificates (Pulsar's ``tlsTrustCertsFilePath``) instead of the system's.
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any
 
 import httpx
@@ -36,12 +43,21 @@ def _reason(response: httpx.Response) -> str:
 
 
 class AdminClient:
-    def __init__(self, base_url: str = DEFAULT_ADMIN_URL, *, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        base_url: str = DEFAULT_ADMIN_URL,
+        *,
+        timeout_s: float = TIMEOUT_S,
+        token: str | None = None,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
+        headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
-            follow_redirects=True,
-            max_redirects=REDIRECTS_MAX,
+            follow_redirects=False,
             timeout=timeout_s,
+            headers=headers,
+            verify=verify,
         )
 
     def close(self) -> None:
@@ -60,12 +76,19 @@ class AdminClient:
         content = None if body is None else json.dumps(body).encode()
         headers = {"content-type": "application/json"} if content is not None else {}
         clean = {k: _param(v) for k, v in (params or {}).items() if v is not None}
-        try:
-            response = self._http.request(method, path, content=content, headers=headers, params=clean)
-        except httpx.TooManyRedirects:
-            raise AdminApiError(307, f"more than {REDIRECTS_MAX} redirects") from None
-        except httpx.HTTPError as exc:
-            raise AdminApiError(0, f"cannot reach {self._http.base_url}: {exc}") from None
+        url: str = path
+        query: dict[str, str] | None = clean
+        for _ in range(REDIRECTS_MAX + 1):
+            try:
+                response = self._http.request(method, url, content=content, headers=headers, params=query)
+            except httpx.HTTPError as exc:
+                raise AdminApiError(0, f"cannot reach {self._http.base_url}: {exc}") from None
+            location = response.headers.get("location")
+            if response.status_code not in (307, 308) or not location:
+                break
+            url, query = location, None  # the Location carries the query (with authoritative=true)
+        else:
+            raise AdminApiError(307, f"more than {REDIRECTS_MAX} redirects")
         if response.status_code >= 300:
             raise AdminApiError(response.status_code, _reason(response))
         if response.status_code == 204 or not response.content:

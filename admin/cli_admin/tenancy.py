@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+from urllib.parse import quote
 
 from magnetar.admin.cli_admin.client import AdminClient
 from magnetar.admin.cli_admin.units import UnitError, parse_size_bytes, parse_time_s, retention_body
@@ -143,6 +144,14 @@ def _quota_type_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-t", "--type", default="destination_storage", choices=QUOTA_TYPES)
 
 
+def _role_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--role", required=True, help="the role (a token's subject)")
+
+
+def _actions_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--actions", required=True, help="comma-separated: produce,consume,functions,...")
+
+
 def _ns(args: A, tail: str = "") -> str:
     return namespace_path(args.namespace) + tail
 
@@ -171,4 +180,10 @@ NAMESPACES = [
     Verb("remove-backlog-quota", "remove a backlog quota",
          lambda c, a: c.delete(_ns(a, "/backlogQuota"), backlogQuotaType=a.type),
          combine(NS, _quota_type_flag)),
+    Verb("permissions", "get the permissions on a namespace", lambda c, a: c.get(_ns(a, "/permissions")), NS),
+    Verb("grant-permission", "grant a role actions (produce, consume, functions ...) on a namespace",
+         lambda c, a: c.post(_ns(a, f"/permissions/{quote(a.role, safe='')}"), _csv(a.actions)),
+         combine(NS, _role_flag, _actions_flag)),
+    Verb("revoke-permission", "revoke a role's actions on a namespace",
+         lambda c, a: c.delete(_ns(a, f"/permissions/{quote(a.role, safe='')}")), combine(NS, _role_flag)),
 ]  # fmt: skip

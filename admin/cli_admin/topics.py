@@ -32,6 +32,10 @@ def _ns_topics(args: A, tail: str = "") -> str:
     return namespace_path(args.namespace).replace("/namespaces/", "/persistent/", 1) + tail
 
 
+def _csv(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def _t(args: A, tail: str = "") -> str:
     return topic_path(args.topic) + tail
 
@@ -234,6 +238,15 @@ TOPICS = [
          lambda c, a: c.delete(_t(a, "/backlogQuota"), backlogQuotaType=a.type),
          combine(TOPIC, option("-t", "--type", default="destination_storage",
                                                  choices=QUOTA_TYPES))),
+    Verb("permissions", "get the effective permissions on a topic", lambda c, a: c.get(_t(a, "/permissions")),
+         TOPIC),
+    Verb("grant-permission", "grant a role actions (produce, consume ...) on a topic",
+         lambda c, a: c.post(_t(a, f"/permissions/{quote(a.role, safe='')}"), _csv(a.actions)),
+         combine(TOPIC, option("--role", required=True, help="the role"),
+                 option("--actions", required=True, help="comma-separated: produce,consume"))),
+    Verb("revoke-permission", "revoke a role's actions on a topic",
+         lambda c, a: c.delete(_t(a, f"/permissions/{quote(a.role, safe='')}")),
+         combine(TOPIC, option("--role", required=True, help="the role"))),
 ]  # fmt: skip
 
 SUBSCRIPTIONS = [

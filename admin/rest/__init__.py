@@ -7,7 +7,15 @@
 
 from __future__ import annotations
 
-from magnetar.admin.rest import clusters, namespaces, range_read, subscriptions, topic_metadata, topics
+from magnetar.admin.rest import (
+    clusters,
+    namespaces,
+    permissions,
+    range_read,
+    subscriptions,
+    topic_metadata,
+    topics,
+)
 from magnetar.admin.rest.context import AdminContext, AdminSettings, BrokerDirectory, StaticBrokers
 from magnetar.admin.rest.framework import Call, Endpoint, NoQuery, ok, register
 from magnetar.admin.rest.openapi import build_document
@@ -19,7 +27,12 @@ OPENAPI_PATH = "/admin/v2/openapi.json"
 
 def admin_endpoints(*, with_topics: bool = False) -> list[Endpoint]:
     """Every admin endpoint, in registration order; the topic data routes only ``with_topics``."""
-    endpoints = [*clusters.endpoints(), *namespaces.endpoints(), *topic_metadata.endpoints()]
+    endpoints = [
+        *clusters.endpoints(),
+        *namespaces.endpoints(),
+        *permissions.endpoints(),
+        *topic_metadata.endpoints(),
+    ]
     if with_topics:
         endpoints += [*topics.endpoints(), *subscriptions.endpoints(), *range_read.endpoints()]
     return endpoints

@@ -19,6 +19,7 @@ from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.broker.namespace_bundle import DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
 from magnetar.broker.policies import PolicyStore
+from magnetar.broker.security import BrokerSecurity
 
 
 class AdminSettings(BaseModel):
@@ -81,6 +82,8 @@ class AdminContext:
     brokers: BrokerDirectory = field(default_factory=StaticBrokers)
     topics: TopicHost | None = None
     """The broker's side of the topic routes; without it only metadata routes are served."""
+    security: BrokerSecurity | None = None
+    """Authentication, authorization and rate limits (:mod:`.access`); None: every call is allowed."""
     policies: PolicyStore = field(init=False)
 
     def __post_init__(self) -> None:

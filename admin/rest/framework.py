@@ -13,6 +13,8 @@ Validation order, and the status each failure gets (Pulsar / JAX-RS conventions,
 2. body: not JSON -> 400; wrong shape or type -> 400 (Jackson's mapping errors are 400s in Pulsar);
    a missing required body -> 400; the size bound is the HTTP server's ``http_body_bytes_max`` (413);
 3. names in the path (tenant, namespace, topic) -> 412 "... name is not valid", checked by the handler;
+0. before all of these, :func:`~.access.check_access`: 401 without a valid token, 429 beyond the admin
+   rate limits, 403 when the role may not call the route (:mod:`.access` has the table);
 4. the operation itself: typed errors carrying their status (``PolicyError.status``: 404/409/412,
    :class:`AdminError` for the rest) become ``{"reason": ...}``; a metadata store that cannot be reached is
    503. Anything else is a bug: the HTTP server answers a generic 500 and logs the trace, never sending it.
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
+from magnetar.admin.rest.access import check_access, rule_for
 from magnetar.bookkeeper.metadata import MetadataStoreError, StoreUnavailableError
 from magnetar.bookkeeper.runtime.http import (
     HttpError,
@@ -40,7 +43,7 @@ from magnetar.bookkeeper.runtime.http import (
     json_response,
     text_response,
 )
-from magnetar.broker.errors import InvalidTopicNameError
+from magnetar.broker.errors import InvalidTopicNameError, NotOwnerError, ServiceError
 from magnetar.broker.policies import PolicyError
 
 if TYPE_CHECKING:
@@ -231,6 +234,8 @@ def error_for(exc: Exception) -> HttpError | None:
         return HttpError(exc.status, str(exc))
     if isinstance(exc, InvalidTopicNameError):
         return HttpError(412, str(exc))
+    if isinstance(exc, ServiceError) and not isinstance(exc, NotOwnerError):
+        return HttpError(exc.status, str(exc))
     if isinstance(exc, StoreUnavailableError):
         return HttpError(503, "Metadata store unavailable")
     if isinstance(exc, MetadataStoreError):
@@ -241,8 +246,11 @@ def error_for(exc: Exception) -> HttpError | None:
 def make_handler(
     endpoint: Endpoint, context: AdminContext
 ) -> Callable[[HttpRequest], Awaitable[HttpResponse]]:
+    access = rule_for(endpoint.method, endpoint.path)
+
     async def handle(request: HttpRequest) -> HttpResponse:
         try:
+            await check_access(access, request, context.security)
             query = parse_query(endpoint, request)
             body = parse_body(endpoint, request)
             return await endpoint.handler(Call(request, context, query, body))

@@ -34,7 +34,7 @@ def redirect_location(call: Call, owner_url: str) -> str:
 async def ensure_served(call: Call, topic: TopicName) -> None:
     """Raise the 307 to the owner unless this broker serves ``topic``."""
     authoritative = call.request.query.get("authoritative", "false").lower() == "true"
-    owner = await host_of(call).owner_url(topic, authoritative=authoritative)
+    owner = await host_of(call).owner_url(topic, authoritative=authoritative, tls=call.request.head.tls)
     if owner is not None:
         location = redirect_location(call, owner)
         raise HttpError(

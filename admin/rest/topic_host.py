@@ -51,9 +51,9 @@ class TopicTraffic:
 
 
 class TopicHost(Protocol):
-    async def owner_url(self, topic: TopicName, *, authoritative: bool) -> str | None:
+    async def owner_url(self, topic: TopicName, *, authoritative: bool, tls: bool = False) -> str | None:
         """None when this broker serves ``topic`` (acquiring its bundle if nobody owns it); else the owner's
-        HTTP URL."""
+        HTTP URL (its HTTPS URL for a request that came over TLS, when the owner serves TLS)."""
         ...
 
     async def load(self, topic: TopicName, *, create: bool) -> ManagedLedger | None:

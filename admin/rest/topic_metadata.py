@@ -148,6 +148,9 @@ async def create_partitioned(call: Call) -> HttpResponse:
     await require_namespace(ctx, topic.namespace_name)
     if await managed_ledger_exists(ctx.metadata, topic):
         raise AdminError(409, "This topic already exists")
+    if ctx.security is not None and ctx.security.limits.topics_per_namespace_max:
+        existing = len(await list_topics(ctx, topic.namespace_name))
+        ctx.security.check_topic_count(str(topic.namespace_name), existing, adding=count)
     try:
         await ctx.policies.create_partitioned(str(topic.namespace_name), topic.local_name, count)
     except AlreadyExists:

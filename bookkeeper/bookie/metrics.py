@@ -65,6 +65,8 @@ class BookieMetrics(Collector):
         self.read_bytes = 0
         self.connections = 0
         self.connections_rejected = 0
+        self.auth_failures = 0
+        self.tls_handshake_failures = 0
         self.readonly = False
         self.disk_usage_ratio = 0.0
         self._store_stats = store_stats
@@ -101,6 +103,16 @@ class BookieMetrics(Collector):
             PREFIX + "connections_rejected",
             "Connections closed at once because connections_max was reached",
             value=self.connections_rejected,
+        )
+        yield CounterMetricFamily(
+            PREFIX + "auth_failures",
+            "Connections refused for a missing, invalid or unauthorized token",
+            value=self.auth_failures,
+        )
+        yield CounterMetricFamily(
+            PREFIX + "tls_handshake_failures",
+            "Connections that failed or timed out in the TLS handshake",
+            value=self.tls_handshake_failures,
         )
         readonly = int(self.readonly)
         yield GaugeMetricFamily(PREFIX + "readonly", "1 while the bookie is read-only", value=readonly)

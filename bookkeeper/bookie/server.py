@@ -16,6 +16,10 @@ Theory of operation (BookKeeper's ``BookieNettyServer`` + ``BookieRequestProcess
   further ones are answered ETOOMANYREQUESTS at once (BookKeeper's ``maxAddsInProgressLimit``).
 * **Drain.** :meth:`BookieServer.drain` stops accepting and reading, lets the in-flight requests finish and
   their responses go out (bounded by ``drain_timeout_ms``), then closes the connections.
+* **TLS and authentication** (:mod:`.auth`). With a TLS context each connection's handshake runs in its own
+  task within ``tls_handshake_timeout_ms``. With an authenticator a connection must first present a token
+  with AUTH: until then every request is answered EUA; a refused AUTH is answered EUA and the connection is
+  closed; one that has not authenticated within ``auth_timeout_ms`` is closed.
 
 :class:`Bookie` composes one bookie: read-only state, request core, server, disk monitor and registration in
 the metadata store, over an injected :class:`~.ledger_store.LedgerStore` (the owner runs and closes the
@@ -26,11 +30,13 @@ store). ``endpoint = await nursery.start(bookie.run)`` returns once it serves an
 from __future__ import annotations
 
 import logging
+import ssl
 from dataclasses import dataclass
 from time import perf_counter
 
 import trio
 
+from magnetar.bookkeeper.bookie.auth import BookieAuthenticator, bookie_ssl_context
 from magnetar.bookkeeper.bookie.core import BookieCore
 from magnetar.bookkeeper.bookie.disk_monitor import DiskMonitor, DiskThresholds, ReadOnlyState
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
@@ -42,7 +48,10 @@ from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo
 from magnetar.bookkeeper.protocol.codec import NEED_DATA, BadRequest, ServerProtocol, response_for_status
 from magnetar.bookkeeper.protocol.frames import FramingError
 from magnetar.bookkeeper.protocol.messages import (
+    AUTH_PLUGIN_TOKEN,
     AddRequest,
+    AuthRequest,
+    AuthResponse,
     ErrorResponse,
     GetBookieInfoRequest,
     ReadLacRequest,
@@ -52,6 +61,8 @@ from magnetar.bookkeeper.protocol.messages import (
     WriteLacRequest,
 )
 from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
+from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake, peer_address
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +88,20 @@ class BookieEndpoint:
 
 
 class BookieServer:
-    def __init__(self, core: BookieCore, settings: BookieSettings, metrics: BookieMetrics) -> None:
+    def __init__(
+        self,
+        core: BookieCore,
+        settings: BookieSettings,
+        metrics: BookieMetrics,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        authenticator: BookieAuthenticator | None = None,
+    ) -> None:
         self.core = core
         self.settings = settings
         self.metrics = metrics
+        self.ssl_context = ssl_context
+        self.authenticator = authenticator
         self._connections: set[_Connection] = set()
         self._accept_scope = trio.CancelScope()
         self._draining = False
@@ -122,7 +143,11 @@ class BookieServer:
                     log.warning("connections_max=%d reached: closing new connections", limit)
                 await stream.aclose()
                 continue
-            connection = _Connection(self, stream)
+            peer = peer_address(stream)
+            served: trio.abc.Stream = stream
+            if self.ssl_context is not None:
+                served = trio.SSLStream(stream, self.ssl_context, server_side=True)
+            connection = _Connection(self, served, "?" if peer is None else f"{peer[0]}:{peer[1]}")
             self._connections.add(connection)
             self.metrics.connections = len(self._connections)
             nursery.start_soon(connection.run)
@@ -160,18 +185,29 @@ async def serve_bookie(
 ) -> None:
     """Serve ``core`` over TCP until cancelled: ``host, port = await nursery.start(serve_bookie, core, s)``.
 
-    The bare wire server (no registration, no disk monitor); :class:`Bookie` is the whole bookie.
+    The bare wire server (no registration, no disk monitor); :class:`Bookie` is the whole bookie. TLS and
+    authentication follow ``settings`` as in :class:`Bookie`.
     """
-    server = BookieServer(core, settings, metrics or BookieMetrics())
+    server = BookieServer(
+        core,
+        settings,
+        metrics or BookieMetrics(),
+        ssl_context=bookie_ssl_context(settings),
+        authenticator=BookieAuthenticator.from_settings(settings),
+    )
     await server.serve(task_status=task_status)
 
 
 class _Connection:
-    def __init__(self, server: BookieServer, stream: trio.SocketStream) -> None:
+    def __init__(self, server: BookieServer, stream: trio.abc.Stream, peer: str) -> None:
         self.server = server
         self.stream = stream
         settings = server.settings
-        self.peer = _peer_name(stream)
+        self.peer = peer
+        self._authenticator = server.authenticator
+        self.role: str | None = None
+        """The role of the token this connection authenticated with (None: not authenticated)."""
+        self._auth_scope = trio.CancelScope()
         self._proto = ServerProtocol(settings.frame_bytes_max)
         self._core = server.core
         self._metrics = server.metrics
@@ -194,6 +230,10 @@ class _Connection:
         try:
             with self._io_scope:
                 async with self.stream, trio.open_nursery() as nursery:
+                    if not await self._tls_handshake():
+                        return
+                    if self._authenticator is not None:
+                        nursery.start_soon(self._auth_deadline)
                     nursery.start_soon(self._writer)
                     graceful = True  # stopped by drain: answer what was accepted
                     with self._read_scope:
@@ -208,6 +248,25 @@ class _Connection:
 
     def stop_reading(self) -> None:
         self._read_scope.cancel()
+
+    async def _tls_handshake(self) -> bool:
+        if not isinstance(self.stream, trio.SSLStream):
+            return True
+        try:
+            await handshake(self.stream, self.server.settings.tls_handshake_timeout_ms / 1000)
+        except TlsHandshakeError as exc:
+            self._metrics.tls_handshake_failures += 1
+            log.info("connection from %s: %s", self.peer, exc)
+            return False
+        return True
+
+    async def _auth_deadline(self) -> None:
+        with self._auth_scope:
+            await trio.sleep(self.server.settings.auth_timeout_ms / 1000)
+            self._metrics.auth_failures += 1
+            level = logging.WARNING if self._metrics.auth_failures % 100 == 1 else logging.DEBUG
+            log.log(level, "closing connection from %s: no AUTH within auth_timeout_ms", self.peer)
+            self.abort()
 
     def abort(self) -> None:
         self._io_scope.cancel()
@@ -232,6 +291,12 @@ class _Connection:
                 elif isinstance(event, FramingError):
                     log.warning("closing connection from %s: %s", self.peer, event.reason)
                     return True
+                elif isinstance(event, AuthRequest):
+                    if not self._authenticate(event):
+                        return True  # flush the refusal, then close
+                elif self._authenticator is not None and self.role is None:
+                    self._metrics.request_done(_OP_NAMES[type(event)], BookieStatus.EUA, 0.0)
+                    self._send(response_for_status(event, BookieStatus.EUA))
                 else:
                     self._dispatch(event)
                     handled += 1
@@ -242,6 +307,28 @@ class _Connection:
         except _IO_ERRORS as exc:
             log.debug("connection from %s lost: %s", self.peer, exc or type(exc).__name__)
             return False
+
+    def _authenticate(self, request: AuthRequest) -> bool:
+        """Answer an AUTH; False when it was refused (the connection then closes)."""
+        rid = request.request_id
+        if self._authenticator is None:
+            self._send(AuthResponse(rid, BookieStatus.EOK, request.plugin_name))
+            return True
+        try:
+            role = self._authenticator.authenticate(request)
+        except (AuthenticationError, AuthorizationError) as exc:
+            self._metrics.auth_failures += 1
+            level = logging.WARNING if self._metrics.auth_failures % 100 == 1 else logging.DEBUG
+            log.log(level, "connection from %s refused: %s", self.peer, exc.reason)
+            reason = exc.reason.encode("utf-8")[:1024]
+            self._send(AuthResponse(rid, BookieStatus.EUA, AUTH_PLUGIN_TOKEN, reason))
+            return False
+        if self.role is None:
+            log.debug("connection from %s authenticated as %r", self.peer, role)
+        self.role = role
+        self._auth_scope.cancel()
+        self._send(AuthResponse(rid, BookieStatus.EOK, AUTH_PLUGIN_TOKEN))
+        return True
 
     def _bad_request(self, event: BadRequest) -> None:
         self._bad_requests += 1
@@ -284,7 +371,7 @@ class _Connection:
             log.exception("request logic failed on %r", request)
             respond(response_for_status(request, BookieStatus.EIO))
 
-    def _send(self, response: Response) -> None:
+    def _send(self, response: Response | AuthResponse) -> None:
         self._proto.send_into(self._out, response)
         if self._writer_waiting:
             self._writer_waiting = False
@@ -326,14 +413,6 @@ class _Connection:
             log.warning("connection from %s: %d requests still pending at close", self.peer, self.inflight)
 
 
-def _peer_name(stream: trio.SocketStream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]
-    except OSError:
-        return "?"
-    return f"{host}:{port}"
-
-
 class Bookie:
     """One bookie: request core, TCP server, disk monitor, registration. The owner runs/closes the store."""
 
@@ -351,7 +430,13 @@ class Bookie:
         self.state = state or ReadOnlyState()
         self.metrics = BookieMetrics(store_stats=getattr(store, "stats", None))
         self.core = BookieCore(store, is_readonly=lambda: self.state.readonly)
-        self.server = BookieServer(self.core, settings, self.metrics)
+        self.server = BookieServer(
+            self.core,
+            settings,
+            self.metrics,
+            ssl_context=bookie_ssl_context(settings),
+            authenticator=BookieAuthenticator.from_settings(settings),
+        )
         self.monitor = DiskMonitor(
             store.disk_usage,
             self.state,

@@ -6,6 +6,12 @@ Names follow DESIGN.md §4 (unit last) and map to BookKeeper's ``bk_server.conf`
 ``disk_check_interval_ms`` = ``diskCheckInterval``, ``disk_usage_threshold`` = ``diskUsageThreshold``,
 ``disk_usage_warn_threshold`` = ``diskUsageWarnThreshold``, ``disk_usage_lwm_threshold`` =
 ``diskUsageLwmThreshold`` (BookKeeper validates lwm <= threshold since PR #3285; so do we).
+
+Security (off by default): ``authentication_enabled`` makes every connection start with an AUTH carrying a
+token signed with the cluster's key (``token_secret_key`` or ``token_public_key``, as the brokers'), whose
+role is in ``auth_allowed_roles`` when that list is set (BookKeeper's ``bookieAuthProviderFactoryClass``);
+``tls_certificate_file`` + ``tls_key_file`` serve the protocol over TLS (BookKeeper's ``tlsCertificatePath``,
+``tlsKeyStore``), with client certificates required when ``tls_require_trusted_client_cert`` is set.
 """
 
 from __future__ import annotations
@@ -13,10 +19,10 @@ from __future__ import annotations
 import ipaddress
 import socket
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from magnetar.bookkeeper.bookie.gc_settings import GcSettings
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
@@ -80,6 +86,56 @@ class BookieSettings(BaseSettings):
     """How long to wait for a stale registration of the same bookie id (a previous session) to expire."""
     registration_retry_ms: PositiveInt = 500
 
+    authentication_enabled: bool = False
+    """Refuse every request of a connection (EUA) until it has presented a valid token with AUTH."""
+    token_secret_key: str | None = None
+    """The cluster's token key (``data:``/``file:``/base64), as the brokers' ``token_secret_key``."""
+    token_public_key: str | None = None
+    """Or the public half of the cluster's key pair."""
+    token_allowed_clock_skew_seconds: Annotated[float, Field(ge=0, le=3600)] = 0.0
+    auth_allowed_roles: Annotated[tuple[str, ...], NoDecode] = ()
+    """Roles whose tokens may connect (comma-separated); empty: any token the cluster key verifies."""
+    auth_timeout_ms: PositiveInt = 10_000
+    """A connection that has not authenticated within this is closed (it would hold a connection slot)."""
+
+    tls_certificate_file: Path | None = None
+    """PEM certificate chain: with ``tls_key_file``, the bookie protocol is served over TLS only."""
+    tls_key_file: Path | None = None
+    tls_trust_certs_file: Path | None = None
+    """PEM CA certificates that client certificates are checked against."""
+    tls_require_trusted_client_cert: bool = False
+    """Mutual TLS: refuse clients without a certificate signed by ``tls_trust_certs_file``."""
+    tls_handshake_timeout_ms: PositiveInt = 10_000
+
+    zk_tls_enabled: bool = False
+    """Reach ZooKeeper over TLS, with the ``zk_tls_*`` files below (see ``MetadataStoreSettings``)."""
+    zk_tls_trust_certs_file: Path | None = None
+    zk_tls_certificate_file: Path | None = None
+    zk_tls_key_file: Path | None = None
+
+    @field_validator("auth_allowed_roles", mode="before")
+    @classmethod
+    def _split_roles(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(role.strip() for role in value.split(",") if role.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> Self:
+        if self.authentication_enabled and not (self.token_secret_key or self.token_public_key):
+            raise ValueError("authentication_enabled needs token_secret_key or token_public_key")
+        if self.token_secret_key and self.token_public_key:
+            raise ValueError("set token_secret_key or token_public_key, not both")
+        if (self.tls_certificate_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_certificate_file and tls_key_file go together")
+        if self.tls_require_trusted_client_cert and self.tls_trust_certs_file is None:
+            raise ValueError("tls_require_trusted_client_cert needs tls_trust_certs_file")
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_certificate_file is not None
+
     @model_validator(mode="after")
     def _check_thresholds(self) -> Self:
         if self.disk_usage_lwm_threshold > self.disk_usage_threshold:
@@ -89,7 +145,13 @@ class BookieSettings(BaseSettings):
         return self
 
     def metadata_settings(self) -> MetadataStoreSettings:
-        return MetadataStoreSettings(session_timeout_ms=self.metadata_session_timeout_ms)
+        return MetadataStoreSettings(
+            session_timeout_ms=self.metadata_session_timeout_ms,
+            zk_tls_enabled=self.zk_tls_enabled,
+            zk_tls_trust_certs_file=self.zk_tls_trust_certs_file,
+            zk_tls_certificate_file=self.zk_tls_certificate_file,
+            zk_tls_key_file=self.zk_tls_key_file,
+        )
 
     def storage_settings(self) -> BookieStorageSettings:
         """The disk engine's settings, with this bookie's directories."""

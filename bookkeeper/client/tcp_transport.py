@@ -26,6 +26,13 @@ Theory of operation (BookKeeper's ``PerChannelBookieClient``):
   failures are delivered through ``TrioToken.run_sync_soon``); an exception raised by a callback is logged
   and does not disturb the connection.
 
+* **TLS and authentication.** With an ``ssl_context`` (:func:`~..runtime.auth.tls.client_ssl_context`)
+  each connection is TLS, checking the bookie's certificate against the host of its bookie id. With an
+  ``auth_token`` the first message on every connection is an AUTH carrying it (BookKeeper's
+  ``AuthHandler.ClientSideHandler``); requests wait until the bookie accepts it. Connect, handshake and AUTH
+  together are bounded by ``connect_timeout_ms``; a refused token fails the queued requests with ``CONNECT``
+  (the detail says why) and backs off like any failed connection.
+
 Lifecycle: ``async with open_tcp_transport(settings) as transport:`` owns a nursery holding one task per
 active connection; leaving the block fails every pending request with ``SHUTDOWN`` and closes the sockets.
 """
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -47,11 +55,15 @@ from magnetar.bookkeeper.client.transport import (
     FailureReason,
     ResponseCallback,
     TransportFailure,
+    next_request_id,
 )
 from magnetar.bookkeeper.protocol.codec import NEED_DATA, ClientProtocol
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT, FramingError
 from magnetar.bookkeeper.protocol.messages import (
+    AUTH_PLUGIN_TOKEN,
     AddRequest,
+    AuthRequest,
+    AuthResponse,
     ErrorResponse,
     InvalidMessageError,
     Request,
@@ -102,11 +114,24 @@ def _safe_call(callback: ResponseCallback, result: Response | TransportFailure) 
         log.exception("bookie response callback failed on %r", result)
 
 
+class _ConnectFailed(Exception):
+    """Internal: the connection could not be set up (handshake or AUTH); the message says why."""
+
+
 class TcpTransport:
     """Use through :func:`open_tcp_transport`."""
 
-    def __init__(self, settings: TcpTransportSettings, nursery: trio.Nursery) -> None:
+    def __init__(
+        self,
+        settings: TcpTransportSettings,
+        nursery: trio.Nursery,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        auth_token: str | None = None,
+    ) -> None:
         self.settings = settings
+        self.ssl_context = ssl_context
+        self.auth_payload = None if auth_token is None else auth_token.encode("ascii")
         self._nursery = nursery
         self._token = trio.lowlevel.current_trio_token()
         self._connections: dict[BookieId, _Connection] = {}
@@ -140,9 +165,18 @@ class TcpTransport:
 
 
 @asynccontextmanager
-async def open_tcp_transport(settings: TcpTransportSettings | None = None) -> AsyncIterator[TcpTransport]:
+async def open_tcp_transport(
+    settings: TcpTransportSettings | None = None,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    auth_token: str | None = None,
+) -> AsyncIterator[TcpTransport]:
+    """The transport for the ``async with`` block; ``ssl_context`` for TLS, ``auth_token`` (ASCII JWT) for
+    bookies that require authentication."""
     async with trio.open_nursery() as nursery:
-        transport = TcpTransport(settings or TcpTransportSettings(), nursery)
+        transport = TcpTransport(
+            settings or TcpTransportSettings(), nursery, ssl_context=ssl_context, auth_token=auth_token
+        )
         try:
             yield transport
         finally:
@@ -264,14 +298,17 @@ class _Connection:
 
     async def _session(self) -> FailureReason:
         try:
-            host, port = parse_bookie_id(self.bookie)
             with trio.fail_after(self._settings.connect_timeout_ms / 1000):
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await self._connect()
         except trio.TooSlowError:
             self._loss = f"connect timed out after {self._settings.connect_timeout_ms} ms"
             return FailureReason.CONNECT
         except (OSError, ValueError) as exc:
             self._loss = f"connect failed: {exc}"
+            return FailureReason.CONNECT
+        except _ConnectFailed as exc:
+            self._loss = str(exc)
+            log.error("bookie %s: %s", self.bookie, self._loss)
             return FailureReason.CONNECT
         log.debug("connected to bookie %s", self.bookie)
         async with stream, trio.open_nursery() as nursery:
@@ -280,7 +317,47 @@ class _Connection:
             nursery.cancel_scope.cancel()
         return FailureReason.CLOSED
 
-    async def _writer(self, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    async def _connect(self) -> trio.abc.Stream:
+        """Open the connection, run the TLS handshake and the AUTH exchange when configured."""
+        host, port = parse_bookie_id(self.bookie)
+        tcp = await trio.open_tcp_stream(host, port)
+        stream: trio.abc.Stream = tcp
+        try:
+            ssl_context = self.transport.ssl_context
+            if ssl_context is not None:
+                tls = trio.SSLStream(tcp, ssl_context, server_hostname=host)
+                stream = tls
+                try:
+                    await tls.do_handshake()
+                except trio.BrokenResourceError as exc:
+                    raise _ConnectFailed(f"TLS handshake failed: {exc.__cause__ or exc}") from None
+            if self.transport.auth_payload is not None:
+                await self._authenticate(stream, self.transport.auth_payload)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        return stream
+
+    async def _authenticate(self, stream: trio.abc.Stream, token: bytes) -> None:
+        """Send AUTH first and wait for the bookie's answer; nothing else is sent before it."""
+        rid = next_request_id()
+        proto = self._proto
+        try:
+            await stream.send_all(proto.send(AuthRequest(rid, AUTH_PLUGIN_TOKEN, token)))
+            while (event := proto.next_event()) is NEED_DATA:
+                data = await stream.receive_some(self._settings.receive_chunk_bytes)
+                if not data:
+                    raise _ConnectFailed("the bookie closed the connection during AUTH")
+                proto.receive_data(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _ConnectFailed(f"connection lost during AUTH: {exc}") from None
+        self._received_any = True
+        if not isinstance(event, AuthResponse) or event.request_id != rid:
+            raise _ConnectFailed(f"the bookie answered AUTH with {type(event).__name__}")
+        if event.status is not BookieStatus.EOK:
+            raise _ConnectFailed(f"the bookie refused authentication ({event.status.name}): {event.reason}")
+
+    async def _writer(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         try:
             while True:
                 if not self._out:
@@ -298,7 +375,7 @@ class _Connection:
             self._loss = f"connection lost while sending: {exc or type(exc).__name__}"
             scope.cancel()
 
-    async def _reader(self, stream: trio.SocketStream) -> None:
+    async def _reader(self, stream: trio.abc.Stream) -> None:
         proto = self._proto
         chunk = self._settings.receive_chunk_bytes
         try:
@@ -315,6 +392,9 @@ class _Connection:
                         self._loss = f"protocol error from the bookie: {event.reason}"
                         log.warning("bookie %s: %s", self.bookie, self._loss)
                         return
+                    if isinstance(event, AuthResponse):
+                        log.debug("bookie %s: late AUTH answer %r ignored", self.bookie, event)
+                        continue
                     self._on_response(event)
                     handled += 1
                     if handled % YIELD_EVERY_RESPONSES == 0 and self._out:

@@ -3,11 +3,19 @@
 Process settings (broker, bookie, standalone) carry these under their own names and build one
 :class:`MetadataStoreSettings` to pass to :func:`~.factory.open_metadata_store`. Defaults follow Pulsar:
 ``metadataStoreSessionTimeoutMillis`` = 30 s and ``metadataStoreOperationTimeoutSeconds`` = 30 s.
+
+TLS to ZooKeeper (ZooKeeper's ``zookeeper.client.secure`` with ``zookeeper.ssl.keyStore`` /
+``trustStore``, which Pulsar passes through ``metadataStoreConfigPath``): ``zk_tls_enabled`` connects with
+TLS; ``zk_tls_trust_certs_file`` holds the CA certificates (PEM) the server's certificate is checked
+against, and ``zk_tls_certificate_file`` + ``zk_tls_key_file`` the client certificate a ZooKeeper server with
+``ssl.clientAuth=need`` (its default) asks for. Kazoo does the TLS (``use_ssl``, ``ca``, ``certfile``,
+``keyfile``, ``verify_certs``, ``check_hostname``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +32,16 @@ class MetadataStoreSettings:
     zk_reconnect_delay_max_ms: int = 1_000
     """Longest back-off between two attempts to reach a ZooKeeper server after the connection dropped."""
 
+    zk_tls_enabled: bool = False
+    """Connect to ZooKeeper over TLS (its ``secureClientPort``)."""
+    zk_tls_trust_certs_file: Path | None = None
+    """PEM CA certificates to verify the server with (None: the system's CAs)."""
+    zk_tls_certificate_file: Path | None = None
+    """PEM client certificate, with ``zk_tls_key_file`` (mutual TLS)."""
+    zk_tls_key_file: Path | None = None
+    zk_tls_hostname_verification: bool = True
+    """Check that the server's certificate names the host connected to."""
+
     def __post_init__(self) -> None:
         for name in (
             "session_timeout_ms",
@@ -33,3 +51,25 @@ class MetadataStoreSettings:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
+        if (self.zk_tls_certificate_file is None) != (self.zk_tls_key_file is None):
+            raise ValueError("zk_tls_certificate_file and zk_tls_key_file go together")
+        tls_files = (self.zk_tls_trust_certs_file, self.zk_tls_certificate_file)
+        if not self.zk_tls_enabled and any(path is not None for path in tls_files):
+            raise ValueError("TLS files for ZooKeeper are set but zk_tls_enabled is off")
+
+    def kazoo_tls_options(self) -> dict[str, object]:
+        """The ``KazooClient`` keyword arguments for these TLS settings (empty when TLS is off)."""
+        if not self.zk_tls_enabled:
+            return {}
+
+        def text(path: Path | None) -> str | None:
+            return None if path is None else str(path)
+
+        return {
+            "use_ssl": True,
+            "ca": text(self.zk_tls_trust_certs_file),
+            "certfile": text(self.zk_tls_certificate_file),
+            "keyfile": text(self.zk_tls_key_file),
+            "verify_certs": True,
+            "check_hostname": self.zk_tls_hostname_verification,
+        }

@@ -201,7 +201,12 @@ class ZkMetadataStore:
         retry = KazooRetry(
             max_tries=-1, delay=0.05, backoff=2, max_delay=settings.zk_reconnect_delay_max_ms / 1000
         )
-        client = KazooClient(hosts=hosts, timeout=settings.session_timeout_ms / 1000, connection_retry=retry)
+        client = KazooClient(
+            hosts=hosts,
+            timeout=settings.session_timeout_ms / 1000,
+            connection_retry=retry,
+            **settings.kazoo_tls_options(),
+        )
         store = cls(client, root, settings)
         client.add_listener(store._on_kazoo_state)
         _route_watch_events(client, store._on_kazoo_watch)

@@ -17,6 +17,8 @@ READ_ENTRY        2      DO_FENCING 0x1,                 ``[ledgerId:i64][entryI
 READ_LAC          4      none                            ``[ledgerId:i64]``
 WRITE_LAC         5      none                            ``[ledgerId:i64][lac:i64][masterKey 20]`` + LAC body
 GET_BOOKIE_INFO   6      none                            ``[requested:i64]`` (bitmask: 1 total, 2 free disk)
+AUTH              3      none                            ``[nameLength:u16][pluginName: UTF-8][payload]``
+                                                         (payload: rest of the frame; for ``token`` the JWT)
 ================  =====  ==============================  =================================================
 
 Responses (bookie -> client) carry the request's opcode and id, flags 0, and start with ``[status:i32]``
@@ -28,11 +30,16 @@ READ_ENTRY        ``[status][ledgerId:i64][entryId:i64]`` + packaged entry (empt
 READ_LAC          ``[status][ledgerId:i64][lacBodyLength:i32][lacBody]`` + last entry (rest of frame)
 WRITE_LAC         ``[status][ledgerId:i64]``
 GET_BOOKIE_INFO   ``[status][totalDiskBytes:i64][freeDiskBytes:i64]``
+AUTH              ``[status][nameLength:u16][pluginName][payload]`` - EOK, or EUA with the reason as payload
 ERROR (0x7F)      ``[status][message: UTF-8, rest of frame]`` - the answer to a frame that could not be
                   decoded into a request (unknown version or opcode, bad flags, short body, field values
                   rejected by the message classes, oversized frame), with the frame's request id, or 0
                   when the frame was too short to hold one
 ================  ==================================================================================
+
+AUTH is a connection-level exchange, not a ledger request (:class:`~.messages.AuthRequest` is not part of
+:data:`~.messages.Request`): a bookie that requires authentication answers every request of a connection
+EUA until an AUTH has succeeded on it, and closes the connection after a refused AUTH.
 
 A malformed frame costs only that request: the server protocol yields :class:`BadRequest` (answer it with
 :meth:`ServerProtocol.send` of an :class:`~.messages.ErrorResponse`) and decoding goes on with the next frame.
@@ -60,6 +67,8 @@ from magnetar.bookkeeper.protocol.frames import (
 from magnetar.bookkeeper.protocol.messages import (
     AddRequest,
     AddResponse,
+    AuthRequest,
+    AuthResponse,
     ErrorResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
@@ -94,6 +103,7 @@ _READ = OpCode.READ_ENTRY << 16
 _READ_LAC = OpCode.READ_LAC << 16
 _WRITE_LAC = OpCode.WRITE_LAC << 16
 _INFO = OpCode.GET_BOOKIE_INFO << 16
+_AUTH = OpCode.AUTH << 16
 _ERROR = OP_ERROR << 16
 _RECOVERY = int(Flag.RECOVERY_ADD)
 _HIGH = int(Flag.HIGH_PRIORITY)
@@ -110,6 +120,8 @@ _ENC_STATUS_QQ = struct.Struct(">iIqiqq")  # ADD / READ / GET_BOOKIE_INFO respon
 _ENC_READ_LAC_RESP = struct.Struct(">iIqiqi")
 _ENC_WRITE_LAC_RESP = struct.Struct(">iIqiq")
 _ENC_ERROR = struct.Struct(">iIqi")
+_ENC_AUTH = struct.Struct(">iIqH")
+_ENC_AUTH_RESP = struct.Struct(">iIqiH")
 
 # Decoders: body fields after the 16-byte frame head.
 _QQ = struct.Struct(">qq")
@@ -120,6 +132,8 @@ _IQQ = struct.Struct(">iqq")
 _IQ = struct.Struct(">iq")
 _IQI = struct.Struct(">iqi")
 _I = struct.Struct(">i")
+_H = struct.Struct(">H")
+_IH = struct.Struct(">iH")
 
 _ADD_BODY_MIN = _KEY + _QQ.size  # key + the entry's (ledgerId, entryId)
 
@@ -156,8 +170,20 @@ def _body_flags(flags: int, allowed: int) -> None:
         raise _Malformed(f"flags {flags:#x} not valid for this operation")
 
 
-_RequestDecoder = Callable[[FrameDecoder, int, int, int, int], Request]
-_ResponseDecoder = Callable[[FrameDecoder, int, int, int, int], Response]
+_RequestDecoder = Callable[[FrameDecoder, int, int, int, int], Request | AuthRequest]
+_ResponseDecoder = Callable[[FrameDecoder, int, int, int, int], Response | AuthResponse]
+
+
+def _auth_name(dec: FrameDecoder, start: int, end: int) -> tuple[str, int]:
+    """The plugin name at ``start`` (``[len:u16][UTF-8]``) and the offset after it."""
+    (name_length,) = _H.unpack_from(dec.buffer, start)
+    name_end = start + _H.size + name_length
+    if name_end > end:
+        raise _Malformed(f"AUTH plugin name of {name_length} bytes runs past the frame")
+    try:
+        return dec.body(start + _H.size, name_end).decode("utf-8"), name_end
+    except UnicodeDecodeError:
+        raise _Malformed("AUTH plugin name is not UTF-8") from None
 
 
 def _dec_add(dec: FrameDecoder, flags: int, rid: int, start: int, end: int) -> Request:
@@ -207,12 +233,21 @@ def _dec_info(dec: FrameDecoder, flags: int, rid: int, start: int, end: int) -> 
     return GetBookieInfoRequest(rid, _Q.unpack_from(dec.buffer, start)[0])
 
 
+def _dec_auth(dec: FrameDecoder, flags: int, rid: int, start: int, end: int) -> AuthRequest:
+    _body_flags(flags, 0)
+    if end - start < _H.size:
+        raise _Malformed(f"AUTH body of {end - start} bytes is shorter than the plugin-name length")
+    name, name_end = _auth_name(dec, start, end)
+    return AuthRequest(rid, name, dec.body(name_end, end))
+
+
 _REQUEST_DECODERS: dict[int, _RequestDecoder] = {
     OpCode.ADD_ENTRY: _dec_add,
     OpCode.READ_ENTRY: _dec_read,
     OpCode.READ_LAC: _dec_read_lac,
     OpCode.WRITE_LAC: _dec_write_lac,
     OpCode.GET_BOOKIE_INFO: _dec_info,
+    OpCode.AUTH: _dec_auth,
 }
 
 
@@ -267,12 +302,20 @@ def _resp_error(dec: FrameDecoder, flags: int, rid: int, start: int, end: int) -
     return ErrorResponse(rid, BookieStatus.from_wire(status), message)
 
 
+def _resp_auth(dec: FrameDecoder, flags: int, rid: int, start: int, end: int) -> AuthResponse:
+    _need(end - start, _IH.size, "AUTH")
+    (status,) = _I.unpack_from(dec.buffer, start)
+    name, name_end = _auth_name(dec, start + _I.size, end)
+    return AuthResponse(rid, BookieStatus.from_wire(status), name, dec.body(name_end, end))
+
+
 _RESPONSE_DECODERS: dict[int, _ResponseDecoder] = {
     OpCode.ADD_ENTRY: _resp_add,
     OpCode.READ_ENTRY: _resp_read,
     OpCode.READ_LAC: _resp_read_lac,
     OpCode.WRITE_LAC: _resp_write_lac,
     OpCode.GET_BOOKIE_INFO: _resp_info,
+    OpCode.AUTH: _resp_auth,
     OP_ERROR: _resp_error,
 }
 
@@ -280,7 +323,7 @@ _RESPONSE_DECODERS: dict[int, _ResponseDecoder] = {
 # -- encoding ------------------------------------------------------------------------------------------
 
 
-def _encode_request(buf: bytearray, req: Request) -> None:
+def _encode_request(buf: bytearray, req: Request | AuthRequest) -> None:
     """Append the frame of ``req`` to ``buf`` (the frame length is checked by the caller)."""
     rid = req.request_id
     if type(req) is AddRequest:
@@ -310,11 +353,16 @@ def _encode_request(buf: bytearray, req: Request) -> None:
         buf += req.body
     elif type(req) is GetBookieInfoRequest:
         buf += _ENC_LEDGER.pack(20, _V | _INFO, rid, req.requested)
+    elif type(req) is AuthRequest:
+        name = req.plugin_name.encode("utf-8")
+        buf += _ENC_AUTH.pack(14 + len(name) + len(req.payload), _V | _AUTH, rid, len(name))
+        buf += name
+        buf += req.payload
     else:
         raise TypeError(f"not a bookie request: {req!r}")
 
 
-def _encode_response(buf: bytearray, resp: Response) -> None:
+def _encode_response(buf: bytearray, resp: Response | AuthResponse) -> None:
     rid = resp.request_id
     if type(resp) is AddResponse:
         buf += _ENC_STATUS_QQ.pack(32, _V | _ADD, rid, resp.status, resp.ledger_id, resp.entry_id)
@@ -341,6 +389,12 @@ def _encode_response(buf: bytearray, resp: Response) -> None:
         message = resp.message.encode("utf-8", errors="replace")[:ERROR_MESSAGE_BYTES_MAX]
         buf += _ENC_ERROR.pack(16 + len(message), _V | _ERROR, rid, resp.status)
         buf += message
+    elif type(resp) is AuthResponse:
+        name = resp.plugin_name.encode("utf-8")
+        length = 18 + len(name) + len(resp.payload)
+        buf += _ENC_AUTH_RESP.pack(length, _V | _AUTH, rid, resp.status, len(name))
+        buf += name
+        buf += resp.payload
     else:
         raise TypeError(f"not a bookie response: {resp!r}")
 
@@ -399,12 +453,12 @@ class ClientProtocol(_Side):
     def __init__(self, frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT) -> None:
         super().__init__(frame_bytes_max)
 
-    def send(self, request: Request) -> bytes:
+    def send(self, request: Request | AuthRequest) -> bytes:
         buf = bytearray()
         self.send_into(buf, request)
         return bytes(buf)
 
-    def send_into(self, buf: bytearray, request: Request) -> None:
+    def send_into(self, buf: bytearray, request: Request | AuthRequest) -> None:
         """Append the request's frame to ``buf`` (the connection's outgoing buffer).
 
         Raises :class:`FrameTooLargeError` (``buf`` unchanged) or :class:`InvalidMessageError`.
@@ -413,7 +467,7 @@ class ClientProtocol(_Side):
         _encode_request(buf, request)
         self._check_size(buf, mark, request)
 
-    def next_event(self) -> Response | FramingError | Literal[_Need.NEED_DATA]:
+    def next_event(self) -> Response | AuthResponse | FramingError | Literal[_Need.NEED_DATA]:
         """The next response; an undecodable response frame becomes ``ErrorResponse(id, EBADREQ)``."""
         dec = self._decoder
         frame = dec.next_frame()
@@ -449,12 +503,12 @@ class ServerProtocol(_Side):
     def __init__(self, frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT) -> None:
         super().__init__(frame_bytes_max)
 
-    def send(self, response: Response) -> bytes:
+    def send(self, response: Response | AuthResponse) -> bytes:
         buf = bytearray()
         self.send_into(buf, response)
         return bytes(buf)
 
-    def send_into(self, buf: bytearray, response: Response) -> None:
+    def send_into(self, buf: bytearray, response: Response | AuthResponse) -> None:
         """Append the response's frame to ``buf``.
 
         A response that would not fit in ``frame_bytes_max`` is replaced by an EIO error response for
@@ -474,7 +528,7 @@ class ServerProtocol(_Side):
                 ),
             )
 
-    def next_event(self) -> Request | BadRequest | FramingError | Literal[_Need.NEED_DATA]:
+    def next_event(self) -> Request | AuthRequest | BadRequest | FramingError | Literal[_Need.NEED_DATA]:
         dec = self._decoder
         frame = dec.next_frame()
         if type(frame) is tuple:

@@ -8,7 +8,7 @@ validated on construction: a message that exists is well formed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from magnetar.bookkeeper.protocol.status import ENTRY_ID_LAST, MASTER_KEY_BYTES, BookieStatus
 
@@ -164,6 +164,54 @@ class ErrorResponse:
     request_id: int
     status: BookieStatus
     message: str = ""
+
+
+AUTH_PLUGIN_TOKEN = "token"
+"""The plugin whose payload is a token (the method name of Pulsar's ``AuthenticationProviderToken``)."""
+AUTH_PLUGIN_NAME_BYTES_MAX = 255
+AUTH_PAYLOAD_BYTES_MAX = 64 * 1024
+
+
+def _check_auth(plugin_name: str, payload: bytes) -> None:
+    name_bytes = len(plugin_name.encode("utf-8", errors="replace"))
+    if not 0 < name_bytes <= AUTH_PLUGIN_NAME_BYTES_MAX:
+        raise InvalidMessageError(f"auth plugin name of {name_bytes} bytes (1..{AUTH_PLUGIN_NAME_BYTES_MAX})")
+    if len(payload) > AUTH_PAYLOAD_BYTES_MAX:
+        raise InvalidMessageError(f"auth payload of {len(payload)} bytes exceeds {AUTH_PAYLOAD_BYTES_MAX}")
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """The first message of a connection to a bookie that requires authentication (BookKeeper's AUTH with an
+    ``AuthMessage{authPluginName, payload}``). It is a connection-level message, not a ledger request: it is
+    not part of :data:`Request` and never reaches the request logic."""
+
+    request_id: int
+    plugin_name: str
+    payload: bytes = field(repr=False)
+    """The credential (for ``token``: the JWT, ASCII). Kept out of ``repr`` so it never reaches a log."""
+
+    def __post_init__(self) -> None:
+        _check_id("request_id", self.request_id)
+        _check_auth(self.plugin_name, self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResponse:
+    """EOK: the connection is authenticated; EUA: refused, ``payload`` is the reason (UTF-8) and the bookie
+    closes the connection."""
+
+    request_id: int
+    status: BookieStatus
+    plugin_name: str
+    payload: bytes = b""
+
+    def __post_init__(self) -> None:
+        _check_auth(self.plugin_name, self.payload)
+
+    @property
+    def reason(self) -> str:
+        return self.payload.decode("utf-8", errors="replace")
 
 
 Request = AddRequest | ReadRequest | ReadLacRequest | WriteLacRequest | GetBookieInfoRequest

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import urllib.request
+import uuid
 from collections.abc import Callable
 
 import httpx
+import trio
 import websocket
 from fixtures.broker import Broker, Cluster, publish_many, receive, recv_json, send_json, unb64
 
@@ -119,3 +121,25 @@ def test_a_non_owner_redirects_and_a_lost_session_moves_the_topic(
     assert publish_many(again, ["m10"])[0]["result"] == "ok"
     reader = ws_connect(f"{second.ws_url}/ws/v2/reader/{NS}/moving?messageId=earliest")
     assert texts(receive(reader, 11)) == [f"m{i}" for i in range(11)]
+
+
+def test_concurrent_first_requests_load_a_topic_once(broker: Broker) -> None:
+    """Found by the failure suite: two requests for an unloaded topic both passed the "is it loading?" check
+    before either registered its load (the ownership check in between awaits), so the topic was loaded twice -
+    two PersistentTopics over one managed ledger - and the second to finish failed with a KeyError."""
+    topic = parse_topic_name(f"persistent://public/default/concurrent-{uuid.uuid4().hex[:8]}")
+
+    async def load_concurrently() -> list[object]:
+        loaded: list[object] = []
+
+        async def load() -> None:
+            loaded.append(await broker.service.get_topic(topic))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(load)
+        return loaded
+
+    loaded = broker.call(load_concurrently)
+    assert len(loaded) == 4
+    assert all(each is loaded[0] for each in loaded)

@@ -9,6 +9,7 @@ cannot show — that the pods start, find each other and serve — needs a clust
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +23,11 @@ import helm_python
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic_settings import BaseSettings
+
+from magnetar.admin.config import PROCESS_ENV, load_settings, unknown_environment
+from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.broker.settings import BrokerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = ROOT / "helm" / "magnetar"
@@ -63,7 +69,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "image": {"repository": "registry.example.com/magnetar", "tag": "0.1.0-rc1"},
         "zookeeper": {"extraConfig": {"jute.maxbuffer": 10485760}, "metrics": {"enabled": False}},
         "bookie": {
-            "config": {"journal_group_wait_ms": 2, "entry_log_size_bytes_max": 1073741824},
+            "config": {
+                "storage_engine__journal_group_wait_ms": 2,
+                "storage_engine__entry_log_bytes_max": 1073741824,
+            },
             "journal": {"storageClassName": "fast-ssd"},
             "ledgers": {"storageClassName": "-"},
             "nodeSelector": {"disk": "ssd"},
@@ -76,7 +85,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "broker": {
             "service": {"type": "NodePort", "nodePort": 30080},
             "autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 4},
-            "config": {"pending_adds_max": 1000},
+            "config": {"producer_pending_messages_max": 1000},
         },
         "prometheusAnnotations": False,
     },
@@ -343,10 +352,11 @@ def test_bookie_identity_probes_and_shutdown(chart: helm_python.Chart) -> None:
 def test_extra_settings_become_magnetar_environment(chart: helm_python.Chart) -> None:
     rendered = render(chart, SCENARIOS["extras"])
     data = rendered.config_map_data(f"{RELEASE}-magnetar-bookie")
-    assert data["MAGNETAR_JOURNAL_GROUP_WAIT_MS"] == "2"
+    assert data["MAGNETAR_STORAGE_ENGINE__JOURNAL_GROUP_WAIT_MS"] == "2"
     # Whole numbers stay whole (Helm reads numbers as floats: toString would print 1.073741824e+09).
-    assert data["MAGNETAR_ENTRY_LOG_SIZE_BYTES_MAX"] == "1073741824"
-    assert rendered.config_map_data(f"{RELEASE}-magnetar-broker")["MAGNETAR_PENDING_ADDS_MAX"] == "1000"
+    assert data["MAGNETAR_STORAGE_ENGINE__ENTRY_LOG_BYTES_MAX"] == "1073741824"
+    broker = rendered.config_map_data(f"{RELEASE}-magnetar-broker")
+    assert broker["MAGNETAR_PRODUCER_PENDING_MESSAGES_MAX"] == "1000"
     claims = {
         c["metadata"]["name"]: c["spec"]
         for c in rendered.get("StatefulSet", "bookie")["spec"]["volumeClaimTemplates"]
@@ -668,3 +678,64 @@ def test_dockerfile_is_multi_stage_non_root_and_runs_magnetar() -> None:
     # The chart's pod security context runs as the image's user.
     defaults = values_file("values.yaml")["podSecurityContext"]
     assert (defaults["runAsUser"], defaults["runAsGroup"], defaults["fsGroup"]) == (10001, 10001, 10001)
+
+
+# --- the process contract -----------------------------------------------------------------------------
+# Bookies and brokers read their settings from MAGNETAR_* variables (pydantic-settings); a variable that
+# names no setting is silently ignored by the model, so a chart that spells one wrong deploys processes that
+# run on a default - as MAGNETAR_BIND once did (the setting is bind_address: brokers listened on 127.0.0.1
+# inside their pods). Every variable of the rendered ConfigMaps and pod templates must name a setting of the
+# process that receives it, and the whole environment must validate through the loader the processes use.
+
+COMPONENTS: dict[str, tuple[str, type[BaseSettings]]] = {
+    "bookie": ("StatefulSet", BookieSettings),
+    "broker": ("Deployment", BrokerSettings),
+}
+
+
+def container_environment(rendered: Rendered, component: str) -> dict[str, str]:
+    """The MAGNETAR_* environment of the component's container: its ConfigMap, then its own ``env``."""
+    kind, _ = COMPONENTS[component]
+    container: dict[str, Any] = only_container(rendered.get(kind, component))
+    environment: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        environment.update(rendered.config_map_data(source["configMapRef"]["name"]))
+    for variable in container.get("env", []):
+        if variable["name"].startswith("MAGNETAR_"):
+            # $(POD_FQDN)-style references are expanded by the kubelet; any text stands in for them here
+            environment[variable["name"]] = (
+                variable.get("value", "from-the-pod").replace("$(", "").replace(")", "")
+            )
+    return environment
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("component", sorted(COMPONENTS))
+def test_every_variable_names_a_setting_and_the_settings_validate(
+    chart: helm_python.Chart, scenario: str, component: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    environment = container_environment(render(chart, SCENARIOS[scenario]), component)
+    _, model = COMPONENTS[component]
+    assert unknown_environment((model,), environment) == []
+    for name in list(os.environ):
+        if name.startswith("MAGNETAR_"):
+            monkeypatch.delenv(name)
+    for name, value in environment.items():
+        if name not in PROCESS_ENV:
+            monkeypatch.setenv(name, value)
+    settings: Any = load_settings(model, {}).settings
+    assert settings.bind_address == "0.0.0.0"  # reachable from other pods
+    assert settings.metadata_url.startswith("zk:")
+    assert settings.advertised_address
+
+
+def test_broker_replication_reaches_the_broker_settings(
+    chart: helm_python.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = {"replication": {"ensembleSize": 3, "writeQuorum": 3, "ackQuorum": 2}}
+    environment = container_environment(render(chart, values), "broker")
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(BrokerSettings, {}).settings
+    assert (settings.ensemble_size, settings.write_quorum, settings.ack_quorum) == (3, 3, 2)
+    assert settings.cluster == "magnetar"

@@ -33,6 +33,7 @@ from wsproto.events import AcceptConnection
 from wsproto.events import Request as WsRequest
 from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
 
+from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.bookkeeper.runtime.http.router import Router, WebSocketHandler
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import (
@@ -82,16 +83,20 @@ _DATE = _DateCache()
 
 
 class HttpConnection:
-    def __init__(self, stream: trio.SocketStream, router: Router, settings: HttpSettings) -> None:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        router: Router,
+        settings: HttpSettings,
+        *,
+        client: tuple[str, int] | None = None,
+    ) -> None:
         self._stream = stream
         self._router = router
         self._settings = settings
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.http_header_bytes_max)
-        try:
-            peer = stream.socket.getpeername()
-            self._client: tuple[str, int] | None = (str(peer[0]), int(peer[1]))
-        except (OSError, IndexError, TypeError):
-            self._client = None
+        self._client = client
+        """The peer's address (read from the TCP socket before any TLS wrapping)."""
         self._idle_scope: trio.CancelScope | None = None
         self._shutting_down = False
         self.websocket: WebSocket | None = None
@@ -112,11 +117,18 @@ class HttpConnection:
 
     async def run(self) -> None:
         try:
+            if isinstance(self._stream, trio.SSLStream):
+                await handshake(self._stream, self._settings.http_tls_handshake_timeout_ms / 1000)
             while await self._serve_one():
                 pass
         except _CloseConnection:
             pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+        except (
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio.TooSlowError,
+            TlsHandshakeError,
+        ) as exc:
             log.debug("connection %s dropped: %r", self._client, exc)
         except Exception:
             # A bug, or a handler breaking the contract: this connection ends, the server keeps serving.
@@ -129,7 +141,7 @@ class HttpConnection:
     async def _receive_into_h11(self, deadline: float) -> None:
         with trio.move_on_at(deadline):
             data = await self._stream.receive_some(RECEIVE_CHUNK_BYTES)
-            self._h11.receive_data(data)
+            self._h11.receive_data(bytes(data))
             return
         await self._send_error_and_close(408, "Request Timeout")
 
@@ -157,7 +169,7 @@ class HttpConnection:
                 if self._shutting_down:
                     return False
                 data = await self._stream.receive_some(RECEIVE_CHUNK_BYTES)
-                self._h11.receive_data(data)
+                self._h11.receive_data(bytes(data))
                 return True
             return False
         finally:
@@ -207,6 +219,7 @@ class HttpConnection:
             path_params={},
             client=self._client,
             http_version=event.http_version.decode("ascii"),
+            tls=isinstance(self._stream, trio.SSLStream),
         )
         return head, query_error
 
@@ -443,4 +456,5 @@ def _with_params(head: RequestHead, params: dict[str, str]) -> RequestHead:
         path_params=params,
         client=head.client,
         http_version=head.http_version,
+        tls=head.tls,
     )

@@ -5,7 +5,14 @@ Theory of operation. ``HttpServer.serve`` binds the listeners, reports the bound
 nursery (process -> server -> connection -> WebSocket reader/writer). At most ``http_connections_max``
 connections are served; one more is answered ``503 {"reason": ...}`` and closed, like Jetty refusing beyond
 Pulsar's ``maxHttpServerConnections`` — the refusal itself runs in a small, bounded pool so a flood of
-connections cannot pile up tasks.
+connections cannot pile up tasks. With ``http_connections_per_ip_max`` set, one client address holding that
+many connections gets ``429`` for the next one (Pulsar's ``brokerMaxConnectionsPerIp``); other addresses are
+unaffected.
+
+TLS. Given an ``ssl_context`` (see :mod:`magnetar.bookkeeper.runtime.auth.tls`), every accepted connection
+is wrapped in :class:`trio.SSLStream` and its handshake runs in the connection's own task within
+``http_tls_handshake_timeout_ms``; a client that fails it is dropped and nobody else notices. WebSocket
+sessions run over the same TLS stream (``wss://``).
 
 Graceful shutdown (:meth:`HttpServer.shutdown`, or the ``shutdown`` event of :func:`serve_http`) stops
 accepting, closes idle keep-alive connections, lets in-flight requests finish (their responses carry
@@ -17,13 +24,16 @@ from __future__ import annotations
 
 import errno
 import logging
+import ssl
 
 import trio
 
+from magnetar.bookkeeper.runtime.auth.tls import peer_address
 from magnetar.bookkeeper.runtime.http.connection import HttpConnection
 from magnetar.bookkeeper.runtime.http.router import Router
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
-from magnetar.bookkeeper.runtime.http.types import json_bytes
+from magnetar.bookkeeper.runtime.http.types import json_bytes, status_phrase
+from magnetar.bookkeeper.runtime.rate_limit import ConnectionCounter
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +46,10 @@ ACCEPT_RETRY_DELAY_S = 0.1
 _ACCEPT_RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
 
-def _refusal_bytes() -> bytes:
-    body = json_bytes({"reason": "too many connections"})
+def _refusal_bytes(status: int = 503, reason: str = "too many connections") -> bytes:
+    body = json_bytes({"reason": reason})
     head = (
-        "HTTP/1.1 503 Service Unavailable\r\n"
+        f"HTTP/1.1 {status} {status_phrase(status)}\r\n"
         "content-type: application/json\r\n"
         f"content-length: {len(body)}\r\n"
         "connection: close\r\n\r\n"
@@ -50,10 +60,14 @@ def _refusal_bytes() -> bytes:
 class HttpServer:
     """Serves one :class:`Router` on the address and port of ``settings``."""
 
-    def __init__(self, app: Router, settings: HttpSettings) -> None:
+    def __init__(
+        self, app: Router, settings: HttpSettings, *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self._app = app
         self._settings = settings
+        self._ssl_context = ssl_context
         self._connections: set[HttpConnection] = set()
+        self._per_ip = ConnectionCounter(settings.http_connections_per_ip_max)
         self._refusing = 0
         self._shutdown = trio.Event()
         self.ports: list[int] = []
@@ -99,29 +113,43 @@ class HttpServer:
                 log.error("accept failed (%s); retrying in %ss", exc, ACCEPT_RETRY_DELAY_S)
                 await trio.sleep(ACCEPT_RETRY_DELAY_S)
                 continue
+            client = peer_address(stream)
+            address = client[0] if client is not None else "?"
             if len(self._connections) >= self._settings.http_connections_max:
-                if self._refusing < REFUSALS_IN_FLIGHT_MAX:
-                    self._refusing += 1
-                    connections.start_soon(self._refuse, stream)
-                else:
-                    await trio.aclose_forcefully(stream)
+                await self._refuse_soon(connections, stream, _refusal_bytes())
                 continue
-            conn = HttpConnection(stream, self._app, self._settings)
+            if not self._per_ip.try_acquire(address):
+                limit = self._settings.http_connections_per_ip_max
+                reason = f"too many connections from {address} (http_connections_per_ip_max={limit})"
+                await self._refuse_soon(connections, stream, _refusal_bytes(429, reason))
+                continue
+            served: trio.abc.Stream = stream
+            if self._ssl_context is not None:
+                served = trio.SSLStream(stream, self._ssl_context, server_side=True, https_compatible=True)
+            conn = HttpConnection(served, self._app, self._settings, client=client)
             self._connections.add(conn)
-            connections.start_soon(self._run_connection, conn)
+            connections.start_soon(self._run_connection, conn, address)
 
-    async def _run_connection(self, conn: HttpConnection) -> None:
+    async def _run_connection(self, conn: HttpConnection, address: str) -> None:
         try:
             await conn.run()
         finally:
             self._connections.discard(conn)
+            self._per_ip.release(address)
 
-    async def _refuse(self, stream: trio.SocketStream) -> None:
-        """Answer 503 and close; read what the client sent so closing does not reset the connection before
-        the client has read the answer."""
+    async def _refuse_soon(self, connections: trio.Nursery, stream: trio.SocketStream, answer: bytes) -> None:
+        if self._refusing < REFUSALS_IN_FLIGHT_MAX:
+            self._refusing += 1
+            connections.start_soon(self._refuse, stream, answer)
+        else:
+            await trio.aclose_forcefully(stream)
+
+    async def _refuse(self, stream: trio.SocketStream, answer: bytes) -> None:
+        """Answer 503/429 in plain HTTP and close (a TLS client sees a failed handshake); read what the client
+        sent so closing does not reset the connection before the client has read the answer."""
         try:
             with trio.move_on_after(REFUSAL_TIMEOUT_S):
-                await stream.send_all(_refusal_bytes())
+                await stream.send_all(answer)
                 await stream.send_eof()
                 while await stream.receive_some(65536):
                     pass
@@ -137,13 +165,15 @@ async def serve_http(
     settings: HttpSettings,
     *,
     shutdown: trio.Event | None = None,
+    ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[list[int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` until cancelled, or until ``shutdown`` is set (then gracefully).
+    """Serve ``app`` until cancelled, or until ``shutdown`` is set (then gracefully); over TLS when an
+    ``ssl_context`` is given (:func:`~magnetar.bookkeeper.runtime.auth.tls.server_ssl_context`).
 
     Start it with ``ports = await nursery.start(serve_http, app, settings)``: the started value is the list
     of bound ports (one entry unless the bind address resolves to several families on different ports)."""
-    server = HttpServer(app, settings)
+    server = HttpServer(app, settings, ssl_context=ssl_context)
     async with trio.open_nursery() as nursery:
         ports: list[int] = await nursery.start(server.serve)
         task_status.started(ports)

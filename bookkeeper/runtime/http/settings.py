@@ -35,6 +35,11 @@ class HttpSettings(BaseModel):
     """One write to a peer's socket; a peer that reads nothing for this long is disconnected."""
     http_connections_max: int = Field(default=2048, ge=1)
     """Open connections (HTTP and WebSocket); beyond it a new connection is answered 503 and closed."""
+    http_connections_per_ip_max: int = Field(default=0, ge=0)
+    """Open connections from one client address; beyond it a new one is answered 429 and closed. 0: no
+    limit (Pulsar's ``brokerMaxConnectionsPerIp`` default)."""
+    http_tls_handshake_timeout_ms: int = Field(default=10_000, gt=0)
+    """When serving TLS, a new connection must complete its handshake within this, else it is closed."""
 
     ws_frame_bytes_max: int = Field(default=5 * MIB, ge=125)
     """One received WebSocket message, reassembled from its fragments; larger closes with 1009."""

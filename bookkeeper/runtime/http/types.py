@@ -93,6 +93,8 @@ class RequestHead:
     """Values captured by the route pattern, percent-decoded (UTF-8)."""
     client: tuple[str, int] | None
     http_version: str = "1.1"
+    tls: bool = False
+    """The request arrived over TLS (``https`` / ``wss``)."""
 
     def header(self, name: str, default: str | None = None) -> str | None:
         """The first value of header ``name`` (case-insensitive)."""

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import trio
-from fixtures.client import InProcessBookies, open_in_process_bookies
+from fixtures.client import UNHURRIED, InProcessBookies, open_in_process_bookies
 
 from magnetar.bookkeeper.bookie.core import BookieCore
 from magnetar.bookkeeper.client import (
@@ -71,7 +71,9 @@ class CorruptingHandler:
 @asynccontextmanager
 async def setup(**settings: int) -> AsyncIterator[tuple[BookKeeper, InProcessBookies, CountingTransport]]:
     metadata = MemoryMetadataStore()
-    config = ClientSettings(**{"ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2, **settings})
+    config = ClientSettings(
+        **{**UNHURRIED, "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2, **settings}
+    )
     async with open_in_process_bookies(metadata, 3) as cluster:
         counting = CountingTransport(cluster.transport)
         async with open_bookkeeper(metadata, counting, config) as bk:
@@ -163,7 +165,7 @@ async def test_open_without_recovery_reads_lac_and_never_fences(
 
 async def test_tailing_reader_follows_an_ensemble_change() -> None:
     metadata = MemoryMetadataStore()
-    config = ClientSettings(ensemble_size=2, write_quorum=2, ack_quorum=2)
+    config = ClientSettings(**UNHURRIED, ensemble_size=2, write_quorum=2, ack_quorum=2)
     async with (
         open_in_process_bookies(metadata, 3) as cluster,
         open_bookkeeper(metadata, cluster.transport, config) as bk,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import trio
-from fixtures.client import InProcessBookies, open_in_process_bookies
+from fixtures.client import UNHURRIED, InProcessBookies, open_in_process_bookies
 
 from magnetar.bookkeeper.client import (
     BookKeeper,
@@ -28,7 +28,9 @@ async def setup(
     bookies: int = 3, clients: int = 2, **settings: int
 ) -> AsyncIterator[tuple[list[BookKeeper], InProcessBookies, MemoryMetadataStore]]:
     metadata = MemoryMetadataStore()
-    config = ClientSettings(**{"ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2, **settings})
+    config = ClientSettings(
+        **{**UNHURRIED, "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2, **settings}
+    )
     async with (
         open_in_process_bookies(metadata, bookies) as cluster,
         open_bookkeeper(metadata, cluster.transport, config) as first,

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
-from fixtures.client import InProcessBookies, open_in_process_bookies
+from fixtures.client import UNHURRIED, InProcessBookies, open_in_process_bookies
 
 from magnetar.bookkeeper.client import (
     BKError,
@@ -30,7 +30,9 @@ from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 @asynccontextmanager
 async def setup(bookies: int = 3, **settings: int) -> AsyncIterator[tuple[BookKeeper, InProcessBookies]]:
     metadata = MemoryMetadataStore()
-    config = ClientSettings(**{"ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2, **settings})
+    config = ClientSettings(
+        **{**UNHURRIED, "ensemble_size": 3, "write_quorum": 3, "ack_quorum": 2, **settings}
+    )
     async with (
         open_in_process_bookies(metadata, bookies) as cluster,
         open_bookkeeper(metadata, cluster.transport, config) as bk,

@@ -1,0 +1,71 @@
+"""Who may talk to a bookie: the AUTH exchange's server side and the TLS context, from the settings.
+
+Theory of operation (BookKeeper's ``AuthHandler.ServerSideHandler`` with a token provider). With
+``authentication_enabled`` a connection is unauthenticated until an AUTH request with the ``token`` plugin
+carries a token that the cluster key verifies and whose role is allowed (``auth_allowed_roles``, or any
+role when the list is empty - "holders of a cluster token"). The connection code (:mod:`.server`) answers
+every other request EUA until then, closes the connection after a refused AUTH, and closes a connection that
+has not authenticated within ``auth_timeout_ms``. Without ``authentication_enabled`` an AUTH is accepted as
+is (a client configured with a token still works against an open bookie).
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.protocol.messages import AUTH_PLUGIN_TOKEN, AuthRequest
+from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
+from magnetar.bookkeeper.runtime.auth.keys import verification_key
+from magnetar.bookkeeper.runtime.auth.tls import server_ssl_context
+from magnetar.bookkeeper.runtime.auth.tokens import TokenVerifier
+from magnetar.bookkeeper.runtime.clock import Clock, SystemClock
+
+
+class BookieAuthenticator:
+    """Checks the token of an AUTH request: returns the role or raises (401/403-like faults)."""
+
+    def __init__(self, verifier: TokenVerifier, allowed_roles: frozenset[str]) -> None:
+        self._verifier = verifier
+        self.allowed_roles = allowed_roles
+
+    @classmethod
+    def from_settings(
+        cls, settings: BookieSettings, clock: Clock | None = None
+    ) -> BookieAuthenticator | None:
+        """None when authentication is off; reads the key now (``KeyConfigError`` at startup)."""
+        if not settings.authentication_enabled:
+            return None
+        verifier = TokenVerifier(
+            verification_key(settings.token_secret_key, settings.token_public_key),
+            clock=clock or SystemClock(),
+            allowed_clock_skew_s=settings.token_allowed_clock_skew_seconds,
+        )
+        return cls(verifier, frozenset(settings.auth_allowed_roles))
+
+    def authenticate(self, request: AuthRequest) -> str:
+        if request.plugin_name != AUTH_PLUGIN_TOKEN:
+            name = request.plugin_name[:40]
+            raise AuthenticationError(
+                f"unsupported auth plugin {name!r} (this bookie takes {AUTH_PLUGIN_TOKEN!r})"
+            )
+        try:
+            token = request.payload.decode("ascii")
+        except UnicodeDecodeError:
+            raise AuthenticationError("the token is not ASCII text") from None
+        role = self._verifier.verify(token).role
+        if self.allowed_roles and role not in self.allowed_roles:
+            raise AuthorizationError(f"role {role!r} may not connect to this bookie")
+        return role
+
+
+def bookie_ssl_context(settings: BookieSettings) -> ssl.SSLContext | None:
+    """The server TLS context of the bookie protocol, or None when TLS is off."""
+    if settings.tls_certificate_file is None or settings.tls_key_file is None:
+        return None
+    return server_ssl_context(
+        settings.tls_certificate_file,
+        settings.tls_key_file,
+        trust_certs_file=settings.tls_trust_certs_file,
+        require_client_cert=settings.tls_require_trusted_client_cert,
+    )
