@@ -149,10 +149,6 @@ class EntryLogGc:
         self._busy: set[int] = set()
         self._record_bytes_max = settings.entry_bytes_max + RECORD_HEADER_BYTES
 
-    @property
-    def directory(self) -> trio.Path:
-        return trio.Path(self._logger.directory)
-
     def checkpoint_completed(self) -> None:
         """Called by the engine after each successful checkpoint: every older log is fully indexed."""
         current = self._logger.current
