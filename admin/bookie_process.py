@@ -1,7 +1,10 @@
 """The bookie process (``magnetar bookie``): the composition root that wires a bookie together.
 
 It opens the metadata store, builds the ledger store named by ``storage``, serves the bookie protocol and
-registers the bookie (``/ledgers/available/<host:port>``).
+registers the bookie (``/ledgers/available/<host:port>``). With the disk engine it also runs the garbage
+collector and entry-log compactor (``magnetar.gc``; settings ``gc.*``, e.g. ``MAGNETAR_GC__GC_WAIT_TIME_S``),
+whose endpoints (``/api/v1/bookie/gc``, ``gc_details``, ``list_disk_file``, ``entry_log_usage``) join the
+bookie's HTTP endpoints.
 
 Discovering the port (``--port 0``): once the bookie serves and is registered it prints one JSON line on
 stdout, ``{"event": "bookie-ready", "bookieId": ..., "host": ..., "port": ...}``, and, with
@@ -31,6 +34,9 @@ from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.runtime.http import HttpSettings, serve_http
+from magnetar.gc.bookie_wiring import attach_garbage_collector
+from magnetar.gc.collector import BookieGarbageCollector
+from magnetar.gc.http_api import add_gc_routes
 
 log = logging.getLogger("magnetar.bookie")
 
@@ -55,10 +61,14 @@ async def serve(settings: BookieSettings) -> int:
         open_store(settings) as store,
     ):
         bookie = Bookie(settings, store, metadata)
+        collector = attach_garbage_collector(bookie, store, metadata)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                http_port = await _start_http(nursery, bookie)
+                http_port = await _start_http(nursery, bookie, collector)
                 endpoint = await nursery.start(bookie.run)
+                if collector is not None:
+                    collector.name = endpoint.bookie_id
+                    await nursery.start(collector.run)
                 announce(
                     {
                         "event": "bookie-ready",
@@ -104,13 +114,18 @@ async def _stop_on_signal(signals: AsyncIterator[int], bookie: Bookie) -> None:
     bookie.request_stop()
 
 
-async def _start_http(nursery: trio.Nursery, bookie: Bookie) -> int | None:
+async def _start_http(
+    nursery: trio.Nursery, bookie: Bookie, collector: BookieGarbageCollector | None
+) -> int | None:
     """Serve the bookie's HTTP endpoints if ``http_port`` is set; the bound port goes in its registration."""
     settings = bookie.settings
     if settings.http_port is None:
         return None
     http = HttpSettings(http_bind_address=settings.bind_address, http_port=settings.http_port)
-    ports: list[int] = await nursery.start(serve_http, bookie_router(bookie), http)
+    router = bookie_router(bookie)
+    if collector is not None:
+        add_gc_routes(router, [collector])
+    ports: list[int] = await nursery.start(serve_http, router, http)
     bookie.settings = settings.model_copy(update={"http_port": ports[0]})
     log.info("bookie HTTP endpoints on port %d", ports[0])
     return ports[0]

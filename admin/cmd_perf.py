@@ -23,6 +23,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "magnetar.admin.perf_bookie_storage",
         "bookie storage engine: durable adds/s, add latency, catch-up reads/s, journal replay, disk limit",
     ),
+    "compaction": (
+        "magnetar.admin.perf_compaction",
+        "entry-log compaction: live MB/s copied, publish latency during it, rate limit on and off",
+    ),
     "produce": ("magnetar.admin.perf_produce", "publish over the WebSocket API: throughput and latency"),
     "consume": ("magnetar.admin.perf_consume", "consume over the WebSocket API: throughput, e2e latency"),
 }

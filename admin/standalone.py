@@ -8,6 +8,10 @@
   bookies through in-process calls (the same bookie request logic, without TCP and the codec in between);
 * replication E/W/A = 1/1/1 for one bookie, 2/2/2 for two, 3/3/2 for three or more (overridable).
 
+Each bookie runs its garbage collector and entry-log compactor (``magnetar.gc``); their endpoints
+(``PUT /api/v1/bookie/gc``, ``GET /api/v1/bookie/gc_details``, ``list_disk_file``, ``entry_log_usage``) are
+served on the broker's HTTP port and act on every bookie.
+
 Security is off by default, as in Pulsar's standalone. ``--authentication-enabled`` with a token key turns
 on token authentication and authorization for the broker (WebSocket API, lookup, admin API) and for the
 bookies' TCP ports (the broker itself reaches its bookies in process); ``--super-user-roles`` names the
@@ -25,6 +29,7 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -53,6 +58,9 @@ from magnetar.bookkeeper.runtime.http import Router
 from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
+from magnetar.gc.bookie_wiring import attach_garbage_collector
+from magnetar.gc.collector import BookieGarbageCollector
+from magnetar.gc.http_api import add_gc_routes
 
 log = logging.getLogger("magnetar.standalone")
 
@@ -148,13 +156,22 @@ def main(
         return EXIT_FAILED
 
 
+@dataclass
+class StandaloneBookies:
+    transport: LocalTransport
+    bookies: list[Bookie] = field(default_factory=list)
+    collectors: list[BookieGarbageCollector] = field(default_factory=list)
+
+
 @asynccontextmanager
 async def open_bookies(
     settings: StandaloneSettings, metadata: MetadataStore
-) -> AsyncIterator[tuple[LocalTransport, list[Bookie]]]:
-    """Start the bookies (disk engines, TCP servers, registration) and a local transport routed to them."""
+) -> AsyncIterator[StandaloneBookies]:
+    """Start the bookies (disk engines, TCP servers, registration, garbage collectors) and a local transport
+    routed to them."""
     transport = LocalTransport()
-    bookies: list[Bookie] = []
+    running = StandaloneBookies(transport)
+    bookies = running.bookies
     async with AsyncExitStack() as stack:
         # The storage engines outlive the bookies that serve them: opened first, closed last (each close
         # drains its journal and takes a final checkpoint).
@@ -170,9 +187,13 @@ async def open_bookies(
                 endpoint = await nursery.start(bookie.run)
                 transport.add_bookie(endpoint.bookie_id, bookie.core)
                 bookies.append(bookie)
+                collector = attach_garbage_collector(bookie, store, metadata)
+                if collector is not None:
+                    await nursery.start(collector.run)
+                    running.collectors.append(collector)
                 log.info("bookie %s ready (data in %s)", endpoint.bookie_id, bookie_settings.data_dir)
             try:
-                yield transport, bookies
+                yield running
             finally:
                 with trio.CancelScope(shield=True):
                     for bookie in bookies:
@@ -188,14 +209,19 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
     broker_settings = settings.broker_settings()
     async with (
         open_metadata_store(f"rocksdb://{data_dir / 'metadata'}") as metadata,
-        open_bookies(settings, metadata) as (transport, _bookies),
-        open_bookkeeper(metadata, transport, broker_settings.client_settings()) as bk,
+        open_bookies(settings, metadata) as running,
+        open_bookkeeper(metadata, running.transport, broker_settings.client_settings()) as bk,
     ):
+        extras = BrokerAdmin(broker_settings).run_kwargs()  # admin API, retention, storage metrics
+        broker_routes: RouteRegistration = register_routes or extras["register_routes"]
+
+        def routes(router: Router, service: BrokerService) -> None:
+            broker_routes(router, service)
+            add_gc_routes(router, running.collectors)  # the bookies' garbage collectors
+
+        extras["register_routes"] = routes
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                extras = BrokerAdmin(broker_settings).run_kwargs()  # admin API, retention, storage metrics
-                if register_routes is not None:
-                    extras["register_routes"] = register_routes
                 start = functools.partial(run_broker, broker_settings, metadata, bk, **extras)
                 handle: BrokerHandle = await nursery.start(start)
                 tune_gc()

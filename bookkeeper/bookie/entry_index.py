@@ -262,6 +262,27 @@ class EntryIndex:
         finally:
             del it
 
+    def log_references(self) -> dict[int, int]:
+        """``logId -> highest offset`` the locations point at, for every entry log they point into.
+
+        A full scan of the locations (blocking; seconds for millions of entries): the garbage collector's
+        proof that no index entry points into a log before it deletes a log it could not fully read.
+        """
+        it = self.handles().locations.iter(ReadOptions())
+        refs: dict[int, int] = {}
+        unpack = LOCATION.unpack
+        try:
+            it.seek_to_first()
+            while it.valid():
+                loc = unpack(it.value())[0]
+                log_id, offset = loc >> 32, loc & 0xFFFFFFFF
+                if refs.get(log_id, -1) < offset:
+                    refs[log_id] = offset
+                it.next()
+        finally:
+            del it
+        return refs
+
     def load_ledgers(self) -> Iterator[tuple[int, bytes]]:
         """``(ledgerId, encoded record)`` of every ledger, ascending."""
         it = self.handles().ledgers.iter(ReadOptions())

@@ -88,6 +88,11 @@ class EntryLogger:
         self.current: CurrentLog | None = None
         self._readers: OrderedDict[int, int] = OrderedDict()
 
+    @property
+    def last_id(self) -> int:
+        """The highest log id ever used (persisted: ids are never reused)."""
+        return self._last_id
+
     # -- writing (worker thread, serialised by the engine) ----------------------------------------------
 
     def start_log(self) -> CurrentLog:
@@ -108,6 +113,17 @@ class EntryLogger:
         self.current = CurrentLog(log_id, fd)
         log.debug("entry log %s started", path.name)
         return self.current
+
+    def allocate_log_id(self) -> int:
+        """Reserve the next log id durably without starting a log (a compaction log takes it)."""
+        log_id = self._last_id + 1
+        write_file_durably(self.directory / LAST_ID_FILE, f"{log_id:x}\n".encode())
+        self._last_id = log_id
+        return log_id
+
+    def add_log_id(self, log_id: int) -> None:
+        """A log written outside this logger (compaction) became visible as ``<id>.log``."""
+        self._ids.add(log_id)
 
     def write(self, data: bytes | bytearray) -> None:
         """Append ``data`` (records packed for the current offset) to the current log, unsynced."""

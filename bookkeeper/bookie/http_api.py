@@ -5,9 +5,11 @@
   503 before that and while shutting down: the Kubernetes readiness probe.
 * ``GET /api/v1/bookie/state`` - ``{"running", "readOnly", "shuttingDown", "availableForHighPriorityWrites"}``
   as BookKeeper's ``/api/v1/bookie/state``.
-* ``GET /api/v1/bookie/info`` - bookie id and disk figures.
+* ``GET /api/v1/bookie/info`` - bookie id and disk figures (BookKeeper's ``freeSpace`` / ``totalSpace``, the
+  used fraction and the read-only state).
 
-Garbage-collection endpoints are added by the composition root when a GC runs inside the bookie.
+Garbage-collection endpoints (``magnetar.gc.http_api``) are added by the composition root when a garbage
+collector runs inside the bookie.
 """
 
 from __future__ import annotations
@@ -51,7 +53,10 @@ def bookie_router(bookie: Bookie) -> Router:
             {
                 "bookieId": bookie.endpoint.bookie_id if bookie.endpoint else None,
                 "totalDiskSpace": usage.total_bytes,
+                "totalSpace": usage.total_bytes,
                 "freeSpace": usage.free_bytes,
+                "diskUsage": round(usage.used_fraction, 6),
+                "readOnly": bookie.state.readonly,
             }
         )
 

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from magnetar.bookkeeper.bookie.gc_settings import GcSettings
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
@@ -49,6 +50,8 @@ class BookieSettings(BaseSettings):
     (everything in RAM, lost on exit: tests and demos only)."""
     storage_engine: BookieStorageSettings = BookieStorageSettings()
     """Tuning of the disk engine, e.g. ``MAGNETAR_STORAGE_ENGINE__JOURNAL_GROUP_WAIT_MS=1``."""
+    gc: GcSettings = GcSettings()
+    """Garbage collection and entry-log compaction (disk storage), e.g. ``MAGNETAR_GC__GC_WAIT_TIME_S=60``."""
     memory_store_bytes_max: PositiveInt = 1024 * 1024 * 1024
     """Capacity of the ``memory`` engine (what ``disk_usage`` reports as the disk size)."""
 

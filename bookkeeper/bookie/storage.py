@@ -14,6 +14,9 @@ Theory of operation (reference/bookkeeper.md §5, invariants 6, 8, 11, 12):
 * **Restart.** Ledger records are loaded from the index; the journal is replayed from the persisted mark,
   idempotently (entries, master keys, fences, explicit LACs, deletions); a checkpoint then makes it all
   durable in the entry logs before the store serves anything.
+* **Garbage collection** (:mod:`.entry_log_gc`, driven by ``magnetar.gc``). Opening first finishes or rolls
+  back a compaction a crash interrupted (before the journal replay); every completed checkpoint *seals* the
+  logs before the current one, which GC may then delete or compact (invariant 12).
 * **Read.** Write cache (both halves), read cache, index, entry log - with read-ahead of the following
   entries of the same ledger into the read cache. An entry the index lacks is "no entry" only if the
   ledger's indexed entry range shows it was never stored here; otherwise, and for every unreadable record,
@@ -37,7 +40,7 @@ from pathlib import Path
 
 import trio
 
-from magnetar.bookkeeper.bookie.checkpoint import CacheFlusher, append_durably, run_io
+from magnetar.bookkeeper.bookie.checkpoint import CacheFlusher, run_io
 from magnetar.bookkeeper.bookie.entry_index import (
     EntryIndex,
     EntryRange,
@@ -45,6 +48,7 @@ from magnetar.bookkeeper.bookie.entry_index import (
     decode_ledger_record,
 )
 from magnetar.bookkeeper.bookie.entry_log import EntryLogger
+from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, Relocation
 from magnetar.bookkeeper.bookie.errors import (
     BookieError,
     DiskFullError,
@@ -70,6 +74,8 @@ from magnetar.bookkeeper.bookie.write_cache import ENTRY_OVERHEAD_BYTES, DoubleW
 
 log = logging.getLogger(__name__)
 
+__all__ = ["DbLedgerStorage", "DiskProbe", "Relocation", "open_ledger_store", "statvfs_probe"]
+
 DiskProbe = Callable[[Path], DiskUsage]
 _IDS = struct.Struct(">qq")
 
@@ -78,16 +84,6 @@ def statvfs_probe(path: Path) -> DiskUsage:
     """Total and available bytes of the file system holding ``path``."""
     st = os.statvfs(path)
     return DiskUsage(total_bytes=st.f_blocks * st.f_frsize, free_bytes=st.f_bavail * st.f_frsize)
-
-
-@dataclass(frozen=True, slots=True)
-class Relocation:
-    """Compaction moved an entry: point the index at ``new_location`` if it still says ``old_location``."""
-
-    ledger_id: int
-    entry_id: int
-    old_location: int
-    new_location: int
 
 
 @dataclass(slots=True)
@@ -158,6 +154,7 @@ async def open_ledger_store(
     store = DbLedgerStorage(settings, parts, disk_probe)
     store._final_checkpoint = final_checkpoint
     try:
+        await store.gc.recover()  # finish or roll back a compaction a crash interrupted
         await store._recover()
         async with trio.open_nursery() as nursery:
             await nursery.start(store._journal.run)
@@ -210,6 +207,8 @@ class DbLedgerStorage:
         self._replay_mark: LogMark | None = None
         self._replaying = False
         self._checkpoint_lock = trio.Lock()
+        self.gc = EntryLogGc(parts.entry_logger, parts.index, self._states, self._checkpoint_lock, settings)
+        """Garbage-collection and compaction primitives (:mod:`.entry_log_gc`); policy: ``magnetar.gc``."""
         self._checkpoint_wanted = trio.Event()
         self._flush_done = trio.Event()
         self._accepting = False
@@ -413,6 +412,7 @@ class DbLedgerStorage:
             self._read_cache.discard(ledger_id, entry_id)  # a stale copy must not outlive its re-add
         self._cache.flushed()
         self._pending = None
+        self.gc.checkpoint_completed()
         deleted, self._deleted_while_flushing = self._deleted_while_flushing, set()
         if deleted:
             self._delete_from_index(deleted)
@@ -461,34 +461,16 @@ class DbLedgerStorage:
     # -- garbage collection primitives ----------------------------------------------------------------------
 
     async def append_to_entry_log(self, bodies: Sequence[bytes]) -> list[int]:
-        """Compaction, step 1: write packaged entries to the current entry log durably; their locations."""
-        async with self._checkpoint_lock:
-            return await append_durably(self.entry_logger, list(bodies))
-
-    async def delete_entry_log(self, log_id: int) -> None:
-        """Compaction, step 3: delete a log that no index entry points at any more (invariant 12: only
-        after ``update_locations`` made the new locations durable)."""
-        async with self._checkpoint_lock:
-            self.entry_logger.forget_log(log_id)
-            await run_io("deleting an entry log", self.entry_logger.delete_log_file, log_id)
+        """BookKeeper's simple compactor, step 1: write entries to the current entry log durably."""
+        return await self.gc.append_to_current_log(bodies)
 
     async def update_locations(self, moves: Sequence[Relocation]) -> int:
-        """Compaction, step 2: point the index at new (already synced) locations, durably.
+        """Step 2: point the index at the new (synced) locations where it still holds the old; durable."""
+        return await self.gc.update_locations(moves)
 
-        A move applies only if the index still holds ``old_location`` for a ledger that still exists (an
-        entry re-added or a ledger deleted meanwhile keeps its newer state); returns how many applied.
-        Serialised with checkpoints, as BookKeeper's ``updateEntriesLocations`` waits for the flush.
-        """
-        async with self._checkpoint_lock:
-            batch = self._index.batch()
-            for move in moves:
-                if move.ledger_id in self._states and self._location(move.ledger_id, move.entry_id) == (
-                    move.old_location
-                ):
-                    batch.put_location(move.ledger_id, move.entry_id, move.new_location)
-            if batch.size:
-                await run_io("index relocation", self._index.write_sync, batch)
-            return batch.size
+    async def delete_entry_log(self, log_id: int) -> None:
+        """Step 3: delete a log nothing points at any more (after ``update_locations``)."""
+        await self.gc.delete_log(log_id)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 

@@ -1,0 +1,544 @@
+"""The storage engine's garbage-collection primitives (BookKeeper ``GarbageCollectorThread`` mechanics, §6).
+
+The *policy* - which ledgers are gone, which logs to compact, how fast, when - is :mod:`magnetar.gc`'s. This
+module gives it safe operations on the running engine, each keeping invariant 12:
+
+* :meth:`EntryLogGc.log_ids` - the logs GC may look at: *sealed* logs only, i.e. not the log being written
+  and not a log whose entries a running checkpoint may still be indexing (the ids below the log that was
+  current when the last checkpoint completed, and the targets of finished compactions), and not the logs of
+  a compaction in progress. A sealed log never gains an index entry again; it only loses them.
+* :meth:`EntryLogGc.usage` - ``ledgerId -> bytes`` of a log from its ledgers map, or from a scan for a log
+  without one (a crash interrupted it). A scan that stops early leaves a log GC must not delete until
+  :meth:`EntryLogGc.index_references` proved (one pass over the index) that nothing points past that point.
+* :meth:`EntryLogGc.delete_dead_log` - delete a log none of whose ledgers exists any more. Under the
+  checkpoint lock, the index entries of those ledgers are deleted again and RocksDB's WAL is synced (this
+  also makes every earlier, unsynced ledger deletion durable) before the file goes.
+* :meth:`EntryLogGc.start_compaction` -> :class:`CompactionJob` - the transactional compactor: copy live
+  records into ``<target>.log.compacting`` (:mod:`.compaction_files`), then :meth:`CompactionJob.commit`:
+  sync it, write the manifest (commit point), make it visible as ``<target>.log``, point the index at the
+  copies (only entries whose location is still in a source; checked and written in bounded batches under the
+  checkpoint lock, so a checkpoint never interleaves), sync the index, then delete the sources and the
+  manifest. A record is *live* if its ledger exists and the index points exactly at it.
+* :meth:`EntryLogGc.recover` - at engine open, before journal replay, and before each GC pass: delete
+  copies that never committed and finish committed ones (a crash may leave the target not yet visible or
+  the index half pointed at it).
+
+Blocking work runs in worker threads; the index is safe to use from them (rocksdict holds the GIL per call,
+which is also why index batches stay small and the loops yield the GIL often).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from magnetar.bookkeeper.bookie.checkpoint import append_durably, run_io
+from magnetar.bookkeeper.bookie.compaction_files import (
+    CompactionLogWriter,
+    CompactionManifest,
+    LogRecordReader,
+    compacting_name,
+    find_leftovers,
+    make_visible,
+    manifest_name,
+    remove_file,
+    write_manifest,
+)
+from magnetar.bookkeeper.bookie.entry_index import EntryIndex
+from magnetar.bookkeeper.bookie.entry_log import EntryLogger, log_file_name
+from magnetar.bookkeeper.bookie.entry_log_format import (
+    HEADER_BYTES,
+    OFFSET_BITS,
+    RECORD_HEADER_BYTES,
+    ScanStop,
+    decode_header,
+)
+from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
+from magnetar.bookkeeper.bookie.ledger_store import LedgerState
+from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+
+log = logging.getLogger(__name__)
+
+Throttle = Callable[[int, int], Awaitable[None]]
+"""Awaited before each batch is copied with ``(entries, bytes)``: the compactor's rate limit."""
+StepHook = Callable[[str], None]
+"""Told each step of a compaction (progress reporting; crash tests kill the process at one)."""
+SCAN_CHUNK_BYTES = 4 * 1024 * 1024
+GIL_YIELD_EVERY = 64
+"""Loops in worker threads give the GIL away this often (``time.sleep(0)``): otherwise the event loop waits
+for the interpreter's 5 ms switch interval at every wake-up, and publish latency suffers (measured)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Relocation:
+    """Compaction moved an entry: point the index at ``new_location`` if it still says ``old_location``."""
+
+    ledger_id: int
+    entry_id: int
+    old_location: int
+    new_location: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogUsage:
+    """What a sealed entry log holds: bytes per ledger (records, headers included)."""
+
+    log_id: int
+    ledger_bytes: Mapping[int, int]
+    file_bytes: int
+    records_end: int
+    """Offset where the log's records end (the ledgers map, or where a scan stopped)."""
+    from_map: bool
+    scan_stop: ScanStop | None = None
+    """How a scan ended (None when the ledgers map was used)."""
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.ledger_bytes.values())
+
+    @property
+    def fully_read(self) -> bool:
+        """The records are known to end where reading stopped (no torn or corrupt record before it)."""
+        return self.from_map or self.scan_stop in (ScanStop.END, ScanStop.LEDGERS_MAP)
+
+
+class SourceDamagedError(StorageIOError):
+    """A source log could not be read to where its records end; the compaction was rolled back."""
+
+
+@dataclass(slots=True)
+class CompactionResult:
+    target: int
+    sources: list[int]
+    sources_deleted: list[int]
+    entries: int
+    copied_bytes: int
+    target_bytes: int
+    reclaimed_bytes: int
+    relocated: int
+
+
+@dataclass(slots=True)
+class _LiveChunk:
+    raw: bytearray = field(default_factory=bytearray)
+    ledger_bytes: list[tuple[int, int]] = field(default_factory=list)
+    entries: int = 0
+
+
+class EntryLogGc:
+    def __init__(
+        self,
+        entry_logger: EntryLogger,
+        index: EntryIndex,
+        states: Mapping[int, LedgerState],
+        lock: trio.Lock,
+        settings: BookieStorageSettings,
+    ) -> None:
+        self._logger = entry_logger
+        self._index = index
+        self._states = states
+        self._lock = lock
+        self._settings = settings
+        self._sealed_below = 0
+        self._compacted: set[int] = set()
+        """Targets of finished compactions: complete, and never written by a checkpoint - sealed at once."""
+        self._busy: set[int] = set()
+        self._record_bytes_max = settings.entry_bytes_max + RECORD_HEADER_BYTES
+
+    def checkpoint_completed(self) -> None:
+        """Called by the engine after each successful checkpoint: every older log is fully indexed."""
+        current = self._logger.current
+        self._sealed_below = current.log_id if current is not None else self._logger.last_id + 1
+
+    def log_ids(self) -> list[int]:
+        """Sealed logs that no compaction is working on, ascending."""
+        sealed, compacted, busy = self._sealed_below, self._compacted, self._busy
+        return [i for i in self._logger.log_ids() if (i < sealed or i in compacted) and i not in busy]
+
+    def ledger_exists(self, ledger_id: int) -> bool:
+        return ledger_id in self._states
+
+    # -- usage --------------------------------------------------------------------------------------
+
+    async def usage(self, log_id: int) -> LogUsage:
+        return await run_io(f"reading the usage of entry log {log_id:x}", self._usage, log_id)
+
+    def _usage(self, log_id: int) -> LogUsage:
+        path = self._logger.directory / log_file_name(log_id)
+        file_bytes = path.stat().st_size
+        mapped = self._logger.ledgers_map(log_id)
+        if mapped is not None:
+            with path.open("rb") as f:
+                header = decode_header(f.read(HEADER_BYTES))
+            return LogUsage(log_id, mapped, file_bytes, header.map_offset, from_map=True)
+        reader = LogRecordReader(path, chunk_bytes=SCAN_CHUNK_BYTES, record_bytes_max=self._record_bytes_max)
+        usage: dict[int, int] = {}
+        reader.open()
+        try:
+            while (chunk := reader.read_chunk()) is not None:
+                for e in chunk.entries:
+                    usage[e.ledger_id] = usage.get(e.ledger_id, 0) + e.record_bytes
+        finally:
+            reader.close()
+        return LogUsage(log_id, usage, file_bytes, reader.stop_offset, from_map=False, scan_stop=reader.stop)
+
+    async def index_references(self) -> dict[int, int]:
+        """``logId -> highest offset`` any index entry points at (one full pass over the index): the proof
+        that nothing points past where a log could be read."""
+        return await run_io("scanning the index", self._index.log_references)
+
+    # -- deleting a log with no live ledger ------------------------------------------------------------
+
+    async def delete_dead_log(self, log_id: int, ledgers: Collection[int]) -> int | None:
+        """Delete a sealed log whose ``ledgers`` are all deleted; its size, or None if one came back."""
+        async with self._lock:
+            if any(ledger_id in self._states for ledger_id in ledgers):
+                return None
+            await self._purge_and_sync(ledgers)
+            size = await run_io("entry log size", self._file_size, log_id)
+            self._logger.forget_log(log_id)
+            await run_io("deleting an entry log", self._logger.delete_log_file, log_id)
+        return size
+
+    async def _purge_and_sync(self, ledgers: Iterable[int]) -> None:
+        """Delete the index entries of ``ledgers`` that no longer exist, and sync the index (lock held)."""
+        batch = self._index.batch()
+        for ledger_id in ledgers:
+            if ledger_id not in self._states:
+                batch.delete_ledger(ledger_id)
+        if batch.size:
+            await run_io("purging deleted ledgers from the index", self._index.write_sync, batch)
+        else:
+            await run_io("index sync", self._index.sync_wal)
+
+    def _file_size(self, log_id: int) -> int:
+        try:
+            return (self._logger.directory / log_file_name(log_id)).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    # -- compaction ----------------------------------------------------------------------------------------
+
+    async def start_compaction(
+        self,
+        *,
+        batch_bytes: int,
+        relocate_batch_entries: int = 512,
+        sync_bytes: int = 0,
+        on_step: StepHook | None = None,
+    ) -> CompactionJob:
+        """A new compaction job with its target log created (id reserved durably)."""
+        async with self._lock:  # log ids are allocated under the lock checkpoints roll logs under
+            target = await run_io("allocating a compaction log id", self._logger.allocate_log_id)
+        self._busy.add(target)
+        writer = CompactionLogWriter(
+            self._logger.directory,
+            target,
+            offset_limit=self._settings.entry_log_bytes_max + self._settings.entry_bytes_max,
+            sync_bytes=sync_bytes,
+        )
+        try:
+            await run_io("creating a compaction log", writer.open)
+        except BaseException:
+            self._busy.discard(target)
+            raise
+        log.info("compaction into entry log %s started", compacting_name(target))
+        return CompactionJob(
+            self,
+            writer,
+            batch_bytes=batch_bytes,
+            relocate_batch_entries=relocate_batch_entries,
+            on_step=on_step,
+        )
+
+    def _read_live(self, reader: LogRecordReader, source: int) -> _LiveChunk | None:
+        """The next records of ``source`` that are live: their ledger exists and the index points at them."""
+        read = reader.read_chunk()
+        if read is None:
+            return None
+        live = _LiveChunk()
+        states, get_location, loc_base = self._states, self._index.get_location, source << OFFSET_BITS
+        view, base = memoryview(read.buf), read.base
+        run_start = run_end = -1  # contiguous live records are copied with one slice
+        for i, e in enumerate(read.entries):
+            if i % GIL_YIELD_EVERY == 0:
+                time.sleep(0)
+            if e.ledger_id in states and get_location(e.ledger_id, e.entry_id) == loc_base | e.offset:
+                start = e.offset - base
+                if start != run_end:
+                    if run_end > run_start:
+                        live.raw += view[run_start:run_end]
+                    run_start = start
+                run_end = start + e.record_bytes
+                live.ledger_bytes.append((e.ledger_id, e.record_bytes))
+                live.entries += 1
+        if run_end > run_start:
+            live.raw += view[run_start:run_end]
+        return live
+
+    async def _complete(
+        self,
+        manifest: CompactionManifest,
+        *,
+        trusted: bool = False,
+        ledgers: Collection[int] = (),
+        on_step: StepHook | None = None,
+        relocate_batch_entries: int = 512,
+    ) -> CompactionResult:
+        """Commit steps after the manifest: visible, relocate, sync, delete sources, drop the manifest.
+
+        Shared by a running compaction and by recovery at open. A running compaction (``trusted``) passes
+        the ``ledgers`` of its sources (the index entries of those deleted meanwhile are purged) and trusts
+        its count of copied records; recovery trusts nothing in memory and proves with one pass over the
+        index that no source is referenced any more before deleting it.
+        """
+        step = on_step or _no_step
+        directory = self._logger.directory
+        target, sources = manifest.target, set(manifest.sources)
+        result = CompactionResult(target, sorted(sources), [], manifest.entries, 0, 0, 0, 0)
+        if not await run_io("making a compacted log visible", make_visible, directory, target):
+            log.error(
+                "compaction into %s: the target log is missing; keeping its sources %s",
+                log_file_name(target),
+                [log_file_name(s) for s in sorted(sources)],
+            )
+            await run_io("removing a compaction manifest", remove_file, directory / manifest_name(target))
+            return result
+        self._logger.add_log_id(target)
+        step("visible")
+        result.target_bytes = self._file_size(target)
+        seen, result.relocated, clean = await self._relocate(target, sources, relocate_batch_entries, step)
+        async with self._lock:
+            await self._purge_and_sync(ledgers)
+        step("index-synced")
+        if not (trusted and clean and seen == manifest.entries):
+            if trusted:
+                log.error("compacted log %s scanned to %d records, %d copied", target, seen, manifest.entries)
+            refs = await run_io("scanning the index", self._index.log_references)
+            for source in sorted(sources & refs.keys()):
+                log.error("entry log %s is still referenced by the index; keeping it", log_file_name(source))
+            sources -= refs.keys()
+        for source in sorted(sources):
+            size = self._file_size(source)
+            async with self._lock:
+                self._logger.forget_log(source)
+                await run_io("deleting a compacted entry log", self._logger.delete_log_file, source)
+            result.sources_deleted.append(source)
+            result.reclaimed_bytes += size
+            step("source-deleted")
+        result.reclaimed_bytes -= result.target_bytes
+        await run_io("removing a compaction manifest", remove_file, directory / manifest_name(target))
+        self._compacted.add(target)
+        step("done")
+        return result
+
+    async def _relocate(
+        self, target: int, sources: set[int], batch_entries: int, step: StepHook
+    ) -> tuple[int, int, bool]:
+        """Point the index at the target's records where it points into a source; (records, moved, clean)."""
+        reader = LogRecordReader(
+            self._logger.directory / log_file_name(target),
+            chunk_bytes=SCAN_CHUNK_BYTES,
+            record_bytes_max=self._record_bytes_max,
+        )
+        await run_io("opening a compacted log", reader.open)
+        seen = moved = 0
+        base = target << OFFSET_BITS
+        try:
+            while (chunk := await run_io("reading a compacted log", reader.read_chunk)) is not None:
+                records = chunk.entries
+                seen += len(records)
+                for start in range(0, len(records), batch_entries):
+                    piece = records[start : start + batch_entries]
+                    items = [(r.ledger_id, r.entry_id, base | r.offset) for r in piece]
+                    async with self._lock:
+                        moved += await run_io("relocating index entries", self._apply, items, sources)
+                step("relocated")
+        finally:
+            reader.close()
+        return seen, moved, reader.stop in (ScanStop.END, ScanStop.LEDGERS_MAP)
+
+    def _apply(self, items: list[tuple[int, int, int]], sources: set[int]) -> int:
+        """Point each entry at its new location if the index still points into a source (lock held)."""
+        index = self._index
+        batch = index.batch()
+        for i, (ledger_id, entry_id, new_location) in enumerate(items):
+            if i % GIL_YIELD_EVERY == 0:
+                time.sleep(0)
+            current = index.get_location(ledger_id, entry_id)
+            if current is not None and current >> OFFSET_BITS in sources:
+                batch.put_location(ledger_id, entry_id, new_location)
+        if batch.size:
+            index.write_nosync(batch)
+        return batch.size
+
+    # -- recovery at open --------------------------------------------------------------------------------
+
+    async def recover(self) -> list[CompactionResult]:
+        """Finish committed compactions and delete uncommitted copies: at engine open (before replay), and
+        at the start of every GC pass (BookKeeper's ``cleanUpAndRecover``) for one a failure interrupted."""
+        directory = self._logger.directory
+        leftovers = await run_io("looking for interrupted compactions", find_leftovers, directory)
+        finished = []
+        for target, manifest in sorted(leftovers.manifests.items()):
+            if target in self._busy:
+                continue  # a running compaction's
+            if manifest is None:
+                log.error("compaction manifest %s is damaged; its copy is discarded", manifest_name(target))
+                await run_io("removing a damaged manifest", remove_file, directory / manifest_name(target))
+                continue
+            result = await self._complete(manifest)
+            log.warning(
+                "finished an interrupted compaction into %s: %d entries relocated, sources %s deleted",
+                log_file_name(target),
+                result.relocated,
+                [log_file_name(s) for s in result.sources_deleted],
+            )
+            finished.append(result)
+        for target in leftovers.compacting:
+            if target in self._busy or leftovers.manifests.get(target) is not None:
+                continue
+            log.warning("discarding %s: a compaction interrupted before its commit", compacting_name(target))
+            await run_io("discarding a compaction log", remove_file, directory / compacting_name(target))
+        return finished
+
+    # -- BookKeeper's simpler compactor: copy into the current log (kept for tools and tests) -------------
+
+    async def append_to_current_log(self, bodies: Sequence[bytes]) -> list[int]:
+        async with self._lock:
+            return await append_durably(self._logger, list(bodies))
+
+    async def update_locations(self, moves: Sequence[Relocation]) -> int:
+        async with self._lock:
+            batch = self._index.batch()
+            for move in moves:
+                if move.ledger_id in self._states and (
+                    self._index.get_location(move.ledger_id, move.entry_id) == move.old_location
+                ):
+                    batch.put_location(move.ledger_id, move.entry_id, move.new_location)
+            if batch.size:
+                await run_io("index relocation", self._index.write_sync, batch)
+            return batch.size
+
+    async def delete_log(self, log_id: int) -> None:
+        async with self._lock:
+            self._logger.forget_log(log_id)
+            await run_io("deleting an entry log", self._logger.delete_log_file, log_id)
+
+
+class CompactionJob:
+    """One compaction: sources copied into one target, then committed or rolled back (see the module)."""
+
+    def __init__(
+        self,
+        gc: EntryLogGc,
+        writer: CompactionLogWriter,
+        *,
+        batch_bytes: int,
+        relocate_batch_entries: int,
+        on_step: StepHook | None,
+    ) -> None:
+        self._gc = gc
+        self._writer = writer
+        self._batch_bytes = batch_bytes
+        self._relocate_batch_entries = relocate_batch_entries
+        self._ledgers: set[int] = set()
+        self._step = on_step or _no_step
+        self.sources: list[int] = []
+        self.entries = 0
+        self.copied_bytes = 0
+        self._finished = False
+
+    @property
+    def target(self) -> int:
+        return self._writer.log_id
+
+    @property
+    def target_bytes(self) -> int:
+        """Bytes written to the target so far (header included)."""
+        return self._writer.offset
+
+    async def copy(self, usage: LogUsage, throttle: Throttle) -> None:
+        """Copy the live records of the sealed log ``usage`` describes; :class:`SourceDamagedError` if its
+        records cannot be read to where they end (then the caller aborts the job)."""
+        gc, source = self._gc, usage.log_id
+        gc._busy.add(source)
+        self.sources.append(source)
+        self._ledgers.update(usage.ledger_bytes)
+        reader = LogRecordReader(
+            gc._logger.directory / log_file_name(source),
+            chunk_bytes=self._batch_bytes,
+            record_bytes_max=gc._record_bytes_max,
+        )
+        await run_io("opening an entry log for compaction", reader.open)
+        try:
+            while True:
+                chunk = await run_io("reading for compaction", gc._read_live, reader, source)
+                if chunk is None:
+                    break
+                if not chunk.entries:
+                    continue
+                await throttle(chunk.entries, len(chunk.raw))
+                await run_io("writing a compaction log", self._writer.append, chunk.raw, chunk.ledger_bytes)
+                self.entries += chunk.entries
+                self.copied_bytes += len(chunk.raw)
+                self._step("copy")
+        finally:
+            reader.close()
+        if reader.stop_offset < usage.records_end:
+            raise SourceDamagedError(
+                f"entry log {log_file_name(source)} reads only to offset {reader.stop_offset} of "
+                f"{usage.records_end} ({reader.stop.value if reader.stop else 'stopped'})"
+            )
+
+    async def commit(self) -> CompactionResult:
+        """Sync the target, write the manifest, and finish (shielded: the steps after the commit point are
+        short, and an orderly shutdown should not leave them to recovery)."""
+        gc = self._gc
+        self._finished = True
+        with trio.CancelScope(shield=True):
+            try:
+                await run_io("syncing a compaction log", self._writer.finish)
+                self._step("synced")
+                manifest = CompactionManifest(self.target, tuple(self.sources), self.entries)
+                await run_io("writing a compaction manifest", write_manifest, gc._logger.directory, manifest)
+            except BookieError:
+                await self._discard()
+                raise
+            self._step("manifest")
+            try:
+                result = await gc._complete(
+                    manifest,
+                    trusted=True,
+                    ledgers=self._ledgers,
+                    on_step=self._step,
+                    relocate_batch_entries=self._relocate_batch_entries,
+                )
+            finally:
+                gc._busy.difference_update((self.target, *self.sources))
+        result.copied_bytes = self.copied_bytes
+        return result
+
+    async def abort(self) -> None:
+        """Roll back: delete the unfinished target; the sources stay as they are."""
+        if self._finished:
+            return
+        self._finished = True
+        with trio.CancelScope(shield=True):
+            await self._discard()
+
+    async def _discard(self) -> None:
+        gc = self._gc
+        try:
+            await run_io("discarding a compaction log", self._writer.discard)
+        finally:
+            gc._busy.difference_update((self.target, *self.sources))
+        log.info("compaction into %s rolled back", compacting_name(self.target))
+
+
+def _no_step(_: str) -> None:
+    return None
