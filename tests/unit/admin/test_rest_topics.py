@@ -222,6 +222,17 @@ async def test_range_reads_stream_framed_entries(
     assert end.complete
     assert (await client.get(f"{BASE}/range/entries", params={"from": "x"})).status_code == 400
     assert (await client.get(f"{BASE}/range/entries", params={"maxEntries": "0"})).status_code == 400
+    assert (await client.get(f"{BASE}/range/entries", params={"frameVersion": "3"})).status_code == 400
+
+    # Version 1 (the default) carries no producer name; version 2 adds it and the sequence id.
+    assert {(m.producer_name, m.sequence_id) for m in bounded} == {("", -1)}
+    lid = first.ledger_id
+    v2, end = await read({"from": f"{lid}:10", "to": f"{lid}:11", "frameVersion": "2"})
+    assert [(m.payload, m.producer_name, m.sequence_id, m.properties) for m in v2] == [
+        (b"m10", "prod", 10, {"i": "10"}),
+        (b"m11", "prod", 11, {"i": "11"}),
+    ]
+    assert end.complete
 
 
 async def test_non_owner_redirects_to_the_owner(topic_server: TopicServer) -> None:
