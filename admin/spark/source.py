@@ -219,15 +219,24 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return subscription_name(self.prefix, part)
 
     def _ensure_subscription(
-        self, part: TopicPartition, after: Position, state: PartitionState | None
+        self,
+        part: TopicPartition,
+        after: Position,
+        state: PartitionState | None,
+        *,
+        lost_reported: bool = False,
     ) -> None:
-        """The query's subscription on ``part`` exists (created with everything up to ``after`` consumed)."""
+        """The query's subscription on ``part`` exists (created with everything up to ``after`` consumed).
+
+        A missing one is not created while entries after ``after`` may already be lost: its cursor would
+        then vouch for data it never protected. :meth:`partitions` reports the loss first and creates it."""
         if part.name in self._subscribed:
             return
         if state is None or state.cursor is None:
-            self._client.create_subscription(
-                part.topic_name, self._subscription(part), None if after == EARLIEST else after
-            )
+            if state is not None and not lost_reported and start_lost(state, after) is not None:
+                return
+            after_or_none = None if after == EARLIEST else after
+            self._client.create_subscription(part.topic_name, self._subscription(part), after_or_none)
         self._subscribed.add(part.name)
 
     # -- offsets ---------------------------------------------------------------------------------------
@@ -315,6 +324,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 report_loss(self.options, f"{name}: the batch ends at {until} before its start {after}")
                 continue
             out.extend(_plan(self.options, part, state, after, until))
+            self._ensure_subscription(part, after, state, lost_reported=True)
         return out
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -327,12 +337,11 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             part = self._partition(name)
             topic, subscription = part.topic_name, self._subscription(part)
             try:
-                if not self._client.reset_cursor(topic, subscription, position):
-                    log.warning(
-                        "magnetar: subscription %s on %s was gone; created it again", subscription, name
-                    )
-                    self._client.create_subscription(topic, subscription, position)
-                self._committed[name] = position
+                if self._client.reset_cursor(topic, subscription, position):
+                    self._committed[name] = position
+                else:  # deleted under the query: the next trigger checks for loss before creating it again
+                    log.warning("magnetar: subscription %s on %s is gone", subscription, name)
+                    self._subscribed.discard(name)
             except MagnetarSourceError as exc:
                 log.warning("magnetar: could not move subscription %s on %s: %s", subscription, name, exc)
 
