@@ -12,8 +12,8 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
   ``bookkeeper_client``
 * ``fixtures.admin`` - the admin REST API on a real server: ``admin_server``, ``admin_client``,
   ``run_admin_server``
-* ``fixtures.spark`` - the Spark source's broker and messages: ``spark_broker``, ``produce`` (the Spark session
-  itself is in ``tests/spark/conftest.py``)
+* ``fixtures.spark`` - the Spark source's broker and messages: ``spark_broker``, ``produce`` (the Spark
+  session itself is in ``tests/spark/conftest.py``)
 * ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
 * the simulation's ``--sim-seed`` / ``--sim-seeds`` options live in ``tests/sim/conftest.py``
 """

@@ -18,7 +18,7 @@ from magnetar.admin.spark import MagnetarDataSource, MagnetarStreamReader
 from magnetar.admin.spark.client import AdminClient, MagnetarSourceError
 from magnetar.admin.spark.compat import ReadAllAvailable, ReadMaxRows
 from magnetar.admin.spark.options import MagnetarOptionError
-from magnetar.admin.spark.reading import DataLossError, RangePartition, read_partition
+from magnetar.admin.spark.reading import DataLossError, RangePartition
 from magnetar.admin.spark.rows import spark_schema
 from magnetar.broker.topic_name import parse_topic_name
 
@@ -103,8 +103,12 @@ def test_pyspark_4_0_calls_latest_offset_without_start_or_limit(spark_broker: Br
     start = reader.initialOffset()
     ends = []
     for _ in range(4):
-        end = reader.latestOffset()  # what PySpark 4.0/4.1 call
+        end = reader.latestOffset()  # what PySpark 4.0/4.1 call, then partitions(start, end)
         ends.append(end[ORDERS])
+        assert (
+            sum(p.entries for p in reader.partitions(start, end))
+            == end[ORDERS]["entryId"] - start[ORDERS]["entryId"]
+        )
         start = end
     assert [e["entryId"] for e in ends] == [99, 199, 249, 249]
     # After a restart the engine of those versions gives no start: the first batch reads all there is.
@@ -265,7 +269,7 @@ def test_bad_input_is_reported_at_load(spark_broker: Broker) -> None:
             spark_schema()
         ).initialOffset()
     with pytest.raises(
-        MagnetarOptionError, match="option 'startingOffsets': offset 0:99 of .* is past its last entry"
+        MagnetarOptionError, match=r"option 'startingOffsets': offset 0:99 of .* is past its last entry"
     ):
         source(spark_broker, startingOffsets=f'{{"{ORDERS}": [0, 99]}}').streamReader(
             spark_schema()
