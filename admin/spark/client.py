@@ -242,6 +242,14 @@ _shared: dict[tuple[str, float], AdminClient] = {}
 _shared_lock = threading.Lock()
 
 
+def close_shared_clients() -> None:
+    """Close every shared client's connections (a worker process's exit does the same)."""
+    with _shared_lock:
+        for client in _shared.values():
+            client.close()
+        _shared.clear()
+
+
 def shared_client(service_url: str, timeout_s: float) -> AdminClient:
     """The process's client for ``service_url`` (created on first use; its connections are reused)."""
     key = (service_url, timeout_s)

@@ -15,7 +15,7 @@ from fixtures.broker import Broker, Cluster
 from fixtures.spark import Produced, create_partitioned, cursors, ledger_ids, pin, produce, row_of, truncate
 
 from magnetar.admin.spark import MagnetarDataSource, MagnetarStreamReader
-from magnetar.admin.spark.client import AdminClient, MagnetarSourceError
+from magnetar.admin.spark.client import AdminClient, MagnetarSourceError, close_shared_clients
 from magnetar.admin.spark.compat import ReadAllAvailable, ReadMaxRows
 from magnetar.admin.spark.options import MagnetarOptionError
 from magnetar.admin.spark.reading import DataLossError, RangePartition
@@ -246,6 +246,7 @@ def test_reads_follow_the_redirect_to_the_owner() -> None:
             == f"{produced[-1].ledger_id}:{produced[-1].entry_id}"
         )
     finally:
+        close_shared_clients()
         cluster.stop()
 
 
