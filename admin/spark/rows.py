@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,7 +124,7 @@ class Columns:
     entries: list[int] = field(default_factory=list)
     publish_us: list[int] = field(default_factory=list)
     event_us: list[int | None] = field(default_factory=list)
-    properties: list[list[tuple[str, str]]] = field(default_factory=list)
+    properties: list[Sequence[tuple[str, str]]] = field(default_factory=list)
     producers: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -145,94 +146,129 @@ def _text(data: bytes, start: int, size: int) -> str:
         raise FrameError(f"invalid UTF-8 in a frame: {exc}") from None
 
 
-class _Names:
-    """Producer names decoded once per response (a response repeats a handful of them)."""
-
-    def __init__(self) -> None:
-        self._known: dict[bytes, str] = {}
-
-    def get(self, body: bytes, start: int, size: int) -> str:
-        raw = body[start : start + size]
-        name = self._known.get(raw)
-        if name is None:
-            name = self._known[raw] = _text(body, start, size)
-        return name
+_KEY_COUNT_PAYLOAD = struct.Struct(">iHI")  # key length, property count, payload length: no key, no property
 
 
-def _append_message(
-    out: Columns, body: bytes, start: int, stop: int, names: _Names
-) -> tuple[int, int, int, int]:
-    """Decode the message frame ``body[start:stop]`` into ``out`` (all but the message id); returns its
-    ledger, entry, batch index and batch size."""
-    if body[start] == KIND_MESSAGE_V2:
-        _, ledger, entry, index, batch_size, published, event, _, name_len = MESSAGE_V2_HEAD.unpack_from(
-            body, start
-        )
-        cursor = start + MESSAGE_V2_HEAD.size
-        out.producers.append(names.get(body, cursor, name_len))
-        cursor += name_len
-    elif body[start] == KIND_MESSAGE:
-        _, ledger, entry, index, batch_size, published, event = MESSAGE_HEAD.unpack_from(body, start)
-        cursor = start + MESSAGE_HEAD.size
-        out.producers.append("")
-    else:
-        raise FrameError(f"unknown frame kind {body[start]}")
-    (key_len,) = KEY_LEN.unpack_from(body, cursor)
-    cursor += 4
-    out.keys.append(None if key_len == -1 else body[cursor : cursor + key_len])
-    cursor += max(key_len, 0)
-    (count,) = U16.unpack_from(body, cursor)
-    cursor += 2
+def _properties(body: bytes, cursor: int, count: int) -> tuple[list[tuple[str, str]], int]:
     props: list[tuple[str, str]] = []
     for _ in range(count):
         (name_size,) = U16.unpack_from(body, cursor)
-        prop_name = _text(body, cursor + 2, name_size)
+        name = _text(body, cursor + 2, name_size)
         cursor += 2 + name_size
         (value_size,) = U32.unpack_from(body, cursor)
-        props.append((prop_name, _text(body, cursor + 4, value_size)))
+        props.append((name, _text(body, cursor + 4, value_size)))
         cursor += 4 + value_size
-    (payload_len,) = U32.unpack_from(body, cursor)
-    cursor += 4
-    if cursor + payload_len != stop:
-        raise FrameError("message frame length does not match its fields")
-    out.values.append(body[cursor:stop])
-    out.ledgers.append(ledger)
-    out.entries.append(entry)
-    out.publish_us.append(published * 1000)
-    out.event_us.append(event * 1000 if event else None)
-    out.properties.append(props)
-    return ledger, entry, index, batch_size
+    return props, cursor
+
+
+class _Decoder:
+    """One response's frames into :class:`Columns`. The loop is the source's hot path (every message of a
+    read passes through it), so it binds what it calls to locals and takes a one-``unpack`` fast path for
+    messages without key and properties."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.out = Columns()
+        self.names: dict[bytes, str] = {}
+        self.suffixes: dict[int, bytes] = {}
+        self.first: tuple[int, int] | None = None
+
+    def name(self, body: bytes, start: int, size: int) -> str:
+        raw = body[start : start + size]
+        name = self.names.get(raw)
+        if name is None:
+            name = self.names[raw] = _text(body, start, size)
+        return name
+
+    def suffix(self, index: int, batch_size: int) -> bytes:
+        key = (index + 1) << 32 | batch_size
+        suffix = self.suffixes.get(key)
+        if suffix is None:
+            suffix = self.suffixes[key] = _batch_fields(index, batch_size)
+        return suffix
+
+    def run(self, body: bytes) -> Decoded:  # noqa: PLR0915 - one loop on purpose (see the class docstring)
+        out = self.out
+        keys, values, ids = out.keys.append, out.values.append, out.message_ids.append
+        ledgers, entries, producers = out.ledgers.append, out.entries.append, out.producers.append
+        publish, event_times, properties = out.publish_us.append, out.event_us.append, out.properties.append
+        length_of, v2_head, v1_head = (
+            LENGTH.unpack_from,
+            MESSAGE_V2_HEAD.unpack_from,
+            MESSAGE_HEAD.unpack_from,
+        )
+        plain, key_len_of, u16, u32 = (
+            _KEY_COUNT_PAYLOAD.unpack_from,
+            KEY_LEN.unpack_from,
+            U16.unpack_from,
+            U32.unpack_from,
+        )
+        v2_size, v1_size = MESSAGE_V2_HEAD.size, MESSAGE_HEAD.size
+        current, prefix, no_props = (-1, -1), b"", ()
+        pos, size = 0, len(body)
+        while pos + 4 < size:
+            (length,) = length_of(body, pos)
+            start = pos + 4
+            stop = start + length
+            if length == 0 or stop > size:
+                raise FrameError(f"bad or truncated frame of {length} bytes")
+            kind = body[start]
+            if kind == KIND_MESSAGE_V2:
+                _, ledger, entry, index, batch_size, published, event, _, name_len = v2_head(body, start)
+                cursor = start + v2_size
+                producers(self.name(body, cursor, name_len))
+                cursor += name_len
+            elif kind == KIND_MESSAGE:
+                _, ledger, entry, index, batch_size, published, event = v1_head(body, start)
+                cursor = start + v1_size
+                producers("")
+            elif kind == KIND_END:
+                return self.end(body, start, length, stop)
+            else:
+                raise FrameError(f"unknown frame kind {kind}")
+            key_len, count, payload_len = plain(body, cursor)
+            if key_len == -1 and count == 0:
+                keys(None)
+                properties(no_props)
+                cursor += 10
+            else:
+                (key_len,) = key_len_of(body, cursor)
+                cursor += 4
+                keys(None if key_len == -1 else body[cursor : cursor + key_len])
+                cursor += max(key_len, 0)
+                (count,) = u16(body, cursor)
+                props, cursor = _properties(body, cursor + 2, count)
+                properties(props)
+                (payload_len,) = u32(body, cursor)
+                cursor += 4
+            if cursor + payload_len != stop:
+                raise FrameError("message frame length does not match its fields")
+            values(body[cursor:stop])
+            if ledger != current[0] or entry != current[1]:
+                current = (ledger, entry)
+                prefix = message_id_prefix(ledger, entry, self.partition)
+                self.first = self.first or current
+            ids(prefix + (_SINGLE if index == -1 else self.suffix(index, batch_size)))
+            ledgers(ledger)
+            entries(entry)
+            publish(published * 1000)
+            event_times(event * 1000 if event else None)
+            pos = stop
+        raise FrameError("the response ended without an end frame")
+
+    def end(self, body: bytes, start: int, length: int, stop: int) -> Decoded:
+        if length != END.size or stop != len(body):
+            raise FrameError("malformed end frame or data after it")
+        _, ledger, entry, sent, complete = END.unpack_from(body, start)
+        return Decoded(self.out, RangeEnd((ledger, entry), sent, bool(complete)), self.first)
 
 
 def decode_body(body: bytes, partition: int) -> Decoded:
     """Decode one complete range-read response (message frames, then the end frame)."""
-    out = Columns()
-    names = _Names()
-    current: tuple[int, int] | None = None
-    first: tuple[int, int] | None = None
-    prefix = b""
-    pos, size = 0, len(body)
-    while pos + LENGTH.size < size:
-        (length,) = LENGTH.unpack_from(body, pos)
-        start, stop = pos + LENGTH.size, pos + LENGTH.size + length
-        if length == 0 or stop > size:
-            raise FrameError(f"bad or truncated frame of {length} bytes")
-        if body[start] == KIND_END:
-            if length != END.size or stop != size:
-                raise FrameError("malformed end frame or data after it")
-            _, ledger, entry, sent, complete = END.unpack_from(body, start)
-            return Decoded(out, RangeEnd((ledger, entry), sent, bool(complete)), first)
-        try:
-            ledger, entry, index, batch_size = _append_message(out, body, start, stop, names)
-        except struct.error:
-            raise FrameError("truncated message frame") from None
-        if (ledger, entry) != current:
-            current = (ledger, entry)
-            prefix = message_id_prefix(ledger, entry, partition)
-            first = first or current
-        out.message_ids.append(prefix + (_SINGLE if index == -1 else _batch_fields(index, batch_size)))
-        pos = stop
-    raise FrameError("the response ended without an end frame")
+    try:
+        return _Decoder(partition).run(body)
+    except struct.error:
+        raise FrameError("truncated message frame") from None
 
 
 def record_batch(columns: Columns, topic: str, partition: int) -> Any:

@@ -52,7 +52,7 @@ def test_stream_batches_protect_and_release_data(spark_broker: Broker) -> None:
     assert start == {f"{ORDERS}-partition-{i}": {"entryId": -1, "ledgerId": -1} for i in range(2)}
     subscription = f"{reader.prefix}-orders-partition-0"
     assert subscription in cursors(spark_broker, f"{ORDERS}-partition-0")  # created before any data
-    produced = produce(spark_broker, f"{ORDERS}-partition-0", 5000) + produce(
+    produced = produce(spark_broker, f"{ORDERS}-partition-0", 5000, batch=3) + produce(
         spark_broker, f"{ORDERS}-partition-1", 50
     )
     entries = {p: len({(r.ledger_id, r.entry_id) for r in produced if r.partition == p}) for p in (0, 1)}

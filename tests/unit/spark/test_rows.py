@@ -61,7 +61,7 @@ def test_decoding_matches_the_frames(messages: list[RangeMessage], partition: in
     assert columns.values == [m.payload for m in messages]
     assert columns.keys == [None if m.key is None else m.key.encode() for m in messages]
     assert columns.producers == [m.producer_name for m in messages]
-    assert columns.properties == [list(m.properties.items()) for m in messages]
+    assert [list(p) for p in columns.properties] == [list(m.properties.items()) for m in messages]
     assert columns.publish_us == [m.publish_time_ms * 1000 for m in messages]
     assert columns.event_us == [m.event_time_ms * 1000 or None for m in messages]
     assert columns.message_ids == [
