@@ -1,6 +1,7 @@
 """The framing of range reads (``GET .../entries``), shared by the admin endpoint and the Spark source.
 
-Sans-IO and dependency-free (no trio, no pydantic, no managed ledger), so a Spark worker imports it cheaply.
+Sans-IO and light (no trio, no pydantic, no managed ledger; only the broker's entry format), so a Spark
+worker imports it cheaply.
 All integers are big-endian::
 
     stream  := frame* end
@@ -16,14 +17,19 @@ All integers are big-endian::
                | key_len i32 (-1 = no key) | key (UTF-8)
                | property_count u16 | property_count * (name_len u16, name, value_len u32, value)
                | payload_len u32 | payload
+    entry   := kind 4 | ledger i64 | entry i64 | stored entry bytes
+               # the entry exactly as the broker stored it (magnetar.broker.entry_format: its own magic
+               # and version byte, a producer-name table, then every message with all its metadata)
     end     := kind 2 | next_ledger i64 | next_entry i64 | entries_sent u32 | complete u8
                # complete = 1: the range is exhausted; else continue with from=next_ledger:next_entry
 
 Versions. Version 1 (the default of the endpoint) sends ``message`` frames; a client asks for version 2 with
-``frameVersion=2`` and then receives ``message_v2`` frames, which add the producer name and the sequence id.
-A server never sends a kind the client did not ask for, so a version-1 decoder keeps working; this decoder
-reads both kinds (a message frame decodes with ``producer_name=""`` and ``sequence_id=-1``). Future versions
-add new kinds the same way.
+``frameVersion=2`` and then receives ``message_v2`` frames, which add the producer name and the sequence id;
+with ``frameVersion=3`` it receives ``entry`` frames: the broker forwards each stored entry untouched and does
+no per-message work (the Spark source uses it, so that decoding scales out with its executors). A server
+never sends a kind the client did not ask for, so a version-1 decoder keeps working; this decoder reads every
+kind (a version-1 message decodes with ``producer_name=""`` and ``sequence_id=-1``; an entry frame yields one
+message per message of the entry). Future versions add new kinds the same way.
 
 ``batch_index`` is -1 and ``batch_size`` 0 for an entry holding one message; a broker-side batch entry yields
 one frame per message with ``batch_index`` 0..n-1 and ``batch_size`` n.
@@ -35,13 +41,17 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-FRAME_VERSION_MAX = 2
+from magnetar.broker.entry_format import CorruptEntryError, decode_entry
+
+FRAME_VERSION_MAX = 3
 FRAME_BYTES_MAX = 128 * 1024 * 1024
 """Largest frame a decoder accepts (a message is bounded by the entry format far below this)."""
 
 KIND_MESSAGE = 1
 KIND_END = 2
 KIND_MESSAGE_V2 = 3
+KIND_ENTRY = 4
+ENTRY_HEAD = struct.Struct(">Bqq")  # kind, ledger, entry
 LENGTH = struct.Struct(">I")
 MESSAGE_HEAD = struct.Struct(">Bqqiiqq")  # kind, ledger, entry, batch index, batch size, publish, event
 MESSAGE_V2_HEAD = struct.Struct(">BqqiiqqqH")  # ... + sequence id, producer name length
@@ -103,6 +113,27 @@ def encode_message_frame(m: RangeMessage, version: int = 1) -> bytes:
     parts += [U32.pack(len(m.payload)), m.payload]
     body = b"".join(parts)
     return LENGTH.pack(len(body)) + body
+
+
+def encode_entry_frame(ledger_id: int, entry_id: int, data: bytes) -> bytes:
+    """A version-3 frame: one stored entry as it is."""
+    return LENGTH.pack(ENTRY_HEAD.size + len(data)) + ENTRY_HEAD.pack(KIND_ENTRY, ledger_id, entry_id) + data
+
+
+def _decode_entry(body: memoryview) -> list[RangeMessage]:
+    if len(body) < ENTRY_HEAD.size:
+        raise FrameError("truncated entry frame")
+    _, ledger, entry = ENTRY_HEAD.unpack_from(body)
+    try:
+        decoded = decode_entry(body[ENTRY_HEAD.size :])
+    except CorruptEntryError as exc:
+        raise FrameError(f"entry {ledger}:{entry} cannot be decoded: {exc}") from None
+    size = len(decoded.messages) if decoded.batched else 0
+    return [
+        RangeMessage(ledger, entry, i if decoded.batched else -1, size, m.publish_time_ms, m.event_time_ms,
+                     m.key, m.properties, m.payload, m.producer_name, m.sequence_id)
+        for i, m in enumerate(decoded.messages)
+    ]  # fmt: skip
 
 
 def encode_end_frame(end: RangeEnd) -> bytes:
@@ -181,6 +212,8 @@ class FrameDecoder:
                 raise FrameError("data after the end frame")
             if body[0] in (KIND_MESSAGE, KIND_MESSAGE_V2):
                 yield _decode_message(body)
+            elif body[0] == KIND_ENTRY:
+                yield from _decode_entry(body)
             elif body[0] == KIND_END and len(body) == END.size:
                 _, ledger, entry, sent, complete = END.unpack(body)
                 self.ended = True

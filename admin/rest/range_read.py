@@ -2,7 +2,8 @@
 
 Query: ``from=L:E`` (first entry, inclusive; default the earliest stored), ``to=L:E`` (last entry, inclusive;
 default the last confirmed entry), ``maxEntries=N`` (default and bound ``RANGE_ENTRIES_MAX``),
-``frameVersion=V`` (1, the default, or 2: message frames that also carry the producer name and sequence id).
+``frameVersion=V`` (1, the default; 2: message frames that also carry the producer name and sequence id; 3:
+each stored entry forwarded as it is, without any per-message work on the broker).
 The owning broker answers (307 otherwise) with a chunked ``application/x-magnetar-entries`` stream of the
 messages of the entries in the range, in order, ending with one *end frame*. At most ``maxEntries`` entries
 and about ``RANGE_BYTES_MAX`` bytes are sent per request (the entry that crosses the byte budget is the last
@@ -26,6 +27,7 @@ from magnetar.admin.range_frames import (
     RangeEnd,
     RangeMessage,
     encode_end_frame,
+    encode_entry_frame,
     encode_message_frame,
 )
 from magnetar.admin.rest.framework import AdminError, Call, Endpoint, QueryModel
@@ -106,7 +108,11 @@ async def stream_range(
             break
         chunk = []
         for entry in batch:
-            frames = _frames_of(entry.position.ledger_id, entry.position.entry_id, entry.data, version)
+            ledger_id, entry_id = entry.position.ledger_id, entry.position.entry_id
+            if version >= 3:
+                frames = encode_entry_frame(ledger_id, entry_id, entry.data)
+            else:
+                frames = _frames_of(ledger_id, entry_id, entry.data, version)
             chunk.append(frames)
             sent += 1
             sent_bytes += len(frames)

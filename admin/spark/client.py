@@ -227,12 +227,12 @@ class AdminClient:
     def read_range(
         self, topic: TopicName, first: tuple[int, int], last: tuple[int, int], max_entries: int
     ) -> bytes:
-        """The framed entries ``first..last`` (see :mod:`magnetar.admin.range_frames`, version 2)."""
+        """The entries ``first..last`` as entry frames (version 3 of :mod:`magnetar.admin.range_frames`)."""
         query = {
             "from": f"{first[0]}:{first[1]}",
             "to": f"{last[0]}:{last[1]}",
             "maxEntries": str(max_entries),
-            "frameVersion": "2",
+            "frameVersion": "3",
         }
         response = self.request("GET", topic_path(topic) + "/entries", query=query, topic=topic)
         return self._ok(response, f"reading entries of {topic}", topic).body

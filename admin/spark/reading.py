@@ -3,7 +3,7 @@
 :class:`RangePartition` carries everything ``read()`` needs (Spark pickles it to the executor): the topic
 partition and the per-ledger segments of entries to read, as planned on the driver. :func:`read_partition`
 requests each segment in pieces of at most ``RANGE_REQUEST_ENTRIES`` entries from
-``GET .../entries?frameVersion=2`` (the client is created in the worker process and reused by the tasks it
+``GET .../entries?frameVersion=3`` (the client is created in the worker process and reused by the tasks it
 runs) and yields one Arrow record batch per response.
 
 Data loss. Planning knew every entry of a segment to be stored, and entries vanish only as whole ledgers, so

@@ -16,8 +16,9 @@ Columns (one row per message; Pulsar's connector names them ``__key``, ``__topic
 | ``producerName`` | string | the producer's name |
 
 A Python data source may return ``pyarrow.RecordBatch`` es instead of tuples; Spark then skips its per-row
-conversion, which is most of the cost of a read. :func:`decode_batch` walks one response body (frame
-version 2, :mod:`magnetar.admin.range_frames`) with ``unpack_from`` at offsets, appending to column lists,
+conversion, which is most of the cost of a read. :func:`decode_body` walks one response body (entry frames,
+version 3 of :mod:`magnetar.admin.range_frames`, or message frames) with ``unpack_from`` at offsets, appending
+to column lists,
 and builds the batch with the Arrow types Spark expects (taken from Spark's own ``to_arrow_schema`` so they
 match what the engine checks).
 """
@@ -45,8 +46,10 @@ from pyspark.sql.types import (
 
 from magnetar.admin.range_frames import (
     END,
+    ENTRY_HEAD,
     KEY_LEN,
     KIND_END,
+    KIND_ENTRY,
     KIND_MESSAGE,
     KIND_MESSAGE_V2,
     LENGTH,
@@ -57,6 +60,10 @@ from magnetar.admin.range_frames import (
     FrameError,
     RangeEnd,
 )
+from magnetar.broker.entry_format import KIND_BATCH as ENTRY_BATCH
+from magnetar.broker.entry_format import KIND_SINGLE as ENTRY_SINGLE
+from magnetar.broker.entry_format import MAGIC as ENTRY_MAGIC
+from magnetar.broker.entry_format import VERSION as ENTRY_VERSION
 from magnetar.broker.message_id import write_varint
 
 COLUMNS = ("key", "value", "topic", "partition", "messageId", "ledgerId", "entryId", "publishTime",
@@ -147,6 +154,25 @@ def _text(data: bytes, start: int, size: int) -> str:
 
 
 _KEY_COUNT_PAYLOAD = struct.Struct(">iHI")  # key length, property count, payload length: no key, no property
+# The stored entry format (little-endian; layout in magnetar.broker.entry_format, whose decoder the tests
+# compare with): head, then per message producer index, flags, sequence id, publish, event, key length,
+# property count, payload length.
+_ENTRY_HEAD = struct.Struct("<2sBBH")
+_ENTRY_MESSAGE = struct.Struct("<HBqqqHHI")
+_LE_U16 = struct.Struct("<H")
+_LE_U32 = struct.Struct("<I")
+
+
+def _entry_properties(body: bytes, cursor: int, count: int) -> tuple[list[tuple[str, str]], int]:
+    props: list[tuple[str, str]] = []
+    for _ in range(count):
+        (name_size,) = _LE_U16.unpack_from(body, cursor)
+        name = _text(body, cursor + 2, name_size)
+        cursor += 2 + name_size
+        (value_size,) = _LE_U16.unpack_from(body, cursor)
+        props.append((name, _text(body, cursor + 2, value_size)))
+        cursor += 2 + value_size
+    return props, cursor
 
 
 def _properties(body: bytes, cursor: int, count: int) -> tuple[list[tuple[str, str]], int]:
@@ -213,6 +239,10 @@ class _Decoder:
             if length == 0 or stop > size:
                 raise FrameError(f"bad or truncated frame of {length} bytes")
             kind = body[start]
+            if kind == KIND_ENTRY:
+                self.entry(body, start, stop)
+                pos = stop
+                continue
             if kind == KIND_MESSAGE_V2:
                 _, ledger, entry, index, batch_size, published, event, _, name_len = v2_head(body, start)
                 cursor = start + v2_size
@@ -256,6 +286,53 @@ class _Decoder:
             pos = stop
         raise FrameError("the response ended without an end frame")
 
+    def entry(self, body: bytes, start: int, stop: int) -> None:
+        """An entry frame: the stored entry's layout (:mod:`magnetar.broker.entry_format`) read in place."""
+        out = self.out
+        keys, values, ids = out.keys.append, out.values.append, out.message_ids.append
+        ledgers, entries, producers = out.ledgers.append, out.entries.append, out.producers.append
+        publish, event_times, properties = out.publish_us.append, out.event_us.append, out.properties.append
+        message_of, no_props = _ENTRY_MESSAGE.unpack_from, ()
+        _, ledger, entry = ENTRY_HEAD.unpack_from(body, start)
+        cursor = start + ENTRY_HEAD.size
+        magic, version, kind, name_count = _ENTRY_HEAD.unpack_from(body, cursor)
+        if magic != ENTRY_MAGIC or version != ENTRY_VERSION or kind not in (ENTRY_SINGLE, ENTRY_BATCH):
+            raise FrameError(f"entry {ledger}:{entry} is not in a known entry format")
+        cursor += _ENTRY_HEAD.size
+        names = []
+        for _ in range(name_count):
+            (size,) = _LE_U16.unpack_from(body, cursor)
+            names.append(self.name(body, cursor + 2, size))
+            cursor += 2 + size
+        (count,) = _LE_U32.unpack_from(body, cursor)
+        cursor += 4
+        if count * _ENTRY_MESSAGE.size > stop - cursor:
+            raise FrameError(f"entry {ledger}:{entry} claims {count} messages")
+        if self.first is None:
+            self.first = (ledger, entry)
+        prefix = message_id_prefix(ledger, entry, self.partition)
+        batched = kind == ENTRY_BATCH
+        for index in range(count):
+            producer, flags, _, published, event, key_len, prop_count, payload_len = message_of(body, cursor)
+            cursor += _ENTRY_MESSAGE.size
+            keys(body[cursor : cursor + key_len] if flags & 1 else None)
+            cursor += key_len
+            if prop_count:
+                props, cursor = _entry_properties(body, cursor, prop_count)
+                properties(props)
+            else:
+                properties(no_props)
+            values(body[cursor : cursor + payload_len])
+            cursor += payload_len
+            producers(names[producer])
+            ids(prefix + (self.suffix(index, count) if batched else _SINGLE))
+            ledgers(ledger)
+            entries(entry)
+            publish(published * 1000)
+            event_times(event * 1000 if event else None)
+        if cursor != stop:
+            raise FrameError(f"entry {ledger}:{entry}: its messages do not fill the frame")
+
     def end(self, body: bytes, start: int, length: int, stop: int) -> Decoded:
         if length != END.size or stop != len(body):
             raise FrameError("malformed end frame or data after it")
@@ -267,8 +344,8 @@ def decode_body(body: bytes, partition: int) -> Decoded:
     """Decode one complete range-read response (message frames, then the end frame)."""
     try:
         return _Decoder(partition).run(body)
-    except struct.error:
-        raise FrameError("truncated message frame") from None
+    except (struct.error, IndexError):
+        raise FrameError("truncated frame or a producer outside the entry's name table") from None
 
 
 def record_batch(columns: Columns, topic: str, partition: int) -> Any:

@@ -14,8 +14,10 @@ from magnetar.admin.range_frames import (
     RangeEnd,
     RangeMessage,
     encode_end_frame,
+    encode_entry_frame,
     encode_message_frame,
 )
+from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
 
 text = st.text(max_size=20)
 messages = st.builds(
@@ -96,3 +98,18 @@ def test_invalid_utf8_is_a_frame_error() -> None:
     frame[-12:-10] = b"\xff\xfe"  # the producer name (then key length, property count, payload length)
     with pytest.raises(FrameError, match="UTF-8"):
         list(FrameDecoder().feed(bytes(frame)))
+
+
+def test_entry_frames_yield_every_message_of_the_entry() -> None:
+    single = encode_message(StoredMessage(b"a", "p1", 7, 100, key="k", properties={"x": "y"}))
+    batch = encode_batch(
+        [StoredMessage(b"b", "p1", 8, 101), StoredMessage(b"c", "p2", 9, 102, event_time_ms=5)]
+    )
+    data = encode_entry_frame(3, 0, single) + encode_entry_frame(3, 1, batch)
+    assert decode_all(data + encode_end_frame(RangeEnd((3, 2), 2, True)))[:-1] == [
+        RangeMessage(3, 0, -1, 0, 100, 0, "k", {"x": "y"}, b"a", "p1", 7),
+        RangeMessage(3, 1, 0, 2, 101, 0, None, {}, b"b", "p1", 8),
+        RangeMessage(3, 1, 1, 2, 102, 5, None, {}, b"c", "p2", 9),
+    ]
+    with pytest.raises(FrameError, match="entry 3:0 cannot be decoded"):
+        list(FrameDecoder().feed(encode_entry_frame(3, 0, single[:-1])))

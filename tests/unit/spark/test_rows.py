@@ -10,13 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from magnetar.admin.range_frames import (
+    FrameDecoder,
     FrameError,
     RangeEnd,
     RangeMessage,
     encode_end_frame,
+    encode_entry_frame,
     encode_message_frame,
 )
 from magnetar.admin.spark.rows import arrow_schema, decode_body, record_batch, spark_schema
+from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
 from magnetar.broker.message_id import MessageId
 
 text = st.text(max_size=12)
@@ -122,3 +125,50 @@ def test_record_batch_rows() -> None:
 def test_broken_bodies_raise_frame_errors(body: bytes) -> None:
     with pytest.raises(FrameError):
         decode_body(body, -1)
+
+
+stored = st.builds(
+    StoredMessage,
+    payload=st.binary(max_size=30),
+    producer_name=st.sampled_from(["p-1", "p-2", "ünïcode"]),
+    sequence_id=st.integers(0, 2**40),
+    publish_time_ms=st.integers(0, 2**40),
+    event_time_ms=st.sampled_from([0, 1_700_000_000_123]),
+    key=st.none() | text,
+    properties=st.dictionaries(text, text, max_size=3),
+)
+
+
+@given(st.lists(st.lists(stored, min_size=1, max_size=4), max_size=4), st.integers(-1, 7))
+def test_entry_frames_decode_like_the_broker_reads_them(
+    groups: list[list[StoredMessage]], partition: int
+) -> None:
+    """Version 3: stored entries forwarded as they are, read in place; the same rows as the broker's own
+    decoder (through the reference frame decoder) gives."""
+    frames = [
+        encode_entry_frame(9, entry, encode_batch(group) if len(group) > 1 else encode_message(group[0]))
+        for entry, group in enumerate(groups)
+    ]
+    body = b"".join(frames) + encode_end_frame(RangeEnd((9, len(groups)), len(groups), True))
+    decoded = decode_body(body, partition)
+    reference = [m for m in FrameDecoder().feed(body) if isinstance(m, RangeMessage)]
+    columns = decoded.columns
+    assert decoded.first_entry == ((9, 0) if groups else None)
+    assert columns.values == [m.payload for m in reference]
+    assert columns.keys == [None if m.key is None else m.key.encode() for m in reference]
+    assert columns.producers == [m.producer_name for m in reference]
+    assert [list(p) for p in columns.properties] == [list(m.properties.items()) for m in reference]
+    assert columns.event_us == [m.event_time_ms * 1000 or None for m in reference]
+    assert columns.message_ids == [
+        MessageId(m.ledger_id, m.entry_id, partition, m.batch_index, m.batch_size).to_bytes()
+        for m in reference
+    ]
+    assert record_batch(columns, "persistent://t/ns/x", partition).num_rows == len(reference)
+
+
+def test_broken_entry_frames_raise_frame_errors() -> None:
+    end = encode_end_frame(RangeEnd((1, 1), 0, True))
+    entry = encode_message(StoredMessage(b"x", "p", 1, 2, key="k"))
+    for data in (entry[:-1], b"Xg" + entry[2:], entry + b"\x00"):
+        with pytest.raises(FrameError):
+            decode_body(encode_entry_frame(1, 0, data) + end, -1)
