@@ -19,6 +19,7 @@ through the admin REST API, so no binary-protocol URL is needed).
 | ``failOnDataLoss`` | ``true`` | fail when needed data was deleted; ``false`` skips with a warning |
 | ``subscriptionPrefix`` | generated | ``magnetar-spark-<random>`` per run; names the query's subscriptions |
 | ``maxEntriesPerPartition`` | 50000 | entries read by one Spark task at most (splits big ranges) |
+| ``maxBytesPerPartition`` | 32 MiB | about this many bytes per Spark task (by the ledgers' entry sizes) |
 | ``requestTimeoutMs`` | 60000 | timeout of every HTTP request to a broker |
 """
 
@@ -34,6 +35,7 @@ from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.topic_name import TopicName, parse_topic_name
 
 MAX_ENTRIES_PER_PARTITION_DEFAULT = 50_000
+MAX_BYTES_PER_PARTITION_DEFAULT = 32 * 1024 * 1024
 REQUEST_TIMEOUT_MS_DEFAULT = 60_000
 SUBSCRIPTION_PREFIX_CHARS_MAX = 200
 """A subscription is named ``<prefix>-<partition local name>``; the broker accepts 1024 characters."""
@@ -48,10 +50,11 @@ MAX_ENTRIES_PER_TRIGGER = "maxEntriesPerTrigger"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 SUBSCRIPTION_PREFIX = "subscriptionPrefix"
 MAX_ENTRIES_PER_PARTITION = "maxEntriesPerPartition"
+MAX_BYTES_PER_PARTITION = "maxBytesPerPartition"
 REQUEST_TIMEOUT_MS = "requestTimeoutMs"
 KNOWN_OPTIONS = (SERVICE_URL, TOPIC, TOPICS, TOPICS_PATTERN, STARTING_OFFSETS, ENDING_OFFSETS,
                  MAX_ENTRIES_PER_TRIGGER, FAIL_ON_DATA_LOSS, SUBSCRIPTION_PREFIX, MAX_ENTRIES_PER_PARTITION,
-                 REQUEST_TIMEOUT_MS)  # fmt: skip
+                 MAX_BYTES_PER_PARTITION, REQUEST_TIMEOUT_MS)  # fmt: skip
 _BY_LOWER = {name.lower(): name for name in KNOWN_OPTIONS}
 _PATTERN_HEAD = re.compile(r"persistent://([-=:.A-Za-z0-9_]+)/([-=:.A-Za-z0-9_]+)/(.*)", re.DOTALL)
 
@@ -86,6 +89,7 @@ class SourceOptions:
     subscription_prefix: str | None
     """None: a fresh ``magnetar-spark-<uuid>`` per run, deleted when the query stops."""
     max_entries_per_partition: int
+    max_bytes_per_partition: int
     request_timeout_ms: int
 
     @property
@@ -106,6 +110,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         subscription_prefix=_prefix(given.get(SUBSCRIPTION_PREFIX)),
         max_entries_per_partition=_positive(given, MAX_ENTRIES_PER_PARTITION)
         or MAX_ENTRIES_PER_PARTITION_DEFAULT,
+        max_bytes_per_partition=_positive(given, MAX_BYTES_PER_PARTITION) or MAX_BYTES_PER_PARTITION_DEFAULT,
         request_timeout_ms=_positive(given, REQUEST_TIMEOUT_MS) or REQUEST_TIMEOUT_MS_DEFAULT,
     )
 

@@ -12,8 +12,8 @@ functions below do the position arithmetic the managed ledger does (``LedgerList
   (:func:`allocate` shares the limit between partitions, as Pulsar's ``forwardMessageId`` walks ``ledgers[]``
   by ``maxEntries / #topics`` but without leaving the share of a drained partition unused);
 * :func:`segments` / :func:`splits` - a batch's range ``(start, end]`` cut into per-ledger segments, packed
-  into Spark partitions of at most ``max_entries_per_partition`` entries, so one big partition is read by
-  several tasks at once;
+  into Spark partitions of at most ``maxEntriesPerPartition`` entries and about ``maxBytesPerPartition``
+  bytes (by each ledger's average entry size), so one big partition is read by several tasks at once;
 * :func:`start_lost` - whether entries after the start were deleted before the query could read them.
 """
 
@@ -34,6 +34,12 @@ class StatsError(ValueError):
 class LedgerSpan:
     ledger_id: int
     entries: int
+    size_bytes: int = 0
+
+    @property
+    def entry_bytes(self) -> float:
+        """The ledger's average entry size (0 when unknown)."""
+        return self.size_bytes / self.entries if self.entries > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,19 +70,24 @@ def state_from_stats(stats: Mapping[str, Any], subscription: str | None = None) 
     """A :class:`PartitionState` from Pulsar's ``PersistentTopicInternalStats`` JSON."""
     try:
         last = _position(stats["lastConfirmedEntry"])
-        listed = [(int(lg["ledgerId"]), int(lg["entries"])) for lg in stats["ledgers"]]
+        listed = [
+            (int(lg["ledgerId"]), int(lg["entries"]), int(lg.get("size", 0))) for lg in stats["ledgers"]
+        ]
         current_entries = int(stats.get("currentLedgerEntries", 0))
+        current_size = int(stats.get("currentLedgerSize", 0))
         cursors = stats.get("cursors") or {}
     except (KeyError, TypeError, ValueError) as exc:
         raise StatsError(f"internalStats lacks {exc}") from None
     ledgers = []
-    for index, (ledger_id, listed_entries) in enumerate(listed):
-        entries = max(listed_entries, current_entries) if index == len(listed) - 1 else listed_entries
+    for index, (ledger_id, listed_entries, listed_size) in enumerate(listed):
+        is_last = index == len(listed) - 1
+        entries = max(listed_entries, current_entries) if is_last else listed_entries
+        size = max(listed_size, current_size) if is_last else listed_size
         if ledger_id == last[0]:
             entries = last[1] + 1  # exact: nothing past the last confirmed entry is readable
         elif ledger_id > last[0]:
             entries = 0
-        ledgers.append(LedgerSpan(ledger_id, entries))
+        ledgers.append(LedgerSpan(ledger_id, entries, size))
     cursor = None
     if subscription is not None and subscription in cursors:
         cursor = _position(cursors[subscription].get("markDeletePosition"))
@@ -172,22 +183,42 @@ def segments(state: PartitionState, after: Position, up_to: Position) -> list[Se
     return out
 
 
-def splits(parts: Sequence[Segment], max_entries: int) -> list[tuple[Segment, ...]]:
-    """Cut big segments and pack small consecutive ones: each split holds at most ``max_entries`` entries."""
+def entry_bytes(state: PartitionState) -> dict[int, float]:
+    """Average entry size per ledger, for :func:`splits`."""
+    return {span.ledger_id: span.entry_bytes for span in state.ledgers}
+
+
+def splits(
+    parts: Sequence[Segment],
+    max_entries: int,
+    max_bytes: int | None = None,
+    entry_size: Mapping[int, float] | None = None,
+) -> list[tuple[Segment, ...]]:
+    """Cut big segments and pack small consecutive ones: each split holds at most ``max_entries`` entries
+    and, by the ledgers' average entry size (``entry_size``; below one byte it means unknown), about
+    ``max_bytes`` bytes (at least one entry)."""
     assert max_entries > 0
+    sizes = entry_size or {}
     out: list[tuple[Segment, ...]] = []
     current: list[Segment] = []
-    size = 0
+    count, volume = 0, 0.0
     for segment in parts:
+        average = sizes.get(segment.ledger_id, 0.0)
         first = segment.first_entry
         while first <= segment.last_entry:
-            take = min(segment.last_entry - first + 1, max_entries - size)
-            current.append(Segment(segment.ledger_id, first, first + take - 1))
-            size += take
-            first += take
-            if size == max_entries:
+            room = max_entries - count
+            if max_bytes is not None and volume >= max_bytes:
+                room = 0
+            elif max_bytes is not None and average >= 1:
+                room = min(room, int((max_bytes - volume) // average))
+            if room <= 0 and current:
                 out.append(tuple(current))
-                current, size = [], 0
+                current, count, volume = [], 0, 0.0
+                continue
+            take = max(1, min(segment.last_entry - first + 1, room))
+            current.append(Segment(segment.ledger_id, first, first + take - 1))
+            count, volume = count + take, volume + take * average
+            first += take
     if current:
         out.append(tuple(current))
     return out

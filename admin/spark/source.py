@@ -58,6 +58,7 @@ from magnetar.admin.spark.planner import (
     advance,
     allocate,
     backlog,
+    entry_bytes,
     segments,
     splits,
     start_lost,
@@ -142,7 +143,10 @@ def _plan(
     if lost is not None:
         report_loss(options, f"{part.name}: {lost}")
     parts = segments(state, start, end)
-    return [RangePartition(part, chunk) for chunk in splits(parts, options.max_entries_per_partition)]
+    chunks = splits(
+        parts, options.max_entries_per_partition, options.max_bytes_per_partition, entry_bytes(state)
+    )
+    return [RangePartition(part, chunk) for chunk in chunks]
 
 
 def _partition_of(name: str, options: SourceOptions) -> TopicPartition:

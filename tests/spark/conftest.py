@@ -3,17 +3,20 @@
 PySpark facts (DESIGN.md §3): workers run ``PYSPARK_PYTHON`` (this interpreter, so they import ``magnetar``
 from the same environment), Spark binds to ``SPARK_LOCAL_IP`` (127.0.0.1), nothing is downloaded
 (no ``--packages``). The JVM logs at WARN and shows no progress bars. The session is stopped at the end of the
-run, and the environment restored.
+run and its JVM process ended (by pid: ``SparkSession.stop`` leaves the gateway JVM running until the Python
+process exits), and the environment restored.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+JVM_STOP_TIMEOUT_S = 30
 SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -44,3 +47,23 @@ def spark() -> Iterator[Any]:
             yield session
         finally:
             session.stop()
+            _stop_jvm()
+
+
+def _stop_jvm() -> None:
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    gateway.shutdown()
+    process = getattr(gateway, "proc", None)
+    if process is not None:
+        process.terminate()
+        try:
+            process.wait(JVM_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(JVM_STOP_TIMEOUT_S)
+    SparkContext._gateway = None
+    SparkContext._jvm = None

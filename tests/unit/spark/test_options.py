@@ -34,6 +34,7 @@ def test_defaults_and_case_insensitive_names() -> None:
     assert options.fail_on_data_loss is True
     assert options.subscription_prefix is None
     assert (options.max_entries_per_partition, options.request_timeout_ms) == (50_000, 60_000)
+    assert options.max_bytes_per_partition == 32 * 1024 * 1024
 
 
 def test_every_option_parses() -> None:
@@ -45,6 +46,7 @@ def test_every_option_parses() -> None:
         "failOnDataLoss": "FALSE",
         "subscriptionPrefix": "q1",
         "maxEntriesPerPartition": "7",
+        "maxBytesPerPartition": "4096",
         "requestTimeoutMs": "1500",
     })  # fmt: skip
     assert options.starting_offsets == OffsetSpec(
@@ -53,6 +55,7 @@ def test_every_option_parses() -> None:
     assert options.ending_offsets == OffsetSpec("latest")
     assert (options.max_entries_per_trigger, options.fail_on_data_loss) == (100, False)
     assert (options.subscription_prefix, options.max_entries_per_partition) == ("q1", 7)
+    assert options.max_bytes_per_partition == 4096
     assert options.request_timeout_s == 1.5
 
 

@@ -18,6 +18,7 @@ from magnetar.admin.spark.planner import (
     advance,
     allocate,
     backlog,
+    entry_bytes,
     next_entry,
     segments,
     splits,
@@ -74,6 +75,34 @@ def test_splits_cover_each_entry_once_within_the_bound(raw: list[tuple[int, int,
     assert all(sum(s.entries for s in split) == bound for split in out[:-1])
 
 
+@given(
+    st.lists(st.tuples(st.integers(0, 9), st.integers(0, 30), st.integers(0, 30)), max_size=6),
+    st.integers(1, 25),
+    st.integers(1, 500),
+    st.lists(st.just(0.0) | st.floats(1, 100), min_size=6, max_size=6),
+)
+def test_byte_bounded_splits(
+    raw: list[tuple[int, int, int]], bound: int, max_bytes: int, sizes: list[float]
+) -> None:
+    parts = [Segment(i * 10 + ledger, min(a, b), max(a, b)) for i, (ledger, a, b) in enumerate(raw)]
+    entry_size = {s.ledger_id: sizes[i] for i, s in enumerate(parts)}
+    out = splits(parts, bound, max_bytes, entry_size)
+    for split in out:
+        entries = sum(s.entries for s in split)
+        assert 0 < entries <= bound
+        volume = sum(s.entries * entry_size[s.ledger_id] for s in split)
+        assert volume <= max_bytes + 1e-6 or entries == 1
+    flat = [(s.ledger_id, e) for split in out for s in split for e in range(s.first_entry, s.last_entry + 1)]
+    assert flat == [(s.ledger_id, e) for s in parts for e in range(s.first_entry, s.last_entry + 1)]
+
+
+def test_a_big_batched_ledger_is_split_by_bytes() -> None:
+    state = PartitionState((LedgerSpan(4, 10_000, 10_000 * 8_600),), (4, 9_999))  # ~86 messages an entry
+    assert entry_bytes(state) == {4: 8_600.0}
+    out = splits(segments(state, EARLIEST, state.latest), 50_000, 32 * 1024 * 1024, entry_bytes(state))
+    assert [sum(s.entries for s in split) for split in out] == [3901, 3901, 2198]
+
+
 @given(st.dictionaries(st.text(max_size=3), st.integers(0, 50), max_size=5), st.integers(1, 120))
 def test_allocation_is_fair_and_uses_the_whole_limit(backlogs: dict[str, int], limit: int) -> None:
     grants = allocate(backlogs, limit)
@@ -105,14 +134,16 @@ def stats(
 def test_state_from_internal_stats_patches_the_open_ledger() -> None:
     state = state_from_stats(
         stats(
-            [{"ledgerId": 3, "entries": 10}, {"ledgerId": 5, "entries": 0}],
+            [{"ledgerId": 3, "entries": 10, "size": 500}, {"ledgerId": 5, "entries": 0, "size": 0}],
             "5:6",
             7,
             {"q-orders": {"markDeletePosition": "3:9"}},
-        ),
+        )
+        | {"currentLedgerSize": 70},
         "q-orders",
     )
-    assert state == PartitionState((LedgerSpan(3, 10), LedgerSpan(5, 7)), (5, 6), (3, 9))
+    assert state == PartitionState((LedgerSpan(3, 10, 500), LedgerSpan(5, 7, 70)), (5, 6), (3, 9))
+    assert entry_bytes(state) == {3: 50.0, 5: 10.0}
     # A fresh ledger after a rollover holds nothing yet; the last confirmed entry is in the previous one.
     rolled = state_from_stats(
         stats([{"ledgerId": 3, "entries": 10}, {"ledgerId": 8, "entries": 0}], "3:9", 0)
