@@ -11,7 +11,8 @@ How a streaming query runs (Pulsar's Spark connector, ``reference/pulsar.md`` §
   entry, cut down by the read limit (``maxEntriesPerTrigger``, shared between partitions) and, under
   ``availableNow``, by the target fixed in ``prepareForTriggerAvailableNow``.
 * ``partitions(start, end)`` checks for data loss and splits ``(start, end]`` by partition and ledger into
-  Spark partitions of at most ``maxEntriesPerPartition`` entries; executors read them (:mod:`.reading`).
+  Spark partitions of at most ``maxEntriesPerPartition`` entries and about ``maxBytesPerPartition`` bytes;
+  executors read them (:mod:`.reading`).
 * ``commit(end)`` (Spark calls it once the batch after ``end``'s batch is planned) moves the subscriptions to
   ``end``, releasing what the query has processed to retention. ``stop()`` deletes the subscriptions when
   their prefix was generated for this run; a given ``subscriptionPrefix`` keeps them, so the data stays
@@ -222,6 +223,14 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _subscription(self, part: TopicPartition) -> str:
         return subscription_name(self.prefix, part)
 
+    def _state(self, part: TopicPartition) -> PartitionState | None:
+        """The partition's state; a topic the query reads that was deleted is data loss."""
+        try:
+            return fetch_state(self._client, part, self._subscription(part))
+        except TopicNotFoundError as exc:
+            report_loss(self.options, f"{part.name} was deleted ({exc})")
+            return None
+
     def _ensure_subscription(
         self,
         part: TopicPartition,
@@ -281,8 +290,9 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         states: dict[str, PartitionState] = {}
         for part in self._resolve():
             after = begin.get(part.name, EARLIEST)
-            state = fetch_state(self._client, part, self._subscription(part))
-            self._ensure_subscription(part, after if known else EARLIEST, state)
+            state = self._state(part)
+            if state is not None or not part.named:  # never re-create a deleted topic with a subscription
+                self._ensure_subscription(part, after if known else EARLIEST, state)
             if state is None:
                 ends.setdefault(part.name, after)
                 continue
@@ -320,9 +330,10 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if until == after:
                 continue
             part = self._partition(name)
-            state = fetch_state(self._client, part, self._subscription(part))
+            state = self._state(part)
             if state is None:
-                report_loss(self.options, f"{name} no longer exists")
+                if not part.named:  # (a named topic was reported by _state)
+                    report_loss(self.options, f"{name} no longer exists")
                 continue
             if until < after:
                 report_loss(self.options, f"{name}: the batch ends at {until} before its start {after}")

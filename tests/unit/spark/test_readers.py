@@ -157,6 +157,22 @@ def test_data_loss_at_planning_fails_or_skips(spark_broker: Broker, caplog: pyte
     assert 0 < len(rows) < len(later)
 
 
+def test_a_deleted_topic_fails_the_query_or_is_skipped(
+    spark_broker: Broker, caplog: pytest.LogCaptureFixture
+) -> None:
+    produce(spark_broker, ORDERS, 5)
+    strict, lenient = stream(spark_broker), stream(spark_broker, failOnDataLoss="false")
+    starts = strict.initialOffset(), lenient.initialOffset()
+    topic_url = f"{spark_broker.http_url}/admin/v2/persistent/public/default/orders"
+    assert httpx.delete(topic_url, params={"force": "true"}).status_code == 204
+    with pytest.raises(DataLossError, match="persistent://public/default/orders was deleted"):
+        strict.latestOffset(starts[0], ReadAllAvailable())
+    with caplog.at_level(logging.WARNING, logger="magnetar.spark"):
+        assert lenient.latestOffset(starts[1], ReadAllAvailable()) == starts[1]
+    assert "was deleted" in caplog.text
+    assert httpx.get(f"{topic_url}/internalStats").status_code == 404  # not re-created by the query
+
+
 def test_data_loss_at_reading_fails_or_skips(spark_broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
     pinned = pin(spark_broker, ORDERS)  # keeps the ledgers until the plan is made
     produce(spark_broker, ORDERS, 4500, batch=1)
