@@ -275,7 +275,7 @@ class MagnetarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         target: dict[str, Position] = {}
         for part in self._resolve():
-            state = fetch_state(self._client, part)
+            state = self._state(part)
             if state is not None:
                 target[part.name] = state.latest
         self._target = target

@@ -5,8 +5,9 @@
 For each partition count: a topic of ``--messages`` messages of ``--size`` bytes is published through the
 WebSocket API (``magnetar perf produce``) into a ``magnetar standalone`` process (one disk bookie, infinite
 namespace retention), then read by a local SparkSession (``local[2]``) twice: a streaming query with
-``trigger(availableNow=True)`` into the ``noop`` sink, and a batch read into ``noop``. Python workers are
-warmed up first on a small topic, so the figures are steady-state throughput. Every process started here is
+``trigger(availableNow=True)`` into the ``noop`` sink, and a batch read into ``noop``, ``--repeat`` times
+each (the median is reported; wall-clock time from ``start()``/``save()`` to the end, query start-up
+included). Python workers are warmed up first on a small topic. Every process started here is
 stopped (by pid) on exit.
 """
 
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -112,11 +114,34 @@ def read_batch(spark: Any, http_url: str, topic: str) -> float:
     return time.monotonic() - started
 
 
+def measure(spark: Any, http_url: str, partitions: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Publish the topic, then read it ``--repeat`` times each way; the median rows/s of each."""
+    name = f"bench-{partitions}"
+    topic = create_topic(http_url, name, partitions)
+    publish_rate = produce(http_url, name, partitions, args.messages, args.size)
+    stream_s, batch_s = [], []
+    for _ in range(args.repeat):
+        rows, elapsed = read_stream(spark, http_url, topic)
+        if rows != args.messages:
+            raise RuntimeError(f"{topic}: read {rows} rows of {args.messages} messages")
+        stream_s.append(elapsed)
+        batch_s.append(read_batch(spark, http_url, topic))
+    return {
+        "partitions": partitions, "messages": args.messages, "size": args.size,
+        "entries": entries_of(http_url, name, partitions), "publish_msgs_per_s": round(publish_rate),
+        "stream_s": [round(t, 2) for t in stream_s],
+        "stream_rows_per_s": round(args.messages / statistics.median(stream_s)),
+        "batch_s": [round(t, 2) for t in batch_s],
+        "batch_rows_per_s": round(args.messages / statistics.median(batch_s)),
+    }  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--partitions", default="1,2,4")
+    parser.add_argument("--repeat", type=int, default=3, help="reads of each topic (the median is reported)")
     args = parser.parse_args()
     counts = [int(n) for n in args.partitions.split(",")]
     with tempfile.TemporaryDirectory() as scratch:
@@ -137,20 +162,7 @@ def main() -> int:
                 read_stream(spark, http_url, warm)
                 read_batch(spark, http_url, warm)
                 for partitions in counts:
-                    name = f"bench-{partitions}"
-                    topic = create_topic(http_url, name, partitions)
-                    publish_rate = produce(http_url, name, partitions, args.messages, args.size)
-                    rows, stream_s = read_stream(spark, http_url, topic)
-                    batch_s = read_batch(spark, http_url, topic)
-                    if rows != args.messages:
-                        raise RuntimeError(f"{topic}: read {rows} rows of {args.messages} messages")
-                    print(json.dumps({
-                        "partitions": partitions, "messages": args.messages, "size": args.size,
-                        "entries": entries_of(http_url, name, partitions), "rows": rows,
-                        "publish_msgs_per_s": round(publish_rate),
-                        "stream_s": round(stream_s, 2), "stream_rows_per_s": round(rows / stream_s),
-                        "batch_s": round(batch_s, 2), "batch_rows_per_s": round(args.messages / batch_s),
-                    }), flush=True)  # fmt: skip
+                    print(json.dumps(measure(spark, http_url, partitions, args)), flush=True)
             finally:
                 spark.stop()
         finally:
