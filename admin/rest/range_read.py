@@ -9,7 +9,7 @@ messages of the entries in the range, in order, ending with one *end frame*. At 
 and about ``RANGE_BYTES_MAX`` bytes are sent per request (the entry that crosses the byte budget is the last
 one); the end frame says where to continue.
 
-The framing (both versions, and how they stay compatible) is documented and implemented sans-IO in
+The framing (its versions, and how they stay compatible) is documented and implemented sans-IO in
 :mod:`magnetar.admin.range_frames`, shared with the Spark source; its names are re-exported here.
 """
 
