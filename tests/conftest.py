@@ -12,6 +12,8 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
   ``bookkeeper_client``
 * ``fixtures.admin`` - the admin REST API on a real server: ``admin_server``, ``admin_client``,
   ``run_admin_server``
+* ``fixtures.spark`` - the Spark source's broker and messages: ``spark_broker``, ``produce`` (the Spark
+  session itself is in ``tests/spark/conftest.py``)
 * ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
 * ``fixtures.auth`` - token keys (``token_keys``), a test CA with server/client certificates (``tls_files``),
   ``FakeClock``
@@ -30,4 +32,5 @@ pytest_plugins = [
     "fixtures.processes",
     "fixtures.zookeeper",
     "fixtures.broker",
+    "fixtures.spark",
 ]

@@ -222,6 +222,26 @@ async def test_range_reads_stream_framed_entries(
     assert end.complete
     assert (await client.get(f"{BASE}/range/entries", params={"from": "x"})).status_code == 400
     assert (await client.get(f"{BASE}/range/entries", params={"maxEntries": "0"})).status_code == 400
+    assert (await client.get(f"{BASE}/range/entries", params={"frameVersion": "4"})).status_code == 400
+
+    # Version 1 (the default) carries no producer name; version 2 adds it and the sequence id.
+    assert {(m.producer_name, m.sequence_id) for m in bounded} == {("", -1)}
+    lid = first.ledger_id
+    v2, end = await read({"from": f"{lid}:10", "to": f"{lid}:11", "frameVersion": "2"})
+    assert [(m.payload, m.producer_name, m.sequence_id, m.properties) for m in v2] == [
+        (b"m10", "prod", 10, {"i": "10"}),
+        (b"m11", "prod", 11, {"i": "11"}),
+    ]
+    assert end.complete
+    # Version 3 forwards the stored entries; they decode to the same messages (a batch entry included).
+    v3, end = await read({"from": f"{lid}:10", "to": f"{lid}:11", "frameVersion": "3"})
+    assert v3 == v2
+    last = ml.last_confirmed
+    batch, _ = await read({"from": f"{last.ledger_id}:{last.entry_id}", "frameVersion": "3"})
+    assert [(m.payload, m.batch_index, m.batch_size, m.producer_name) for m in batch] == [
+        (b"x", 0, 2, "p"),
+        (b"y", 1, 2, "p"),
+    ]
 
 
 async def test_non_owner_redirects_to_the_owner(topic_server: TopicServer) -> None:

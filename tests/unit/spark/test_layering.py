@@ -1,0 +1,26 @@
+"""The Spark source is a client of the REST API: Spark workers import it without the server's stack."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SERVER_SIDE = ("trio", "pydantic", "h11", "wsproto", "kazoo", "rocksdict", "magnetar.managed_ledger",
+               "magnetar.bookkeeper", "magnetar.gc", "magnetar.admin.rest")  # fmt: skip
+
+
+def test_the_source_imports_only_the_broker_formats() -> None:
+    probe = (
+        "import sys, magnetar.admin.spark\n"
+        f"print('|'.join(sorted(m for m in sys.modules if m.startswith({SERVER_SIDE!r}))))\n"
+        "print('|'.join(sorted(m for m in sys.modules if m.startswith('magnetar.broker.'))))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    server_side, broker = result.stdout.splitlines()
+    assert server_side == ""
+    assert broker.split("|") == [
+        "magnetar.broker.entry_format",
+        "magnetar.broker.errors",
+        "magnetar.broker.message_id",
+        "magnetar.broker.topic_name",
+    ]
