@@ -109,7 +109,9 @@ class WsHandlers:
             with session.scope:
                 try:
                     while True:
-                        await on_frame(await ws.receive())
+                        # Every message of a received chunk at once: one task switch per chunk.
+                        for message in await ws.receive_batch():
+                            await on_frame(message)
                 except WebSocketClosed:
                     pass
                 except WsSessionError as exc:
