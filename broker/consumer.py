@@ -70,7 +70,9 @@ class Delivery:
 class OutboundFrames:
     """Frames waiting for one WebSocket, pushed synchronously, sent by :meth:`run` (the only writer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, text: bool = True) -> None:
+        self.text = text
+        """Text frames (Pulsar's JSON API) or binary frames (the binary subprotocol)."""
         self._frames: deque[bytes] = deque()
         self._event = trio.Event()
         self._closed = False
@@ -90,17 +92,19 @@ class OutboundFrames:
         self._event.set()
 
     async def run(self, ws: WebSocket) -> None:
-        """Send queued frames until the socket or this queue closes."""
+        """Send queued frames until the socket or this queue closes (all queued frames in one call)."""
         frames = self._frames
         try:
             while True:
-                while frames:
-                    await ws.send_text_encoded(frames.popleft())
+                if frames:
+                    batch = list(frames)
+                    frames.clear()
+                    await ws.send_many(batch, text=self.text)
+                    continue
                 self._event = trio.Event()
                 if self._stopped():
                     return
-                if not frames:
-                    await self._event.wait()
+                await self._event.wait()
         except WebSocketClosed:
             self.close()
 
@@ -199,6 +203,7 @@ class Consumer:
                 self.partition,
                 delivery.batch_index,
                 delivery.batch_size,
+                delivered=True,
             ),
             "payload": _b64(message.payload),
             "properties": message.properties,

@@ -181,6 +181,9 @@ def parse_publish_request(text: str | bytes) -> PublishRequest:
     context: str | None = None
     try:
         data = _load_object(text)
+        fast = _parse_plain_publish(data)
+        if fast is not None:
+            return fast
         context = _as_text(data.get("context"))
         payload_field = data.get("payload")
         if isinstance(payload_field, dict | list):
@@ -230,6 +233,25 @@ def parse_publish_request(text: str | bytes) -> PublishRequest:
         request.deliver_after_ms,
         request.schema_version,
     )
+
+
+def _parse_plain_publish(data: dict[str, Any]) -> PublishRequest | None:
+    """The common request, ``{"payload": "...", "context": "..."}`` (context optional), without the general
+    path's per-field coercions; None for anything else. Gives exactly what the general path gives."""
+    payload_text = data.get("payload")
+    if type(payload_text) is not str:
+        return None
+    size = len(data)
+    context = data.get("context")
+    if not (size == 1 or (size == 2 and type(context) is str)):
+        return None
+    try:
+        payload = decode_base64_java(payload_text)
+    except ValueError as exc:
+        raise PublishError(
+            WsErrorCode.PAYLOAD_ENCODING_ERROR, f"Invalid Base64 message-payload error={exc}", context
+        ) from None
+    return PublishRequest(payload, {}, context)
 
 
 # --- outbound frames ----------------------------------------------------------------------------------------
