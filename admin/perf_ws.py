@@ -21,29 +21,48 @@ import json
 import math
 import os
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import trio
 
 from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
+
+SEND_BATCH_MAX = 100
+"""Messages per socket write of the producer."""
+
+
+_SCALES = ((10_000, 10), (100_000, 100), (1_000_000, 1_000), (10_000_000, 10_000))
+
+
+def bucket_us(seconds: float) -> int:
+    """A latency in microseconds, cut to 3 significant digits (the histogram's bucket)."""
+    micros: int = int(seconds * 1e6)
+    if micros < 1000:
+        return micros if micros > 0 else 0
+    for limit, scale in _SCALES:
+        if micros < limit:
+            return micros - micros % scale
+    big_scale = int(10 ** (len(str(micros)) - 3))
+    return micros - micros % big_scale
 
 
 class Histogram:
     """Latencies in microseconds, bucketed to 3 significant digits."""
 
     def __init__(self) -> None:
-        self.counts: Counter[int] = Counter()
+        self.counts: dict[int, int] = {}
         self.total = 0
         self.max_us = 0
 
     def record(self, seconds: float) -> None:
-        micros = max(0, int(seconds * 1e6))
-        if micros >= 1000:
-            scale = 10 ** (len(str(micros)) - 3)
-            micros = (micros // scale) * scale
-        self.counts[micros] += 1
+        self.add(bucket_us(seconds))
+
+    def add(self, micros: int) -> None:
+        """Count one latency already cut by :func:`bucket_us`."""
+        counts = self.counts
+        counts[micros] = counts.get(micros, 0) + 1
         self.total += 1
         self.max_us = max(self.max_us, micros)
 
@@ -75,15 +94,17 @@ class Stats:
     last_ack: float = 0.0
     max_gap_s: float = 0.0
 
-    def record(self, latency_s: float) -> None:
-        now = time.monotonic()
-        if self.last_ack:
-            self.max_gap_s = max(self.max_gap_s, now - self.last_ack)
-        self.last_ack = now
+    def record(self, latency_s: float, now: float) -> None:
+        """One acknowledged (or received) message at ``now`` (``time.monotonic``)."""
+        if now != self.last_ack:
+            if self.last_ack and now - self.last_ack > self.max_gap_s:
+                self.max_gap_s = now - self.last_ack
+            self.last_ack = now
         self.count += 1
         self.interval_count += 1
-        self.histogram.record(latency_s)
-        self.interval.record(latency_s)
+        micros = bucket_us(latency_s)
+        self.histogram.add(micros)
+        self.interval.add(micros)
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -210,7 +231,7 @@ async def _produce_on(
     client: WsClient, payload: str, messages: int, progress: _Progress, rate: float, window: int, stats: Stats
 ) -> None:
     in_flight: dict[str, float] = {}
-    room = trio.Semaphore(window)
+    room = [trio.Event()]
     start = time.monotonic()
     first = progress.sent
     done = trio.Event()
@@ -218,13 +239,16 @@ async def _produce_on(
     async def acks() -> None:
         try:
             while True:
-                ack = json.loads(await client.receive())
-                sent_at = in_flight.pop(ack.get("context", ""), None)
-                room.release()
-                if ack.get("result") == "ok" and sent_at is not None:
-                    stats.record(time.monotonic() - sent_at)
-                else:
-                    stats.errors += 1
+                batch = await client.receive_batch()
+                now = time.monotonic()
+                for text in batch:
+                    ack = orjson.loads(text)
+                    sent_at = in_flight.pop(ack.get("context", ""), None)
+                    if ack.get("result") == "ok" and sent_at is not None:
+                        stats.record(now - sent_at, now)
+                    else:
+                        stats.errors += 1
+                room[0].set()
                 if messages and not in_flight and progress.sent >= messages:
                     done.set()
                     return
@@ -237,23 +261,26 @@ async def _produce_on(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(acks)
         while not messages or progress.sent < messages:
+            count = min(window - len(in_flight), SEND_BATCH_MAX)
+            if messages:
+                count = min(count, messages - progress.sent)
+            if rate:
+                due = int((time.monotonic() - start) * rate) + 1 - (progress.sent - first)
+                if due <= 0:
+                    await trio.sleep(start + (progress.sent - first) / rate - time.monotonic())
+                    continue
+                count = min(count, due)
+            if count <= 0:
+                room[0] = trio.Event()
+                await room[0].wait()
+                continue
             batch: list[str] = []
-            await room.acquire()
-            while True:
-                if rate:
-                    delay = start + (progress.sent - first) / rate - time.monotonic()
-                    if delay > 0 and batch:
-                        room.release()
-                        break
-                    if delay > 0:
-                        await trio.sleep(delay)
+            now = time.monotonic()
+            for _ in range(count):
                 context = str(progress.sent)
-                in_flight[context] = time.monotonic()
+                in_flight[context] = now
                 batch.append(f'{{"payload":"{payload}","context":"{context}"}}')
                 progress.sent += 1
-                if len(batch) >= 100 or (messages and progress.sent >= messages) or room.value == 0:
-                    break
-                room.acquire_nowait()
             await client.send_many(batch)
         await done.wait()
 
@@ -290,20 +317,21 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _consume_on(client: WsClient, messages: int, stats: Stats) -> None:
-    acks: list[str] = []
     while not messages or stats.count < messages:
-        message = json.loads(await client.receive())
-        message_id = message.get("messageId")
-        if message_id is None:
-            continue
-        published = _parse_ms(message.get("publishTime", ""))
-        stats.record(max(0.0, time.time() - published / 1000) if published else 0.0)
-        acks.append(f'{{"messageId":"{message_id}"}}')
-        if len(acks) >= 50 or (messages and stats.count >= messages):
+        batch = await client.receive_batch()
+        now = time.monotonic()
+        wall_ms = time.time() * 1000
+        acks: list[str] = []
+        for text in batch:
+            message = orjson.loads(text)
+            message_id = message.get("messageId")
+            if message_id is None:
+                continue
+            published = _parse_ms(message.get("publishTime", ""))
+            stats.record(max(0.0, wall_ms - published) / 1000 if published else 0.0, now)
+            acks.append(f'{{"messageId":"{message_id}"}}')
+        if acks:
             await client.send_many(acks)
-            acks = []
-    if acks:
-        await client.send_many(acks)
 
 
 _PARSED: dict[str, int] = {}
