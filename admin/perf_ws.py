@@ -9,6 +9,9 @@ redirects to the owner); the longest pause between two acks is reported as the f
 consume: one consumer (``--subscription``, ``--subscription-type``) acknowledging every message; latency is
 end to end, ``publishTime`` -> delivery (same machine clock, millisecond resolution).
 
+``--protocol binary`` runs both over Magnetar's binary subprotocol ``magnetar.v1`` (see
+:mod:`.perf_ws_binary`; ``--batch-size`` messages per SEND frame) instead of Pulsar's JSON API.
+
 Both print throughput and latency percentiles every ``--report-interval-s`` and a summary at the end (the
 last line is JSON, for scripts). The histogram keeps 3 significant digits (HdrHistogram-style buckets).
 """
@@ -27,7 +30,9 @@ from typing import Any
 import orjson
 import trio
 
+from magnetar.admin import perf_ws_binary
 from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.broker.binary_protocol import SUBPROTOCOL
 
 SEND_BATCH_MAX = 100
 """Messages per socket write of the producer."""
@@ -59,11 +64,11 @@ class Histogram:
     def record(self, seconds: float) -> None:
         self.add(bucket_us(seconds))
 
-    def add(self, micros: int) -> None:
-        """Count one latency already cut by :func:`bucket_us`."""
+    def add(self, micros: int, count: int = 1) -> None:
+        """Count ``count`` latencies already cut by :func:`bucket_us`."""
         counts = self.counts
-        counts[micros] = counts.get(micros, 0) + 1
-        self.total += 1
+        counts[micros] = counts.get(micros, 0) + count
+        self.total += count
         self.max_us = max(self.max_us, micros)
 
     def percentile_ms(self, pct: float) -> float:
@@ -94,17 +99,18 @@ class Stats:
     last_ack: float = 0.0
     max_gap_s: float = 0.0
 
-    def record(self, latency_s: float, now: float) -> None:
-        """One acknowledged (or received) message at ``now`` (``time.monotonic``)."""
+    def record(self, latency_s: float, now: float, count: int = 1) -> None:
+        """``count`` messages acknowledged (or received) at ``now`` (``time.monotonic``), ``latency_s``
+        after they were sent."""
         if now != self.last_ack:
             if self.last_ack and now - self.last_ack > self.max_gap_s:
                 self.max_gap_s = now - self.last_ack
             self.last_ack = now
-        self.count += 1
-        self.interval_count += 1
+        self.count += count
+        self.interval_count += count
         micros = bucket_us(latency_s)
-        self.histogram.add(micros)
-        self.interval.add(micros)
+        self.histogram.add(micros, count)
+        self.interval.add(micros, count)
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -113,6 +119,12 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--messages", type=int, default=0, help="stop after this many (0: run --duration-s)")
     parser.add_argument("--duration-s", type=float, default=30.0, help="stop after this long")
     parser.add_argument("--report-interval-s", type=float, default=5.0)
+    parser.add_argument(
+        "--protocol",
+        default="json",
+        choices=["json", "binary"],
+        help="Pulsar's JSON API, or Magnetar's binary subprotocol magnetar.v1 (many messages per frame)",
+    )
 
 
 def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +133,7 @@ def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=100, help="payload bytes")
     parser.add_argument("--producers", type=int, default=1, help="producer connections")
     parser.add_argument("--max-pending", type=int, default=1000, help="unacked messages per producer")
+    parser.add_argument("--batch-size", type=int, default=100, help="messages per SEND frame (binary)")
 
 
 def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,6 +144,10 @@ def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--initial-position", default="Earliest", choices=["Earliest", "Latest"])
     parser.add_argument("--receiver-queue-size", type=int, default=1000)
+
+
+def _subprotocols(args: argparse.Namespace) -> list[str]:
+    return [SUBPROTOCOL] if args.protocol == "binary" else []
 
 
 def _path(topic: str) -> str:
@@ -186,7 +203,6 @@ def _final(kind: str, stats: Stats, extra: dict[str, Any]) -> None:
 async def produce(args: argparse.Namespace) -> dict[str, Any]:
     stats = Stats()
     url = f"{_base(args.url)}/ws/v2/producer/{_path(args.topic)}"
-    payload = base64.b64encode(os.urandom(args.size)).decode()
     per_producer = args.messages // args.producers if args.messages else 0
     rate = args.rate / args.producers if args.rate else 0.0
     with trio.move_on_after(args.duration_s):
@@ -194,11 +210,15 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
             nursery.start_soon(_reporter, "produce", stats, args.report_interval_s)
             async with trio.open_nursery() as producers:
                 for index in range(args.producers):
-                    producers.start_soon(
-                        _producer, url, payload, per_producer, rate, args.max_pending, stats, index
-                    )
+                    producers.start_soon(_producer, url, args, per_producer, rate, stats, index)
             nursery.cancel_scope.cancel()
-    _final("produce", stats, {"size": args.size, "producers": args.producers, "target_rate": args.rate})
+    extra = {
+        "size": args.size,
+        "producers": args.producers,
+        "target_rate": args.rate,
+        "protocol": args.protocol,
+    }
+    _final("produce", stats, extra)
     return {"count": stats.count}
 
 
@@ -208,18 +228,26 @@ class _Progress:
 
 
 async def _producer(
-    url: str, payload: str, messages: int, rate: float, window: int, stats: Stats, index: int
+    url: str, args: argparse.Namespace, messages: int, rate: float, stats: Stats, index: int
 ) -> None:
     progress = _Progress()
+    raw = os.urandom(args.size)
+    payload = base64.b64encode(raw).decode()
+    window = args.max_pending
     while True:
         try:
-            client = await WsClient.connect(url)
+            client = await WsClient.connect(url, subprotocols=_subprotocols(args))
         except (WsRejected, OSError, trio.TooSlowError) as exc:
             print(f"producer {index}: connect failed ({exc}); retrying", flush=True)
             await trio.sleep(0.2)
             continue
         try:
-            await _produce_on(client, payload, messages, progress, rate, window, stats)
+            if args.protocol == "binary":
+                await perf_ws_binary.produce_on(
+                    client, raw, messages, progress, rate, window, args.batch_size, stats
+                )
+            else:
+                await _produce_on(client, payload, messages, progress, rate, window, stats)
             return
         except (WsClosed, OSError, trio.BrokenResourceError) as exc:
             print(f"producer {index}: connection lost ({exc}); reconnecting", flush=True)
@@ -300,19 +328,22 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
             nursery.start_soon(_reporter, "consume", stats, args.report_interval_s)
             while not args.messages or stats.count < args.messages:
                 try:
-                    client = await WsClient.connect(url)
+                    client = await WsClient.connect(url, subprotocols=_subprotocols(args))
                 except (WsRejected, OSError, trio.TooSlowError) as exc:
                     print(f"consumer: connect failed ({exc}); retrying", flush=True)
                     await trio.sleep(0.2)
                     continue
                 try:
-                    await _consume_on(client, args.messages, stats)
+                    if args.protocol == "binary":
+                        await perf_ws_binary.consume_on(client, args.messages, stats)
+                    else:
+                        await _consume_on(client, args.messages, stats)
                 except (WsClosed, OSError, trio.BrokenResourceError) as exc:
                     print(f"consumer: connection lost ({exc}); reconnecting", flush=True)
                 finally:
                     await client.aclose()
             nursery.cancel_scope.cancel()
-    _final("consume", stats, {})
+    _final("consume", stats, {"protocol": args.protocol})
     return {"count": stats.count}
 
 

@@ -14,7 +14,9 @@ binary frame is treated as a request that cannot be read: ``send-error:3`` for a
 consumer or reader. When the topic is unloaded or its bundle lost, sessions are closed with 1001 (going
 away) so clients look the topic up again; ``unsubscribe`` closes the session with 1000 once done.
 
-Magnetar extension: the consumer accepts ``subscriptionInitialPosition=Earliest|Latest`` (default Latest, the
+Magnetar extensions: a client offering the ``magnetar.v1`` WebSocket subprotocol gets the binary protocol of
+:mod:`.binary_protocol` on the same endpoints (:mod:`.binary_producer`, :mod:`.binary_consumer`); the consumer
+accepts ``subscriptionInitialPosition=Earliest|Latest`` (default Latest, the
 Java client's default) for a subscription it creates.
 """
 
@@ -33,6 +35,9 @@ from magnetar.bookkeeper.runtime.http import (
     WebSocketRequest,
     error_response,
 )
+from magnetar.broker.binary_consumer import BinaryConsumerCommands, BinaryReaderCommands
+from magnetar.broker.binary_producer import BinaryPublisher
+from magnetar.broker.binary_protocol import SUBPROTOCOL
 from magnetar.broker.consumer import Consumer, FlowControl, OutboundFrames
 from magnetar.broker.dispatcher import SubscriptionType
 from magnetar.broker.errors import NotOwnerError, ServiceError
@@ -64,8 +69,10 @@ INITIAL_POSITIONS = ("Latest", "Earliest")
 class _Session:
     """What one accepted WebSocket session owns: its outbound frames and the means to end it."""
 
-    def __init__(self) -> None:
-        self.frames = OutboundFrames()
+    def __init__(self, request: WebSocketRequest) -> None:
+        self.binary = SUBPROTOCOL in request.subprotocols
+        """The client asked for the binary subprotocol (:mod:`.binary_protocol`)."""
+        self.frames = OutboundFrames(text=not self.binary)
         self.scope = trio.CancelScope()
         self.kicked: tuple[int, str] | None = None
         self.timers = trio.Event()
@@ -74,6 +81,12 @@ class _Session:
         if self.kicked is None:
             self.kicked = (code, reason)
         self.scope.cancel()
+
+    def wake_timers(self) -> None:
+        self.timers.set()
+
+    async def accept(self, request: WebSocketRequest) -> WebSocket:
+        return await request.accept(SUBPROTOCOL if self.binary else None)
 
 
 class WsHandlers:
@@ -135,7 +148,7 @@ class WsHandlers:
     # -- producer -------------------------------------------------------------------------------
 
     async def producer(self, request: WebSocketRequest) -> None:
-        session = _Session()
+        session = _Session(request)
         producers: list[Producer] = []
         try:
             target = parse_ws_path(request.path)
@@ -172,7 +185,7 @@ class WsHandlers:
                 rng=self._service.rng,
             )
         try:
-            ws = await request.accept()
+            ws = await session.accept(request)
 
             async def on_frame(message: str | bytes) -> None:
                 if isinstance(message, bytes):
@@ -189,7 +202,16 @@ class WsHandlers:
                 await capacity.wait()
                 publisher.send(publish, trio.current_time())
 
-            await self._serve(ws, session, on_frame)
+            if session.binary:
+                settings = self._service.settings
+                binary = BinaryPublisher(
+                    publisher,
+                    session.frames,
+                    capacity,
+                    batch_messages_max=settings.publish_batch_messages_max,
+                    batch_bytes_max=settings.publish_batch_bytes_max,
+                )
+            await self._serve(ws, session, binary.on_frame if session.binary else on_frame)
         finally:
             self._remove_producers(producers)
 
@@ -201,7 +223,7 @@ class WsHandlers:
     # -- consumer -------------------------------------------------------------------------------
 
     async def consumer(self, request: WebSocketRequest) -> None:
-        session = _Session()
+        session = _Session(request)
         consumers: list[Consumer] = []
         try:
             target = parse_ws_path(request.path)
@@ -227,6 +249,7 @@ class WsHandlers:
                         frames=session.frames,
                         ack_timeout_ms=params.ack_timeout_ms,
                         nack_delay_ms=params.negative_ack_redelivery_delay_ms,
+                        binary=session.binary,
                     )
                     consumer.kick = session.kick
                     consumer.address = self._address(request)
@@ -247,8 +270,9 @@ class WsHandlers:
             await self._refuse(request, exc)
             return
         try:
-            ws = await request.accept()
+            ws = await session.accept(request)
             by_partition = {c.partition: c for c in consumers}
+            commands = BinaryConsumerCommands(consumers, session.frames, session.wake_timers, session.kick)
 
             async def on_frame(message: str | bytes) -> None:
                 if isinstance(message, bytes):
@@ -258,7 +282,7 @@ class WsHandlers:
             async def timers() -> None:
                 await self._run_timers(session, consumers)
 
-            await self._serve(ws, session, on_frame, timers)
+            await self._serve(ws, session, commands.on_frame if session.binary else on_frame, timers)
         finally:
             self._remove_consumers(consumers)
 
@@ -313,7 +337,7 @@ class WsHandlers:
     # -- reader ---------------------------------------------------------------------------------
 
     async def reader(self, request: WebSocketRequest) -> None:
-        session = _Session()
+        session = _Session(request)
         consumers: list[Consumer] = []
         try:
             target = parse_ws_path(request.path)
@@ -338,6 +362,7 @@ class WsHandlers:
                         flow=flow,
                         frames=session.frames,
                         track_pending=False,
+                        binary=session.binary,
                     )
                     consumer.kick = session.kick
                     consumer.address = self._address(request)
@@ -349,7 +374,8 @@ class WsHandlers:
             await self._refuse(request, exc)
             return
         try:
-            ws = await request.accept()
+            ws = await session.accept(request)
+            reader_commands = BinaryReaderCommands(consumers, session.frames)
 
             async def on_frame(message: str | bytes) -> None:
                 if isinstance(message, bytes):
@@ -360,7 +386,7 @@ class WsHandlers:
                 else:
                     flow.release()
 
-            await self._serve(ws, session, on_frame)
+            await self._serve(ws, session, reader_commands.on_frame if session.binary else on_frame)
         finally:
             self._remove_consumers(consumers)
 
