@@ -2,10 +2,11 @@
 
 It opens the metadata store named by ``--metadata-url``, a TCP transport to the bookies it finds there, the
 replication client and :func:`~magnetar.broker.run.run_broker` (managed-ledger factory, broker service, HTTP
-server). Once serving it prints one JSON line on stdout, ``{"event": "broker-ready", "brokerId": ...,
-"httpUrl": ..., "port": ...}`` (and writes it to ``--port-file``), so tests and scripts find a ``--http-port
-0`` broker. Logs go to stderr. SIGTERM or SIGINT stops it gracefully: topics unloaded (cursors persisted),
-bundles released, connections drained; exit code 0.
+server) with the admin REST API, the retention service and the storage metrics of
+:class:`~magnetar.admin.broker_admin.BrokerAdmin`. Once serving it prints one JSON line on stdout,
+``{"event": "broker-ready", "brokerId": ..., "httpUrl": ..., "port": ...}`` (and writes it to
+``--port-file``), so tests and scripts find a ``--http-port 0`` broker. Logs go to stderr. SIGTERM or SIGINT
+stops it gracefully: topics unloaded (cursors persisted), bundles released, connections drained; exit 0.
 
 :func:`tune_gc` is applied at start-up: CPython's generational collector otherwise spends a large share of
 a busy broker's time in full (gen-2) passes over long-lived objects (see tests/bench/RESULTS.md).
@@ -13,6 +14,7 @@ a busy broker's time in full (gen-2) passes over long-lived objects (see tests/b
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 import pydantic
 import trio
 
+from magnetar.admin.broker_admin import BrokerAdmin
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -32,6 +35,7 @@ from magnetar.admin.process_common import (
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.settings import BrokerSettings
 
@@ -62,9 +66,12 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
     ):
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                handle: BrokerHandle = await nursery.start(run_broker, settings, metadata, bk)
+                admin = BrokerAdmin(settings)  # admin REST routes, retention service, storage metrics
+                start = functools.partial(run_broker, settings, metadata, bk, **admin.run_kwargs())
+                handle: BrokerHandle = await nursery.start(start)
                 if settings.gc_tuning:
                     tune_gc()
+                monitor = install_from_environment()
                 announce(
                     {
                         "event": "broker-ready",
@@ -77,6 +84,8 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
                 await first_signal(signals, log)
                 handle.stop()
                 await handle.stopped.wait()
+                if monitor is not None:
+                    log.warning("%s", monitor.report())
     if port_file is not None:
         await trio.Path(port_file).unlink(missing_ok=True)
     log.info("broker %s exited cleanly", handle.http_url)

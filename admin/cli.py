@@ -19,8 +19,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "magnetar.admin.cmd_standalone",
         "metadata store, bookies and a broker in one process (the quick start)",
     ),
+    "admin": ("magnetar.admin.cmd_admin", "manage tenants, namespaces, topics (like pulsar-admin)"),
     "bookie": ("magnetar.admin.cmd_bookie", "run one bookie (storage node) process"),
     "broker": ("magnetar.admin.cmd_broker", "run one broker process (WebSocket API, lookup, metrics)"),
+    "initialize-cluster-metadata": (
+        "magnetar.admin.cmd_init_cluster",
+        "create the cluster, tenant public and namespace public/default (idempotent)",
+    ),
     "perf": ("magnetar.admin.cmd_perf", "load generators and benchmarks (like pulsar-perf)"),
 }
 

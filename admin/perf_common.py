@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -39,6 +41,20 @@ class BookieProcess:
                 self.process.wait(timeout=30)
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+@contextmanager
+def bookie_processes(count: int, storage: str = "disk") -> Iterator[list[str]]:
+    """``count`` bookie processes with data in a temporary directory; yields their bookie ids."""
+    with tempfile.TemporaryDirectory(prefix="magnetar-perf-") as tmp:
+        processes: list[BookieProcess] = []
+        try:
+            for i in range(count):
+                processes.append(BookieProcess(storage, Path(tmp) / f"bookie{i}"))
+            yield [p.bookie_id for p in processes]
+        finally:
+            for process in processes:
+                process.stop()
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:

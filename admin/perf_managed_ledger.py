@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import trio
 
-from magnetar.admin.perf_common import BookieProcess, Progress, latency_summary_ms
+from magnetar.admin.perf_common import Progress, bookie_processes, latency_summary_ms
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
@@ -161,15 +159,8 @@ async def _bench(args: argparse.Namespace, bookies: list[str]) -> dict[str, obje
 
 
 def run(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="magnetar-perf-ml-") as tmp:
-        processes: list[BookieProcess] = []
-        try:
-            for i in range(args.bookies):
-                processes.append(BookieProcess("disk", Path(tmp) / f"bookie{i}"))
-            figures = trio.run(_bench, args, [p.bookie_id for p in processes])
-        finally:
-            for process in processes:
-                process.stop()
+    with bookie_processes(args.bookies, "disk") as bookie_ids:
+        figures = trio.run(_bench, args, bookie_ids)
     quorum = f"E={args.ensemble_size} W={args.write_quorum} A={args.ack_quorum}"
     print(f"perf managed-ledger: {args.bookies} bookie processes (disk), {quorum}, {args.entry_bytes} B")
     for name, value in figures.items():

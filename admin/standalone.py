@@ -15,6 +15,7 @@ persisted), bookies drain, the storage engines take a final checkpoint. Once ser
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +28,7 @@ import trio
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from magnetar.admin.broker_admin import BrokerAdmin
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -43,6 +45,7 @@ from magnetar.bookkeeper.client.local_transport import LocalTransport
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.runtime.http import Router
+from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
@@ -158,16 +161,13 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
     ):
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
-                handle: BrokerHandle = await nursery.start(
-                    lambda task_status: run_broker(
-                        broker_settings,
-                        metadata,
-                        bk,
-                        register_routes=register_routes,
-                        task_status=task_status,
-                    )
-                )
+                extras = BrokerAdmin(broker_settings).run_kwargs()  # admin API, retention, storage metrics
+                if register_routes is not None:
+                    extras["register_routes"] = register_routes
+                start = functools.partial(run_broker, broker_settings, metadata, bk, **extras)
+                handle: BrokerHandle = await nursery.start(start)
                 tune_gc()
+                monitor = install_from_environment()
                 e, w, a = settings.quorums()
                 log.info(
                     "Magnetar standalone ready at %s (data in %s, %d bookie(s), E/W/A %d/%d/%d)",
@@ -182,5 +182,7 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
                 await first_signal(signals, log)
                 handle.stop()
                 await handle.stopped.wait()
+                if monitor is not None:
+                    log.warning("%s", monitor.report())
     log.info("standalone stopped cleanly")
     return 0

@@ -8,10 +8,13 @@ bytes (:class:`~.entry_format.RawMessage`), so a message costs a header and no J
 A :class:`FrameReceipt` collects the entries' positions and answers the frame once: a RECEIPT when every
 entry was stored, else one SEND_ERROR. Back-pressure is the JSON producer's: the session's pending messages
 stay within ``maxPendingMessages`` (a group larger than that goes alone), and the session stops reading
-meanwhile.
+meanwhile; backlog quotas hold or refuse a frame as they do a JSON publish (a refused frame gets a
+SEND_ERROR with code 8).
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -62,6 +65,7 @@ class BinaryPublisher:
         publisher: Producer | PartitionedProducer,
         frames: OutboundFrames,
         capacity: Capacity,
+        refusal: Callable[[], Awaitable[str | None]],
         *,
         batch_messages_max: int,
         batch_bytes_max: int,
@@ -69,6 +73,8 @@ class BinaryPublisher:
         self._publisher = publisher
         self._frames = frames
         self._capacity = capacity
+        self._refusal = refusal
+        """Backlog quotas (:mod:`.publish_gate`): waits while held; the reason when the publish is refused."""
         self._batch_messages_max = batch_messages_max
         self._batch_bytes_max = batch_bytes_max
 
@@ -80,6 +86,10 @@ class BinaryPublisher:
             send = parse_send(message)
         except BinaryFrameError as exc:
             self._refuse(exc.request_id or 0, str(exc))
+            return
+        refused = await self._refusal()
+        if refused is not None:
+            self._frames.push(encode_send_error(send.request_id, WsErrorCode.UNKNOWN_ERROR, refused))
             return
         groups = [
             (producer, group) for producer, run in self._runs(send.messages) for group in self._split(run)

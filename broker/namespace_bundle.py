@@ -11,6 +11,11 @@ hashes the topic's full name (``persistent://tenant/ns/topic``) as UTF-8; ``padT
 CRC an unsigned value. That is exactly ``zlib.crc32(name.encode())`` (CRC-32/ISO-HDLC, the zlib/PNG CRC —
 not the CRC32C used for entry digests). A bundle is named ``0x%08x_0x%08x`` (lower_upper), e.g. the full range
 ``0x00000000_0xffffffff`` answered by the lookup ``.../bundle`` endpoint.
+
+Deviation: a partition (``x-partition-i``) hashes as its partitioned topic ``x``, so all partitions of a topic
+share one bundle and one owner. Pulsar spreads partitions over brokers and lets its WebSocket proxy connect to
+each owner; Magnetar's brokers serve the WebSocket API themselves, and a consumer of a partitioned topic reads
+every partition through the broker it is connected to, which therefore must own them all.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ BUNDLES_MAX = 2**32
 
 
 def topic_hash(topic: TopicName) -> int:
-    """The topic's position on the bundle ring: CRC-32 of its full name (see the module docstring)."""
-    return zlib.crc32(str(topic).encode("utf-8"))
+    """The topic's position on the bundle ring: CRC-32 of its full name; a partition hashes as its
+    partitioned topic (see the module docstring)."""
+    return zlib.crc32(str(topic.partitioned_topic).encode("utf-8"))
 
 
 def bundle_boundaries(num_bundles: int = DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES) -> list[int]:

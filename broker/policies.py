@@ -7,7 +7,8 @@ gets :class:`ConcurrentModificationError` (HTTP 409 in the admin API).
 
 Paths: ``/admin/clusters/<cluster>``, ``/admin/policies/<tenant>``, ``/admin/policies/<tenant>/<namespace>``,
 ``/admin/partitioned-topics/<tenant>/<namespace>/persistent/<topic>`` and topic-level policies at
-``/admin/topic-policies/<tenant>/<namespace>/<topic>``.
+``/admin/topic-policies/<tenant>/<namespace>/<topic>``; ``<topic>`` is the local name URL-encoded as Pulsar
+encodes it (callers pass the plain local name).
 """
 
 from __future__ import annotations
@@ -163,6 +164,9 @@ class PolicyStore:
     async def create_cluster(self, name: str, data: ClusterData) -> None:
         await self._create(f"{CLUSTERS}/{name}", data, f"Cluster {name}")
 
+    async def update_cluster(self, name: str, data: ClusterData) -> None:
+        await self._update(f"{CLUSTERS}/{name}", ClusterData, lambda _: data, "Cluster")
+
     async def get_cluster(self, name: str) -> ClusterData | None:
         found = await self._get(f"{CLUSTERS}/{name}", ClusterData)
         return None if found is None else found[0]
@@ -261,6 +265,14 @@ class PolicyStore:
             raise NotFound("Partitioned topic does not exist") from exc
 
     # -- topic-level policies ------------------------------------------------------------
+
+    @staticmethod
+    def _topic_policies_path(namespace: str, local_name: str) -> str:
+        return f"{TOPIC_POLICIES}/{namespace}/{url_encode(local_name)}"
+
+    async def delete_topic_policies(self, namespace: str, local_name: str) -> None:
+        with contextlib.suppress(NotFoundError):
+            await self.store.delete(self._topic_policies_path(namespace, local_name))
 
     async def get_topic_policies(self, namespace: str, local_name: str) -> TopicPolicies:
         found = await self._get(f"{TOPIC_POLICIES}/{namespace}/{url_encode(local_name)}", TopicPolicies)

@@ -6,7 +6,10 @@
     ...
     handle.stop()   # graceful: unload topics, release bundles, drain the HTTP server
 
-``register_routes(router, service)`` lets the admin layer add its REST routes before the server starts.
+``register_routes(router, service)`` lets the admin layer add its REST routes before the server starts;
+``on_trim_candidate`` is handed to the managed-ledger factory and each of ``factory_services`` is started with
+``nursery.start(service_fn, factory)`` once the factory is open (the retention service of ``gc``, which the
+broker may not import).
 Start-up creates the cluster, tenant ``public`` and namespace ``public/default`` when they are missing
 (``initialize_metadata``), as Pulsar standalone does.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import trio
@@ -28,10 +31,13 @@ from magnetar.broker.http_app import build_router
 from magnetar.broker.service import BrokerService, initialize_cluster_metadata
 from magnetar.broker.settings import BrokerSettings
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
+from magnetar.managed_ledger.ledger import ManagedLedger
 
 log = logging.getLogger(__name__)
 
 RouteRegistration = Callable[[Router, BrokerService], None]
+FactoryService = Callable[..., Awaitable[None]]
+"""``async def run(factory, *, task_status)``: a service over the managed-ledger factory."""
 
 
 @dataclass
@@ -54,13 +60,18 @@ async def run_broker(
     bk: BookKeeper,
     *,
     register_routes: RouteRegistration | None = None,
+    on_trim_candidate: Callable[[ManagedLedger], None] | None = None,
+    factory_services: Sequence[FactoryService] = (),
     initialize_metadata: bool = True,
     clock: Clock | None = None,
     rng: random.Random | None = None,
     task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     ml_settings = settings.managed_ledger_settings()
-    async with open_managed_ledger_factory(bk, metadata, ml_settings, clock=clock, rng=rng) as factory:
+    hook = on_trim_candidate or (lambda ml: None)
+    async with open_managed_ledger_factory(
+        bk, metadata, ml_settings, clock=clock, rng=rng, on_trim_candidate=hook
+    ) as factory:
         service = BrokerService(settings, metadata, factory, clock=clock, rng=rng)
         router = build_router(service)
         if register_routes is not None:
@@ -78,6 +89,18 @@ async def run_broker(
                     await service.run(http_url, task_status=task_status)
 
             await nursery.start(run_service)
+            services_scope = trio.CancelScope()
+
+            async def run_factory_services(
+                *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+            ) -> None:
+                with services_scope:
+                    async with trio.open_nursery() as services:
+                        for factory_service in factory_services:
+                            await services.start(factory_service, factory)
+                        task_status.started()
+
+            await nursery.start(run_factory_services)
             handle = BrokerHandle(service, router, ports[0], http_url)
             log.info("broker serving at %s", http_url)
             task_status.started(handle)
@@ -88,4 +111,5 @@ async def run_broker(
                     await service.shutdown()
                     server.shutdown()
                     service_scope.cancel()
+                    services_scope.cancel()
         handle.stopped.set()

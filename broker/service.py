@@ -48,6 +48,7 @@ from magnetar.broker.policies import (
     TenantInfo,
     ensure,
 )
+from magnetar.broker.publish_gate import PublishGate
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_name import TopicName
@@ -88,6 +89,8 @@ class BrokerService:
         self.http_url = ""
         self.ready = False
         self._producer_counter = 0
+        self.publish_gate: PublishGate | None = None
+        """Backlog-quota admission of publishes, set by the composition root (see :mod:`.publish_gate`)."""
 
     @property
     def ownership(self) -> OwnershipManager:

@@ -63,6 +63,18 @@ class BrokerSettings(BaseSettings):
     metadata_session_timeout_ms: PositiveInt = 30_000
     metadata_operation_timeout_ms: PositiveInt = 30_000
 
+    # -- retention (applied by the retention service the composition root starts) -----------------
+    retention_check_interval_s: Annotated[float, Field(gt=0)] = 120
+    """Every owned topic is trimmed this often (Pulsar's ``retentionCheckIntervalInSeconds``)."""
+    default_retention_time_min: Annotated[int, Field(ge=-1)] = 0
+    default_retention_size_mb: Annotated[int, Field(ge=-1)] = 0
+    ttl_duration_default_s: Annotated[int, Field(ge=0)] = 0
+    message_expiry_check_interval_s: Annotated[float, Field(gt=0)] = 300
+    backlog_quota_check_interval_s: Annotated[float, Field(gt=0)] = 60
+    delete_inactive_topics_enabled: bool = False
+    """Off, unlike Pulsar's default: idle topics without subscriptions are kept."""
+    topic_level_policies_enabled: bool = True
+
     # -- publishing ------------------------------------------------------------------------------
     publish_batch_messages_max: Annotated[int, Field(ge=1, le=65535)] = 1000
     """Messages the broker may group into one entry (server-side batching; 1 disables it)."""

@@ -284,6 +284,13 @@ class Subscription:
         self.cursor.reset(position)
         self._drop_in_flight()
 
+    def cursor_moved(self) -> None:
+        """The cursor was moved from outside (admin skip, expiry, backlog eviction): drop what was in
+        flight and dispatch again from the cursor's read position."""
+        self._batches.clear()
+        self._redelivery_counts.clear()
+        self._drop_in_flight()
+
     def skip(self, count: int) -> None:
         self.cursor.skip(count)
         self._drop_in_flight()

@@ -35,6 +35,7 @@ from magnetar.bookkeeper.runtime.http import (
     WebSocketRequest,
     error_response,
 )
+from magnetar.broker import publish_gate
 from magnetar.broker.binary_consumer import BinaryConsumerCommands, BinaryReaderCommands
 from magnetar.broker.binary_producer import BinaryPublisher
 from magnetar.broker.binary_protocol import SUBPROTOCOL
@@ -46,7 +47,7 @@ from magnetar.broker.producer import Capacity, PartitionedProducer, Producer
 from magnetar.broker.subscription import Subscription
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_name import TopicName
-from magnetar.broker.ws_errors import WsErrorCode, WsSessionError, WsUpgradeError
+from magnetar.broker.ws_errors import UpgradeFailure, WsErrorCode, WsSessionError, WsUpgradeError
 from magnetar.broker.ws_messages import (
     CommandType,
     PublishError,
@@ -172,6 +173,11 @@ class WsHandlers:
                 producer.kick = session.kick
                 producer.address = self._address(request)
                 producers.append(producer)
+            if self._quota_verdict(producers) == publish_gate.REJECT:
+                raise WsUpgradeError.of(
+                    UpgradeFailure.QUOTA_EXCEEDED_OR_TERMINATED,
+                    f"Cannot create producer on topic with backlog quota exceeded: {target.topic}",
+                )
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_producers(producers)
             await self._refuse(request, exc)
@@ -199,8 +205,21 @@ class WsHandlers:
                 except PublishError as exc:
                     session.frames.push(exc.ack_json())
                     return
+                if not await self._admitted(producers):
+                    reason = (
+                        f"ProducerBlockedQuotaExceededException: backlog quota exceeded on {target.topic}"
+                    )
+                    session.frames.push(
+                        producer_ack_error(WsErrorCode.UNKNOWN_ERROR, reason, publish.context)
+                    )
+                    return
                 await capacity.wait()
                 publisher.send(publish, trio.current_time())
+
+            async def refusal() -> str | None:
+                if await self._admitted(producers):
+                    return None
+                return f"ProducerBlockedQuotaExceededException: backlog quota exceeded on {target.topic}"
 
             if session.binary:
                 settings = self._service.settings
@@ -208,12 +227,34 @@ class WsHandlers:
                     publisher,
                     session.frames,
                     capacity,
+                    refusal,
                     batch_messages_max=settings.publish_batch_messages_max,
                     batch_bytes_max=settings.publish_batch_bytes_max,
                 )
             await self._serve(ws, session, binary.on_frame if session.binary else on_frame)
         finally:
             self._remove_producers(producers)
+
+    def _quota_verdict(self, producers: list[Producer]) -> str:
+        gate = self._service.publish_gate
+        if gate is None or not gate.any_exceeded:
+            return publish_gate.OK
+        verdicts = {gate.admission(p.topic.ml.name) for p in producers}
+        for verdict in (publish_gate.REJECT, publish_gate.HOLD):
+            if verdict in verdicts:
+                return verdict
+        return publish_gate.OK
+
+    async def _admitted(self, producers: list[Producer]) -> bool:
+        """Backlog quotas: False to reject the publish; waits while the topic is held."""
+        while (verdict := self._quota_verdict(producers)) != publish_gate.OK:
+            if verdict == publish_gate.REJECT:
+                return False
+            gate = self._service.publish_gate
+            assert gate is not None
+            for producer in producers:
+                await gate.wait_until_within_quota(producer.topic.ml.name)
+        return True
 
     @staticmethod
     def _remove_producers(producers: list[Producer]) -> None:

@@ -39,6 +39,10 @@ class ManagedLedgerFactory:
         return self._ctx.settings
 
     @property
+    def bk(self) -> BookKeeper:
+        return self._ctx.bk
+
+    @property
     def meta(self) -> MetaStore:
         return self._ctx.meta
 

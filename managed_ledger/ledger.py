@@ -152,6 +152,8 @@ class ManagedLedger:
         self._last_slowest_ledger = -1
         self.non_durable_cursors: list[ManagedCursor] = []
         self.entries_added_counter = 0
+        self.ledger_switches_counter = 0
+        """New ledgers started since this instance opened (rollovers, and recoveries from a failed add)."""
         self.last_ledger_created_ms = self._ledger_created_ms
         self.reader = EntryReader(
             name,
@@ -428,6 +430,7 @@ class ManagedLedger:
         self.last_ledger_created_ms = self._ledger_created_ms
         self._max_age_ms = self._jittered_max_age()
         self.state = State.LEDGER_OPENED
+        self.ledger_switches_counter += 1
         log.info("managed ledger %s: now writing to ledger %d", self.name, handle.ledger_id)
 
     async def create_ledger(self) -> LedgerHandle:

@@ -10,6 +10,8 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
   (plus WebSocket client helpers)
 * ``fixtures.client`` - in-process bookies: ``client_metadata``, ``in_process_bookies``,
   ``bookkeeper_client``
+* ``fixtures.admin`` - the admin REST API on a real server: ``admin_server``, ``admin_client``,
+  ``run_admin_server``
 * ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
 * the simulation's ``--sim-seed`` / ``--sim-seeds`` options live in ``tests/sim/conftest.py``
 """
@@ -17,6 +19,7 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
 from __future__ import annotations
 
 pytest_plugins = [
+    "fixtures.admin",
     "fixtures.client",
     "fixtures.processes",
     "fixtures.zookeeper",

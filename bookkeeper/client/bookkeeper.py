@@ -29,6 +29,7 @@ from magnetar.bookkeeper.client.metadata import LedgerMetadata
 from magnetar.bookkeeper.client.placement import EnsemblePlacement
 from magnetar.bookkeeper.client.read_handle import ReadHandle
 from magnetar.bookkeeper.client.settings import ClientSettings
+from magnetar.bookkeeper.client.stats import ClientStats
 from magnetar.bookkeeper.client.transport import BookieTransport
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.protocol.digest import DigestType
@@ -42,6 +43,11 @@ class BookKeeper:
     @property
     def settings(self) -> ClientSettings:
         return self._ctx.settings
+
+    @property
+    def stats(self) -> ClientStats:
+        """Aggregate counters and the add-latency histogram (for metrics)."""
+        return self._ctx.stats
 
     async def create_ledger(
         self,
@@ -66,7 +72,9 @@ class BookKeeper:
             password=password,
             custom_metadata=custom_metadata or {},
         )
-        return await op.run()
+        handle = await op.run()
+        self._ctx.stats.ledgers_created += 1
+        return handle
 
     async def open_ledger(
         self, ledger_id: int, password: bytes = b"", *, recovery: bool = True
@@ -84,6 +92,7 @@ class BookKeeper:
         """Remove the ledger's metadata (bookies reclaim its entries by garbage collection)."""
         self._ctx.check_open()
         await self._ctx.manager.remove(ledger_id)
+        self._ctx.stats.ledgers_deleted += 1
 
     async def list_ledgers(self) -> AsyncIterator[int]:
         """Every ledger id in the metadata store, ascending."""

@@ -22,6 +22,7 @@ from magnetar.bookkeeper.client.errors import BKError, ClientClosedError
 from magnetar.bookkeeper.client.ledger_manager import LedgerManager
 from magnetar.bookkeeper.client.placement import EnsemblePlacement
 from magnetar.bookkeeper.client.settings import ClientSettings
+from magnetar.bookkeeper.client.stats import ClientStats
 from magnetar.bookkeeper.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class ClientContext:
     rng: random.Random
     nursery: trio.Nursery
     closed: bool = False
+    stats: ClientStats = field(default_factory=ClientStats)
     writers: weakref.WeakValueDictionary[int, Failable] = field(default_factory=weakref.WeakValueDictionary)
     _writer_seq: int = 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hmac
 
 from magnetar.bookkeeper.client.context import ClientContext
-from magnetar.bookkeeper.client.errors import UnauthorizedError
+from magnetar.bookkeeper.client.errors import BKError, UnauthorizedError
 from magnetar.bookkeeper.client.read_handle import ReadHandle
 from magnetar.bookkeeper.client.recovery import LedgerRecoveryOp
 from magnetar.bookkeeper.protocol.digest import Digester, master_key
@@ -34,5 +34,10 @@ class LedgerOpenOp:
         digester = Digester(md.digest_type or ctx.settings.digest_type, self._password)
         if self._recovery and not md.is_closed:
             op = LedgerRecoveryOp(ctx, self._ledger_id, versioned, digester, master_key(self._password))
-            versioned = await op.run()
+            try:
+                versioned = await op.run()
+            except BKError:
+                ctx.stats.recovery_failures += 1
+                raise
+            ctx.stats.recoveries += 1
         return ReadHandle(ctx, self._ledger_id, versioned, digester)

@@ -55,10 +55,15 @@ class EnsembleChanger(Protocol):
 
 
 class PendingAddOp:
-    __slots__ = ("acked", "body", "callback", "completed", "entry_id", "finished", "generations", "length")
+    __slots__ = (
+        "acked", "body", "callback", "completed", "entry_id", "finished", "generations", "length", "started",
+    )  # fmt: skip
 
-    def __init__(self, entry_id: int, body: bytes, length: int, callback: AddCallback) -> None:
+    def __init__(
+        self, entry_id: int, body: bytes, length: int, callback: AddCallback, started: float = 0.0
+    ) -> None:
         self.entry_id = entry_id
+        self.started = started
         self.body = body
         self.length = length
         self.callback = callback
@@ -137,7 +142,7 @@ class LedgerWriter:
         entry_id = self.last_add_pushed + 1
         length = self.pushed_length + len(payload)
         body = self.digester.package(self.ledger_id, entry_id, self.last_add_confirmed, length, payload)
-        self._start(PendingAddOp(entry_id, body, length, callback))
+        self._start(PendingAddOp(entry_id, body, length, callback, trio.current_time()))
         return entry_id
 
     def push_packaged(self, entry_id: int, body: bytes, length: int, callback: AddCallback) -> None:
@@ -147,7 +152,7 @@ class LedgerWriter:
         if self.error is not None:
             self.ctx.call_soon(callback, self.error)
             return
-        self._start(PendingAddOp(entry_id, body, length, callback))
+        self._start(PendingAddOp(entry_id, body, length, callback, trio.current_time()))
 
     def _start(self, op: PendingAddOp) -> None:
         self.last_add_pushed = op.entry_id
@@ -201,10 +206,13 @@ class LedgerWriter:
     def _send_callbacks(self) -> None:
         """Acknowledge completed entries in id order (BookKeeper's ``sendAddSuccessCallbacks``)."""
         pending = self.pending
+        stats = self.ctx.stats
+        now = trio.current_time() if pending else 0.0
         while pending and not self.changing_ensemble and self.error is None:
             op = pending[0]
             if not op.completed:
                 break
+            stats.record_add(now - op.started)
             assert op.entry_id == self.last_add_confirmed + 1, "LAC must never skip an entry"
             pending.popleft()
             self.last_add_confirmed = op.entry_id
@@ -229,6 +237,7 @@ class LedgerWriter:
         self.error = error
         failed = list(self.pending)
         self.pending.clear()
+        self.ctx.stats.add_failures += len(failed)
         for op in failed:
             op.finished = True
             _notify(op.callback, error)
@@ -258,6 +267,7 @@ class LedgerWriter:
                         f"ensemble_changes_max={self.ctx.settings.ensemble_changes_max} reached"
                     )
                 self.ensemble_changes += 1
+                self.ctx.stats.ensemble_changes += 1
                 first, ensemble = await self.changer.change(self, failed)
                 if self.has_failed:
                     return

@@ -62,9 +62,8 @@ class LoopMonitor(trio.abc.Instrument):
         """The slow steps per task, longest first (for logs at exit)."""
         lines = [f"{self.steps} task steps; slower than {self.slow_step_s * 1000:g} ms:"]
         for name, entry in sorted(self.slow.items(), key=lambda item: -item[1].longest_ms):
-            lines.append(
-                f"  {entry.count} steps, longest {entry.longest_ms:.1f} ms, total {entry.total_ms:.0f} ms: {name}"
-            )
+            longest, total = f"{entry.longest_ms:.1f}", f"{entry.total_ms:.0f}"
+            lines.append(f"  {entry.count} steps, longest {longest} ms, total {total} ms: {name}")
         return "\n".join(lines)
 
 

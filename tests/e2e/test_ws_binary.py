@@ -4,10 +4,13 @@ with the JSON API on the same topics, keeps subscription semantics, and refuses 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
+import httpx
 import websocket
-from fixtures.broker import Broker, b64, publish_many, recv_json, send_json, unb64
+from fixtures.admin import admin_extras
+from fixtures.broker import Broker, Cluster, b64, publish_many, recv_json, send_json, unb64
 
 from magnetar.broker.binary_protocol import (
     SUBPROTOCOL,
@@ -223,3 +226,30 @@ def test_binary_reader_permits_and_end_of_topic(broker: Broker, ws_connect: Conn
     assert [m.payload for m in receive(reader, 1)] == [b"r2"]
     reader.send_binary(encode_command(FrameType.IS_END_OF_TOPIC))
     assert reader.recv() == bytes((FrameType.END_OF_TOPIC, 0))
+
+
+def test_backlog_quota_refuses_a_binary_send_like_a_json_publish(
+    cluster: Cluster, ws_connect: Connect
+) -> None:
+    broker = cluster.start_broker(extras=admin_extras, backlog_quota_check_interval_s=0.1)
+    admin_path = "/admin/v2/persistent/public/default/bquota"
+    with httpx.Client(base_url=broker.http_url, timeout=30) as admin:
+        assert admin.put(f"{admin_path}/subscription/slow", json="earliest").status_code == 204
+        answer = admin.post(
+            f"{admin_path}/backlogQuota",
+            params={"backlogQuotaType": "destination_storage"},
+            json={"limitSize": 500, "limitTime": -1, "policy": "producer_exception"},
+        )
+        assert answer.status_code == 204, answer.text
+        producer = binary(ws_connect, f"{broker.ws_url}/ws/v2/producer/{NS}/bquota")
+        assert send(producer, 1, [b"x" * 100] * 20).ok
+        deadline = time.monotonic() + 30
+        while (receipt := send(producer, 2, [b"late"])).ok:
+            assert time.monotonic() < deadline, "the quota never refused the SEND"
+            time.sleep(0.05)
+        assert receipt.error_code == 8
+        assert "ProducerBlockedQuotaExceeded" in receipt.reason
+        assert admin.post(f"{admin_path}/subscription/slow/skip_all").status_code == 204
+        while not (receipt := send(producer, 3, [b"after"])).ok:
+            assert time.monotonic() < deadline, "the quota never released the producer"
+            time.sleep(0.05)

@@ -186,3 +186,10 @@ def test_every_hash_has_exactly_one_bundle(count: int, hash_value: int) -> None:
     bounds = bundle_boundaries(count)
     owners = [b for b in bundles_of(bounds) if b.contains(hash_value)]
     assert owners == [bundle_for_hash(hash_value, bounds)]
+
+
+def test_partitions_share_their_topic_bundle() -> None:
+    boundaries = bundle_boundaries(64)
+    topic = parse_topic_name("persistent://public/default/spread")
+    bundles = {find_bundle(topic.partition(i), boundaries) for i in range(16)}
+    assert bundles == {find_bundle(topic, boundaries)}

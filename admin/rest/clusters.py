@@ -1,0 +1,196 @@
+"""Clusters, brokers and tenants: ``/admin/v2/clusters``, ``/admin/v2/brokers``, ``/admin/v2/tenants``.
+
+Pulsar's ``ClustersBase``, ``BrokersBase`` and ``TenantsBase``: a tenant names the clusters it may use
+(``allowedClusters``, which must be non-empty and exist), is deleted only once it has no namespaces (409),
+and a forced delete is refused unless ``force_delete_tenant_allowed`` (405, Pulsar's default).
+"""
+
+from __future__ import annotations
+
+from magnetar.admin.rest.framework import (
+    AdminError,
+    Call,
+    Endpoint,
+    QueryModel,
+    no_content,
+    ok,
+    plain,
+)
+from magnetar.admin.rest.models import ClusterDataBody, TenantInfoBody
+from magnetar.admin.rest.names import tenant_of
+from magnetar.bookkeeper.runtime.http import HttpResponse
+from magnetar.broker.errors import InvalidTopicNameError
+from magnetar.broker.policies import AlreadyExists, ClusterData, TenantInfo
+from magnetar.broker.topic_name import check_named_entity
+
+TAG_CLUSTERS = "clusters"
+TAG_BROKERS = "brokers"
+TAG_TENANTS = "tenants"
+
+
+class HealthQuery(QueryModel):
+    topicVersion: str | None = None
+    brokerId: str | None = None
+
+
+class ForceQuery(QueryModel):
+    force: bool = False
+
+
+def _cluster_of(call: Call) -> str:
+    cluster = call.param("cluster")
+    try:
+        check_named_entity("cluster", cluster)
+    except InvalidTopicNameError:
+        raise AdminError(412, "Cluster name is not valid") from None
+    return cluster
+
+
+# -- clusters ------------------------------------------------------------------------------------------
+
+
+async def list_clusters(call: Call) -> HttpResponse:
+    return ok(sorted(await call.context.policies.clusters()))
+
+
+async def get_cluster(call: Call) -> HttpResponse:
+    data = await call.context.policies.get_cluster(_cluster_of(call))
+    if data is None:
+        raise AdminError(404, "Cluster does not exist")
+    return ok(data)
+
+
+async def create_cluster(call: Call) -> HttpResponse:
+    cluster = _cluster_of(call)
+    body: ClusterDataBody | None = call.body
+    data = body.to_data() if body is not None else ClusterData()
+    try:
+        await call.context.policies.create_cluster(cluster, data)
+    except AlreadyExists:
+        raise AdminError(409, "Cluster already exists") from None
+    return no_content()
+
+
+async def update_cluster(call: Call) -> HttpResponse:
+    cluster = _cluster_of(call)
+    body: ClusterDataBody = call.body
+    await call.context.policies.update_cluster(cluster, body.to_data())
+    return no_content()
+
+
+# -- brokers -------------------------------------------------------------------------------------------
+
+
+async def health(call: Call) -> HttpResponse:
+    if not await call.context.brokers.healthy():
+        raise AdminError(503, "Broker is not healthy")
+    return plain("ok")
+
+
+async def active_brokers(call: Call) -> HttpResponse:
+    cluster = _cluster_of(call)
+    if (
+        cluster != call.context.settings.cluster_name
+        and await call.context.policies.get_cluster(cluster) is None
+    ):
+        raise AdminError(404, "Cluster does not exist")
+    return ok(sorted(await call.context.brokers.active_brokers()))
+
+
+async def local_brokers(call: Call) -> HttpResponse:
+    return ok(sorted(await call.context.brokers.active_brokers()))
+
+
+# -- tenants -------------------------------------------------------------------------------------------
+
+
+async def list_tenants(call: Call) -> HttpResponse:
+    return ok(sorted(await call.context.policies.tenants()))
+
+
+async def get_tenant(call: Call) -> HttpResponse:
+    info = await call.context.policies.get_tenant(tenant_of(call))
+    if info is None:
+        raise AdminError(404, "Tenant does not exist")
+    return ok(info)
+
+
+async def _validated_info(call: Call) -> TenantInfo:
+    body: TenantInfoBody | None = call.body
+    info = body.to_info() if body is not None else TenantInfo()
+    if not info.allowedClusters:
+        raise AdminError(412, "Clusters can not be empty")
+    known = set(await call.context.policies.clusters())
+    if not set(info.allowedClusters) <= known:
+        raise AdminError(412, "Clusters do not exist")
+    return info
+
+
+async def create_tenant(call: Call) -> HttpResponse:
+    tenant = tenant_of(call)
+    ctx = call.context
+    if await ctx.policies.get_tenant(tenant) is not None:
+        raise AdminError(409, "Tenant already exist")
+    limit = ctx.settings.max_tenants
+    if limit > 0 and len(await ctx.policies.tenants()) >= limit:
+        raise AdminError(412, "Exceed the maximum number of tenants")
+    info = await _validated_info(call)
+    try:
+        await ctx.policies.create_tenant(tenant, info)
+    except AlreadyExists:
+        raise AdminError(409, "Tenant already exist") from None
+    return no_content()
+
+
+async def update_tenant(call: Call) -> HttpResponse:
+    tenant = tenant_of(call)
+    if await call.context.policies.get_tenant(tenant) is None:
+        raise AdminError(404, "Tenant does not exist")
+    info = await _validated_info(call)
+    await call.context.policies.update_tenant(tenant, info)
+    return no_content()
+
+
+async def delete_tenant(call: Call) -> HttpResponse:
+    tenant = tenant_of(call)
+    ctx = call.context
+    if await ctx.policies.get_tenant(tenant) is None:
+        raise AdminError(404, "Tenant does not exist")
+    if call.query_as(ForceQuery).force and not ctx.settings.force_delete_tenant_allowed:
+        raise AdminError(405, "Broker doesn't allow forced deletion of tenants")
+    await ctx.policies.delete_tenant(tenant)
+    return no_content()
+
+
+def endpoints() -> list[Endpoint]:
+    not_found = {404: "Cluster does not exist"}
+    tenant_errors = {404: "Tenant does not exist", 412: "Tenant name is not valid"}
+    return [
+        Endpoint("GET", "/admin/v2/clusters", list_clusters, "List clusters", TAG_CLUSTERS,
+                 response=list[str], status=200),
+        Endpoint("GET", "/admin/v2/clusters/{cluster}", get_cluster, "Get a cluster", TAG_CLUSTERS,
+                 response=ClusterData, status=200, errors=not_found),
+        Endpoint("PUT", "/admin/v2/clusters/{cluster}", create_cluster, "Create a cluster", TAG_CLUSTERS,
+                 body=ClusterDataBody, errors={409: "Cluster already exists"}),
+        Endpoint("POST", "/admin/v2/clusters/{cluster}", update_cluster, "Update a cluster", TAG_CLUSTERS,
+                 body=ClusterDataBody, body_required=True, errors=not_found),
+        Endpoint("GET", "/admin/v2/brokers/health", health, "Broker health check", TAG_BROKERS,
+                 query=HealthQuery, status=200, content_type="text/plain",
+                 errors={503: "Broker is not healthy"}),
+        Endpoint("GET", "/admin/v2/brokers", local_brokers, "Active brokers of this cluster", TAG_BROKERS,
+                 response=list[str], status=200),
+        Endpoint("GET", "/admin/v2/brokers/{cluster}", active_brokers, "Active brokers of a cluster",
+                 TAG_BROKERS, response=list[str], status=200, errors=not_found),
+        Endpoint("GET", "/admin/v2/tenants", list_tenants, "List tenants", TAG_TENANTS,
+                 response=list[str], status=200),
+        Endpoint("GET", "/admin/v2/tenants/{tenant}", get_tenant, "Get a tenant", TAG_TENANTS,
+                 response=TenantInfo, status=200, errors=tenant_errors),
+        Endpoint("PUT", "/admin/v2/tenants/{tenant}", create_tenant, "Create a tenant", TAG_TENANTS,
+                 body=TenantInfoBody, errors={409: "Tenant already exist", 412: "Clusters can not be empty"}),
+        Endpoint("POST", "/admin/v2/tenants/{tenant}", update_tenant, "Update a tenant", TAG_TENANTS,
+                 body=TenantInfoBody, body_required=True, errors=tenant_errors),
+        Endpoint("DELETE", "/admin/v2/tenants/{tenant}", delete_tenant, "Delete a tenant", TAG_TENANTS,
+                 query=ForceQuery,
+                 errors={**tenant_errors, 405: "Forced deletion not allowed",
+                         409: "The tenant still has active namespaces"}),
+    ]  # fmt: skip

@@ -1,0 +1,87 @@
+"""What the admin routes need from the process that serves them: :class:`AdminContext`.
+
+The composition root (``magnetar standalone`` / ``broker``) builds one context and calls
+:func:`magnetar.admin.rest.register_admin_routes` with the broker's router. Routes that manage metadata only
+(clusters, tenants, namespaces and their policies, partitioned-topic metadata, topic-level policies) need the
+:class:`~magnetar.broker.policies.PolicyStore` and the metadata store; broker-facing routes (brokers list and
+health) go through :class:`BrokerDirectory`, a small protocol the broker implements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from magnetar.admin.rest.topic_host import TopicHost
+from magnetar.bookkeeper.metadata import MetadataStore
+from magnetar.broker.namespace_bundle import DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
+from magnetar.broker.policies import PolicyStore
+
+
+class AdminSettings(BaseModel):
+    """Broker settings the admin API consults (Pulsar's names, unit last)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_name: str = "standalone"
+    default_number_of_namespace_bundles: int = Field(
+        default=DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES, ge=1, le=1024
+    )
+    max_num_partitions_per_partitioned_topic: int = Field(default=0, ge=0)
+    """0 = unlimited (Pulsar's ``maxNumPartitionsPerPartitionedTopic``); bounded by :data:`PARTITIONS_MAX`."""
+    max_tenants: int = Field(default=0, ge=0)
+    """0 = unlimited (Pulsar's ``maxTenants``)."""
+    force_delete_tenant_allowed: bool = False
+    force_delete_namespace_allowed: bool = False
+    topic_level_policies_enabled: bool = True
+    default_retention_time_min: int = Field(default=0, ge=-1)
+    default_retention_size_mb: int = Field(default=0, ge=-1)
+    ttl_duration_default_s: int = Field(default=0, ge=0)
+    backlog_quota_default_limit_bytes: int = Field(default=-1, ge=-1)
+    backlog_quota_default_limit_s: int = Field(default=-1, ge=-1)
+    topics_listed_max: int = Field(default=100_000, ge=1)
+    """Most topics one namespace listing returns (a bound on the answer's size)."""
+
+
+PARTITIONS_MAX = 65_536
+"""Magnetar's hard bound on partitions of one topic (each partition is a managed ledger)."""
+
+
+class BrokerDirectory(Protocol):
+    """The broker side of ``/admin/v2/brokers``: live brokers and this broker's health."""
+
+    async def active_brokers(self) -> list[str]: ...
+
+    async def healthy(self) -> bool: ...
+
+
+@dataclass
+class StaticBrokers:
+    """A :class:`BrokerDirectory` for a single process (tests, tools): one broker, always healthy."""
+
+    broker_ids: list[str] = field(default_factory=list)
+    health: Callable[[], Awaitable[bool]] | None = None
+
+    async def active_brokers(self) -> list[str]:
+        return list(self.broker_ids)
+
+    async def healthy(self) -> bool:
+        return True if self.health is None else await self.health()
+
+
+@dataclass
+class AdminContext:
+    """Everything the admin routes read or change."""
+
+    metadata: MetadataStore
+    settings: AdminSettings = field(default_factory=AdminSettings)
+    brokers: BrokerDirectory = field(default_factory=StaticBrokers)
+    topics: TopicHost | None = None
+    """The broker's side of the topic routes; without it only metadata routes are served."""
+    policies: PolicyStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policies = PolicyStore(self.metadata)

@@ -1,0 +1,275 @@
+"""The admin REST framework: declared endpoints, validated inputs, Pulsar's error bodies, one route table.
+
+Theory of operation. Every admin route is an :class:`Endpoint` - method, path pattern, handler and the
+*types* of its inputs and outputs: a pydantic query model (``extra="forbid"``, so an unknown query parameter
+is a 400, not silently ignored), a body type and a response type. :func:`register` turns each endpoint into a
+plain :class:`~magnetar.bookkeeper.runtime.http.Router` handler that validates before the handler runs, and
+:mod:`.openapi` renders the same declarations as the OpenAPI document, so the document cannot drift from
+what is served.
+
+Validation order, and the status each failure gets (Pulsar / JAX-RS conventions, reference/pulsar.md §2.1):
+
+1. query parameters -> 400 ``Unknown query parameter 'x'`` / ``Invalid query parameter 'x': ...``;
+2. body: not JSON -> 400; wrong shape or type -> 400 (Jackson's mapping errors are 400s in Pulsar);
+   a missing required body -> 400; the size bound is the HTTP server's ``http_body_bytes_max`` (413);
+3. names in the path (tenant, namespace, topic) -> 412 "... name is not valid", checked by the handler;
+4. the operation itself: typed errors carrying their status (``PolicyError.status``: 404/409/412,
+   :class:`AdminError` for the rest) become ``{"reason": ...}``; a metadata store that cannot be reached is
+   503. Anything else is a bug: the HTTP server answers a generic 500 and logs the trace, never sending it.
+
+Handlers validate everything before they write, so a refused request changes nothing ("never a change
+half-applied"); writes are single compare-and-set operations on the metadata store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from magnetar.bookkeeper.metadata import MetadataStoreError, StoreUnavailableError
+from magnetar.bookkeeper.runtime.http import (
+    HttpError,
+    HttpRequest,
+    HttpResponse,
+    Router,
+    json_response,
+    text_response,
+)
+from magnetar.broker.errors import InvalidTopicNameError
+from magnetar.broker.policies import PolicyError
+
+if TYPE_CHECKING:
+    from magnetar.admin.rest.context import AdminContext
+
+log = logging.getLogger(__name__)
+
+JSON_BODY_DEPTH_MAX = 64
+"""Deepest nesting accepted in a JSON body (a bound on validation work; no admin body nests beyond 4)."""
+
+
+class AdminError(Exception):
+    """An admin operation refused with a Pulsar status and reason (``RestException``)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class QueryModel(BaseModel):
+    """Base of every endpoint's query parameters: unknown names are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NoQuery(QueryModel):
+    pass
+
+
+class AuthoritativeQuery(QueryModel):
+    """Topic and namespace operations accept Pulsar's ``authoritative`` flag (set on a redirect's 2nd hop)."""
+
+    authoritative: bool = False
+
+
+Q = TypeVar("Q", bound=QueryModel)
+B = TypeVar("B")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One validated admin request as a handler sees it."""
+
+    request: HttpRequest
+    context: AdminContext
+    query: QueryModel
+    body: Any
+
+    def param(self, name: str) -> str:
+        return self.request.path_params[name]
+
+    def query_as(self, model: type[Q]) -> Q:
+        assert isinstance(self.query, model), f"{type(self.query).__name__} is not {model.__name__}"
+        return self.query
+
+
+Handler = Callable[[Call], Awaitable[HttpResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    tag: str
+    query: type[QueryModel] = NoQuery
+    body: Any = None
+    """A type for :class:`pydantic.TypeAdapter` (a model, ``int``, ``str``, a union ...), or None."""
+    body_required: bool = False
+    response: Any = None
+    """The JSON type of a 200 answer, or None when the endpoint answers 204 (or plain text)."""
+    status: int = 204
+    errors: Mapping[int, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+
+    def body_adapter(self) -> TypeAdapter[Any] | None:
+        return None if self.body is None else _adapter(self.body)
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(tp: Any) -> TypeAdapter[Any]:
+    adapter = _ADAPTERS.get(tp)
+    if adapter is None:
+        adapter = _ADAPTERS[tp] = TypeAdapter(tp)
+    return adapter
+
+
+# -- responses -----------------------------------------------------------------------------------------
+
+
+def no_content() -> HttpResponse:
+    """JAX-RS ``void`` methods answer 204 (reference/pulsar.md §2.1)."""
+    return HttpResponse(204)
+
+
+def ok(data: Any) -> HttpResponse:
+    """200 with ``data`` as JSON; pydantic models are dumped by their (Pulsar) field names."""
+    if isinstance(data, BaseModel):
+        return HttpResponse(200, (("content-type", "application/json"),), data.model_dump_json().encode())
+    if isinstance(data, list) and data and isinstance(data[0], BaseModel):
+        items = [item.model_dump(mode="json") for item in data]
+        return json_response(items)
+    return json_response(data)
+
+
+def ok_or_empty(data: Any) -> HttpResponse:
+    """A JAX-RS method returning ``null`` answers 204: how Pulsar reports an unset policy."""
+    return no_content() if data is None else ok(data)
+
+
+def plain(text: str) -> HttpResponse:
+    return text_response(text)
+
+
+# -- validation ----------------------------------------------------------------------------------------
+
+
+def parse_query(endpoint: Endpoint, request: HttpRequest) -> QueryModel:
+    raw = dict(request.query)  # first value of each name, as Pulsar's handlers read it
+    model = endpoint.query
+    known = {info.alias or name for name, info in model.model_fields.items()}
+    for name in raw:
+        if name not in known:
+            raise AdminError(400, f"Unknown query parameter '{name}'")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "query"
+        raise AdminError(400, f"Invalid query parameter '{where}': {first['msg']}") from None
+
+
+def _depth(value: Any, limit: int) -> int:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    deepest = 0
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def parse_body(endpoint: Endpoint, request: HttpRequest) -> Any:
+    adapter = endpoint.body_adapter()
+    if adapter is None:
+        return None
+    if not request.body.strip():
+        if endpoint.body_required:
+            raise AdminError(400, "Request body is required")
+        return None
+    try:
+        data = json.loads(request.body)
+    except RecursionError:
+        raise AdminError(400, "Invalid JSON body: nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise AdminError(400, f"Invalid JSON body: {exc}") from None
+    if _depth(data, JSON_BODY_DEPTH_MAX) > JSON_BODY_DEPTH_MAX:
+        raise AdminError(400, "Invalid JSON body: nested too deeply")
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        raise AdminError(400, f"Invalid request body: {describe(exc)}") from None
+
+
+def describe(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
+
+
+# -- error mapping -------------------------------------------------------------------------------------
+
+
+def error_for(exc: Exception) -> HttpError | None:
+    """The ``{"reason"}`` answer for a typed failure, or None for a bug (the server answers 500)."""
+    if isinstance(exc, AdminError):
+        return HttpError(exc.status, exc.reason)
+    if isinstance(exc, PolicyError):
+        return HttpError(exc.status, str(exc))
+    if isinstance(exc, InvalidTopicNameError):
+        return HttpError(412, str(exc))
+    if isinstance(exc, StoreUnavailableError):
+        return HttpError(503, "Metadata store unavailable")
+    if isinstance(exc, MetadataStoreError):
+        return HttpError(500, f"Metadata store error: {type(exc).__name__}")
+    return None
+
+
+def make_handler(
+    endpoint: Endpoint, context: AdminContext
+) -> Callable[[HttpRequest], Awaitable[HttpResponse]]:
+    async def handle(request: HttpRequest) -> HttpResponse:
+        try:
+            query = parse_query(endpoint, request)
+            body = parse_body(endpoint, request)
+            return await endpoint.handler(Call(request, context, query, body))
+        except HttpError:
+            raise
+        except Exception as exc:
+            mapped = error_for(exc)
+            if mapped is None:
+                raise
+            if mapped.status >= 500:
+                log.warning("admin %s %s failed: %r", request.method, request.path, exc)
+            raise mapped from None
+
+    return handle
+
+
+def register(router: Router, endpoints: list[Endpoint], context: AdminContext) -> list[Endpoint]:
+    """Route every endpoint; one the router already serves (the broker's own ``/admin/v2/brokers/health``)
+    is left to it. Returns the endpoints routed here."""
+    routed = []
+    for endpoint in endpoints:
+        try:
+            router.route(endpoint.method, endpoint.path, make_handler(endpoint, context))
+        except ValueError as exc:
+            if "already routed" not in str(exc):
+                raise
+            log.info("admin: %s %s is served by the broker itself", endpoint.method, endpoint.path)
+            continue
+        routed.append(endpoint)
+    return routed

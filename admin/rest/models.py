@@ -1,0 +1,95 @@
+"""Request and response bodies of the admin API, with Pulsar's exact JSON names.
+
+Stored shapes (``TenantInfo``, namespace ``Policies``, ``RetentionPolicies``, ``BacklogQuota``) live in
+:mod:`magnetar.broker.policies` and are answered as they are. Request models here add what a request needs
+beyond the stored shape: Java's integer ranges (a Java ``int`` is 32-bit, a ``long`` 64-bit: a larger number
+is a 400, as Jackson refuses it), bounded list and string sizes, and Pulsar's legacy spellings (``limit`` for
+a backlog quota's ``limitSize``). Unknown JSON fields are ignored, as Pulsar's Jackson mapper is configured.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from magnetar.broker.policies import BacklogQuota, ClusterData, RetentionPolicies, TenantInfo
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+LIST_ITEMS_MAX = 1000
+STRING_CHARS_MAX = 1024
+PROPERTIES_MAX = 1000
+
+Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+ShortText = Annotated[str, StringConstraints(max_length=STRING_CHARS_MAX)]
+BacklogPolicyName = Literal["producer_request_hold", "producer_exception", "consumer_backlog_eviction"]
+BacklogQuotaType = Literal["destination_storage", "message_age"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class TenantInfoBody(_Body):
+    adminRoles: list[ShortText] | None = Field(default=None, max_length=LIST_ITEMS_MAX)
+    allowedClusters: list[ShortText] | None = Field(default=None, max_length=LIST_ITEMS_MAX)
+
+    def to_info(self) -> TenantInfo:
+        return TenantInfo(adminRoles=self.adminRoles or [], allowedClusters=self.allowedClusters or [])
+
+
+class ClusterDataBody(_Body):
+    serviceUrl: ShortText = ""
+    serviceUrlTls: ShortText = ""
+    brokerServiceUrl: ShortText = ""
+    brokerServiceUrlTls: ShortText = ""
+
+    def to_data(self) -> ClusterData:
+        return ClusterData(**self.model_dump())
+
+
+class RetentionBody(_Body):
+    retentionTimeInMinutes: Int32 = 0
+    retentionSizeInMB: Int64 = 0
+
+    def to_policies(self) -> RetentionPolicies:
+        return RetentionPolicies(
+            retentionTimeInMinutes=self.retentionTimeInMinutes, retentionSizeInMB=self.retentionSizeInMB
+        )
+
+
+class BacklogQuotaBody(_Body):
+    limit: Int64 | None = None
+    """Legacy name of ``limitSize`` (older Pulsar docs and clients)."""
+    limitSize: Int64 | None = None
+    limitTime: Int32 | None = None
+    policy: BacklogPolicyName | None = None
+
+    def to_quota(self) -> BacklogQuota:
+        size = self.limitSize if self.limitSize is not None else self.limit
+        return BacklogQuota(
+            limitSize=-1 if size is None else size,
+            limitTime=-1 if self.limitTime is None else self.limitTime,
+            policy=self.policy or "producer_request_hold",
+        )
+
+
+class NamespacePoliciesBody(_Body):
+    """The optional body of a namespace create: the policies a user may set at creation."""
+
+    replication_clusters: list[ShortText] | None = Field(default=None, max_length=LIST_ITEMS_MAX)
+    bundles: dict[str, int | list[ShortText]] | None = None
+    backlog_quota_map: dict[BacklogQuotaType, BacklogQuotaBody] | None = None
+    message_ttl_in_seconds: Int32 | None = None
+    retention_policies: RetentionBody | None = None
+    subscription_expiration_time_minutes: Int32 | None = None
+
+
+TopicProperties = Annotated[dict[ShortText, ShortText], Field(max_length=PROPERTIES_MAX)]
+
+
+class PartitionedTopicMetadataOut(BaseModel):
+    partitions: int
+    deleted: bool = False

@@ -1,0 +1,114 @@
+"""The OpenAPI 3.1 document of the admin API, generated from the declared endpoints.
+
+Each :class:`~.framework.Endpoint` contributes its path (``{name:path}`` placeholders become plain
+``{name}``), its query model's fields as query parameters, its body type as the request body, its response
+type (or 204) and its documented error statuses, all answering Pulsar's ``ErrorData`` (``{"reason": ...}``).
+Schemas come from pydantic (JSON Schema 2020-12, which OpenAPI 3.1 uses as is) and are collected under
+``components/schemas``. The document is built once per registration and served from memory.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from magnetar.admin.rest.framework import Endpoint
+
+REF_TEMPLATE = "#/components/schemas/{model}"
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {"reason": {"type": "string"}},
+    "required": ["reason"],
+    "title": "ErrorData",
+}
+NAME_PATTERN = r"^[-=:.A-Za-z0-9_]+$"
+TITLE = "Magnetar admin API (Pulsar admin v2)"
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::path)?\}")
+
+
+def _schema(tp: Any, components: dict[str, Any]) -> dict[str, Any]:
+    """The schema of ``tp``; models (top-level or nested) go to ``components`` and are referenced."""
+    schema = TypeAdapter(tp).json_schema(ref_template=REF_TEMPLATE)
+    for name, definition in schema.pop("$defs", {}).items():
+        components[name] = definition
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        components[tp.__name__] = schema
+        return {"$ref": REF_TEMPLATE.format(model=tp.__name__)}
+    return schema
+
+
+def _path_parameters(pattern: str) -> list[dict[str, Any]]:
+    out = []
+    for name in _PLACEHOLDER.findall(pattern):
+        schema: dict[str, Any] = {"type": "string", "minLength": 1}
+        if name in ("tenant", "namespace", "cluster"):
+            schema["pattern"] = NAME_PATTERN
+        out.append({"name": name, "in": "path", "required": True, "schema": schema})
+    return out
+
+
+def _query_parameters(endpoint: Endpoint, components: dict[str, Any]) -> list[dict[str, Any]]:
+    schema = TypeAdapter(endpoint.query).json_schema(ref_template=REF_TEMPLATE)
+    props: dict[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", []))
+    return [
+        {"name": name, "in": "query", "required": name in required, "schema": prop}
+        for name, prop in props.items()
+    ]
+
+
+def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": endpoint.summary,
+        "tags": [endpoint.tag],
+        "operationId": f"{endpoint.method.lower()}_{endpoint.handler.__name__}",
+        "parameters": _path_parameters(endpoint.path) + _query_parameters(endpoint, components),
+    }
+    if endpoint.body is not None:
+        op["requestBody"] = {
+            "required": endpoint.body_required,
+            "content": {"application/json": {"schema": _schema(endpoint.body, components)}},
+        }
+    responses: dict[str, Any] = {}
+    if endpoint.status == 204:
+        responses["204"] = {"description": "Done"}
+    elif endpoint.response is not None:
+        content = {"application/json": {"schema": _schema(endpoint.response, components)}}
+        responses[str(endpoint.status)] = {"description": "OK", "content": content}
+        if _may_be_empty(endpoint):
+            responses["204"] = {"description": "Not set"}
+    else:
+        content = {endpoint.content_type: {"schema": {"type": "string"}}}
+        responses[str(endpoint.status)] = {"description": "OK", "content": content}
+    error_content = {"application/json": {"schema": {"$ref": REF_TEMPLATE.format(model="ErrorData")}}}
+    documented = {400: "Bad request", **endpoint.errors}
+    if any(name in endpoint.path for name in ("{tenant}", "{namespace}", "{cluster}", "{topic}")):
+        documented.setdefault(412, "Name is not valid")
+    for status, description in sorted(documented.items()):
+        responses[str(status)] = {"description": description, "content": error_content}
+    op["responses"] = responses
+    return op
+
+
+def _may_be_empty(endpoint: Endpoint) -> bool:
+    """GET of a policy that may be unset answers 204 (JAX-RS ``null``)."""
+    tail = endpoint.path.rsplit("/", 1)[-1]
+    return endpoint.method == "GET" and tail in ("retention", "messageTTL")
+
+
+def build_document(
+    endpoints: list[Endpoint], *, title: str = "Magnetar admin API (Pulsar admin v2)"
+) -> dict[str, Any]:
+    components: dict[str, Any] = {"ErrorData": ERROR_SCHEMA}
+    paths: dict[str, dict[str, Any]] = {}
+    for endpoint in endpoints:
+        path = _PLACEHOLDER.sub(lambda m: "{" + m.group(1) + "}", endpoint.path)
+        paths.setdefault(path, {})[endpoint.method.lower()] = _operation(endpoint, components)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": title, "version": "2"},
+        "paths": paths,
+        "components": {"schemas": components},
+    }

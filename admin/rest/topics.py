@@ -1,0 +1,294 @@
+"""Topic routes served by the owning broker: ``/admin/v2/persistent/{tenant}/{namespace}/{topic}[/...]``.
+
+Pulsar's ``PersistentTopics`` for one topic: create (non-partitioned), delete (412 while clients are connected
+unless ``force``), unload, terminate (405 for a partitioned topic), truncate, ``stats``, ``internalStats``
+(the open ledger listed with ``entries: 0``, the live count in ``currentLedgerEntries``), ``lastMessageId``,
+the subscription list and the message readers of :mod:`.messages`. Each resolves the topic through
+:func:`.served.served_topic` (412 / 404 / 307).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from magnetar.admin.rest.framework import (
+    AdminError,
+    AuthoritativeQuery,
+    Call,
+    Endpoint,
+    QueryModel,
+    no_content,
+    ok,
+)
+from magnetar.admin.rest.messages import entry_response, first_at_or_after, last_message_id_with_batch
+from magnetar.admin.rest.models import TopicProperties
+from magnetar.admin.rest.names import (
+    managed_ledger_exists,
+    namespace_of,
+    partition_count,
+    require_namespace,
+    topic_of,
+)
+from magnetar.admin.rest.served import ensure_served, host_of, served_topic
+from magnetar.admin.rest.topic_host import TopicTraffic
+from magnetar.bookkeeper.runtime.http import HttpResponse
+from magnetar.broker.message_id import MessageId
+from magnetar.gc.expiry import backlog_bytes
+from magnetar.managed_ledger.ledger import ManagedLedger
+from magnetar.managed_ledger.position import Position
+from magnetar.managed_ledger.stats import internal_stats
+from magnetar.managed_ledger.trim import RetentionPolicy
+
+TAG = "topics"
+TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
+
+
+class DeleteQuery(QueryModel):
+    force: bool = False
+    authoritative: bool = False
+    deleteSchema: bool = False
+
+
+class StatsQuery(QueryModel):
+    authoritative: bool = False
+    getPreciseBacklog: bool = False
+    subscriptionBacklogSize: bool = True
+    getEarliestTimeInBacklog: bool = False
+    excludePublishers: bool = False
+    excludeConsumers: bool = False
+
+
+class InternalStatsQuery(QueryModel):
+    authoritative: bool = False
+    metadata: bool = False
+
+
+class ExamineQuery(QueryModel):
+    initialPosition: Literal["earliest", "latest"] = "latest"
+    messagePosition: int = Field(default=1, ge=1, le=2**31 - 1)
+    authoritative: bool = False
+
+
+# -- lifecycle -----------------------------------------------------------------------------------------
+
+
+async def create_topic(call: Call) -> HttpResponse:
+    topic = topic_of(call)
+    namespace_of(call)
+    await require_namespace(call.context, topic.namespace_name)
+    if await partition_count(call.context, topic) > 0 or await managed_ledger_exists(
+        call.context.metadata, topic
+    ):
+        raise AdminError(409, "This topic already exists")
+    await ensure_served(call, topic)
+    await host_of(call).load(topic, create=True)
+    return no_content()
+
+
+async def delete_topic(call: Call) -> HttpResponse:
+    topic = topic_of(call)
+    if await partition_count(call.context, topic) > 0:
+        raise AdminError(409, "Topic is a partitioned topic; delete it with DELETE .../partitions")
+    topic, _ = await served_topic(call)
+    await host_of(call).delete(topic, force=call.query_as(DeleteQuery).force)
+    await call.context.policies.delete_topic_policies(str(topic.namespace_name), topic.local_name)
+    return no_content()
+
+
+async def unload_topic(call: Call) -> HttpResponse:
+    topic, _ = await served_topic(call)
+    await host_of(call).unload(topic)
+    return no_content()
+
+
+async def terminate_topic(call: Call) -> HttpResponse:
+    if await partition_count(call.context, topic_of(call)) > 0:
+        raise AdminError(405, "Termination of a partitioned topic is not allowed")
+    topic, ml = await served_topic(call)
+    last = await ml.terminate()
+    return ok(MessageId(last.ledger_id, last.entry_id, topic.partition_index).to_admin_json())
+
+
+async def truncate_topic(call: Call) -> HttpResponse:
+    _, ml = await served_topic(call)
+    await ml.trim(RetentionPolicy(-1, -1), truncate=True)
+    return no_content()
+
+
+# -- stats ---------------------------------------------------------------------------------------------
+
+
+def _subscription_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, cursor in sorted(ml.cursors.items()):
+        sub = traffic.subscriptions.get(name)
+        backlog = cursor.backlog()
+        out[name] = {
+            "msgRateOut": sub.msgRateOut if sub else 0.0,
+            "msgThroughputOut": sub.msgThroughputOut if sub else 0.0,
+            "bytesOutCounter": sub.bytesOutCounter if sub else 0,
+            "msgOutCounter": sub.msgOutCounter if sub else 0,
+            "msgRateRedeliver": sub.msgRateRedeliver if sub else 0.0,
+            "chunkedMessageRate": 0.0,
+            "msgBacklog": backlog,
+            "backlogSize": backlog_bytes(ml, cursor.mark_delete),
+            "msgBacklogNoDelayed": backlog,
+            "blockedSubscriptionOnUnackedMsgs": False,
+            "msgDelayed": 0,
+            "unackedMessages": sub.unackedMessages if sub else 0,
+            "type": sub.type if sub else "Exclusive",
+            "msgRateExpired": 0.0,
+            "totalMsgExpired": 0,
+            "lastExpireTimestamp": 0,
+            "lastConsumedFlowTimestamp": 0,
+            "lastConsumedTimestamp": 0,
+            "lastAckedTimestamp": cursor.last_active_ms,
+            "lastMarkDeleteAdvancedTimestamp": cursor.last_active_ms,
+            "consumers": list(sub.consumers) if sub else [],
+            "isDurable": True,
+            "isReplicated": False,
+            "allowOutOfOrderDelivery": False,
+            "consumersAfterMarkDeletePosition": {},
+            "nonContiguousDeletedMessagesRanges": len(cursor.acked_ranges),
+            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        }
+    return out
+
+
+def topic_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, Any]:
+    entries = ml.number_of_entries()
+    slowest = ml.slowest_durable_mark_delete()
+    return {
+        "msgRateIn": traffic.msgRateIn,
+        "msgThroughputIn": traffic.msgThroughputIn,
+        "msgRateOut": traffic.msgRateOut,
+        "msgThroughputOut": traffic.msgThroughputOut,
+        "bytesInCounter": traffic.bytesInCounter,
+        "msgInCounter": traffic.msgInCounter,
+        "bytesOutCounter": traffic.bytesOutCounter,
+        "msgOutCounter": traffic.msgOutCounter,
+        "averageMsgSize": ml.total_size() / entries if entries else 0.0,
+        "msgChunkPublished": False,
+        "storageSize": ml.total_size(),
+        "backlogSize": backlog_bytes(ml, slowest) if slowest is not None else 0,
+        "earliestMsgPublishTimeInBacklogs": 0,
+        "offloadedStorageSize": 0,
+        "lastOffloadLedgerId": 0,
+        "lastOffloadSuccessTimeStamp": 0,
+        "lastOffloadFailureTimeStamp": 0,
+        "publishers": list(traffic.publishers),
+        "waitingPublishers": 0,
+        "subscriptions": _subscription_stats(ml, traffic),
+        "replication": {},
+        "deduplicationStatus": "Disabled",
+        "topicEpoch": None,
+        "nonContiguousDeletedMessagesRanges": sum(len(c.acked_ranges) for c in ml.cursors.values()),
+        "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        "compaction": {"lastCompactionRemovedEventCount": 0, "lastCompactionSucceedTimestamp": 0},
+        "ownerBroker": traffic.ownerBroker,
+    }
+
+
+async def get_stats(call: Call) -> HttpResponse:
+    topic, ml = await served_topic(call)
+    return ok(topic_stats(ml, host_of(call).traffic(topic)))
+
+
+async def get_internal_stats(call: Call) -> HttpResponse:
+    _, ml = await served_topic(call)
+    return ok(internal_stats(ml))
+
+
+async def get_last_message_id(call: Call) -> HttpResponse:
+    topic, ml = await served_topic(call)
+    return ok(await last_message_id_with_batch(ml, topic.partition_index))
+
+
+async def list_subscriptions(call: Call) -> HttpResponse:
+    _, ml = await served_topic(call)
+    return ok(sorted(ml.cursors))
+
+
+# -- messages ------------------------------------------------------------------------------------------
+
+
+async def get_message_by_id(call: Call) -> HttpResponse:
+    try:
+        position = Position(int(call.param("ledger")), int(call.param("entry")))
+    except ValueError:
+        raise AdminError(412, "Invalid ledger or entry id") from None
+    topic, ml = await served_topic(call)
+    entry = await ml.read_entry(position) if position <= ml.last_confirmed else None
+    if entry is None:
+        raise AdminError(404, f"Message not found: {position}")
+    return entry_response(entry, topic.partition_index)
+
+
+async def examine_message(call: Call) -> HttpResponse:
+    query = call.query_as(ExamineQuery)
+    if query.messagePosition < 1:
+        raise AdminError(412, "Invalid message position: it must be 1 or more")
+    topic, ml = await served_topic(call)
+    ledgers = ml.ledgers
+    first = ledgers.first_position()
+    if first is None:
+        raise AdminError(404, "Could not examine messages due to the topic is empty")
+    total = ledgers.entries_between(ledgers.previous_position(first), ml.last_confirmed)
+    if query.messagePosition > total:
+        raise AdminError(
+            404, f"Message position {query.messagePosition} is beyond the {total} stored entries"
+        )
+    skip = query.messagePosition if query.initialPosition == "earliest" else total - query.messagePosition + 1
+    position = ledgers.position_after_skipping(ledgers.previous_position(first), skip)
+    entry = await ml.read_entry(position)
+    if entry is None:
+        raise AdminError(404, f"Message not found: {position}")
+    return entry_response(entry, topic.partition_index)
+
+
+async def message_id_by_time(call: Call) -> HttpResponse:
+    try:
+        timestamp = int(call.param("timestamp"))
+    except ValueError:
+        raise AdminError(412, "Invalid timestamp") from None
+    topic, ml = await served_topic(call)
+    position = await first_at_or_after(ml, timestamp)
+    if position is None:
+        raise AdminError(404, "Message ID not found")
+    return ok(MessageId(position.ledger_id, position.entry_id, topic.partition_index).to_admin_json())
+
+
+def endpoints() -> list[Endpoint]:
+    e = {307: "Redirect to the owning broker", 404: "Topic not found", 412: "Topic name is not valid"}
+    msg_id = dict[str, int]
+    return [
+        Endpoint("PUT", TOPIC, create_topic, "Create a non-partitioned topic", TAG, query=AuthoritativeQuery,
+                 body=TopicProperties, errors={**e, 409: "This topic already exists"}),
+        Endpoint("DELETE", TOPIC, delete_topic, "Delete a topic", TAG, query=DeleteQuery,
+                 errors={**e, 409: "Partitioned topic", 412: "Topic has active producers/subscriptions"}),
+        Endpoint("PUT", f"{TOPIC}/unload", unload_topic, "Unload a topic", TAG, query=AuthoritativeQuery,
+                 errors=e),
+        Endpoint("POST", f"{TOPIC}/terminate", terminate_topic, "Terminate a topic", TAG,
+                 query=AuthoritativeQuery, response=msg_id, status=200,
+                 errors={**e, 405: "Termination of a partitioned topic is not allowed"}),
+        Endpoint("DELETE", f"{TOPIC}/truncate", truncate_topic, "Delete every consumed closed ledger", TAG,
+                 query=AuthoritativeQuery, errors=e),
+        Endpoint("GET", f"{TOPIC}/stats", get_stats, "Topic stats", TAG, query=StatsQuery,
+                 response=dict[str, Any], status=200, errors=e),
+        Endpoint("GET", f"{TOPIC}/internalStats", get_internal_stats, "Managed-ledger internal stats", TAG,
+                 query=InternalStatsQuery, response=dict[str, Any], status=200, errors=e),
+        Endpoint("GET", f"{TOPIC}/lastMessageId", get_last_message_id, "Last message id", TAG,
+                 query=AuthoritativeQuery, response=msg_id, status=200, errors=e),
+        Endpoint("GET", f"{TOPIC}/subscriptions", list_subscriptions, "List subscriptions", TAG,
+                 query=AuthoritativeQuery, response=list[str], status=200, errors=e),
+        Endpoint("GET", f"{TOPIC}/ledger/{{ledger}}/entry/{{entry}}", get_message_by_id,
+                 "Get a message by ledger and entry id", TAG, query=AuthoritativeQuery, status=200,
+                 content_type="application/octet-stream", errors=e),
+        Endpoint("GET", f"{TOPIC}/examinemessage", examine_message, "Examine the n-th message", TAG,
+                 query=ExamineQuery, status=200, content_type="application/octet-stream", errors=e),
+        Endpoint("GET", f"{TOPIC}/messageid/{{timestamp}}", message_id_by_time,
+                 "Message id of the first message at or after a time (ms)", TAG, query=AuthoritativeQuery,
+                 response=msg_id, status=200, errors=e),
+    ]  # fmt: skip

@@ -1,0 +1,251 @@
+"""Topic and subscription routes over HTTP, served from a real managed ledger (one in-process bookie)."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import pytest
+from fixtures.admin import TOPIC_ML_SETTINGS, TopicServer, run_topic_server
+
+from magnetar.admin.rest.range_read import FrameDecoder, RangeEnd, RangeMessage
+from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
+from magnetar.broker.topic_name import TopicName
+from magnetar.managed_ledger.ledger import ManagedLedger
+from magnetar.managed_ledger.position import Position
+
+BASE = "/admin/v2/persistent/public/default"
+T0 = 1_700_000_000_000
+
+
+def message(i: int, *, publish_ms: int | None = None, key: str | None = None) -> bytes:
+    props = {"i": str(i)}
+    return encode_message(
+        StoredMessage(b"m%d" % i, "prod", i, publish_ms or T0 + i * 1000, key=key, properties=props)
+    )
+
+
+async def topic_with(server: TopicServer, name: str, count: int) -> ManagedLedger:
+    topic = TopicName.of("public", "default", name)
+    ml = await server.factory.open(topic.managed_ledger_name)
+    for i in range(count):
+        await ml.add_entry(message(i))
+    return ml
+
+
+@pytest.fixture
+async def client(topic_server: TopicServer) -> httpx.AsyncClient:
+    async with httpx.AsyncClient(base_url=topic_server.server.base_url, timeout=30) as c:
+        yield c  # type: ignore[misc]
+
+
+async def test_create_delete_unload(topic_server: TopicServer, client: httpx.AsyncClient) -> None:
+    assert (await client.put(f"{BASE}/t1")).status_code == 204
+    again = await client.put(f"{BASE}/t1")
+    assert (again.status_code, again.json()["reason"]) == (409, "This topic already exists")
+    assert (await client.put("/admin/v2/persistent/public/none/t1")).status_code == 404
+    assert (await client.put(f"{BASE}/p/partitions", json=2)).status_code == 204
+    assert (await client.put(f"{BASE}/p")).status_code == 409
+    assert "persistent://public/default/t1" in (await client.get(BASE)).json()
+
+    topic_server.host.producers["persistent://public/default/t1"] = 1
+    busy = await client.delete(f"{BASE}/t1")
+    assert (busy.status_code, busy.json()["reason"]) == (412, "Topic has active producers/subscriptions")
+    assert (await client.delete(f"{BASE}/t1", params={"force": "true"})).status_code == 204
+    assert topic_server.host.disconnected == [("persistent://public/default/t1", None)]
+    assert (await client.delete(f"{BASE}/t1")).status_code == 404
+    assert "persistent://public/default/t1" not in (await client.get(BASE)).json()
+    assert (await client.delete(f"{BASE}/p")).status_code == 409
+
+    await topic_with(topic_server, "t2", 3)
+    assert (await client.put(f"{BASE}/t2/unload")).status_code == 204
+    assert topic_server.host.unloaded == ["persistent://public/default/t2"]
+    assert (await client.put(f"{BASE}/missing/unload")).status_code == 404
+
+
+async def test_stats_internal_stats_and_last_message_id(
+    topic_server: TopicServer, client: httpx.AsyncClient
+) -> None:
+    ml = await topic_with(topic_server, "s", 150)  # ledgers of 100 and 50 entries
+    await ml.open_cursor("sub", start_at_earliest=True)
+    stats = (await client.get(f"{BASE}/s/stats")).json()
+    assert stats["msgRateIn"] == 1.5
+    assert stats["storageSize"] == ml.total_size()
+    assert stats["subscriptions"]["sub"]["msgBacklog"] == 150
+    assert stats["subscriptions"]["sub"]["backlogSize"] == ml.total_size()
+    internal = (await client.get(f"{BASE}/s/internalStats")).json()
+    assert [(lg["entries"]) for lg in internal["ledgers"]] == [100, 0]  # the open ledger shows 0, as Pulsar
+    assert internal["currentLedgerEntries"] == 50
+    assert internal["numberOfEntries"] == 150
+    assert internal["cursors"]["sub"]["markDeletePosition"].endswith(":-1")
+    last = (await client.get(f"{BASE}/s/lastMessageId")).json()
+    assert last == {"ledgerId": ml.last_confirmed.ledger_id, "entryId": 49, "partitionIndex": -1}
+    assert (await client.get(f"{BASE}/s/subscriptions")).json() == ["sub"]
+    assert (await client.get(f"{BASE}/nothing/stats")).status_code == 404
+    assert (await client.get(f"{BASE}/s/stats", params={"nope": "1"})).status_code == 400
+
+
+async def test_messages_by_id_examine_and_time(topic_server: TopicServer, client: httpx.AsyncClient) -> None:
+    ml = await topic_with(topic_server, "m", 5)
+    batch = [StoredMessage(b"b0", "p", 10, T0 + 10_000), StoredMessage(b"b1", "p", 11, T0 + 10_000, key="k")]
+    batch_position = await ml.add_entry(encode_batch(batch))
+    first = ml.ledgers.first_position()
+    assert first is not None
+    got = await client.get(f"{BASE}/m/ledger/{first.ledger_id}/entry/2")
+    assert got.status_code == 200
+    assert got.content == b"m2"
+    assert got.headers["x-pulsar-message-id"] == f"{first.ledger_id}:2"
+    assert got.headers["x-pulsar-property-i"] == "2"
+    assert got.headers["content-type"] == "application/octet-stream"
+    batched = await client.get(f"{BASE}/m/ledger/{batch_position.ledger_id}/entry/{batch_position.entry_id}")
+    items = batched.json()
+    assert [base64.b64decode(item["payload"]) for item in items] == [b"b0", b"b1"]
+    assert items[1]["messageId"]["batchIndex"] == 1
+    assert items[1]["key"] == "k"
+    assert (await client.get(f"{BASE}/m/ledger/{first.ledger_id}/entry/99")).status_code == 404
+    assert (await client.get(f"{BASE}/m/ledger/x/entry/1")).status_code == 412
+
+    earliest = await client.get(f"{BASE}/m/examinemessage", params={"initialPosition": "earliest"})
+    assert earliest.content == b"m0"
+    second_latest = await client.get(
+        f"{BASE}/m/examinemessage", params={"initialPosition": "latest", "messagePosition": 2}
+    )
+    assert second_latest.content == b"m4"
+    assert (await client.get(f"{BASE}/m/examinemessage", params={"messagePosition": 99})).status_code == 404
+
+    by_time = (await client.get(f"{BASE}/m/messageid/{T0 + 2500}")).json()
+    assert (by_time["ledgerId"], by_time["entryId"]) == (first.ledger_id, 3)
+    assert (await client.get(f"{BASE}/m/messageid/{T0 + 10**9}")).status_code == 404
+    last = (await client.get(f"{BASE}/m/lastMessageId")).json()
+    assert last["batchIndex"] == 1
+
+
+async def test_terminate_and_truncate(topic_server: TopicServer, client: httpx.AsyncClient) -> None:
+    ml = await topic_with(topic_server, "tt", 250)
+    cursor = await ml.open_cursor("c", start_at_earliest=True)
+    cursor.ack_cumulative(Position(ml.ledgers.infos()[1].ledger_id, 99))
+    await cursor.flush()
+    assert (await client.delete(f"{BASE}/tt/truncate")).status_code == 204
+    assert len(ml.ledgers) == 1  # both consumed closed ledgers went, the current one stays
+    terminated = await client.post(f"{BASE}/tt/terminate")
+    assert terminated.json() == {"ledgerId": ml.last_confirmed.ledger_id, "entryId": 49, "partitionIndex": -1}
+    assert (await client.put(f"{BASE}/pp/partitions", json=2)).status_code == 204
+    refused = await client.post(f"{BASE}/pp/terminate")
+    assert (refused.status_code, refused.json()["reason"]) == (
+        405,
+        "Termination of a partitioned topic is not allowed",
+    )
+
+
+async def test_subscription_lifecycle(topic_server: TopicServer, client: httpx.AsyncClient) -> None:
+    ml = await topic_with(topic_server, "subs", 10)
+    sub = f"{BASE}/subs/subscription"
+    assert (await client.put(f"{sub}/latest-one")).status_code == 204
+    assert (await client.put(f"{sub}/early", json="earliest")).status_code == 204
+    first = ml.ledgers.first_position()
+    assert first is not None
+    at = {"ledgerId": first.ledger_id, "entryId": 4}
+    assert (await client.put(f"{sub}/at4", json=at)).status_code == 204
+    exists = await client.put(f"{sub}/early", json="earliest")
+    assert (exists.status_code, exists.json()["reason"]) == (409, "Subscription already exists for topic")
+    assert (await client.put(f"{sub}/bad", json="middle")).status_code == 400
+    assert ml.cursors["latest-one"].backlog() == 0
+    assert ml.cursors["early"].backlog() == 10
+    assert ml.cursors["at4"].backlog() == 6
+    assert sorted((await client.get(f"{BASE}/subs/subscriptions")).json()) == ["at4", "early", "latest-one"]
+
+    assert (await client.post(f"{sub}/early/skip/3")).status_code == 204
+    assert ml.cursors["early"].backlog() == 7
+    peek = await client.get(f"{sub}/early/position/1")
+    assert peek.content == b"m3"
+    assert (await client.get(f"{sub}/early/position/99")).status_code == 404
+    assert (await client.post(f"{sub}/early/skip/-1")).status_code == 412
+    assert (await client.post(f"{sub}/early/skip_all")).status_code == 204
+    assert ml.cursors["early"].backlog() == 0
+    assert (await client.post(f"{sub}/early/resetcursor/{T0 + 5000}")).status_code == 204
+    assert ml.cursors["early"].backlog() == 5
+    reset_to = {"ledgerId": first.ledger_id, "entryId": 1, "isExcluded": True}
+    assert (await client.post(f"{sub}/early/resetcursor", json=reset_to)).status_code == 204
+    assert ml.cursors["early"].backlog() == 8
+    assert ("persistent://public/default/subs", "early") in topic_server.host.moved
+    # Every message is older than a minute by the wall clock: expiring acknowledges them all.
+    assert (await client.post(f"{sub}/early/expireMessages/60")).status_code == 204
+    assert ml.cursors["early"].backlog() == 0
+    assert (await client.post(f"{BASE}/subs/all_subscription/expireMessages/60")).status_code == 204
+    assert ml.cursors["at4"].backlog() == 0
+    assert (await client.post(f"{sub}/nobody/skip_all")).status_code == 404
+
+    topic_server.host.consumers[("persistent://public/default/subs", "early")] = 1
+    busy = await client.delete(f"{sub}/early")
+    assert (busy.status_code, busy.json()["reason"]) == (412, "Subscription has active connected consumers")
+    assert (await client.delete(f"{sub}/early", params={"force": "true"})).status_code == 204
+    assert (await client.delete(f"{sub}/early")).status_code == 404
+    assert (await client.put(f"{BASE}/pp2/partitions", json=2)).status_code == 204
+    assert (await client.put(f"{BASE}/pp2/subscription/s")).status_code == 405
+
+
+async def test_range_reads_stream_framed_entries(
+    topic_server: TopicServer, client: httpx.AsyncClient
+) -> None:
+    ml = await topic_with(topic_server, "range", 120)  # crosses a ledger boundary at 100
+    await ml.add_entry(encode_batch([StoredMessage(b"x", "p", 1, T0), StoredMessage(b"y", "p", 2, T0)]))
+
+    async def read(params: dict[str, str]) -> tuple[list[RangeMessage], RangeEnd]:
+        decoder = FrameDecoder()
+        frames: list[RangeMessage | RangeEnd] = []
+        async with client.stream("GET", f"{BASE}/range/entries", params=params) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"] == "application/x-magnetar-entries"
+            async for chunk in response.aiter_bytes():
+                frames.extend(decoder.feed(chunk))
+        end = frames.pop()
+        assert isinstance(end, RangeEnd)
+        assert all(isinstance(f, RangeMessage) for f in frames)
+        return frames, end  # type: ignore[return-value]
+
+    messages, end = await read({"maxEntries": "50"})
+    assert [m.payload for m in messages] == [b"m%d" % i for i in range(50)]
+    assert messages[7].properties == {"i": "7"}
+    assert messages[7].publish_time_ms == T0 + 7000
+    assert (end.entries_sent, end.complete) == (50, False)
+    rest: list[RangeMessage] = []
+    while not end.complete:
+        more, end = await read({"from": f"{end.next_position[0]}:{end.next_position[1]}", "maxEntries": "30"})
+        rest += more
+    assert [m.payload for m in rest] == [b"m%d" % i for i in range(50, 120)] + [b"x", b"y"]
+    assert (rest[-1].batch_index, rest[-1].batch_size) == (1, 2)
+    assert rest[0].batch_index == -1
+    first = ml.ledgers.first_position()
+    assert first is not None
+    bounded, end = await read({"from": f"{first.ledger_id}:10", "to": f"{first.ledger_id}:12"})
+    assert [m.payload for m in bounded] == [b"m10", b"m11", b"m12"]
+    assert end.complete
+    assert (await client.get(f"{BASE}/range/entries", params={"from": "x"})).status_code == 400
+    assert (await client.get(f"{BASE}/range/entries", params={"maxEntries": "0"})).status_code == 400
+
+
+async def test_non_owner_redirects_to_the_owner(topic_server: TopicServer) -> None:
+    # A second broker on the same metadata owns nothing locally: it redirects "moved" to the first one.
+    other_store = topic_server.server.metadata
+    async with run_topic_server(other_store, TOPIC_ML_SETTINGS) as other:
+        other.host.foreign["persistent://public/default/moved"] = topic_server.server.base_url
+        await topic_with(topic_server, "moved", 3)
+        async with httpx.AsyncClient(base_url=other.server.base_url) as c:
+            hop = await c.get(f"{BASE}/moved/lastMessageId")
+            assert hop.status_code == 307
+            assert hop.headers["location"] == (
+                f"{topic_server.server.base_url}{BASE}/moved/lastMessageId?authoritative=true"
+            )
+            assert hop.json()["reason"] == "Current broker doesn't serve the namespace of this topic"
+            followed = await c.get(f"{BASE}/moved/stats", follow_redirects=True)
+            assert followed.status_code == 200
+            assert followed.json()["storageSize"] > 0
+
+
+async def test_topic_routes_appear_in_the_document(topic_server: TopicServer) -> None:
+    paths = topic_server.server.document["paths"]
+    assert isinstance(paths, dict)
+    assert (
+        "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{subscription}/resetcursor" in paths
+    )
+    assert "/admin/v2/persistent/{tenant}/{namespace}/{topic}/entries" in paths
