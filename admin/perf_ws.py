@@ -295,7 +295,7 @@ async def _produce_on(
             if rate:
                 due = int((time.monotonic() - start) * rate) + 1 - (progress.sent - first)
                 if due <= 0:
-                    await trio.sleep(start + (progress.sent - first) / rate - time.monotonic())
+                    await trio.sleep(max(0.0, start + (progress.sent - first) / rate - time.monotonic()))
                     continue
                 count = min(count, due)
             if count <= 0:

@@ -276,17 +276,27 @@ class _IdMemo:
         return fields if fields is not None else self._previous.get(text)
 
 
+def delivered_id_fields(text: str) -> tuple[int, int, int, int, int] | None:
+    """``(ledger_id, entry_id, partition, batch_index, batch_size)`` of a base64 id this broker delivered
+    recently (exactly what :meth:`MessageId.from_base64` decodes it to), or None."""
+    return _DELIVERED_IDS.get(text)
+
+
 DELIVERED_IDS_MEMO_MAX = 65_536
 """Ids per generation of the delivered-id memo (two generations: ~10 MiB at most)."""
 _DELIVERED_IDS = _IdMemo(DELIVERED_IDS_MEMO_MAX)
 _PREFIXES_MAX = 1024
 _PREFIXES: dict[tuple[int, int, int], bytes] = {}
 """(ledger, entry, partition) -> the protobuf fields 1-3: shared by every message of a batch entry."""
-_SMALL_VARINTS = [bytes((value,)) for value in range(128)]
+_SMALL_VARINTS_MAX = 1 << 14
+_SMALL_VARINTS = [bytes((value,)) for value in range(128)] + [
+    bytes(((value & 0x7F) | 0x80, value >> 7)) for value in range(128, _SMALL_VARINTS_MAX)
+]
+"""Varints of 0..16383 (batch indexes and sizes), precomputed: one or two bytes each."""
 
 
 def _varint(value: int) -> bytes:
-    if 0 <= value < 128:
+    if 0 <= value < _SMALL_VARINTS_MAX:
         return _SMALL_VARINTS[value]
     out = bytearray()
     write_varint(out, value & _U64)

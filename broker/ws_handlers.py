@@ -55,6 +55,7 @@ from magnetar.broker.ws_messages import (
     parse_consumer_command,
     parse_publish_request,
     parse_reader_command,
+    plain_ack_fields,
     producer_ack_error,
 )
 from magnetar.broker.ws_params import ConsumerParams, ProducerParams, ReaderParams, WsKind, parse_ws_path
@@ -330,6 +331,15 @@ class WsHandlers:
     async def _consumer_command(
         self, session: _Session, consumers: list[Consumer], by_partition: dict[int, Consumer], text: str
     ) -> None:
+        fields = plain_ack_fields(text)
+        if fields is not None:  # the common frame, without JSON parsing and id decoding
+            ledger_id, entry_id, partition, batch_index, batch_size = fields
+            consumer = by_partition.get(partition)
+            if consumer is not None:
+                consumer.subscription.ack_fields(
+                    consumer, partition, ledger_id, entry_id, batch_index, batch_size
+                )
+            return
         command = parse_consumer_command(text)
         kind = command.type
         if kind is CommandType.ACK or kind is CommandType.NEGATIVE_ACK:

@@ -38,7 +38,7 @@ class LoopMonitor(trio.abc.Instrument):
         self.log_each = log_each
         self.steps = 0
         self.slow: dict[str, SlowSteps] = {}
-        self._started = 0.0
+        self._started = time.perf_counter()  # installed from inside a task step: it ends after this
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._started = time.perf_counter()

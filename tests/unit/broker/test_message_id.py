@@ -172,3 +172,21 @@ def test_identity_and_order_ignore_batch_size() -> None:
         MessageId(2**63, 0)
     with pytest.raises(InvalidMessageIdError):
         MessageId(0, 0, partition=2**31)
+
+
+def test_plain_acks_of_delivered_ids_skip_parsing_with_the_same_result() -> None:
+    from magnetar.broker.ws_messages import CommandType, parse_consumer_command, plain_ack_fields
+
+    text = encode_message_id(12, 34, 2, 5, 10, delivered=True)
+    frame = '{"messageId":"' + text + '"}'
+    fields = plain_ack_fields(frame)
+    command = parse_consumer_command(frame)
+    assert command.type is CommandType.ACK
+    assert command.message_id is not None
+    m = command.message_id
+    assert fields == (m.ledger_id, m.entry_id, m.partition, m.batch_index, m.batch_size) == (12, 34, 2, 5, 10)
+    assert plain_ack_fields(encode_message_id(99, 1, -1, -1, 0)) is None  # not a JSON ack
+    undelivered = '{"messageId":"' + MessageId(77, 1).to_base64() + '"}'
+    assert plain_ack_fields(undelivered) is None  # decoded by the full parser instead
+    assert plain_ack_fields('{"messageId": "' + text + '"}') is None  # any other spelling: full parser
+    assert plain_ack_fields('{"type":"negativeAcknowledge","messageId":"' + text + '"}') is None
