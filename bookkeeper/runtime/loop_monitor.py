@@ -5,17 +5,20 @@ runs between two awaits) that takes 20 ms delays every other task by 20 ms: a pu
 waits for it, which is what a latency tail is made of. :class:`LoopMonitor` times every step with
 ``time.perf_counter`` (wall time: a step preempted by the OS counts too, as it stalls the loop as much) and
 keeps, per task name, how many steps exceeded ``slow_step_ms`` and the longest one; each slow step is also
-logged at WARNING with its task, so a run shows which code holds the loop. The cost is two clock reads per
-task step, so it is off unless asked for (``magnetar standalone|broker|bookie`` with
-``MAGNETAR_LOOP_MONITOR_MS``, or :func:`install_from_environment`).
+logged at WARNING with its task, so a run shows which code holds the loop. Garbage-collector passes are timed
+too (``gc.callbacks``), per generation, since a collection stalls whichever step triggered it. The cost is
+two clock reads per task step, so it is off unless asked for (``magnetar standalone`` or ``magnetar broker``
+with ``MAGNETAR_LOOP_MONITOR_MS``, or :func:`install_from_environment`).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import trio
 import trio.lowlevel
@@ -38,7 +41,23 @@ class LoopMonitor(trio.abc.Instrument):
         self.log_each = log_each
         self.steps = 0
         self.slow: dict[str, SlowSteps] = {}
+        self.gc_passes: dict[int, SlowSteps] = {}
+        """Garbage-collector passes by generation (a pass stalls whatever step triggered it)."""
         self._started = time.perf_counter()  # installed from inside a task step: it ends after this
+        self._gc_started = 0.0
+
+    def on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """A ``gc.callbacks`` hook: times every collection."""
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+            return
+        elapsed_ms = (time.perf_counter() - self._gc_started) * 1000
+        entry = self.gc_passes.setdefault(info.get("generation", -1), SlowSteps())
+        entry.count += 1
+        entry.total_ms += elapsed_ms
+        entry.longest_ms = max(entry.longest_ms, elapsed_ms)
+        if self.log_each and elapsed_ms >= self.slow_step_s * 1000:
+            log.warning("slow GC pass: %.1f ms in generation %s", elapsed_ms, info.get("generation"))
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         self._started = time.perf_counter()
@@ -64,6 +83,11 @@ class LoopMonitor(trio.abc.Instrument):
         for name, entry in sorted(self.slow.items(), key=lambda item: -item[1].longest_ms):
             longest, total = f"{entry.longest_ms:.1f}", f"{entry.total_ms:.0f}"
             lines.append(f"  {entry.count} steps, longest {longest} ms, total {total} ms: {name}")
+        for generation, entry in sorted(self.gc_passes.items()):
+            longest, total = f"{entry.longest_ms:.1f}", f"{entry.total_ms:.0f}"
+            lines.append(
+                f"  GC generation {generation}: {entry.count} passes, longest {longest} ms, total {total} ms"
+            )
         return "\n".join(lines)
 
 
@@ -74,5 +98,8 @@ def install_from_environment() -> LoopMonitor | None:
         return None
     monitor = LoopMonitor(float(value))
     trio.lowlevel.add_instrument(monitor)
+    # The stdlib collector (``import gc`` would name Magnetar's own top-level gc/ folder for mypy).
+    collector: Any = importlib.import_module("gc")
+    collector.callbacks.append(monitor.on_gc)
     log.warning("event-loop monitor on: steps over %s ms are logged", value)
     return monitor
