@@ -39,6 +39,7 @@ from magnetar.admin.process_common import (
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.settings import BrokerSettings
 
@@ -77,6 +78,7 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
                 handle: BrokerHandle = await nursery.start(start)
                 if settings.gc_tuning:
                     tune_gc()
+                monitor = install_from_environment()
                 ready: dict[str, Any] = {
                     "event": "broker-ready",
                     "brokerId": handle.service.broker_id,
@@ -89,6 +91,8 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
                 await first_signal(signals, log)
                 handle.stop()
                 await handle.stopped.wait()
+                if monitor is not None:
+                    log.warning("%s", monitor.report())
     if port_file is not None:
         await trio.Path(port_file).unlink(missing_ok=True)
     log.info("broker %s exited cleanly", handle.http_url)

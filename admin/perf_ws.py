@@ -9,6 +9,9 @@ redirects to the owner); the longest pause between two acks is reported as the f
 consume: one consumer (``--subscription``, ``--subscription-type``) acknowledging every message; latency is
 end to end, ``publishTime`` -> delivery (same machine clock, millisecond resolution).
 
+``--protocol binary`` runs both over Magnetar's binary subprotocol ``magnetar.v1`` (see
+:mod:`.perf_ws_binary`; ``--batch-size`` messages per SEND frame) instead of Pulsar's JSON API.
+
 Both print throughput and latency percentiles every ``--report-interval-s`` and a summary at the end (the
 last line is JSON, for scripts). The histogram keeps 3 significant digits (HdrHistogram-style buckets).
 """
@@ -21,32 +24,53 @@ import json
 import math
 import os
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 import trio
 
+from magnetar.admin import perf_ws_binary
 from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
+from magnetar.broker.binary_protocol import SUBPROTOCOL
+
+SEND_BATCH_MAX = 100
+"""Messages per socket write of the producer."""
+
+
+_SCALES = ((10_000, 10), (100_000, 100), (1_000_000, 1_000), (10_000_000, 10_000))
+
+
+def bucket_us(seconds: float) -> int:
+    """A latency in microseconds, cut to 3 significant digits (the histogram's bucket)."""
+    micros: int = int(seconds * 1e6)
+    if micros < 1000:
+        return micros if micros > 0 else 0
+    for limit, scale in _SCALES:
+        if micros < limit:
+            return micros - micros % scale
+    big_scale = int(10 ** (len(str(micros)) - 3))
+    return micros - micros % big_scale
 
 
 class Histogram:
     """Latencies in microseconds, bucketed to 3 significant digits."""
 
     def __init__(self) -> None:
-        self.counts: Counter[int] = Counter()
+        self.counts: dict[int, int] = {}
         self.total = 0
         self.max_us = 0
 
     def record(self, seconds: float) -> None:
-        micros = max(0, int(seconds * 1e6))
-        if micros >= 1000:
-            scale = 10 ** (len(str(micros)) - 3)
-            micros = (micros // scale) * scale
-        self.counts[micros] += 1
-        self.total += 1
+        self.add(bucket_us(seconds))
+
+    def add(self, micros: int, count: int = 1) -> None:
+        """Count ``count`` latencies already cut by :func:`bucket_us`."""
+        counts = self.counts
+        counts[micros] = counts.get(micros, 0) + count
+        self.total += count
         self.max_us = max(self.max_us, micros)
 
     def percentile_ms(self, pct: float) -> float:
@@ -77,15 +101,18 @@ class Stats:
     last_ack: float = 0.0
     max_gap_s: float = 0.0
 
-    def record(self, latency_s: float) -> None:
-        now = time.monotonic()
-        if self.last_ack:
-            self.max_gap_s = max(self.max_gap_s, now - self.last_ack)
-        self.last_ack = now
-        self.count += 1
-        self.interval_count += 1
-        self.histogram.record(latency_s)
-        self.interval.record(latency_s)
+    def record(self, latency_s: float, now: float, count: int = 1) -> None:
+        """``count`` messages acknowledged (or received) at ``now`` (``time.monotonic``), ``latency_s``
+        after they were sent."""
+        if now != self.last_ack:
+            if self.last_ack and now - self.last_ack > self.max_gap_s:
+                self.max_gap_s = now - self.last_ack
+            self.last_ack = now
+        self.count += count
+        self.interval_count += count
+        micros = bucket_us(latency_s)
+        self.histogram.add(micros, count)
+        self.interval.add(micros, count)
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -99,6 +126,12 @@ def add_common(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("MAGNETAR_AUTH_TOKEN"),
         help="token for a broker with authentication: token:<jwt>, file:///path or the bare token "
         "(sent as the WebSocket API's token query parameter)",
+    )
+    parser.add_argument(
+        "--protocol",
+        default="json",
+        choices=["json", "binary"],
+        help="Pulsar's JSON API, or Magnetar's binary subprotocol magnetar.v1 (many messages per frame)",
     )
 
 
@@ -115,6 +148,7 @@ def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=100, help="payload bytes")
     parser.add_argument("--producers", type=int, default=1, help="producer connections")
     parser.add_argument("--max-pending", type=int, default=1000, help="unacked messages per producer")
+    parser.add_argument("--batch-size", type=int, default=100, help="messages per SEND frame (binary)")
 
 
 def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
@@ -125,6 +159,10 @@ def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--initial-position", default="Earliest", choices=["Earliest", "Latest"])
     parser.add_argument("--receiver-queue-size", type=int, default=1000)
+
+
+def _subprotocols(args: argparse.Namespace) -> list[str]:
+    return [SUBPROTOCOL] if args.protocol == "binary" else []
 
 
 def _path(topic: str) -> str:
@@ -180,7 +218,6 @@ def _final(kind: str, stats: Stats, extra: dict[str, Any]) -> None:
 async def produce(args: argparse.Namespace) -> dict[str, Any]:
     stats = Stats()
     url = _with_token(f"{_base(args.url)}/ws/v2/producer/{_path(args.topic)}", args)
-    payload = base64.b64encode(os.urandom(args.size)).decode()
     per_producer = args.messages // args.producers if args.messages else 0
     rate = args.rate / args.producers if args.rate else 0.0
     with trio.move_on_after(args.duration_s):
@@ -188,11 +225,15 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
             nursery.start_soon(_reporter, "produce", stats, args.report_interval_s)
             async with trio.open_nursery() as producers:
                 for index in range(args.producers):
-                    producers.start_soon(
-                        _producer, url, payload, per_producer, rate, args.max_pending, stats, index
-                    )
+                    producers.start_soon(_producer, url, args, per_producer, rate, stats, index)
             nursery.cancel_scope.cancel()
-    _final("produce", stats, {"size": args.size, "producers": args.producers, "target_rate": args.rate})
+    extra = {
+        "size": args.size,
+        "producers": args.producers,
+        "target_rate": args.rate,
+        "protocol": args.protocol,
+    }
+    _final("produce", stats, extra)
     return {"count": stats.count}
 
 
@@ -202,18 +243,26 @@ class _Progress:
 
 
 async def _producer(
-    url: str, payload: str, messages: int, rate: float, window: int, stats: Stats, index: int
+    url: str, args: argparse.Namespace, messages: int, rate: float, stats: Stats, index: int
 ) -> None:
     progress = _Progress()
+    raw = os.urandom(args.size)
+    payload = base64.b64encode(raw).decode()
+    window = args.max_pending
     while True:
         try:
-            client = await WsClient.connect(url)
+            client = await WsClient.connect(url, subprotocols=_subprotocols(args))
         except (WsRejected, OSError, trio.TooSlowError) as exc:
             print(f"producer {index}: connect failed ({exc}); retrying", flush=True)
             await trio.sleep(0.2)
             continue
         try:
-            await _produce_on(client, payload, messages, progress, rate, window, stats)
+            if args.protocol == "binary":
+                await perf_ws_binary.produce_on(
+                    client, raw, messages, progress, rate, window, args.batch_size, stats
+                )
+            else:
+                await _produce_on(client, payload, messages, progress, rate, window, stats)
             return
         except (WsClosed, OSError, trio.BrokenResourceError) as exc:
             print(f"producer {index}: connection lost ({exc}); reconnecting", flush=True)
@@ -225,7 +274,7 @@ async def _produce_on(
     client: WsClient, payload: str, messages: int, progress: _Progress, rate: float, window: int, stats: Stats
 ) -> None:
     in_flight: dict[str, float] = {}
-    room = trio.Semaphore(window)
+    room = [trio.Event()]
     start = time.monotonic()
     first = progress.sent
     done = trio.Event()
@@ -233,13 +282,16 @@ async def _produce_on(
     async def acks() -> None:
         try:
             while True:
-                ack = json.loads(await client.receive())
-                sent_at = in_flight.pop(ack.get("context", ""), None)
-                room.release()
-                if ack.get("result") == "ok" and sent_at is not None:
-                    stats.record(time.monotonic() - sent_at)
-                else:
-                    stats.errors += 1
+                batch = await client.receive_batch()
+                now = time.monotonic()
+                for text in batch:
+                    ack = orjson.loads(text)
+                    sent_at = in_flight.pop(ack.get("context", ""), None)
+                    if ack.get("result") == "ok" and sent_at is not None:
+                        stats.record(now - sent_at, now)
+                    else:
+                        stats.errors += 1
+                room[0].set()
                 if messages and not in_flight and progress.sent >= messages:
                     done.set()
                     return
@@ -252,23 +304,26 @@ async def _produce_on(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(acks)
         while not messages or progress.sent < messages:
+            count = min(window - len(in_flight), SEND_BATCH_MAX)
+            if messages:
+                count = min(count, messages - progress.sent)
+            if rate:
+                due = int((time.monotonic() - start) * rate) + 1 - (progress.sent - first)
+                if due <= 0:
+                    await trio.sleep(max(0.0, start + (progress.sent - first) / rate - time.monotonic()))
+                    continue
+                count = min(count, due)
+            if count <= 0:
+                room[0] = trio.Event()
+                await room[0].wait()
+                continue
             batch: list[str] = []
-            await room.acquire()
-            while True:
-                if rate:
-                    delay = start + (progress.sent - first) / rate - time.monotonic()
-                    if delay > 0 and batch:
-                        room.release()
-                        break
-                    if delay > 0:
-                        await trio.sleep(delay)
+            now = time.monotonic()
+            for _ in range(count):
                 context = str(progress.sent)
-                in_flight[context] = time.monotonic()
+                in_flight[context] = now
                 batch.append(f'{{"payload":"{payload}","context":"{context}"}}')
                 progress.sent += 1
-                if len(batch) >= 100 or (messages and progress.sent >= messages) or room.value == 0:
-                    break
-                room.acquire_nowait()
             await client.send_many(batch)
         await done.wait()
 
@@ -290,37 +345,41 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
             nursery.start_soon(_reporter, "consume", stats, args.report_interval_s)
             while not args.messages or stats.count < args.messages:
                 try:
-                    client = await WsClient.connect(url)
+                    client = await WsClient.connect(url, subprotocols=_subprotocols(args))
                 except (WsRejected, OSError, trio.TooSlowError) as exc:
                     print(f"consumer: connect failed ({exc}); retrying", flush=True)
                     await trio.sleep(0.2)
                     continue
                 try:
-                    await _consume_on(client, args.messages, stats)
+                    if args.protocol == "binary":
+                        await perf_ws_binary.consume_on(client, args.messages, stats)
+                    else:
+                        await _consume_on(client, args.messages, stats)
                 except (WsClosed, OSError, trio.BrokenResourceError) as exc:
                     print(f"consumer: connection lost ({exc}); reconnecting", flush=True)
                 finally:
                     await client.aclose()
             nursery.cancel_scope.cancel()
-    _final("consume", stats, {})
+    _final("consume", stats, {"protocol": args.protocol})
     return {"count": stats.count}
 
 
 async def _consume_on(client: WsClient, messages: int, stats: Stats) -> None:
-    acks: list[str] = []
     while not messages or stats.count < messages:
-        message = json.loads(await client.receive())
-        message_id = message.get("messageId")
-        if message_id is None:
-            continue
-        published = _parse_ms(message.get("publishTime", ""))
-        stats.record(max(0.0, time.time() - published / 1000) if published else 0.0)
-        acks.append(f'{{"messageId":"{message_id}"}}')
-        if len(acks) >= 50 or (messages and stats.count >= messages):
+        batch = await client.receive_batch()
+        now = time.monotonic()
+        wall_ms = time.time() * 1000
+        acks: list[str] = []
+        for text in batch:
+            message = orjson.loads(text)
+            message_id = message.get("messageId")
+            if message_id is None:
+                continue
+            published = _parse_ms(message.get("publishTime", ""))
+            stats.record(max(0.0, wall_ms - published) / 1000 if published else 0.0, now)
+            acks.append(f'{{"messageId":"{message_id}"}}')
+        if acks:
             await client.send_many(acks)
-            acks = []
-    if acks:
-        await client.send_many(acks)
 
 
 _PARSED: dict[str, int] = {}

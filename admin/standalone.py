@@ -55,6 +55,7 @@ from magnetar.bookkeeper.client.local_transport import LocalTransport
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.runtime.http import Router
+from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
@@ -225,6 +226,7 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
                 start = functools.partial(run_broker, broker_settings, metadata, bk, **extras)
                 handle: BrokerHandle = await nursery.start(start)
                 tune_gc()
+                monitor = install_from_environment()
                 e, w, a = settings.quorums()
                 log.info(
                     "Magnetar standalone ready at %s (data in %s, %d bookie(s), E/W/A %d/%d/%d)",
@@ -246,5 +248,7 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
                 await first_signal(signals, log)
                 handle.stop()
                 await handle.stopped.wait()
+                if monitor is not None:
+                    log.warning("%s", monitor.report())
     log.info("standalone stopped cleanly")
     return 0

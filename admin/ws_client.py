@@ -1,28 +1,46 @@
-"""A small trio WebSocket client (wsproto) for Magnetar's tools: connect (following 307 redirects, as
-Pulsar-aware clients do), send text frames in batches, receive text frames."""
+"""A small trio WebSocket client for Magnetar's tools: connect (following 307 redirects, as Pulsar-aware
+clients do), send text or binary messages in batches (one socket write per batch), receive them one by one or
+a received chunk's worth at a time.
+
+The opening handshake goes through h11 (RFC 6455 §4.1: key, ``Sec-WebSocket-Accept`` check, optional
+subprotocol); frames through the sans-IO codec of :mod:`magnetar.bookkeeper.runtime.http.ws_frames`, masked
+with keys cut from a buffer of ``os.urandom`` bytes. This client is the load generator of ``magnetar perf``:
+it must cost less per message than the broker it measures.
+"""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import os
 from collections import deque
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+import h11
 import trio
-from wsproto import ConnectionType, WSConnection
-from wsproto.connection import ConnectionState
-from wsproto.events import (
-    AcceptConnection,
-    CloseConnection,
-    Message,
+
+from magnetar.bookkeeper.runtime.http.ws_frames import (
+    OPCODE_BINARY,
+    OPCODE_CLOSE,
+    OPCODE_PONG,
+    OPCODE_TEXT,
+    Close,
+    FrameDecoder,
     Ping,
-    RejectConnection,
-    RejectData,
-    Request,
-    TextMessage,
+    ProtocolViolation,
+    close_payload,
+    frame_header,
+    mask,
 )
 
 REDIRECTS_MAX = 5
 RECEIVE_BYTES = 65536
+MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+"""Largest message accepted from the server."""
+_WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+_MASK_POOL_BYTES = 4096
 
 
 class WsRejected(Exception):
@@ -39,20 +57,44 @@ class WsClosed(Exception):
         self.reason = reason
 
 
+class _MaskKeys:
+    """Masking keys (RFC 6455 §5.3: unpredictable), cut from a pool of ``os.urandom`` bytes."""
+
+    def __init__(self) -> None:
+        self._pool = b""
+        self._pos = 0
+
+    def next(self) -> bytes:
+        if self._pos >= len(self._pool):
+            self._pool = os.urandom(_MASK_POOL_BYTES)
+            self._pos = 0
+        key = self._pool[self._pos : self._pos + 4]
+        self._pos += 4
+        return key
+
+
 class WsClient:
-    def __init__(self, stream: trio.SocketStream, conn: WSConnection, url: str) -> None:
+    def __init__(
+        self, stream: trio.SocketStream, url: str, subprotocol: str | None, initial_data: bytes = b""
+    ) -> None:
         self._stream = stream
-        self._conn = conn
         self.url = url
-        self._messages: deque[str] = deque()
-        self._parts: list[str] = []
-        self._close: tuple[int, str] | None = None
+        self.subprotocol = subprotocol
+        self._decoder = FrameDecoder(expect_masked=False, message_bytes_max=MESSAGE_BYTES_MAX)
+        self._keys = _MaskKeys()
+        self._messages: deque[str | bytes] = deque()
+        self._closed: WsClosed | None = None
+        self._control: list[bytes] = []
+        if initial_data:
+            self._absorb(initial_data)
+
+    # -- connecting -------------------------------------------------------------------------------------
 
     @classmethod
-    async def connect(cls, url: str, timeout_s: float = 10.0) -> WsClient:
+    async def connect(cls, url: str, timeout_s: float = 10.0, subprotocols: Sequence[str] = ()) -> WsClient:
         with trio.fail_after(timeout_s):
             for _ in range(REDIRECTS_MAX):
-                client, location = await cls._attempt(url)
+                client, location = await cls._attempt(url, subprotocols)
                 if client is not None:
                     return client
                 assert location is not None
@@ -60,98 +102,159 @@ class WsClient:
         raise WsRejected(307, b"too many redirects")
 
     @classmethod
-    async def _attempt(cls, url: str) -> tuple[WsClient | None, str | None]:
+    async def _attempt(cls, url: str, subprotocols: Sequence[str]) -> tuple[WsClient | None, str | None]:
         parts = urlsplit(url)
         host = parts.hostname or "127.0.0.1"
         port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         stream = await trio.open_tcp_stream(host, port)
         try:
-            return await cls._handshake(stream, url, host, port, target)
+            return await cls._handshake(stream, url, f"{host}:{port}", target, subprotocols)
         except BaseException:  # cancelled (a connect timeout) or failed mid-handshake: do not leak the socket
             await trio.aclose_forcefully(stream)
             raise
 
     @classmethod
     async def _handshake(
-        cls, stream: trio.SocketStream, url: str, host: str, port: int, target: str
+        cls, stream: trio.SocketStream, url: str, host: str, target: str, subprotocols: Sequence[str]
     ) -> tuple[WsClient | None, str | None]:
-        conn = WSConnection(ConnectionType.CLIENT)
-        await stream.send_all(conn.send(Request(host=f"{host}:{port}", target=target)))
-        status = 0
-        headers: dict[str, str] = {}
+        key = base64.b64encode(os.urandom(16))
+        headers = [
+            (b"host", host.encode()),
+            (b"upgrade", b"websocket"),
+            (b"connection", b"Upgrade"),
+            (b"sec-websocket-key", key),
+            (b"sec-websocket-version", b"13"),
+        ]
+        if subprotocols:
+            headers.append((b"sec-websocket-protocol", ", ".join(subprotocols).encode()))
+        conn = h11.Connection(h11.CLIENT)
+        await stream.send_all(conn.send(h11.Request(method="GET", target=target, headers=headers)))
+        response: h11.Response | None = None
         body = b""
         while True:
-            data = await stream.receive_some(RECEIVE_BYTES)
-            if not data:
-                await stream.aclose()
-                raise WsRejected(status or 502, b"connection closed during the upgrade")
-            conn.receive_data(data)
-            for event in conn.events():
-                if isinstance(event, AcceptConnection):
-                    return cls(stream, conn, url), None
-                if isinstance(event, RejectConnection):
-                    status = event.status_code
-                    headers = {k.decode().lower(): v.decode() for k, v in event.headers}
-                    if not event.has_body:
-                        return await cls._rejected(stream, status, headers, body)
-                elif isinstance(event, RejectData):
-                    body += event.data
-                    if event.body_finished:
-                        return await cls._rejected(stream, status, headers, body)
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(RECEIVE_BYTES)
+                if not data:
+                    status = response.status_code if response is not None else 502
+                    raise WsRejected(status, b"connection closed during the upgrade")
+                conn.receive_data(data)
+            elif isinstance(event, h11.InformationalResponse) and event.status_code == 101:
+                subprotocol = _check_accept(event, key, subprotocols)
+                return cls(stream, url, subprotocol, conn.trailing_data[0]), None
+            elif isinstance(event, h11.Response):
+                response = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage) and response is not None:
+                return await cls._rejected(stream, response, body)
 
     @staticmethod
-    async def _rejected(
-        stream: trio.SocketStream, status: int, headers: dict[str, str], body: bytes
-    ) -> tuple[None, str]:
+    async def _rejected(stream: trio.SocketStream, response: h11.Response, body: bytes) -> tuple[None, str]:
         await stream.aclose()
-        if status in (301, 302, 307, 308) and "location" in headers:
+        headers = {name.decode().lower(): value.decode() for name, value in response.headers}
+        if response.status_code in (301, 302, 307, 308) and "location" in headers:
             return None, headers["location"]
-        raise WsRejected(status, body)
+        raise WsRejected(response.status_code, body)
+
+    # -- sending ----------------------------------------------------------------------------------------
+
+    def _frames(self, opcode: int, messages: Sequence[bytes]) -> bytes:
+        out = bytearray()
+        for payload in messages:
+            key = self._keys.next()
+            out += frame_header(opcode, len(payload), masked=True)
+            out += key
+            out += mask(payload, key)
+        return bytes(out)
 
     def _check_open(self) -> None:
-        """Sending after the peer began closing is a closed connection, not a wsproto protocol error."""
-        if self._conn.state is not ConnectionState.OPEN:
-            raise WsClosed(1006, f"connection is {self._conn.state.name}")
+        """Sending after the peer closed is a closed connection (:class:`WsClosed`), not a protocol error."""
+        if self._closed is not None:
+            raise self._closed
 
-    async def send_many(self, texts: list[str]) -> None:
-        """Send several text frames in one socket write."""
+    async def send_many(self, texts: Sequence[str]) -> None:
+        """Send several text messages in one socket write."""
         self._check_open()
-        await self._stream.send_all(b"".join(self._conn.send(Message(data=t)) for t in texts))
+        await self._stream.send_all(self._frames(OPCODE_TEXT, [t.encode() for t in texts]))
 
     async def send(self, text: str) -> None:
+        await self.send_many([text])
+
+    async def send_many_bytes(self, messages: Sequence[bytes]) -> None:
+        """Send several binary messages in one socket write."""
         self._check_open()
-        await self._stream.send_all(self._conn.send(Message(data=text)))
+        await self._stream.send_all(self._frames(OPCODE_BINARY, messages))
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self.send_many_bytes([data])
+
+    # -- receiving --------------------------------------------------------------------------------------
 
     async def receive(self) -> str:
-        """The next text message; :class:`WsClosed` once the peer closed and every message was received."""
+        """The next text message (binary ones are skipped); :class:`WsClosed` once the server closed and
+        every message before its Close was received."""
         while True:
-            await self._handle_events()
-            if self._messages:
-                return self._messages.popleft()
-            if self._close is not None:
-                raise WsClosed(*self._close)
-            data = await self._stream.receive_some(RECEIVE_BYTES)
-            if not data:
-                raise WsClosed(1006, "connection lost")
-            self._conn.receive_data(data)
+            message = await self.receive_message()
+            if isinstance(message, str):
+                return message
 
-    async def _handle_events(self) -> None:
-        """Process what wsproto has parsed - including what arrived with the upgrade response itself."""
-        for event in self._conn.events():
-            if isinstance(event, TextMessage):
-                self._parts.append(event.data)
-                if event.message_finished:
-                    self._messages.append("".join(self._parts))
-                    self._parts = []
+    async def receive_message(self) -> str | bytes:
+        while not self._messages:
+            await self._fill()
+        return self._messages.popleft()
+
+    async def receive_batch(self) -> list[str | bytes]:
+        """Every message received so far (at least one)."""
+        while not self._messages:
+            await self._fill()
+        batch = list(self._messages)
+        self._messages.clear()
+        return batch
+
+    async def _fill(self) -> None:
+        if self._closed is not None:
+            raise self._closed
+        data = await self._stream.receive_some(RECEIVE_BYTES)
+        if not data:
+            self._closed = WsClosed(1006, "connection lost")
+            raise self._closed
+        self._absorb(data)
+        if self._control:
+            control, self._control = b"".join(self._control), []
+            await self._stream.send_all(control)
+
+    def _absorb(self, data: bytes) -> None:
+        for event in self._decoder.feed(data):
+            if isinstance(event, str | bytes):
+                self._messages.append(event)
             elif isinstance(event, Ping):
-                await self._stream.send_all(self._conn.send(event.response()))
-            elif isinstance(event, CloseConnection):
-                self._close = (event.code, event.reason or "")
+                self._control.append(self._control_frame(OPCODE_PONG, event.payload))
+            elif isinstance(event, Close):
+                self._closed = WsClosed(event.code, event.reason)
+            elif isinstance(event, ProtocolViolation):
+                self._closed = WsClosed(event.code, f"protocol violation by the server: {event.reason}")
+
+    def _control_frame(self, opcode: int, payload: bytes) -> bytes:
+        key = self._keys.next()
+        return frame_header(opcode, len(payload), masked=True) + key + mask(payload, key)
 
     async def aclose(self) -> None:
         try:
             with contextlib.suppress(Exception):  # best effort on an already broken connection
-                await self._stream.send_all(self._conn.send(CloseConnection(code=1000)))
+                await self._stream.send_all(self._control_frame(OPCODE_CLOSE, close_payload(1000)))
         finally:  # also when cancelled during the close frame: the socket must not leak
             await trio.aclose_forcefully(self._stream)
+
+
+def _check_accept(response: h11.InformationalResponse, key: bytes, offered: Sequence[str]) -> str | None:
+    """Verify ``Sec-WebSocket-Accept`` (RFC 6455 §4.1) and return the subprotocol the server chose."""
+    headers = {name.decode().lower(): value.decode() for name, value in response.headers}
+    expected = base64.b64encode(hashlib.sha1(key + _WS_GUID).digest()).decode()
+    if headers.get("sec-websocket-accept") != expected:
+        raise WsRejected(101, b"bad Sec-WebSocket-Accept")
+    chosen = headers.get("sec-websocket-protocol")
+    if chosen is not None and chosen not in offered:
+        raise WsRejected(101, f"server chose a subprotocol not offered: {chosen}".encode())
+    return chosen

@@ -34,6 +34,7 @@ import orjson
 import trio
 
 from magnetar.bookkeeper.runtime.http import WebSocket, WebSocketClosed
+from magnetar.broker.binary_protocol import message_record, messages_frame
 from magnetar.broker.date_format import format_timestamp
 from magnetar.broker.entry_format import StoredMessage
 from magnetar.broker.message_id import encode_message_id
@@ -47,6 +48,9 @@ MsgKey = tuple[int, int, int]
 """``(ledgerId, entryId, batchIndex)`` of a message within one topic (partition)."""
 
 _consumer_ids = itertools.count(1)
+
+RECORDS_FRAME_BYTES_MAX = 1024 * 1024
+"""Message records in one binary MESSAGES frame (more records start another frame)."""
 
 
 @dataclass(slots=True)
@@ -68,39 +72,70 @@ class Delivery:
 
 
 class OutboundFrames:
-    """Frames waiting for one WebSocket, pushed synchronously, sent by :meth:`run` (the only writer)."""
+    """Frames waiting for one WebSocket, pushed synchronously, sent by :meth:`run` (the only writer).
 
-    def __init__(self) -> None:
+    A binary (``magnetar.v1``) consumer session pushes message *records* instead: consecutive records are
+    sent as one MESSAGES frame (at most ``records_frame_bytes_max`` bytes of records each), in order with the
+    other frames."""
+
+    def __init__(self, *, text: bool = True, records_frame_bytes_max: int = RECORDS_FRAME_BYTES_MAX) -> None:
+        self.text = text
+        """Text frames (Pulsar's JSON API) or binary frames (the binary subprotocol)."""
         self._frames: deque[bytes] = deque()
+        self._records: list[bytes] = []
+        self._records_bytes = 0
+        self._records_frame_bytes_max = records_frame_bytes_max
         self._event = trio.Event()
         self._closed = False
 
     def __len__(self) -> int:
-        return len(self._frames)
+        return len(self._frames) + len(self._records)
 
     def push(self, frame: bytes) -> None:
         if self._closed:
             return
+        if self._records:
+            self._close_records()
         self._frames.append(frame)
         self._event.set()
+
+    def push_record(self, record: bytes) -> None:
+        """One message of a MESSAGES frame (binary sessions)."""
+        if self._closed:
+            return
+        self._records.append(record)
+        self._records_bytes += len(record)
+        if self._records_bytes >= self._records_frame_bytes_max:
+            self._close_records()
+        self._event.set()
+
+    def _close_records(self) -> None:
+        self._frames.append(messages_frame(self._records))
+        self._records = []
+        self._records_bytes = 0
 
     def close(self) -> None:
         self._closed = True
         self._frames.clear()
+        self._records = []
         self._event.set()
 
     async def run(self, ws: WebSocket) -> None:
-        """Send queued frames until the socket or this queue closes."""
+        """Send queued frames until the socket or this queue closes (all queued frames in one call)."""
         frames = self._frames
         try:
             while True:
-                while frames:
-                    await ws.send_text_encoded(frames.popleft())
+                if self._records:
+                    self._close_records()
+                if frames:
+                    batch = list(frames)
+                    frames.clear()
+                    await ws.send_many(batch, text=self.text)
+                    continue
                 self._event = trio.Event()
                 if self._stopped():
                     return
-                if not frames:
-                    await self._event.wait()
+                await self._event.wait()
         except WebSocketClosed:
             self.close()
 
@@ -163,6 +198,7 @@ class Consumer:
         ack_timeout_ms: int = 0,
         nack_delay_ms: int = 60_000,
         track_pending: bool = True,
+        binary: bool = False,
     ) -> None:
         self.id = next(_consumer_ids)
         self.subscription = subscription
@@ -174,6 +210,8 @@ class Consumer:
         self.ack_timeout_s = ack_timeout_ms / 1000
         self.nack_delay_s = nack_delay_ms / 1000
         self.track_pending = track_pending
+        self.binary = binary
+        """Deliver ``magnetar.v1`` MESSAGES records instead of Pulsar's ConsumerMessage JSON."""
         self.pending: dict[MsgKey, Delivery] = {}
         self.nacked: deque[tuple[float, Delivery]] = deque()
         self.closed = False
@@ -192,6 +230,30 @@ class Consumer:
     def push(self, delivery: Delivery, redelivery_count: int) -> None:
         """Send one message (the caller checked :meth:`available`)."""
         message = delivery.message
+        if self.binary:
+            self.frames.push_record(
+                message_record(
+                    self.partition,
+                    delivery.ledger_id,
+                    delivery.entry_id,
+                    delivery.batch_index,
+                    delivery.batch_size,
+                    redelivery_count,
+                    message,
+                )
+            )
+        else:
+            self.frames.push(self._json_frame(delivery, redelivery_count))
+        self.flow.on_pushed()
+        self.msg_out_counter += 1
+        self.bytes_out_counter += len(message.payload)
+        if self.track_pending:
+            delivery.sent_at = trio.current_time()
+            self.pending[delivery.key] = delivery
+
+    def _json_frame(self, delivery: Delivery, redelivery_count: int) -> bytes:
+        """Pulsar's ``ConsumerMessage``."""
+        message = delivery.message
         frame: dict[str, object] = {
             "messageId": encode_message_id(
                 delivery.ledger_id,
@@ -199,6 +261,7 @@ class Consumer:
                 self.partition,
                 delivery.batch_index,
                 delivery.batch_size,
+                delivered=True,
             ),
             "payload": _b64(message.payload),
             "properties": message.properties,
@@ -209,13 +272,7 @@ class Consumer:
             frame["eventTime"] = format_timestamp(message.event_time_ms)
         if message.key is not None:
             frame["key"] = message.key
-        self.frames.push(orjson.dumps(frame))
-        self.flow.on_pushed()
-        self.msg_out_counter += 1
-        self.bytes_out_counter += len(message.payload)
-        if self.track_pending:
-            delivery.sent_at = trio.current_time()
-            self.pending[delivery.key] = delivery
+        return orjson.dumps(frame)
 
     def _format_time(self, ms: int) -> str:
         if ms != self._last_time_ms:

@@ -114,14 +114,23 @@ class MessageId:
     """Messages in the batch entry (0 when not batched). Not part of identity, as in Pulsar's ``equals``."""
 
     def __post_init__(self) -> None:
-        for name in ("ledger_id", "entry_id"):
-            value = getattr(self, name)
-            if not INT64_MIN <= value <= INT64_MAX:
-                raise InvalidMessageIdError(f"{name}={value} is not a 64-bit signed integer")
-        for name in ("partition", "batch_index", "batch_size"):
-            value = getattr(self, name)
-            if not INT32_MIN <= value <= INT32_MAX:
-                raise InvalidMessageIdError(f"{name}={value} is not a 32-bit signed integer")
+        # Spelled out (no loop over field names): ids are built for every acknowledgement.
+        if not (INT64_MIN <= self.ledger_id <= INT64_MAX and INT64_MIN <= self.entry_id <= INT64_MAX):
+            name, value = (
+                ("ledger_id", self.ledger_id)
+                if not INT64_MIN <= self.ledger_id <= INT64_MAX
+                else ("entry_id", self.entry_id)
+            )
+            raise InvalidMessageIdError(f"{name}={value} is not a 64-bit signed integer")
+        if not (
+            INT32_MIN <= self.partition <= INT32_MAX
+            and INT32_MIN <= self.batch_index <= INT32_MAX
+            and INT32_MIN <= self.batch_size <= INT32_MAX
+        ):
+            for name in ("partition", "batch_index", "batch_size"):
+                value = getattr(self, name)
+                if not INT32_MIN <= value <= INT32_MAX:
+                    raise InvalidMessageIdError(f"{name}={value} is not a 32-bit signed integer")
 
     # --- protobuf -------------------------------------------------------------------------------------
 
@@ -168,6 +177,9 @@ class MessageId:
     @classmethod
     def from_base64(cls, text: str) -> MessageId:
         """Decode like Java's ``Base64.getDecoder()`` (padding optional but exact if given)."""
+        fields = _DELIVERED_IDS.get(text)
+        if fields is not None:
+            return cls(*fields)
         try:
             raw = decode_base64_java(text)
         except ValueError as exc:
@@ -243,19 +255,90 @@ def parse_position(text: str) -> tuple[int, int]:
     return result
 
 
+class _IdMemo:
+    """Base64 ids this broker sent to consumers -> their fields, so that acknowledging one (the id comes back
+    verbatim) needs no base64 and protobuf decoding. A memo of a pure function: an entry can only save work,
+    never change a result. Two generations of at most ``size_max`` each keep it bounded and O(1)."""
+
+    def __init__(self, size_max: int) -> None:
+        self._size_max = size_max
+        self._current: dict[str, tuple[int, int, int, int, int]] = {}
+        self._previous: dict[str, tuple[int, int, int, int, int]] = {}
+
+    def put(self, text: str, fields: tuple[int, int, int, int, int]) -> None:
+        if len(self._current) >= self._size_max:
+            self._previous = self._current
+            self._current = {}
+        self._current[text] = fields
+
+    def get(self, text: str) -> tuple[int, int, int, int, int] | None:
+        fields = self._current.get(text)
+        return fields if fields is not None else self._previous.get(text)
+
+
+def delivered_id_fields(text: str) -> tuple[int, int, int, int, int] | None:
+    """``(ledger_id, entry_id, partition, batch_index, batch_size)`` of a base64 id this broker delivered
+    recently (exactly what :meth:`MessageId.from_base64` decodes it to), or None."""
+    return _DELIVERED_IDS.get(text)
+
+
+DELIVERED_IDS_MEMO_MAX = 65_536
+"""Ids per generation of the delivered-id memo (two generations: ~10 MiB at most)."""
+_DELIVERED_IDS = _IdMemo(DELIVERED_IDS_MEMO_MAX)
+_PREFIXES_MAX = 1024
+_PREFIXES: dict[tuple[int, int, int], bytes] = {}
+"""(ledger, entry, partition) -> the protobuf fields 1-3: shared by every message of a batch entry."""
+_SMALL_VARINTS_MAX = 1 << 14
+_SMALL_VARINTS = [bytes((value,)) for value in range(128)] + [
+    bytes(((value & 0x7F) | 0x80, value >> 7)) for value in range(128, _SMALL_VARINTS_MAX)
+]
+"""Varints of 0..16383 (batch indexes and sizes), precomputed: one or two bytes each."""
+
+
+def _varint(value: int) -> bytes:
+    if 0 <= value < _SMALL_VARINTS_MAX:
+        return _SMALL_VARINTS[value]
+    out = bytearray()
+    write_varint(out, value & _U64)
+    return bytes(out)
+
+
+def _id_prefix(ledger_id: int, entry_id: int, partition: int) -> bytes:
+    key = (ledger_id, entry_id, partition)
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        out = bytearray()
+        _write_field(out, 1, ledger_id)
+        _write_field(out, 2, entry_id)
+        if partition >= 0:
+            _write_field(out, 3, partition)
+        prefix = bytes(out)
+        if len(_PREFIXES) >= _PREFIXES_MAX:
+            _PREFIXES.clear()
+        _PREFIXES[key] = prefix
+    return prefix
+
+
 def encode_message_id(
-    ledger_id: int, entry_id: int, partition: int, batch_index: int, batch_size: int
+    ledger_id: int,
+    entry_id: int,
+    partition: int,
+    batch_index: int,
+    batch_size: int,
+    *,
+    delivered: bool = False,
 ) -> str:
     """The base64 ``messageId`` of a stored message without building a :class:`MessageId` (the dispatch and
     publish hot paths; the arguments come from the managed ledger, so they are in range). Same bytes as
-    ``MessageId(...).to_base64()``."""
-    out = bytearray()
-    _write_field(out, 1, ledger_id)
-    _write_field(out, 2, entry_id)
-    if partition >= 0:
-        _write_field(out, 3, partition)
+    ``MessageId(...).to_base64()``. ``delivered``: the id goes to a consumer, which will acknowledge it with
+    this very text; it is remembered so that :meth:`MessageId.from_base64` need not decode it."""
+    data = _id_prefix(ledger_id, entry_id, partition)
     if batch_index != -1:
-        _write_field(out, 4, batch_index)
+        data += b"\x20" + _varint(batch_index)
     if batch_size > -1:
-        _write_field(out, 6, batch_size)
-    return binascii.b2a_base64(out, newline=False).decode("ascii")
+        data += b"\x30" + _varint(batch_size)
+    text = binascii.b2a_base64(data, newline=False).decode("ascii")
+    if delivered:
+        fields = (ledger_id, entry_id, max(partition, -1), batch_index, max(batch_size, 0))
+        _DELIVERED_IDS.put(text, fields)
+    return text

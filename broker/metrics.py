@@ -57,6 +57,14 @@ class TopicMetrics:
             buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency)] += 1
         self.latency_sum_s += total
 
+    def on_messages_stored(self, count: int, size_bytes: int, latency_s: float) -> None:
+        """``count`` messages received together were stored in one entry of ``size_bytes``."""
+        self.entries_in += 1
+        self.msg_in += count
+        self.bytes_in += size_bytes
+        self.latency_buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency_s)] += count
+        self.latency_sum_s += latency_s * count
+
 
 class BrokerMetrics(Collector):
     """The collector of one broker; ``topics`` lists the loaded topics at scrape time."""

@@ -25,12 +25,12 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
 from magnetar.broker.consumer import OutboundFrames
-from magnetar.broker.entry_format import StoredMessage
+from magnetar.broker.entry_format import RawMessage, StoredMessage, encode_raw_batch
 from magnetar.broker.key_hash import partition_for_key
 from magnetar.broker.message_id import encode_message_id
 from magnetar.broker.ws_errors import WsErrorCode
@@ -50,8 +50,8 @@ class Capacity:
         self.count = 0
         self._freed = trio.Event()
 
-    def taken(self) -> None:
-        self.count += 1
+    def taken(self, count: int = 1) -> None:
+        self.count += count
 
     def returned(self, count: int = 1) -> None:
         self.count -= count
@@ -63,12 +63,41 @@ class Capacity:
             self._freed = trio.Event()
             await self._freed.wait()
 
+    async def wait_for(self, count: int) -> None:
+        """Room for ``count`` messages; a group larger than the limit goes alone (when nothing is pending)."""
+        while self.count and self.count + count > self.limit:
+            self._freed = trio.Event()
+            await self._freed.wait()
+
 
 @dataclass(slots=True, eq=False)
 class PendingMessage:
     producer: Producer
     message: StoredMessage
     context: str | None
+    received_at: float
+    failed: bool = field(default=False)
+
+
+class EntryReceipt(Protocol):
+    """Where the outcome of a :class:`PendingEntry` goes (a binary SEND frame's receipt)."""
+
+    def stored(self, slot: int, partition: int, ledger_id: int, entry_id: int, count: int) -> None: ...
+
+    def fail(self, reason: str) -> None: ...
+
+
+@dataclass(slots=True, eq=False)
+class PendingEntry:
+    """Messages of one binary SEND frame (a run of it) written as one entry of their own."""
+
+    producer: Producer
+    data: bytes
+    count: int
+    payload_bytes: int
+    receipt: EntryReceipt
+    slot: int
+    """Index of this run in its frame's receipt."""
     received_at: float
     failed: bool = field(default=False)
 
@@ -89,7 +118,7 @@ class Producer:
         self.name = name
         self.frames = frames
         self.capacity = capacity
-        self.pending: deque[PendingMessage] = deque()
+        self.pending: deque[PendingMessage | PendingEntry] = deque()
         self._sequence_id = -1 if initial_sequence_id is None else initial_sequence_id
         self.kick: Kick | None = None
         self.closed = False
@@ -133,16 +162,48 @@ class Producer:
         message_id = encode_message_id(ledger_id, entry_id, self.topic.partition, index, size)
         self.frames.push(producer_ack_ok(message_id, pending.context))
 
-    def on_failed(self, pending: PendingMessage, reason: str) -> None:
+    def send_entry(
+        self, messages: list[RawMessage], receipt: EntryReceipt, slot: int, received_at: float
+    ) -> None:
+        """Publish binary messages as one batch entry of their own; the outcome goes to ``receipt``."""
+        if self.closed:
+            receipt.fail("Producer is closed")
+            return
+        first = self._sequence_id + 1
+        self._sequence_id += len(messages)
+        data = encode_raw_batch(self.name, first, self.topic.now_ms(), messages)
+        payload_bytes = sum(m.payload_bytes for m in messages)
+        pending = PendingEntry(self, data, len(messages), payload_bytes, receipt, slot, received_at)
+        self.pending.append(pending)
+        self.capacity.taken(len(messages))
+        self.topic.publish_entry(pending)
+
+    def on_entry_stored(self, pending: PendingEntry, ledger_id: int, entry_id: int) -> None:
+        if pending.failed:
+            return
+        head = self.pending.popleft()
+        assert head is pending, "a producer's messages are acknowledged in send order"
+        self.capacity.returned(pending.count)
+        self.msg_in_counter += pending.count
+        self.bytes_in_counter += pending.payload_bytes
+        pending.receipt.stored(pending.slot, self.topic.partition, ledger_id, entry_id, pending.count)
+
+    def on_failed(self, pending: PendingMessage | PendingEntry, reason: str) -> None:
         """``pending`` failed: it and every later pending message of this producer fail."""
         if pending.failed:
             return
         failed = list(self.pending)
         self.pending.clear()
+        count = 0
         for item in failed:
             item.failed = True
-            self.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, reason, item.context))
-        self.capacity.returned(len(failed))
+            if isinstance(item, PendingMessage):
+                count += 1
+                self.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, reason, item.context))
+            else:
+                count += item.count
+                item.receipt.fail(reason)
+        self.capacity.returned(count)
 
     def close(self) -> None:
         self.closed = True
@@ -191,3 +252,21 @@ class PartitionedProducer:
 
     def send(self, request: PublishRequest, received_at: float) -> None:
         self.route(request.key).send(request, received_at)
+
+    def route_frame(self, messages: list[RawMessage]) -> list[tuple[Producer, list[RawMessage]]]:
+        """Runs of consecutive messages of a binary frame for the same partition: a message with a key goes
+        to its key's partition, the others of the frame to one partition picked for the whole frame (as
+        Pulsar's batching producer routes batches)."""
+        keyless = self.route(None)
+        runs: list[tuple[Producer, list[RawMessage]]] = []
+        count = len(self.producers)
+        for message in messages:
+            if message.key is None:
+                producer = keyless
+            else:
+                producer = self.producers[partition_for_key(message.key, count, self._hashing_scheme)]
+            if runs and runs[-1][0] is producer:
+                runs[-1][1].append(message)
+            else:
+                runs.append((producer, [message]))
+        return runs

@@ -74,12 +74,12 @@ class PublishLimiter:
         self._role = role
         self._role_key = role_key
 
-    def try_publish(self) -> str | None:
-        """None when the message may go; else why it may not (for a ``send-error`` ack)."""
-        if self._connection is not None and not self._connection.try_acquire():
+    def try_publish(self, messages: int = 1) -> str | None:
+        """None when the messages may go; else why they may not (for a ``send-error`` ack)."""
+        if self._connection is not None and not self._connection.try_acquire(messages):
             rate = self._connection.rate_per_s
             return f"Too many messages: publish_messages_per_connection_per_s={rate:g} exceeded"
-        if self._role is not None and not self._role.try_acquire(self._role_key):
+        if self._role is not None and not self._role.try_acquire(self._role_key, messages):
             rate = self._role.rate_per_s
             return (
                 f"Too many messages: publish_messages_per_role_per_s={rate:g} exceeded for {self._role_key}"

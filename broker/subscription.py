@@ -151,25 +151,95 @@ class Subscription:
 
     def ack(self, consumer: Consumer, message_id: MessageId) -> bool:
         """Acknowledge one message (see the module docstring); False when the id was ignored."""
-        if message_id.partition != consumer.partition or not self._stored(
-            message_id.ledger_id, message_id.entry_id
-        ):
-            return False
-        key = (message_id.ledger_id, message_id.entry_id, message_id.batch_index)
-        delivery = self._take_pending(consumer, key)
-        self.dispatcher.forget(key)
-        position = Position(message_id.ledger_id, message_id.entry_id)
-        if message_id.batch_index >= 0:
-            entry_key = (message_id.ledger_id, message_id.entry_id)
+        m = message_id
+        return self.ack_fields(consumer, m.partition, m.ledger_id, m.entry_id, m.batch_index, m.batch_size)
+
+    def ack_range(self, consumer: Consumer, first: MsgKey, last: MsgKey) -> int:
+        """Acknowledge every message pending at ``consumer`` whose position is in ``[first, last]`` (the
+        binary protocol's ACK_RANGE); returns how many were acknowledged. Done per entry: a batch entry
+        whose messages are all acknowledged at once costs one cursor ack, not one per message."""
+        pending = consumer.pending
+        keys = [key for key in pending if first <= key <= last]
+        if not keys:
+            return 0
+        dispatcher = self.dispatcher
+        entries: dict[tuple[int, int], list[int]] = {}
+        sizes: dict[tuple[int, int], int] = {}
+        for key in keys:
+            delivery = consumer.take_pending(key)
+            assert delivery is not None
+            dispatcher.on_released(consumer, delivery)
+            entry_key = (key[0], key[1])
+            indexes = entries.get(entry_key)
+            if indexes is None:
+                entries[entry_key] = [key[2]]
+                sizes[entry_key] = delivery.batch_size
+            else:
+                indexes.append(key[2])
+        acked = 0
+        for (ledger_id, entry_id), indexes in entries.items():
+            acked += self._ack_entry(ledger_id, entry_id, indexes, sizes[(ledger_id, entry_id)])
+        return acked
+
+    def _ack_entry(self, ledger_id: int, entry_id: int, indexes: list[int], batch_size: int) -> int:
+        """Acknowledge messages ``indexes`` (batch indexes, or ``[-1]``) of one entry that were pending."""
+        if not self._stored(ledger_id, entry_id):
+            return 0
+        if self._redelivery_counts or self.dispatcher.redelivery_count:
+            for index in indexes:
+                key = (ledger_id, entry_id, index)
+                self._redelivery_counts.pop(key, None)
+                self.dispatcher.forget(key)
+        position = Position(ledger_id, entry_id)
+        acked = len(indexes)
+        if indexes[0] >= 0:
+            entry_key = (ledger_id, entry_id)
             unacked = self._batches.get(entry_key)
             if unacked is None:
-                size = delivery.batch_size if delivery is not None else message_id.batch_size
-                if not 0 <= message_id.batch_index < size or self.cursor.is_acked(position):
+                if self.cursor.is_acked(position):
+                    return 0
+                unacked = set(range(batch_size))
+            before = len(unacked)
+            unacked.difference_update(indexes)
+            acked = before - len(unacked)
+            if unacked:
+                self._batches[entry_key] = unacked
+                return acked
+            self._batches.pop(entry_key, None)
+        try:
+            self.cursor.ack(position)
+        except InvalidAckError:
+            return 0
+        self.last_ack_ms = self.topic.now_ms()
+        return acked
+
+    def ack_fields(
+        self,
+        consumer: Consumer,
+        partition: int,
+        ledger_id: int,
+        entry_id: int,
+        batch_index: int,
+        batch_size: int,
+    ) -> bool:
+        """:meth:`ack` given the id's fields."""
+        if partition != consumer.partition or not self._stored(ledger_id, entry_id):
+            return False
+        key = (ledger_id, entry_id, batch_index)
+        delivery = self._take_pending(consumer, key)
+        self.dispatcher.forget(key)
+        position = Position(ledger_id, entry_id)
+        if batch_index >= 0:
+            entry_key = (ledger_id, entry_id)
+            unacked = self._batches.get(entry_key)
+            if unacked is None:
+                size = delivery.batch_size if delivery is not None else batch_size
+                if not 0 <= batch_index < size or self.cursor.is_acked(position):
                     return False
                 unacked = self._batches[entry_key] = set(range(size))
-            if message_id.batch_index not in unacked:
+            if batch_index not in unacked:
                 return False
-            unacked.discard(message_id.batch_index)
+            unacked.discard(batch_index)
             self._redelivery_counts.pop(key, None)
             if unacked:
                 return True

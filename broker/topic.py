@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
@@ -40,7 +40,7 @@ from magnetar.broker.errors import (
 )
 from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
 from magnetar.broker.metrics import TopicMetrics
-from magnetar.broker.producer import PendingMessage, Producer
+from magnetar.broker.producer import PendingEntry, PendingMessage, Producer
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.subscription import BATCH_INDEX_AFTER_ALL, Subscription
 from magnetar.broker.topic_name import TopicName
@@ -197,6 +197,50 @@ class PersistentTopic:
 
         self.ml.add_entry_nowait(data, on_added)
 
+    def publish_entry(self, pending: PendingEntry) -> None:
+        """Write a binary producer's pre-encoded batch entry as it is (after the batch being built, so that
+        entries keep their arrival order)."""
+        if self.closed:
+            pending.producer.on_failed(pending, f"Topic {self.name} is being unloaded")
+            return
+        if self._batch:
+            self._flush()
+        self._inflight += 1
+        self._drained = trio.Event() if self._drained.is_set() else self._drained
+
+        def on_added(result: Position | ManagedLedgerError) -> None:
+            self._on_entry_added(pending, result)
+
+        self.ml.add_entry_nowait(pending.data, on_added)
+
+    def _on_entry_added(self, pending: PendingEntry, result: Position | ManagedLedgerError) -> None:
+        self._inflight -= 1
+        if isinstance(result, Position):
+            pending.producer.on_entry_stored(pending, result.ledger_id, result.entry_id)
+            latency = trio.current_time() - pending.received_at
+            self.metrics.on_messages_stored(pending.count, len(pending.data), latency)
+            for subscription in self.subscriptions.values():
+                subscription.dispatcher.wake()
+        else:
+            self._on_add_failed([pending], result)
+        self._after_add()
+
+    def _on_add_failed(
+        self, batch: Sequence[PendingMessage | PendingEntry], result: ManagedLedgerError
+    ) -> None:
+        reason = _describe_failure(result)
+        for pending in batch:
+            pending.producer.on_failed(pending, reason)
+        if isinstance(result, ManagedLedgerFencedError) and not self.closed:
+            log.warning("topic %s: managed ledger fenced by another owner", self.name)
+            self._on_fenced(self)
+
+    def _after_add(self) -> None:
+        if self._batch and not self.closed and self._inflight < self._settings.publish_inflight_entries_max:
+            self._flush()
+        if self._inflight == 0:
+            self._drained.set()
+
     def _on_added(
         self, batch: list[PendingMessage], result: Position | ManagedLedgerError, size: int
     ) -> None:
@@ -215,16 +259,8 @@ class PersistentTopic:
             for subscription in self.subscriptions.values():
                 subscription.dispatcher.wake()
         else:
-            reason = _describe_failure(result)
-            for pending in batch:
-                pending.producer.on_failed(pending, reason)
-            if isinstance(result, ManagedLedgerFencedError) and not self.closed:
-                log.warning("topic %s: managed ledger fenced by another owner", self.name)
-                self._on_fenced(self)
-        if self._batch and not self.closed and self._inflight < self._settings.publish_inflight_entries_max:
-            self._flush()
-        if self._inflight == 0:
-            self._drained.set()
+            self._on_add_failed(batch, result)
+        self._after_add()
 
     # -- subscriptions --------------------------------------------------------------------------
 

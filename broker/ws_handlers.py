@@ -20,7 +20,9 @@ producer, consume on the subscription for a consumer, consume for a reader; 403 
 before any topic is looked up or created - Pulsar's ``checkAuth``. A producer's messages beyond the publish
 rate limits get ``send-error:8`` with the limit named, and the session goes on.
 
-Magnetar extension: the consumer accepts ``subscriptionInitialPosition=Earliest|Latest`` (default Latest, the
+Magnetar extensions: a client offering the ``magnetar.v1`` WebSocket subprotocol gets the binary protocol of
+:mod:`.binary_protocol` on the same endpoints (:mod:`.binary_producer`, :mod:`.binary_consumer`); the consumer
+accepts ``subscriptionInitialPosition=Earliest|Latest`` (default Latest, the
 Java client's default) for a subscription it creates.
 """
 
@@ -40,6 +42,9 @@ from magnetar.bookkeeper.runtime.http import (
     error_response,
 )
 from magnetar.broker import publish_gate
+from magnetar.broker.binary_consumer import BinaryConsumerCommands, BinaryReaderCommands
+from magnetar.broker.binary_producer import BinaryPublisher
+from magnetar.broker.binary_protocol import SUBPROTOCOL
 from magnetar.broker.consumer import Consumer, FlowControl, OutboundFrames
 from magnetar.broker.dispatcher import SubscriptionType
 from magnetar.broker.errors import NotOwnerError, ServiceError
@@ -56,11 +61,13 @@ from magnetar.broker.ws_messages import (
     parse_consumer_command,
     parse_publish_request,
     parse_reader_command,
+    plain_ack_fields,
     producer_ack_error,
 )
 from magnetar.broker.ws_params import ConsumerParams, ProducerParams, ReaderParams, WsKind, parse_ws_path
 
 if TYPE_CHECKING:
+    from magnetar.broker.security import PublishLimiter
     from magnetar.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -71,8 +78,10 @@ INITIAL_POSITIONS = ("Latest", "Earliest")
 class _Session:
     """What one accepted WebSocket session owns: its outbound frames and the means to end it."""
 
-    def __init__(self) -> None:
-        self.frames = OutboundFrames()
+    def __init__(self, request: WebSocketRequest) -> None:
+        self.binary = SUBPROTOCOL in request.subprotocols
+        """The client asked for the binary subprotocol (:mod:`.binary_protocol`)."""
+        self.frames = OutboundFrames(text=not self.binary)
         self.scope = trio.CancelScope()
         self.kicked: tuple[int, str] | None = None
         self.timers = trio.Event()
@@ -81,6 +90,12 @@ class _Session:
         if self.kicked is None:
             self.kicked = (code, reason)
         self.scope.cancel()
+
+    def wake_timers(self) -> None:
+        self.timers.set()
+
+    async def accept(self, request: WebSocketRequest) -> WebSocket:
+        return await request.accept(SUBPROTOCOL if self.binary else None)
 
 
 class WsHandlers:
@@ -119,7 +134,9 @@ class WsHandlers:
             with session.scope:
                 try:
                     while True:
-                        await on_frame(await ws.receive())
+                        # Every message of a received chunk at once: one task switch per chunk.
+                        for message in await ws.receive_batch():
+                            await on_frame(message)
                 except WebSocketClosed:
                     pass
                 except WsSessionError as exc:
@@ -143,7 +160,7 @@ class WsHandlers:
     # -- producer -------------------------------------------------------------------------------
 
     async def producer(self, request: WebSocketRequest) -> None:
-        session = _Session()
+        session = _Session(request)
         producers: list[Producer] = []
         try:
             target = parse_ws_path(request.path)
@@ -189,40 +206,80 @@ class WsHandlers:
                 rng=self._service.rng,
             )
         try:
-            ws = await request.accept()
+            ws = await session.accept(request)
 
-            async def on_frame(message: str | bytes) -> None:
-                if isinstance(message, bytes):
-                    reason = "Binary frames are not supported: send the JSON request as a text frame"
-                    session.frames.push(
-                        producer_ack_error(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, reason, None)
-                    )
-                    return
-                try:
-                    publish = parse_publish_request(message)
-                except PublishError as exc:
-                    session.frames.push(exc.ack_json())
-                    return
-                refusal = limiter.try_publish()
-                if refusal is not None:
-                    session.frames.push(
-                        producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refusal, publish.context)
-                    )
-                    return
-                if not await self._admitted(producers):
-                    reason = (
-                        f"ProducerBlockedQuotaExceededException: backlog quota exceeded on {target.topic}"
-                    )
-                    session.frames.push(
-                        producer_ack_error(WsErrorCode.UNKNOWN_ERROR, reason, publish.context)
-                    )
-                    return
-                await capacity.wait()
-                publisher.send(publish, trio.current_time())
-
-            await self._serve(ws, session, on_frame)
+            make_handler = self._binary_publisher if session.binary else self._json_publisher
+            handler = make_handler(target.topic, session, limiter, producers, publisher, capacity)
+            await self._serve(ws, session, handler)
         finally:
             self._remove_producers(producers)
+
+    def _json_publisher(
+        self,
+        topic: TopicName,
+        session: _Session,
+        limiter: PublishLimiter,
+        producers: list[Producer],
+        publisher: Producer | PartitionedProducer,
+        capacity: Capacity,
+    ) -> Callable[[str | bytes], Awaitable[None]]:
+        """The frame handler of a Pulsar JSON producer: one publish request per text frame."""
+
+        async def on_frame(message: str | bytes) -> None:
+            if isinstance(message, bytes):
+                reason = "Binary frames are not supported: send the JSON request as a text frame"
+                session.frames.push(
+                    producer_ack_error(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, reason, None)
+                )
+                return
+            try:
+                publish = parse_publish_request(message)
+            except PublishError as exc:
+                session.frames.push(exc.ack_json())
+                return
+            refusal = limiter.try_publish()
+            if refusal is not None:
+                session.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refusal, publish.context))
+                return
+            if not await self._admitted(producers):
+                reason = f"ProducerBlockedQuotaExceededException: backlog quota exceeded on {topic}"
+                session.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, reason, publish.context))
+                return
+            await capacity.wait()
+            publisher.send(publish, trio.current_time())
+
+        return on_frame
+
+    def _binary_publisher(
+        self,
+        topic: TopicName,
+        session: _Session,
+        limiter: PublishLimiter,
+        producers: list[Producer],
+        publisher: Producer | PartitionedProducer,
+        capacity: Capacity,
+    ) -> Callable[[str | bytes], Awaitable[None]]:
+        """The frame handler of a ``magnetar.v1`` producer: the same rate limits and backlog quotas as JSON
+        publishes, applied to a whole SEND frame."""
+
+        async def refusal(messages: int) -> str | None:
+            refused = limiter.try_publish(messages)
+            if refused is not None:
+                return refused
+            if await self._admitted(producers):
+                return None
+            return f"ProducerBlockedQuotaExceededException: backlog quota exceeded on {topic}"
+
+        settings = self._service.settings
+        binary = BinaryPublisher(
+            publisher,
+            session.frames,
+            capacity,
+            refusal,
+            batch_messages_max=settings.publish_batch_messages_max,
+            batch_bytes_max=settings.publish_batch_bytes_max,
+        )
+        return binary.on_frame
 
     def _quota_verdict(self, producers: list[Producer]) -> str:
         gate = self._service.publish_gate
@@ -253,7 +310,7 @@ class WsHandlers:
     # -- consumer -------------------------------------------------------------------------------
 
     async def consumer(self, request: WebSocketRequest) -> None:
-        session = _Session()
+        session = _Session(request)
         consumers: list[Consumer] = []
         try:
             target = parse_ws_path(request.path)
@@ -282,6 +339,7 @@ class WsHandlers:
                         frames=session.frames,
                         ack_timeout_ms=params.ack_timeout_ms,
                         nack_delay_ms=params.negative_ack_redelivery_delay_ms,
+                        binary=session.binary,
                     )
                     consumer.kick = session.kick
                     consumer.address = self._address(request)
@@ -302,8 +360,9 @@ class WsHandlers:
             await self._refuse(request, exc)
             return
         try:
-            ws = await request.accept()
+            ws = await session.accept(request)
             by_partition = {c.partition: c for c in consumers}
+            commands = BinaryConsumerCommands(consumers, session.frames, session.wake_timers, session.kick)
 
             async def on_frame(message: str | bytes) -> None:
                 if isinstance(message, bytes):
@@ -313,13 +372,22 @@ class WsHandlers:
             async def timers() -> None:
                 await self._run_timers(session, consumers)
 
-            await self._serve(ws, session, on_frame, timers)
+            await self._serve(ws, session, commands.on_frame if session.binary else on_frame, timers)
         finally:
             self._remove_consumers(consumers)
 
     async def _consumer_command(
         self, session: _Session, consumers: list[Consumer], by_partition: dict[int, Consumer], text: str
     ) -> None:
+        fields = plain_ack_fields(text)
+        if fields is not None:  # the common frame, without JSON parsing and id decoding
+            ledger_id, entry_id, partition, batch_index, batch_size = fields
+            consumer = by_partition.get(partition)
+            if consumer is not None:
+                consumer.subscription.ack_fields(
+                    consumer, partition, ledger_id, entry_id, batch_index, batch_size
+                )
+            return
         command = parse_consumer_command(text)
         kind = command.type
         if kind is CommandType.ACK or kind is CommandType.NEGATIVE_ACK:
@@ -368,7 +436,7 @@ class WsHandlers:
     # -- reader ---------------------------------------------------------------------------------
 
     async def reader(self, request: WebSocketRequest) -> None:
-        session = _Session()
+        session = _Session(request)
         consumers: list[Consumer] = []
         try:
             target = parse_ws_path(request.path)
@@ -396,6 +464,7 @@ class WsHandlers:
                         flow=flow,
                         frames=session.frames,
                         track_pending=False,
+                        binary=session.binary,
                     )
                     consumer.kick = session.kick
                     consumer.address = self._address(request)
@@ -407,7 +476,8 @@ class WsHandlers:
             await self._refuse(request, exc)
             return
         try:
-            ws = await request.accept()
+            ws = await session.accept(request)
+            reader_commands = BinaryReaderCommands(consumers, session.frames)
 
             async def on_frame(message: str | bytes) -> None:
                 if isinstance(message, bytes):
@@ -418,7 +488,7 @@ class WsHandlers:
                 else:
                     flow.release()
 
-            await self._serve(ws, session, on_frame)
+            await self._serve(ws, session, reader_commands.on_frame if session.binary else on_frame)
         finally:
             self._remove_consumers(consumers)
 

@@ -1,7 +1,8 @@
 """The HTTP/1.1 + WebSocket server shared by brokers (WebSocket API, admin REST, /metrics) and bookies.
 
-h11 and wsproto drive the protocols; trio sockets carry them. Build a :class:`Router`, then start the server
-with ``ports = await nursery.start(serve_http, router, settings)`` (or :class:`HttpServer` for a handle with
+h11 (and wsproto for the opening handshake) drive the protocols, :mod:`.ws_frames` the WebSocket frames;
+trio sockets carry them. Build a :class:`Router`, then start the server with
+``ports = await nursery.start(serve_http, router, settings)`` (or :class:`HttpServer` for a handle with
 ``shutdown()``). See :mod:`.connection` and :mod:`.websocket` for how requests and sessions are served.
 """
 

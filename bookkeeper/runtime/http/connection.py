@@ -423,9 +423,7 @@ class HttpConnection:
         data = self._ws_conn.send(AcceptConnection(subprotocol=subprotocol, extra_headers=extra))
         await self._send(data)
         trailing, _ = self._h11.trailing_data
-        ws = WebSocket(
-            self._stream, self._ws_conn, self._settings, self._ws_head, subprotocol, initial_data=trailing
-        )
+        ws = WebSocket(self._stream, self._settings, self._ws_head, subprotocol, initial_data=trailing)
         self.websocket = ws
         self._ws_nursery.start_soon(ws.run)
         if self._shutting_down:

@@ -1,13 +1,16 @@
-"""WebSocket sessions (RFC 6455) on top of wsproto, with bounded queues in both directions.
+"""WebSocket sessions (RFC 6455) with bounded queues in both directions.
 
 Theory of operation. A WebSocket route's handler receives a :class:`WebSocketRequest` and either rejects it
 with an ordinary HTTP response (Pulsar answers a failed producer/consumer creation with 400/404/409/... on
 the upgrade request) or accepts it and gets a :class:`WebSocket`. From then on two tasks own the socket:
 
-* the **reader** feeds received bytes to wsproto, reassembles fragmented messages (refusing any message over
-  ``ws_frame_bytes_max`` with close code 1009), answers pings with pongs, runs the closing handshake, and puts
-  complete messages on a receive queue bounded by ``ws_receive_queue_bytes_max`` — when the handler does not
-  keep up the reader stops reading and TCP flow control slows the peer;
+* the **reader** feeds received bytes to the frame decoder (:mod:`.ws_frames`; wsproto serves only the
+  opening handshake), which reassembles fragmented messages (refusing any message over ``ws_frame_bytes_max``
+  with close code 1009); it answers pings with pongs, runs the closing handshake, and puts complete messages
+  on a receive queue bounded by ``ws_receive_queue_bytes_max`` — when the handler does not keep up the reader
+  stops reading and TCP flow control slows the peer. Every message of a received chunk is queued at once and
+  :meth:`WebSocket.receive_batch` hands them all to the handler in one go (one task switch per chunk, not per
+  message);
 * the **writer** sends whatever frames are queued in one ``send_all``. ``send_text``/``send_bytes`` only
   encode a frame and append it to the send buffer (they checkpoint for cancellation but do not yield), so a
   dispatcher pushing many small messages in a loop fills the buffer while the writer is busy and they leave
@@ -24,33 +27,31 @@ from __future__ import annotations
 
 import logging
 import math
-import struct
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol
 
 import trio
-from wsproto import WSConnection
-from wsproto.connection import ConnectionState
-from wsproto.events import (
-    BytesMessage,
-    CloseConnection,
-    Event,
-    Ping,
-    TextMessage,
-)
-from wsproto.utilities import LocalProtocolError
 
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import HttpResponse, QueryParams, RequestHead
+from magnetar.bookkeeper.runtime.http.ws_frames import (
+    OPCODE_BINARY,
+    OPCODE_CLOSE,
+    OPCODE_PONG,
+    OPCODE_TEXT,
+    Close,
+    FrameDecoder,
+    Ping,
+    Pong,
+    ProtocolViolation,
+    close_payload,
+    frame_header,
+)
 
 log = logging.getLogger(__name__)
 
 RECEIVE_CHUNK_BYTES = 65536
-_OPCODE_TEXT = 0x1
-_OPCODE_BINARY = 0x2
-_HEADER_16 = struct.Struct("!BBH")
-_HEADER_64 = struct.Struct("!BBQ")
 
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
@@ -81,7 +82,6 @@ class WebSocket:
     def __init__(
         self,
         stream: trio.abc.Stream,
-        conn: WSConnection,
         settings: HttpSettings,
         head: RequestHead,
         subprotocol: str | None,
@@ -89,7 +89,7 @@ class WebSocket:
         initial_data: bytes = b"",
     ) -> None:
         self._stream = stream
-        self._conn = conn
+        self._decoder = FrameDecoder(expect_masked=True, message_bytes_max=settings.ws_frame_bytes_max)
         self._settings = settings
         self.head = head
         self.subprotocol = subprotocol
@@ -104,7 +104,9 @@ class WebSocket:
         self._in_bytes = 0
         self._in_event = trio.Event()
         self._space_event = trio.Event()
-        # lifecycle
+        # lifecycle: the closing handshake is over once a Close went each way
+        self._close_sent = False
+        self._close_received = False
         self._close_code: int | None = None
         self._close_reason = ""
         self._reading_done = False
@@ -142,13 +144,28 @@ class WebSocket:
         """The next complete message: ``str`` for a text message, ``bytes`` for a binary one.
 
         Messages received before the close are delivered first; then :class:`WebSocketClosed` is raised."""
-        while True:
-            if self._in:
-                message = self._in.popleft()
-                self._in_bytes -= len(message)
-                self._space_event.set()
-                await trio.lowlevel.checkpoint()
-                return message
+        await self._wait_for_messages()
+        message = self._in.popleft()
+        self._in_bytes -= len(message)
+        self._space_event.set()
+        await trio.lowlevel.checkpoint()
+        return message
+
+    async def receive_batch(self) -> list[str | bytes]:
+        """Every message received so far (at least one), in order: a handler that processes a whole batch
+        between two awaits costs one task switch per received chunk instead of one per message.
+
+        Messages received before the close are delivered first; then :class:`WebSocketClosed` is raised."""
+        await self._wait_for_messages()
+        batch = list(self._in)
+        self._in.clear()
+        self._in_bytes = 0
+        self._space_event.set()
+        await trio.lowlevel.checkpoint()
+        return batch
+
+    async def _wait_for_messages(self) -> None:
+        while not self._in:
             if self._reading_done or self._close_code is not None:
                 await trio.lowlevel.checkpoint()
                 raise WebSocketClosed(self._close_code or CLOSE_ABNORMAL, self._close_reason)
@@ -166,15 +183,26 @@ class WebSocket:
                 return
 
     async def send_text(self, text: str) -> None:
-        await self._send_frame(_OPCODE_TEXT, text.encode("utf-8"))
+        await self._send_frame(OPCODE_TEXT, text.encode("utf-8"))
 
     async def send_text_encoded(self, data: bytes) -> None:
         """Send a text message given as UTF-8 bytes (e.g. from orjson), skipping a decode/encode round trip.
         The caller guarantees the bytes are valid UTF-8."""
-        await self._send_frame(_OPCODE_TEXT, data)
+        await self._send_frame(OPCODE_TEXT, data)
 
     async def send_bytes(self, data: bytes) -> None:
-        await self._send_frame(_OPCODE_BINARY, data)
+        await self._send_frame(OPCODE_BINARY, data)
+
+    async def send_many(self, messages: Sequence[bytes], *, text: bool) -> None:
+        """Queue several messages (UTF-8 text when ``text``, else binary) in one call; one socket write."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        opcode = OPCODE_TEXT if text else OPCODE_BINARY
+        out = self._out
+        for data in messages:
+            out += frame_header(opcode, len(data))
+            out += data
+        await self._queued()
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """Start the closing handshake (if not started) and wait until the session is over.
@@ -189,21 +217,20 @@ class WebSocket:
 
     # --- internals used by the connection ---------------------------------------------------------------
 
-    async def _send_frame(self, opcode: int, payload: bytes) -> None:
-        """Queue one complete, unfragmented data frame. Server frames are unmasked: a short header plus the
-        payload. wsproto's state is unaffected by complete messages, so they are framed here (cheaper than a
-        wsproto event per message) while control frames still go through wsproto."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if self._close_code is not None or self._state() is not ConnectionState.OPEN:
+    def _check_open(self) -> None:
+        if self._close_code is not None or self._close_sent or self._close_received:
             raise WebSocketClosed(self._close_code or CLOSE_ABNORMAL, self._close_reason)
-        length = len(payload)
-        if length < 126:
-            self._out += bytes((0x80 | opcode, length))
-        elif length < 65536:
-            self._out += _HEADER_16.pack(0x80 | opcode, 126, length)
-        else:
-            self._out += _HEADER_64.pack(0x80 | opcode, 127, length)
+
+    async def _send_frame(self, opcode: int, payload: bytes) -> None:
+        """Queue one complete, unfragmented data frame (a server's frames are unmasked: header + payload)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        self._out += frame_header(opcode, len(payload))
         self._out += payload
+        await self._queued()
+
+    async def _queued(self) -> None:
+        """Wake the writer; wait while the send queue is over its bound (back-pressure)."""
         self._out_event.set()
         while len(self._out) > self._settings.ws_send_queue_bytes_max and self._close_code is None:
             self._drain_event = _fresh(self._drain_event)
@@ -213,17 +240,18 @@ class WebSocket:
         self._out += data
         self._out_event.set()
 
+    def _queue_control(self, opcode: int, payload: bytes) -> None:
+        self._queue_frame(frame_header(opcode, len(payload)) + payload)
+
     def _start_close(self, code: int, reason: str) -> None:
         """Queue our Close frame (once); the reader then waits for the peer's, bounded in time."""
         if self._close_code is None:
             self._close_code = code
             self._close_reason = reason
-        if self._state() in (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING):
-            try:
-                self._queue_frame(self._conn.send(CloseConnection(code=code, reason=reason)))
-            except LocalProtocolError:
-                log.debug("close frame not sent in state %s", self._state())
-            if self._state() is ConnectionState.CLOSED:
+        if not self._close_sent and not self._reading_done:
+            self._close_sent = True
+            self._queue_control(OPCODE_CLOSE, close_payload(code, reason))
+            if self._close_received:
                 self._reading_done = True
         if self._close_deadline == math.inf:  # the first close starts the clock; later calls do not extend it
             self._close_deadline = trio.current_time() + self._settings.ws_close_timeout_ms / 1000
@@ -232,9 +260,6 @@ class WebSocket:
     def server_shutdown(self) -> None:
         """Graceful server shutdown: close with 1001 ("going away")."""
         self._start_close(CLOSE_GOING_AWAY, "Server shutting down")
-
-    def _state(self) -> ConnectionState:
-        return self._conn.state
 
     def _wake_all(self) -> None:
         self._out_event.set()
@@ -291,8 +316,6 @@ class WebSocket:
         return min(idle, self._close_deadline)
 
     async def _reader(self) -> None:
-        parts: list[str | bytes] = []
-        size = 0
         while not self._reading_done:
             while self._in_bytes > self._settings.ws_receive_queue_bytes_max and self._close_code is None:
                 self._space_event = _fresh(self._space_event)
@@ -304,26 +327,47 @@ class WebSocket:
                 data = await self._receive_chunk()
             if data is None:
                 continue
-            self._conn.receive_data(data or None)
-            for event in self._conn.events():
-                if isinstance(event, TextMessage | BytesMessage):
-                    if self._close_code is not None:
-                        continue  # closing: drop data frames
-                    chunk = event.data if isinstance(event.data, str) else bytes(event.data)
-                    parts.append(chunk)
-                    size += len(chunk)
-                    if size > self._settings.ws_frame_bytes_max:
-                        limit = self._settings.ws_frame_bytes_max
-                        self._start_close(CLOSE_MESSAGE_TOO_BIG, f"message larger than {limit} bytes")
-                        parts, size = [], 0
-                    elif event.message_finished:
-                        self._deliver(parts)
-                        parts, size = [], 0
-                else:
-                    self._handle_control(event)
             if not data:
                 self._reading_done = True
                 self._abort()
+                return
+            self._handle_events(self._decoder.feed(data))
+
+    def _handle_events(self, events: list[str | bytes | Ping | Pong | Close | ProtocolViolation]) -> None:
+        queue = self._in
+        queued = 0
+        for event in events:
+            if isinstance(event, str | bytes):
+                if self._close_code is None:  # closing: data frames are dropped
+                    queue.append(event)
+                    queued += len(event)
+            elif isinstance(event, Ping):
+                if not self._close_sent and not self._close_received:
+                    self._queue_control(OPCODE_PONG, event.payload)
+            elif isinstance(event, Close):
+                self._on_close_frame(event)
+            elif isinstance(event, ProtocolViolation):
+                self._start_close(event.code, event.reason)
+                if not self._decoder.finished:
+                    continue  # 1009: the decoder skips data frames and still reads the peer's Close
+                # The peer's stream cannot be parsed further: flush our Close and stop reading.
+                self._reading_done = True
+                self._wake_all()
+        if queued:
+            self._in_bytes += queued
+            self._in_event.set()
+
+    def _on_close_frame(self, event: Close) -> None:
+        self._close_received = True
+        if not self._close_sent:
+            # The peer started closing: answer with its code (none for "no status"), as wsproto did.
+            if self._close_code is None:
+                self._close_code = event.code
+                self._close_reason = event.reason
+            self._close_sent = True
+            self._queue_control(OPCODE_CLOSE, close_payload(event.code, event.reason))
+        self._reading_done = True
+        self._wake_all()
 
     async def _receive_chunk(self) -> bytes | None:
         """Bytes from the socket (``b""`` at EOF), or None when a deadline passed and was handled."""
@@ -342,41 +386,6 @@ class WebSocket:
         elif now >= self._last_activity + self._settings.ws_idle_timeout_ms / 1000:
             self._start_close(CLOSE_GOING_AWAY, "Idle timeout")
         return None
-
-    def _deliver(self, parts: list[str | bytes]) -> None:
-        if len(parts) == 1:
-            message = parts[0]
-        elif isinstance(parts[0], str):
-            message = "".join(p for p in parts if isinstance(p, str))
-        else:
-            message = b"".join(p for p in parts if isinstance(p, bytes))
-        self._in.append(message)
-        self._in_bytes += len(message)
-        self._in_event.set()
-
-    def _handle_control(self, event: Event) -> None:
-        if isinstance(event, Ping):
-            if self._conn.state is ConnectionState.OPEN:
-                self._queue_frame(self._conn.send(event.response()))
-        elif isinstance(event, CloseConnection):
-            if self._conn.state is ConnectionState.REMOTE_CLOSING:
-                # The peer started closing (or wsproto reported a protocol error with a Close event).
-                if self._close_code is None:
-                    self._close_code = event.code
-                    self._close_reason = event.reason or ""
-                self._queue_frame(self._conn.send(event.response()))
-            elif self._conn.state is ConnectionState.OPEN:
-                # A protocol error detected by wsproto (bad frame, invalid UTF-8): close with its code.
-                self._start_close(event.code, event.reason or "")
-                self._abort_after_flush()
-                return
-            self._reading_done = True
-            self._wake_all()
-
-    def _abort_after_flush(self) -> None:
-        """After a protocol error the peer's stream cannot be parsed further: flush our Close and stop."""
-        self._reading_done = True
-        self._wake_all()
 
 
 class Upgrader(Protocol):

@@ -15,6 +15,7 @@ from magnetar.broker.message_id import (
     LATEST,
     MessageId,
     decode_base64_java,
+    encode_message_id,
     format_position,
     parse_position,
     read_varint,
@@ -113,6 +114,25 @@ def test_round_trips(message_id: MessageId) -> None:
     assert base64.b64decode(message_id.to_base64()) == message_id.to_bytes()
 
 
+@given(ids, st.integers(-(2**31), 2**31 - 1), st.booleans())
+def test_the_hot_path_encoder_and_the_delivered_id_memo_agree_with_the_codec(
+    message_id: MessageId, batch_size: int, delivered: bool
+) -> None:
+    """``encode_message_id`` writes exactly ``to_base64``'s bytes, and an id it remembered for a consumer
+    decodes from the memo to exactly what the full decoder gives."""
+    m = message_id
+    text = encode_message_id(
+        m.ledger_id, m.entry_id, m.partition, m.batch_index, batch_size, delivered=delivered
+    )
+    full = MessageId(m.ledger_id, m.entry_id, m.partition, m.batch_index, batch_size)
+    assert text == full.to_base64()
+    expected = MessageId.from_bytes(base64.b64decode(text))
+    decoded = MessageId.from_base64(text)
+    assert decoded == expected
+    assert decoded.batch_size == expected.batch_size
+    assert decoded.partition == expected.partition
+
+
 @given(st.integers(0, 2**64 - 1))
 def test_varint_round_trips(value: int) -> None:
     out = bytearray()
@@ -152,3 +172,21 @@ def test_identity_and_order_ignore_batch_size() -> None:
         MessageId(2**63, 0)
     with pytest.raises(InvalidMessageIdError):
         MessageId(0, 0, partition=2**31)
+
+
+def test_plain_acks_of_delivered_ids_skip_parsing_with_the_same_result() -> None:
+    from magnetar.broker.ws_messages import CommandType, parse_consumer_command, plain_ack_fields
+
+    text = encode_message_id(12, 34, 2, 5, 10, delivered=True)
+    frame = '{"messageId":"' + text + '"}'
+    fields = plain_ack_fields(frame)
+    command = parse_consumer_command(frame)
+    assert command.type is CommandType.ACK
+    assert command.message_id is not None
+    m = command.message_id
+    assert fields == (m.ledger_id, m.entry_id, m.partition, m.batch_index, m.batch_size) == (12, 34, 2, 5, 10)
+    assert plain_ack_fields(encode_message_id(99, 1, -1, -1, 0)) is None  # not a JSON ack
+    undelivered = '{"messageId":"' + MessageId(77, 1).to_base64() + '"}'
+    assert plain_ack_fields(undelivered) is None  # decoded by the full parser instead
+    assert plain_ack_fields('{"messageId": "' + text + '"}') is None  # any other spelling: full parser
+    assert plain_ack_fields('{"type":"negativeAcknowledge","messageId":"' + text + '"}') is None

@@ -430,7 +430,7 @@ async def test_queued_messages_leave_in_few_socket_writes() -> None:
     assert any(isinstance(e, Request) for e in server.events())
     client.receive_data(server.send(AcceptConnection()))
     head = RequestHead("GET", "/", "/", QueryParams(), (), {}, None)
-    ws = WebSocket(server_stream, server, HttpSettings(), head, None)
+    ws = WebSocket(server_stream, HttpSettings(), head, None)
     received: list[str | bytes] = []
 
     async def read_all() -> None:

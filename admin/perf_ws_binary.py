@@ -1,0 +1,135 @@
+"""``magnetar perf produce|consume --protocol binary``: the load of :mod:`.perf_ws` over the ``magnetar.v1``
+binary subprotocol (:mod:`magnetar.broker.binary_protocol`).
+
+produce: each SEND frame carries up to ``--batch-size`` messages, and at most ``--max-pending`` messages are
+unacknowledged; a RECEIPT acknowledges its frame's messages, whose latency is send -> receipt.
+consume: every MESSAGES frame is acknowledged with one ACK_RANGE per partition (first to last position it
+carried); latency is ``publishTime`` -> delivery.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from magnetar.broker.binary_protocol import (
+    FrameType,
+    Position3,
+    encode_ack_ranges,
+    encode_send,
+    parse_receipt,
+    scan_messages,
+)
+
+if TYPE_CHECKING:
+    from magnetar.admin.perf_ws import Stats, _Progress
+    from magnetar.admin.ws_client import WsClient
+
+_request_ids = itertools.count(1)
+
+
+class _Window:
+    """SEND frames in flight: request id -> (sent at, messages), and the room they leave."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.in_flight: dict[int, tuple[float, int]] = {}
+        self.messages = 0
+        self.room = trio.Event()
+
+    def sent(self, request_id: int, count: int) -> None:
+        self.in_flight[request_id] = (time.monotonic(), count)
+        self.messages += count
+
+    def settle(self, frames: list[str | bytes], stats: Stats) -> None:
+        now = time.monotonic()
+        for frame in frames:
+            if not isinstance(frame, bytes):
+                continue
+            receipt = parse_receipt(frame)
+            sent_at, count = self.in_flight.pop(receipt.request_id, (now, 0))
+            self.messages -= count
+            if receipt.ok:
+                stats.record(now - sent_at, now, count)
+            else:
+                stats.errors += count
+        self.room.set()
+
+    async def wait_for_room(self) -> None:
+        self.room = trio.Event()
+        await self.room.wait()
+
+
+async def produce_on(
+    client: WsClient,
+    payload: bytes,
+    messages: int,
+    progress: _Progress,
+    rate: float,
+    window_size: int,
+    batch_size: int,
+    stats: Stats,
+) -> None:
+    window = _Window(window_size)
+    start = time.monotonic()
+    first = progress.sent
+    done = trio.Event()
+
+    async def receipts() -> None:
+        try:
+            while True:
+                window.settle(await client.receive_batch(), stats)
+                if messages and not window.in_flight and progress.sent >= messages:
+                    done.set()
+                    return
+        except trio.Cancelled:
+            raise
+        except BaseException:
+            stats.errors += window.messages  # the connection was lost: their outcome is unknown
+            raise
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(receipts)
+        while not messages or progress.sent < messages:
+            count = min(window.size - window.messages, batch_size)
+            if messages:
+                count = min(count, messages - progress.sent)
+            if rate:
+                due = int((time.monotonic() - start) * rate) + 1 - (progress.sent - first)
+                if due <= 0:
+                    await trio.sleep(max(0.0, start + (progress.sent - first) / rate - time.monotonic()))
+                    continue
+                count = min(count, due)
+            if count <= 0:
+                await window.wait_for_room()
+                continue
+            request_id = next(_request_ids)
+            window.sent(request_id, count)
+            progress.sent += count
+            await client.send_bytes(encode_send(request_id, [payload] * count))
+        await done.wait()
+
+
+async def consume_on(client: WsClient, messages: int, stats: Stats) -> None:
+    while not messages or stats.count < messages:
+        batch = await client.receive_batch()
+        now = time.monotonic()
+        wall_ms = time.time() * 1000
+        spans: dict[int, tuple[Position3, Position3]] = {}
+        for frame in batch:
+            if not isinstance(frame, bytes) or frame[:1] != bytes((FrameType.MESSAGES,)):
+                continue
+            for partition, ledger, entry, index, published in scan_messages(frame):
+                stats.record(max(0.0, wall_ms - published) / 1000, now)
+                position = (ledger, entry, index)
+                span = spans.get(partition)
+                if span is None:
+                    spans[partition] = (position, position)
+                else:
+                    spans[partition] = (min(span[0], position), max(span[1], position))
+        if spans:
+            ranges = [(partition, low, high) for partition, (low, high) in spans.items()]
+            await client.send_bytes(encode_ack_ranges(ranges))

@@ -1,0 +1,128 @@
+"""The producer side of the binary subprotocol ``magnetar.v1`` (see :mod:`.binary_protocol` for the frames).
+
+A SEND frame is parsed and validated once (:func:`~.binary_protocol.parse_send`), routed into runs of
+consecutive messages for the same partition (one run on a non-partitioned topic), and each run is cut at the
+broker's batch limits (``publish_batch_messages_max`` messages, ``publish_batch_bytes_max`` payload bytes)
+into groups that become one batch entry each (:meth:`.producer.Producer.send_entry`): the messages keep their
+bytes (:class:`~.entry_format.RawMessage`), so a message costs a header and no JSON, base64 or re-encoding.
+A :class:`FrameReceipt` collects the entries' positions and answers the frame once: a RECEIPT when every
+entry was stored, else one SEND_ERROR. Back-pressure is the JSON producer's: the session's pending messages
+stay within ``maxPendingMessages`` (a group larger than that goes alone), and the session stops reading
+meanwhile; backlog quotas hold or refuse a frame as they do a JSON publish (a refused frame gets a
+SEND_ERROR with code 8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from magnetar.broker.binary_protocol import (
+    BinaryFrameError,
+    encode_receipt,
+    encode_send_error,
+    parse_send,
+)
+from magnetar.broker.consumer import OutboundFrames
+from magnetar.broker.entry_format import RawMessage
+from magnetar.broker.producer import Capacity, PartitionedProducer, Producer
+from magnetar.broker.ws_errors import WsErrorCode
+
+
+class FrameReceipt:
+    """The outcome of one SEND frame: a RECEIPT once all its entries are stored, or one SEND_ERROR."""
+
+    __slots__ = ("_frames", "_ranges", "_remaining", "done", "request_id")
+
+    def __init__(self, request_id: int, entries: int, frames: OutboundFrames) -> None:
+        self.request_id = request_id
+        self._frames = frames
+        self._ranges: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * entries
+        self._remaining = entries
+        self.done = False
+
+    def stored(self, slot: int, partition: int, ledger_id: int, entry_id: int, count: int) -> None:
+        if self.done:
+            return
+        self._ranges[slot] = (partition, ledger_id, entry_id, count)
+        self._remaining -= 1
+        if self._remaining == 0:
+            self.done = True
+            self._frames.push(encode_receipt(self.request_id, self._ranges))
+
+    def fail(self, reason: str) -> None:
+        if not self.done:
+            self.done = True
+            self._frames.push(encode_send_error(self.request_id, WsErrorCode.UNKNOWN_ERROR, reason))
+
+
+class BinaryPublisher:
+    """Turns one binary producer session's frames into entries."""
+
+    def __init__(
+        self,
+        publisher: Producer | PartitionedProducer,
+        frames: OutboundFrames,
+        capacity: Capacity,
+        refusal: Callable[[int], Awaitable[str | None]],
+        *,
+        batch_messages_max: int,
+        batch_bytes_max: int,
+    ) -> None:
+        self._publisher = publisher
+        self._frames = frames
+        self._capacity = capacity
+        self._refusal = refusal
+        """Rate limits and backlog quotas (:mod:`.publish_gate`) for a frame of N messages: waits while held;
+        the reason when the publish is refused."""
+        self._batch_messages_max = batch_messages_max
+        self._batch_bytes_max = batch_bytes_max
+
+    async def on_frame(self, message: str | bytes) -> None:
+        if isinstance(message, str):
+            self._refuse(0, "a magnetar.v1 session carries binary frames only")
+            return
+        try:
+            send = parse_send(message)
+        except BinaryFrameError as exc:
+            self._refuse(exc.request_id or 0, str(exc))
+            return
+        refused = await self._refusal(len(send.messages))
+        if refused is not None:
+            self._frames.push(encode_send_error(send.request_id, WsErrorCode.UNKNOWN_ERROR, refused))
+            return
+        groups = [
+            (producer, group) for producer, run in self._runs(send.messages) for group in self._split(run)
+        ]
+        receipt = FrameReceipt(send.request_id, len(groups), self._frames)
+        received_at = trio.current_time()
+        for slot, (producer, group) in enumerate(groups):
+            await self._capacity.wait_for(len(group))
+            producer.send_entry(group, receipt, slot, received_at)
+
+    def _refuse(self, request_id: int, reason: str) -> None:
+        code = WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON
+        self._frames.push(encode_send_error(request_id, code, reason))
+
+    def _runs(self, messages: list[RawMessage]) -> list[tuple[Producer, list[RawMessage]]]:
+        if isinstance(self._publisher, Producer):
+            return [(self._publisher, messages)]
+        return self._publisher.route_frame(messages)
+
+    def _split(self, run: list[RawMessage]) -> list[list[RawMessage]]:
+        """Cut a run at the batch limits (a single message larger than the byte limit goes alone)."""
+        limit = self._batch_messages_max
+        if len(run) <= limit and sum(m.payload_bytes for m in run) <= self._batch_bytes_max:
+            return [run]
+        groups: list[list[RawMessage]] = []
+        group: list[RawMessage] = []
+        size = 0
+        for message in run:
+            if group and (len(group) >= limit or size + message.payload_bytes > self._batch_bytes_max):
+                groups.append(group)
+                group, size = [], 0
+            group.append(message)
+            size += message.payload_bytes
+        groups.append(group)
+        return groups

@@ -1,0 +1,490 @@
+"""Magnetar's binary WebSocket subprotocol ``magnetar.v1``, sans-IO: an optional, documented alternative to
+Pulsar's JSON API for bulk producers and consumers.
+
+Why. Pulsar's JSON API costs, per message and on both sides, a JSON document, base64 of the payload and of
+the message id, and a frame each way (the message and its ack). A producer that sends many messages per
+WebSocket frame and receives one receipt per frame, and a consumer that receives many messages per frame and
+acknowledges a frame with one range, do that work once per frame instead.
+
+Negotiation. The client offers ``Sec-WebSocket-Protocol: magnetar.v1`` on the usual endpoints
+(``/ws/v2/producer/...``, ``/ws/v2/consumer/...``, ``/ws/v2/reader/...``) with the usual query parameters;
+the upgrade is refused, redirected or accepted exactly as for the JSON API. When the broker accepts it
+answers with the same header, and from then on the session carries binary frames in this format only (a
+text frame is a malformed frame). Without the header the session is Pulsar's JSON API. Topics, subscriptions
+and their types, flow control (``receiverQueueSize``, pull mode), ack timeouts, negative acks and redelivery
+are the same for both, and messages published in one form are consumed in the other.
+
+Encoding. Little-endian. Each WebSocket binary message is one frame, whose first byte is its type. Strings
+are UTF-8. A message id (28 bytes) is ``partition i32 | ledger_id i64 | entry_id i64 | batch_index i32 |
+batch_size i32`` - the fields of Pulsar's ``MessageId`` (``batch_index`` -1 and ``batch_size`` 0 for a
+message stored alone, as the JSON API's base64 ids say).
+
+Producer sessions::
+
+    SEND        client 0x01  request_id u64 | count u32 | count x message
+                message := payload_len u32 | key_len u16 (0xFFFF: no key) | property_count u16
+                           | event_time_ms i64 (0: none) | key | property_count x (name_len u16, name,
+                           value_len u16, value) | payload
+    RECEIPT     broker 0x81  request_id u64 | range_count u16 | range_count x (partition i32 | ledger_id i64
+                           | entry_id i64 | count u32)
+    SEND_ERROR  broker 0x82  request_id u64 | code u16 | reason_len u16 | reason
+
+A SEND's messages are stored in frame order as batch entries: one entry per frame when the frame fits the
+broker's batch limits (``publish_batch_messages_max``, ``publish_batch_bytes_max``) and goes to one partition.
+Its RECEIPT lists the entries in frame order; message ``i`` of a range has the id ``(partition, ledger_id,
+entry_id, i, count)``. On a partitioned topic a message with a key goes to its key's partition and the
+messages without a key of one frame go together to the partition the routing mode picks for that frame (as
+Pulsar's batching producer routes batches); consecutive messages for the same partition form one range.
+Receipts are matched to SENDs by ``request_id`` (on a partitioned topic they may complete out of order).
+A SEND fails as a whole with a SEND_ERROR carrying Pulsar's ``send-error`` code: 3 for a malformed frame
+(the session goes on, as after a JSON request that cannot be read), 8 when storing failed; as for the JSON
+API a failed send fails every later send of the producer still pending, and the outcome of a failed send is
+unknown (some of its entries may be stored).
+
+Consumer and reader sessions::
+
+    MESSAGES        broker 0x11  count u32 | count x (id | redelivery_count u32 | publish_time_ms i64
+                                 | event_time_ms i64 | key_len u16 (0xFFFF: no key) | property_count u16
+                                 | payload_len u32 | key | properties as in SEND | payload)
+    END_OF_TOPIC    broker 0x12  flag u8 (1: the end of a terminated topic was reached)
+    ACK             client 0x21  count u32 | count x id                  (individual acks, as JSON acks)
+    ACK_RANGE       client 0x22  count u32 | count x (partition i32 | first | last),
+                                 first, last := ledger_id i64 | entry_id i64 | batch_index i32
+    NACK            client 0x23  count u32 | count x id                  (negative acks, as JSON)
+    PERMIT          client 0x24  count u32
+    UNSUBSCRIBE     client 0x25
+    IS_END_OF_TOPIC client 0x26  -> END_OF_TOPIC
+
+ACK_RANGE acknowledges every message delivered to this session and not yet acknowledged whose position
+``(ledger_id, entry_id, batch_index)`` lies in ``[first, last]`` on that partition: one range per MESSAGES
+frame acknowledges the frame, and a range from ``(-1, -1, -1)`` is a cumulative ack of what the session
+received. PERMIT grants permits in pull mode (``pullMode=true``, as the JSON ``permit`` command); for a reader
+it releases ``count`` messages of the window (the JSON reader releases one per frame it sends). A malformed
+frame, or a frame type the session does not take, closes a consumer or reader session with 4003 (Pulsar's
+code 3, as bad JSON does).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+from magnetar.broker.entry_format import (
+    KEY_BYTES_MAX,
+    PAYLOAD_BYTES_MAX,
+    PROPERTIES_MAX,
+    RawMessage,
+    StoredMessage,
+    encode_properties,
+)
+from magnetar.broker.errors import BrokerError
+
+SUBPROTOCOL = "magnetar.v1"
+NO_KEY = 0xFFFF
+
+
+class FrameType(IntEnum):
+    SEND = 0x01
+    RECEIPT = 0x81
+    SEND_ERROR = 0x82
+    MESSAGES = 0x11
+    END_OF_TOPIC = 0x12
+    ACK = 0x21
+    ACK_RANGE = 0x22
+    NACK = 0x23
+    PERMIT = 0x24
+    UNSUBSCRIBE = 0x25
+    IS_END_OF_TOPIC = 0x26
+
+
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_TYPE_COUNT = struct.Struct("<BI")
+_SEND_HEAD = struct.Struct("<BQI")
+_SEND_MESSAGE = struct.Struct("<IHHq")
+_RECEIPT_HEAD = struct.Struct("<BQH")
+_RANGE = struct.Struct("<iqqI")
+_SEND_ERROR = struct.Struct("<BQHH")
+_ID = struct.Struct("<iqqii")
+_ACK_RANGE = struct.Struct("<iqqiqqi")
+_RECORD = struct.Struct("<iqqiiIqqHHI")
+"""A MESSAGES record's fixed part: id, redelivery count, times, key/property/payload sizes."""
+
+MessageIdFields = tuple[int, int, int, int, int]
+"""(partition, ledger_id, entry_id, batch_index, batch_size)."""
+Position3 = tuple[int, int, int]
+"""(ledger_id, entry_id, batch_index)."""
+
+
+class BinaryFrameError(BrokerError):
+    """A frame that does not follow ``magnetar.v1``; ``request_id`` when a SEND's could be read."""
+
+    def __init__(self, message: str, request_id: int | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+# --- producer side -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SendFrame:
+    request_id: int
+    messages: list[RawMessage]
+
+
+def _utf8(data: bytes, what: str, request_id: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BinaryFrameError(f"{what} is not valid UTF-8", request_id) from None
+
+
+def _check_properties(frame: bytes, pos: int, count: int, end: int, request_id: int) -> int:
+    """Validate ``count`` properties at ``pos`` (bounds, UTF-8); returns the offset after them."""
+    if count > PROPERTIES_MAX:
+        raise BinaryFrameError(f"{count} properties, more than {PROPERTIES_MAX}", request_id)
+    for _ in range(count * 2):
+        if pos + 2 > end:
+            raise BinaryFrameError("SEND truncated in a property", request_id)
+        (size,) = _U16.unpack_from(frame, pos)
+        pos += 2
+        if pos + size > end:
+            raise BinaryFrameError("SEND truncated in a property", request_id)
+        _utf8(frame[pos : pos + size], "a property", request_id)
+        pos += size
+    return pos
+
+
+def parse_send(frame: bytes) -> SendFrame:
+    """A SEND frame's messages (validated: bounds, UTF-8 keys and properties); :class:`BinaryFrameError`."""
+    if len(frame) < _SEND_HEAD.size or frame[0] != FrameType.SEND:
+        raise BinaryFrameError("not a SEND frame")
+    _, request_id, count = _SEND_HEAD.unpack_from(frame)
+    if count == 0:
+        raise BinaryFrameError("a SEND carries at least one message", request_id)
+    if count * _SEND_MESSAGE.size > len(frame) - _SEND_HEAD.size:
+        raise BinaryFrameError(f"SEND too short for {count} messages", request_id)
+    messages: list[RawMessage] = []
+    pos = _SEND_HEAD.size
+    end = len(frame)
+    unpack = _SEND_MESSAGE.unpack_from
+    for _ in range(count):
+        if pos + _SEND_MESSAGE.size > end:
+            raise BinaryFrameError("SEND truncated", request_id)
+        payload_len, key_len, property_count, event_time_ms = unpack(frame, pos)
+        pos += _SEND_MESSAGE.size
+        body_start = pos
+        key: str | None = None
+        if key_len != NO_KEY:
+            if pos + key_len > end:
+                raise BinaryFrameError("SEND truncated in a key", request_id)
+            key = _utf8(frame[pos : pos + key_len], "a key", request_id)
+            pos += key_len
+        if property_count:
+            pos = _check_properties(frame, pos, property_count, end, request_id)
+        if payload_len > PAYLOAD_BYTES_MAX or pos + payload_len > end:
+            raise BinaryFrameError("SEND truncated in a payload", request_id)
+        pos += payload_len
+        messages.append(
+            RawMessage(key, event_time_ms, key_len, property_count, payload_len, frame[body_start:pos])
+        )
+    if pos != end:
+        raise BinaryFrameError(f"{end - pos} bytes after the last message of a SEND", request_id)
+    return SendFrame(request_id, messages)
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingMessage:
+    """What a producer sends (client side of SEND)."""
+
+    payload: bytes
+    key: str | None = None
+    properties: Mapping[str, str] | None = None
+    event_time_ms: int = 0
+
+
+def encode_send(request_id: int, messages: Sequence[OutgoingMessage | bytes]) -> bytes:
+    """A SEND frame (client side); plain ``bytes`` are payloads without key, properties or event time."""
+    parts = [_SEND_HEAD.pack(FrameType.SEND, request_id, len(messages))]
+    pack = _SEND_MESSAGE.pack
+    for message in messages:
+        if isinstance(message, bytes):
+            parts.append(pack(len(message), NO_KEY, 0, 0))
+            parts.append(message)
+            continue
+        key = b"" if message.key is None else message.key.encode("utf-8")
+        if len(key) > KEY_BYTES_MAX - 1:
+            raise ValueError(f"key of {len(key)} bytes")
+        properties = message.properties or {}
+        parts.append(
+            pack(
+                len(message.payload),
+                NO_KEY if message.key is None else len(key),
+                len(properties),
+                message.event_time_ms,
+            )
+        )
+        parts.append(key)
+        parts.append(encode_properties(properties))
+        parts.append(message.payload)
+    return b"".join(parts)
+
+
+def encode_receipt(request_id: int, ranges: Sequence[tuple[int, int, int, int]]) -> bytes:
+    """RECEIPT for ``ranges`` of ``(partition, ledger_id, entry_id, count)`` in frame order."""
+    parts = [_RECEIPT_HEAD.pack(FrameType.RECEIPT, request_id, len(ranges))]
+    parts.extend(_RANGE.pack(*r) for r in ranges)
+    return b"".join(parts)
+
+
+def encode_send_error(request_id: int, code: int, reason: str) -> bytes:
+    text = reason.encode("utf-8")[:1024]
+    return _SEND_ERROR.pack(FrameType.SEND_ERROR, request_id, code, len(text)) + text
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A RECEIPT or SEND_ERROR as a client reads it."""
+
+    request_id: int
+    ranges: tuple[tuple[int, int, int, int], ...] = ()
+    error_code: int = 0
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code == 0
+
+    def message_ids(self) -> list[MessageIdFields]:
+        """The ids of the SEND's messages, in frame order."""
+        return [
+            (partition, ledger, entry, index, count)
+            for partition, ledger, entry, count in self.ranges
+            for index in range(count)
+        ]
+
+
+def parse_receipt(frame: bytes) -> Receipt:
+    """A RECEIPT or SEND_ERROR frame (client side)."""
+    try:
+        if frame[0] == FrameType.RECEIPT:
+            _, request_id, count = _RECEIPT_HEAD.unpack_from(frame)
+            if len(frame) != _RECEIPT_HEAD.size + count * _RANGE.size:
+                raise BinaryFrameError("RECEIPT of the wrong size")
+            ranges = tuple(_RANGE.iter_unpack(frame[_RECEIPT_HEAD.size :]))
+            return Receipt(request_id, ranges)
+        if frame[0] == FrameType.SEND_ERROR:
+            _, request_id, code, size = _SEND_ERROR.unpack_from(frame)
+            reason = frame[_SEND_ERROR.size : _SEND_ERROR.size + size].decode("utf-8", errors="replace")
+            return Receipt(request_id, error_code=code, reason=reason)
+    except (IndexError, struct.error) as exc:
+        raise BinaryFrameError(f"truncated frame: {exc}") from None
+    raise BinaryFrameError(f"not a receipt: frame type {frame[:1].hex()}")
+
+
+# --- consumer side -----------------------------------------------------------------------------------------
+
+
+def message_record(
+    partition: int,
+    ledger_id: int,
+    entry_id: int,
+    batch_index: int,
+    batch_size: int,
+    redelivery_count: int,
+    message: StoredMessage,
+) -> bytes:
+    """One message of a MESSAGES frame (broker side)."""
+    payload = message.payload
+    key = message.key
+    properties = message.properties
+    if key is None and not properties:
+        return (
+            _RECORD.pack(
+                partition,
+                ledger_id,
+                entry_id,
+                batch_index,
+                batch_size,
+                redelivery_count,
+                message.publish_time_ms,
+                message.event_time_ms,
+                NO_KEY,
+                0,
+                len(payload),
+            )
+            + payload
+        )
+    key_bytes = b"" if key is None else key.encode("utf-8")
+    head = _RECORD.pack(
+        partition,
+        ledger_id,
+        entry_id,
+        batch_index,
+        batch_size,
+        redelivery_count,
+        message.publish_time_ms,
+        message.event_time_ms,
+        NO_KEY if key is None else len(key_bytes),
+        len(properties),
+        len(payload),
+    )
+    return head + key_bytes + encode_properties(properties) + payload
+
+
+def messages_frame(records: Sequence[bytes]) -> bytes:
+    return _TYPE_COUNT.pack(FrameType.MESSAGES, len(records)) + b"".join(records)
+
+
+def end_of_topic_frame(end_of_topic: bool) -> bytes:
+    return bytes((FrameType.END_OF_TOPIC, 1 if end_of_topic else 0))
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A MESSAGES record as a client reads it."""
+
+    message_id: MessageIdFields
+    redelivery_count: int
+    publish_time_ms: int
+    event_time_ms: int
+    key: str | None
+    properties: dict[str, str]
+    payload: bytes
+
+
+def parse_messages(frame: bytes) -> list[ReceivedMessage]:
+    """A MESSAGES frame (client side)."""
+    try:
+        kind, count = _TYPE_COUNT.unpack_from(frame)
+        if kind != FrameType.MESSAGES:
+            raise BinaryFrameError(f"not a MESSAGES frame: type {kind:#x}")
+        pos = _TYPE_COUNT.size
+        out: list[ReceivedMessage] = []
+        for _ in range(count):
+            fields = _RECORD.unpack_from(frame, pos)
+            pos += _RECORD.size
+            key_len, property_count, payload_len = fields[8:]
+            key = None
+            if key_len != NO_KEY:
+                key = frame[pos : pos + key_len].decode("utf-8")
+                pos += key_len
+            properties: dict[str, str] = {}
+            for _ in range(property_count):
+                (size,) = _U16.unpack_from(frame, pos)
+                name = frame[pos + 2 : pos + 2 + size].decode("utf-8")
+                pos += 2 + size
+                (size,) = _U16.unpack_from(frame, pos)
+                properties[name] = frame[pos + 2 : pos + 2 + size].decode("utf-8")
+                pos += 2 + size
+            payload = frame[pos : pos + payload_len]
+            if len(payload) != payload_len:
+                raise BinaryFrameError("MESSAGES truncated")
+            pos += payload_len
+            out.append(ReceivedMessage(fields[:5], fields[5], fields[6], fields[7], key, properties, payload))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise BinaryFrameError(f"malformed MESSAGES frame: {exc}") from None
+    return out
+
+
+def scan_messages(frame: bytes) -> list[tuple[int, int, int, int, int]]:
+    """``(partition, ledger_id, entry_id, batch_index, publish_time_ms)`` of each message of a MESSAGES frame,
+    skipping keys, properties and payloads undecoded (a load generator's cheap read)."""
+    try:
+        kind, count = _TYPE_COUNT.unpack_from(frame)
+        if kind != FrameType.MESSAGES:
+            raise BinaryFrameError(f"not a MESSAGES frame: type {kind:#x}")
+        pos = _TYPE_COUNT.size
+        out: list[tuple[int, int, int, int, int]] = []
+        unpack = _RECORD.unpack_from
+        for _ in range(count):
+            partition, ledger, entry, index, _size, _count, publish, _event, key_len, props, payload_len = (
+                unpack(frame, pos)
+            )
+            pos += _RECORD.size + (0 if key_len == NO_KEY else key_len)
+            for _ in range(props * 2):
+                pos += 2 + _U16.unpack_from(frame, pos)[0]
+            pos += payload_len
+            out.append((partition, ledger, entry, index, publish))
+    except struct.error as exc:
+        raise BinaryFrameError(f"malformed MESSAGES frame: {exc}") from None
+    if pos != len(frame):
+        raise BinaryFrameError("MESSAGES frame of the wrong size")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerFrame:
+    """A consumer's or reader's frame (broker side)."""
+
+    type: FrameType
+    ids: list[MessageIdFields]
+    """ACK, NACK."""
+    ranges: list[tuple[int, Position3, Position3]]
+    """ACK_RANGE: (partition, first, last)."""
+    count: int = 0
+    """PERMIT."""
+
+
+_CONSUMER_TYPES = frozenset(
+    {
+        FrameType.ACK,
+        FrameType.ACK_RANGE,
+        FrameType.NACK,
+        FrameType.PERMIT,
+        FrameType.UNSUBSCRIBE,
+        FrameType.IS_END_OF_TOPIC,
+    }
+)
+
+
+def parse_consumer_frame(frame: bytes) -> ConsumerFrame:
+    """Parse a consumer/reader frame; :class:`BinaryFrameError` when it is malformed."""
+    if not frame or frame[0] not in _CONSUMER_TYPES:
+        raise BinaryFrameError(f"not a consumer frame: type {frame[:1].hex() or 'none'}")
+    kind = FrameType(frame[0])
+    if kind in (FrameType.UNSUBSCRIBE, FrameType.IS_END_OF_TOPIC):
+        if len(frame) != 1:
+            raise BinaryFrameError(f"{kind.name} frame of {len(frame)} bytes")
+        return ConsumerFrame(kind, [], [])
+    if len(frame) < _TYPE_COUNT.size:
+        raise BinaryFrameError(f"{kind.name} frame truncated")
+    _, count = _TYPE_COUNT.unpack_from(frame)
+    body = frame[_TYPE_COUNT.size :]
+    if kind is FrameType.PERMIT:
+        if body:
+            raise BinaryFrameError("PERMIT frame of the wrong size")
+        return ConsumerFrame(kind, [], [], count)
+    if kind is FrameType.ACK_RANGE:
+        if len(body) != count * _ACK_RANGE.size:
+            raise BinaryFrameError("ACK_RANGE frame of the wrong size")
+        ranges = [
+            (p, (l1, e1, i1), (l2, e2, i2)) for p, l1, e1, i1, l2, e2, i2 in _ACK_RANGE.iter_unpack(body)
+        ]
+        return ConsumerFrame(kind, [], ranges)
+    if len(body) != count * _ID.size:
+        raise BinaryFrameError(f"{kind.name} frame of the wrong size")
+    return ConsumerFrame(kind, list(_ID.iter_unpack(body)), [])
+
+
+def encode_ids(kind: FrameType, ids: Sequence[MessageIdFields]) -> bytes:
+    """ACK or NACK (client side)."""
+    return _TYPE_COUNT.pack(kind, len(ids)) + b"".join(_ID.pack(*i) for i in ids)
+
+
+def encode_ack_ranges(ranges: Sequence[tuple[int, Position3, Position3]]) -> bytes:
+    """ACK_RANGE (client side)."""
+    body = b"".join(_ACK_RANGE.pack(p, *first, *last) for p, first, last in ranges)
+    return _TYPE_COUNT.pack(FrameType.ACK_RANGE, len(ranges)) + body
+
+
+def encode_permit(count: int) -> bytes:
+    return _TYPE_COUNT.pack(FrameType.PERMIT, count)
+
+
+def encode_command(kind: FrameType) -> bytes:
+    """UNSUBSCRIBE or IS_END_OF_TOPIC (client side)."""
+    return bytes((kind,))

@@ -1,0 +1,185 @@
+"""The ``magnetar.v1`` binary subprotocol codec: round trips of every frame, the stored form of SEND messages
+(same entries as the JSON path writes), and malformed input refused with the typed error only."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from magnetar.broker.binary_protocol import (
+    BinaryFrameError,
+    FrameType,
+    OutgoingMessage,
+    encode_ack_ranges,
+    encode_command,
+    encode_ids,
+    encode_permit,
+    encode_receipt,
+    encode_send,
+    encode_send_error,
+    end_of_topic_frame,
+    message_record,
+    messages_frame,
+    parse_consumer_frame,
+    parse_messages,
+    parse_receipt,
+    parse_send,
+    scan_messages,
+)
+from magnetar.broker.entry_format import StoredMessage, decode_entry, encode_batch, encode_raw_batch
+
+texts = st.text(max_size=20)
+outgoing = st.builds(
+    OutgoingMessage,
+    payload=st.binary(max_size=300),
+    key=st.none() | texts,
+    properties=st.none() | st.dictionaries(texts, texts, max_size=4),
+    event_time_ms=st.integers(0, 2**62),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**64 - 1), st.lists(outgoing | st.binary(max_size=100), min_size=1, max_size=20))
+def test_send_round_trips_and_stores_exactly_what_the_json_path_stores(
+    request_id: int, messages: list[OutgoingMessage | bytes]
+) -> None:
+    frame = encode_send(request_id, messages)
+    send = parse_send(frame)
+    assert send.request_id == request_id
+    assert len(send.messages) == len(messages)
+    entry = encode_raw_batch("producer-1", 7, 1_700_000_000_000, send.messages)
+    expected = []
+    for index, item in enumerate(messages):
+        message = OutgoingMessage(item) if isinstance(item, bytes) else item
+        expected.append(
+            StoredMessage(
+                message.payload,
+                "producer-1",
+                7 + index,
+                1_700_000_000_000,
+                message.event_time_ms,
+                message.key,
+                dict(message.properties or {}),
+            )
+        )
+    assert entry == encode_batch(expected)  # byte for byte the entry the JSON path would write
+    decoded = decode_entry(entry)
+    assert decoded.batched
+    assert decoded.messages == expected
+
+
+def test_send_refuses_malformed_frames_with_the_request_id() -> None:
+    good = encode_send(42, [OutgoingMessage(b"x", key="k", properties={"a": "b"})])
+    with pytest.raises(BinaryFrameError) as truncated:
+        parse_send(good[:-1])
+    assert truncated.value.request_id == 42
+    with pytest.raises(BinaryFrameError):
+        parse_send(good + b"\x00")
+    with pytest.raises(BinaryFrameError):
+        parse_send(b"\x02" + good[1:])  # not a SEND
+    with pytest.raises(BinaryFrameError, match="at least one"):
+        parse_send(struct.pack("<BQI", FrameType.SEND, 1, 0))
+    bad_key = struct.pack("<BQI", FrameType.SEND, 5, 1) + struct.pack("<IHHq", 0, 2, 0, 0) + b"\xff\xfe"
+    with pytest.raises(BinaryFrameError, match="UTF-8") as utf8:
+        parse_send(bad_key)
+    assert utf8.value.request_id == 5
+    bad_property = (
+        struct.pack("<BQI", FrameType.SEND, 6, 1)
+        + struct.pack("<IHHq", 0, 0xFFFF, 1, 0)
+        + struct.pack("<H", 1)
+        + b"\xff"
+        + struct.pack("<H", 0)
+    )
+    with pytest.raises(BinaryFrameError, match="UTF-8"):
+        parse_send(bad_property)
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_raise_anything_but_the_typed_error(data: bytes) -> None:
+    for parse in (parse_send, parse_consumer_frame, parse_receipt, parse_messages, scan_messages):
+        with contextlib.suppress(BinaryFrameError):
+            parse(data)
+
+
+@given(
+    st.integers(0, 2**64 - 1),
+    st.lists(
+        st.tuples(
+            st.integers(-1, 2**31 - 1), st.integers(0, 2**62), st.integers(0, 2**62), st.integers(1, 1000)
+        ),
+        max_size=10,
+    ),
+)
+def test_receipts_round_trip(request_id: int, ranges: list[tuple[int, int, int, int]]) -> None:
+    receipt = parse_receipt(encode_receipt(request_id, ranges))
+    assert receipt.ok
+    assert receipt.request_id == request_id
+    assert list(receipt.ranges) == ranges
+    ids = receipt.message_ids()
+    assert len(ids) == sum(r[3] for r in ranges)
+    error = parse_receipt(encode_send_error(request_id, 8, "failed: é"))
+    assert (error.ok, error.error_code, error.reason) == (False, 8, "failed: é")
+
+
+stored = st.builds(
+    StoredMessage,
+    payload=st.binary(max_size=200),
+    producer_name=texts,
+    sequence_id=st.integers(0, 2**62),
+    publish_time_ms=st.integers(0, 2**62),
+    event_time_ms=st.integers(0, 2**62),
+    key=st.none() | texts,
+    properties=st.dictionaries(texts, texts, max_size=3),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 100), st.integers(-1, 1000), stored), max_size=10))
+def test_messages_frames_round_trip(items: list[tuple[int, int, StoredMessage]]) -> None:
+    records = [
+        message_record(partition, 12, 34, index, 10, index + 1, message)
+        for partition, index, message in items
+    ]
+    frame = messages_frame(records)
+    parsed = parse_messages(frame)
+    assert len(parsed) == len(items)
+    for got, (partition, index, message) in zip(parsed, items, strict=True):
+        assert got.message_id == (partition, 12, 34, index, 10)
+        assert got.redelivery_count == index + 1
+        assert (got.publish_time_ms, got.event_time_ms) == (message.publish_time_ms, message.event_time_ms)
+        assert (got.key, got.properties, got.payload) == (message.key, message.properties, message.payload)
+    scanned = scan_messages(frame)
+    assert scanned == [(p, 12, 34, i, m.publish_time_ms) for p, i, m in items]
+
+
+def test_consumer_frames_round_trip() -> None:
+    ids = [(0, 5, 6, -1, 0), (-1, 7, 8, 3, 10)]
+    assert parse_consumer_frame(encode_ids(FrameType.ACK, ids)).ids == ids
+    assert parse_consumer_frame(encode_ids(FrameType.NACK, ids)).type is FrameType.NACK
+    ranges = [(-1, (-1, -1, -1), (9, 9, 9)), (3, (1, 2, 3), (4, 5, 6))]
+    assert parse_consumer_frame(encode_ack_ranges(ranges)).ranges == ranges
+    permit = parse_consumer_frame(encode_permit(250))
+    assert (permit.type, permit.count) == (FrameType.PERMIT, 250)
+    for kind in (FrameType.UNSUBSCRIBE, FrameType.IS_END_OF_TOPIC):
+        assert parse_consumer_frame(encode_command(kind)).type is kind
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"",
+        b"\x01",  # a SEND is not a consumer frame
+        encode_ids(FrameType.ACK, [(0, 1, 2, 3, 4)])[:-1],
+        encode_ack_ranges([(0, (1, 2, 3), (4, 5, 6))]) + b"\x00",
+        encode_permit(1) + b"\x00",
+        encode_command(FrameType.UNSUBSCRIBE) + b"\x00",
+        end_of_topic_frame(True),  # broker -> client only
+    ],
+)
+def test_malformed_consumer_frames_are_refused(frame: bytes) -> None:
+    with pytest.raises(BinaryFrameError):
+        parse_consumer_frame(frame)
