@@ -7,9 +7,10 @@
 
 Systems (``--peers``): ``redis-always`` / ``redis-everysec`` (Redis streams, AOF), ``nats`` (JetStream, file
 storage), ``rabbitmq`` (streams), ``pulsar-lite`` (Pulsar binary protocol, measured with its own
-``pulsar-client``: Magnetar speaks only Pulsar's WebSocket API), ``magnetar-standalone`` (one bookie) and
-``magnetar-cluster`` (ZooKeeper + 3 bookies + 1 broker, E=3 W=3 A=2). All on 127.0.0.1, free ports, data in
-a temp dir; one system at a time; every process stopped by pid. A system whose server or client is not
+``pulsar-client``), ``magnetar-standalone`` (one bookie) and ``magnetar-cluster`` (ZooKeeper + 3 bookies
++ 1 broker, E=3 W=3 A=2) over Pulsar's WebSocket API, and the same two over Magnetar's binary subprotocol
+``magnetar.v1`` (``magnetar-standalone-binary``, ``magnetar-cluster-binary``). All on 127.0.0.1, free ports,
+data in a temp dir; one system at a time; every process stopped by pid. A system whose server or client is not
 installed is reported as not measured.
 
 For each message size: publish throughput (``--messages`` pipelined with ``--window`` in flight, all
@@ -41,12 +42,9 @@ from bench.comparison.report import (
     render_tables,
     scenarios,
 )
-from bench.comparison.runner import Runner, Settings, build_system, info
+from bench.comparison.runner import MAGNETARS, Runner, Settings, build_system, info
 
-ALL_PEERS = (
-    "redis-always", "redis-everysec", "nats", "rabbitmq", "pulsar-lite",
-    "magnetar-standalone", "magnetar-cluster",
-)  # fmt: skip
+ALL_PEERS = ("redis-always", "redis-everysec", "nats", "rabbitmq", "pulsar-lite", *MAGNETARS)
 FULL = {"sizes": "100,1000", "rates": "1000,5000,20000", "duration_s": 10.0, "messages": 100_000,
         "drain_s": 10.0, "phase_limit_s": 60.0}  # fmt: skip
 QUICK = {"sizes": "100", "rates": "1000,5000", "duration_s": 2.0, "messages": 5_000,
@@ -164,8 +162,9 @@ def render(
         render_systems(results, runner.how),
         "",
         "pulsar-lite is measured with its own `pulsar-client` over the Pulsar binary protocol: Magnetar does "
-        "not speak that protocol (only Pulsar's WebSocket API), so its row compares client stacks as well "
-        "as servers. Magnetar's payloads travel base64-encoded in JSON frames (the WebSocket API's format).",
+        "not speak that protocol, so its row compares client stacks as well as servers. Over Pulsar's "
+        "WebSocket API Magnetar's payloads travel base64-encoded in JSON frames, one message per frame; the "
+        "`-binary` rows use Magnetar's subprotocol `magnetar.v1` (raw payloads, many per frame).",
         "",
         "Ratios are Magnetar ÷ the row's system: for throughput above 1 means Magnetar is faster, for "
         "latency above 1 means Magnetar is slower. 'saturated' marks a fixed-rate run that did not "

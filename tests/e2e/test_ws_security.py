@@ -16,6 +16,7 @@ from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.broker import Broker, Cluster, publish, recv_json
 
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
+from magnetar.broker.binary_protocol import SUBPROTOCOL, encode_send, parse_receipt
 from magnetar.broker.authorization import AuthAction
 from magnetar.broker.policies import Policies, TenantInfo
 from magnetar.broker.topic_name import NamespaceName
@@ -180,6 +181,30 @@ def test_publish_rate_limits(cluster: Cluster, token_keys: TokenKeys, ws_connect
     quiet = ws_connect(url, header=bearer(token))  # another connection has its own budget
     assert publish(quiet, "q0")["result"] == "ok"
     assert publish(noisy, "m3")["result"] == "send-error:8"  # the noisy session is still open
+
+
+def test_publish_rate_limits_count_every_message_of_a_binary_send(
+    cluster: Cluster, token_keys: TokenKeys, ws_connect: Callable[..., Any]
+) -> None:
+    broker = cluster.start_broker(
+        **secure_settings(token_keys, publish_messages_per_connection_per_s=0.001, publish_messages_burst=3)
+    )
+    set_up_tenants(broker)
+    url = broker.ws_url + ENDPOINTS["producer"][0]
+    producer = ws_connect(url, header=bearer(token_keys.token("producer-role")), subprotocols=[SUBPROTOCOL])
+    assert producer.getsubprotocol() == SUBPROTOCOL
+
+    def send(request_id: int, count: int) -> Any:
+        producer.send_binary(encode_send(request_id, [b"m"] * count))
+        return parse_receipt(producer.recv())
+
+    assert send(1, 2).ok
+    refused = send(2, 2)  # one token left: a frame of two messages is refused whole
+    assert not refused.ok
+    assert refused.request_id == 2
+    assert refused.error_code == 8
+    assert "publish_messages_per_connection_per_s" in refused.reason
+    assert send(3, 1).ok  # the session goes on with what the budget allows
 
 
 def test_topics_per_namespace_limit(cluster: Cluster, ws_connect: Callable[..., Any]) -> None:

@@ -27,12 +27,13 @@ def alive(pid: int) -> bool:
     return True
 
 
-def test_the_standalone_driver_measures_every_phase_and_stops_its_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["magnetar-standalone", "magnetar-standalone-binary"])
+def test_the_standalone_driver_measures_every_phase_and_stops_its_process(tmp_path: Path, name: str) -> None:
     settings = Settings(
         sizes=[100], rates=[500.0], e2e_rate=500.0, messages=2_000, duration_s=1.0, window=200,
         phase_limit_s=60.0, drain_s=10.0,
     )  # fmt: skip
-    system = MagnetarSystem("magnetar-standalone", cluster=False)
+    system = MagnetarSystem(name, cluster=False, binary=name.endswith("-binary"))
     all_scenarios = scenarios(settings.sizes, settings.rates, settings.e2e_rate)
     results = Results([info(system)])
     runner = Runner(settings, all_scenarios, results, tmp_path)
@@ -57,4 +58,4 @@ def test_the_standalone_driver_measures_every_phase_and_stops_its_process(tmp_pa
     assert at_rate.count == 500
     assert isinstance(e2e, Latency), e2e
     assert e2e.count == 500
-    assert "| magnetar-standalone | fsync (1 bookie) |" in render_tables(results, all_scenarios)
+    assert f"| {name} | fsync (1 bookie) |" in render_tables(results, all_scenarios)

@@ -59,6 +59,8 @@ def _stop_jvm() -> None:
     gateway.shutdown()
     process = getattr(gateway, "proc", None)
     if process is not None:
+        if process.stdin is not None:  # the gateway JVM watches this pipe; closing it is also our handle's end
+            process.stdin.close()
         process.terminate()
         try:
             process.wait(JVM_STOP_TIMEOUT_S)

@@ -6,11 +6,15 @@
   ``magnetar broker`` with E=3 W=3 A=2: ``magnetar dev-cluster`` when the installed Magnetar has it, else
   the same processes started here (ZooKeeper through ``tests/fixtures/zookeeper.py``).
 
-Clients: Pulsar's WebSocket API with :class:`magnetar.admin.ws_client.WsClient` (trio), as
-``magnetar perf produce|consume`` use it. A producer sends JSON frames ``{"payload": base64, "context":
-seq}`` (up to ``BATCH_MAX`` per socket write) and matches the acks by context; the consumer (Exclusive
-subscription from the earliest message, receiverQueueSize 1000) acknowledges every message, 50 acks per
-socket write. Payload sizes are of the raw payload; base64 makes the JSON frame a third larger.
+Clients: :class:`magnetar.admin.ws_client.WsClient` (trio), as ``magnetar perf produce|consume`` use it.
+
+* Pulsar's WebSocket API (``magnetar-standalone``, ``magnetar-cluster``): a producer sends JSON frames
+  ``{"payload": base64, "context": seq}`` (up to ``BATCH_MAX`` per socket write) and matches the acks by
+  context; the consumer (Exclusive subscription from the earliest message, receiverQueueSize 1000)
+  acknowledges every message, 50 acks per socket write. base64 makes the JSON frame a third larger.
+* Magnetar's binary subprotocol ``magnetar.v1`` (``magnetar-standalone-binary``, ``magnetar-cluster-binary``):
+  each ``send_many`` of the harness is one SEND frame (stored as one batch entry) answered by one RECEIPT;
+  the consumer (same subscription settings) acknowledges each MESSAGES frame with one ACK_RANGE.
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ from bench.comparison.processes import ServerFailed, ServerProcess, free_port, r
 from bench.comparison.system import AckSink, PayloadSink, Publisher
 
 from magnetar.admin.ws_client import WsClient
+from magnetar.broker.binary_protocol import (
+    SUBPROTOCOL,
+    FrameType,
+    encode_ack_ranges,
+    encode_send,
+    parse_messages,
+    parse_receipt,
+)
 
 READY_TIMEOUT_S = 120.0
 ACKS_PER_WRITE = 50
@@ -69,13 +81,41 @@ class _WsPublisher:
         )
 
 
+class _BinaryPublisher:
+    """One SEND frame per ``send_many``; the frame's sequence numbers wait for its RECEIPT."""
+
+    def __init__(self, client: WsClient) -> None:
+        self.client = client
+        self.pending: dict[int, list[int]] = {}
+        self._next_request = 0
+
+    async def send_many(self, messages: Sequence[tuple[int, bytes]]) -> None:
+        self._next_request += 1
+        self.pending[self._next_request] = [seq for seq, _ in messages]
+        await self.client.send_bytes(encode_send(self._next_request, [payload for _, payload in messages]))
+
+    async def receipts(self, on_ack: AckSink) -> None:
+        while True:
+            frame = await self.client.receive_message()
+            if not isinstance(frame, bytes):
+                continue
+            receipt = parse_receipt(frame)
+            for seq in self.pending.pop(receipt.request_id, ()):
+                on_ack(seq, receipt.ok)
+
+
 class MagnetarSystem:
     backend = "trio"
-    consume_mode = "WebSocket consumer, Exclusive subscription, every message acknowledged (50 per write)"
 
-    def __init__(self, name: str, cluster: bool) -> None:
+    def __init__(self, name: str, cluster: bool, binary: bool = False) -> None:
         self.name = name
         self.cluster = cluster
+        self.binary = binary
+        self.consume_mode = (
+            "binary consumer (magnetar.v1), Exclusive subscription, one range ack per MESSAGES frame"
+            if binary
+            else "WebSocket consumer, Exclusive subscription, every message acknowledged (50 per write)"
+        )
         self.durability = "fsync on 2 of 3 bookies" if cluster else "fsync (1 bookie)"
         self.durability_detail = (
             "ack after the entry is in the journal, fdatasynced, on 2 of the 3 bookies it is written to "
@@ -97,7 +137,8 @@ class MagnetarSystem:
         from importlib.metadata import version
 
         commit = run_tool(["git", "-C", str(Path(__file__).resolve().parent), "rev-parse", "--short", "HEAD"])
-        return {"magnetar": f"{version('magnetar')} (git {commit})", "transport": "Pulsar WebSocket API"}
+        transport = f"binary subprotocol {SUBPROTOCOL}" if self.binary else "Pulsar WebSocket API"
+        return {"magnetar": f"{version('magnetar')} (git {commit})", "transport": transport}
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -186,11 +227,28 @@ class MagnetarSystem:
 
     @asynccontextmanager
     async def publisher(self, topic: str, on_ack: AckSink) -> AsyncIterator[Publisher]:
-        client = await WsClient.connect(f"{self.ws_url}/ws/v2/producer/persistent/public/default/{topic}")
+        url = f"{self.ws_url}/ws/v2/producer/persistent/public/default/{topic}"
+        if self.binary:
+            async with self._binary_publisher(url, on_ack) as publisher:
+                yield publisher
+            return
+        client = await WsClient.connect(url)
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._acks, client, on_ack)
                 yield _WsPublisher(client)
+                tasks.cancel_scope.cancel()
+        finally:
+            await _close(client)
+
+    @asynccontextmanager
+    async def _binary_publisher(self, url: str, on_ack: AckSink) -> AsyncIterator[Publisher]:
+        client = await WsClient.connect(url, subprotocols=[SUBPROTOCOL])
+        try:
+            publisher = _BinaryPublisher(client)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(publisher.receipts, on_ack)
+                yield publisher
                 tasks.cancel_scope.cancel()
         finally:
             await _close(client)
@@ -215,6 +273,9 @@ class MagnetarSystem:
             f"?subscriptionType=Exclusive&receiverQueueSize={RECEIVER_QUEUE_SIZE}"
             "&subscriptionInitialPosition=Earliest"
         )
+        if self.binary:
+            await self._consume_binary(url, on_payload, task_status)
+            return
         client = await WsClient.connect(url)
         try:
             task_status.started()
@@ -230,5 +291,27 @@ class MagnetarSystem:
                 if len(acks) >= ACKS_PER_WRITE or not more:
                     await client.send_many(acks)
                     acks = []
+        finally:
+            await _close(client)
+
+    @staticmethod
+    async def _consume_binary(
+        url: str, on_payload: PayloadSink, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        client = await WsClient.connect(url, subprotocols=[SUBPROTOCOL])
+        try:
+            task_status.started()
+            more = True
+            while more:
+                frame = await client.receive_message()
+                if not isinstance(frame, bytes) or frame[0] != FrameType.MESSAGES:
+                    continue
+                messages = parse_messages(frame)
+                for message in messages:
+                    more = on_payload(message.payload)
+                    if not more:
+                        break
+                first, last = messages[0].message_id, messages[-1].message_id
+                await client.send_bytes(encode_ack_ranges([(first[0], first[1:4], last[1:4])]))
         finally:
             await _close(client)

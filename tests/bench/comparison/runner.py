@@ -20,6 +20,10 @@ from bench.comparison.figures import Failure, Figure, Latency, Throughput
 from bench.comparison.report import Results, Scenario, SystemInfo
 from bench.comparison.system import System
 
+MAGNETARS = (
+    "magnetar-standalone", "magnetar-cluster", "magnetar-standalone-binary", "magnetar-cluster-binary",
+)  # fmt: skip
+"""Magnetar over Pulsar's WebSocket API, and over its binary subprotocol ``magnetar.v1``."""
 CONNECT_GRACE_S = 60.0
 """On top of a phase's own bound: connecting, creating topics and subscriptions, closing."""
 
@@ -61,10 +65,10 @@ def build_system(name: str, window: int) -> System:
         from bench.comparison.pulsar_lite_system import PulsarLiteSystem
 
         return PulsarLiteSystem(name, window)
-    if name in ("magnetar-standalone", "magnetar-cluster"):
+    if name in MAGNETARS:
         from bench.comparison.magnetar_system import MagnetarSystem
 
-        return MagnetarSystem(name, cluster=name == "magnetar-cluster")
+        return MagnetarSystem(name, cluster="cluster" in name, binary=name.endswith("-binary"))
     raise ValueError(f"unknown system {name!r}")
 
 
