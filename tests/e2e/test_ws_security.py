@@ -16,8 +16,8 @@ from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.broker import Broker, Cluster, publish, recv_json
 
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
-from magnetar.broker.binary_protocol import SUBPROTOCOL, encode_send, parse_receipt
 from magnetar.broker.authorization import AuthAction
+from magnetar.broker.binary_protocol import SUBPROTOCOL, encode_send, parse_receipt
 from magnetar.broker.policies import Policies, TenantInfo
 from magnetar.broker.topic_name import NamespaceName
 

@@ -59,7 +59,7 @@ def _stop_jvm() -> None:
     gateway.shutdown()
     process = getattr(gateway, "proc", None)
     if process is not None:
-        if process.stdin is not None:  # the gateway JVM watches this pipe; closing it is also our handle's end
+        if process.stdin is not None:  # the gateway JVM watches this pipe (and the handle must not leak)
             process.stdin.close()
         process.terminate()
         try:
