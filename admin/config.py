@@ -42,6 +42,8 @@ from typing import Any, Generic, TypeVar
 import pydantic
 from pydantic_settings import BaseSettings, EnvSettingsSource
 
+from magnetar.bookkeeper.runtime import loop_monitor
+
 log = logging.getLogger(__name__)
 
 S = TypeVar("S", bound=BaseSettings)
@@ -49,7 +51,7 @@ S = TypeVar("S", bound=BaseSettings)
 ENV_PREFIX = "MAGNETAR_"
 CONFIG_ENV = "MAGNETAR_CONFIG"
 """Environment variable naming the config file when ``--config`` is not given."""
-PROCESS_ENV = frozenset({CONFIG_ENV, "MAGNETAR_LOG_LEVEL"})
+PROCESS_ENV = frozenset({CONFIG_ENV, "MAGNETAR_LOG_LEVEL", loop_monitor.ENVIRONMENT_VARIABLE})
 """``MAGNETAR_*`` variables read by the command line itself rather than by a settings model."""
 
 

@@ -115,6 +115,7 @@ def test_unknown_environment_variables_are_reported() -> None:
         "MAGNETAR_STORAGE_ENGINE__JOURNAL_GROUP_WAIT_MS": "1",
         "MAGNETAR_LOG_LEVEL": "INFO",
         "MAGNETAR_CONFIG": "x.toml",
+        "MAGNETAR_LOOP_MONITOR_MS": "10",  # read by the process itself (the event-loop monitor)
         "PATH": "/bin",
     }
     assert unknown_environment((BookieSettings,), environ) == ["MAGNETAR_BIND"]
