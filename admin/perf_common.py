@@ -11,6 +11,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import trio
+
 
 class BookieProcess:
     """A ``magnetar bookie`` child process on 127.0.0.1 port 0, stopped by pid."""
@@ -86,3 +88,13 @@ class Progress:
         if now - self._last >= self.interval_s:
             self._last = now
             print(f"  [{self.label}] {message}", flush=True)
+
+
+async def messages_due(rate: float, start: float, sent: int) -> int:
+    """How many messages an open-loop sender at ``rate`` msgs/s since ``start`` (``time.monotonic``) owes
+    after ``sent`` of them (at least one): sleeps until the next one is due."""
+    while True:
+        due = int((time.monotonic() - start) * rate) + 1 - sent
+        if due > 0:
+            return due
+        await trio.sleep(max(0.0, start + sent / rate - time.monotonic()))

@@ -32,6 +32,7 @@ import orjson
 import trio
 
 from magnetar.admin import perf_ws_binary
+from magnetar.admin.perf_common import messages_due
 from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.broker.binary_protocol import SUBPROTOCOL
@@ -308,11 +309,7 @@ async def _produce_on(
             if messages:
                 count = min(count, messages - progress.sent)
             if rate:
-                due = int((time.monotonic() - start) * rate) + 1 - (progress.sent - first)
-                if due <= 0:
-                    await trio.sleep(max(0.0, start + (progress.sent - first) / rate - time.monotonic()))
-                    continue
-                count = min(count, due)
+                count = min(count, await messages_due(rate, start, progress.sent - first))
             if count <= 0:
                 room[0] = trio.Event()
                 await room[0].wait()

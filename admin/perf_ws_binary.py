@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from magnetar.admin.perf_common import messages_due
 from magnetar.broker.binary_protocol import (
     FrameType,
     Position3,
@@ -98,11 +99,7 @@ async def produce_on(
             if messages:
                 count = min(count, messages - progress.sent)
             if rate:
-                due = int((time.monotonic() - start) * rate) + 1 - (progress.sent - first)
-                if due <= 0:
-                    await trio.sleep(max(0.0, start + (progress.sent - first) / rate - time.monotonic()))
-                    continue
-                count = min(count, due)
+                count = min(count, await messages_due(rate, start, progress.sent - first))
             if count <= 0:
                 await window.wait_for_room()
                 continue

@@ -224,6 +224,7 @@ class WsHandlers:
         capacity: Capacity,
     ) -> Callable[[str | bytes], Awaitable[None]]:
         """The frame handler of a Pulsar JSON producer: one publish request per text frame."""
+        refusal = self._publish_refusal(topic, limiter, producers)
 
         async def on_frame(message: str | bytes) -> None:
             if isinstance(message, bytes):
@@ -237,13 +238,9 @@ class WsHandlers:
             except PublishError as exc:
                 session.frames.push(exc.ack_json())
                 return
-            refusal = limiter.try_publish()
-            if refusal is not None:
-                session.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refusal, publish.context))
-                return
-            if not await self._admitted(producers):
-                reason = f"ProducerBlockedQuotaExceededException: backlog quota exceeded on {topic}"
-                session.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, reason, publish.context))
+            refused = await refusal(1)
+            if refused is not None:
+                session.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refused, publish.context))
                 return
             await capacity.wait()
             publisher.send(publish, trio.current_time())
@@ -262,6 +259,23 @@ class WsHandlers:
         """The frame handler of a ``magnetar.v1`` producer: the same rate limits and backlog quotas as JSON
         publishes, applied to a whole SEND frame."""
 
+        settings = self._service.settings
+        binary = BinaryPublisher(
+            publisher,
+            session.frames,
+            capacity,
+            self._publish_refusal(topic, limiter, producers),
+            batch_messages_max=settings.publish_batch_messages_max,
+            batch_bytes_max=settings.publish_batch_bytes_max,
+        )
+        return binary.on_frame
+
+    def _publish_refusal(
+        self, topic: TopicName, limiter: PublishLimiter, producers: list[Producer]
+    ) -> Callable[[int], Awaitable[str | None]]:
+        """Why N messages may not be published now (publish rate limits, then backlog quotas, which wait
+        while held), or None: the same rules for JSON publishes and binary SEND frames."""
+
         async def refusal(messages: int) -> str | None:
             refused = limiter.try_publish(messages)
             if refused is not None:
@@ -270,16 +284,7 @@ class WsHandlers:
                 return None
             return f"ProducerBlockedQuotaExceededException: backlog quota exceeded on {topic}"
 
-        settings = self._service.settings
-        binary = BinaryPublisher(
-            publisher,
-            session.frames,
-            capacity,
-            refusal,
-            batch_messages_max=settings.publish_batch_messages_max,
-            batch_bytes_max=settings.publish_batch_bytes_max,
-        )
-        return binary.on_frame
+        return refusal
 
     def _quota_verdict(self, producers: list[Producer]) -> str:
         gate = self._service.publish_gate

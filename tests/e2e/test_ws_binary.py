@@ -10,7 +10,16 @@ from collections.abc import Callable
 import httpx
 import websocket
 from fixtures.admin import admin_extras
-from fixtures.broker import Broker, Cluster, b64, publish_many, recv_json, send_json, unb64
+from fixtures.broker import (
+    Broker,
+    Cluster,
+    b64,
+    nothing_arrives,
+    publish_many,
+    recv_json,
+    send_json,
+    unb64,
+)
 
 from magnetar.broker.binary_protocol import (
     SUBPROTOCOL,
@@ -71,17 +80,6 @@ def close_code(ws: websocket.WebSocket) -> int:
         opcode, frame = ws.recv_data_frame(control_frame=True)
         if opcode == websocket.ABNF.OPCODE_CLOSE:
             return int.from_bytes(frame.data[:2], "big")
-
-
-def nothing_arrives(ws: websocket.WebSocket, wait_s: float = 0.3) -> bool:
-    ws.settimeout(wait_s)
-    try:
-        ws.recv()
-    except websocket.WebSocketTimeoutException:
-        return True
-    finally:
-        ws.settimeout(10)
-    return False
 
 
 def test_binary_and_json_clients_share_topics_and_ids(broker: Broker, ws_connect: Connect) -> None:
