@@ -80,6 +80,11 @@ class StandaloneSettings(BaseSettings):
     ensemble_size: Annotated[int, Field(ge=1)] | None = None
     write_quorum: Annotated[int, Field(ge=1)] | None = None
     ack_quorum: Annotated[int, Field(ge=1)] | None = None
+    publish_inflight_entries_max: Annotated[int, Field(ge=1)] = 1
+    """Entries of one topic in flight to the bookies (the broker's setting, whose default is 4). The bookies
+    of a standalone share the broker's process and event loop, so pipelining more entries buys no
+    parallelism while bigger batches save CPU per message: on a 2-core machine 1 gave both a lower publish
+    p99 at 5,000 msgs/s (2.4-3.8 ms against 3.2-10.4) and more throughput (60,000 against 55,000 msgs/s)."""
 
     authentication_enabled: bool = False
     token_secret_key: str | None = None
@@ -121,6 +126,7 @@ class StandaloneSettings(BaseSettings):
             ensemble_size=e,
             write_quorum=w,
             ack_quorum=a,
+            publish_inflight_entries_max=self.publish_inflight_entries_max,
             super_user_roles=self.super_user_roles,
             http_port_tls=self.http_port_tls,
             tls_certificate_file=self.tls_certificate_file,

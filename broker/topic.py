@@ -1,12 +1,15 @@
 """A persistent topic (Pulsar's ``PersistentTopic``): a managed ledger, its producers and subscriptions.
 
 Publishing. Messages are appended in arrival order. Each becomes a :class:`~.entry_format.StoredMessage`
-(payload, key, properties, event time, publish time, producer name, sequence id). While fewer than
-``publish_inflight_entries_max`` entries are in flight to the bookies a message is written at once as an
-entry of its own; while the pipeline is full, arriving messages gather in one batch, written as a single
-entry when an in-flight entry completes (or when the batch reaches ``publish_batch_messages_max`` messages or
-``publish_batch_bytes_max`` bytes). So a quiet topic writes one message per entry (lowest latency) and a busy
-one amortises the per-entry cost over many messages (group commit). Every message of a batch keeps its own
+(payload, key, properties, event time, publish time, producer name, sequence id). When nothing is in flight
+to the bookies a message is written at once as an entry of its own; otherwise arriving messages gather in
+one batch, written as a single entry when an in-flight entry completes, or earlier - pipelined next to the
+entries in flight, up to ``publish_inflight_entries_max`` of them - once the batch holds
+``publish_pipeline_batch_messages_min`` messages (or a quarter of ``publish_batch_bytes_max``), and at once
+when it reaches ``publish_batch_messages_max`` messages or ``publish_batch_bytes_max`` bytes. So a quiet topic
+writes one message per entry (lowest latency), a topic at a moderate rate writes one batch per bookie round
+trip (little CPU per message, hence a short tail on a busy host), and a saturated one pipelines full batches
+(throughput). Every message of a batch keeps its own
 id ``(ledger, entry, batchIndex)`` and is acknowledged individually (see :mod:`.subscription`).
 
 Closing. :meth:`PersistentTopic.close` (unload, shutdown) stops accepting messages, writes what is pending,
@@ -173,11 +176,18 @@ class PersistentTopic:
             self._flush()
         self._batch.append(pending)
         self._batch_bytes += size
-        if (
-            self._inflight < settings.publish_inflight_entries_max
-            or len(self._batch) >= settings.publish_batch_messages_max
-        ):
+        if self._may_flush() or len(self._batch) >= settings.publish_batch_messages_max:
             self._flush()
+
+    def _may_flush(self) -> bool:
+        """Whether the batch being built may be written now (see the module's docstring)."""
+        if self._inflight == 0:
+            return True
+        settings = self._settings
+        return self._inflight < settings.publish_inflight_entries_max and (
+            len(self._batch) >= settings.publish_pipeline_batch_messages_min
+            or self._batch_bytes * 4 >= settings.publish_batch_bytes_max
+        )
 
     def _flush(self) -> None:
         batch = [p for p in self._batch if not p.failed]
@@ -236,7 +246,7 @@ class PersistentTopic:
             self._on_fenced(self)
 
     def _after_add(self) -> None:
-        if self._batch and not self.closed and self._inflight < self._settings.publish_inflight_entries_max:
+        if self._batch and not self.closed and self._may_flush():
             self._flush()
         if self._inflight == 0:
             self._drained.set()

@@ -1,0 +1,147 @@
+"""How a topic cuts arriving messages into entries (server-side batching), against a managed ledger whose
+adds complete only when the test says so: the exact interleavings a real bookie cannot be made to produce."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from magnetar.bookkeeper.runtime.clock import SystemClock
+from magnetar.broker.entry_format import StoredMessage, decode_entry
+from magnetar.broker.metrics import TopicMetrics
+from magnetar.broker.producer import PendingMessage
+from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic_name import parse_topic_name
+from magnetar.managed_ledger.position import Position
+
+AddCallback = Callable[[Any], None]
+
+
+@dataclass
+class HeldLedger:
+    """Records each add; :meth:`complete` acknowledges the oldest one."""
+
+    adds: list[tuple[bytes, AddCallback]] = field(default_factory=list)
+    entries: int = 0
+
+    async def close(self) -> None:
+        pass
+
+    def add_entry_nowait(self, data: bytes, callback: AddCallback) -> None:
+        self.adds.append((bytes(data), callback))
+
+    def complete(self) -> None:
+        _, callback = self.adds.pop(0)
+        callback(Position(1, self.entries))
+        self.entries += 1
+
+    def sizes(self) -> list[int]:
+        """Messages per entry of the adds still in flight."""
+        return [len(decode_entry(data).messages) for data, _ in self.adds]
+
+
+@dataclass
+class Acks:
+    stored: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def on_stored(
+        self, pending: PendingMessage, ledger_id: int, entry_id: int, index: int, size: int
+    ) -> None:
+        self.stored.append((entry_id, index, size))
+
+    def on_failed(self, pending: PendingMessage, reason: str) -> None:
+        raise AssertionError(reason)
+
+
+def scenario(
+    steps: Callable[[PersistentTopic, HeldLedger, Callable[[int], None]], None], **settings: Any
+) -> Acks:
+    acks = Acks()
+
+    async def main() -> None:
+        ledger = HeldLedger()
+        topic = PersistentTopic(
+            parse_topic_name("persistent://public/default/batching"),
+            ledger,  # type: ignore[arg-type]
+            BrokerSettings(**settings),
+            SystemClock(),
+            TopicMetrics(),
+        )
+        sequence = iter(range(1_000_000))
+
+        def publish(count: int) -> None:
+            for _ in range(count):
+                seq = next(sequence)
+                message = StoredMessage(b"m%d" % seq, "p", seq, 0)
+                topic.publish(PendingMessage(acks, message, str(seq), trio.current_time()))  # type: ignore[arg-type]
+
+        steps(topic, ledger, publish)
+
+    trio.run(main)
+    return acks
+
+
+def test_small_batches_wait_for_the_entry_in_flight_and_big_ones_are_pipelined() -> None:
+    seen: list[list[int]] = []
+
+    def steps(topic: PersistentTopic, ledger: HeldLedger, publish: Callable[[int], None]) -> None:
+        publish(1)  # nothing in flight: written at once, alone
+        publish(5)  # a small batch waits for the entry in flight
+        seen.append(ledger.sizes())
+        publish(3)  # the batch reaches the pipelining minimum (8): written next to the one in flight
+        seen.append(ledger.sizes())
+        publish(2)  # a new small batch waits again
+        seen.append(ledger.sizes())
+        ledger.complete()  # the first entry completes: one still in flight, the batch of 2 is small
+        seen.append(ledger.sizes())
+        ledger.complete()  # nothing in flight: the batch is written
+        seen.append(ledger.sizes())
+        ledger.complete()
+
+    acks = scenario(steps, publish_inflight_entries_max=4, publish_pipeline_batch_messages_min=8)
+    assert seen == [[1], [1, 8], [1, 8], [8], [2]]
+    assert [entry for entry, _, _ in acks.stored] == [0] + [1] * 8 + [2] * 2
+    assert acks.stored[1:3] == [(1, 0, 8), (1, 1, 8)]
+
+
+def test_one_entry_in_flight_makes_one_batch_per_round_trip() -> None:
+    seen: list[list[int]] = []
+
+    def steps(topic: PersistentTopic, ledger: HeldLedger, publish: Callable[[int], None]) -> None:
+        publish(1)
+        publish(100)  # above the pipelining minimum, but the pipeline holds one entry
+        seen.append(ledger.sizes())
+        ledger.complete()
+        seen.append(ledger.sizes())
+        ledger.complete()
+
+    acks = scenario(steps, publish_inflight_entries_max=1, publish_pipeline_batch_messages_min=8)
+    assert seen == [[1], [100]]
+    assert len(acks.stored) == 101
+
+
+def test_a_full_batch_is_written_even_when_the_pipeline_is_full() -> None:
+    seen: list[list[int]] = []
+
+    def steps(topic: PersistentTopic, ledger: HeldLedger, publish: Callable[[int], None]) -> None:
+        publish(1)
+        publish(25)  # publish_batch_messages_max 10: cut into full batches, the rest waits
+        seen.append(ledger.sizes())
+        for _ in range(3):
+            ledger.complete()
+        seen.append(ledger.sizes())
+        while ledger.adds:
+            ledger.complete()
+
+    acks = scenario(
+        steps,
+        publish_inflight_entries_max=1,
+        publish_pipeline_batch_messages_min=8,
+        publish_batch_messages_max=10,
+    )
+    assert seen == [[1, 10, 10], [5]]
+    assert len(acks.stored) == 26
