@@ -9,8 +9,8 @@ entries in flight, up to ``publish_inflight_entries_max`` of them - once the bat
 when it reaches ``publish_batch_messages_max`` messages or ``publish_batch_bytes_max`` bytes. So a quiet topic
 writes one message per entry (lowest latency), a topic at a moderate rate writes one batch per bookie round
 trip (little CPU per message, hence a short tail on a busy host), and a saturated one pipelines full batches
-(throughput). Every message of a batch keeps its own
-id ``(ledger, entry, batchIndex)`` and is acknowledged individually (see :mod:`.subscription`).
+(throughput). Every message of a batch keeps its own id ``(ledger, entry, batchIndex)`` and is acknowledged
+individually (see :mod:`.subscription`).
 
 Closing. :meth:`PersistentTopic.close` (unload, shutdown) stops accepting messages, writes what is pending,
 closes every session with 1001 so clients look the topic up again, and closes the managed ledger cleanly
