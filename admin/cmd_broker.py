@@ -9,6 +9,16 @@ from __future__ import annotations
 
 import argparse
 
+SERVER_SECURITY_FLAGS = (
+    "authentication_enabled",
+    "token_secret_key",
+    "token_public_key",
+    "super_user_roles",
+    "http_port_tls",
+    "tls_certificate_file",
+    "tls_key_file",
+)
+"""The token and TLS flags ``magnetar broker`` and ``magnetar standalone`` share."""
 FLAGS = (
     "metadata_url",
     "http_port",
@@ -18,18 +28,23 @@ FLAGS = (
     "ensemble_size",
     "write_quorum",
     "ack_quorum",
-    "authentication_enabled",
-    "token_secret_key",
-    "token_public_key",
-    "super_user_roles",
-    "http_port_tls",
-    "tls_certificate_file",
-    "tls_key_file",
+    *SERVER_SECURITY_FLAGS,
     "tls_trust_certs_file",
     "bookkeeper_auth_token",
     "bookkeeper_tls_enabled",
     "bookkeeper_tls_trust_certs_file",
 )
+
+
+def add_server_security_arguments(group: argparse._ArgumentGroup, authentication_help: str) -> None:
+    """The flags of :data:`SERVER_SECURITY_FLAGS`."""
+    group.add_argument("--authentication-enabled", action="store_const", const=True, help=authentication_help)
+    group.add_argument("--token-secret-key", help="token key: file:///path, data:;base64,... or base64")
+    group.add_argument("--token-public-key", help="or the public key of a key pair, same forms")
+    group.add_argument("--super-user-roles", help="comma-separated roles allowed everything")
+    group.add_argument("--http-port-tls", type=int, help="also serve HTTPS/WSS on this port (0: any)")
+    group.add_argument("--tls-certificate-file", help="PEM certificate chain of the TLS port")
+    group.add_argument("--tls-key-file", help="PEM private key of the TLS port")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,18 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--port-file", help="when ready, write {brokerId, httpUrl, port} as JSON to this file"
     )
     security = parser.add_argument_group("security (off by default; every MAGNETAR_<NAME> setting works too)")
-    security.add_argument(
-        "--authentication-enabled",
-        action="store_const",
-        const=True,
-        help="require a token on the WebSocket API, lookup and admin API (and check permissions)",
+    add_server_security_arguments(
+        security, "require a token on the WebSocket API, lookup and admin API (and check permissions)"
     )
-    security.add_argument("--token-secret-key", help="token key: file:///path, data:;base64,... or base64")
-    security.add_argument("--token-public-key", help="or the public key of a key pair, same forms")
-    security.add_argument("--super-user-roles", help="comma-separated roles allowed everything")
-    security.add_argument("--http-port-tls", type=int, help="also serve HTTPS/WSS on this port (0: any)")
-    security.add_argument("--tls-certificate-file", help="PEM certificate chain of the TLS port")
-    security.add_argument("--tls-key-file", help="PEM private key of the TLS port")
     security.add_argument("--tls-trust-certs-file", help="PEM CA certificates for client certificates")
     security.add_argument(
         "--bookkeeper-auth-token", help="token for the bookies: token:<jwt> or file:///path"
