@@ -4,15 +4,18 @@ This is the storage half of a checkpoint; the engine (:mod:`.storage`) takes the
 the caches before, and persists the mark after. Order, which makes a crash at any point harmless:
 
 1. Entries are packed **sorted by (ledger, entry)** into entry-log records, on the trio thread in slices of
-   ``checkpoint_slice_entries`` (the event loop gets a turn between slices: Python's GIL would give a
-   worker thread no more parallelism, only coarser 5 ms switches), and written in pieces of about
-   ``entry_log_write_bytes`` by a worker thread. A log that reaches ``entry_log_bytes_max`` is rolled
-   (ledgers map, synced) and writing continues in the next.
+   ``checkpoint_slice_entries`` (Python's GIL would give a worker thread no more parallelism, only coarser
+   5 ms switches), and written in pieces of about ``entry_log_write_bytes`` by a worker thread. Between
+   slices the checkpoint gives way to foreground work (:class:`~magnetar.bookkeeper.runtime.pacing.GiveWay`:
+   it waits for an idle event loop, for at most ``checkpoint_give_way_ms``), so publishes do not queue
+   behind it. A log that reaches ``entry_log_bytes_max`` is rolled (ledgers map, synced) and writing
+   continues in the next.
 2. The entry log is **fdatasynced**.
-3. Only then the index is written, one RocksDB batch per slice, and RocksDB's WAL is synced once at the
-   end. Each batch carries the ledger records with the entry ranges *as of that batch*,
-   so the index's ranges always describe exactly the locations it holds, even after a crash between
-   batches. rocksdict holds the GIL while it writes, so bounded batches bound each stall of the event loop.
+3. Only then the index is written, one RocksDB batch per slice (giving way between batches), and
+   RocksDB's WAL is synced once at the end. Each batch carries the ledger records with the entry ranges
+   *as of that batch*, so the index's ranges always describe exactly the locations it holds, even after a
+   crash between batches. rocksdict holds the GIL while it writes, so bounded batches bound each stall of
+   the event loop.
 
 A crash before step 3 completes leaves entries in the log that nothing points at (garbage for GC) and the
 mark unpersisted: the journal replays them. Failures raise :class:`BookieError` (ENOSPC is DiskFullError);
@@ -28,7 +31,6 @@ from typing import TypeVar
 
 import crc32c
 import trio
-import trio.lowlevel
 
 from magnetar.bookkeeper.bookie.entry_index import ENTRY_KEY, EntryIndex, EntryRange, IndexBatch, LedgerRecord
 from magnetar.bookkeeper.bookie.entry_log import CurrentLog, EntryLogger
@@ -43,6 +45,7 @@ from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
 from magnetar.bookkeeper.bookie.journal import storage_error
 from magnetar.bookkeeper.bookie.ledger_store import LedgerState
 from magnetar.bookkeeper.bookie.write_cache import WriteCache
+from magnetar.bookkeeper.runtime.pacing import GiveWay
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +76,19 @@ async def run_io(what: str, fn: Callable[..., T], *args: object) -> T:
 
 class CacheFlusher:
     def __init__(
-        self, entry_logger: EntryLogger, index: EntryIndex, *, slice_entries: int, write_bytes: int
+        self,
+        entry_logger: EntryLogger,
+        index: EntryIndex,
+        *,
+        slice_entries: int,
+        write_bytes: int,
+        give_way: GiveWay | None = None,
     ) -> None:
         self._logger = entry_logger
         self._index = index
         self._slice_entries = slice_entries
         self._write_bytes = write_bytes
+        self.give_way = give_way or GiveWay(0)
 
     async def flush(
         self,
@@ -108,6 +118,7 @@ class CacheFlusher:
         for batch in run.batches:
             if batch.size:
                 await run_io("index write", self._index.write_nosync, batch)
+                await self.give_way()
         await run_io("index sync", self._index.sync_wal)
         return FlushResult(run.new_ranges, run.entries, run.bytes, run.rewritten)
 
@@ -213,8 +224,7 @@ class _FlushRun:
         self._in_slice = 0
         if len(self._buf) >= self._f._write_bytes:
             await self.write_out()
-        else:
-            await trio.lowlevel.checkpoint()
+        await self._f.give_way()
         self.batches.append(self._f._index.batch())
 
     async def write_out(self) -> None:

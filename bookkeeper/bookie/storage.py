@@ -71,6 +71,7 @@ from magnetar.bookkeeper.bookie.read_cache import ReadCache
 from magnetar.bookkeeper.bookie.replay import ReplayStats, replay_journal
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.bookkeeper.bookie.write_cache import ENTRY_OVERHEAD_BYTES, DoubleWriteCache, WriteCache
+from magnetar.bookkeeper.runtime.pacing import GiveWay
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +197,7 @@ class DbLedgerStorage:
             parts.index,
             slice_entries=settings.checkpoint_slice_entries,
             write_bytes=settings.entry_log_write_bytes,
+            give_way=GiveWay(settings.checkpoint_give_way_ms / 1000, self._writers_waiting_soon),
         )
         self._disk_probe = disk_probe
         self._ledgers = LedgerRegistry(parts.states, parts.ranges)
@@ -388,6 +390,10 @@ class DbLedgerStorage:
                 self._swap()
             await self._flush_pending()
 
+    def _writers_waiting_soon(self) -> bool:
+        """The active write cache is half full: a checkpoint still running when it fills blocks the adds."""
+        return self._cache.active.bytes * 2 >= self._cache.half_bytes_max
+
     async def wait_for_checkpoints(self, count: int) -> None:
         """Wait until ``count`` write-cache flushes have completed (tools and tests)."""
         while self.checkpoints < count and not self._closed:
@@ -400,6 +406,7 @@ class DbLedgerStorage:
     async def _flush_pending(self) -> None:
         pending = self._pending
         assert pending is not None
+        started = trio.current_time()
         try:
             result = await self._flusher.flush(
                 pending.cache, pending.dirty, self._states, self._ledgers.ranges
@@ -429,7 +436,13 @@ class DbLedgerStorage:
                 pending.mark,
                 self.settings.journal_max_backups,
             )
-        log.debug("checkpoint: %d entries, %d bytes, mark %s", result.entries, result.bytes, pending.mark)
+        log.debug(
+            "checkpoint: %d entries, %d bytes in %.1f ms, mark %s",
+            result.entries,
+            result.bytes,
+            (trio.current_time() - started) * 1000,
+            pending.mark,
+        )
 
     def _reload_ranges(self, ledger_ids: Iterable[int]) -> None:
         """After a failed flush, take the ranges of the index (some batches may have been written)."""

@@ -74,8 +74,13 @@ class BookieStorageSettings(BaseModel):
     # -- checkpoint (SyncThread) ---------------------------------------------------------------------------
     checkpoint_interval_ms: int = Field(10_000, ge=1)
     """flushInterval: a checkpoint runs this often, and whenever the write cache fills."""
-    checkpoint_slice_entries: int = Field(1024, ge=1)
-    """Entries packed per slice of a checkpoint (and per index batch) before the event loop gets a turn."""
+    checkpoint_slice_entries: int = Field(256, ge=1)
+    """Entries packed per slice of a checkpoint (and per index batch) before the event loop gets a turn
+    (256 entries take about 0.6 ms here)."""
+    checkpoint_give_way_ms: float = Field(2.0, ge=0)
+    """Between two slices a checkpoint waits for an idle event loop, at most this long (0: it only yields).
+    Keeps the publish latency of the bookie's process flat while it checkpoints; a checkpoint that writers
+    wait for (the active write cache half full) does not wait."""
     checkpoint_retry_ms: int = Field(1000, ge=1)
     """After a failed checkpoint (disk full, I/O error) the next attempt waits this long."""
     close_timeout_ms: int = Field(30_000, ge=1)
