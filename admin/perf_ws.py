@@ -33,6 +33,7 @@ import trio
 
 from magnetar.admin import perf_ws_binary
 from magnetar.admin.perf_common import messages_due
+from magnetar.admin.process_common import tune_gc
 from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.broker.binary_protocol import SUBPROTOCOL
@@ -399,10 +400,12 @@ def _parse_ms(text: str) -> int:
 
 
 def run_produce(args: argparse.Namespace) -> int:
+    tune_gc()  # the load generator's own collections must not show up as the server's latency
     trio.run(produce, args)
     return 0
 
 
 def run_consume(args: argparse.Namespace) -> int:
+    tune_gc()
     trio.run(consume, args)
     return 0
