@@ -144,6 +144,11 @@ class StandaloneSettings(BaseSettings):
         )
 
 
+ENVIRONMENT_MODELS = (StandaloneSettings, BrokerSettings, BookieSettings)
+"""The settings a standalone reads from ``MAGNETAR_*`` variables: its own, and - since it builds them from
+the environment too - its broker's and its bookies' (``MAGNETAR_STORAGE_ENGINE__...`` reaches the bookies)."""
+
+
 def main(
     overrides: dict[str, Any],
     register_routes: RouteRegistration | None = None,
@@ -155,7 +160,7 @@ def main(
     except ConfigError as exc:
         log.error("%s", exc)
         return EXIT_USAGE
-    warn_unknown_environment(StandaloneSettings)
+    warn_unknown_environment(*ENVIRONMENT_MODELS)
     try:
         return trio.run(serve, settings, register_routes)
     except Exception as exc:  # ExceptionGroup included

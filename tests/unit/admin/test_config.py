@@ -19,7 +19,7 @@ from magnetar.admin.config import (
     render_toml,
     unknown_environment,
 )
-from magnetar.admin.standalone import StandaloneSettings
+from magnetar.admin.standalone import ENVIRONMENT_MODELS, StandaloneSettings
 from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.broker.settings import BrokerSettings
 
@@ -123,6 +123,21 @@ def test_unknown_environment_variables_are_reported() -> None:
         "MAGNETAR_BIND",
         "MAGNETAR_STORAGE_ENGINE__JOURNAL_GROUP_WAIT_MS",
     ]
+
+
+def test_a_standalone_knows_what_its_broker_and_bookies_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    environ = {
+        "MAGNETAR_STORAGE_ENGINE__CHECKPOINT_GIVE_WAY_MS": "0",
+        "MAGNETAR_PUBLISH_BATCH_MESSAGES_MAX": "500",
+        "MAGNETAR_BOOKIES": "1",
+        "MAGNETAR_BIND": "0.0.0.0",
+    }
+    assert unknown_environment(ENVIRONMENT_MODELS, environ) == ["MAGNETAR_BIND"]
+    monkeypatch.setenv("MAGNETAR_STORAGE_ENGINE__CHECKPOINT_GIVE_WAY_MS", "0")
+    monkeypatch.setenv("MAGNETAR_PUBLISH_BATCH_MESSAGES_MAX", "500")
+    settings = StandaloneSettings()
+    assert settings.bookie_settings(0).storage_engine.checkpoint_give_way_ms == 0
+    assert settings.broker_settings().publish_batch_messages_max == 500
 
 
 def test_rendered_toml_is_a_config_file_giving_the_same_settings(
