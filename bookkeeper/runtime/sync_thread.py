@@ -9,7 +9,8 @@ costs 37 us and 50 us (``tests/bench``-style loop of 20,000 no-op calls). :class
 ``fn``, then reschedules the task with the outcome through the trio token (``run_sync_soon``).
 
 Semantics are ``to_thread.run_sync``'s default ones: a call, once handed over, is not abandoned - a
-cancellation takes effect when it returns - and exceptions propagate to the caller. Calls run one at a time,
+cancellation does not interrupt it, the caller gets its result and the cancellation takes effect at the
+caller's next checkpoint - and exceptions propagate to the caller. Calls run one at a time,
 in the order they were made. :func:`open_sync_thread` starts the thread and, on exit, lets it finish the
 call it is running (waiting in a worker thread, so the event loop never blocks on a slow disk) and stops it.
 """
