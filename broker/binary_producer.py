@@ -38,14 +38,23 @@ class FrameReceipt:
     def __init__(self, request_id: int, entries: int, frames: OutboundFrames) -> None:
         self.request_id = request_id
         self._frames = frames
-        self._ranges: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * entries
+        self._ranges: list[tuple[int, int, int, int, int, int]] = [(0, 0, 0, 0, 0, 0)] * entries
         self._remaining = entries
         self.done = False
 
-    def stored(self, slot: int, partition: int, ledger_id: int, entry_id: int, count: int) -> None:
+    def stored(
+        self,
+        slot: int,
+        partition: int,
+        ledger_id: int,
+        entry_id: int,
+        first_index: int,
+        count: int,
+        size: int,
+    ) -> None:
         if self.done:
             return
-        self._ranges[slot] = (partition, ledger_id, entry_id, count)
+        self._ranges[slot] = (partition, ledger_id, entry_id, first_index, count, size)
         self._remaining -= 1
         if self._remaining == 0:
             self.done = True

@@ -26,15 +26,18 @@ Producer sessions::
                            | event_time_ms i64 (0: none) | key | property_count x (name_len u16, name,
                            value_len u16, value) | payload
     RECEIPT     broker 0x81  request_id u64 | range_count u16 | range_count x (partition i32 | ledger_id i64
-                           | entry_id i64 | count u32)
+                           | entry_id i64 | first_index i32 | count u32 | batch_size i32)
     SEND_ERROR  broker 0x82  request_id u64 | code u16 | reason_len u16 | reason
 
-A SEND's messages are stored in frame order as batch entries: one entry per frame when the frame fits the
-broker's batch limits (``publish_batch_messages_max``, ``publish_batch_bytes_max``) and goes to one partition.
-Its RECEIPT lists the entries in frame order; message ``i`` of a range has the id ``(partition, ledger_id,
-entry_id, i, count)``. On a partitioned topic a message with a key goes to its key's partition and the
-messages without a key of one frame go together to the partition the routing mode picks for that frame (as
-Pulsar's batching producer routes batches); consecutive messages for the same partition form one range.
+A SEND's messages are stored in frame order in batch entries, each run of a frame within one entry: a frame
+that fits the broker's batch limits (``publish_batch_messages_max``, ``publish_batch_bytes_max``) and goes to
+one partition is one run. The broker batches runs as it batches JSON messages: a run that arrives while an
+entry of its topic is in flight waits and is written with the runs of the same producer that arrived
+meanwhile, in one entry. The RECEIPT lists the runs in frame order; message ``i`` of a range has the id
+``(partition, ledger_id, entry_id, first_index + i, batch_size)``. On a partitioned topic a message with a key
+goes to its key's partition and the messages without a key of one frame go together to the partition the
+routing mode picks for that frame (as Pulsar's batching producer routes batches); consecutive messages for the
+same partition form one range.
 Receipts are matched to SENDs by ``request_id`` (on a partitioned topic they may complete out of order).
 A SEND fails as a whole with a SEND_ERROR carrying Pulsar's ``send-error`` code: 3 for a malformed frame
 (the session goes on, as after a JSON request that cannot be read), 8 when storing failed; as for the JSON
@@ -105,7 +108,7 @@ _TYPE_COUNT = struct.Struct("<BI")
 _SEND_HEAD = struct.Struct("<BQI")
 _SEND_MESSAGE = struct.Struct("<IHHq")
 _RECEIPT_HEAD = struct.Struct("<BQH")
-_RANGE = struct.Struct("<iqqI")
+_RANGE = struct.Struct("<iqqiIi")
 _SEND_ERROR = struct.Struct("<BQHH")
 _ID = struct.Struct("<iqqii")
 _ACK_RANGE = struct.Struct("<iqqiqqi")
@@ -233,8 +236,9 @@ def encode_send(request_id: int, messages: Sequence[OutgoingMessage | bytes]) ->
     return b"".join(parts)
 
 
-def encode_receipt(request_id: int, ranges: Sequence[tuple[int, int, int, int]]) -> bytes:
-    """RECEIPT for ``ranges`` of ``(partition, ledger_id, entry_id, count)`` in frame order."""
+def encode_receipt(request_id: int, ranges: Sequence[tuple[int, int, int, int, int, int]]) -> bytes:
+    """RECEIPT for ``ranges`` of ``(partition, ledger_id, entry_id, first_index, count, batch_size)`` in frame
+    order."""
     parts = [_RECEIPT_HEAD.pack(FrameType.RECEIPT, request_id, len(ranges))]
     parts.extend(_RANGE.pack(*r) for r in ranges)
     return b"".join(parts)
@@ -250,7 +254,8 @@ class Receipt:
     """A RECEIPT or SEND_ERROR as a client reads it."""
 
     request_id: int
-    ranges: tuple[tuple[int, int, int, int], ...] = ()
+    ranges: tuple[tuple[int, int, int, int, int, int], ...] = ()
+    """``(partition, ledger_id, entry_id, first_index, count, batch_size)`` per run, in frame order."""
     error_code: int = 0
     reason: str = ""
 
@@ -261,8 +266,8 @@ class Receipt:
     def message_ids(self) -> list[MessageIdFields]:
         """The ids of the SEND's messages, in frame order."""
         return [
-            (partition, ledger, entry, index, count)
-            for partition, ledger, entry, count in self.ranges
+            (partition, ledger, entry, first + index, size)
+            for partition, ledger, entry, first, count, size in self.ranges
             for index in range(count)
         ]
 

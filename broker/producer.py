@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from magnetar.broker.consumer import OutboundFrames
-from magnetar.broker.entry_format import RawMessage, StoredMessage, encode_raw_batch
+from magnetar.broker.entry_format import RawMessage, StoredMessage
 from magnetar.broker.key_hash import partition_for_key
 from magnetar.broker.message_id import encode_message_id
 from magnetar.broker.ws_errors import WsErrorCode
@@ -82,17 +82,31 @@ class PendingMessage:
 class EntryReceipt(Protocol):
     """Where the outcome of a :class:`PendingEntry` goes (a binary SEND frame's receipt)."""
 
-    def stored(self, slot: int, partition: int, ledger_id: int, entry_id: int, count: int) -> None: ...
+    def stored(
+        self,
+        slot: int,
+        partition: int,
+        ledger_id: int,
+        entry_id: int,
+        first_index: int,
+        count: int,
+        size: int,
+    ) -> None:
+        """Run ``slot`` is stored as messages ``first_index ..`` (``count`` of them) of a ``size``-message
+        batch entry."""
+        ...
 
     def fail(self, reason: str) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
 class PendingEntry:
-    """Messages of one binary SEND frame (a run of it) written as one entry of their own."""
+    """Messages of one binary SEND frame (a run of it), stored in one batch entry - with the runs of the same
+    producer that waited beside it (see :mod:`.topic`)."""
 
     producer: Producer
-    data: bytes
+    messages: list[RawMessage]
+    first_sequence_id: int
     count: int
     payload_bytes: int
     receipt: EntryReceipt
@@ -165,20 +179,23 @@ class Producer:
     def send_entry(
         self, messages: list[RawMessage], receipt: EntryReceipt, slot: int, received_at: float
     ) -> None:
-        """Publish binary messages as one batch entry of their own; the outcome goes to ``receipt``."""
+        """Publish binary messages as (part of) one batch entry; the outcome goes to ``receipt``."""
         if self.closed:
             receipt.fail("Producer is closed")
             return
         first = self._sequence_id + 1
         self._sequence_id += len(messages)
-        data = encode_raw_batch(self.name, first, self.topic.now_ms(), messages)
         payload_bytes = sum(m.payload_bytes for m in messages)
-        pending = PendingEntry(self, data, len(messages), payload_bytes, receipt, slot, received_at)
+        pending = PendingEntry(
+            self, messages, first, len(messages), payload_bytes, receipt, slot, received_at
+        )
         self.pending.append(pending)
         self.capacity.taken(len(messages))
         self.topic.publish_entry(pending)
 
-    def on_entry_stored(self, pending: PendingEntry, ledger_id: int, entry_id: int) -> None:
+    def on_entry_stored(
+        self, pending: PendingEntry, ledger_id: int, entry_id: int, first_index: int, size: int
+    ) -> None:
         if pending.failed:
             return
         head = self.pending.popleft()
@@ -186,7 +203,9 @@ class Producer:
         self.capacity.returned(pending.count)
         self.msg_in_counter += pending.count
         self.bytes_in_counter += pending.payload_bytes
-        pending.receipt.stored(pending.slot, self.topic.partition, ledger_id, entry_id, pending.count)
+        pending.receipt.stored(
+            pending.slot, self.topic.partition, ledger_id, entry_id, first_index, pending.count, size
+        )
 
     def on_failed(self, pending: PendingMessage | PendingEntry, reason: str) -> None:
         """``pending`` failed: it and every later pending message of this producer fail."""

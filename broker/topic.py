@@ -10,7 +10,8 @@ when it reaches ``publish_batch_messages_max`` messages or ``publish_batch_bytes
 writes one message per entry (lowest latency), a topic at a moderate rate writes one batch per bookie round
 trip (little CPU per message, hence a short tail on a busy host), and a saturated one pipelines full batches
 (throughput). Every message of a batch keeps its own id ``(ledger, entry, batchIndex)`` and is acknowledged
-individually (see :mod:`.subscription`).
+individually (see :mod:`.subscription`). Binary producers' runs (:mod:`.binary_producer`) follow the same
+rules, with consecutive runs of one producer merged into one entry.
 
 Closing. :meth:`PersistentTopic.close` (unload, shutdown) stops accepting messages, writes what is pending,
 closes every session with 1001 so clients look the topic up again, and closes the managed ledger cleanly
@@ -33,7 +34,7 @@ from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY
 from magnetar.broker.consumer import Consumer, MsgKey
 from magnetar.broker.dispatcher import SubscriptionType
-from magnetar.broker.entry_format import decode_entry, encode_batch, encode_message
+from magnetar.broker.entry_format import decode_entry, encode_batch, encode_message, encode_raw_batch
 from magnetar.broker.errors import (
     ProducerBusyError,
     SubscriptionBusyError,
@@ -84,6 +85,10 @@ class PersistentTopic:
         self.subscriptions: dict[str, Subscription] = {}
         self._batch: list[PendingMessage] = []
         self._batch_bytes = 0
+        self._runs: list[PendingEntry] = []
+        """Binary producers' runs waiting to be written (batched as JSON messages are)."""
+        self._runs_messages = 0
+        self._runs_bytes = 0
         self._inflight = 0
         self._drained = trio.Event()
         self._drained.set()
@@ -116,10 +121,11 @@ class PersistentTopic:
             return
         self.closed = True
         log.info("topic %s closing: %s", self.name, reason)
-        for pending in self._batch:
+        waiting: list[PendingMessage | PendingEntry] = [*self._batch, *self._runs]
+        for pending in waiting:
             pending.producer.on_failed(pending, f"Topic {self.name} is closing: {reason}")
-        self._batch = []
-        self._batch_bytes = 0
+        self._batch, self._runs = [], []
+        self._batch_bytes = self._runs_messages = self._runs_bytes = 0
         for producer in list(self.producers.values()):
             producer.close()
             if producer.kick is not None:
@@ -181,12 +187,15 @@ class PersistentTopic:
 
     def _may_flush(self) -> bool:
         """Whether the batch being built may be written now (see the module's docstring)."""
+        return self._may_write(len(self._batch), self._batch_bytes)
+
+    def _may_write(self, messages: int, payload_bytes: int) -> bool:
         if self._inflight == 0:
             return True
         settings = self._settings
         return self._inflight < settings.publish_inflight_entries_max and (
-            len(self._batch) >= settings.publish_pipeline_batch_messages_min
-            or self._batch_bytes * 4 >= settings.publish_batch_bytes_max
+            messages >= settings.publish_pipeline_batch_messages_min
+            or payload_bytes * 4 >= settings.publish_batch_bytes_max
         )
 
     def _flush(self) -> None:
@@ -208,31 +217,88 @@ class PersistentTopic:
         self.ml.add_entry_nowait(data, on_added)
 
     def publish_entry(self, pending: PendingEntry) -> None:
-        """Write a binary producer's pre-encoded batch entry as it is (after the batch being built, so that
-        entries keep their arrival order)."""
+        """A binary producer's run (messages already laid out as in an entry), batched like JSON messages:
+        written at once when nothing is in flight, else merged into one entry with the runs that arrive
+        meanwhile - consecutive runs of the same producer, within the batch limits."""
         if self.closed:
             pending.producer.on_failed(pending, f"Topic {self.name} is being unloaded")
             return
-        if self._batch:
-            self._flush()
+        self._runs.append(pending)
+        self._runs_messages += pending.count
+        self._runs_bytes += pending.payload_bytes
+        if (
+            self._may_write(self._runs_messages, self._runs_bytes)
+            or self._runs_messages >= self._settings.publish_batch_messages_max
+        ):
+            self._write_runs()
+
+    def _write_runs(self) -> None:
+        """Write the waiting runs, grouped, in arrival order; a group stops the writing (it and the groups
+        after it wait again) unless the pipeline has room for it or it is full."""
+        groups = self._group_runs([run for run in self._runs if not run.failed])
+        self._runs = []
+        self._runs_messages = self._runs_bytes = 0
+        for index, (group, messages, payload_bytes, full) in enumerate(groups):
+            if not full and not self._may_write(messages, payload_bytes):
+                for waiting, count, size, _ in groups[index:]:
+                    self._runs += waiting
+                    self._runs_messages += count
+                    self._runs_bytes += size
+                return
+            self._write_group(group)
+
+    def _group_runs(self, runs: list[PendingEntry]) -> list[tuple[list[PendingEntry], int, int, bool]]:
+        """Consecutive runs of one producer within the batch limits: (runs, messages, bytes, full)."""
+        settings = self._settings
+        groups: list[tuple[list[PendingEntry], int, int, bool]] = []
+        group: list[PendingEntry] = []
+        messages = payload_bytes = 0
+        for run in runs:
+            if group:
+                over = (
+                    messages + run.count > settings.publish_batch_messages_max
+                    or payload_bytes + run.payload_bytes > settings.publish_batch_bytes_max
+                )
+                if over or run.producer is not group[0].producer:
+                    groups.append((group, messages, payload_bytes, over))
+                    group, messages, payload_bytes = [], 0, 0
+            group.append(run)
+            messages += run.count
+            payload_bytes += run.payload_bytes
+        if group:
+            full = messages >= settings.publish_batch_messages_max
+            groups.append((group, messages, payload_bytes, full))
+        return groups
+
+    def _write_group(self, group: list[PendingEntry]) -> None:
+        """One entry for runs of one producer; their sequence ids follow each other (runs queue in order)."""
+        first = group[0]
+        messages = first.messages if len(group) == 1 else [m for run in group for m in run.messages]
+        data = encode_raw_batch(first.producer.name, first.first_sequence_id, self.now_ms(), messages)
         self._inflight += 1
         self._drained = trio.Event() if self._drained.is_set() else self._drained
+        size = len(messages)
 
         def on_added(result: Position | ManagedLedgerError) -> None:
-            self._on_entry_added(pending, result)
+            self._on_group_added(group, size, len(data), result)
 
-        self.ml.add_entry_nowait(pending.data, on_added)
+        self.ml.add_entry_nowait(data, on_added)
 
-    def _on_entry_added(self, pending: PendingEntry, result: Position | ManagedLedgerError) -> None:
+    def _on_group_added(
+        self, group: list[PendingEntry], size: int, data_bytes: int, result: Position | ManagedLedgerError
+    ) -> None:
         self._inflight -= 1
         if isinstance(result, Position):
-            pending.producer.on_entry_stored(pending, result.ledger_id, result.entry_id)
-            latency = trio.current_time() - pending.received_at
-            self.metrics.on_messages_stored(pending.count, len(pending.data), latency)
+            index = 0
+            for run in group:
+                run.producer.on_entry_stored(run, result.ledger_id, result.entry_id, index, size)
+                index += run.count
+            latency = trio.current_time() - group[0].received_at
+            self.metrics.on_messages_stored(size, data_bytes, latency)
             for subscription in self.subscriptions.values():
                 subscription.dispatcher.wake()
         else:
-            self._on_add_failed([pending], result)
+            self._on_add_failed(group, result)
         self._after_add()
 
     def _on_add_failed(
@@ -248,6 +314,8 @@ class PersistentTopic:
     def _after_add(self) -> None:
         if self._batch and not self.closed and self._may_flush():
             self._flush()
+        if self._runs and not self.closed and self._may_write(self._runs_messages, self._runs_bytes):
+            self._write_runs()
         if self._inflight == 0:
             self._drained.set()
 

@@ -109,18 +109,28 @@ def test_arbitrary_bytes_never_raise_anything_but_the_typed_error(data: bytes) -
     st.integers(0, 2**64 - 1),
     st.lists(
         st.tuples(
-            st.integers(-1, 2**31 - 1), st.integers(0, 2**62), st.integers(0, 2**62), st.integers(1, 1000)
+            st.integers(-1, 2**31 - 1),
+            st.integers(0, 2**62),
+            st.integers(0, 2**62),
+            st.integers(0, 60_000),
+            st.integers(1, 1000),
+            st.integers(1, 65_535),
         ),
         max_size=10,
     ),
 )
-def test_receipts_round_trip(request_id: int, ranges: list[tuple[int, int, int, int]]) -> None:
+def test_receipts_round_trip(request_id: int, ranges: list[tuple[int, int, int, int, int, int]]) -> None:
     receipt = parse_receipt(encode_receipt(request_id, ranges))
     assert receipt.ok
     assert receipt.request_id == request_id
     assert list(receipt.ranges) == ranges
     ids = receipt.message_ids()
-    assert len(ids) == sum(r[3] for r in ranges)
+    assert len(ids) == sum(r[4] for r in ranges)
+    assert ids == [
+        (partition, ledger, entry, first + i, size)
+        for partition, ledger, entry, first, count, size in ranges
+        for i in range(count)
+    ]
     error = parse_receipt(encode_send_error(request_id, 8, "failed: é"))
     assert (error.ok, error.error_code, error.reason) == (False, 8, "failed: é")
 

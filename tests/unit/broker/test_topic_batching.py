@@ -10,12 +10,13 @@ from typing import Any
 import trio
 
 from magnetar.bookkeeper.runtime.clock import SystemClock
-from magnetar.broker.entry_format import StoredMessage, decode_entry
+from magnetar.broker.entry_format import RawMessage, StoredMessage, decode_entry
 from magnetar.broker.metrics import TopicMetrics
-from magnetar.broker.producer import PendingMessage
+from magnetar.broker.producer import PendingEntry, PendingMessage
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic import PersistentTopic
 from magnetar.broker.topic_name import parse_topic_name
+from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.position import Position
 
 AddCallback = Callable[[Any], None]
@@ -145,3 +146,140 @@ def test_a_full_batch_is_written_even_when_the_pipeline_is_full() -> None:
     )
     assert seen == [[1, 10, 10], [5]]
     assert len(acks.stored) == 26
+
+
+@dataclass
+class BinaryProducer:
+    """A binary producer's side of the topic: records where its runs were stored."""
+
+    name: str
+    stored: list[tuple[int, int, int, int]] = field(default_factory=list)
+    """(slot, entry_id, first_index, batch_size) per run."""
+    failed: list[int] = field(default_factory=list)
+    next_sequence_id: int = 0
+
+    def run(self, slot: int, count: int) -> PendingEntry:
+        messages = [
+            RawMessage(None, 0, 0, 0, 4, b"%s%02d" % (self.name.encode()[:2], self.next_sequence_id + i))
+            for i in range(count)
+        ]
+        pending = PendingEntry(
+            self,  # type: ignore[arg-type]
+            messages,
+            self.next_sequence_id,
+            count,
+            4 * count,
+            None,  # type: ignore[arg-type]
+            slot,
+            trio.current_time(),
+        )
+        self.next_sequence_id += count
+        return pending
+
+    def on_entry_stored(
+        self, pending: PendingEntry, ledger_id: int, entry_id: int, first_index: int, size: int
+    ) -> None:
+        self.stored.append((pending.slot, entry_id, first_index, size))
+
+    def on_failed(self, pending: PendingEntry, reason: str) -> None:
+        self.failed.append(pending.slot)
+
+
+def binary_scenario(steps: Callable[[PersistentTopic, HeldLedger], None], **settings: Any) -> None:
+    async def main() -> None:
+        ledger = HeldLedger()
+        topic = PersistentTopic(
+            parse_topic_name("persistent://public/default/binary-batching"),
+            ledger,  # type: ignore[arg-type]
+            BrokerSettings(**settings),
+            SystemClock(),
+            TopicMetrics(),
+        )
+        steps(topic, ledger)
+
+    trio.run(main)
+
+
+def test_binary_runs_that_wait_for_the_entry_in_flight_share_one_entry() -> None:
+    producer = BinaryProducer("p1")
+    seen: list[list[int]] = []
+    written: list[bytes] = []
+
+    def steps(topic: PersistentTopic, ledger: HeldLedger) -> None:
+        topic.publish_entry(producer.run(0, 3))  # nothing in flight: written at once
+        topic.publish_entry(producer.run(1, 2))  # these two wait for it ...
+        topic.publish_entry(producer.run(2, 4))
+        seen.append(ledger.sizes())
+        ledger.complete()  # ... and are written together
+        seen.append(ledger.sizes())
+        written.append(ledger.adds[0][0])
+        ledger.complete()
+
+    binary_scenario(steps, publish_inflight_entries_max=1)
+    assert seen == [[3], [6]]
+    assert producer.stored == [(0, 0, 0, 3), (1, 1, 0, 6), (2, 1, 2, 6)]
+    entry = decode_entry(written[0])
+    assert [m.sequence_id for m in entry.messages] == [3, 4, 5, 6, 7, 8]  # consecutive across the runs
+    assert [m.payload for m in entry.messages] == [b"p1%02d" % i for i in range(3, 9)]
+
+
+def test_runs_of_different_producers_get_entries_of_their_own_in_arrival_order() -> None:
+    first, second = BinaryProducer("p1"), BinaryProducer("p2")
+    seen: list[list[int]] = []
+
+    def steps(topic: PersistentTopic, ledger: HeldLedger) -> None:
+        topic.publish_entry(first.run(0, 1))
+        topic.publish_entry(first.run(1, 2))
+        topic.publish_entry(second.run(0, 3))
+        topic.publish_entry(first.run(2, 4))
+        ledger.complete()
+        seen.append(ledger.sizes())
+        while ledger.adds:
+            ledger.complete()
+
+    binary_scenario(steps, publish_inflight_entries_max=1)
+    assert seen == [[2]]  # one entry per producer's runs; the others wait for the pipeline
+    assert first.stored == [(0, 0, 0, 1), (1, 1, 0, 2), (2, 3, 0, 4)]
+    assert second.stored == [(0, 2, 0, 3)]
+
+
+def test_merged_runs_respect_the_batch_limit() -> None:
+    producer = BinaryProducer("p1")
+    seen: list[list[int]] = []
+
+    def steps(topic: PersistentTopic, ledger: HeldLedger) -> None:
+        topic.publish_entry(producer.run(0, 1))
+        for slot in range(1, 5):
+            topic.publish_entry(producer.run(slot, 3))  # 12 waiting, the limit is 10
+        seen.append(ledger.sizes())
+        ledger.complete()
+        seen.append(ledger.sizes())
+        while ledger.adds:
+            ledger.complete()
+
+    binary_scenario(
+        steps,
+        publish_inflight_entries_max=1,
+        publish_batch_messages_max=10,
+        publish_pipeline_batch_messages_min=32,
+    )
+    # the fourth run brought the queue over the limit: the full group (9 + 3 would exceed 10) is written at
+    # once, the rest waits for the pipeline
+    assert seen == [[1, 9], [9]]
+    assert [entry for _, entry, _, _ in producer.stored] == [0, 1, 1, 1, 2]
+
+
+def test_a_failed_entry_fails_every_run_merged_into_it() -> None:
+    producer = BinaryProducer("p1")
+
+    def steps(topic: PersistentTopic, ledger: HeldLedger) -> None:
+        topic.publish_entry(producer.run(0, 1))
+        topic.publish_entry(producer.run(1, 2))
+        topic.publish_entry(producer.run(2, 2))
+        ledger.complete()
+        _, callback = ledger.adds.pop(0)
+        callback(ManagedLedgerError("bookies gone"))
+
+    binary_scenario(steps, publish_inflight_entries_max=1)
+    assert producer.stored == [(0, 0, 0, 1)]
+    assert producer.failed == [1, 2]
