@@ -58,6 +58,16 @@ class Acks:
         raise AssertionError(reason)
 
 
+def held_topic(ledger: HeldLedger, settings: dict[str, Any]) -> PersistentTopic:
+    return PersistentTopic(
+        parse_topic_name("persistent://public/default/batching"),
+        ledger,  # type: ignore[arg-type]
+        BrokerSettings(**settings),
+        SystemClock(),
+        TopicMetrics(),
+    )
+
+
 def scenario(
     steps: Callable[[PersistentTopic, HeldLedger, Callable[[int], None]], None], **settings: Any
 ) -> Acks:
@@ -65,13 +75,7 @@ def scenario(
 
     async def main() -> None:
         ledger = HeldLedger()
-        topic = PersistentTopic(
-            parse_topic_name("persistent://public/default/batching"),
-            ledger,  # type: ignore[arg-type]
-            BrokerSettings(**settings),
-            SystemClock(),
-            TopicMetrics(),
-        )
+        topic = held_topic(ledger, settings)
         sequence = iter(range(1_000_000))
 
         def publish(count: int) -> None:
@@ -188,14 +192,7 @@ class BinaryProducer:
 def binary_scenario(steps: Callable[[PersistentTopic, HeldLedger], None], **settings: Any) -> None:
     async def main() -> None:
         ledger = HeldLedger()
-        topic = PersistentTopic(
-            parse_topic_name("persistent://public/default/binary-batching"),
-            ledger,  # type: ignore[arg-type]
-            BrokerSettings(**settings),
-            SystemClock(),
-            TopicMetrics(),
-        )
-        steps(topic, ledger)
+        steps(held_topic(ledger, settings), ledger)
 
     trio.run(main)
 
