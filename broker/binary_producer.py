@@ -20,6 +20,7 @@ import trio
 
 from magnetar.broker.binary_protocol import (
     BinaryFrameError,
+    ReceiptRange,
     encode_receipt,
     encode_send_error,
     parse_send,
@@ -28,6 +29,8 @@ from magnetar.broker.consumer import OutboundFrames
 from magnetar.broker.entry_format import RawMessage
 from magnetar.broker.producer import Capacity, PartitionedProducer, Producer
 from magnetar.broker.ws_errors import WsErrorCode
+
+_NOT_YET = ReceiptRange(0, 0, 0, 0, 0, 0)
 
 
 class FrameReceipt:
@@ -38,23 +41,14 @@ class FrameReceipt:
     def __init__(self, request_id: int, entries: int, frames: OutboundFrames) -> None:
         self.request_id = request_id
         self._frames = frames
-        self._ranges: list[tuple[int, int, int, int, int, int]] = [(0, 0, 0, 0, 0, 0)] * entries
+        self._ranges = [_NOT_YET] * entries
         self._remaining = entries
         self.done = False
 
-    def stored(
-        self,
-        slot: int,
-        partition: int,
-        ledger_id: int,
-        entry_id: int,
-        first_index: int,
-        count: int,
-        size: int,
-    ) -> None:
+    def stored(self, slot: int, where: ReceiptRange) -> None:
         if self.done:
             return
-        self._ranges[slot] = (partition, ledger_id, entry_id, first_index, count, size)
+        self._ranges[slot] = where
         self._remaining -= 1
         if self._remaining == 0:
             self.done = True

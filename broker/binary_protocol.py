@@ -73,6 +73,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 from magnetar.broker.entry_format import (
     KEY_BYTES_MAX,
@@ -236,9 +237,20 @@ def encode_send(request_id: int, messages: Sequence[OutgoingMessage | bytes]) ->
     return b"".join(parts)
 
 
-def encode_receipt(request_id: int, ranges: Sequence[tuple[int, int, int, int, int, int]]) -> bytes:
-    """RECEIPT for ``ranges`` of ``(partition, ledger_id, entry_id, first_index, count, batch_size)`` in frame
-    order."""
+class ReceiptRange(NamedTuple):
+    """Where one run of a SEND frame was stored: messages ``first_index ..`` (``messages`` of them) of a
+    ``batch_size``-message batch entry."""
+
+    partition: int
+    ledger_id: int
+    entry_id: int
+    first_index: int
+    messages: int
+    batch_size: int
+
+
+def encode_receipt(request_id: int, ranges: Sequence[ReceiptRange]) -> bytes:
+    """RECEIPT for the frame's runs, in frame order."""
     parts = [_RECEIPT_HEAD.pack(FrameType.RECEIPT, request_id, len(ranges))]
     parts.extend(_RANGE.pack(*r) for r in ranges)
     return b"".join(parts)
@@ -254,8 +266,8 @@ class Receipt:
     """A RECEIPT or SEND_ERROR as a client reads it."""
 
     request_id: int
-    ranges: tuple[tuple[int, int, int, int, int, int], ...] = ()
-    """``(partition, ledger_id, entry_id, first_index, count, batch_size)`` per run, in frame order."""
+    ranges: tuple[ReceiptRange, ...] = ()
+    """One per run of the frame, in frame order."""
     error_code: int = 0
     reason: str = ""
 
@@ -279,7 +291,7 @@ def parse_receipt(frame: bytes) -> Receipt:
             _, request_id, count = _RECEIPT_HEAD.unpack_from(frame)
             if len(frame) != _RECEIPT_HEAD.size + count * _RANGE.size:
                 raise BinaryFrameError("RECEIPT of the wrong size")
-            ranges = tuple(_RANGE.iter_unpack(frame[_RECEIPT_HEAD.size :]))
+            ranges = tuple(map(ReceiptRange._make, _RANGE.iter_unpack(frame[_RECEIPT_HEAD.size :])))
             return Receipt(request_id, ranges)
         if frame[0] == FrameType.SEND_ERROR:
             _, request_id, code, size = _SEND_ERROR.unpack_from(frame)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from magnetar.broker.binary_protocol import ReceiptRange
 from magnetar.broker.consumer import OutboundFrames
 from magnetar.broker.entry_format import RawMessage, StoredMessage
 from magnetar.broker.key_hash import partition_for_key
@@ -82,18 +83,8 @@ class PendingMessage:
 class EntryReceipt(Protocol):
     """Where the outcome of a :class:`PendingEntry` goes (a binary SEND frame's receipt)."""
 
-    def stored(
-        self,
-        slot: int,
-        partition: int,
-        ledger_id: int,
-        entry_id: int,
-        first_index: int,
-        count: int,
-        size: int,
-    ) -> None:
-        """Run ``slot`` is stored as messages ``first_index ..`` (``count`` of them) of a ``size``-message
-        batch entry."""
+    def stored(self, slot: int, where: ReceiptRange) -> None:
+        """Run ``slot`` of the frame is stored ``where``."""
         ...
 
     def fail(self, reason: str) -> None: ...
@@ -203,9 +194,8 @@ class Producer:
         self.capacity.returned(pending.count)
         self.msg_in_counter += pending.count
         self.bytes_in_counter += pending.payload_bytes
-        pending.receipt.stored(
-            pending.slot, self.topic.partition, ledger_id, entry_id, first_index, pending.count, size
-        )
+        where = ReceiptRange(self.topic.partition, ledger_id, entry_id, first_index, pending.count, size)
+        pending.receipt.stored(pending.slot, where)
 
     def on_failed(self, pending: PendingMessage | PendingEntry, reason: str) -> None:
         """``pending`` failed: it and every later pending message of this producer fail."""
