@@ -31,6 +31,7 @@ from magnetar.bookkeeper.runtime.http.ws_frames import (
     close_payload,
     encode_frame,
     mask,
+    mask_python,
 )
 
 KEY = b"\x01\x02\x03\x04"
@@ -111,12 +112,26 @@ def test_wsproto_servers_decode_our_masked_frames(sent: list[str | bytes]) -> No
     assert received == sent
 
 
-@given(st.binary(max_size=1000), st.binary(min_size=4, max_size=4))
-def test_masking_twice_is_the_identity(payload: bytes, key: bytes) -> None:
-    masked = mask(payload, key)
+@pytest.mark.parametrize("masking", [mask, mask_python], ids=["mask", "mask_python"])
+@given(payload=st.binary(max_size=1000), key=st.binary(min_size=4, max_size=4), offset=st.integers(0, 7))
+def test_masking_twice_is_the_identity(
+    masking: object, payload: bytes, key: bytes, offset: int
+) -> None:
+    assert callable(masking)
+    view = memoryview(b"\xff" * offset + payload)[offset:]  # the decoder masks slices of what it received
+    masked = masking(view, key)
+    assert isinstance(masked, bytes)
     assert len(masked) == len(payload)
-    assert mask(masked, key) == payload
+    assert masking(masked, key) == payload
     assert masked == bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+
+
+def test_mask_is_the_c_speedup_of_a_declared_dependency() -> None:
+    """``websockets`` is a runtime dependency for its C ``apply_mask``: a 12 KB frame costs 0.5 us instead of
+    24 us, on every frame a client sends."""
+    from websockets.speedups import apply_mask  # noqa: PLC0415
+
+    assert mask is apply_mask
 
 
 def test_control_frames() -> None:
