@@ -1,10 +1,11 @@
 """The producer side of the binary subprotocol ``magnetar.v1`` (see :mod:`.binary_protocol` for the frames).
 
-A SEND frame is parsed and validated once (:func:`~.binary_protocol.parse_send`), routed into runs of
-consecutive messages for the same partition (one run on a non-partitioned topic), and each run is cut at the
-broker's batch limits (``publish_batch_messages_max`` messages, ``publish_batch_bytes_max`` payload bytes)
-into groups that become one batch entry each (:meth:`.producer.Producer.send_entry`): the messages keep their
-bytes (:class:`~.entry_format.RawMessage`), so a message costs a header and no JSON, base64 or re-encoding.
+A SEND frame is validated once (:func:`~.binary_protocol.parse_send`), routed into runs of consecutive
+messages for the same partition (one run on a non-partitioned topic), and each run is cut at the broker's
+batch limits (``publish_batch_messages_max`` messages, ``publish_batch_bytes_max`` payload bytes) into groups
+that become (part of) one compact batch entry each (:meth:`.producer.Producer.send_entry`): the messages keep
+the bytes they arrived in, so the common frame - one run within the limits - costs one validating walk over
+its messages and no per-message object, JSON, base64 or re-encoding.
 A :class:`FrameReceipt` collects the entries' positions and answers the frame once: a RECEIPT when every
 entry was stored, else one SEND_ERROR. Back-pressure is the JSON producer's: the session's pending messages
 stay within ``maxPendingMessages`` (a group larger than that goes alone), and the session stops reading
@@ -21,12 +22,16 @@ import trio
 from magnetar.broker.binary_protocol import (
     BinaryFrameError,
     ReceiptRange,
+    SendFrame,
+    SendMessage,
+    SendRun,
     encode_receipt,
     encode_send_error,
     parse_send,
+    send_messages,
+    sub_run,
 )
 from magnetar.broker.consumer import OutboundFrames
-from magnetar.broker.entry_format import RawMessage
 from magnetar.broker.producer import Capacity, PartitionedProducer, Producer
 from magnetar.broker.ws_errors import WsErrorCode
 
@@ -91,41 +96,39 @@ class BinaryPublisher:
         except BinaryFrameError as exc:
             self._refuse(exc.request_id or 0, str(exc))
             return
-        refused = await self._refusal(len(send.messages))
+        refused = await self._refusal(send.run.messages)
         if refused is not None:
             self._frames.push(encode_send_error(send.request_id, WsErrorCode.UNKNOWN_ERROR, refused))
             return
-        groups = [
-            (producer, group) for producer, run in self._runs(send.messages) for group in self._split(run)
-        ]
+        groups = [(producer, group) for producer, run in self._runs(send) for group in self._split(run)]
         receipt = FrameReceipt(send.request_id, len(groups), self._frames)
         received_at = trio.current_time()
         for slot, (producer, group) in enumerate(groups):
-            await self._capacity.wait_for(len(group))
+            await self._capacity.wait_for(group.messages)
             producer.send_entry(group, receipt, slot, received_at)
 
     def _refuse(self, request_id: int, reason: str) -> None:
         code = WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON
         self._frames.push(encode_send_error(request_id, code, reason))
 
-    def _runs(self, messages: list[RawMessage]) -> list[tuple[Producer, list[RawMessage]]]:
+    def _runs(self, send: SendFrame) -> list[tuple[Producer, SendRun]]:
         if isinstance(self._publisher, Producer):
-            return [(self._publisher, messages)]
-        return self._publisher.route_frame(messages)
+            return [(self._publisher, send.run)]
+        return self._publisher.route_frame(send)
 
-    def _split(self, run: list[RawMessage]) -> list[list[RawMessage]]:
+    def _split(self, run: SendRun) -> list[SendRun]:
         """Cut a run at the batch limits (a single message larger than the byte limit goes alone)."""
         limit = self._batch_messages_max
-        if len(run) <= limit and sum(m.payload_bytes for m in run) <= self._batch_bytes_max:
+        if run.messages <= limit and run.payload_bytes <= self._batch_bytes_max:
             return [run]
-        groups: list[list[RawMessage]] = []
-        group: list[RawMessage] = []
+        groups: list[SendRun] = []
+        group: list[SendMessage] = []
         size = 0
-        for message in run:
+        for message in send_messages(run):
             if group and (len(group) >= limit or size + message.payload_bytes > self._batch_bytes_max):
-                groups.append(group)
+                groups.append(sub_run(run, group))
                 group, size = [], 0
             group.append(message)
             size += message.payload_bytes
-        groups.append(group)
+        groups.append(sub_run(run, group))
         return groups

@@ -29,7 +29,9 @@ Producer sessions::
                            | entry_id i64 | first_index i32 | count u32 | batch_size i32)
     SEND_ERROR  broker 0x82  request_id u64 | code u16 | reason_len u16 | reason
 
-A SEND's messages are stored in frame order in batch entries, each run of a frame within one entry: a frame
+A message of a SEND is laid out as a message of a compact batch entry (:mod:`.entry_format`, ``kind = 3``),
+and the broker stores it as it arrived, after one validating pass over the frame. A SEND's messages are stored
+in frame order in batch entries, each run of a frame within one entry: a frame
 that fits the broker's batch limits (``publish_batch_messages_max``, ``publish_batch_bytes_max``) and goes to
 one partition is one run. The broker batches runs as it batches JSON messages: a run that arrives while an
 entry of its topic is in flight waits and is written with the runs of the same producer that arrived
@@ -76,17 +78,18 @@ from enum import IntEnum
 from typing import NamedTuple
 
 from magnetar.broker.entry_format import (
+    COMPACT_MESSAGE,
+    COMPACT_NO_KEY,
     KEY_BYTES_MAX,
-    PAYLOAD_BYTES_MAX,
-    PROPERTIES_MAX,
-    RawMessage,
+    CorruptEntryError,
     StoredMessage,
+    check_compact_messages,
     encode_properties,
 )
 from magnetar.broker.errors import BrokerError
 
 SUBPROTOCOL = "magnetar.v1"
-NO_KEY = 0xFFFF
+NO_KEY = COMPACT_NO_KEY
 
 
 class FrameType(IntEnum):
@@ -107,7 +110,6 @@ _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _TYPE_COUNT = struct.Struct("<BI")
 _SEND_HEAD = struct.Struct("<BQI")
-_SEND_MESSAGE = struct.Struct("<IHHq")
 _RECEIPT_HEAD = struct.Struct("<BQH")
 _RANGE = struct.Struct("<iqqiIi")
 _SEND_ERROR = struct.Struct("<BQHH")
@@ -133,71 +135,76 @@ class BinaryFrameError(BrokerError):
 # --- producer side -----------------------------------------------------------------------------------------
 
 
+class SendRun(NamedTuple):
+    """Consecutive messages of a SEND frame, as they arrived: validated compact messages
+    (:data:`~.entry_format.COMPACT_MESSAGE`), stored verbatim in a compact batch entry."""
+
+    messages: int
+    payload_bytes: int
+    body: bytes | memoryview
+
+
 @dataclass(frozen=True, slots=True)
 class SendFrame:
     request_id: int
-    messages: list[RawMessage]
+    run: SendRun
+    """All the frame's messages."""
+    keyed: bool
+    """Whether a message has a key or properties (routing by key needs :func:`send_messages`)."""
 
 
-def _utf8(data: bytes, what: str, request_id: int) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BinaryFrameError(f"{what} is not valid UTF-8", request_id) from None
+class SendMessage(NamedTuple):
+    """Where one message of a run lies in the run's body, and its key."""
 
-
-def _check_properties(frame: bytes, pos: int, count: int, end: int, request_id: int) -> int:
-    """Validate ``count`` properties at ``pos`` (bounds, UTF-8); returns the offset after them."""
-    if count > PROPERTIES_MAX:
-        raise BinaryFrameError(f"{count} properties, more than {PROPERTIES_MAX}", request_id)
-    for _ in range(count * 2):
-        if pos + 2 > end:
-            raise BinaryFrameError("SEND truncated in a property", request_id)
-        (size,) = _U16.unpack_from(frame, pos)
-        pos += 2
-        if pos + size > end:
-            raise BinaryFrameError("SEND truncated in a property", request_id)
-        _utf8(frame[pos : pos + size], "a property", request_id)
-        pos += size
-    return pos
+    key: str | None
+    start: int
+    end: int
+    payload_bytes: int
 
 
 def parse_send(frame: bytes) -> SendFrame:
-    """A SEND frame's messages (validated: bounds, UTF-8 keys and properties); :class:`BinaryFrameError`."""
+    """A SEND frame, validated (bounds, UTF-8 keys and properties); :class:`BinaryFrameError` otherwise."""
     if len(frame) < _SEND_HEAD.size or frame[0] != FrameType.SEND:
         raise BinaryFrameError("not a SEND frame")
     _, request_id, count = _SEND_HEAD.unpack_from(frame)
     if count == 0:
         raise BinaryFrameError("a SEND carries at least one message", request_id)
-    if count * _SEND_MESSAGE.size > len(frame) - _SEND_HEAD.size:
+    if count * COMPACT_MESSAGE.size > len(frame) - _SEND_HEAD.size:
         raise BinaryFrameError(f"SEND too short for {count} messages", request_id)
-    messages: list[RawMessage] = []
-    pos = _SEND_HEAD.size
-    end = len(frame)
-    unpack = _SEND_MESSAGE.unpack_from
-    for _ in range(count):
-        if pos + _SEND_MESSAGE.size > end:
-            raise BinaryFrameError("SEND truncated", request_id)
-        payload_len, key_len, property_count, event_time_ms = unpack(frame, pos)
-        pos += _SEND_MESSAGE.size
-        body_start = pos
-        key: str | None = None
+    body = memoryview(frame)[_SEND_HEAD.size :]
+    try:
+        payload_bytes, keyed = check_compact_messages(body, 0, count)
+    except CorruptEntryError as exc:
+        raise BinaryFrameError(f"malformed SEND: {exc}", request_id) from None
+    return SendFrame(request_id, SendRun(count, payload_bytes, body), keyed)
+
+
+def send_messages(run: SendRun) -> list[SendMessage]:
+    """The messages of a (validated) run with their places and keys: for routing by key and for cutting a run
+    at the batch limits (the common frame needs neither and never walks its messages twice)."""
+    body = run.body
+    unpack = COMPACT_MESSAGE.unpack_from
+    messages: list[SendMessage] = []
+    pos = 0
+    for _ in range(run.messages):
+        start = pos
+        payload_len, key_len, property_count, _event = unpack(body, pos)
+        pos += COMPACT_MESSAGE.size
+        key = None
         if key_len != NO_KEY:
-            if pos + key_len > end:
-                raise BinaryFrameError("SEND truncated in a key", request_id)
-            key = _utf8(frame[pos : pos + key_len], "a key", request_id)
+            key = str(body[pos : pos + key_len], "utf-8")
             pos += key_len
-        if property_count:
-            pos = _check_properties(frame, pos, property_count, end, request_id)
-        if payload_len > PAYLOAD_BYTES_MAX or pos + payload_len > end:
-            raise BinaryFrameError("SEND truncated in a payload", request_id)
+        for _ in range(property_count * 2):
+            pos += 2 + _U16.unpack_from(body, pos)[0]
         pos += payload_len
-        messages.append(
-            RawMessage(key, event_time_ms, key_len, property_count, payload_len, frame[body_start:pos])
-        )
-    if pos != end:
-        raise BinaryFrameError(f"{end - pos} bytes after the last message of a SEND", request_id)
-    return SendFrame(request_id, messages)
+        messages.append(SendMessage(key, start, pos, payload_len))
+    return messages
+
+
+def sub_run(run: SendRun, messages: Sequence[SendMessage]) -> SendRun:
+    """Consecutive ``messages`` of ``run`` (from :func:`send_messages`) as a run of their own."""
+    payload_bytes = sum(message.payload_bytes for message in messages)
+    return SendRun(len(messages), payload_bytes, run.body[messages[0].start : messages[-1].end])
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +220,7 @@ class OutgoingMessage:
 def encode_send(request_id: int, messages: Sequence[OutgoingMessage | bytes]) -> bytes:
     """A SEND frame (client side); plain ``bytes`` are payloads without key, properties or event time."""
     parts = [_SEND_HEAD.pack(FrameType.SEND, request_id, len(messages))]
-    pack = _SEND_MESSAGE.pack
+    pack = COMPACT_MESSAGE.pack
     for message in messages:
         if isinstance(message, bytes):
             parts.append(pack(len(message), NO_KEY, 0, 0))

@@ -18,8 +18,22 @@ Layout (little-endian)::
 
 A single-message entry is the same structure with one message and ``kind = 1``; the kind matters to message
 ids: a single message has ``batch_index = -1``, the ``i``-th message of a batch ``batch_index = i`` and
-``batch_size = message_count``. There is no checksum here: the entry travels and rests inside a BookKeeper
-entry whose CRC32C digest is verified on every read. Every length is bounded (see the ``*_MAX`` constants) and
+``batch_size = message_count``.
+
+A *compact* batch (``kind = 3``) holds one producer's messages with consecutive sequence ids and one publish
+time, each message laid out exactly as in a binary SEND frame (:mod:`.binary_protocol`), so the broker stores
+a frame's messages as they arrived - validated, not re-encoded::
+
+    compact := magic "Mg" | version u8 (=1) | kind u8 (=3) | name_count u16 (=1) | len u16 | producer name
+               | message_count u32 | first_sequence_id i64 | publish_time_ms i64 | message_count * cmessage
+    cmessage := payload_len u32 | key_len u16 (0xFFFF: no key) | property_count u16 | event_time_ms i64
+                | key bytes | property_count * (key_len u16, key, value_len u16, value) | payload
+
+Message ``i`` has ``sequence_id = first_sequence_id + i`` and ``batch_index = i``; it decodes to the same
+:class:`StoredMessage` as in a ``kind = 2`` batch.
+
+There is no checksum here: the entry travels and rests inside a BookKeeper entry whose CRC32C digest is
+verified on every read. Every length is bounded (see the ``*_MAX`` constants) and
 checked against the bytes actually present, so corrupt or hostile input raises :class:`CorruptEntryError` and
 never makes the decoder allocate more than the input's size.
 """
@@ -38,6 +52,7 @@ MAGIC = b"Mg"
 VERSION = 1
 KIND_SINGLE = 1
 KIND_BATCH = 2
+KIND_COMPACT = 3
 
 PRODUCER_NAME_BYTES_MAX = 1024
 KEY_BYTES_MAX = 65535
@@ -54,6 +69,10 @@ _HEAD = struct.Struct("<2sBBH")  # magic, version, kind, name_count
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _MESSAGE = struct.Struct("<HBqqqHHI")
+_COMPACT_HEAD = struct.Struct("<qq")  # first sequence id, publish time
+COMPACT_MESSAGE = struct.Struct("<IHHq")
+"""A compact message's fixed part: payload length, key length, property count, event time (also SEND's)."""
+COMPACT_NO_KEY = 0xFFFF
 _HAS_KEY = 0x01
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -156,50 +175,66 @@ def encode_batch(messages: Sequence[StoredMessage]) -> bytes:
     return _encode(KIND_BATCH, messages)
 
 
-class RawMessage(NamedTuple):
-    """A message whose key, properties and payload are already laid out as in an entry (``body``: key bytes,
-    then ``property_count`` x (name_len u16, name, value_len u16, value), then the payload), validated by
-    the caller (UTF-8, bounds): the binary producer protocol ships messages in this form, so storing them
-    costs one header per message and no re-encoding."""
-
-    key: str | None
-    event_time_ms: int
-    key_bytes: int
-    property_count: int
-    payload_bytes: int
-    body: bytes
-
-
-def encode_raw_batch(
-    producer_name: str, first_sequence_id: int, publish_time_ms: int, messages: Sequence[RawMessage]
+def encode_compact_batch(
+    producer_name: str,
+    first_sequence_id: int,
+    publish_time_ms: int,
+    count: int,
+    bodies: Sequence[bytes | memoryview],
 ) -> bytes:
-    """A batch entry of one producer's :class:`RawMessage` s with consecutive sequence ids from
-    ``first_sequence_id``; decodes with :func:`decode_entry` like :func:`encode_batch`'s entries."""
-    if not 1 <= len(messages) <= BATCH_MESSAGES_MAX:
-        raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {len(messages)}")
-    _check_int64("sequence_id", first_sequence_id + len(messages))
+    """A compact batch entry (``kind = 3``) of ``count`` messages whose bytes - compact messages, validated by
+    :func:`check_compact_messages` - are ``bodies`` joined, with consecutive sequence ids from
+    ``first_sequence_id``."""
+    if not 1 <= count <= BATCH_MESSAGES_MAX:
+        raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {count}")
+    _check_int64("sequence_id", first_sequence_id + count)
     _check_int64("publish_time_ms", publish_time_ms)
     name = _encode_str("producer_name", producer_name, PRODUCER_NAME_BYTES_MAX)
-    parts = [_HEAD.pack(MAGIC, VERSION, KIND_BATCH, 1), _U16.pack(len(name)), name, _U32.pack(len(messages))]
-    pack = _MESSAGE.pack
-    sequence_id = first_sequence_id
-    for message in messages:
-        has_key = message.key is not None
-        parts.append(
-            pack(
-                0,
-                _HAS_KEY if has_key else 0,
-                sequence_id,
-                publish_time_ms,
-                message.event_time_ms,
-                message.key_bytes if has_key else 0,
-                message.property_count,
-                message.payload_bytes,
-            )
-        )
-        parts.append(message.body)
-        sequence_id += 1
-    return b"".join(parts)
+    head = _HEAD.pack(MAGIC, VERSION, KIND_COMPACT, 1) + _U16.pack(len(name)) + name + _U32.pack(count)
+    return b"".join((head, _COMPACT_HEAD.pack(first_sequence_id, publish_time_ms), *bodies))
+
+
+def check_compact_messages(data: bytes | memoryview, pos: int, count: int) -> tuple[int, bool]:
+    """Validate ``count`` compact messages from ``pos`` to exactly the end of ``data`` (bounds, UTF-8 keys and
+    properties); returns (payload bytes, whether any message has a key or properties), or raises
+    :class:`CorruptEntryError`. The check of every binary SEND: one ``unpack`` per message without key or
+    properties (a walk past the end shows as a failed ``unpack`` or a final position off the end)."""
+    unpack = COMPACT_MESSAGE.unpack_from
+    header = COMPACT_MESSAGE.size
+    payload_bytes = 0
+    extras = False
+    try:
+        for _ in range(count):
+            payload_len, key_len, property_count, _event = unpack(data, pos)
+            pos += header
+            if key_len != COMPACT_NO_KEY or property_count or payload_len > PAYLOAD_BYTES_MAX:
+                extras = True
+                pos = _check_compact_extras(data, pos, key_len, property_count, payload_len)
+            pos += payload_len
+            payload_bytes += payload_len
+    except struct.error:
+        raise CorruptEntryError(f"messages truncated at offset {pos}") from None
+    if pos != len(data):
+        if pos > len(data):
+            raise CorruptEntryError(f"messages truncated: the last needs {pos - len(data)} more bytes")
+        raise CorruptEntryError(f"{len(data) - pos} bytes after the last message")
+    return payload_bytes, extras
+
+
+def _check_compact_extras(
+    data: bytes | memoryview, pos: int, key_len: int, property_count: int, payload_len: int
+) -> int:
+    """A compact message's key and properties (validated) and payload size; returns the payload's offset."""
+    if payload_len > PAYLOAD_BYTES_MAX:
+        raise CorruptEntryError(f"payload of {payload_len} bytes, more than {PAYLOAD_BYTES_MAX}")
+    if key_len != COMPACT_NO_KEY:
+        if pos + key_len > len(data):
+            raise CorruptEntryError("messages truncated in a key")
+        _utf8(data[pos : pos + key_len], "key")
+        pos += key_len
+    if property_count > PROPERTIES_MAX:
+        raise CorruptEntryError(f"{property_count} properties, more than {PROPERTIES_MAX}")
+    return _read_properties(data, pos, property_count)[1] if property_count else pos
 
 
 def encode_properties(properties: Mapping[str, str]) -> bytes:
@@ -252,8 +287,10 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int]:
         raise CorruptEntryError("not a Magnetar entry (bad magic)")
     if version != VERSION:
         raise CorruptEntryError(f"unsupported entry format version {version}")
-    if kind not in (KIND_SINGLE, KIND_BATCH):
+    if kind not in (KIND_SINGLE, KIND_BATCH, KIND_COMPACT):
         raise CorruptEntryError(f"unknown entry kind {kind}")
+    if kind == KIND_COMPACT and name_count != 1:
+        raise CorruptEntryError(f"a compact batch names {name_count} producers, not 1")
     names = []
     for _ in range(name_count):
         (length,) = reader.unpack(_U16)
@@ -265,19 +302,22 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int]:
         raise CorruptEntryError(f"entry claims {count} messages")
     if kind == KIND_SINGLE and count != 1:
         raise CorruptEntryError("a single-message entry holds more than one message")
-    if count * _MESSAGE.size > len(reader.data) - reader.pos:
+    fixed = (
+        _COMPACT_HEAD.size + count * COMPACT_MESSAGE.size if kind == KIND_COMPACT else count * _MESSAGE.size
+    )
+    if fixed > len(reader.data) - reader.pos:
         raise CorruptEntryError(f"entry too short for {count} messages")
     return kind, names, count
 
 
-def _utf8(data: bytes, what: str) -> str:
+def _utf8(data: bytes | memoryview, what: str) -> str:
     try:
-        return data.decode("utf-8")
+        return str(data, "utf-8")
     except UnicodeDecodeError:
         raise CorruptEntryError(f"{what} is not valid UTF-8") from None
 
 
-def _read_properties(data: bytes, pos: int, count: int) -> tuple[dict[str, str], int]:
+def _read_properties(data: bytes | memoryview, pos: int, count: int) -> tuple[dict[str, str], int]:
     properties: dict[str, str] = {}
     for _ in range(count):
         texts = []
@@ -343,7 +383,46 @@ def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
     buffer = data if isinstance(data, bytes) else bytes(data)
     reader = _Reader(memoryview(buffer))
     kind, names, count = _read_head(reader)
+    if kind == KIND_COMPACT:
+        return DecodedEntry(True, _read_compact_messages(buffer, reader.pos, count, names[0]))
     return DecodedEntry(kind == KIND_BATCH, _read_messages(buffer, reader.pos, count, names))
+
+
+def _read_compact_messages(data: bytes, pos: int, count: int, name: str) -> list[StoredMessage]:
+    """A compact batch's messages, from its sequence and publish time at ``pos`` to exactly the end."""
+    sequence_id, publish = _COMPACT_HEAD.unpack_from(data, pos)
+    pos += _COMPACT_HEAD.size
+    end = len(data)
+    unpack = COMPACT_MESSAGE.unpack_from
+    header = COMPACT_MESSAGE.size
+    messages: list[StoredMessage] = []
+    for _ in range(count):
+        if pos + header > end:
+            raise CorruptEntryError(f"entry truncated at offset {pos}")
+        payload_len, key_len, prop_count, event = unpack(data, pos)
+        pos += header
+        key = None
+        properties: dict[str, str] = {}
+        if key_len != COMPACT_NO_KEY:
+            if pos + key_len > end:
+                raise CorruptEntryError(f"entry truncated: need {key_len} bytes at offset {pos}")
+            key = _utf8(data[pos : pos + key_len], "key")
+            pos += key_len
+        if prop_count:
+            if prop_count > PROPERTIES_MAX:
+                raise CorruptEntryError(f"{prop_count} properties, more than {PROPERTIES_MAX}")
+            properties, pos = _read_properties(data, pos, prop_count)
+        payload_end = pos + payload_len
+        if payload_end > end or payload_len > PAYLOAD_BYTES_MAX:
+            raise CorruptEntryError(f"entry truncated or too large: {payload_len} bytes at offset {pos}")
+        messages.append(
+            StoredMessage(data[pos:payload_end], name, sequence_id, publish, event, key, properties)
+        )
+        sequence_id += 1
+        pos = payload_end
+    if pos != end:
+        raise CorruptEntryError(f"{end - pos} trailing bytes after the last message")
+    return messages
 
 
 def entry_message_count(data: bytes | bytearray | memoryview) -> int:

@@ -29,9 +29,16 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from magnetar.broker.binary_protocol import ReceiptRange
+from magnetar.broker.binary_protocol import (
+    ReceiptRange,
+    SendFrame,
+    SendMessage,
+    SendRun,
+    send_messages,
+    sub_run,
+)
 from magnetar.broker.consumer import OutboundFrames
-from magnetar.broker.entry_format import RawMessage, StoredMessage
+from magnetar.broker.entry_format import StoredMessage
 from magnetar.broker.key_hash import partition_for_key
 from magnetar.broker.message_id import encode_message_id
 from magnetar.broker.ws_errors import WsErrorCode
@@ -96,10 +103,8 @@ class PendingEntry:
     producer that waited beside it (see :mod:`.topic`)."""
 
     producer: Producer
-    messages: list[RawMessage]
+    run: SendRun
     first_sequence_id: int
-    count: int
-    payload_bytes: int
     receipt: EntryReceipt
     slot: int
     """Index of this run in its frame's receipt."""
@@ -167,21 +172,16 @@ class Producer:
         message_id = encode_message_id(ledger_id, entry_id, self.topic.partition, index, size)
         self.frames.push(producer_ack_ok(message_id, pending.context))
 
-    def send_entry(
-        self, messages: list[RawMessage], receipt: EntryReceipt, slot: int, received_at: float
-    ) -> None:
-        """Publish binary messages as (part of) one batch entry; the outcome goes to ``receipt``."""
+    def send_entry(self, run: SendRun, receipt: EntryReceipt, slot: int, received_at: float) -> None:
+        """Publish a binary run as (part of) one batch entry; the outcome goes to ``receipt``."""
         if self.closed:
             receipt.fail("Producer is closed")
             return
         first = self._sequence_id + 1
-        self._sequence_id += len(messages)
-        payload_bytes = sum(m.payload_bytes for m in messages)
-        pending = PendingEntry(
-            self, messages, first, len(messages), payload_bytes, receipt, slot, received_at
-        )
+        self._sequence_id += run.messages
+        pending = PendingEntry(self, run, first, receipt, slot, received_at)
         self.pending.append(pending)
-        self.capacity.taken(len(messages))
+        self.capacity.taken(run.messages)
         self.topic.publish_entry(pending)
 
     def on_entry_stored(
@@ -191,10 +191,11 @@ class Producer:
             return
         head = self.pending.popleft()
         assert head is pending, "a producer's messages are acknowledged in send order"
-        self.capacity.returned(pending.count)
-        self.msg_in_counter += pending.count
-        self.bytes_in_counter += pending.payload_bytes
-        where = ReceiptRange(self.topic.partition, ledger_id, entry_id, first_index, pending.count, size)
+        count = pending.run.messages
+        self.capacity.returned(count)
+        self.msg_in_counter += count
+        self.bytes_in_counter += pending.run.payload_bytes
+        where = ReceiptRange(self.topic.partition, ledger_id, entry_id, first_index, count, size)
         pending.receipt.stored(pending.slot, where)
 
     def on_failed(self, pending: PendingMessage | PendingEntry, reason: str) -> None:
@@ -210,7 +211,7 @@ class Producer:
                 count += 1
                 self.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, reason, item.context))
             else:
-                count += item.count
+                count += item.run.messages
                 item.receipt.fail(reason)
         self.capacity.returned(count)
 
@@ -262,14 +263,16 @@ class PartitionedProducer:
     def send(self, request: PublishRequest, received_at: float) -> None:
         self.route(request.key).send(request, received_at)
 
-    def route_frame(self, messages: list[RawMessage]) -> list[tuple[Producer, list[RawMessage]]]:
+    def route_frame(self, frame: SendFrame) -> list[tuple[Producer, SendRun]]:
         """Runs of consecutive messages of a binary frame for the same partition: a message with a key goes
         to its key's partition, the others of the frame to one partition picked for the whole frame (as
         Pulsar's batching producer routes batches)."""
         keyless = self.route(None)
-        runs: list[tuple[Producer, list[RawMessage]]] = []
+        if not frame.keyed:
+            return [(keyless, frame.run)]
         count = len(self.producers)
-        for message in messages:
+        runs: list[tuple[Producer, list[SendMessage]]] = []
+        for message in send_messages(frame.run):
             if message.key is None:
                 producer = keyless
             else:
@@ -278,4 +281,4 @@ class PartitionedProducer:
                 runs[-1][1].append(message)
             else:
                 runs.append((producer, [message]))
-        return runs
+        return [(producer, sub_run(frame.run, messages)) for producer, messages in runs]

@@ -34,7 +34,7 @@ from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY
 from magnetar.broker.consumer import Consumer, MsgKey
 from magnetar.broker.dispatcher import SubscriptionType
-from magnetar.broker.entry_format import decode_entry, encode_batch, encode_message, encode_raw_batch
+from magnetar.broker.entry_format import decode_entry, encode_batch, encode_compact_batch, encode_message
 from magnetar.broker.errors import (
     ProducerBusyError,
     SubscriptionBusyError,
@@ -224,8 +224,8 @@ class PersistentTopic:
             pending.producer.on_failed(pending, f"Topic {self.name} is being unloaded")
             return
         self._runs.append(pending)
-        self._runs_messages += pending.count
-        self._runs_bytes += pending.payload_bytes
+        self._runs_messages += pending.run.messages
+        self._runs_bytes += pending.run.payload_bytes
         if (
             self._may_write(self._runs_messages, self._runs_bytes)
             or self._runs_messages >= self._settings.publish_batch_messages_max
@@ -253,31 +253,38 @@ class PersistentTopic:
         groups: list[tuple[list[PendingEntry], int, int, bool]] = []
         group: list[PendingEntry] = []
         messages = payload_bytes = 0
-        for run in runs:
+        for pending in runs:
+            count, size = pending.run.messages, pending.run.payload_bytes
             if group:
                 over = (
-                    messages + run.count > settings.publish_batch_messages_max
-                    or payload_bytes + run.payload_bytes > settings.publish_batch_bytes_max
+                    messages + count > settings.publish_batch_messages_max
+                    or payload_bytes + size > settings.publish_batch_bytes_max
                 )
-                if over or run.producer is not group[0].producer:
+                if over or pending.producer is not group[0].producer:
                     groups.append((group, messages, payload_bytes, over))
                     group, messages, payload_bytes = [], 0, 0
-            group.append(run)
-            messages += run.count
-            payload_bytes += run.payload_bytes
+            group.append(pending)
+            messages += count
+            payload_bytes += size
         if group:
             full = messages >= settings.publish_batch_messages_max
             groups.append((group, messages, payload_bytes, full))
         return groups
 
     def _write_group(self, group: list[PendingEntry]) -> None:
-        """One entry for runs of one producer; their sequence ids follow each other (runs queue in order)."""
+        """One compact entry for runs of one producer: their sequence ids follow each other (runs queue in
+        order), and their messages are stored as they arrived."""
         first = group[0]
-        messages = first.messages if len(group) == 1 else [m for run in group for m in run.messages]
-        data = encode_raw_batch(first.producer.name, first.first_sequence_id, self.now_ms(), messages)
+        size = sum(pending.run.messages for pending in group)
+        data = encode_compact_batch(
+            first.producer.name,
+            first.first_sequence_id,
+            self.now_ms(),
+            size,
+            [pending.run.body for pending in group],
+        )
         self._inflight += 1
         self._drained = trio.Event() if self._drained.is_set() else self._drained
-        size = len(messages)
 
         def on_added(result: Position | ManagedLedgerError) -> None:
             self._on_group_added(group, size, len(data), result)
@@ -290,9 +297,9 @@ class PersistentTopic:
         self._inflight -= 1
         if isinstance(result, Position):
             index = 0
-            for run in group:
-                run.producer.on_entry_stored(run, result.ledger_id, result.entry_id, index, size)
-                index += run.count
+            for pending in group:
+                pending.producer.on_entry_stored(pending, result.ledger_id, result.entry_id, index, size)
+                index += pending.run.messages
             latency = trio.current_time() - group[0].received_at
             self.metrics.on_messages_stored(size, data_bytes, latency)
             for subscription in self.subscriptions.values():

@@ -60,7 +60,9 @@ from magnetar.admin.range_frames import (
     FrameError,
     RangeEnd,
 )
+from magnetar.broker.entry_format import COMPACT_MESSAGE, COMPACT_NO_KEY
 from magnetar.broker.entry_format import KIND_BATCH as ENTRY_BATCH
+from magnetar.broker.entry_format import KIND_COMPACT as ENTRY_COMPACT
 from magnetar.broker.entry_format import KIND_SINGLE as ENTRY_SINGLE
 from magnetar.broker.entry_format import MAGIC as ENTRY_MAGIC
 from magnetar.broker.entry_format import VERSION as ENTRY_VERSION
@@ -159,6 +161,7 @@ _KEY_COUNT_PAYLOAD = struct.Struct(">iHI")  # key length, property count, payloa
 # property count, payload length.
 _ENTRY_HEAD = struct.Struct("<2sBBH")
 _ENTRY_MESSAGE = struct.Struct("<HBqqqHHI")
+_COMPACT_HEAD = struct.Struct("<qq")  # a compact batch's first sequence id and publish time
 _LE_U16 = struct.Struct("<H")
 _LE_U32 = struct.Struct("<I")
 
@@ -288,15 +291,11 @@ class _Decoder:
 
     def entry(self, body: bytes, start: int, stop: int) -> None:
         """An entry frame: the stored entry's layout (:mod:`magnetar.broker.entry_format`) read in place."""
-        out = self.out
-        keys, values, ids = out.keys.append, out.values.append, out.message_ids.append
-        ledgers, entries, producers = out.ledgers.append, out.entries.append, out.producers.append
-        publish, event_times, properties = out.publish_us.append, out.event_us.append, out.properties.append
-        message_of, no_props = _ENTRY_MESSAGE.unpack_from, ()
         _, ledger, entry = ENTRY_HEAD.unpack_from(body, start)
         cursor = start + ENTRY_HEAD.size
         magic, version, kind, name_count = _ENTRY_HEAD.unpack_from(body, cursor)
-        if magic != ENTRY_MAGIC or version != ENTRY_VERSION or kind not in (ENTRY_SINGLE, ENTRY_BATCH):
+        known = (ENTRY_SINGLE, ENTRY_BATCH, ENTRY_COMPACT)
+        if magic != ENTRY_MAGIC or version != ENTRY_VERSION or kind not in known:
             raise FrameError(f"entry {ledger}:{entry} is not in a known entry format")
         cursor += _ENTRY_HEAD.size
         names = []
@@ -306,12 +305,29 @@ class _Decoder:
             cursor += 2 + size
         (count,) = _LE_U32.unpack_from(body, cursor)
         cursor += 4
-        if count * _ENTRY_MESSAGE.size > stop - cursor:
+        message_size = COMPACT_MESSAGE.size if kind == ENTRY_COMPACT else _ENTRY_MESSAGE.size
+        if count * message_size > stop - cursor:
             raise FrameError(f"entry {ledger}:{entry} claims {count} messages")
         if self.first is None:
             self.first = (ledger, entry)
+        if kind == ENTRY_COMPACT:
+            cursor = self.compact_messages(body, cursor, count, (ledger, entry), names[0])
+        else:
+            cursor = self.messages(body, cursor, count, (ledger, entry), names, kind == ENTRY_BATCH)
+        if cursor != stop:
+            raise FrameError(f"entry {ledger}:{entry}: its messages do not fill the frame")
+
+    def messages(
+        self, body: bytes, cursor: int, count: int, where: tuple[int, int], names: list[str], batched: bool
+    ) -> int:
+        """The messages of a single-message or batch entry; returns the offset after them."""
+        out = self.out
+        keys, values, ids = out.keys.append, out.values.append, out.message_ids.append
+        ledgers, entries, producers = out.ledgers.append, out.entries.append, out.producers.append
+        publish, event_times, properties = out.publish_us.append, out.event_us.append, out.properties.append
+        message_of, no_props = _ENTRY_MESSAGE.unpack_from, ()
+        ledger, entry = where
         prefix = message_id_prefix(ledger, entry, self.partition)
-        batched = kind == ENTRY_BATCH
         for index in range(count):
             producer, flags, _, published, event, key_len, prop_count, payload_len = message_of(body, cursor)
             cursor += _ENTRY_MESSAGE.size
@@ -330,8 +346,42 @@ class _Decoder:
             entries(entry)
             publish(published * 1000)
             event_times(event * 1000 if event else None)
-        if cursor != stop:
-            raise FrameError(f"entry {ledger}:{entry}: its messages do not fill the frame")
+        return cursor
+
+    def compact_messages(
+        self, body: bytes, cursor: int, count: int, where: tuple[int, int], name: str
+    ) -> int:
+        """The messages of a compact batch (one producer, one publish time); returns the offset after them."""
+        out = self.out
+        keys, values, ids = out.keys.append, out.values.append, out.message_ids.append
+        event_times, properties = out.event_us.append, out.properties.append
+        message_of, no_props = COMPACT_MESSAGE.unpack_from, ()
+        ledger, entry = where
+        prefix = message_id_prefix(ledger, entry, self.partition)
+        _, published = _COMPACT_HEAD.unpack_from(body, cursor)
+        cursor += _COMPACT_HEAD.size
+        for index in range(count):
+            payload_len, key_len, prop_count, event = message_of(body, cursor)
+            cursor += COMPACT_MESSAGE.size
+            if key_len == COMPACT_NO_KEY:
+                keys(None)
+            else:
+                keys(body[cursor : cursor + key_len])
+                cursor += key_len
+            if prop_count:
+                props, cursor = _entry_properties(body, cursor, prop_count)
+                properties(props)
+            else:
+                properties(no_props)
+            values(body[cursor : cursor + payload_len])
+            cursor += payload_len
+            ids(prefix + self.suffix(index, count))
+            event_times(event * 1000 if event else None)
+        out.producers.extend([name] * count)
+        out.ledgers.extend([ledger] * count)
+        out.entries.extend([entry] * count)
+        out.publish_us.extend([published * 1000] * count)
+        return cursor
 
     def end(self, body: bytes, start: int, length: int, stop: int) -> Decoded:
         if length != END.size or stop != len(body):

@@ -29,8 +29,16 @@ from magnetar.broker.binary_protocol import (
     parse_receipt,
     parse_send,
     scan_messages,
+    send_messages,
+    sub_run,
 )
-from magnetar.broker.entry_format import StoredMessage, decode_entry, encode_batch, encode_raw_batch
+from magnetar.broker.entry_format import (
+    StoredMessage,
+    decode_entry,
+    encode_batch,
+    encode_compact_batch,
+    entry_message_count,
+)
 
 texts = st.text(max_size=20)
 outgoing = st.builds(
@@ -43,33 +51,44 @@ outgoing = st.builds(
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 2**64 - 1), st.lists(outgoing | st.binary(max_size=100), min_size=1, max_size=20))
-def test_send_round_trips_and_stores_exactly_what_the_json_path_stores(
-    request_id: int, messages: list[OutgoingMessage | bytes]
+@given(
+    st.integers(0, 2**64 - 1),
+    st.lists(outgoing | st.binary(max_size=100), min_size=1, max_size=20),
+    st.integers(0, 20),
+)
+def test_send_round_trips_and_stores_what_the_json_path_stores(
+    request_id: int, messages: list[OutgoingMessage | bytes], cut: int
 ) -> None:
     frame = encode_send(request_id, messages)
     send = parse_send(frame)
     assert send.request_id == request_id
-    assert len(send.messages) == len(messages)
-    entry = encode_raw_batch("producer-1", 7, 1_700_000_000_000, send.messages)
-    expected = []
-    for index, item in enumerate(messages):
-        message = OutgoingMessage(item) if isinstance(item, bytes) else item
-        expected.append(
-            StoredMessage(
-                message.payload,
-                "producer-1",
-                7 + index,
-                1_700_000_000_000,
-                message.event_time_ms,
-                message.key,
-                dict(message.properties or {}),
-            )
+    outgoing = [OutgoingMessage(item) if isinstance(item, bytes) else item for item in messages]
+    assert send.run.messages == len(messages)
+    assert send.run.payload_bytes == sum(len(message.payload) for message in outgoing)
+    assert send.keyed == any(message.key is not None or message.properties for message in outgoing)
+    places = send_messages(send.run)
+    assert [place.key for place in places] == [message.key for message in outgoing]
+    # A run cut in two (as routing and the batch limits cut runs) is stored as one entry of both parts.
+    cut = min(cut, len(places) - 1)
+    parts = [sub_run(send.run, places[:cut]), sub_run(send.run, places[cut:])] if cut else [send.run]
+    assert sum(part.messages for part in parts) == len(messages)
+    entry = encode_compact_batch("producer-1", 7, 1_700_000_000_000, len(messages), [p.body for p in parts])
+    expected = [
+        StoredMessage(
+            message.payload,
+            "producer-1",
+            7 + index,
+            1_700_000_000_000,
+            message.event_time_ms,
+            message.key,
+            dict(message.properties or {}),
         )
-    assert entry == encode_batch(expected)  # byte for byte the entry the JSON path would write
+        for index, message in enumerate(outgoing)
+    ]
     decoded = decode_entry(entry)
     assert decoded.batched
-    assert decoded.messages == expected
+    assert decoded.messages == expected == decode_entry(encode_batch(expected)).messages
+    assert entry_message_count(entry) == len(messages)
 
 
 def test_send_refuses_malformed_frames_with_the_request_id() -> None:
@@ -96,6 +115,15 @@ def test_send_refuses_malformed_frames_with_the_request_id() -> None:
     )
     with pytest.raises(BinaryFrameError, match="UTF-8"):
         parse_send(bad_property)
+    too_many = (
+        struct.pack("<BQI", FrameType.SEND, 7, 1) + struct.pack("<IHHq", 0, 0xFFFF, 1025, 0) + b"\0" * 4100
+    )
+    with pytest.raises(BinaryFrameError, match="1025 properties"):
+        parse_send(too_many)
+    overlong = struct.pack("<BQI", FrameType.SEND, 8, 2) + struct.pack("<IHHq", 40, 0xFFFF, 0, 0) + b"\0" * 40
+    with pytest.raises(BinaryFrameError, match="truncated") as short:
+        parse_send(overlong + struct.pack("<IHHq", 1, 0xFFFF, 0, 0))  # the second payload is missing
+    assert short.value.request_id == 8
 
 
 @given(st.binary(max_size=200))

@@ -11,13 +11,18 @@ from hypothesis import strategies as st
 
 from magnetar.broker.entry_format import (
     BATCH_MESSAGES_MAX,
+    COMPACT_MESSAGE,
+    COMPACT_NO_KEY,
     KEY_BYTES_MAX,
     PRODUCER_NAME_BYTES_MAX,
     CorruptEntryError,
     StoredMessage,
+    check_compact_messages,
     decode_entry,
     encode_batch,
+    encode_compact_batch,
     encode_message,
+    encode_properties,
     entry_message_count,
 )
 
@@ -73,15 +78,73 @@ SAMPLE = encode_batch(
 )
 
 
-def test_every_truncation_is_detected() -> None:
-    for size in range(len(SAMPLE)):
+def compact_message(
+    payload: bytes, key: str | None = None, properties: dict[str, str] | None = None
+) -> bytes:
+    """One message as a compact batch (and a binary SEND) lays it out."""
+    key_bytes = b"" if key is None else key.encode()
+    key_len = COMPACT_NO_KEY if key is None else len(key_bytes)
+    head = COMPACT_MESSAGE.pack(len(payload), key_len, len(properties or {}), 5)
+    return head + key_bytes + encode_properties(properties or {}) + payload
+
+
+COMPACT_BODY = compact_message(b"hello", "k", {"a": "b"}) + compact_message(b"world")
+COMPACT_SAMPLE = encode_compact_batch("p1", 1, 1000, 2, [COMPACT_BODY])
+
+
+def test_compact_batches_decode_like_batches() -> None:
+    expected = [
+        StoredMessage(b"hello", "p1", 1, 1000, 5, "k", {"a": "b"}),
+        StoredMessage(b"world", "p1", 2, 1000, 5),
+    ]
+    assert decode_entry(COMPACT_SAMPLE).messages == expected == decode_entry(encode_batch(expected)).messages
+    assert decode_entry(COMPACT_SAMPLE).batched
+    assert entry_message_count(COMPACT_SAMPLE) == 2
+    assert check_compact_messages(COMPACT_BODY, 0, 2) == (10, True)
+    assert check_compact_messages(memoryview(compact_message(b"abc") * 3), 0, 3) == (9, False)
+
+
+@pytest.mark.parametrize("sample", [SAMPLE, COMPACT_SAMPLE], ids=["batch", "compact"])
+def test_every_truncation_is_detected(sample: bytes) -> None:
+    for size in range(len(sample)):
         with pytest.raises(CorruptEntryError):
-            decode_entry(SAMPLE[:size])
+            decode_entry(sample[:size])
 
 
-def test_trailing_bytes_are_detected() -> None:
+@pytest.mark.parametrize("sample", [SAMPLE, COMPACT_SAMPLE], ids=["batch", "compact"])
+def test_trailing_bytes_are_detected(sample: bytes) -> None:
     with pytest.raises(CorruptEntryError, match="trailing"):
-        decode_entry(SAMPLE + b"\x00")
+        decode_entry(sample + b"\x00")
+
+
+def test_the_compact_check_refuses_what_the_decoder_refuses() -> None:
+    for size in range(len(COMPACT_BODY)):
+        with pytest.raises(CorruptEntryError):
+            check_compact_messages(COMPACT_BODY[:size], 0, 2)
+    with pytest.raises(CorruptEntryError, match="after the last"):
+        check_compact_messages(COMPACT_BODY + b"\x00", 0, 2)
+    with pytest.raises(CorruptEntryError, match="UTF-8"):
+        check_compact_messages(COMPACT_MESSAGE.pack(0, 1, 0, 0) + b"\xff", 0, 1)
+    with pytest.raises(CorruptEntryError, match="more than"):
+        check_compact_messages(COMPACT_MESSAGE.pack(2**30, COMPACT_NO_KEY, 0, 0), 0, 1)
+    two_names = COMPACT_SAMPLE.replace(b"\x01\x00\x02\x00p1", b"\x02\x00\x02\x00p1", 1)
+    with pytest.raises(CorruptEntryError, match="names 2 producers"):
+        decode_entry(two_names)
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_compact_check_and_decoder_agree_on_mutated_messages(data: st.DataObject) -> None:
+    body = bytearray(COMPACT_BODY)
+    for _ in range(data.draw(st.integers(1, 4))):
+        body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    try:
+        check_compact_messages(bytes(body), 0, 2)
+    except CorruptEntryError:
+        with pytest.raises(CorruptEntryError):
+            decode_entry(encode_compact_batch("p1", 1, 1000, 2, [bytes(body)]))
+    else:
+        assert len(decode_entry(encode_compact_batch("p1", 1, 1000, 2, [bytes(body)])).messages) == 2
 
 
 @pytest.mark.parametrize(
@@ -123,10 +186,11 @@ def test_bad_utf8_and_bad_producer_index() -> None:
         decode_entry(bytes(data))
 
 
+@pytest.mark.parametrize("sample", [SAMPLE, COMPACT_SAMPLE], ids=["batch", "compact"])
 @settings(max_examples=300)
-@given(st.data())
-def test_mutations_decode_or_raise_the_typed_error(data: st.DataObject) -> None:
-    raw = bytearray(SAMPLE)
+@given(data=st.data())
+def test_mutations_decode_or_raise_the_typed_error(sample: bytes, data: st.DataObject) -> None:
+    raw = bytearray(sample)
     for _ in range(data.draw(st.integers(1, 4))):
         raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
     with contextlib.suppress(CorruptEntryError):

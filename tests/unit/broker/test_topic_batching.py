@@ -10,7 +10,8 @@ from typing import Any
 import trio
 
 from magnetar.bookkeeper.runtime.clock import SystemClock
-from magnetar.broker.entry_format import RawMessage, StoredMessage, decode_entry
+from magnetar.broker.binary_protocol import encode_send, parse_send
+from magnetar.broker.entry_format import StoredMessage, decode_entry
 from magnetar.broker.metrics import TopicMetrics
 from magnetar.broker.producer import PendingEntry, PendingMessage
 from magnetar.broker.settings import BrokerSettings
@@ -163,16 +164,11 @@ class BinaryProducer:
     next_sequence_id: int = 0
 
     def run(self, slot: int, count: int) -> PendingEntry:
-        messages = [
-            RawMessage(None, 0, 0, 0, 4, b"%s%02d" % (self.name.encode()[:2], self.next_sequence_id + i))
-            for i in range(count)
-        ]
+        payloads = [b"%s%02d" % (self.name.encode()[:2], self.next_sequence_id + i) for i in range(count)]
         pending = PendingEntry(
             self,  # type: ignore[arg-type]
-            messages,
+            parse_send(encode_send(slot, payloads)).run,
             self.next_sequence_id,
-            count,
-            4 * count,
             None,  # type: ignore[arg-type]
             slot,
             trio.current_time(),

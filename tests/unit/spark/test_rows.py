@@ -19,7 +19,8 @@ from magnetar.admin.range_frames import (
     encode_message_frame,
 )
 from magnetar.admin.spark.rows import arrow_schema, decode_body, record_batch, spark_schema
-from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
+from magnetar.broker.binary_protocol import OutgoingMessage, encode_send, parse_send
+from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_compact_batch, encode_message
 from magnetar.broker.message_id import MessageId
 
 text = st.text(max_size=12)
@@ -139,16 +140,29 @@ stored = st.builds(
 )
 
 
-@given(st.lists(st.lists(stored, min_size=1, max_size=4), max_size=4), st.integers(-1, 7))
+def stored_entry(group: list[StoredMessage], compact: bool) -> bytes:
+    """The group as the broker stores it: one message, a batch, or (binary producers) a compact batch of the
+    first message's producer and publish time."""
+    if compact:
+        first = group[0]
+        outgoing = [OutgoingMessage(m.payload, m.key, m.properties, m.event_time_ms) for m in group]
+        run = parse_send(encode_send(1, outgoing)).run
+        return encode_compact_batch(
+            first.producer_name, first.sequence_id, first.publish_time_ms, len(group), [run.body]
+        )
+    return encode_batch(group) if len(group) > 1 else encode_message(group[0])
+
+
+@given(
+    st.lists(st.tuples(st.lists(stored, min_size=1, max_size=4), st.booleans()), max_size=4),
+    st.integers(-1, 7),
+)
 def test_entry_frames_decode_like_the_broker_reads_them(
-    groups: list[list[StoredMessage]], partition: int
+    groups: list[tuple[list[StoredMessage], bool]], partition: int
 ) -> None:
     """Version 3: stored entries forwarded as they are, read in place; the same rows as the broker's own
     decoder (through the reference frame decoder) gives."""
-    frames = [
-        encode_entry_frame(9, entry, encode_batch(group) if len(group) > 1 else encode_message(group[0]))
-        for entry, group in enumerate(groups)
-    ]
+    frames = [encode_entry_frame(9, entry, stored_entry(*group)) for entry, group in enumerate(groups)]
     body = b"".join(frames) + encode_end_frame(RangeEnd((9, len(groups)), len(groups), True))
     decoded = decode_body(body, partition)
     reference = [m for m in FrameDecoder().feed(body) if isinstance(m, RangeMessage)]
@@ -157,6 +171,9 @@ def test_entry_frames_decode_like_the_broker_reads_them(
     assert columns.values == [m.payload for m in reference]
     assert columns.keys == [None if m.key is None else m.key.encode() for m in reference]
     assert columns.producers == [m.producer_name for m in reference]
+    assert columns.publish_us == [m.publish_time_ms * 1000 for m in reference]
+    assert columns.ledgers == [m.ledger_id for m in reference]
+    assert columns.entries == [m.entry_id for m in reference]
     assert [list(p) for p in columns.properties] == [list(m.properties.items()) for m in reference]
     assert columns.event_us == [m.event_time_ms * 1000 or None for m in reference]
     assert columns.message_ids == [
@@ -168,7 +185,8 @@ def test_entry_frames_decode_like_the_broker_reads_them(
 
 def test_broken_entry_frames_raise_frame_errors() -> None:
     end = encode_end_frame(RangeEnd((1, 1), 0, True))
-    entry = encode_message(StoredMessage(b"x", "p", 1, 2, key="k"))
-    for data in (entry[:-1], b"Xg" + entry[2:], entry + b"\x00"):
-        with pytest.raises(FrameError):
-            decode_body(encode_entry_frame(1, 0, data) + end, -1)
+    message = StoredMessage(b"x", "p", 1, 2, key="k")
+    for entry in (encode_message(message), stored_entry([message, message], compact=True)):
+        for data in (entry[:-1], b"Xg" + entry[2:], entry + b"\x00"):
+            with pytest.raises(FrameError):
+                decode_body(encode_entry_frame(1, 0, data) + end, -1)
