@@ -217,14 +217,26 @@ class OutgoingMessage:
     event_time_ms: int = 0
 
 
+_PLAIN_HEADERS: dict[int, bytes] = {}
+"""Message headers of plain payloads by size (a producer's payloads often share a size): a dict lookup is
+cheaper than packing the header for every message."""
+_PLAIN_HEADERS_MAX = 4096
+
+
 def encode_send(request_id: int, messages: Sequence[OutgoingMessage | bytes]) -> bytes:
     """A SEND frame (client side); plain ``bytes`` are payloads without key, properties or event time."""
     parts = [_SEND_HEAD.pack(FrameType.SEND, request_id, len(messages))]
     pack = COMPACT_MESSAGE.pack
+    plain = _PLAIN_HEADERS
     for message in messages:
         if isinstance(message, bytes):
-            parts.append(pack(len(message), NO_KEY, 0, 0))
-            parts.append(message)
+            size = len(message)
+            header = plain.get(size)
+            if header is None:
+                header = pack(size, NO_KEY, 0, 0)
+                if len(plain) < _PLAIN_HEADERS_MAX:
+                    plain[size] = header
+            parts += (header, message)
             continue
         key = b"" if message.key is None else message.key.encode("utf-8")
         if len(key) > KEY_BYTES_MAX - 1:
