@@ -3,6 +3,7 @@
     .venv/bin/python tests/bench/compare.py                       # everything (about 20 minutes)
     .venv/bin/python tests/bench/compare.py --quick               # a short run CI could afford
     .venv/bin/python tests/bench/compare.py --peers redis-always,magnetar-standalone --sizes 100
+    .venv/bin/python tests/bench/compare.py --rounds 3 ...       # medians of 3 rounds (this machine drifts)
     make bench-compare                                            # installs the peers, then the full run
 
 Systems (``--peers``): ``redis-always`` / ``redis-everysec`` (Redis streams, AOF), ``nats`` (JetStream, file
@@ -38,8 +39,10 @@ from bench.comparison.report import (
     Results,
     Scenario,
     append_section,
+    median_results,
     render_systems,
     render_tables,
+    rounds_table,
     scenarios,
 )
 from bench.comparison.runner import MAGNETARS, Runner, Settings, build_system, info
@@ -65,11 +68,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=1000, help="unacknowledged messages per producer")
     parser.add_argument("--phase-limit-s", type=float, help="bound of a throughput run (default 60)")
     parser.add_argument("--drain-s", type=float, help="wait for late acks after a fixed-rate run (10)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="measure everything N times, report each figure's median (3)"
+    )
     parser.add_argument("--quick", action="store_true", help="a short run: 100 B, 1k and 5k msgs/s, 2 s")
     parser.add_argument("--results", type=Path, default=RESULTS_PATH, help="Markdown file to append to")
     parser.add_argument("--no-results", action="store_true", help="print the tables, write nothing")
     parser.add_argument("--workdir", type=Path, help="parent of the temp dir (default the system's)")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     defaults = QUICK if args.quick else FULL
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -100,21 +108,27 @@ def main(argv: list[str]) -> int:
         return 2
     command = shlex.join([Path(sys.executable).name, "tests/bench/compare.py", *argv])
     systems = [build_system(name, settings.window) for name in names]
-    results = Results([info(system) for system in systems])
+    infos = [info(system) for system in systems]
     all_scenarios = scenarios(settings.sizes, settings.rates, settings.e2e_rate)
     began = datetime.datetime.now(datetime.UTC)
     load_before = load_average()
     print(f"{command}\nload average before: {load_before}", flush=True)
     started = time.monotonic()
+    rounds: list[Results] = []
     with tempfile.TemporaryDirectory(prefix="magnetar-compare-", dir=args.workdir) as scratch:
         facts = machine_facts(Path(scratch))
-        runner = Runner(settings, all_scenarios, results, Path(scratch))
-        for system in systems:
-            runner.run_system(system)
+        for index in range(args.rounds):
+            if args.rounds > 1:
+                print(f"=== round {index + 1} of {args.rounds}", flush=True)
+            rounds.append(Results(infos))
+            runner = Runner(settings, all_scenarios, rounds[-1], Path(scratch) / f"round-{index + 1}")
+            # Every other round in reverse order: a slow spell of the machine falls on different systems.
+            for system in systems if index % 2 == 0 else systems[::-1]:
+                runner.run_system(system)
     elapsed = time.monotonic() - started
     load_after = load_average()
     text = render(
-        command, began, elapsed, settings, facts, load_before, load_after, runner, results, all_scenarios
+        command, began, elapsed, settings, facts, load_before, load_after, runner, rounds, all_scenarios
     )
     print("\n" + text, flush=True)
     if not args.no_results:
@@ -132,9 +146,10 @@ def render(
     load_before: str,
     load_after: str,
     runner: Runner,
-    results: Results,
+    rounds: list[Results],
     all_scenarios: list[Scenario],
 ) -> str:
+    results = median_results(rounds)
     versions = [
         f"* {name}: " + "; ".join(f"{k} {v}" for k, v in system_versions.items())
         for name, system_versions in runner.versions.items()
@@ -154,7 +169,14 @@ def render(
         f"(bounded by {settings.phase_limit_s:.0f} s); fixed-rate runs of {settings.duration_s:g} s each "
         f"(open loop, latency from each message's due time to its ack); end-to-end at "
         f"{settings.e2e_rate:,.0f} msgs/s (due time -> delivery to the subscribed consumer). One system "
-        "runs at a time.",
+        "runs at a time."
+        + (
+            f" Everything was measured in {len(rounds)} rounds (every other one in reverse order of the "
+            "systems, each system started afresh); each table shows the median round's figure, and the last "
+            "table every round's."
+            if len(rounds) > 1
+            else ""
+        ),
         "",
         "Versions:",
         *versions,
@@ -175,6 +197,8 @@ def render(
         "",
         render_tables(results, all_scenarios),
     ]
+    if len(rounds) > 1:
+        lines += ["#### Every round (msgs/s, or p99 ms)", "", rounds_table(rounds, all_scenarios), ""]
     return "\n".join(lines)
 
 

@@ -49,6 +49,49 @@ class Results:
         return self.figures.get((scenario.key, scenario.size, system))
 
 
+def _rank(figure: Throughput | Latency) -> tuple[float, ...]:
+    """Order of a scenario's rounds, worst first: lowest throughput, or saturated and then highest p99."""
+    if isinstance(figure, Throughput):
+        return (figure.rate,)
+    return (0.0 if figure.saturated else 1.0, -figure.p99_ms)
+
+
+def median_figure(figures: Sequence[Figure]) -> Figure:
+    """The median round's figure (the lower median of an even count: the worse of the two middle ones); a
+    failure only when no round measured anything."""
+    measured = sorted((f for f in figures if not isinstance(f, Failure)), key=_rank)
+    if not measured:
+        return figures[0]
+    return measured[(len(measured) - 1) // 2]
+
+
+def median_results(rounds: Sequence[Results]) -> Results:
+    """One figure per scenario and system: the median of the rounds (see :func:`median_figure`)."""
+    merged = Results(rounds[0].systems)
+    for key in dict.fromkeys(k for r in rounds for k in r.figures):
+        merged.figures[key] = median_figure([r.figures[key] for r in rounds if key in r.figures])
+    return merged
+
+
+def _round_value(figure: Figure | None) -> str:
+    if isinstance(figure, Throughput):
+        return format_rate(figure.rate) + ("" if figure.complete else " (incomplete)")
+    if isinstance(figure, Latency):
+        return format_ms(figure.p99_ms) + (" (saturated)" if figure.saturated else "")
+    return MISSING
+
+
+def rounds_table(rounds: Sequence[Results], all_scenarios: Sequence[Scenario]) -> str:
+    """Every round's figure (msgs/s for throughputs, p99 ms for latencies): how much the machine moved."""
+    header = ["scenario", "system", *(f"round {index + 1}" for index in range(len(rounds)))]
+    rows = [
+        [scenario.title, system.name, *(_round_value(r.get(scenario, system.name)) for r in rounds)]
+        for scenario in all_scenarios
+        for system in rounds[0].systems
+    ]
+    return _markdown(header, rows)
+
+
 def scenarios(sizes: Sequence[int], rates: Sequence[float], e2e_rate: float) -> list[Scenario]:
     result = []
     for size in sizes:

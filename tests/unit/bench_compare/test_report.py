@@ -15,8 +15,11 @@ from bench.comparison.report import (
     append_section,
     format_ratio,
     latency_table,
+    median_figure,
+    median_results,
     ratio,
     render_tables,
+    rounds_table,
     scenarios,
     throughput_table,
 )
@@ -160,3 +163,44 @@ def test_quick_sets_short_defaults_that_explicit_flags_override() -> None:
     assert full.sizes == [100, 1000]
     assert full.rates == [1000.0, 5000.0, 20000.0]
     assert full.messages == 100_000
+
+
+def test_rounds_default_to_one_and_must_be_positive() -> None:
+    assert parse_args([]).rounds == 1
+    assert parse_args(["--rounds", "3"]).rounds == 3
+    with pytest.raises(SystemExit):
+        parse_args(["--rounds", "0"])
+
+
+def test_the_median_round_is_reported_and_every_round_is_listed() -> None:
+    publish = Scenario("publish", "Publish throughput", 100)
+    rate = Scenario("rate-1000", "Publish latency at 1,000 msgs/s", 100)
+    rounds = []
+    for elapsed_s, p99, fails in ((2.0, 9.0, False), (1.0, 3.0, False), (4.0, 5.0, True)):
+        results = Results([STANDALONE, REDIS])
+        results.put(publish, STANDALONE.name, Throughput(100_000, elapsed_s))
+        results.put(publish, REDIS.name, Failure("redis died") if fails else Throughput(100_000, 1.0))
+        results.put(rate, STANDALONE.name, latency(1.0, p99, p99 * 2))
+        rounds.append(results)
+    merged = median_results(rounds)
+    assert merged.get(publish, STANDALONE.name) == Throughput(100_000, 2.0)  # 50k of 25k, 50k, 100k
+    assert merged.get(publish, REDIS.name) == Throughput(100_000, 1.0)  # failed rounds do not count
+    assert merged.get(rate, STANDALONE.name) == latency(1.0, 5.0, 10.0)  # p99 3, 5, 9
+    # An even count reports the worse middle round; a scenario no round measured stays a failure.
+    assert median_figure([Throughput(10, 1.0), Throughput(30, 1.0)]) == Throughput(10, 1.0)
+    assert median_figure([latency(1.0, 3.0, 4.0), latency(1.0, 2.0, 4.0)]) == latency(1.0, 3.0, 4.0)
+    saturated = latency(1.0, 1.0, 1.0, achieved=500.0)
+    assert median_figure([latency(1.0, 9.0, 9.0), saturated]) == saturated
+    assert median_figure([Failure("a"), Failure("b")]) == Failure("a")
+    table = rows_by_scenario(rounds_table(rounds, [publish, rate]))
+    assert table[("Publish throughput", STANDALONE.name)] == ["50,000", "100,000", "25,000"]
+    assert table[("Publish throughput", REDIS.name)] == ["100,000", "100,000", "n/a"]
+    assert table[("Publish latency at 1,000 msgs/s", STANDALONE.name)] == ["9.00", "3.00", "5.00"]
+
+
+def rows_by_scenario(table: str) -> dict[tuple[str, str], list[str]]:
+    result = {}
+    for line in table.splitlines()[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        result[(cells[0], cells[1])] = cells[2:]
+    return result
