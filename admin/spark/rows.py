@@ -322,24 +322,17 @@ class _Decoder:
     ) -> int:
         """The messages of a single-message or batch entry; returns the offset after them."""
         out = self.out
-        keys, values, ids = out.keys.append, out.values.append, out.message_ids.append
+        keys, ids = out.keys.append, out.message_ids.append
         ledgers, entries, producers = out.ledgers.append, out.entries.append, out.producers.append
-        publish, event_times, properties = out.publish_us.append, out.event_us.append, out.properties.append
-        message_of, no_props = _ENTRY_MESSAGE.unpack_from, ()
+        publish, event_times = out.publish_us.append, out.event_us.append
+        message_of = _ENTRY_MESSAGE.unpack_from
         ledger, entry = where
         prefix = message_id_prefix(ledger, entry, self.partition)
         for index in range(count):
             producer, flags, _, published, event, key_len, prop_count, payload_len = message_of(body, cursor)
             cursor += _ENTRY_MESSAGE.size
             keys(body[cursor : cursor + key_len] if flags & 1 else None)
-            cursor += key_len
-            if prop_count:
-                props, cursor = _entry_properties(body, cursor, prop_count)
-                properties(props)
-            else:
-                properties(no_props)
-            values(body[cursor : cursor + payload_len])
-            cursor += payload_len
+            cursor = self.properties_and_value(body, cursor + key_len, prop_count, payload_len)
             producers(names[producer])
             ids(prefix + (self.suffix(index, count) if batched else _SINGLE))
             ledgers(ledger)
@@ -348,14 +341,24 @@ class _Decoder:
             event_times(event * 1000 if event else None)
         return cursor
 
+    def properties_and_value(self, body: bytes, cursor: int, prop_count: int, payload_len: int) -> int:
+        """A stored message's properties and payload (the same layout in every entry kind); returns the offset
+        after them."""
+        if prop_count:
+            props, cursor = _entry_properties(body, cursor, prop_count)
+            self.out.properties.append(props)
+        else:
+            self.out.properties.append(())
+        self.out.values.append(body[cursor : cursor + payload_len])
+        return cursor + payload_len
+
     def compact_messages(
         self, body: bytes, cursor: int, count: int, where: tuple[int, int], name: str
     ) -> int:
         """The messages of a compact batch (one producer, one publish time); returns the offset after them."""
         out = self.out
-        keys, values, ids = out.keys.append, out.values.append, out.message_ids.append
-        event_times, properties = out.event_us.append, out.properties.append
-        message_of, no_props = COMPACT_MESSAGE.unpack_from, ()
+        keys, ids, event_times = out.keys.append, out.message_ids.append, out.event_us.append
+        message_of = COMPACT_MESSAGE.unpack_from
         ledger, entry = where
         prefix = message_id_prefix(ledger, entry, self.partition)
         _, published = _COMPACT_HEAD.unpack_from(body, cursor)
@@ -368,13 +371,7 @@ class _Decoder:
             else:
                 keys(body[cursor : cursor + key_len])
                 cursor += key_len
-            if prop_count:
-                props, cursor = _entry_properties(body, cursor, prop_count)
-                properties(props)
-            else:
-                properties(no_props)
-            values(body[cursor : cursor + payload_len])
-            cursor += payload_len
+            cursor = self.properties_and_value(body, cursor, prop_count, payload_len)
             ids(prefix + self.suffix(index, count))
             event_times(event * 1000 if event else None)
         out.producers.extend([name] * count)
