@@ -227,8 +227,9 @@ class Consumer:
     def available(self) -> int:
         return self.flow.available() if not self.closed else 0
 
-    def push(self, delivery: Delivery, redelivery_count: int) -> None:
-        """Send one message (the caller checked :meth:`available`)."""
+    def push(self, delivery: Delivery, redelivery_count: int, now: float) -> None:
+        """Send one message (the caller checked :meth:`available`) at ``now`` (``trio.current_time()``,
+        read once by the caller for all the messages it pushes)."""
         message = delivery.message
         if self.binary:
             self.frames.push_record(
@@ -248,7 +249,7 @@ class Consumer:
         self.msg_out_counter += 1
         self.bytes_out_counter += len(message.payload)
         if self.track_pending:
-            delivery.sent_at = trio.current_time()
+            delivery.sent_at = now
             self.pending[delivery.key] = delivery
 
     def _json_frame(self, delivery: Delivery, redelivery_count: int) -> bytes:

@@ -240,10 +240,11 @@ class Dispatcher:
         ready = self._ready
         if not ready:
             return
+        now = trio.current_time()  # once: every message pushed now was sent now (the ack timeout's start)
         if self.type is SubscriptionType.KEY_SHARED:
             while ready:
                 delivery = ready.popleft()
-                if self._redeliver_slots.get(delivery.slot) or not self._try_key_shared(delivery):
+                if self._redeliver_slots.get(delivery.slot) or not self._try_key_shared(delivery, now):
                     self.redeliver([delivery])
             return
         push = self._sub.push
@@ -253,14 +254,14 @@ class Dispatcher:
                 return
             available = active.available()
             while ready and available > 0:
-                push(active, ready.popleft())
+                push(active, ready.popleft(), now)
                 available -= 1
             return
         while ready:
             consumer = self._next_shared_consumer()
             if consumer is None:
                 return
-            push(consumer, ready.popleft())
+            push(consumer, ready.popleft(), now)
 
     def _next_shared_consumer(self) -> Consumer | None:
         count = len(self.consumers)
@@ -271,7 +272,7 @@ class Dispatcher:
                 return consumer
         return None
 
-    def _try_key_shared(self, delivery: Delivery) -> bool:
+    def _try_key_shared(self, delivery: Delivery, now: float) -> bool:
         consumer = self._ring.select(delivery.slot)
         if not isinstance(consumer, Consumer) or consumer.available() <= 0:
             return False
@@ -282,7 +283,7 @@ class Dispatcher:
             self._slot_pending[delivery.slot] = [consumer.id, 1]
         else:
             holder[1] += 1
-        self._sub.push(consumer, delivery)
+        self._sub.push(consumer, delivery, now)
         return True
 
     def _dispatch_redeliveries(self) -> None:
@@ -292,12 +293,13 @@ class Dispatcher:
         delivered: set[MsgKey] = set()
         stuck_slots: set[int] = set()
         key_shared = self.type is SubscriptionType.KEY_SHARED
+        now = trio.current_time()
         for key in keys:
             if self._permits() <= 0:
                 break
             delivery = self._redeliver[key]
             if key_shared:
-                if delivery.slot in stuck_slots or not self._try_key_shared(delivery):
+                if delivery.slot in stuck_slots or not self._try_key_shared(delivery, now):
                     stuck_slots.add(delivery.slot)
                     continue
             else:
@@ -305,7 +307,7 @@ class Dispatcher:
                 consumer = consumer or self._next_shared_consumer()
                 if consumer is None or consumer.available() <= 0:
                     break
-                self._sub.push(consumer, delivery)
+                self._sub.push(consumer, delivery, now)
             delivered.add(key)
         if not delivered:
             return

@@ -123,9 +123,9 @@ class Subscription:
                 self._start_after = None
         return out
 
-    def push(self, consumer: Consumer, delivery: Delivery) -> None:
+    def push(self, consumer: Consumer, delivery: Delivery, now: float) -> None:
         count = self._redelivery_counts.get(delivery.key, 0) if self._redelivery_counts else 0
-        consumer.push(delivery, count)
+        consumer.push(delivery, count, now)
         self.msg_out_counter += 1
         self.bytes_out_counter += len(delivery.message.payload)
 
