@@ -114,9 +114,7 @@ def test_wsproto_servers_decode_our_masked_frames(sent: list[str | bytes]) -> No
 
 @pytest.mark.parametrize("masking", [mask, mask_python], ids=["mask", "mask_python"])
 @given(payload=st.binary(max_size=1000), key=st.binary(min_size=4, max_size=4), offset=st.integers(0, 7))
-def test_masking_twice_is_the_identity(
-    masking: object, payload: bytes, key: bytes, offset: int
-) -> None:
+def test_masking_twice_is_the_identity(masking: object, payload: bytes, key: bytes, offset: int) -> None:
     assert callable(masking)
     view = memoryview(b"\xff" * offset + payload)[offset:]  # the decoder masks slices of what it received
     masked = masking(view, key)
@@ -129,7 +127,7 @@ def test_masking_twice_is_the_identity(
 def test_mask_is_the_c_speedup_of_a_declared_dependency() -> None:
     """``websockets`` is a runtime dependency for its C ``apply_mask``: a 12 KB frame costs 0.5 us instead of
     24 us, on every frame a client sends."""
-    from websockets.speedups import apply_mask  # noqa: PLC0415
+    from websockets.speedups import apply_mask
 
     assert mask is apply_mask
 
