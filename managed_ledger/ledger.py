@@ -357,6 +357,7 @@ class ManagedLedger:
         self.spawn(self._rollover, "rollover")
 
     async def _rollover(self) -> None:
+        failure: ManagedLedgerWriteError | None = None
         try:
             await self._drain_inflight()
             closed = await self._close_current()
@@ -370,10 +371,14 @@ class ManagedLedger:
             log.error("managed ledger %s: could not open a new ledger: %s", self.name, exc)
             if self.state not in (State.FENCED, State.CLOSED, State.TERMINATED):
                 self.state = State.WRITE_FAILED
-            self._fail_pending(ManagedLedgerWriteError(f"no ledger available: {exc}"))
+            failure = ManagedLedgerWriteError(f"no ledger available: {exc}")
         finally:
             self._rolling = False
             self._rollover_done.set()
+        if failure is not None:
+            # Only now, with the rollover over: an add that a callback makes starts the next attempt
+            # (queued while ``_rolling`` was still set, it would wait for an attempt nothing starts).
+            self._fail_pending(failure)
         if self.state is State.LEDGER_OPENED:
             self._flush_pending()
             self._ctx.on_trim_candidate(self)

@@ -20,6 +20,7 @@ from magnetar.bookkeeper.metadata import MemoryMetadataStore, StoreUnavailableEr
 from magnetar.managed_ledger.errors import ManagedLedgerError, MetadataUnavailableError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory, open_managed_ledger_factory
 from magnetar.managed_ledger.meta_store import ROOT
+from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
 SETTINGS = ManagedLedgerSettings(
@@ -118,6 +119,34 @@ async def test_a_rollover_during_an_outage_fails_the_adds_then_recovers(
             except ManagedLedgerError:
                 await trio.sleep(0.05)  # the managed ledger retries its rollover on the next add
     assert len(ml.ledgers) >= 2
+
+
+async def test_an_add_made_by_the_failure_callback_of_a_rollover_is_not_parked(
+    factory: ManagedLedgerFactory, outage: OutageStore
+) -> None:
+    """A topic writes its next batch from the callback that fails the previous one (its in-flight count drops
+    to 0). When that callback ran inside the failed rollover, the new add found the rollover still marked as
+    running, queued itself and waited for a retry that nothing started: the topic waited for it forever (the
+    ZooKeeper chaos scenario's "no recovery" once the topic stopped pipelining small batches)."""
+    ml = await factory.open("t/ns/persistent/outage-reentrant")
+    for i in range(SETTINGS.max_entries_per_ledger):
+        await ml.add_entry(f"m{i}".encode())
+    outcomes: list[object] = []
+
+    def add_next(result: object) -> None:
+        outcomes.append(result)
+        if len(outcomes) == 1:
+            outage.down = False  # the store is back by the time the next batch goes out
+            ml.add_entry_nowait(b"next batch", outcomes.append)
+
+    outage.down = True
+    ml.add_entry_nowait(b"first batch", add_next)
+    with trio.fail_after(10):
+        while len(outcomes) < 2:
+            await trio.sleep(0.01)
+    assert isinstance(outcomes[0], ManagedLedgerError)
+    assert isinstance(outcomes[1], Position)  # written to the next ledger, created by a new attempt
+    assert outcomes[1].ledger_id == ml.current_ledger_id
 
 
 async def test_opening_during_an_outage_is_a_managed_ledger_error(
