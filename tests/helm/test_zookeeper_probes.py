@@ -74,13 +74,22 @@ def localize(zoo_cfg: str, data_dir: Path, client_port: int, server_ports: list[
     return text
 
 
+TIMED_OUT = 124
+"""The exit status reported for a probe that did not finish in time (as coreutils' ``timeout`` reports)."""
+
+
 def probe(container: dict[str, Any], kind: str, client_port: int) -> int:
     """Run the container's probe command, aimed at this machine's port, and return its exit status."""
     command = list(container[kind]["exec"]["command"])
     rendered_target = f"/dev/tcp/127.0.0.1/{CLIENT_PORT} "
     assert rendered_target in command[-1]
     command[-1] = command[-1].replace(rendered_target, f"/dev/tcp/127.0.0.1/{client_port} ")
-    return subprocess.run(command, check=False, capture_output=True, timeout=PROBE_TIMEOUT_S).returncode
+    try:
+        return subprocess.run(command, check=False, capture_output=True, timeout=PROBE_TIMEOUT_S).returncode
+    except subprocess.TimeoutExpired:
+        # A probe past its timeout is a failed probe, as the kubelet counts it (a server that accepts the
+        # connection while it is still starting may not answer ``srvr`` yet); the caller's deadline decides.
+        return TIMED_OUT
 
 
 def wait_until(check: Any, what: str) -> None:
