@@ -173,6 +173,25 @@ def _translate(exc: KazooException, path: str) -> MetadataStoreError:
     return MetadataStoreError(f"ZooKeeper failed {path}: {type(exc).__name__} {exc}")
 
 
+HANDSHAKE_SHARE_MIN = 3
+"""kazoo waits ``session timeout / number of hosts`` for a connection's handshake; the host list is repeated
+until that is at most a third of the session timeout."""
+
+
+def handshake_hosts(hosts: str) -> str:
+    """``hosts`` repeated so that a handshake that stalls cannot use the whole session timeout.
+
+    A connection that reaches a ZooKeeper server while it is still starting (it accepts, then answers nothing)
+    waits kazoo's handshake timeout before the next attempt - the whole session timeout for a one-server
+    ensemble, so the session expires although the server was back within a second. With the list repeated,
+    the stalled attempt gives up after a third of it and the next one resumes the session."""
+    servers = [server.strip() for server in hosts.split(",") if server.strip()]
+    if "/" in hosts or not servers or len(servers) >= HANDSHAKE_SHARE_MIN:  # a chroot ends the list
+        return hosts
+    repeats = -(-HANDSHAKE_SHARE_MIN // len(servers))
+    return ",".join(servers * repeats)
+
+
 class ZkMetadataStore:
     """Open with :meth:`connect`; close with :meth:`aclose` (stops kazoo's threads and the session)."""
 
@@ -202,7 +221,7 @@ class ZkMetadataStore:
             max_tries=-1, delay=0.05, backoff=2, max_delay=settings.zk_reconnect_delay_max_ms / 1000
         )
         client = KazooClient(
-            hosts=hosts,
+            hosts=handshake_hosts(hosts),
             timeout=settings.session_timeout_ms / 1000,
             connection_retry=retry,
             **settings.kazoo_tls_options(),

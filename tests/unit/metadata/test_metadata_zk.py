@@ -21,7 +21,7 @@ from magnetar.bookkeeper.metadata import (
 )
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
-from magnetar.bookkeeper.metadata.zk_store import ZkMetadataStore, _route_watch_events
+from magnetar.bookkeeper.metadata.zk_store import ZkMetadataStore, _route_watch_events, handshake_hosts
 
 pytestmark = pytest.mark.zookeeper
 
@@ -205,3 +205,11 @@ def test_watch_events_of_unknown_types_are_dropped_quietly() -> None:
     client._connection._read_watch_event(event(1, "/a/b"), 0)
     client._connection._read_watch_event(event(3, "/a/b"), 0)
     assert delivered == [(NotificationType.CREATED, "/a/b"), (NotificationType.MODIFIED, "/a/b")]
+
+
+def test_short_host_lists_are_repeated_so_a_stalled_handshake_cannot_expire_the_session() -> None:
+    # kazoo's handshake timeout is the session timeout divided by the number of hosts
+    assert handshake_hosts("127.0.0.1:2181") == "127.0.0.1:2181,127.0.0.1:2181,127.0.0.1:2181"
+    assert handshake_hosts("a:1, b:2") == "a:1,b:2,a:1,b:2"
+    assert handshake_hosts("a:1,b:2,c:3") == "a:1,b:2,c:3"
+    assert handshake_hosts("a:1/chroot") == "a:1/chroot"
