@@ -69,7 +69,8 @@ _HEAD = struct.Struct("<2sBBH")  # magic, version, kind, name_count
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _MESSAGE = struct.Struct("<HBqqqHHI")
-_COMPACT_HEAD = struct.Struct("<qq")  # first sequence id, publish time
+COMPACT_HEAD = struct.Struct("<qq")
+"""A compact batch's first sequence id and publish time (after the message count)."""
 COMPACT_MESSAGE = struct.Struct("<IHHq")
 """A compact message's fixed part: payload length, key length, property count, event time (also SEND's)."""
 COMPACT_NO_KEY = 0xFFFF
@@ -191,7 +192,7 @@ def encode_compact_batch(
     _check_int64("publish_time_ms", publish_time_ms)
     name = _encode_str("producer_name", producer_name, PRODUCER_NAME_BYTES_MAX)
     head = _HEAD.pack(MAGIC, VERSION, KIND_COMPACT, 1) + _U16.pack(len(name)) + name + _U32.pack(count)
-    return b"".join((head, _COMPACT_HEAD.pack(first_sequence_id, publish_time_ms), *bodies))
+    return b"".join((head, COMPACT_HEAD.pack(first_sequence_id, publish_time_ms), *bodies))
 
 
 def check_compact_messages(data: bytes | memoryview, pos: int, count: int) -> tuple[int, bool]:
@@ -303,7 +304,7 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int]:
     if kind == KIND_SINGLE and count != 1:
         raise CorruptEntryError("a single-message entry holds more than one message")
     fixed = (
-        _COMPACT_HEAD.size + count * COMPACT_MESSAGE.size if kind == KIND_COMPACT else count * _MESSAGE.size
+        COMPACT_HEAD.size + count * COMPACT_MESSAGE.size if kind == KIND_COMPACT else count * _MESSAGE.size
     )
     if fixed > len(reader.data) - reader.pos:
         raise CorruptEntryError(f"entry too short for {count} messages")
@@ -390,8 +391,8 @@ def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
 
 def _read_compact_messages(data: bytes, pos: int, count: int, name: str) -> list[StoredMessage]:
     """A compact batch's messages, from its sequence and publish time at ``pos`` to exactly the end."""
-    sequence_id, publish = _COMPACT_HEAD.unpack_from(data, pos)
-    pos += _COMPACT_HEAD.size
+    sequence_id, publish = COMPACT_HEAD.unpack_from(data, pos)
+    pos += COMPACT_HEAD.size
     end = len(data)
     unpack = COMPACT_MESSAGE.unpack_from
     header = COMPACT_MESSAGE.size

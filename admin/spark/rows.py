@@ -60,7 +60,7 @@ from magnetar.admin.range_frames import (
     FrameError,
     RangeEnd,
 )
-from magnetar.broker.entry_format import COMPACT_MESSAGE, COMPACT_NO_KEY
+from magnetar.broker.entry_format import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY
 from magnetar.broker.entry_format import KIND_BATCH as ENTRY_BATCH
 from magnetar.broker.entry_format import KIND_COMPACT as ENTRY_COMPACT
 from magnetar.broker.entry_format import KIND_SINGLE as ENTRY_SINGLE
@@ -161,7 +161,6 @@ _KEY_COUNT_PAYLOAD = struct.Struct(">iHI")  # key length, property count, payloa
 # property count, payload length.
 _ENTRY_HEAD = struct.Struct("<2sBBH")
 _ENTRY_MESSAGE = struct.Struct("<HBqqqHHI")
-_COMPACT_HEAD = struct.Struct("<qq")  # a compact batch's first sequence id and publish time
 _LE_U16 = struct.Struct("<H")
 _LE_U32 = struct.Struct("<I")
 
@@ -361,8 +360,8 @@ class _Decoder:
         message_of = COMPACT_MESSAGE.unpack_from
         ledger, entry = where
         prefix = message_id_prefix(ledger, entry, self.partition)
-        _, published = _COMPACT_HEAD.unpack_from(body, cursor)
-        cursor += _COMPACT_HEAD.size
+        _, published = COMPACT_HEAD.unpack_from(body, cursor)
+        cursor += COMPACT_HEAD.size
         for index in range(count):
             payload_len, key_len, prop_count, event = message_of(body, cursor)
             cursor += COMPACT_MESSAGE.size
