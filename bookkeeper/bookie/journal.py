@@ -4,10 +4,12 @@ Theory of operation. Appends are cheap and synchronous on the trio thread: a rec
 the current batch (a ``bytearray``) and its durability callback queued beside it. One writer task owns the
 file. It waits for a batch to form, then hands the whole batch to the journal thread (a
 :class:`~magnetar.bookkeeper.runtime.sync_thread.SyncThread` the task owns, cheaper per call than
-``trio.to_thread``), which writes it and fdatasyncs the file (the event loop never blocks on the disk); only
-after the sync returns does it advance the synced mark and fire the batch's callbacks, in append order.
-While one batch is being synced the next one fills, so batches grow with load (group commit) and shrink to
-one record when the bookie is idle.
+``trio.to_thread``), which writes it and fdatasyncs the file while the event loop goes on; only after the
+sync returns does it advance the synced mark and fire the batch's callbacks, in append order. While one
+batch is being synced the next one fills, so batches grow with load (group commit) and shrink to one record
+when the bookie is idle. An idle journal's small batch (``journal_inline_sync_bytes_max``; idle: no record
+came for at least as long as the last sync took) is synced on the loop's own thread instead: at light
+load the two thread hand-offs cost more CPU than the sync, and nothing else is waiting for the loop.
 
 A batch is flushed when, as in BookKeeper, the oldest record has waited ``journal_group_wait_ms``, or the
 batch holds ``journal_buffered_bytes_max`` bytes, or - with ``journal_flush_when_queue_empty`` - appends
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -61,6 +64,8 @@ class JournalStats:
     """Counters for benchmarks and metrics: how group commit actually batched."""
 
     syncs: int = 0
+    inline_syncs: int = 0
+    """Of ``syncs``, those made on the event loop's thread (see ``journal_inline_sync_bytes_max``)."""
     records: int = 0
     bytes: int = 0
     sync_seconds: float = 0.0
@@ -84,16 +89,20 @@ class Journal:
         buffered_bytes_max: int,
         queue_bytes_max: int,
         flush_when_queue_empty: bool,
+        inline_sync_bytes_max: int = 0,
     ) -> None:
         self._writer = writer
         self._group_wait_s = group_wait_ms / 1000.0
         self._buffered_bytes_max = buffered_bytes_max
         self._queue_bytes_max = queue_bytes_max
         self._flush_when_queue_empty = flush_when_queue_empty
+        self._inline_sync_bytes_max = inline_sync_bytes_max
         self._buf = bytearray()
         self._callbacks: list[DurableCallback] = []
         self._records = 0
         self._first_append_at = 0.0
+        self._last_sync_ended_at = -math.inf
+        self._last_sync_s = 0.0
         self._in_flight_bytes = 0
         self._data_ready = trio.Event()
         self._batch_full = trio.Event()
@@ -227,7 +236,17 @@ class Journal:
                 with trio.move_on_after(remaining):
                     await self._batch_full.wait()
 
+    def _sync_inline(self, size: int) -> bool:
+        """Sync this batch on the event loop's thread? Only a small batch of a journal that sat idle since
+        its last sync for at least as long as that sync took (a lightly loaded bookie, where the two thread
+        hand-offs cost more than the sync). A busy journal - records appended while the last sync ran, or
+        right after it - syncs in its thread, so the loop keeps taking requests meanwhile."""
+        if size > self._inline_sync_bytes_max:
+            return False
+        return self._first_append_at - self._last_sync_ended_at >= self._last_sync_s
+
     async def _flush(self, sync_thread: SyncThread) -> None:
+        inline = self._sync_inline(len(self._buf))
         buf, callbacks, records = self._buf, self._callbacks, self._records
         self._buf, self._callbacks, self._records = bytearray(), [], 0
         self._data_ready = trio.Event()
@@ -236,7 +255,10 @@ class Journal:
         error: BookieError | None = None
         started = trio.current_time()
         try:
-            mark = await sync_thread.run(self._writer.write_and_sync, buf)
+            if inline:
+                mark = self._writer.write_and_sync(buf)
+            else:
+                mark = await sync_thread.run(self._writer.write_and_sync, buf)
         except OSError as exc:
             error = storage_error(exc, "journal write")
             self.stats.failed_syncs += 1
@@ -250,9 +272,12 @@ class Journal:
             self.synced_mark = mark
             stats = self.stats
             stats.syncs += 1
+            stats.inline_syncs += inline
             stats.records += records
             stats.bytes += len(buf)
-            took = trio.current_time() - started
+            self._last_sync_ended_at = trio.current_time()
+            took = self._last_sync_ended_at - started
+            self._last_sync_s = took
             stats.sync_seconds += took
             stats.sync_seconds_max = max(stats.sync_seconds_max, took)
         self._in_flight_bytes = 0

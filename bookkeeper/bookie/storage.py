@@ -191,6 +191,7 @@ class DbLedgerStorage:
             buffered_bytes_max=settings.journal_buffered_bytes_max,
             queue_bytes_max=settings.journal_queue_bytes_max,
             flush_when_queue_empty=settings.journal_flush_when_queue_empty,
+            inline_sync_bytes_max=settings.journal_inline_sync_bytes_max,
         )
         self._flusher = CacheFlusher(
             parts.entry_logger,
@@ -230,6 +231,21 @@ class DbLedgerStorage:
     @property
     def index(self) -> EntryIndex:
         return self._index
+
+    def stats(self) -> dict[str, float]:
+        """Journal figures for the bookie's metrics (``magnetar_bookie_journal_*``): group commits and how
+        long their syncs took, the records and bytes they covered, bytes still waiting for a sync."""
+        journal = self._journal.stats
+        return {
+            "journal_syncs": journal.syncs,
+            "journal_inline_syncs": journal.inline_syncs,
+            "journal_failed_syncs": journal.failed_syncs,
+            "journal_records": journal.records,
+            "journal_bytes": journal.bytes,
+            "journal_sync_seconds": journal.sync_seconds,
+            "journal_sync_seconds_max": journal.sync_seconds_max,
+            "journal_queued_bytes": self._journal.queued_bytes,
+        }
 
     # -- LedgerStore: state ------------------------------------------------------------------------------
 

@@ -28,8 +28,11 @@ class GatedWriter(JournalWriterFile):
         super().__init__(directory, **kwargs)
         self.gate = threading.Event()
         self.gate.set()
+        self.sync_threads: list[int] = []
+        """The thread of each sync (the event loop's for inline syncs)."""
 
     def write_and_sync(self, data: bytes | bytearray) -> LogMark:
+        self.sync_threads.append(threading.get_ident())
         self.gate.wait()
         return super().write_and_sync(data)
 
@@ -98,6 +101,48 @@ async def test_appends_of_one_scheduler_pass_share_one_sync(tmp_path: Path, dura
         await journal.drain()
         assert journal.stats.syncs == 2
         assert journal.synced_mark > first_mark
+
+
+async def test_an_idle_journals_small_batch_is_synced_on_the_event_loops_thread(
+    tmp_path: Path, durability
+) -> None:
+    writer = make_writer(tmp_path)
+    async with running_journal(writer, inline_sync_bytes_max=4096) as journal:
+        journal.append_entry(b"small", durability.callback("small"))
+        await durability.wait_for(1)
+        assert journal.stats.syncs == journal.stats.inline_syncs == 1
+    assert writer.sync_threads == [threading.get_ident()]
+    assert durability.results == [("small", None)]
+    records, _ = read_all(tmp_path)
+    assert [payload for _, payload in records] == [b"small"]
+
+
+async def test_a_batch_over_the_inline_limit_is_synced_in_the_journal_thread(
+    tmp_path: Path, durability
+) -> None:
+    writer = make_writer(tmp_path)
+    async with running_journal(writer, inline_sync_bytes_max=4096) as journal:
+        journal.append_entry(b"b" * 5000, durability.callback("big"))
+        await durability.wait_for(1)
+        assert (journal.stats.syncs, journal.stats.inline_syncs) == (1, 0)
+    assert threading.get_ident() not in writer.sync_threads
+    assert durability.errors == []
+
+
+async def test_a_busy_journal_syncs_in_its_thread_even_a_small_batch(tmp_path: Path, durability) -> None:
+    """A record that arrives while a sync runs means the journal is busy: its batch, small as it is, is
+    synced in the thread too, so the loop keeps taking requests during that sync."""
+    writer = make_writer(tmp_path)
+    async with running_journal(writer, inline_sync_bytes_max=4096) as journal:
+        writer.gate.clear()
+        journal.append_entry(b"b" * 5000, durability.callback("big"))
+        await trio.testing.wait_all_tasks_blocked()  # the big batch is in the journal thread's hands
+        journal.append_entry(b"small", durability.callback("small"))
+        writer.gate.set()
+        await durability.wait_for(2)
+        assert (journal.stats.syncs, journal.stats.inline_syncs) == (2, 0)
+    assert threading.get_ident() not in writer.sync_threads
+    assert durability.names == ["big", "small"]
 
 
 async def test_group_wait_holds_a_batch_open_until_the_oldest_record_waited(

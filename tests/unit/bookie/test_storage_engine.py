@@ -57,6 +57,23 @@ async def test_an_entry_is_readable_at_once_and_acked_after_the_journal_sync(
         assert list(store.ledgers()) == [1]
 
 
+async def test_journal_figures_for_the_metrics_count_syncs_records_and_bytes(
+    make_settings: Any, make_entry: Any, durability: Any
+) -> None:
+    async with open_ledger_store(make_settings()) as store:
+        contract(store).create_ledger(1, KEY, durability.callback("create"))
+        await add_all(store, make_entry, 1, range(5), durability)
+        stats = store.stats()
+    journal = store.journal.stats
+    assert stats["journal_records"] == journal.records == 6  # the ledger's key and five entries
+    assert stats["journal_bytes"] == journal.bytes > 5 * len(make_entry(1, 0))
+    assert stats["journal_syncs"] == journal.syncs >= 1
+    assert stats["journal_inline_syncs"] == journal.inline_syncs
+    assert stats["journal_failed_syncs"] == 0
+    assert stats["journal_queued_bytes"] == 0
+    assert stats["journal_sync_seconds"] >= stats["journal_sync_seconds_max"] > 0
+
+
 async def test_reads_after_checkpoint_and_restart_come_from_the_entry_logs(
     make_settings: Any, make_entry: Any, durability: Any
 ) -> None:
