@@ -116,6 +116,9 @@ class BrokerTopicHost:
         subscriptions = {
             name: SubscriptionTraffic(
                 type=str(sub.get("type", "Exclusive")),
+                msgRateOut=float(sub.get("msgRateOut", 0.0)),
+                msgThroughputOut=float(sub.get("msgThroughputOut", 0.0)),
+                msgRateRedeliver=float(sub.get("msgRateRedeliver", 0.0)),
                 msgOutCounter=int(sub.get("msgOutCounter", 0)),
                 bytesOutCounter=int(sub.get("bytesOutCounter", 0)),
                 unackedMessages=int(sub.get("unackedMessages", 0)),
@@ -124,6 +127,10 @@ class BrokerTopicHost:
             for name, sub in stats["subscriptions"].items()
         }
         return TopicTraffic(
+            msgRateIn=float(stats["msgRateIn"]),
+            msgThroughputIn=float(stats["msgThroughputIn"]),
+            msgRateOut=float(stats["msgRateOut"]),
+            msgThroughputOut=float(stats["msgThroughputOut"]),
             bytesInCounter=int(stats["bytesInCounter"]),
             msgInCounter=int(stats["msgInCounter"]),
             bytesOutCounter=int(stats["bytesOutCounter"]),

@@ -38,6 +38,7 @@ from magnetar.broker.binary_protocol import message_record, messages_frame
 from magnetar.broker.date_format import format_timestamp
 from magnetar.broker.entry_format import StoredMessage
 from magnetar.broker.message_id import encode_message_id
+from magnetar.broker.rates import Rate
 
 if TYPE_CHECKING:
     from magnetar.broker.subscription import Subscription
@@ -219,6 +220,7 @@ class Consumer:
         """Closes the consumer's WebSocket session (set by the session)."""
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
+        self.rate_out = Rate()
         self.connected_since_ms = 0
         self.address = ""
         self._last_time_ms = -1
@@ -324,6 +326,8 @@ class Consumer:
     def stats(self) -> dict[str, object]:
         return {
             "consumerName": self.name,
+            "msgRateOut": self.rate_out.msgs_per_s,
+            "msgThroughputOut": self.rate_out.bytes_per_s,
             "msgOutCounter": self.msg_out_counter,
             "bytesOutCounter": self.bytes_out_counter,
             "availablePermits": max(0, self.flow.available()),

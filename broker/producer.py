@@ -41,6 +41,7 @@ from magnetar.broker.consumer import OutboundFrames
 from magnetar.broker.entry_format import StoredMessage
 from magnetar.broker.key_hash import partition_for_key
 from magnetar.broker.message_id import encode_message_id
+from magnetar.broker.rates import Rate
 from magnetar.broker.ws_errors import WsErrorCode
 from magnetar.broker.ws_messages import PublishRequest, producer_ack_error, producer_ack_ok
 
@@ -134,6 +135,7 @@ class Producer:
         self.closed = False
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
+        self.rate_in = Rate()
         self.connected_since_ms = topic.now_ms()
         self.address = ""
 
@@ -223,6 +225,9 @@ class Producer:
 
         return {
             "producerName": self.name,
+            "msgRateIn": self.rate_in.msgs_per_s,
+            "msgThroughputIn": self.rate_in.bytes_per_s,
+            "averageMsgSize": self.bytes_in_counter / self.msg_in_counter if self.msg_in_counter else 0.0,
             "msgInCounter": self.msg_in_counter,
             "bytesInCounter": self.bytes_in_counter,
             "accessMode": "Shared",

@@ -123,12 +123,24 @@ class BrokerService:
                 self._nursery = nursery
                 await self._ownership.register_broker({"cluster": self.settings.cluster})
                 nursery.start_soon(self._ownership.run)
+                nursery.start_soon(self._update_rates)
                 self.ready = True
                 task_status.started()
                 await trio.sleep_forever()
         finally:
             self.ready = False
             self._ownership.close()
+
+    async def _update_rates(self) -> None:
+        """Every ``stats_update_interval_s``: each loaded topic's stats rates (see :mod:`.rates`)."""
+        period_s = self.settings.stats_update_interval_s
+        started = trio.current_time()
+        while True:
+            await trio.sleep(period_s)
+            now = trio.current_time()
+            for topic in list(self.topics.values()):
+                topic.update_rates(now - started)
+            started = now
 
     async def shutdown(self) -> None:
         """Graceful stop: unload every topic (cursors persisted), then give every bundle up."""

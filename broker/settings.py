@@ -75,6 +75,9 @@ class BrokerSettings(SecuritySettings):
     ttl_duration_default_s: Annotated[int, Field(ge=0)] = 0
     message_expiry_check_interval_s: Annotated[float, Field(gt=0)] = 300
     backlog_quota_check_interval_s: Annotated[float, Field(gt=0)] = 60
+    stats_update_interval_s: Annotated[float, Field(gt=0)] = 60
+    """statsUpdateFrequencyInSecs: topic stats' rates (``msgRateIn`` ...) are averages over this period,
+    recomputed at its end."""
     delete_inactive_topics_enabled: bool = False
     """Off, unlike Pulsar's default: idle topics without subscriptions are kept."""
     topic_level_policies_enabled: bool = True

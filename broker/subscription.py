@@ -25,6 +25,7 @@ from magnetar.broker.dispatcher import Dispatcher, SubscriptionType
 from magnetar.broker.entry_format import CorruptEntryError, decode_entry
 from magnetar.broker.key_hash import sticky_key_slot
 from magnetar.broker.message_id import MessageId
+from magnetar.broker.rates import Rate
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.cursor_state import InvalidAckError
 from magnetar.managed_ledger.entry import Entry
@@ -68,8 +69,17 @@ class Subscription:
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         self.msg_redeliver_counter = 0
+        self.rate_out = Rate()
+        self.rate_redeliver = Rate()
         self.last_ack_ms = 0
         self.last_consumed_ms = 0
+
+    def update_rates(self, period_s: float) -> None:
+        """End of a stats period (:mod:`.rates`): this subscription's and its consumers' rates."""
+        self.rate_out.update(self.msg_out_counter, self.bytes_out_counter, period_s)
+        self.rate_redeliver.update(self.msg_redeliver_counter, 0, period_s)
+        for consumer in self.dispatcher.consumers:
+            consumer.rate_out.update(consumer.msg_out_counter, consumer.bytes_out_counter, period_s)
 
     # -- consumers ----------------------------------------------------------------------------
 
@@ -316,15 +326,17 @@ class Subscription:
         return self.cursor.backlog()
 
     def stats(self) -> dict[str, object]:
-        """Pulsar's ``SubscriptionStats`` fields Magnetar knows (rates are the admin layer's business)."""
+        """Pulsar's ``SubscriptionStats`` fields Magnetar knows (rates: the last stats period's)."""
         dispatcher = self.dispatcher
         active = dispatcher.active
         return {
+            "msgRateOut": self.rate_out.msgs_per_s,
+            "msgThroughputOut": self.rate_out.bytes_per_s,
             "msgOutCounter": self.msg_out_counter,
             "bytesOutCounter": self.bytes_out_counter,
             "msgBacklog": self.backlog(),
             "unackedMessages": sum(len(c.pending) for c in dispatcher.consumers),
-            "msgRateRedeliver": 0.0,
+            "msgRateRedeliver": self.rate_redeliver.msgs_per_s,
             "type": str(dispatcher.type or SubscriptionType.EXCLUSIVE),
             "activeConsumerName": active.name if active is not None else None,
             "lastAckedTimestamp": self.last_ack_ms,

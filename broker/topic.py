@@ -45,6 +45,7 @@ from magnetar.broker.errors import (
 from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
 from magnetar.broker.metrics import TopicMetrics
 from magnetar.broker.producer import PendingEntry, PendingMessage, Producer
+from magnetar.broker.rates import Rate
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.subscription import BATCH_INDEX_AFTER_ALL, Subscription
 from magnetar.broker.topic_name import TopicName
@@ -83,6 +84,7 @@ class PersistentTopic:
         self.partition = name.partition_index
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
+        self.rate_in = Rate()
         self._batch: list[PendingMessage] = []
         self._batch_bytes = 0
         self._runs: list[PendingEntry] = []
@@ -516,14 +518,24 @@ class PersistentTopic:
 
     # -- figures -------------------------------------------------------------------------------
 
+    def update_rates(self, period_s: float) -> None:
+        """End of a stats period of ``period_s`` seconds (:mod:`.rates`): every rate of this topic."""
+        self.rate_in.update(self.metrics.msg_in, self.metrics.bytes_in, period_s)
+        for producer in self.producers.values():
+            producer.rate_in.update(producer.msg_in_counter, producer.bytes_in_counter, period_s)
+        for subscription in self.subscriptions.values():
+            subscription.update_rates(period_s)
+
     def stats(self) -> dict[str, Any]:
-        """Pulsar's ``TopicStats`` fields Magnetar knows (counters since load; rates left to the caller)."""
+        """Pulsar's ``TopicStats`` fields Magnetar knows (counters since load; rates of the last stats
+        period, see :mod:`.rates`)."""
         msg_in = sum(p.msg_in_counter for p in self.producers.values())
+        subscriptions = self.subscriptions.values()
         return {
-            "msgRateIn": 0.0,
-            "msgThroughputIn": 0.0,
-            "msgRateOut": 0.0,
-            "msgThroughputOut": 0.0,
+            "msgRateIn": self.rate_in.msgs_per_s,
+            "msgThroughputIn": self.rate_in.bytes_per_s,
+            "msgRateOut": sum(s.rate_out.msgs_per_s for s in subscriptions),
+            "msgThroughputOut": sum(s.rate_out.bytes_per_s for s in subscriptions),
             "bytesInCounter": self.metrics.bytes_in,
             "msgInCounter": self.metrics.msg_in,
             "bytesOutCounter": sum(s.bytes_out_counter for s in self.subscriptions.values()),

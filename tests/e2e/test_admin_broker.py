@@ -99,6 +99,42 @@ def test_topic_admin_on_a_real_broker(
         assert "404 Subscription not found" in err.getvalue()
 
 
+def test_stats_rates_are_the_last_periods_averages(
+    cluster: Cluster, ws_connect: Callable[..., websocket.WebSocket]
+) -> None:
+    broker = cluster.start_broker(extras=admin_extras, stats_update_interval_s=0.2)
+    payloads = [f"rate-{i:03d}" for i in range(20)]  # 8 bytes each
+    with httpx.Client(base_url=broker.http_url, timeout=30) as admin:
+        assert admin.put(f"{ADMIN}/rates/subscription/sub", json="earliest").status_code == 204
+        consumer = ws_connect(f"{broker.ws_url}/ws/v2/consumer/{TOPIC}/rates/sub")
+        producer = ws_connect(f"{broker.ws_url}/ws/v2/producer/{TOPIC}/rates")
+        assert {a["result"] for a in publish_many(producer, payloads)} == {"ok"}
+        assert len(receive(consumer, 20)) == 20
+
+        def stats() -> dict[str, Any]:
+            answer: dict[str, Any] = admin.get(f"{ADMIN}/rates/stats").json()
+            return answer
+
+        wait_until(lambda: stats()["msgRateIn"] > 0 and stats()["msgRateOut"] > 0, what="rates")
+        busy = stats()
+        publisher = busy["publishers"][0]
+        subscription = busy["subscriptions"]["sub"]
+        assert publisher["msgRateIn"] > 0
+        assert publisher["msgThroughputIn"] == pytest.approx(publisher["msgRateIn"] * 8)
+        assert publisher["averageMsgSize"] == 8.0
+        assert busy["msgThroughputIn"] >= busy["msgRateIn"] * 8  # entries: payloads and their headers
+        assert subscription["msgRateOut"] > 0
+        assert subscription["msgThroughputOut"] == pytest.approx(subscription["msgRateOut"] * 8)
+        assert subscription["consumers"][0]["msgRateOut"] > 0
+        assert busy["msgRateOut"] == pytest.approx(subscription["msgRateOut"])
+        # Nothing more is published: the next periods report no traffic.
+        wait_until(lambda: stats()["msgRateIn"] == 0 == stats()["msgRateOut"], what="rates back to 0")
+        quiet = stats()
+        assert quiet["publishers"][0]["msgRateIn"] == 0
+        assert quiet["subscriptions"]["sub"]["consumers"][0]["msgRateOut"] == 0
+        assert quiet["msgInCounter"] == 20
+
+
 def test_a_non_owner_redirects_to_the_owner(cluster: Cluster) -> None:
     owner = cluster.start_broker(extras=admin_extras)
     other = cluster.start_broker(extras=admin_extras)
