@@ -1,0 +1,202 @@
+"""Where a Magnetar system's CPU goes at a fixed publish rate: latency, CPU per process, entries, journal.
+
+Run (not a test)::
+
+    .venv/bin/python tests/bench/fixed_rate_cpu.py --system cluster --transport binary --rate 5000 --runs 3
+    MAGNETAR_STORAGE_ENGINE__JOURNAL_INLINE_SYNC_BYTES_MAX=0 .venv/bin/python tests/bench/fixed_rate_cpu.py
+
+Starts ``magnetar standalone`` or ``magnetar dev-cluster`` (3 disk bookies, E/W/A 3/3/2) the way
+``compare.py`` does (settings from ``MAGNETAR_*`` variables reach every process), then for each run publishes
+at ``--rate`` for ``--duration-s`` with the comparison harness's open-loop publisher
+(``comparison/engine.py``: latency from each message's due time to its ack) and prints:
+
+* the client's p50 / p99 / p99.9 and its own send lag;
+* the broker's ``magnetar_publish_latency_seconds`` over the run (received -> stored), as cumulative shares;
+* CPU cores used by each kind of process (broker, bookies, ZooKeeper, the standalone) and by this client,
+  from ``/proc/<pid>/stat``, and the bookies' CPU per entry;
+* entries written (``internalStats``) and, in a cluster, the bookies' journal figures
+  (``magnetar_bookie_journal_*``: syncs, inline syncs, mean sync time).
+
+Every process it started is stopped by pid at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: bench.comparison, fixtures
+
+import anyio
+from bench.comparison import engine
+from bench.comparison.magnetar_system import MagnetarSystem
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+LATENCY_BOUNDS = ("0.001", "0.002", "0.005", "0.01", "0.02", "0.05")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kind_of(pid: int) -> str:
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return "gone"
+    for kind in (b"bookie", b"broker", b"standalone"):
+        if kind in args:
+            return kind.decode()
+    return "zookeeper" if any(b"zookeeper" in a.lower() for a in args) else "supervisor"
+
+
+def processes(system: MagnetarSystem) -> dict[str, list[int]]:
+    by_kind: dict[str, list[int]] = {}
+    for pid in system.pids():
+        for each in (pid, *descendants(pid)):
+            by_kind.setdefault(kind_of(each), []).append(each)
+    return by_kind
+
+
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text: str = answer.read().decode()
+        return text
+
+
+def latency_buckets(http_url: str) -> dict[str, float]:
+    buckets: dict[str, float] = {}
+    pattern = r'magnetar_publish_latency_seconds_bucket\{[^}]*le="([^"]+)"[^}]*\} ([0-9.e+]+)'
+    for bound, count in re.findall(pattern, fetch(f"{http_url}/metrics")):
+        buckets[bound] = buckets.get(bound, 0.0) + float(count)
+    return buckets
+
+
+def journal_figures(bookies: list[int]) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for pid in bookies:
+        args = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+        if "--http-port" not in args:
+            continue
+        port = args[args.index("--http-port") + 1]
+        for name, value in re.findall(
+            r"^magnetar_bookie_(journal_[a-z_]+) ([0-9.e+-]+)$",
+            fetch(f"http://127.0.0.1:{port}/metrics"),
+            re.M,
+        ):
+            total[name] = total.get(name, 0.0) + float(value)
+    return total
+
+
+def delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    return {key: value - before.get(key, 0.0) for key, value in after.items()}
+
+
+def one_run(
+    system: MagnetarSystem, procs: dict[str, list[int]], topic: str, args: argparse.Namespace
+) -> None:
+    http_url = system.ws_url.replace("ws://", "http://")
+    bookies = procs.get("bookie", [])
+    mine = os.getpid()
+    cpu_before = {kind: sum(cpu_seconds(p) for p in pids) for kind, pids in procs.items()}
+    client_before, journal_before = cpu_seconds(mine), journal_figures(bookies)
+    buckets_before, started = latency_buckets(http_url), time.monotonic()
+    latency = anyio.run(
+        engine.publish_latency,
+        system,
+        topic,
+        args.size,
+        args.rate,
+        args.duration_s,
+        1000,
+        10.0,
+        backend="trio",
+    )
+    elapsed = time.monotonic() - started
+    cores = {
+        kind: (sum(cpu_seconds(p) for p in pids) - cpu_before[kind]) / elapsed for kind, pids in procs.items()
+    }
+    client = (cpu_seconds(mine) - client_before) / elapsed
+    buckets = delta(latency_buckets(http_url), buckets_before)
+    journal = delta(journal_figures(bookies), journal_before)
+    stats = json.loads(fetch(f"{http_url}/admin/v2/persistent/public/default/{topic}/internalStats"))
+    entries = int(stats["numberOfEntries"])
+    print(
+        f"  client p50 {latency.p50_ms:.2f} p99 {latency.p99_ms:.2f} p99.9 {latency.p999_ms:.2f} ms "
+        f"(send lag p99 {latency.send_lag_p99_ms:.2f}); {entries:,} entries, {latency.count:,} messages"
+    )
+    total = buckets.get("+Inf", 0.0) or 1.0
+    shares = ", ".join(f"<= {float(b) * 1e3:g} ms {buckets.get(b, 0.0) / total:.1%}" for b in LATENCY_BOUNDS)
+    print(f"  broker received -> stored: {shares}")
+    used = ", ".join(f"{kind} {value:.2f}" for kind, value in sorted(cores.items()))
+    print(f"  cores: {used}, this client {client:.2f}")
+    if bookies and entries:
+        per_entry = cores.get("bookie", 0.0) * elapsed / entries / len(bookies) * 1e6
+        print(f"  bookie CPU per entry and bookie: {per_entry:.0f} us")
+    if journal.get("journal_syncs"):
+        syncs = journal["journal_syncs"]
+        inline = journal.get("journal_inline_syncs", 0.0) / syncs
+        mean_ms = journal.get("journal_sync_seconds", 0.0) / syncs * 1e3
+        print(f"  journals: {syncs:,.0f} syncs ({inline:.0%} inline), mean {mean_ms:.2f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--system", choices=("standalone", "cluster"), default="cluster")
+    parser.add_argument("--transport", choices=("json", "binary"), default="binary")
+    parser.add_argument("--rate", type=float, default=5000.0, help="msgs/s (default 5000)")
+    parser.add_argument("--duration-s", type=float, default=10.0, help="length of each run (default 10)")
+    parser.add_argument("--size", type=int, default=100, help="payload bytes (default 100)")
+    parser.add_argument("--runs", type=int, default=1, help="runs on the same started system (default 1)")
+    args = parser.parse_args()
+    system = MagnetarSystem("magnetar", args.system == "cluster", args.transport == "binary")
+    with tempfile.TemporaryDirectory(prefix="magnetar-fixed-rate-") as workdir:
+        system.start(Path(workdir))
+        try:
+            procs = processes(system)
+            what = f"{args.rate:,.0f} msgs/s of {args.size} B for {args.duration_s:g} s"
+            print(f"{args.system}, {args.transport}, {what}")
+            for run in range(args.runs):
+                gc.collect()
+                gc.freeze()
+                print(f"run {run + 1}:", flush=True)
+                one_run(system, procs, f"fixed-rate-{run}", args)
+                gc.unfreeze()
+        finally:
+            system.stop()
+
+
+if __name__ == "__main__":
+    main()
