@@ -214,6 +214,9 @@ class Consumer:
         self.binary = binary
         """Deliver ``magnetar.v1`` MESSAGES records instead of Pulsar's ConsumerMessage JSON."""
         self.pending: dict[MsgKey, Delivery] = {}
+        self.pending_in_order = True
+        """Whether ``pending`` (insertion-ordered) is also in position order: true until a message is pushed
+        behind one with a later position (a redelivery), and again once nothing is pending."""
         self.nacked: deque[tuple[float, Delivery]] = deque()
         self.closed = False
         self.kick: Callable[[int, str], None] | None = None
@@ -252,7 +255,12 @@ class Consumer:
         self.bytes_out_counter += len(message.payload)
         if self.track_pending:
             delivery.sent_at = now
-            self.pending[delivery.key] = delivery
+            pending = self.pending
+            if not pending:
+                self.pending_in_order = True
+            elif self.pending_in_order and delivery.key < next(reversed(pending)):
+                self.pending_in_order = False
+            pending[delivery.key] = delivery
 
     def _json_frame(self, delivery: Delivery, redelivery_count: int) -> bytes:
         """Pulsar's ``ConsumerMessage``."""

@@ -169,7 +169,15 @@ class Subscription:
         binary protocol's ACK_RANGE); returns how many were acknowledged. Done per entry: a batch entry
         whose messages are all acknowledged at once costs one cursor ack, not one per message."""
         pending = consumer.pending
-        keys = [key for key in pending if first <= key <= last]
+        if consumer.pending_in_order:  # the usual case: stop at the first key past the range
+            keys = []
+            for key in pending:
+                if key > last:
+                    break
+                if key >= first:
+                    keys.append(key)
+        else:
+            keys = [key for key in pending if first <= key <= last]
         if not keys:
             return 0
         dispatcher = self.dispatcher

@@ -140,6 +140,27 @@ def test_range_acks_persist_and_the_rest_is_redelivered(broker: Broker, ws_conne
     assert nothing_arrives(last)
 
 
+def test_a_range_ack_finds_a_redelivered_message_behind_later_ones(
+    broker: Broker, ws_connect: Connect
+) -> None:
+    """A negatively acknowledged message comes back after the later ones it was sent before; a range that
+    covers only it still acknowledges it (the consumer's pending messages are no longer in position order)."""
+    query = "subscriptionType=Shared&negativeAckRedeliveryDelay=50"
+    url = f"{broker.ws_url}/ws/v2/consumer/{NS}/behind/sub?{query}"
+    consumer = binary(ws_connect, url)
+    producer = binary(ws_connect, f"{broker.ws_url}/ws/v2/producer/{NS}/behind")
+    assert send(producer, 1, [b"a", b"b", b"c", b"d"]).ok
+    got = receive(consumer, 4)
+    consumer.send_binary(encode_ids(FrameType.NACK, [got[0].message_id]))
+    (again,) = receive(consumer, 1)
+    assert (again.payload, again.message_id) == (b"a", got[0].message_id)
+    ack_all(consumer, [again])  # the range [a, a]: a is now the last of the pending messages
+    ack_all(consumer, got[1:3])  # [b, c]
+    consumer.close()
+    rest = receive(binary(ws_connect.retrying, url), 1)  # type: ignore[attr-defined]
+    assert [m.payload for m in rest] == [b"d"]
+
+
 def test_individual_acks_nacks_and_pull_mode(broker: Broker, ws_connect: Connect) -> None:
     url = (
         f"{broker.ws_url}/ws/v2/consumer/{NS}/pull/sub?subscriptionType=Shared&pullMode=true"
