@@ -47,6 +47,7 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy
+	cd tests && ../$(BIN)/mypy --config-file ../pyproject.toml bench/compare.py bench/comparison bench/fixed_rate_cpu.py
 
 pytest: venv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
