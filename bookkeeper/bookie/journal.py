@@ -9,7 +9,8 @@ sync returns does it advance the synced mark and fire the batch's callbacks, in 
 batch is being synced the next one fills, so batches grow with load (group commit) and shrink to one record
 when the bookie is idle. An idle journal's small batch (``journal_inline_sync_bytes_max``; idle: no record
 came for at least as long as the last sync took) is synced on the loop's own thread instead: at light
-load the two thread hand-offs cost more CPU than the sync, and nothing else is waiting for the loop.
+load the two thread hand-offs cost more CPU than the sync. The loop is blocked meanwhile (in a standalone
+that is the broker's loop too), which is why only small batches of an idle journal qualify.
 
 A batch is flushed when, as in BookKeeper, the oldest record has waited ``journal_group_wait_ms``, or the
 batch holds ``journal_buffered_bytes_max`` bytes, or - with ``journal_flush_when_queue_empty`` - appends
