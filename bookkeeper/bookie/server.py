@@ -63,6 +63,7 @@ from magnetar.bookkeeper.protocol.messages import (
 from magnetar.bookkeeper.protocol.status import BookieStatus
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake, peer_address
+from magnetar.bookkeeper.runtime.send_timer import SendTimer
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +221,7 @@ class _Connection:
         self._writing = False
         self._writer_waiting = False
         self._writer_wakeup = trio.Event()
+        self._send_timer = SendTimer(settings.write_timeout_ms / 1000)
         self._progress = trio.Event()  # set after each write and each response, for waiters
         self._read_scope = trio.CancelScope()
         self._io_scope = trio.CancelScope()
@@ -235,6 +237,7 @@ class _Connection:
                     if self._authenticator is not None:
                         nursery.start_soon(self._auth_deadline)
                     nursery.start_soon(self._writer)
+                    nursery.start_soon(self._send_timer.watch, self._send_stalled)
                     graceful = True  # stopped by drain: answer what was accepted
                     with self._read_scope:
                         graceful = await self._reader()
@@ -383,7 +386,7 @@ class _Connection:
         await self._progress.wait()
 
     async def _writer(self) -> None:
-        write_timeout_s = self.server.settings.write_timeout_ms / 1000
+        timer = self._send_timer
         try:
             while True:
                 if not self._out:
@@ -393,16 +396,18 @@ class _Connection:
                     continue
                 data, self._out = self._out, bytearray()
                 self._writing = True
-                with trio.fail_after(write_timeout_s):
-                    await self.stream.send_all(data)
+                timer.sending()
+                await self.stream.send_all(data)
+                timer.sent()
                 self._writing = False
                 self._progress.set()
-        except trio.TooSlowError:
-            log.warning("closing connection from %s: it read nothing for write_timeout_ms", self.peer)
-            self._io_scope.cancel()
         except _IO_ERRORS as exc:
             log.debug("connection from %s lost while sending: %s", self.peer, exc or type(exc).__name__)
             self._io_scope.cancel()
+
+    def _send_stalled(self) -> None:
+        log.warning("closing connection from %s: it read nothing for write_timeout_ms", self.peer)
+        self._io_scope.cancel()
 
     async def _flush(self, timeout_s: float) -> None:
         """Wait until every accepted request is answered and sent (bounded)."""

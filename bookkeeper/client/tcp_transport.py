@@ -45,6 +45,7 @@ import ssl
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Annotated, Self
 
 import trio
@@ -71,6 +72,7 @@ from magnetar.bookkeeper.protocol.messages import (
     WriteLacRequest,
 )
 from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.runtime.send_timer import SendTimer
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +202,7 @@ class _Connection:
         self._read_timeout_s = settings.read_timeout_ms / 1000
         self._inflight_max = settings.inflight_requests_max
         # A write that cannot complete within the longest request timeout means a stuck connection.
-        self._write_timeout_s = max(settings.add_timeout_ms, settings.read_timeout_ms) / 1000
+        self._send_timer = SendTimer(max(settings.add_timeout_ms, settings.read_timeout_ms) / 1000)
         self.inflight: dict[int, _Entry] = {}
         self._add_deadlines: deque[_Deadline] = deque()
         self._read_deadlines: deque[_Deadline] = deque()
@@ -313,6 +315,7 @@ class _Connection:
         log.debug("connected to bookie %s", self.bookie)
         async with stream, trio.open_nursery() as nursery:
             nursery.start_soon(self._writer, stream, nursery.cancel_scope)
+            nursery.start_soon(self._send_timer.watch, partial(self._send_stalled, nursery.cancel_scope))
             await self._reader(stream)
             nursery.cancel_scope.cancel()
         return FailureReason.CLOSED
@@ -357,7 +360,12 @@ class _Connection:
         if event.status is not BookieStatus.EOK:
             raise _ConnectFailed(f"the bookie refused authentication ({event.status.name}): {event.reason}")
 
+    def _send_stalled(self, scope: trio.CancelScope) -> None:
+        self._loss = f"the bookie accepted no bytes for {self._send_timer.timeout_s:.1f}s"
+        scope.cancel()
+
     async def _writer(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        timer = self._send_timer
         try:
             while True:
                 if not self._out:
@@ -366,11 +374,9 @@ class _Connection:
                     await self._writer_wakeup.wait()
                     continue
                 data, self._out = self._out, bytearray()
-                with trio.fail_after(self._write_timeout_s):
-                    await stream.send_all(data)
-        except trio.TooSlowError:
-            self._loss = f"the bookie accepted no bytes for {self._write_timeout_s:.1f}s"
-            scope.cancel()
+                timer.sending()
+                await stream.send_all(data)
+                timer.sent()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._loss = f"connection lost while sending: {exc or type(exc).__name__}"
             scope.cancel()

@@ -15,7 +15,8 @@ at ``--rate`` for ``--duration-s`` with the comparison harness's open-loop publi
   published with 1,000 in flight, and CPU per message);
 * the broker's ``magnetar_publish_latency_seconds`` over the run (received -> stored), as cumulative shares;
 * CPU cores used by each kind of process (broker, bookies, ZooKeeper, the standalone) and by this client,
-  from ``/proc/<pid>/stat``, and the bookies' CPU per entry;
+  from ``/proc/<pid>/stat``, and the bookies' CPU per entry; the share of CPU time the hypervisor stole
+  (``/proc/stat``): on a shared host CPU per message is the steadier figure, msgs/s falls with steal;
 * entries written (``internalStats``) and, in a cluster, the bookies' journal figures
   (``magnetar_bookie_journal_*``: syncs, inline syncs, mean sync time).
 
@@ -43,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: bench.co
 import anyio
 from bench.comparison import engine
 from bench.comparison.figures import Latency, Throughput
+from bench.comparison.machine import cpu_ticks, steal_share
 from bench.comparison.magnetar_system import MagnetarSystem
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -142,10 +144,15 @@ class Usage:
     entries: int
     buckets: dict[str, float]
     journal: dict[str, float]
+    steal: float
+    """Share of the machine's CPU time the hypervisor gave to other guests during the phase."""
 
     def report(self, messages: int, bookies: int) -> None:
         cores = ", ".join(f"{kind} {cpu / self.elapsed_s:.2f}" for kind, cpu in sorted(self.cpu_s.items()))
-        print(f"  cores: {cores}, this client {self.client_cpu_s / self.elapsed_s:.2f}")
+        print(
+            f"  cores: {cores}, this client {self.client_cpu_s / self.elapsed_s:.2f}; "
+            f"stolen by the hypervisor: {self.steal:.0%} of the machine's CPU time"
+        )
         if messages:
             per_message = ", ".join(
                 f"{kind} {cpu / messages * 1e6:.2f}" for kind, cpu in sorted(self.cpu_s.items())
@@ -177,9 +184,9 @@ def measured(
     mine = os.getpid()
     cpu_before = {kind: sum(cpu_seconds(p) for p in pids) for kind, pids in procs.items()}
     client_before, journal_before = cpu_seconds(mine), journal_figures(bookies)
-    buckets_before, started = latency_buckets(http_url), time.monotonic()
+    buckets_before, ticks_before, started = latency_buckets(http_url), cpu_ticks(), time.monotonic()
     result = phase()
-    elapsed = time.monotonic() - started
+    elapsed, ticks_after = time.monotonic() - started, cpu_ticks()
     cpu = {kind: sum(cpu_seconds(p) for p in pids) - cpu_before[kind] for kind, pids in procs.items()}
     stats = json.loads(fetch(f"{http_url}/admin/v2/persistent/public/default/{topic}/internalStats"))
     return result, Usage(
@@ -189,6 +196,7 @@ def measured(
         entries=int(stats["numberOfEntries"]),
         buckets=delta(latency_buckets(http_url), buckets_before),
         journal=delta(journal_figures(bookies), journal_before),
+        steal=steal_share(ticks_before, ticks_after),
     )
 
 

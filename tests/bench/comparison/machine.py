@@ -1,4 +1,5 @@
-"""Facts about the machine a comparison ran on: CPU, memory, the disk under the data dirs, load average."""
+"""Facts about the machine a comparison ran on: CPU, memory, the disk under the data dirs, load average, and
+the CPU time its hypervisor gave to other guests (steal)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,27 @@ def _mount_of(path: Path) -> tuple[str, str, str]:
 def load_average() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f} {five:.2f} {fifteen:.2f} (1/5/15 min)"
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(stolen, total) CPU ticks of all cores since boot, from ``/proc/stat``; (0, 0) where unavailable.
+
+    Steal is time a virtual CPU was ready to run but the hypervisor ran another guest: on a shared host it
+    slows every process of a benchmark alike, so a phase with much steal measured a busier machine."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return 0, 0
+    if fields[:1] != ["cpu"] or len(fields) < 9:
+        return 0, 0
+    ticks = [int(value) for value in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+def steal_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """The share of CPU time stolen between two :func:`cpu_ticks` readings (0.0 when none passed)."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
 
 
 def machine_facts(data_dir: Path) -> dict[str, str]:

@@ -28,7 +28,7 @@ from magnetar.bookkeeper.runtime.http import (
     error_response,
     text_response,
 )
-from magnetar.bookkeeper.runtime.http.websocket import RECEIVE_CHUNK_BYTES
+from magnetar.bookkeeper.runtime.http.websocket import CLOSE_ABNORMAL, RECEIVE_CHUNK_BYTES
 
 StartServer = Any  # see conftest.py
 RawRequest = Any
@@ -453,3 +453,59 @@ async def test_queued_messages_leave_in_few_socket_writes() -> None:
         await ws.close()
     assert received == [f"message {i}" for i in range(1000)]
     assert writes <= 20
+
+
+async def test_a_peer_that_reads_nothing_is_dropped_after_the_send_timeout(start_server: StartServer) -> None:
+    ended = trio.Event()
+    sessions: list[WebSocket] = []
+
+    async def flood(request: WebSocketRequest) -> None:
+        ws = await request.accept()
+        sessions.append(ws)
+        try:
+            while True:
+                await ws.send_bytes(b"z" * 65536)
+        except WebSocketClosed:
+            ended.set()
+
+    router = Router()
+    router.websocket("/flood", flood)
+    srv = await start_server(router, http_send_timeout_ms=300)
+    client = await RawWsClient.open(srv.port, "/flood")
+    async with client.stream:
+        started = trio.current_time()
+        with trio.fail_after(10):
+            await ended.wait()  # the socket buffers filled, one send stalled, the session was aborted
+        assert trio.current_time() - started >= 0.3
+        assert sessions[0].close_code == CLOSE_ABNORMAL
+
+
+async def test_an_application_that_reads_nothing_is_not_an_idle_peer(start_server: StartServer) -> None:
+    sessions: list[WebSocket] = []
+    never = trio.Event()
+
+    async def sleeper(request: WebSocketRequest) -> None:
+        ws = await request.accept()
+        sessions.append(ws)
+        await never.wait()
+
+    router = Router()
+    router.websocket("/sleep", sleeper)
+    srv = await start_server(
+        router, ws_receive_queue_bytes_max=1024, ws_idle_timeout_ms=200, ws_close_timeout_ms=100
+    )
+    client = await RawWsClient.open(srv.port, "/sleep")
+    try:
+        async with client.stream:
+            for _ in range(4):
+                await client.send_text("m" * 1024)  # past the receive queue's bound: the server stops reading
+            await trio.sleep(0.6)  # three idle timeouts with the peer waiting for the application
+            assert not sessions[0].closed
+            for _ in range(4):  # the application catches up ...
+                await sessions[0].receive()
+            with trio.fail_after(10):  # ... and from then on the idle timeout counts again
+                while not sessions[0].closed:
+                    await trio.sleep(0.05)
+            assert sessions[0].close_code == CLOSE_GOING_AWAY
+    finally:
+        never.set()
