@@ -198,7 +198,16 @@ def render(
         render_tables(results, all_scenarios),
     ]
     if len(rounds) > 1:
-        lines += ["#### Every round (msgs/s, or p99 ms)", "", rounds_table(rounds, all_scenarios), ""]
+        lines += [
+            "#### Every round (msgs/s, or p99 ms)",
+            "",
+            "'N% stolen': the share of the machine's CPU time the hypervisor gave other guests during that "
+            "phase (`/proc/stat` steal), shown from 1 % on; every process of the phase ran slower by about "
+            "that much.",
+            "",
+            rounds_table(rounds, all_scenarios),
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -41,12 +41,18 @@ class Results:
     systems: list[SystemInfo]
     figures: dict[tuple[str, int, str], Figure] = field(default_factory=dict)
     """(scenario key, size, system name) -> figure."""
+    steal: dict[tuple[str, int, str], float] = field(default_factory=dict)
+    """(scenario key, size, system name) -> share of the machine's CPU time stolen during the phase."""
 
-    def put(self, scenario: Scenario, system: str, figure: Figure) -> None:
+    def put(self, scenario: Scenario, system: str, figure: Figure, steal: float = 0.0) -> None:
         self.figures[(scenario.key, scenario.size, system)] = figure
+        self.steal[(scenario.key, scenario.size, system)] = steal
 
     def get(self, scenario: Scenario, system: str) -> Figure | None:
         return self.figures.get((scenario.key, scenario.size, system))
+
+    def stolen(self, scenario: Scenario, system: str) -> float:
+        return self.steal.get((scenario.key, scenario.size, system), 0.0)
 
 
 def _rank(figure: Throughput | Latency) -> tuple[float, ...]:
@@ -81,11 +87,22 @@ def _round_value(figure: Figure | None) -> str:
     return MISSING
 
 
+STEAL_SHOWN_FROM = 0.01
+"""A round's cell names the CPU time the hypervisor stole during its phase from this share on."""
+
+
+def _round_cell(results: Results, scenario: Scenario, system: str) -> str:
+    value = _round_value(results.get(scenario, system))
+    steal = results.stolen(scenario, system)
+    return value + (f" ({steal:.0%} stolen)" if steal >= STEAL_SHOWN_FROM else "")
+
+
 def rounds_table(rounds: Sequence[Results], all_scenarios: Sequence[Scenario]) -> str:
-    """Every round's figure (msgs/s for throughputs, p99 ms for latencies): how much the machine moved."""
+    """Every round's figure (msgs/s for throughputs, p99 ms for latencies): how much the machine moved, and
+    how much CPU time other guests of the host took meanwhile (steal), where it was 1 % or more."""
     header = ["scenario", "system", *(f"round {index + 1}" for index in range(len(rounds)))]
     rows = [
-        [scenario.title, system.name, *(_round_value(r.get(scenario, system.name)) for r in rounds)]
+        [scenario.title, system.name, *(_round_cell(r, scenario, system.name) for r in rounds)]
         for scenario in all_scenarios
         for system in rounds[0].systems
     ]

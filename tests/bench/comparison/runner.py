@@ -23,6 +23,7 @@ from pathlib import Path
 import anyio
 from bench.comparison import engine
 from bench.comparison.figures import Failure, Figure, Latency, Throughput
+from bench.comparison.machine import cpu_ticks, steal_share
 from bench.comparison.report import Results, Scenario, SystemInfo
 from bench.comparison.system import System
 
@@ -148,9 +149,11 @@ class Runner:
                 system, topic, size, rate, s.duration_s, s.window, s.drain_s
             )
         print(f"  -- {scenario.title}", flush=True)
+        before = cpu_ticks()
         figure = self._run_phase(system, phase)
-        self.results.put(scenario, system.name, figure)
-        print(f"     {summary(figure)}", flush=True)
+        steal = steal_share(before, cpu_ticks())
+        self.results.put(scenario, system.name, figure, steal)
+        print(f"     {summary(figure)}; {steal:.0%} of the CPU time stolen by the hypervisor", flush=True)
 
     def _run_phase(self, system: System, phase: Callable[[], Awaitable[Figure]]) -> Figure:
         limit = max(self.settings.phase_limit_s, self.settings.duration_s + self.settings.drain_s)
