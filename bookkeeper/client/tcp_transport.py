@@ -284,6 +284,7 @@ class _Connection:
                 nursery.cancel_scope.cancel()
         finally:
             self._running = False
+            self._send_timer.sent()  # a send this connection broke off must not count against the next one
             self._proto = ClientProtocol(self._settings.frame_bytes_max)
             self._writer_waiting = False
         if reason is FailureReason.CONNECT or not self._received_any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 
 import trio
@@ -244,6 +245,46 @@ async def test_slow_reader_does_not_hold_up_other_clients() -> None:
             while bk.bookie.server.connection_count > 1:
                 await trio.sleep(0.05)
         await hog.aclose()
+
+
+async def test_a_stalled_send_drops_the_connection_and_does_not_count_against_the_next_one() -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    bookie = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    accepted: list[trio.SocketStream] = []
+
+    async def handle(stream: trio.SocketStream) -> None:
+        accepted.append(stream)
+        if len(accepted) == 1:
+            await trio.sleep_forever()  # the first connection reads nothing: the client's sends stall
+        async with stream:
+            while await stream.receive_some(65536):
+                pass
+
+    settings = TcpTransportSettings(add_timeout_ms=300, read_timeout_ms=300, reconnect_backoff_initial_ms=0)
+    async with trio.open_nursery() as nursery, open_tcp_transport(settings) as transport:
+        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        payload = b"x" * (1 << 20)
+        stalled = [
+            send(
+                transport,
+                bookie,
+                AddRequest(next_request_id(), 9, e, KEY, packaged(9, e, payload), False, False),
+            )
+            for e in range(32)
+        ]
+        for c in stalled:
+            assert isinstance(await c.wait(), TransportFailure)
+        with trio.fail_after(10):
+            while transport._connections[bookie]._running:  # the watcher drops the stalled connection
+                await trio.sleep(0.01)
+        assert transport._connections[bookie]._send_timer.deadline == math.inf
+        # The next connection starts with no send in progress: its request runs into its own timeout
+        # instead of being failed at once for the send the last connection broke off.
+        failure = await call(transport, bookie, read_request(9, 0))
+        assert isinstance(failure, TransportFailure)
+        assert failure.reason is FailureReason.TIMEOUT, failure
+        assert len(accepted) == 2
+        nursery.cancel_scope.cancel()
 
 
 async def test_abrupt_disconnect_with_requests_in_flight() -> None:
