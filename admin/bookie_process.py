@@ -17,7 +17,6 @@ line saying why.
 from __future__ import annotations
 
 import logging
-import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,7 +24,14 @@ from typing import Any
 import trio
 
 from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
-from magnetar.admin.process_common import EXIT_FAILED, EXIT_USAGE, announce, describe, first_signal
+from magnetar.admin.process_common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    STOP_SIGNALS,
+    announce,
+    describe,
+    first_signal,
+)
 from magnetar.bookkeeper.bookie.http_api import bookie_router
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
@@ -62,7 +68,7 @@ async def serve(settings: BookieSettings) -> int:
     ):
         bookie = Bookie(settings, store, metadata)
         collector = attach_garbage_collector(bookie, store, metadata)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
                 http_port = await _start_http(nursery, bookie, collector)
                 endpoint = await nursery.start(bookie.run)

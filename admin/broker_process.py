@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from magnetar.admin.config import ConfigError, config_file_from, load_settings, 
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
+    STOP_SIGNALS,
     announce,
     describe,
     first_signal,
@@ -71,7 +71,7 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
         open_tcp_transport(transport_settings, ssl_context=bookie_tls, auth_token=bookie_token) as transport,
         open_bookkeeper(metadata, transport, settings.client_settings()) as bk,
     ):
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
                 admin = BrokerAdmin(settings)  # admin REST routes, retention service, storage metrics
                 start = functools.partial(run_broker, settings, metadata, bk, **admin.run_kwargs())

@@ -75,9 +75,10 @@ async def serve(spec: object) -> int:
     import trio  # noqa: PLC0415
 
     from magnetar.admin.dev_cluster import DevClusterSpec, open_dev_cluster  # noqa: PLC0415
+    from magnetar.admin.process_common import STOP_SIGNALS  # noqa: PLC0415
 
     assert isinstance(spec, DevClusterSpec)
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         stop = trio.Event()
 
         async def watch_signals() -> None:

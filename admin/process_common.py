@@ -23,6 +23,11 @@ GC_THRESHOLDS = (50_000, 50, 100)
 """Generation-0 threshold raised from 700 (fewer collections of short-lived garbage, which reference counting
 frees anyway); older generations collected less often."""
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""What stops a process gracefully: a service manager's SIGTERM, Ctrl-C, and the hang-up of the terminal or
+SSH session it runs in (left at its default, SIGHUP would kill the process on the spot - and leave a dev
+cluster's children, which run in their own session, behind)."""
+
 
 def announce(document: dict[str, Any], port_file: Path | None = None) -> None:
     """Print the ready line on stdout and write it to ``port_file`` (atomically) if given."""
@@ -42,7 +47,7 @@ def describe(exc: BaseException) -> str:
 
 
 async def first_signal(signals: AsyncIterator[int], log: logging.Logger) -> None:
-    """Wait for SIGTERM/SIGINT (from ``trio.open_signal_receiver``) and log it."""
+    """Wait for one of :data:`STOP_SIGNALS` (from ``trio.open_signal_receiver``) and log it."""
     async for signum in signals:
         log.info("received %s: shutting down", signal.Signals(signum).name)
         return

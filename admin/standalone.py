@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from magnetar.admin.config import ConfigError, config_file_from, load_settings, 
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
+    STOP_SIGNALS,
     announce,
     describe,
     first_signal,
@@ -232,7 +232,7 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
             add_gc_routes(router, running.collectors)  # the bookies' garbage collectors
 
         extras["register_routes"] = routes
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
                 start = functools.partial(run_broker, broker_settings, metadata, bk, **extras)
                 handle: BrokerHandle = await nursery.start(start)

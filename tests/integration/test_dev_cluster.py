@@ -123,13 +123,18 @@ def free_port() -> int:
         return port
 
 
-def test_sigint_stops_it_like_ctrl_c(magnetar_processes: ProcessGroup, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["ctrl-c", "hang-up"])
+def test_ctrl_c_or_a_hang_up_stops_it_and_its_children(
+    magnetar_processes: ProcessGroup, tmp_path: Path, signum: signal.Signals
+) -> None:
     data_dir = tmp_path / "dev"
     process = start_dev_cluster_command(
         magnetar_processes, data_dir, "--bookies", "1", "--brokers", "1", "--bookie-storage", "memory"
     )
     pids = child_pids(process.ready)
-    os.kill(process.pid, signal.SIGINT)
-    assert process.stop() == 0
+    os.kill(process.pid, signum)
+    assert process.wait() == 0
     assert not [pid for pid in pids if alive(pid)]
-    assert "dev cluster stopped" in process.log_path.read_text()
+    log = process.log_path.read_text()
+    assert f"received {signum.name}: stopping the dev cluster" in log
+    assert "dev cluster stopped" in log
