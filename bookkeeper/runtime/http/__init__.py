@@ -22,13 +22,15 @@ from magnetar.bookkeeper.runtime.http.types import (
     text_response,
 )
 from magnetar.bookkeeper.runtime.http.websocket import (
+    WebSocket,
+    WebSocketClosed,
+    WebSocketRequest,
+)
+from magnetar.bookkeeper.runtime.http.ws_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
     CLOSE_MESSAGE_TOO_BIG,
     CLOSE_NORMAL,
-    WebSocket,
-    WebSocketClosed,
-    WebSocketRequest,
 )
 
 __all__ = [

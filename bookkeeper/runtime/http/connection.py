@@ -46,13 +46,8 @@ from magnetar.bookkeeper.runtime.http.types import (
     error_response,
     status_phrase,
 )
-from magnetar.bookkeeper.runtime.http.websocket import (
-    CLOSE_INTERNAL_ERROR,
-    CLOSE_NORMAL,
-    RECEIVE_CHUNK_BYTES,
-    WebSocket,
-    WebSocketRequest,
-)
+from magnetar.bookkeeper.runtime.http.websocket import RECEIVE_CHUNK_BYTES, WebSocket, WebSocketRequest
+from magnetar.bookkeeper.runtime.http.ws_frames import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL
 
 log = logging.getLogger(__name__)
 

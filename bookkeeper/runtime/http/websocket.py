@@ -36,6 +36,9 @@ import trio
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import HttpResponse, QueryParams, RequestHead
 from magnetar.bookkeeper.runtime.http.ws_frames import (
+    CLOSE_ABNORMAL,
+    CLOSE_GOING_AWAY,
+    CLOSE_NORMAL,
     OPCODE_BINARY,
     OPCODE_CLOSE,
     OPCODE_PONG,
@@ -53,14 +56,6 @@ from magnetar.bookkeeper.runtime.send_timer import SendTimer
 log = logging.getLogger(__name__)
 
 RECEIVE_CHUNK_BYTES = 65536
-
-CLOSE_NORMAL = 1000
-CLOSE_GOING_AWAY = 1001
-CLOSE_PROTOCOL_ERROR = 1002
-CLOSE_ABNORMAL = 1006
-"""Never sent: reported when the connection dropped without a Close frame."""
-CLOSE_MESSAGE_TOO_BIG = 1009
-CLOSE_INTERNAL_ERROR = 1011
 
 
 def _fresh(event: trio.Event) -> trio.Event:

@@ -42,12 +42,15 @@ CONTROL_PAYLOAD_BYTES_MAX = 125
 CLOSE_REASON_BYTES_MAX = CONTROL_PAYLOAD_BYTES_MAX - 2
 
 CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
 CLOSE_PROTOCOL_ERROR = 1002
 CLOSE_NO_STATUS = 1005
 """Reported when a Close frame carried no code; never sent."""
 CLOSE_ABNORMAL = 1006
+"""Never sent: reported when the connection dropped without a Close frame."""
 CLOSE_INVALID_PAYLOAD = 1007
 CLOSE_MESSAGE_TOO_BIG = 1009
+CLOSE_INTERNAL_ERROR = 1011
 CLOSE_TLS_FAILED = 1015
 LOCAL_ONLY_CLOSE_CODES = frozenset((CLOSE_NO_STATUS, CLOSE_ABNORMAL, CLOSE_TLS_FAILED))
 """Codes that describe a close locally and must never appear in a Close frame (RFC 6455 §7.4.1)."""

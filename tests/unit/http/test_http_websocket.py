@@ -28,7 +28,8 @@ from magnetar.bookkeeper.runtime.http import (
     error_response,
     text_response,
 )
-from magnetar.bookkeeper.runtime.http.websocket import CLOSE_ABNORMAL, RECEIVE_CHUNK_BYTES
+from magnetar.bookkeeper.runtime.http.websocket import RECEIVE_CHUNK_BYTES
+from magnetar.bookkeeper.runtime.http.ws_frames import CLOSE_ABNORMAL
 
 StartServer = Any  # see conftest.py
 RawRequest = Any
