@@ -192,6 +192,7 @@ class DbLedgerStorage:
             queue_bytes_max=settings.journal_queue_bytes_max,
             flush_when_queue_empty=settings.journal_flush_when_queue_empty,
             inline_sync_bytes_max=settings.journal_inline_sync_bytes_max,
+            inline_sync_ms_max=settings.journal_inline_sync_ms_max,
         )
         self._flusher = CacheFlusher(
             parts.entry_logger,

@@ -39,15 +39,19 @@ class BookieStorageSettings(BaseModel):
     journal_flush_when_queue_empty: bool = True
     """journalFlushWhenQueueEmpty: flush as soon as no more appends are pending (BookKeeper default false;
     here the trio scheduler tells when appends have drained, which keeps latency low at light load)."""
-    journal_inline_sync_bytes_max: int = Field(8 * KIB, ge=0)
-    """A batch of at most this many bytes, from a journal that sat idle since its last sync for at least as
-    long as that sync took, is written and fdatasynced on the event loop's thread; any other batch goes to
-    the journal thread, so the loop keeps taking requests during its sync. At light load the two thread
-    hand-offs of a group commit (wake the journal thread, wake the loop) cost more CPU than the sync. On
-    this 2-core VM (RESULTS.md, 2026-11-22): a cluster bookie at 5,000 msgs/s spent 12-25 % less CPU per
-    entry; a standalone's JSON publish p99 at 5,000 msgs/s fell in 2 of 3 pairs (12.7 -> 8.8, 20.9 -> 7.2
-    ms); 64 KiB also caught the saturated cluster's ~20 KiB entries and cost it ~15 % of its throughput.
-    0: every batch in the thread."""
+    journal_inline_sync_bytes_max: int = Field(1 * MIB, ge=0)
+    """A batch of at most this many bytes is written and fdatasynced on the event loop's thread, while syncs
+    are quick (``journal_inline_sync_ms_max``); a bigger one (more than ``journal_buffered_bytes_max`` only
+collects while a sync runs in the thread) goes to the journal thread. The thread's two
+    hand-offs per group commit cost more CPU here than the sync (the journal's module docstring). On this
+    2-core VM (RESULTS.md, 2026-11-22) syncing every batch inline, where only an idle journal's batches of
+    up to 8 KiB were before, cut a saturated 3-bookie cluster's bookie CPU per message by a fifth (4.8 ->
+    3.8 us) and lowered its publish p99 at 5,000 and 20,000 msgs/s. 0: every batch in the thread."""
+    journal_inline_sync_ms_max: float = Field(5.0, ge=0)
+    """Syncs stay on the event loop's thread only while the last one took at most this long: on a slow,
+    busy or failing disk the batches go to the journal thread, so the loop goes on serving reads, pings and
+    the admin API during the sync (a quick sync in the thread brings them back). Local SSDs sync in well
+    under 1 ms, network volumes in 1-3 ms, spinning disks in 5-15 ms."""
     journal_queue_bytes_max: int = Field(64 * MIB, ge=64 * KIB)
     """Bytes appended but not yet durable (buffered + being synced); beyond it appends are refused with
     StorageBusyError (the role of journalMaxMemorySizeMb)."""

@@ -30,10 +30,15 @@ class GatedWriter(JournalWriterFile):
         self.gate.set()
         self.sync_threads: list[int] = []
         """The thread of each sync (the event loop's for inline syncs)."""
+        self.clock: trio.testing.MockClock | None = None
+        self.sync_s = 0.0
+        """With ``clock``, how long each sync takes (the clock jumps by that much)."""
 
     def write_and_sync(self, data: bytes | bytearray) -> LogMark:
         self.sync_threads.append(threading.get_ident())
         self.gate.wait()
+        if self.clock is not None:
+            self.clock.jump(self.sync_s)
         return super().write_and_sync(data)
 
 
@@ -129,20 +134,47 @@ async def test_a_batch_over_the_inline_limit_is_synced_in_the_journal_thread(
     assert durability.errors == []
 
 
-async def test_a_busy_journal_syncs_in_its_thread_even_a_small_batch(tmp_path: Path, durability) -> None:
-    """A record that arrives while a sync runs means the journal is busy: its batch, small as it is, is
-    synced in the thread too, so the loop keeps taking requests during that sync."""
+async def test_after_a_slow_sync_batches_go_to_the_thread_until_a_sync_is_quick_again(
+    tmp_path: Path, durability, mock_clock: trio.testing.MockClock
+) -> None:
+    """A sync that took longer than ``inline_sync_ms_max`` (a slow disk) sends the next batch to the journal
+    thread, so the loop stays free while the disk is slow; a quick sync there brings the journal back."""
     writer = make_writer(tmp_path)
-    async with running_journal(writer, inline_sync_bytes_max=4096) as journal:
-        writer.gate.clear()
-        journal.append_entry(b"b" * 5000, durability.callback("big"))
-        await trio.testing.wait_all_tasks_blocked()  # the big batch is in the journal thread's hands
-        journal.append_entry(b"small", durability.callback("small"))
-        writer.gate.set()
+    writer.clock = mock_clock
+    async with running_journal(writer, inline_sync_bytes_max=4096, inline_sync_ms_max=5.0) as journal:
+        for name, sync_s in (("slow", 0.006), ("next", 0.001), ("back", 0.001)):
+            writer.sync_s = sync_s
+            journal.append_entry(name.encode(), durability.callback(name))
+            await durability.wait_for(len(durability.names) + 1)
+        assert (journal.stats.syncs, journal.stats.inline_syncs) == (3, 2)
+    loop = threading.get_ident()
+    assert [thread == loop for thread in writer.sync_threads] == [True, False, True]
+    assert durability.names == ["slow", "next", "back"]
+
+
+async def test_a_failed_slow_sync_sends_the_next_batch_to_the_thread(
+    tmp_path: Path, durability, mock_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_fdatasync = os.fdatasync
+    failures = iter([False, True])  # the file's creation syncs fine, the first batch's sync fails
+
+    def failing_fdatasync(fd: int) -> None:
+        if next(failures, False):
+            raise OSError(errno.EIO, "Input/output error")
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(journal_files.os, "fdatasync", failing_fdatasync)
+    writer = make_writer(tmp_path)
+    writer.clock = mock_clock
+    writer.sync_s = 0.006
+    async with running_journal(writer, inline_sync_bytes_max=4096, inline_sync_ms_max=5.0) as journal:
+        journal.append_entry(b"lost", durability.callback("lost"))
+        await durability.wait_for(1)
+        journal.append_entry(b"kept", durability.callback("kept"))
         await durability.wait_for(2)
-        assert (journal.stats.syncs, journal.stats.inline_syncs) == (2, 0)
-    assert threading.get_ident() not in writer.sync_threads
-    assert durability.names == ["big", "small"]
+        assert (journal.stats.failed_syncs, journal.stats.syncs, journal.stats.inline_syncs) == (1, 1, 0)
+    assert threading.get_ident() == writer.sync_threads[0] != writer.sync_threads[1]
+    assert [name for name, error in durability.results if error is None] == ["kept"]
 
 
 async def test_group_wait_holds_a_batch_open_until_the_oldest_record_waited(
