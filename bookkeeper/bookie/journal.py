@@ -2,23 +2,22 @@
 
 Theory of operation. Appends are cheap and synchronous on the trio thread: a record is encoded straight into
 the current batch (a ``bytearray``) and its durability callback queued beside it. One writer task owns the
-file. It waits for a batch to form, then hands the whole batch to the journal thread (a
-:class:`~magnetar.bookkeeper.runtime.sync_thread.SyncThread` the task owns, cheaper per call than
-``trio.to_thread``), which writes it and fdatasyncs the file while the event loop goes on; only after the
-sync returns does it advance the synced mark and fire the batch's callbacks, in append order. While one
-batch is being synced the next one fills, so batches grow with load (group commit) and shrink to one record
-when the bookie is idle.
+file. It waits for a batch to form, writes it and fdatasyncs the file, and only after the sync returns
+advances the synced mark and fires the batch's callbacks, in append order. Requests that arrive during a
+sync form the next batch, so batches grow with load (group commit) and shrink to one record when the
+bookie is idle.
 
-Where the sync runs. The thread costs two hand-offs per group commit (wake the journal thread, wake the
-loop with its answer), which here cost more CPU than the sync itself. So while syncs are quick - the last
-one took at most ``journal_inline_sync_ms_max`` - a batch of at most ``journal_inline_sync_bytes_max`` is
-written and synced on the loop's own thread instead. The loop is blocked meanwhile (in a standalone that is
-the broker's loop too), but group commit goes on: requests that arrive during the sync wait in the socket
-buffers and are read, appended and synced together right after it. Once a sync is slow (a slow, busy or
-failing disk), the next batches go to the thread, so the loop keeps serving reads, pings and the admin API
-while the disk is slow; a quick sync in the thread brings the journal back. On this 2-core VM
-(RESULTS.md, 2026-11-22), syncing every batch inline instead of only an idle journal's small ones cut a
-saturated 3-bookie cluster's bookie CPU per message by a fifth and lowered its publish p99 at fixed rates.
+Where the sync runs. While syncs are quick - the last one took at most ``journal_inline_sync_ms_max`` - a
+batch of at most ``journal_inline_sync_bytes_max`` is written and synced on the loop's own thread: handing
+it to the journal thread (a :class:`~magnetar.bookkeeper.runtime.sync_thread.SyncThread` the task owns)
+costs two wake-ups per group commit (the thread, then the loop with its answer), more CPU here than the
+sync itself. The loop is blocked meanwhile (in a standalone that is the broker's loop too); requests that
+arrive wait in the socket buffers and are read, appended and synced together right after. Once a sync is
+slow or fails (a slow, busy or failing disk), the next batches go to the journal thread, so the loop keeps
+serving reads, pings and the admin API while the disk is slow; a quick sync there brings the journal back.
+On this 2-core VM (RESULTS.md, 2026-11-22), syncing every batch inline instead of only an idle journal's
+small ones cut a saturated 3-bookie cluster's bookie CPU per message by a quarter and raised its
+throughput by 15 %.
 
 A batch is flushed when, as in BookKeeper, the oldest record has waited ``journal_group_wait_ms``, or the
 batch holds ``journal_buffered_bytes_max`` bytes, or - with ``journal_flush_when_queue_empty`` - appends
