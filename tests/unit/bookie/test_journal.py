@@ -48,6 +48,19 @@ def make_writer(path: Path, **overrides: int) -> GatedWriter:
     return GatedWriter(path, **options)
 
 
+def fail_the_first_batch_sync(monkeypatch: pytest.MonkeyPatch, error: OSError) -> None:
+    """Creating the journal file syncs fine, the first batch's fdatasync raises ``error``, later ones work."""
+    real_fdatasync = os.fdatasync
+    failures = iter([False, True])
+
+    def flaky_fdatasync(fd: int) -> None:
+        if next(failures, False):
+            raise error
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(journal_files.os, "fdatasync", flaky_fdatasync)
+
+
 @asynccontextmanager
 async def running_journal(writer: JournalWriterFile, **overrides: object) -> AsyncIterator[Journal]:
     options: dict[str, object] = {
@@ -155,15 +168,7 @@ async def test_after_a_slow_sync_batches_go_to_the_thread_until_a_sync_is_quick_
 async def test_a_failed_slow_sync_sends_the_next_batch_to_the_thread(
     tmp_path: Path, durability, mock_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_fdatasync = os.fdatasync
-    failures = iter([False, True])  # the file's creation syncs fine, the first batch's sync fails
-
-    def failing_fdatasync(fd: int) -> None:
-        if next(failures, False):
-            raise OSError(errno.EIO, "Input/output error")
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(journal_files.os, "fdatasync", failing_fdatasync)
+    fail_the_first_batch_sync(monkeypatch, OSError(errno.EIO, "Input/output error"))
     writer = make_writer(tmp_path)
     writer.clock = mock_clock
     writer.sync_s = 0.006
@@ -229,15 +234,7 @@ async def test_appends_beyond_the_queue_bound_are_refused_until_capacity_returns
 async def test_a_failed_sync_fails_its_batch_and_the_next_batch_goes_to_a_new_file(
     tmp_path: Path, durability, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_fdatasync = os.fdatasync
-    failures = iter([False, True])  # the file's creation syncs fine, the first batch's sync fails
-
-    def flaky_fdatasync(fd: int) -> None:
-        if next(failures, False):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_fdatasync(fd)
-
-    monkeypatch.setattr(journal_files.os, "fdatasync", flaky_fdatasync)
+    fail_the_first_batch_sync(monkeypatch, OSError(errno.ENOSPC, "No space left on device"))
     async with running_journal(make_writer(tmp_path)) as journal:
         journal.append_entry(b"lost", durability.callback("lost"))
         await durability.wait_for(1)
