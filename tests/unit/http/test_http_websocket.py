@@ -375,8 +375,11 @@ async def test_slow_reader_applies_back_pressure_to_the_sender(start_server: Sta
         assert sent == before  # nothing moves while the client does not read
 
 
-async def test_unread_messages_stop_the_server_reading(start_server: StartServer) -> None:
-    queue_max = 16 * 1024
+async def _sleeping_application(
+    start_server: StartServer, **settings: int
+) -> tuple[RawWsClient, list[WebSocket], trio.Event]:
+    """A server whose application accepts ``/sleep`` and then reads nothing until the returned event is set;
+    a client connected to it, and the server-side sessions."""
     sessions: list[WebSocket] = []
     never = trio.Event()
 
@@ -387,8 +390,13 @@ async def test_unread_messages_stop_the_server_reading(start_server: StartServer
 
     router = Router()
     router.websocket("/sleep", sleeper)
-    srv = await start_server(router, ws_receive_queue_bytes_max=queue_max)
-    client = await RawWsClient.open(srv.port, "/sleep")
+    srv = await start_server(router, **settings)
+    return await RawWsClient.open(srv.port, "/sleep"), sessions, never
+
+
+async def test_unread_messages_stop_the_server_reading(start_server: StartServer) -> None:
+    queue_max = 16 * 1024
+    client, sessions, never = await _sleeping_application(start_server, ws_receive_queue_bytes_max=queue_max)
     chunk = "m" * 1024
     pushed = 0
 
@@ -482,20 +490,9 @@ async def test_a_peer_that_reads_nothing_is_dropped_after_the_send_timeout(start
 
 
 async def test_an_application_that_reads_nothing_is_not_an_idle_peer(start_server: StartServer) -> None:
-    sessions: list[WebSocket] = []
-    never = trio.Event()
-
-    async def sleeper(request: WebSocketRequest) -> None:
-        ws = await request.accept()
-        sessions.append(ws)
-        await never.wait()
-
-    router = Router()
-    router.websocket("/sleep", sleeper)
-    srv = await start_server(
-        router, ws_receive_queue_bytes_max=1024, ws_idle_timeout_ms=200, ws_close_timeout_ms=100
+    client, sessions, never = await _sleeping_application(
+        start_server, ws_receive_queue_bytes_max=1024, ws_idle_timeout_ms=200, ws_close_timeout_ms=100
     )
-    client = await RawWsClient.open(srv.port, "/sleep")
     try:
         async with client.stream:
             for _ in range(4):
