@@ -110,6 +110,8 @@ class WebSocket:
         self._close_deadline = math.inf
         self._last_activity = trio.current_time()
         self._reading_paused = False
+        self._watch_sleep = trio.CancelScope()
+        """The watcher's sleep: cancelled when a closing handshake starts, so it looks at the new deadline."""
         self._finished = trio.Event()
         self._scope = trio.CancelScope()
 
@@ -253,6 +255,7 @@ class WebSocket:
                 self._reading_done = True
         if self._close_deadline == math.inf:  # the first close starts the clock; later calls do not extend it
             self._close_deadline = trio.current_time() + self._settings.ws_close_timeout_ms / 1000
+            self._watch_sleep.cancel()
         self._wake_all()
 
     def server_shutdown(self) -> None:
@@ -332,7 +335,9 @@ class WebSocket:
                 if now >= idle_at:
                     self._start_close(CLOSE_GOING_AWAY, "Idle timeout")
                     continue
-            await trio.sleep_until(min(timer.next_check(now), idle_at, self._close_deadline))
+            wake_at = min(timer.next_check(now), idle_at, self._close_deadline)
+            with trio.CancelScope(deadline=wake_at) as self._watch_sleep:
+                await trio.sleep_forever()
 
     def _abort(self) -> None:
         if self._close_code is None:

@@ -489,6 +489,32 @@ async def test_a_peer_that_reads_nothing_is_dropped_after_the_send_timeout(start
         assert sessions[0].close_code == CLOSE_ABNORMAL
 
 
+async def test_a_close_the_peer_never_answers_ends_the_session_after_the_close_timeout(
+    start_server: StartServer,
+) -> None:
+    """A closing handshake started while the session's watcher sleeps towards a far deadline (the send
+    timeout, the idle timeout) still ends the session ``ws_close_timeout_ms`` later: here the server closes
+    with 1009 for a message over ``ws_frame_bytes_max`` and waits for the client's Close, which never
+    comes."""
+    client, sessions, never = await _sleeping_application(
+        start_server,
+        ws_frame_bytes_max=1024,
+        ws_close_timeout_ms=100,
+        http_send_timeout_ms=60_000,
+        ws_idle_timeout_ms=60_000,
+    )
+    try:
+        async with client.stream:
+            await trio.testing.wait_all_tasks_blocked()  # the watcher sleeps towards its far deadlines
+            await client.send_text("x" * 2048)
+            with trio.fail_after(10):  # our Close arrives, then the server drops the connection
+                while await client.stream.receive_some(65536):
+                    pass
+            assert sessions[0].close_code == CLOSE_MESSAGE_TOO_BIG
+    finally:
+        never.set()
+
+
 async def test_an_application_that_reads_nothing_is_not_an_idle_peer(start_server: StartServer) -> None:
     client, sessions, never = await _sleeping_application(
         start_server, ws_receive_queue_bytes_max=1024, ws_idle_timeout_ms=200, ws_close_timeout_ms=100
