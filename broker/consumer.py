@@ -37,7 +37,7 @@ from magnetar.bookkeeper.runtime.http import WebSocket, WebSocketClosed
 from magnetar.broker.binary_protocol import message_record, messages_frame
 from magnetar.broker.date_format import format_timestamp
 from magnetar.broker.entry_format import StoredMessage
-from magnetar.broker.message_id import encode_message_id
+from magnetar.broker.message_id import delivered_message_id
 from magnetar.broker.rates import Rate
 
 if TYPE_CHECKING:
@@ -49,6 +49,12 @@ MsgKey = tuple[int, int, int]
 """``(ledgerId, entryId, batchIndex)`` of a message within one topic (partition)."""
 
 _consumer_ids = itertools.count(1)
+
+_CONSUMER_MESSAGE = (
+    b'{"messageId":"%b","payload":"%b","properties":%b,"publishTime":"%b","redeliveryCount":%d}'
+)
+"""Pulsar's ``ConsumerMessage`` JSON: the id and payload are base64 and the time ISO 8601 (no escaping
+needed), the properties JSON from ``orjson``. ``eventTime`` and ``key`` are added only when set."""
 
 RECORDS_FRAME_BYTES_MAX = 1024 * 1024
 """Message records in one binary MESSAGES frame (more records start another frame)."""
@@ -227,7 +233,7 @@ class Consumer:
         self.connected_since_ms = 0
         self.address = ""
         self._last_time_ms = -1
-        self._last_time_text = ""
+        self._last_time_text = b""
 
     def available(self) -> int:
         return self.flow.available() if not self.closed else 0
@@ -263,32 +269,32 @@ class Consumer:
             pending[delivery.key] = delivery
 
     def _json_frame(self, delivery: Delivery, redelivery_count: int) -> bytes:
-        """Pulsar's ``ConsumerMessage``."""
+        """Pulsar's ``ConsumerMessage``, written from a template rather than by ``orjson`` from a dict: this
+        runs for every message a JSON consumer gets, and the dict cost ~0.7 us more (RESULTS.md)."""
         message = delivery.message
-        frame: dict[str, object] = {
-            "messageId": encode_message_id(
-                delivery.ledger_id,
-                delivery.entry_id,
-                self.partition,
-                delivery.batch_index,
-                delivery.batch_size,
-                delivered=True,
-            ),
-            "payload": _b64(message.payload),
-            "properties": message.properties,
-            "publishTime": self._format_time(message.publish_time_ms),
-            "redeliveryCount": redelivery_count,
-        }
+        properties = message.properties
+        d = delivery
+        frame = _CONSUMER_MESSAGE % (
+            delivered_message_id(d.ledger_id, d.entry_id, self.partition, d.batch_index, d.batch_size),
+            binascii.b2a_base64(message.payload, newline=False),
+            orjson.dumps(properties) if properties else b"{}",
+            self._format_time(message.publish_time_ms),
+            redelivery_count,
+        )
+        if message.event_time_ms == 0 and message.key is None:
+            return frame
+        optional = [frame[:-1]]
         if message.event_time_ms != 0:
-            frame["eventTime"] = format_timestamp(message.event_time_ms)
+            optional.append(b',"eventTime":"%b"' % format_timestamp(message.event_time_ms).encode("ascii"))
         if message.key is not None:
-            frame["key"] = message.key
-        return orjson.dumps(frame)
+            optional.append(b',"key":' + orjson.dumps(message.key))
+        optional.append(b"}")
+        return b"".join(optional)
 
-    def _format_time(self, ms: int) -> str:
+    def _format_time(self, ms: int) -> bytes:
         if ms != self._last_time_ms:
             self._last_time_ms = ms
-            self._last_time_text = format_timestamp(ms)
+            self._last_time_text = format_timestamp(ms).encode("ascii")
         return self._last_time_text
 
     def take_pending(self, key: MsgKey) -> Delivery | None:
@@ -346,7 +352,3 @@ class Consumer:
             "connectedSince": format_timestamp(self.connected_since_ms) if self.connected_since_ms else "",
             "metadata": {},
         }
-
-
-def _b64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode("ascii")

@@ -293,6 +293,9 @@ _SMALL_VARINTS = [bytes((value,)) for value in range(128)] + [
     bytes(((value & 0x7F) | 0x80, value >> 7)) for value in range(128, _SMALL_VARINTS_MAX)
 ]
 """Varints of 0..16383 (batch indexes and sizes), precomputed: one or two bytes each."""
+_BATCH_INDEX_FIELDS = [b"\x20" + varint for varint in _SMALL_VARINTS]
+_BATCH_SIZE_FIELDS = [b"\x30" + varint for varint in _SMALL_VARINTS]
+"""MessageIdData fields 4 (batch_index) and 6 (batch_size) of the small values, tag included."""
 
 
 def _varint(value: int) -> bytes:
@@ -319,26 +322,35 @@ def _id_prefix(ledger_id: int, entry_id: int, partition: int) -> bytes:
     return prefix
 
 
-def encode_message_id(
-    ledger_id: int,
-    entry_id: int,
-    partition: int,
-    batch_index: int,
-    batch_size: int,
-    *,
-    delivered: bool = False,
-) -> str:
-    """The base64 ``messageId`` of a stored message without building a :class:`MessageId` (the dispatch and
-    publish hot paths; the arguments come from the managed ledger, so they are in range). Same bytes as
-    ``MessageId(...).to_base64()``. ``delivered``: the id goes to a consumer, which will acknowledge it with
-    this very text; it is remembered so that :meth:`MessageId.from_base64` need not decode it."""
+def _id_bytes(ledger_id: int, entry_id: int, partition: int, batch_index: int, batch_size: int) -> bytes:
     data = _id_prefix(ledger_id, entry_id, partition)
     if batch_index != -1:
-        data += b"\x20" + _varint(batch_index)
+        small = 0 <= batch_index < _SMALL_VARINTS_MAX
+        data += _BATCH_INDEX_FIELDS[batch_index] if small else b"\x20" + _varint(batch_index)
     if batch_size > -1:
-        data += b"\x30" + _varint(batch_size)
-    text = binascii.b2a_base64(data, newline=False).decode("ascii")
-    if delivered:
-        fields = (ledger_id, entry_id, max(partition, -1), batch_index, max(batch_size, 0))
-        _DELIVERED_IDS.put(text, fields)
+        small = batch_size < _SMALL_VARINTS_MAX
+        data += _BATCH_SIZE_FIELDS[batch_size] if small else b"\x30" + _varint(batch_size)
+    return data
+
+
+def encode_message_id(
+    ledger_id: int, entry_id: int, partition: int, batch_index: int, batch_size: int
+) -> str:
+    """The base64 ``messageId`` of a stored message without building a :class:`MessageId` (the publish hot
+    path; the arguments come from the managed ledger, so they are in range). Same text as
+    ``MessageId(...).to_base64()``."""
+    data = _id_bytes(ledger_id, entry_id, partition, batch_index, batch_size)
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def delivered_message_id(
+    ledger_id: int, entry_id: int, partition: int, batch_index: int, batch_size: int
+) -> bytes:
+    """:func:`encode_message_id` as ASCII bytes, for an id that goes to a consumer inside a frame built as
+    bytes (the dispatch hot path). The consumer will acknowledge it with this very text, so it is remembered
+    and :meth:`MessageId.from_base64` need not decode it (:func:`delivered_id_fields`)."""
+    data = _id_bytes(ledger_id, entry_id, partition, batch_index, batch_size)
+    text = binascii.b2a_base64(data, newline=False)
+    fields = (ledger_id, entry_id, max(partition, -1), batch_index, max(batch_size, 0))
+    _DELIVERED_IDS.put(text.decode("ascii"), fields)
     return text

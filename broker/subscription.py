@@ -246,13 +246,12 @@ class Subscription:
         key = (ledger_id, entry_id, batch_index)
         delivery = self._take_pending(consumer, key)
         self.dispatcher.forget(key)
-        position = Position(ledger_id, entry_id)
-        if batch_index >= 0:
+        if batch_index >= 0:  # most acks of a batch entry leave messages unacked: no Position for those
             entry_key = (ledger_id, entry_id)
             unacked = self._batches.get(entry_key)
             if unacked is None:
                 size = delivery.batch_size if delivery is not None else batch_size
-                if not 0 <= batch_index < size or self.cursor.is_acked(position):
+                if not 0 <= batch_index < size or self.cursor.is_acked(Position(ledger_id, entry_id)):
                     return False
                 unacked = self._batches[entry_key] = set(range(size))
             if batch_index not in unacked:
@@ -264,7 +263,7 @@ class Subscription:
             del self._batches[entry_key]
         self._redelivery_counts.pop(key, None)
         try:
-            self.cursor.ack(position)
+            self.cursor.ack(Position(ledger_id, entry_id))
         except InvalidAckError:
             return False
         self.last_ack_ms = self.topic.now_ms()

@@ -1,0 +1,95 @@
+"""The JSON consumer's ``ConsumerMessage`` frames, written from a template on the dispatch hot path, are
+byte for byte what the reference encoder (:func:`consumer_message_json`, checked against Pulsar's Jackson
+output in ``test_ws_protocol.py``) writes, and every delivered id is remembered for the ack fast path."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from magnetar.broker.consumer import Consumer, Delivery, FlowControl, OutboundFrames
+from magnetar.broker.entry_format import StoredMessage
+from magnetar.broker.message_id import delivered_id_fields, encode_message_id
+from magnetar.broker.ws_messages import consumer_message_json
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+"""Text a stored message can hold: decoded UTF-8, so no lone surrogates."""
+_millis = st.integers(0, 2**42)
+
+
+class _Recorder:
+    """Takes what :meth:`OutboundFrames.run` sends, then closes the queue so that ``run`` returns."""
+
+    def __init__(self, frames: OutboundFrames) -> None:
+        self.frames = frames
+        self.sent: list[bytes] = []
+
+    async def send_many(self, batch: list[bytes], *, text: bool) -> None:
+        assert text
+        self.sent.extend(batch)
+        self.frames.close()
+
+
+def _sent_frames(frames: OutboundFrames) -> list[bytes]:
+    recorder = _Recorder(frames)
+    trio.run(frames.run, cast(Any, recorder))
+    return recorder.sent
+
+
+@given(
+    payload=st.binary(max_size=300),
+    properties=st.one_of(st.none(), st.dictionaries(_text, _text, max_size=3)),
+    publish_time_ms=_millis,
+    event_time_ms=st.one_of(st.just(0), _millis),
+    key=st.one_of(st.none(), _text),
+    redelivery_count=st.integers(0, 1000),
+    position=st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)),
+    partition=st.integers(-1, 100),
+    batch=st.one_of(
+        st.just((-1, 0)),
+        st.integers(1, 20_000).flatmap(lambda size: st.tuples(st.integers(0, size - 1), st.just(size))),
+    ),
+)
+def test_a_pushed_message_is_the_reference_consumer_message_and_its_id_is_remembered(
+    payload: bytes,
+    properties: dict[str, str] | None,
+    publish_time_ms: int,
+    event_time_ms: int,
+    key: str | None,
+    redelivery_count: int,
+    position: tuple[int, int],
+    partition: int,
+    batch: tuple[int, int],
+) -> None:
+    frames = OutboundFrames()
+    consumer = Consumer(
+        cast(Any, None),  # the subscription is not used to push
+        name="c",
+        priority_level=0,
+        partition=partition,
+        flow=FlowControl(10, pull_mode=False),
+        frames=frames,
+    )
+    if properties is None:
+        message = StoredMessage(payload, "p", 0, publish_time_ms, event_time_ms, key)  # default: read-only {}
+    else:
+        message = StoredMessage(payload, "p", 0, publish_time_ms, event_time_ms, key, properties)
+    ledger_id, entry_id = position
+    batch_index, batch_size = batch
+    consumer.push(Delivery(ledger_id, entry_id, batch_index, batch_size, message), redelivery_count, 0.0)
+
+    message_id = encode_message_id(ledger_id, entry_id, partition, batch_index, batch_size)
+    expected = consumer_message_json(
+        message_id,
+        payload,
+        properties or {},
+        publish_time_ms,
+        redelivery_count=redelivery_count,
+        event_time_ms=event_time_ms,
+        key=key,
+    )
+    assert _sent_frames(frames) == [expected]
+    assert delivered_id_fields(message_id) == (ledger_id, entry_id, partition, batch_index, batch_size)
