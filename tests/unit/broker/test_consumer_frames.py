@@ -81,7 +81,7 @@ def test_a_pushed_message_is_the_reference_consumer_message_and_its_id_is_rememb
     batch_index, batch_size = batch
     consumer.push(Delivery(ledger_id, entry_id, batch_index, batch_size, message), redelivery_count, 0.0)
 
-    message_id = encode_message_id(ledger_id, entry_id, partition, batch_index, batch_size)
+    message_id = encode_message_id(ledger_id, entry_id, partition, batch_index, batch_size).decode()
     expected = consumer_message_json(
         message_id,
         payload,

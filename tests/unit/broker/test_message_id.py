@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 
 import pytest
@@ -93,6 +94,37 @@ def test_base64_padding_is_optional_like_javas_decoder() -> None:
     assert decode_base64_java("QUI") == b"AB"
     with pytest.raises(ValueError, match="enough valid bits"):
         decode_base64_java("QUJDR")
+    assert decode_base64_java("YWJj") == b"abc"
+    with pytest.raises(ValueError, match="wrong 4-byte ending unit"):
+        decode_base64_java("YWJj====")  # Python's strict mode alone would take it
+
+
+def _java_base64_reference(text: str) -> bytes:
+    """Java's ``Base64.getDecoder().decode`` spelled out: padding optional, exact when present."""
+    stripped = text.rstrip("=")
+    if len(stripped) % 4 == 1:
+        raise ValueError("last unit does not have enough valid bits")
+    padded = stripped + "=" * (-len(stripped) % 4)
+    if len(text) != len(stripped) and padded != text:
+        raise ValueError("wrong 4-byte ending unit")
+    try:
+        return binascii.a2b_base64(padded.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError("illegal character") from None
+
+
+@given(st.text(alphabet="QUJDYWJj+/=\u00e9 \n-_", max_size=16))
+def test_base64_decoding_accepts_and_refuses_what_javas_decoder_does(text: str) -> None:
+    """The fast path for whole 4-character units accepts nothing that Java refuses."""
+    try:
+        expected: bytes | None = _java_base64_reference(text)
+    except ValueError:
+        expected = None
+    if expected is None:
+        with pytest.raises(ValueError):
+            decode_base64_java(text)
+    else:
+        assert decode_base64_java(text) == expected
 
 
 ids = st.builds(
@@ -123,7 +155,7 @@ def test_the_hot_path_encoders_and_the_delivered_id_memo_agree_with_the_codec(
     remembered for a consumer decodes from the memo to exactly what the full decoder gives."""
     m = message_id
     fields = (m.ledger_id, m.entry_id, m.partition, m.batch_index, batch_size)
-    text = encode_message_id(*fields)
+    text = encode_message_id(*fields).decode("ascii")
     if delivered:
         assert delivered_message_id(*fields) == text.encode("ascii")
     full = MessageId(m.ledger_id, m.entry_id, m.partition, m.batch_index, batch_size)
@@ -187,7 +219,7 @@ def test_plain_acks_of_delivered_ids_skip_parsing_with_the_same_result() -> None
     assert command.message_id is not None
     m = command.message_id
     assert fields == (m.ledger_id, m.entry_id, m.partition, m.batch_index, m.batch_size) == (12, 34, 2, 5, 10)
-    assert plain_ack_fields(encode_message_id(99, 1, -1, -1, 0)) is None  # not a JSON ack
+    assert plain_ack_fields(encode_message_id(99, 1, -1, -1, 0).decode()) is None  # not a JSON ack
     undelivered = '{"messageId":"' + MessageId(77, 1).to_base64() + '"}'
     assert plain_ack_fields(undelivered) is None  # decoded by the full parser instead
     assert plain_ack_fields('{"messageId": "' + text + '"}') is None  # any other spelling: full parser

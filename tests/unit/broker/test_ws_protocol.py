@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
 from magnetar.broker.topic_name import parse_topic_name
@@ -288,6 +292,27 @@ def test_producer_ack_bytes_match_jackson() -> None:
     assert producer_ack_error(WsErrorCode.UNKNOWN_ERROR, "TimeoutException", "1") == (
         b'{"result":"send-error:8","errorMsg":"TimeoutException","context":"1","errorCode":0,"schemaVersion":0}'
     )
+
+
+@given(
+    st.builds(
+        MessageId, st.integers(0, 2**40), st.integers(0, 2**40), st.integers(-1, 9), st.integers(-1, 99)
+    ),
+    st.one_of(st.none(), st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)),
+)
+def test_producer_acks_from_the_template_are_what_a_json_encoder_writes(
+    message_id: MessageId, context: str | None
+) -> None:
+    """The template's output for any id and context (quotes, backslashes, controls, non-ASCII) is the
+    compact JSON of the same object, whichever form the id is given in."""
+    ack: dict[str, object] = {"result": "ok", "messageId": message_id.to_base64()}
+    if context is not None:
+        ack["context"] = context
+    ack |= {"errorCode": 0, "schemaVersion": 0}
+    expected = json.dumps(ack, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    text = message_id.to_base64()
+    for form in (message_id, text, text.encode("ascii")):
+        assert producer_ack_ok(form, context) == expected
 
 
 def test_consumer_message_bytes_match_jackson() -> None:
