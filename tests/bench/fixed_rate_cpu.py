@@ -12,7 +12,7 @@ at ``--rate`` for ``--duration-s`` with the comparison harness's open-loop publi
 (``comparison/engine.py``: latency from each message's due time to its ack) and prints:
 
 * the client's p50 / p99 / p99.9 and its own send lag (with ``--saturate N``: msgs/s for N messages
-  published with 1,000 in flight, and CPU per message);
+  published with 1,000 in flight (``--window``), and CPU per message);
 * the broker's ``magnetar_publish_latency_seconds`` over the run (received -> stored), as cumulative shares;
 * CPU cores used by each kind of process (broker, bookies, ZooKeeper, the standalone) and by this client,
   from ``/proc/<pid>/stat``, and the bookies' CPU per entry; the share of CPU time the hypervisor stole
@@ -49,7 +49,7 @@ from bench.comparison.magnetar_system import MagnetarSystem
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 WINDOW = 1000
-"""Messages in flight, as in ``compare.py``."""
+"""Messages in flight by default, as in ``compare.py`` (``--window``)."""
 DRAIN_S = 10.0
 T = TypeVar("T")
 LATENCY_BOUNDS = ("0.001", "0.002", "0.005", "0.01", "0.02", "0.05")
@@ -205,8 +205,8 @@ def fixed_rate_run(
 ) -> None:
     def phase() -> Latency:
         return anyio.run(
-            engine.publish_latency, system, topic, args.size, args.rate, args.duration_s, WINDOW, DRAIN_S,
-            backend="trio",
+            engine.publish_latency, system, topic, args.size, args.rate, args.duration_s, args.window,
+            DRAIN_S, backend="trio",
         )  # fmt: skip
 
     latency, usage = measured(system, procs, topic, phase)
@@ -222,8 +222,9 @@ def saturated_run(
 ) -> None:
     def phase() -> Throughput:
         return anyio.run(
-            engine.publish_throughput, system, topic, args.size, args.saturate, WINDOW, 60.0, backend="trio"
-        )
+            engine.publish_throughput, system, topic, args.size, args.saturate, args.window, 60.0,
+            backend="trio",
+        )  # fmt: skip
 
     throughput, usage = measured(system, procs, topic, phase)
     print(f"  {throughput.rate:,.0f} msgs/s ({throughput.count:,} in {throughput.elapsed_s:.2f} s)")
@@ -242,7 +243,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="runs on the same started system (default 1)")
     parser.add_argument(
         "--saturate", type=int, default=0, metavar="N",
-        help="instead of a fixed rate: publish N messages as fast as acks allow (1,000 in flight)",
+        help="instead of a fixed rate: publish N messages as fast as acks allow (--window in flight)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--window", type=int, default=WINDOW,
+        help=f"messages in flight at most (default {WINDOW:,}, as in compare.py)",
     )  # fmt: skip
     args = parser.parse_args()
     system = MagnetarSystem("magnetar", args.system == "cluster", args.transport == "binary")
@@ -251,7 +256,7 @@ def main() -> None:
         try:
             procs = processes(system)
             if args.saturate:
-                what = f"{args.saturate:,} messages of {args.size} B, {WINDOW:,} in flight"
+                what = f"{args.saturate:,} messages of {args.size} B, {args.window:,} in flight"
             else:
                 what = f"{args.rate:,.0f} msgs/s of {args.size} B for {args.duration_s:g} s"
             print(f"{args.system}, {args.transport}, {what}")
