@@ -232,7 +232,13 @@ def decode_base64_java(text: str) -> bytes:
         try:
             return binascii.a2b_base64(text, strict_mode=True)
         except (binascii.Error, ValueError):
-            pass  # refused: the checks below give Java's reason (or accept what only Python refuses)
+            pass  # refused: the checked path gives Java's reason (or accepts what only Python refuses)
+    return decode_base64_java_checked(text)
+
+
+def decode_base64_java_checked(text: str) -> bytes:
+    """:func:`decode_base64_java` with Java's rules spelled out for every input (the fast path is Python's
+    strict mode, which on its own would also accept ``YWJj====``)."""
     stripped = text.rstrip("=")
     if len(stripped) % 4 == 1:
         raise ValueError("Last unit does not have enough valid bits")
