@@ -250,6 +250,8 @@ def main() -> None:
         help=f"messages in flight at most (default {WINDOW:,}, as in compare.py)",
     )  # fmt: skip
     args = parser.parse_args()
+    if args.window < 1:
+        parser.error("--window must be at least 1")
     system = MagnetarSystem("magnetar", args.system == "cluster", args.transport == "binary")
     with tempfile.TemporaryDirectory(prefix="magnetar-fixed-rate-") as workdir:
         system.start(Path(workdir))

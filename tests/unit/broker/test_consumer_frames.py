@@ -1,19 +1,21 @@
 """The JSON consumer's ``ConsumerMessage`` frames, written from a template on the dispatch hot path, are
-byte for byte what the reference encoder (:func:`consumer_message_json`, checked against Pulsar's Jackson
-output in ``test_ws_protocol.py``) writes, and every delivered id is remembered for the ack fast path."""
+byte for byte the compact JSON of the same object (field order and escaping as ``test_ws_protocol.py``
+checks against Pulsar's Jackson output), and every delivered id is remembered for the ack fast path."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any, cast
 
+import orjson
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
 from magnetar.broker.consumer import Consumer, Delivery, FlowControl, OutboundFrames
+from magnetar.broker.date_format import format_timestamp
 from magnetar.broker.entry_format import StoredMessage
-from magnetar.broker.message_id import delivered_id_fields, encode_message_id
-from magnetar.broker.ws_messages import consumer_message_json
+from magnetar.broker.message_id import MessageId, delivered_id_fields
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 """Text a stored message can hold: decoded UTF-8, so no lone surrogates."""
@@ -81,15 +83,17 @@ def test_a_pushed_message_is_the_reference_consumer_message_and_its_id_is_rememb
     batch_index, batch_size = batch
     consumer.push(Delivery(ledger_id, entry_id, batch_index, batch_size, message), redelivery_count, 0.0)
 
-    message_id = encode_message_id(ledger_id, entry_id, partition, batch_index, batch_size).decode()
-    expected = consumer_message_json(
-        message_id,
-        payload,
-        properties or {},
-        publish_time_ms,
-        redelivery_count=redelivery_count,
-        event_time_ms=event_time_ms,
-        key=key,
-    )
-    assert _sent_frames(frames) == [expected]
+    message_id = MessageId(ledger_id, entry_id, partition, batch_index, batch_size).to_base64()
+    expected: dict[str, object] = {
+        "messageId": message_id,
+        "payload": base64.b64encode(payload).decode("ascii"),
+        "properties": properties or {},
+        "publishTime": format_timestamp(publish_time_ms),
+        "redeliveryCount": redelivery_count,
+    }
+    if event_time_ms != 0:
+        expected["eventTime"] = format_timestamp(event_time_ms)
+    if key is not None:
+        expected["key"] = key
+    assert _sent_frames(frames) == [orjson.dumps(expected)]
     assert delivered_id_fields(message_id) == (ledger_id, entry_id, partition, batch_index, batch_size)
