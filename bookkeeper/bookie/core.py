@@ -70,6 +70,14 @@ class BookieCore:
         else:
             self.handle_bookie_info(request, respond)
 
+    def begin_burst(self) -> None:
+        """The requests until :meth:`end_burst` were read together; see ``LedgerStore.begin_burst``."""
+        self.store.begin_burst()
+
+    def end_burst(self) -> None:
+        """May answer requests of the burst (their durability callbacks) before it returns."""
+        self.store.end_burst()
+
     # -- ADD_ENTRY -------------------------------------------------------------------------------------
 
     def handle_add(self, req: AddRequest, respond: Respond) -> None:

@@ -23,6 +23,15 @@ A batch is flushed when, as in BookKeeper, the oldest record has waited ``journa
 batch holds ``journal_buffered_bytes_max`` bytes, or - with ``journal_flush_when_queue_empty`` - appends
 have drained: one pass of the trio scheduler produced no new record.
 
+Bursts. A bookie connection's reader appends the requests of what it read as one burst between
+:meth:`Journal.hold` and :meth:`Journal.release`, without an ``await`` in between. The burst's appends do not
+wake the writer task; :meth:`~Journal.release` syncs the batch right there, on the reader's own thread, when
+that is what the writer task would do next anyway - appends drain the queue, nothing else is ready to run on
+the loop (so no other append could join the batch in the next pass), the batch may be synced inline and no
+sync is in progress - and otherwise wakes the writer task as an append would have. A group commit then
+costs the loop no task switches: the reader reads, appends, syncs and answers in one step, then waits for
+the socket again (RESULTS.md, 2026-11-26: 13 % less bookie CPU per message in a saturated 3-bookie cluster).
+
 Memory is bounded: bytes appended but not yet durable never exceed ``journal_queue_bytes_max``. An append
 beyond it is refused with :class:`StorageBusyError` (ETOOMANYREQUESTS), because the ``LedgerStore`` contract
 is synchronous; callers that prefer back-pressure await :meth:`Journal.wait_for_capacity` first.
@@ -117,6 +126,7 @@ class Journal:
         self._progress = trio.Event()
         self._closed = False
         self._writer_running = False
+        self._holds = 0
         self.synced_mark = LogMark(-1, 0)
         """Every record before this position is durable (advanced after each fdatasync)."""
         self.stats = JournalStats()
@@ -173,7 +183,8 @@ class Journal:
         if self._in_flight_bytes + size + RECORD_HEADER_BYTES > self._queue_bytes_max:
             self._refuse(size)
         self._first_append_at = trio.current_time()
-        self._data_ready.set()
+        if not self._holds:
+            self._data_ready.set()
 
     def _refuse(self, size: int) -> NoReturn:
         if self._closed:
@@ -182,6 +193,29 @@ class Journal:
             f"journal_queue_bytes_max={self._queue_bytes_max} reached: {self.queued_bytes} bytes are "
             f"waiting for fdatasync, {size} more refused"
         )
+
+    # -- bursts (a connection's reader) --------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """A burst of appends begins: they will not wake the writer task (see the module's docstring). End it
+        with :meth:`release` before the next ``await``."""
+        self._holds += 1
+
+    def release(self) -> None:
+        """The burst ends: sync its batch now on this thread if the writer task would do just that next, else
+        wake the writer task. A failed sync fails the batch's callbacks, as in the writer task."""
+        self._holds -= 1
+        if self._holds or not self._buf:
+            return
+        if (
+            self._flush_when_queue_empty
+            and not self._in_flight_bytes
+            and self._sync_inline(len(self._buf))
+            and trio.lowlevel.current_statistics().tasks_runnable == 0
+        ):
+            self._flush_inline()
+        else:
+            self._data_ready.set()
 
     # -- capacity and draining --------------------------------------------------------------------------
 
@@ -225,7 +259,10 @@ class Journal:
                 while True:
                     await self._data_ready.wait()
                     await self._gather_batch()
-                    await self._flush(sync_thread)
+                    if self._buf:
+                        await self._flush(sync_thread)
+                    elif self._data_ready.is_set():  # a burst's release synced the batch meanwhile
+                        self._data_ready = trio.Event()
         finally:
             self._writer_running = False
             self._signal_progress()
@@ -249,39 +286,76 @@ class Journal:
         return size <= self._inline_sync_bytes_max and self._last_sync_s <= self._inline_sync_s_max
 
     async def _flush(self, sync_thread: SyncThread) -> None:
-        inline = self._sync_inline(len(self._buf))
-        buf, callbacks, records = self._buf, self._callbacks, self._records
-        self._buf, self._callbacks, self._records = bytearray(), [], 0
-        self._data_ready = trio.Event()
-        self._batch_full = trio.Event()
-        self._in_flight_bytes = len(buf)
-        error: BookieError | None = None
+        if self._sync_inline(len(self._buf)):
+            self._flush_inline()
+            return
+        buf, callbacks, records = self._take_batch()
         started = trio.current_time()
         try:
-            if inline:
-                mark = self._writer.write_and_sync(buf)
-            else:
-                mark = await sync_thread.run(self._writer.write_and_sync, buf)
+            mark = await sync_thread.run(self._writer.write_and_sync, buf)
         except OSError as exc:
-            self._last_sync_s = trio.current_time() - started
-            error = storage_error(exc, "journal write")
-            self.stats.failed_syncs += 1
-            log.error("journal batch of %d records (%d bytes) failed: %s", records, len(buf), exc)
+            self._batch_failed(buf, callbacks, records, started, exc)
         except BaseException as exc:
-            self._in_flight_bytes = 0
-            _fire(callbacks, StorageIOError(f"journal writer failed: {exc!r}"))
+            self._batch_broken(callbacks, exc)
             raise
         else:
-            self._last_sync_s = took = trio.current_time() - started
-            assert mark >= self.synced_mark, "the synced journal mark went backwards"
-            self.synced_mark = mark
-            stats = self.stats
-            stats.syncs += 1
-            stats.inline_syncs += inline
-            stats.records += records
-            stats.bytes += len(buf)
-            stats.sync_seconds += took
-            stats.sync_seconds_max = max(stats.sync_seconds_max, took)
+            self._batch_synced(buf, records, started, mark, inline=False)
+            self._batch_done(callbacks, None)
+
+    def _flush_inline(self) -> None:
+        """Write and sync the batch on the loop's own thread (see the module's docstring)."""
+        buf, callbacks, records = self._take_batch()
+        started = trio.current_time()
+        try:
+            mark = self._writer.write_and_sync(buf)
+        except OSError as exc:
+            self._batch_failed(buf, callbacks, records, started, exc)
+        except BaseException as exc:
+            self._batch_broken(callbacks, exc)
+            raise
+        else:
+            self._batch_synced(buf, records, started, mark, inline=True)
+            self._batch_done(callbacks, None)
+
+    def _take_batch(self) -> tuple[bytearray, list[DurableCallback], int]:
+        buf, callbacks, records = self._buf, self._callbacks, self._records
+        self._buf, self._callbacks, self._records = bytearray(), [], 0
+        # A burst's release takes the batch while the writer task may still wait on these events: only one
+        # that has fired is replaced, or the writer would wait on an event nobody sets any more.
+        if self._data_ready.is_set():
+            self._data_ready = trio.Event()
+        if self._batch_full.is_set():
+            self._batch_full = trio.Event()
+        self._in_flight_bytes = len(buf)
+        return buf, callbacks, records
+
+    def _batch_synced(
+        self, buf: bytearray, records: int, started: float, mark: LogMark, *, inline: bool
+    ) -> None:
+        self._last_sync_s = took = trio.current_time() - started
+        assert mark >= self.synced_mark, "the synced journal mark went backwards"
+        self.synced_mark = mark
+        stats = self.stats
+        stats.syncs += 1
+        stats.inline_syncs += inline
+        stats.records += records
+        stats.bytes += len(buf)
+        stats.sync_seconds += took
+        stats.sync_seconds_max = max(stats.sync_seconds_max, took)
+
+    def _batch_failed(
+        self, buf: bytearray, callbacks: list[DurableCallback], records: int, started: float, exc: OSError
+    ) -> None:
+        self._last_sync_s = trio.current_time() - started
+        self.stats.failed_syncs += 1
+        log.error("journal batch of %d records (%d bytes) failed: %s", records, len(buf), exc)
+        self._batch_done(callbacks, storage_error(exc, "journal write"))
+
+    def _batch_broken(self, callbacks: list[DurableCallback], exc: BaseException) -> None:
+        self._in_flight_bytes = 0
+        _fire(callbacks, StorageIOError(f"journal writer failed: {exc!r}"))
+
+    def _batch_done(self, callbacks: list[DurableCallback], error: BookieError | None) -> None:
         self._in_flight_bytes = 0
         _fire(callbacks, error)
         self._signal_progress()

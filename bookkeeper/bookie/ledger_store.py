@@ -46,6 +46,16 @@ class LedgerStore(Protocol):
         """Record the ledger with its master key (journaled). Idempotent for the same key."""
         ...
 
+    def begin_burst(self) -> None:
+        """The changes until :meth:`end_burst` come in one go (the requests of one read of a connection, with
+        no ``await`` in between): durability work may wait for the end of the burst."""
+        ...
+
+    def end_burst(self) -> None:
+        """The burst is over: make its changes durable, or start doing so. May call ``on_durable`` callbacks
+        of the burst's changes before it returns."""
+        ...
+
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes, on_durable: DurableCallback) -> None:
         """Store a packaged entry (readable at once; durable at ``on_durable(None)``).
 

@@ -117,6 +117,12 @@ class MemoryLedgerStore:
 
         self._apply(mutation, on_durable)
 
+    def begin_burst(self) -> None:
+        """Nothing to do: syncs follow ``auto_sync`` or :meth:`sync`."""
+
+    def end_burst(self) -> None:
+        """Nothing to do: syncs follow ``auto_sync`` or :meth:`sync`."""
+
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes, on_durable: DurableCallback) -> None:
         if self._live.used_bytes + len(body) > self.capacity_bytes:
             raise DiskFullError(f"memory store full ({self.capacity_bytes} bytes)")

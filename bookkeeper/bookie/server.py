@@ -14,6 +14,12 @@ Theory of operation (BookKeeper's ``BookieNettyServer`` + ``BookieRequestProcess
   nothing for ``write_timeout_ms`` its connection is closed.
 * **Back-pressure.** At most ``inflight_requests_max`` requests of a connection are in the core at once;
   further ones are answered ETOOMANYREQUESTS at once (BookKeeper's ``maxAddsInProgressLimit``).
+* **Bursts.** On a plain TCP connection the reader takes what the socket holds without waiting
+  (non-blocking reads) and dispatches it as one burst (:meth:`BookieCore.begin_burst`): the disk store
+  syncs the burst's journal records when it ends, on the reader's thread, and the reader sends the answers
+  that are ready with one non-blocking write before it waits for the socket again; the writer task only
+  sends what the socket did not take. Read, append, sync, answer: one step, no task switch (TLS
+  connections read by awaiting the stream, and their answers go through the writer task).
 * **Drain.** :meth:`BookieServer.drain` stops accepting and reading, lets the in-flight requests finish and
   their responses go out (bounded by ``drain_timeout_ms``), then closes the connections.
 * **TLS and authentication** (:mod:`.auth`). With a TLS context each connection's handshake runs in its own
@@ -29,7 +35,9 @@ store). ``endpoint = await nursery.start(bookie.run)`` returns once it serves an
 
 from __future__ import annotations
 
+import enum
 import logging
+import os
 import ssl
 from dataclasses import dataclass
 from time import perf_counter
@@ -76,7 +84,20 @@ _OP_NAMES: dict[type, str] = {
 }
 _IO_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 YIELD_EVERY_REQUESTS = 128
-"""Requests dispatched from one received chunk before the reader lets the writer send what is ready."""
+"""Requests the reader dispatches in one burst before it lets the other tasks run."""
+
+
+class _Next(enum.Enum):
+    """What the reader does after a burst."""
+
+    RECEIVE = enum.auto()
+    """Wait for the socket."""
+    YIELD = enum.auto()
+    """Let the other tasks run, then go on with what was received."""
+    WAIT_FOR_PEER = enum.auto()
+    """The peer does not read its answers: wait until they drain below ``outgoing_bytes_max``."""
+    CLOSE = enum.auto()
+    """End of stream, an unrecoverable frame or a refused AUTH: answer what was accepted, then close."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +247,10 @@ class _Connection:
         self._read_scope = trio.CancelScope()
         self._io_scope = trio.CancelScope()
         self._bad_requests = 0
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else None
+        """The socket of a plain TCP connection (read and written without waiting, see the module's
+        docstring); None for TLS."""
+        self._in_burst = False
 
     async def run(self) -> None:
         log.debug("connection from %s", self.peer)
@@ -275,41 +300,93 @@ class _Connection:
         self._io_scope.cancel()
 
     async def _reader(self) -> bool:
-        """Read and dispatch until EOF (True: flush what is pending) or a broken connection (False)."""
-        proto = self._proto
-        stream = self.stream
-        out_max = self._out_max
-        handled = 0
+        """Read and dispatch until the connection is to close (True: answer what is pending first) or is
+        broken (False)."""
         try:
             while True:
-                event = proto.next_event()
-                if event is NEED_DATA:
-                    data = await stream.receive_some(self._chunk)
+                step = self._burst()
+                if step is _Next.RECEIVE:
+                    data = await self._receive()
                     if not data:
                         return True
-                    proto.receive_data(data)
-                    continue
-                if isinstance(event, BadRequest):
-                    self._bad_request(event)
-                elif isinstance(event, FramingError):
-                    log.warning("closing connection from %s: %s", self.peer, event.reason)
-                    return True
-                elif isinstance(event, AuthRequest):
-                    if not self._authenticate(event):
-                        return True  # flush the refusal, then close
-                elif self._authenticator is not None and self.role is None:
-                    self._metrics.request_done(_OP_NAMES[type(event)], BookieStatus.EUA, 0.0)
-                    self._send(response_for_status(event, BookieStatus.EUA))
+                    self._proto.receive_data(data)
+                elif step is _Next.YIELD:
+                    await trio.lowlevel.checkpoint()
+                elif step is _Next.WAIT_FOR_PEER:
+                    while len(self._out) > self._out_max:
+                        await self._wait_progress()
                 else:
-                    self._dispatch(event)
-                    handled += 1
-                    if handled % YIELD_EVERY_REQUESTS == 0 and self._out:
-                        await trio.lowlevel.checkpoint()  # let the writer start on the answers so far
-                while len(self._out) > out_max:  # slow reader: stop reading until it catches up
-                    await self._wait_progress()
+                    return True
         except _IO_ERRORS as exc:
             log.debug("connection from %s lost: %s", self.peer, exc or type(exc).__name__)
             return False
+
+    def _burst(self) -> _Next:
+        """Dispatch what was received and what the socket holds now as one burst of the core's work, then
+        send the answers that are ready (see the module's docstring)."""
+        if self._fd is None:
+            return self._dispatch_available()
+        core = self._core
+        self._in_burst = True
+        core.begin_burst()
+        try:
+            return self._dispatch_available()
+        finally:
+            try:
+                core.end_burst()
+            finally:
+                self._in_burst = False
+                self._send_ready()
+
+    def _dispatch_available(self) -> _Next:
+        proto = self._proto
+        handled = 0
+        while True:
+            if len(self._out) > self._out_max:  # slow reader: stop reading until it catches up
+                return _Next.WAIT_FOR_PEER
+            event = proto.next_event()
+            if event is NEED_DATA:
+                data = self._read_now()
+                if data is None:
+                    return _Next.RECEIVE
+                if not data:
+                    return _Next.CLOSE
+                proto.receive_data(data)
+            elif isinstance(event, BadRequest):
+                self._bad_request(event)
+            elif isinstance(event, FramingError):
+                log.warning("closing connection from %s: %s", self.peer, event.reason)
+                return _Next.CLOSE
+            elif isinstance(event, AuthRequest):
+                if not self._authenticate(event):
+                    return _Next.CLOSE  # answer the refusal, then close
+            elif self._authenticator is not None and self.role is None:
+                self._metrics.request_done(_OP_NAMES[type(event)], BookieStatus.EUA, 0.0)
+                self._send(response_for_status(event, BookieStatus.EUA))
+            else:
+                self._dispatch(event)
+                handled += 1
+                if handled >= YIELD_EVERY_REQUESTS:
+                    return _Next.YIELD
+
+    def _read_now(self) -> bytes | None:
+        """What a plain socket holds now (``b""`` at its end); None when it holds nothing, or for TLS."""
+        if self._fd is None:
+            return None
+        try:
+            return os.read(self._fd, self._chunk)
+        except BlockingIOError:
+            return None
+
+    async def _receive(self) -> bytes | bytearray:
+        """Wait for data (``b""`` at the end of the stream)."""
+        if self._fd is None:
+            return await self.stream.receive_some(self._chunk)
+        while True:
+            await trio.lowlevel.wait_readable(self._fd)
+            data = self._read_now()
+            if data is not None:
+                return data
 
     def _authenticate(self, request: AuthRequest) -> bool:
         """Answer an AUTH; False when it was refused (the connection then closes)."""
@@ -376,10 +453,29 @@ class _Connection:
 
     def _send(self, response: Response | AuthResponse) -> None:
         self._proto.send_into(self._out, response)
-        if self._writer_waiting:
+        if self._writer_waiting and not self._in_burst:  # a burst sends its answers itself when it ends
             self._writer_waiting = False
             self._writer_wakeup.set()
         self._progress.set()
+
+    def _send_ready(self) -> None:
+        """Write the answers that are ready without waiting while the writer is idle; wake the writer for
+        what the socket does not take (or when the write fails: the writer meets the error and ends the
+        connection)."""
+        out = self._out
+        if not out:
+            return
+        if self._fd is not None and not self._writing:
+            try:
+                sent = os.write(self._fd, out)
+            except OSError:  # BlockingIOError (the socket's buffer is full) or a broken connection
+                sent = 0
+            if sent:
+                del out[:sent]
+                self._progress.set()
+        if out and self._writer_waiting:
+            self._writer_waiting = False
+            self._writer_wakeup.set()
 
     async def _wait_progress(self) -> None:
         self._progress = trio.Event()

@@ -276,6 +276,14 @@ class DbLedgerStorage:
         self._ledgers.set_explicit_lac(ledger_id, body)
         self._journal.append_explicit_lac(ledger_id, body, on_durable)
 
+    # -- LedgerStore: bursts (group commit without a task switch, see the journal) ------------------------
+
+    def begin_burst(self) -> None:
+        self._journal.hold()
+
+    def end_burst(self) -> None:
+        self._journal.release()
+
     # -- LedgerStore: add --------------------------------------------------------------------------------
 
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes, on_durable: DurableCallback) -> None:

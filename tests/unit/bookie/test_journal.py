@@ -14,7 +14,12 @@ import trio
 import trio.testing
 
 from magnetar.bookkeeper.bookie import journal_files
-from magnetar.bookkeeper.bookie.errors import DiskFullError, StorageBusyError, StorageClosedError
+from magnetar.bookkeeper.bookie.errors import (
+    DiskFullError,
+    StorageBusyError,
+    StorageClosedError,
+    StorageIOError,
+)
 from magnetar.bookkeeper.bookie.journal import Journal
 from magnetar.bookkeeper.bookie.journal_files import JournalReplayReader, JournalWriterFile, list_journal_ids
 from magnetar.bookkeeper.bookie.journal_format import RecordKind
@@ -299,3 +304,96 @@ def test_file_creation_preallocates_and_writes_a_header(tmp_path: Path) -> None:
     assert path.stat().st_size == 128 * 1024
     assert path.read_bytes()[:4] == b"MGJL"
     writer.close()
+
+
+async def test_a_bursts_batch_is_synced_by_its_release_on_the_callers_thread(
+    tmp_path: Path, durability
+) -> None:
+    """A connection's reader appends a read's requests between hold() and release(): they do not wake the
+    writer task, and release() syncs them right away on the caller's thread, callbacks included."""
+    writer = make_writer(tmp_path)
+    async with running_journal(writer, inline_sync_bytes_max=1 << 20) as journal:
+        journal.hold()
+        for i in range(5):
+            journal.append_entry(b"burst %d" % i, durability.callback(str(i)))
+        await trio.testing.wait_all_tasks_blocked()
+        assert journal.stats.syncs == 0  # the writer task was not woken
+        journal.release()
+        assert durability.names == [str(i) for i in range(5)]  # answered before release() returned
+        assert durability.errors == []
+        assert (journal.stats.syncs, journal.stats.inline_syncs, journal.stats.records) == (1, 1, 5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert journal.stats.syncs == 1  # the writer task found nothing left to sync
+        journal.append_entry(b"after", durability.callback("after"))  # still wakes the writer task
+        with trio.fail_after(5):
+            await durability.wait_for(6)
+        assert journal.stats.syncs == 2
+    assert writer.sync_threads == [threading.get_ident()] * 2
+    records, _ = read_all(tmp_path)
+    assert [payload for _, payload in records] == [b"burst %d" % i for i in range(5)] + [b"after"]
+
+
+async def test_a_burst_leaves_its_batch_to_the_writer_task_while_another_task_is_ready(
+    tmp_path: Path, durability
+) -> None:
+    """Another task ready to run might append to the same batch in this scheduler pass (another connection's
+    reader, say): release() then wakes the writer task, which syncs once appends have drained."""
+    async with running_journal(make_writer(tmp_path), inline_sync_bytes_max=1 << 20) as journal:
+
+        async def other_reader() -> None:
+            journal.append_entry(b"other", durability.callback("other"))
+
+        async with trio.open_nursery() as nursery:
+            journal.hold()
+            journal.append_entry(b"mine", durability.callback("mine"))
+            nursery.start_soon(other_reader)  # ready to run when the burst ends
+            journal.release()
+            assert durability.results == []
+        await durability.wait_for(2)
+        assert durability.names == ["mine", "other"]
+        assert journal.stats.syncs == 1
+
+
+async def test_a_burst_leaves_big_batches_and_group_waits_to_the_writer_task(
+    tmp_path: Path, durability, autojump_clock: trio.testing.MockClock
+) -> None:
+    writer = make_writer(tmp_path)
+    async with running_journal(writer, inline_sync_bytes_max=4096) as journal:
+        journal.hold()
+        journal.append_entry(b"b" * 5000, durability.callback("big"))
+        journal.release()
+        assert durability.results == []
+        await durability.wait_for(1)
+        assert (journal.stats.syncs, journal.stats.inline_syncs) == (1, 0)  # in the journal thread
+    assert threading.get_ident() not in writer.sync_threads
+    (tmp_path / "group").mkdir()
+    async with running_journal(
+        make_writer(tmp_path / "group"), group_wait_ms=50.0, flush_when_queue_empty=False
+    ) as journal:
+        started = trio.current_time()
+        journal.hold()
+        journal.append_entry(b"waits", durability.callback("waits"))
+        journal.release()
+        await durability.wait_for(2)
+        assert trio.current_time() - started >= 0.049  # the group wait still holds the batch open
+
+
+async def test_a_failed_sync_at_the_end_of_a_burst_fails_its_batch_only(
+    tmp_path: Path, durability, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fail_the_first_batch_sync(monkeypatch, OSError(errno.EIO, "Input/output error"))
+    async with running_journal(make_writer(tmp_path), inline_sync_bytes_max=1 << 20) as journal:
+        journal.hold()
+        journal.append_entry(b"lost", durability.callback("lost"))
+        journal.release()
+        assert [name for name, _ in durability.results] == ["lost"]
+        assert isinstance(durability.results[0][1], StorageIOError)
+        journal.hold()
+        journal.append_entry(b"kept", durability.callback("kept"))
+        journal.release()
+        await durability.wait_for(2)
+        assert durability.results[1] == ("kept", None)
+        assert journal.stats.failed_syncs == 1
+    assert list_journal_ids(tmp_path) == [1, 2]  # the failed batch's file was abandoned
+    records, _ = read_all(tmp_path, LogMark(2, 0))
+    assert [payload for _, payload in records] == [b"kept"]
