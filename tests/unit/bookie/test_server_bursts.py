@@ -3,7 +3,6 @@ journal records when it ends, on the reader's own task, and the answers go out f
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,9 +82,7 @@ async def test_adds_read_together_are_synced_and_answered_by_the_connections_rea
         nursery.cancel_scope.cancel()
 
 
-async def test_connections_writing_at_once_are_all_answered_and_durable(
-    make_settings: Any, tmp_path: Path
-) -> None:
+async def test_connections_writing_at_once_are_all_answered_and_durable(make_settings: Any) -> None:
     settings = make_settings()
     async with open_ledger_store(settings, final_checkpoint=False) as store, trio.open_nursery() as nursery:
         _, port = await nursery.start(serve_bookie, BookieCore(store), bookie_settings())
@@ -97,6 +94,7 @@ async def test_connections_writing_at_once_are_all_answered_and_durable(
         async with trio.open_nursery() as clients:
             for ledger_id in range(1, 5):
                 clients.start_soon(client, ledger_id)
+        assert sorted(results) == [1, 2, 3, 4]
         for ledger_id, answers in results.items():
             assert [(a.status, a.ledger_id, a.entry_id) for a in answers] == [
                 (BookieStatus.EOK, ledger_id, entry_id) for entry_id in range(25)
