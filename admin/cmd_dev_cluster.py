@@ -108,6 +108,7 @@ def _summary(ready: dict[str, Any], spec: Any) -> str:
     lines = [
         f"dev cluster ready (data and logs in {ready['dataDir']}; E/W/A {e}/{w}/{a}):",
         f"  metadata store  {ready['metadataUrl']}",
+        *(f"  {z['name']:<15} 127.0.0.1:{z['clientPort']} (pid {z['pid']})" for z in ready["zookeepers"]),
         *(f"  {b['name']:<15} {b['bookieId']} (http {b['httpPort']}, pid {b['pid']})"
           for b in ready["bookies"]),
         *(f"  {b['name']:<15} {b['httpUrl']}  {b['wsUrl']}/ws/v2/...  (pid {b['pid']})"

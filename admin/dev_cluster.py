@@ -201,6 +201,10 @@ class DevCluster:
             "event": "dev-cluster-ready",
             "metadataUrl": self.metadata_url,
             "zookeeper": zk.connect_string(self.zk_nodes),
+            "zookeepers": [
+                {"name": name, "clientPort": node.client_port, "pid": self.processes[name].pid}
+                for name, node in zip(self.zookeeper_names, self.zk_nodes, strict=True)
+            ],
             "bookies": [
                 {
                     "name": name,

@@ -39,7 +39,7 @@ def processes_using(data_dir: Path) -> list[int]:
 
 
 def child_pids(ready: dict[str, object]) -> list[int]:
-    components = [*ready["bookies"], *ready["brokers"]]  # type: ignore[misc]
+    components = [*ready["zookeepers"], *ready["bookies"], *ready["brokers"]]  # type: ignore[misc]
     return [int(component["pid"]) for component in components]
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 import orjson
-from bench.comparison.processes import ServerFailed, ServerProcess, free_port, run_tool
+from bench.comparison.processes import ServerFailed, ServerProcess, free_port, kill_leftovers, run_tool
 from bench.comparison.system import AckSink, PayloadSink, Publisher
 
 from magnetar.admin.ws_client import WsClient
@@ -126,6 +126,8 @@ class MagnetarSystem:
         self.ws_url = ""
         self._processes: list[ServerProcess] = []
         self._zookeeper: Any = None
+        self._components: list[int] = []
+        """Pids of what ``magnetar dev-cluster`` started (its ready document), killed should it outlive it."""
         self.how = ""
 
     def available(self) -> str | None:
@@ -177,6 +179,8 @@ class MagnetarSystem:
             workdir,
         )  # fmt: skip
         self.ws_url = str(ready["brokers"][0]["wsUrl"]).rstrip("/")
+        kinds = ("zookeepers", "bookies", "brokers")
+        self._components = [int(component["pid"]) for kind in kinds for component in ready.get(kind, [])]
         self.how = f"magnetar dev-cluster: ZooKeeper, 3 disk bookies, 1 broker, E/W/A {e}/{w}/{a}"
 
     def _start_processes(self, workdir: Path) -> None:
@@ -217,6 +221,8 @@ class MagnetarSystem:
             except (OSError, subprocess.SubprocessError) as exc:
                 errors.append(f"{process.name}: {exc}")
         self._processes.clear()
+        kill_leftovers(self.name, self._components)
+        self._components = []
         if self._zookeeper is not None:
             self._zookeeper.stop()
             self._zookeeper = None

@@ -137,6 +137,45 @@ class ServerProcess:
         return ServerFailed(f"{self.name}: {message}\n--- {self.log_path} ---\n{log_tail(self.log_path)}")
 
 
+LEFTOVER_MARKERS = (b"magnetar.admin.cli", b"zookeeper")
+"""What the command line of a process a Magnetar supervisor started contains (a pid the kernel has given to
+another program since is not touched)."""
+
+
+def kill_leftovers(name: str, pids: Sequence[int], timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL, by pid, the processes a supervisor started that outlived it.
+
+    ``magnetar dev-cluster`` runs its components in their own sessions and stops them itself on SIGTERM; a
+    supervisor killed after ``stop_timeout_s`` (a wedged cluster) leaves them running, holding ports and
+    disk. Its ready document lists their pids. Returns the pids killed, after waiting (bounded) until they
+    are gone.
+    """
+    killed = []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue  # gone
+        if not any(marker in cmdline for marker in LEFTOVER_MARKERS):
+            continue  # exited and its pid reused, or a zombie (empty command line)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            print(f"  [{name}] pid {pid} outlived its supervisor: killed", flush=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_running(pid) for pid in killed):
+        time.sleep(READY_POLL_S)
+    return killed
+
+
+def _running(pid: int) -> bool:
+    """Not gone and not a zombie (an orphan's zombie lasts until init reaps it)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes() != b""
+    except OSError:
+        return False
+
+
 def wait_for_port(server: ServerProcess, port: int, timeout_s: float) -> None:
     """Until 127.0.0.1:``port`` accepts a connection; the server dying or the deadline passing raises."""
     deadline = time.monotonic() + timeout_s
