@@ -99,13 +99,15 @@ class BookieDirectories:
     ledger: tuple[str, ...]
 
     def all(self) -> list[tuple[Role, str]]:
+        """Every directory once, with its role (journal first)."""
+        pairs: list[tuple[Role, str]] = [("journal", path) for path in self.journal]
+        pairs += [("ledger", path) for path in self.ledger]
         seen: set[str] = set()
         out: list[tuple[Role, str]] = []
-        for role, paths in (("journal", self.journal), ("ledger", self.ledger)):
-            for path in paths:
-                if path not in seen:
-                    seen.add(path)
-                    out.append((role, path))  # type: ignore[arg-type]
+        for role, path in pairs:
+            if path not in seen:
+                seen.add(path)
+                out.append((role, path))
         return out
 
     def nested_names(self, path: str) -> frozenset[str]:
