@@ -77,8 +77,9 @@ Role = Literal["journal", "ledger"]
 KEPT_NAMES = frozenset({"lost+found"})
 """Entries a fresh file system has; they neither make a directory non-empty nor are removed by a format."""
 
-LEDGER_DIR_FILES = frozenset({"lastMark", "index", "ledgers"})
-"""What the disk engine keeps in its ledger directory (journal mark, RocksDB index, entry logs)."""
+LEDGER_DIR_FILES = frozenset({"lastMark", "lastMark.tmp", "index", "ledgers"})
+"""What the disk engine keeps in its ledger directory (journal mark and its temporary, RocksDB index, entry
+logs)."""
 JOURNAL_FILE_SUFFIX = ".txn"
 COOKIE_TEMPORARY_NAME = COOKIE_FILE_NAME + ".tmp"
 
