@@ -12,6 +12,13 @@ stdout, ``{"event": "bookie-ready", "bookieId": ..., "host": ..., "port": ...}``
 stderr. SIGTERM or SIGINT stops it in order: drain connections, unregister, close the store; exit code 0.
 A startup failure (port in use, bookie id held by another session, bad settings) exits non-zero with a log
 line saying why.
+
+Identity (:mod:`magnetar.bookkeeper.bookie.identity`). The port is bound first, so that the bookie id is
+known with ``--port 0`` too; then, before the storage engine opens its directories, the bookie's cookies are
+checked (written at its first start). A bookie whose data is gone (a wiped or replaced volume), whose address
+changed or whose volumes were swapped is refused: one ``bookie refused to start:`` log line says which and
+what to do, and the exit code is non-zero. ``magnetar bookie --format [--force]`` empties the bookie's
+directories and deletes its cookie from the metadata store, so that it starts next time as a new bookie.
 """
 
 from __future__ import annotations
@@ -33,11 +40,18 @@ from magnetar.admin.process_common import (
     first_signal,
 )
 from magnetar.bookkeeper.bookie.http_api import bookie_router
+from magnetar.bookkeeper.bookie.identity import (
+    bookie_directories,
+    find_identity_error,
+    format_bookie,
+    verify_bookie_identity,
+)
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
-from magnetar.bookkeeper.bookie.server import Bookie
-from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
+from magnetar.bookkeeper.bookie.settings import BookieSettings, bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.runtime.http import HttpSettings, serve_http
 from magnetar.gc.bookie_wiring import attach_garbage_collector
@@ -47,7 +61,13 @@ from magnetar.gc.http_api import add_gc_routes
 log = logging.getLogger("magnetar.bookie")
 
 
-def main(overrides: dict[str, Any], config_file: str | None = None) -> int:
+def main(
+    overrides: dict[str, Any],
+    config_file: str | None = None,
+    *,
+    format_data: bool = False,
+    force: bool = False,
+) -> int:
     try:
         settings = load_settings(BookieSettings, overrides, config_file_from(config_file)).settings
     except ConfigError as exc:
@@ -55,18 +75,52 @@ def main(overrides: dict[str, Any], config_file: str | None = None) -> int:
         return EXIT_USAGE
     warn_unknown_environment(BookieSettings)
     try:
+        if format_data:
+            return trio.run(format_command, settings, force)
         return trio.run(serve, settings)
     except Exception as exc:  # ExceptionGroup included
-        log.error("bookie failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+        refusal = find_identity_error(exc)
+        if refusal is not None:
+            log.error("bookie refused to %s: %s", "format" if format_data else "start", refusal)
+        else:
+            log.error("bookie failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED
 
 
+async def format_command(settings: BookieSettings, force: bool) -> int:
+    """``magnetar bookie --format``: empty the directories, delete the cookie (BookKeeper's bookieformat)."""
+    bookie_id = bookie_id_for(settings.advertised_host(), settings.port) if settings.port else None
+    if bookie_id is None:
+        log.warning("--port 0: the bookie has no fixed id, so no cookie is deleted from the metadata store")
+    async with open_metadata_store(settings.metadata_url, settings.metadata_settings()) as metadata:
+        result = await format_bookie(metadata, bookie_id, bookie_directories(settings), force=force)
+    announce(
+        {
+            "event": "bookie-formatted",
+            "bookieId": bookie_id,
+            "deleted": result.deleted,
+            "cookieDeleted": result.cookie_deleted,
+        }
+    )
+    return 0
+
+
 async def serve(settings: BookieSettings) -> int:
-    async with (
-        open_metadata_store(settings.metadata_url, settings.metadata_settings()) as metadata,
-        open_store(settings) as store,
-    ):
-        bookie = Bookie(settings, store, metadata)
+    async with open_metadata_store(settings.metadata_url, settings.metadata_settings()) as metadata:
+        listener = await open_bookie_listener(settings)  # the bookie id is host:port, known from here on
+        try:
+            port = listener.socket.getsockname()[1]
+            await verify_bookie_identity(metadata, settings, bookie_id_for(settings.advertised_host(), port))
+            return await _serve_checked(settings, metadata, listener)
+        finally:
+            await listener.aclose()  # the bookie's server closes it first unless the start failed
+
+
+async def _serve_checked(
+    settings: BookieSettings, metadata: MetadataStore, listener: trio.SocketListener
+) -> int:
+    async with open_store(settings) as store:
+        bookie = Bookie(settings, store, metadata, listener=listener)
         collector = attach_garbage_collector(bookie, store, metadata)
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:

@@ -2,9 +2,11 @@
 
 As Pulsar's ``PulsarClusterMetadataSetup``: writes the cluster's ``ClusterData``, creates tenant ``public``
 (allowed on this cluster) and namespace ``public/default`` (replicated to this cluster, with the default
-number of bundles). Every step is create-if-absent, so running it again - the Helm init job is re-run on
-every upgrade - changes nothing. A store that cannot be reached is retried a bounded number of times with a
-growing pause (``init_attempts_max``, ``init_retry_delay_s``).
+number of bundles). It also creates the BookKeeper cluster's instance id, ``/ledgers/INSTANCEID`` (a random
+UUID, as BookKeeper's ``initNewCluster``), that every bookie's cookie records. Every step is
+create-if-absent, so running it again - the Helm init job is re-run on every upgrade - changes nothing. A
+store that cannot be reached is retried a bounded number of times with a growing pause
+(``init_attempts_max``, ``init_retry_delay_s``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import trio
 
 from magnetar.bookkeeper.metadata import MetadataStore, StoreUnavailableError, open_metadata_store
+from magnetar.bookkeeper.metadata.bookies import ensure_instance_id
 from magnetar.broker.namespace_bundle import DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES, bundle_boundaries
 from magnetar.broker.policies import (
     BundlesData,
@@ -46,6 +49,8 @@ class ClusterInit:
 
 async def initialize_cluster_metadata(store: MetadataStore, init: ClusterInit) -> None:
     """Create what is missing; leave what exists untouched (idempotent)."""
+    instance_id = await ensure_instance_id(store)  # BookKeeper's /ledgers/INSTANCEID, in every cookie
+    log.info("cluster instance id %s", instance_id)
     policies = PolicyStore(store)
     data = ClusterData(serviceUrl=init.web_service_url, brokerServiceUrl=init.broker_service_url)
     await ensure(lambda: policies.create_cluster(init.cluster, data))

@@ -27,6 +27,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port-file", help="when ready, write {bookieId, host, port} as JSON to this file (port discovery)"
     )
+    identity = parser.add_argument_group("identity (BookKeeper's cookies)")
+    identity.add_argument(
+        "--format",
+        dest="format_data",
+        action="store_true",
+        help="instead of serving: empty the data and journal directories and delete this bookie's cookie "
+        "from the metadata store, so that it next starts as a new bookie (BookKeeper's bookieformat); "
+        "retire the old identity first (decommission or recover its ledgers)",
+    )
+    identity.add_argument(
+        "--force", action="store_true", help="with --format: delete what the directories hold (needed if any)"
+    )
     security = parser.add_argument_group("security (off by default)")
     security.add_argument(
         "--authentication-enabled",
@@ -61,4 +73,5 @@ def run(args: argparse.Namespace) -> int:
         "tls_certificate_file", "tls_key_file", "tls_trust_certs_file", "tls_require_trusted_client_cert",
     )  # fmt: skip
     overrides = {name: getattr(args, name) for name in (*names, *security, "storage", "port_file")}
-    return bookie_process.main({k: v for k, v in overrides.items() if v is not None}, args.config)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return bookie_process.main(given, args.config, format_data=args.format_data, force=args.force)

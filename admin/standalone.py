@@ -47,8 +47,9 @@ from magnetar.admin.process_common import (
     first_signal,
     tune_gc,
 )
+from magnetar.bookkeeper.bookie.identity import verify_bookie_identity
 from magnetar.bookkeeper.bookie.server import Bookie
-from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.settings import BookieSettings, bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.local_transport import LocalTransport
@@ -185,6 +186,9 @@ async def open_bookies(
     running = StandaloneBookies(transport)
     bookies = running.bookies
     async with AsyncExitStack() as stack:
+        for index in range(settings.bookies):  # cookies: refuse a bookie whose data is gone (identity.py)
+            own = settings.bookie_settings(index)
+            await verify_bookie_identity(metadata, own, bookie_id_for(own.advertised_host(), own.port))
         # The storage engines outlive the bookies that serve them: opened first, closed last (each close
         # drains its journal and takes a final checkpoint).
         stores = [

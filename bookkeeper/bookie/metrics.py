@@ -69,6 +69,7 @@ class BookieMetrics(Collector):
         self.tls_handshake_failures = 0
         self.readonly = False
         self.disk_usage_ratio = 0.0
+        self.journal_disk_usage_ratio = 0.0
         self._store_stats = store_stats
         self.registry.register(self)
 
@@ -118,6 +119,11 @@ class BookieMetrics(Collector):
         yield GaugeMetricFamily(PREFIX + "readonly", "1 while the bookie is read-only", value=readonly)
         yield GaugeMetricFamily(
             PREFIX + "disk_usage_ratio", "Used fraction of the ledger storage", value=self.disk_usage_ratio
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "journal_disk_usage_ratio",
+            "Used fraction of the journal's file system",
+            value=self.journal_disk_usage_ratio,
         )
         if self._store_stats is not None:
             for name, value in sorted(self._store_stats().items()):

@@ -134,14 +134,15 @@ class BookieServer:
         return len(self._connections)
 
     async def serve(
-        self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+        self,
+        listener: trio.SocketListener | None = None,
+        *,
+        task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Listen; ``task_status.started((host, port))`` gives the bound address (port 0: the real one)."""
-        settings = self.settings
-        listeners = await trio.open_tcp_listeners(settings.port, host=settings.bind_address)
-        listener, extra = listeners[0], listeners[1:]
-        for other in extra:  # a host name with several addresses: serve the first, one port
-            await other.aclose()
+        """Listen (on ``listener`` if the caller bound it already); ``task_status.started((host, port))``
+        gives the bound address (port 0: the real one)."""
+        if listener is None:
+            listener = await open_bookie_listener(self.settings)
         host, port = listener.socket.getsockname()[:2]
         log.info("bookie protocol listening on %s:%d", host, port)
         async with trio.open_nursery() as nursery:
@@ -196,6 +197,17 @@ class BookieServer:
             )
             for connection in list(self._connections):
                 connection.abort()
+
+
+async def open_bookie_listener(settings: BookieSettings) -> trio.SocketListener:
+    """Bind the bookie's port. A composition root that must know the bookie id (``host:port``) before it
+    opens the storage - to check the bookie's cookies with ``--port 0`` - binds first and hands the listener
+    to :class:`Bookie`."""
+    listeners = await trio.open_tcp_listeners(settings.port, host=settings.bind_address)
+    listener, extra = listeners[0], listeners[1:]
+    for other in extra:  # a host name with several addresses: serve the first, one port
+        await other.aclose()
+    return listener
 
 
 async def serve_bookie(
@@ -524,8 +536,11 @@ class Bookie:
         metadata: MetadataStore | None = None,
         *,
         state: ReadOnlyState | None = None,
+        listener: trio.SocketListener | None = None,
     ) -> None:
         self.settings = settings
+        self._listener = listener
+        """Bound by the caller (see :func:`open_bookie_listener`), or None: :meth:`run` binds."""
         self.store = store
         self.metadata = metadata
         self.state = state or ReadOnlyState()
@@ -548,6 +563,8 @@ class Bookie:
             ),
             interval_ms=settings.disk_check_interval_ms,
             on_usage=self._on_usage,
+            journal_probe=store.journal_disk_usage,
+            on_journal_usage=self._on_journal_usage,
         )
         self.state.add_listener(self._on_mode)
         self.metrics.readonly = self.state.readonly
@@ -559,6 +576,9 @@ class Bookie:
 
     def _on_usage(self, used: float) -> None:
         self.metrics.disk_usage_ratio = used
+
+    def _on_journal_usage(self, used: float) -> None:
+        self.metrics.journal_disk_usage_ratio = used
 
     def _on_mode(self, readonly: bool) -> None:
         self.metrics.readonly = readonly
@@ -575,8 +595,9 @@ class Bookie:
 
     @property
     def is_ready(self) -> bool:
-        """Serving, registered (when a metadata store is used) and not shutting down."""
-        if self.endpoint is None or self.stopping or self.stopped.is_set():
+        """Serving, registered (when a metadata store is used), not shutting down, and with room in the
+        journal (a full journal volume fails every normal add: see the disk monitor)."""
+        if self.endpoint is None or self.stopping or self.stopped.is_set() or self.monitor.journal_full:
             return False
         return self.registration is None or self.registration.registered_path is not None
 
@@ -595,7 +616,7 @@ class Bookie:
 
     async def _run(self, task_status: trio.TaskStatus[BookieEndpoint]) -> None:
         async with trio.open_nursery() as nursery:
-            host, port = await nursery.start(self.server.serve)
+            host, port = await nursery.start(self.server.serve, self._listener)
             bookie_id = bookie_id_for(self.settings.advertised_host(), port)
             self.endpoint = BookieEndpoint(bookie_id, host, port)
             self.monitor.check()  # a full disk registers read-only from the start

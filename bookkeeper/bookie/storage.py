@@ -259,6 +259,9 @@ class DbLedgerStorage:
     def disk_usage(self) -> DiskUsage:
         return self._disk_probe(self.settings.data_dir)
 
+    def journal_disk_usage(self) -> DiskUsage:
+        return self._disk_probe(self.settings.journal_path)
+
     def create_ledger(self, ledger_id: int, master_key: bytes, on_durable: DurableCallback) -> None:
         self._check_meta_append(len(master_key) + 8)
         self._ledgers.create(ledger_id, master_key)
@@ -298,7 +301,9 @@ class DbLedgerStorage:
                 f"or exceed entry_bytes_max={self._entry_bytes_max}"
             )
         if self._disk_full:
-            raise DiskFullError(f"less than disk_free_bytes_min={self.settings.disk_free_bytes_min} free")
+            raise DiskFullError(
+                f"less than disk_free_bytes_min={self.settings.disk_free_bytes_min} free (ledger or journal)"
+            )
         cache = self._cache
         active = cache.active
         if active.bytes + size + ENTRY_OVERHEAD_BYTES > cache.half_bytes_max:
@@ -580,19 +585,26 @@ class DbLedgerStorage:
 
     def check_disk(self) -> DiskUsage | None:
         """Probe free space now (the monitor does it every ``disk_check_interval_ms``); below
-        ``disk_free_bytes_min`` every add is refused with DiskFullError until space returns."""
+        ``disk_free_bytes_min`` on the ledger or the journal volume every add is refused with DiskFullError
+        until space returns. Returns the ledger volume's usage."""
         try:
             usage = self._disk_probe(self.settings.data_dir)
+            journal = self._disk_probe(self.settings.journal_path)
         except OSError as exc:
             log.warning("disk probe failed: %s", exc)
             return None
-        full = usage.free_bytes < self.settings.disk_free_bytes_min
+        floor = self.settings.disk_free_bytes_min
+        short = [name for name, u in (("ledger", usage), ("journal", journal)) if u.free_bytes < floor]
+        full = bool(short)
         if full != self._disk_full:
             self._disk_full = full
             if full:
-                log.error("only %d bytes free: refusing adds (disk_free_bytes_min)", usage.free_bytes)
+                free = min(usage.free_bytes, journal.free_bytes)
+                log.error(
+                    "only %d bytes free on the %s volume: refusing adds (disk_free_bytes_min)", free, short[0]
+                )
             else:
-                log.warning("%d bytes free again: accepting adds", usage.free_bytes)
+                log.warning("%d bytes free again: accepting adds", min(usage.free_bytes, journal.free_bytes))
         return usage
 
     # -- helpers -----------------------------------------------------------------------------------------

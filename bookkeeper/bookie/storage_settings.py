@@ -60,8 +60,11 @@ class BookieStorageSettings(BaseModel):
     """journalMaxSizeMB: roll to a new file beyond this size (a batch is never split across files)."""
     journal_preallocate_bytes: int = Field(16 * MIB, ge=4 * KIB)
     """journalPreAllocSizeMB: the file is extended by this much ahead of the write position."""
-    journal_max_backups: int = Field(5, ge=0)
-    """journalMaxBackups: journal files older than the checkpoint mark that are kept anyway."""
+    journal_max_backups: int = Field(0, ge=0, le=1000)
+    """journalMaxBackups: journal files older than the checkpoint mark that are kept anyway. Every checkpoint
+    deletes the others: replay starts at the mark, so they are never read again. BookKeeper's default is 5;
+    0 here, as Pulsar's Helm chart sets it (``journalMaxBackups: "0"``): on a dedicated journal volume the
+    backups are what fills it (see the disk monitor)."""
     journal_replay_read_bytes: int = Field(4 * MIB, ge=4 * KIB)
     """Replay reads the journal in chunks of this size (bounded memory at startup)."""
 

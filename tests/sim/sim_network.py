@@ -4,7 +4,9 @@ network implementing ``BookieTransport`` with loss, delay, reordering, duplicati
 Determinism: every random choice comes from the world's seeded ``random.Random``; events run in (time, seq)
 order from one task, so their order does not depend on trio's scheduler (which the test seeds as well).
 A crashed bookie loses its unsynced state (``MemoryLedgerStore.crash``), answers nothing while down, and
-every connection to it breaks (pending requests fail with CLOSED), as a real crash would.
+every connection to it breaks (pending requests fail with CLOSED), as a real crash would. A *wiped* bookie
+crashes and comes back on an empty disk (a new store, its cookies gone: :mod:`sim.sim_identity`); a bookie
+its identity check refused is *lost*: no restart (healing included) brings it back.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+from sim.sim_identity import SimDisk
 
 from magnetar.bookkeeper.bookie.core import BookieCore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
@@ -74,6 +77,7 @@ class SimBookie:
         self.store = MemoryLedgerStore(auto_sync=False)
         self.readonly = False
         self.core = BookieCore(self.store, is_readonly=lambda: self.readonly)
+        self.disk = SimDisk(name)
         self.up = True
         self.epoch = 0
         self.in_flight: dict[int, _Call] = {}
@@ -109,6 +113,7 @@ class SimNetwork:
     config: NetConfig = field(default_factory=NetConfig)
     bookies: dict[str, SimBookie] = field(default_factory=dict)
     partitions: set[tuple[str, str]] = field(default_factory=set)
+    lost: set[str] = field(default_factory=set)
     _tokens: itertools.count[int] = field(default_factory=itertools.count)
 
     def add_bookie(self, name: str) -> SimBookie:
@@ -157,8 +162,30 @@ class SimNetwork:
                 self._delay(), call.answer, TransportFailure(name, FailureReason.CLOSED, "crash")
             )
 
+    def wipe(self, name: str) -> None:
+        """Crash the bookie and give it an empty disk; it stays down (restarts skip it) until
+        :meth:`rejoin` or :meth:`lose`."""
+        self.crash(name)
+        self.log(f"wipe {name}")
+        bookie = self.bookies[name]
+        bookie.store = MemoryLedgerStore(auto_sync=False)
+        bookie.core = BookieCore(bookie.store, is_readonly=lambda: bookie.readonly)
+        bookie.disk.wipe()
+        self.lost.add(name)
+
+    def rejoin(self, name: str) -> None:
+        """The wiped bookie starts again under its old id."""
+        self.lost.discard(name)
+        self.restart(name)
+
+    def lose(self, name: str, why: str) -> None:
+        """The wiped bookie never comes back (its identity check refused it)."""
+        self.log(f"lost {name}: {why[:100]}")
+
     def restart(self, name: str) -> None:
         bookie = self.bookies[name]
+        if name in self.lost:
+            return
         if not bookie.up:
             self.log(f"restart {name}")
             bookie.up = True
