@@ -16,6 +16,7 @@ line saying why.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,11 +28,14 @@ from magnetar.admin.config import ConfigError, config_file_from, load_settings, 
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
+    METADATA_HINTS,
     STOP_SIGNALS,
+    Hints,
     announce,
-    describe,
+    explain,
     first_signal,
 )
+from magnetar.bookkeeper.bookie.errors import StorageInUseError
 from magnetar.bookkeeper.bookie.http_api import bookie_router
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
@@ -46,6 +50,14 @@ from magnetar.gc.http_api import add_gc_routes
 
 log = logging.getLogger("magnetar.bookie")
 
+HINTS: Hints = {
+    StorageInUseError: (
+        "is another bookie running on this data directory? Stop it, or give this bookie another directory "
+        "with --data-dir or MAGNETAR_DATA_DIR"
+    ),
+    **METADATA_HINTS,
+}
+
 
 def main(overrides: dict[str, Any], config_file: str | None = None) -> int:
     try:
@@ -57,7 +69,7 @@ def main(overrides: dict[str, Any], config_file: str | None = None) -> int:
     try:
         return trio.run(serve, settings)
     except Exception as exc:  # ExceptionGroup included
-        log.error("bookie failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+        log.error("bookie failed: %s", explain(exc, HINTS), exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED
 
 
@@ -131,7 +143,8 @@ async def _start_http(
     router = bookie_router(bookie)
     if collector is not None:
         add_gc_routes(router, [collector])
-    ports: list[int] = await nursery.start(serve_http, router, http)
+    serve = functools.partial(serve_http, router, http, service="bookie HTTP", port_setting="http_port")
+    ports: list[int] = await nursery.start(serve)
     bookie.settings = settings.model_copy(update={"http_port": ports[0]})
     log.info("bookie HTTP endpoints on port %d", ports[0])
     return ports[0]

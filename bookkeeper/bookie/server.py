@@ -71,6 +71,7 @@ from magnetar.bookkeeper.protocol.messages import (
 from magnetar.bookkeeper.protocol.status import BookieStatus
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake, peer_address
+from magnetar.bookkeeper.runtime.listen import open_listeners
 from magnetar.bookkeeper.runtime.send_timer import SendTimer
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,9 @@ class BookieServer:
     ) -> None:
         """Listen; ``task_status.started((host, port))`` gives the bound address (port 0: the real one)."""
         settings = self.settings
-        listeners = await trio.open_tcp_listeners(settings.port, host=settings.bind_address)
+        listeners = await open_listeners(
+            settings.port, settings.bind_address, service="bookie protocol", setting="port"
+        )
         listener, extra = listeners[0], listeners[1:]
         for other in extra:  # a host name with several addresses: serve the first, one port
             await other.aclose()
