@@ -16,7 +16,7 @@ ARGS ?=
 ## run: install the package and what it needs to run (no test, Spark or Helm packages) and start
 ## `magnetar standalone` on http://127.0.0.1:8080; flags go in ARGS, e.g. make run ARGS="--http-port 8081"
 run: run-venv
-	$(BIN)/magnetar standalone $(ARGS)
+	$(BIN)/magnetar standalone$(if $(ARGS), $(ARGS))
 
 ## test: install everything the tests need, then lint, type-check and run the whole suite
 test: zookeeper venv lint typecheck pytest
