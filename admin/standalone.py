@@ -70,7 +70,13 @@ log = logging.getLogger("magnetar.standalone")
 
 RouteRegistration = Callable[[Router, BrokerService], None]
 
+
+class DataDirError(Exception):
+    """The data directory cannot be created or used."""
+
+
 HINTS: Hints = {
+    DataDirError: "choose another directory with --data-dir or MAGNETAR_DATA_DIR",
     StoreInUseError: (
         "is another magnetar standalone running on this data directory? Stop it, or start this one with "
         "another directory: --data-dir or MAGNETAR_DATA_DIR"
@@ -241,7 +247,10 @@ def _bookie_listen_error(group: BaseExceptionGroup[ListenError], index: int) -> 
 
 async def serve(settings: StandaloneSettings, register_routes: RouteRegistration | None = None) -> int:
     data_dir = settings.data_dir.resolve()
-    await trio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        await trio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataDirError(f"cannot use {data_dir} as the data directory: {exc.strerror}") from exc
     broker_settings = settings.broker_settings()
     async with (
         open_metadata_store(f"rocksdb://{data_dir / 'metadata'}") as metadata,

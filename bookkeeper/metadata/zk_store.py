@@ -191,6 +191,9 @@ async def why_unreachable(hosts: str) -> str:
     findings = []
     for server in (part.strip() for part in hosts.split(",") if part.strip()):
         host, _, port = server.rpartition(":")
+        if not port.isdigit():
+            findings.append(f"{server}: not HOST:PORT")
+            continue
         findings.append(f"{server}: {await _probe(host.strip('[]'), int(port))}")
     return "; ".join(findings)
 

@@ -122,6 +122,16 @@ def test_standalone_names_a_data_directory_another_standalone_holds(
     assert first.is_running()
 
 
+def test_standalone_names_a_data_directory_it_cannot_create(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    data_dir = tmp_path / "a-file" / "data"
+    message = failure(magnetar(*standalone(data_dir)), "standalone")
+    assert message == (
+        f"cannot use {data_dir} as the data directory: Not a directory; "
+        "choose another directory with --data-dir or MAGNETAR_DATA_DIR"
+    )
+
+
 def test_broker_names_its_busy_http_port(busy_port: int) -> None:
     message = failure(magnetar("broker", "--http-port", str(busy_port)), "broker")
     assert message.startswith(f"broker HTTP cannot listen on 127.0.0.1:{busy_port}: {IN_USE}")
