@@ -23,6 +23,7 @@ directories and deletes its cookie from the metadata store, so that it starts ne
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,11 +35,14 @@ from magnetar.admin.config import ConfigError, config_file_from, load_settings, 
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
+    METADATA_HINTS,
     STOP_SIGNALS,
+    Hints,
     announce,
-    describe,
+    explain,
     first_signal,
 )
+from magnetar.bookkeeper.bookie.errors import StorageInUseError
 from magnetar.bookkeeper.bookie.http_api import bookie_router
 from magnetar.bookkeeper.bookie.identity import (
     bookie_directories,
@@ -59,6 +63,14 @@ from magnetar.gc.collector import BookieGarbageCollector
 from magnetar.gc.http_api import add_gc_routes
 
 log = logging.getLogger("magnetar.bookie")
+
+HINTS: Hints = {
+    StorageInUseError: (
+        "is another bookie running on this data directory? Stop it, or give this bookie another directory "
+        "with --data-dir or MAGNETAR_DATA_DIR"
+    ),
+    **METADATA_HINTS,
+}
 
 
 def main(
@@ -83,7 +95,7 @@ def main(
         if refusal is not None:
             log.error("bookie refused to %s: %s", "format" if format_data else "start", refusal)
         else:
-            log.error("bookie failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+            log.error("bookie failed: %s", explain(exc, HINTS), exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED
 
 
@@ -185,7 +197,8 @@ async def _start_http(
     router = bookie_router(bookie)
     if collector is not None:
         add_gc_routes(router, [collector])
-    ports: list[int] = await nursery.start(serve_http, router, http)
+    serve = functools.partial(serve_http, router, http, service="bookie HTTP", port_setting="http_port")
+    ports: list[int] = await nursery.start(serve)
     bookie.settings = settings.model_copy(update={"http_port": ports[0]})
     log.info("bookie HTTP endpoints on port %d", ports[0])
     return ports[0]

@@ -42,8 +42,9 @@ from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
     STOP_SIGNALS,
+    Hints,
     announce,
-    describe,
+    explain,
     first_signal,
     tune_gc,
 )
@@ -55,7 +56,9 @@ from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.local_transport import LocalTransport
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.metadata.rocksdb_store import StoreInUseError
 from magnetar.bookkeeper.runtime.http import Router
+from magnetar.bookkeeper.runtime.listen import ListenError
 from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.service import BrokerService
@@ -67,6 +70,19 @@ from magnetar.gc.http_api import add_gc_routes
 log = logging.getLogger("magnetar.standalone")
 
 RouteRegistration = Callable[[Router, BrokerService], None]
+
+
+class DataDirError(Exception):
+    """The data directory cannot be created or used."""
+
+
+HINTS: Hints = {
+    DataDirError: "choose another directory with --data-dir or MAGNETAR_DATA_DIR",
+    StoreInUseError: (
+        "is another magnetar standalone running on this data directory? Stop it, or start this one with "
+        "another directory: --data-dir or MAGNETAR_DATA_DIR"
+    ),
+}
 
 
 class StandaloneSettings(BaseSettings):
@@ -165,7 +181,7 @@ def main(
     try:
         return trio.run(serve, settings, register_routes)
     except Exception as exc:  # ExceptionGroup included
-        log.error("standalone failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+        log.error("standalone failed: %s", explain(exc, HINTS), exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED
 
 
@@ -200,7 +216,10 @@ async def open_bookies(
             for index, store in enumerate(stores):
                 bookie_settings = settings.bookie_settings(index)
                 bookie = Bookie(bookie_settings, store, metadata)
-                endpoint = await nursery.start(bookie.run)
+                try:
+                    endpoint = await nursery.start(bookie.run)
+                except* ListenError as group:  # the bookie's port is the standalone's bookie_port + index
+                    raise _bookie_listen_error(group, index) from None
                 transport.add_bookie(endpoint.bookie_id, bookie.core)
                 bookies.append(bookie)
                 collector = attach_garbage_collector(bookie, store, metadata)
@@ -219,9 +238,23 @@ async def open_bookies(
                 nursery.cancel_scope.cancel()
 
 
+def _bookie_listen_error(group: BaseExceptionGroup[ListenError], index: int) -> ListenError:
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    assert isinstance(first, ListenError)
+    if first.setting != "port":
+        return first
+    note = f"bookie {index} listens on bookie_port + {index}" if index else ""
+    return first.renamed(f"bookie {index} (bookie protocol)", "bookie_port", note)
+
+
 async def serve(settings: StandaloneSettings, register_routes: RouteRegistration | None = None) -> int:
     data_dir = settings.data_dir.resolve()
-    await trio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        await trio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataDirError(f"cannot use {data_dir} as the data directory: {exc.strerror}") from exc
     broker_settings = settings.broker_settings()
     async with (
         open_metadata_store(f"rocksdb://{data_dir / 'metadata'}") as metadata,

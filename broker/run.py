@@ -80,11 +80,17 @@ async def run_broker(
         router = build_router(service)
         if register_routes is not None:
             register_routes(router, service)
-        server = HttpServer(router, settings.http_settings())
+        server = HttpServer(router, settings.http_settings(), service="broker HTTP", port_setting="http_port")
         ssl_context = settings.web_ssl_context()
         tls_server = None
         if ssl_context is not None:
-            tls_server = HttpServer(router, settings.http_tls_settings(), ssl_context=ssl_context)
+            tls_server = HttpServer(
+                router,
+                settings.http_tls_settings(),
+                ssl_context=ssl_context,
+                service="broker HTTPS",
+                port_setting="http_port_tls",
+            )
         async with trio.open_nursery() as nursery:
             ports: list[int] = await nursery.start(server.serve)
             http_url = f"http://{settings.advertised_host()}:{ports[0]}"

@@ -90,7 +90,10 @@ async def create_topic(call: Call) -> HttpResponse:
 async def delete_topic(call: Call) -> HttpResponse:
     topic = topic_of(call)
     if await partition_count(call.context, topic) > 0:
-        raise AdminError(409, "Topic is a partitioned topic; delete it with DELETE .../partitions")
+        raise AdminError(
+            409,
+            "Topic is a partitioned topic; delete it with delete-partitioned-topic (magnetar admin topics)",
+        )
     topic, _ = await served_topic(call)
     await host_of(call).delete(topic, force=call.query_as(DeleteQuery).force)
     await call.context.policies.delete_topic_policies(str(topic.namespace_name), topic.local_name)

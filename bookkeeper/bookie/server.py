@@ -71,6 +71,7 @@ from magnetar.bookkeeper.protocol.messages import (
 from magnetar.bookkeeper.protocol.status import BookieStatus
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake, peer_address
+from magnetar.bookkeeper.runtime.listen import open_listeners
 from magnetar.bookkeeper.runtime.send_timer import SendTimer
 
 log = logging.getLogger(__name__)
@@ -203,7 +204,9 @@ async def open_bookie_listener(settings: BookieSettings) -> trio.SocketListener:
     """Bind the bookie's port. A composition root that must know the bookie id (``host:port``) before it
     opens the storage - to check the bookie's cookies with ``--port 0`` - binds first and hands the listener
     to :class:`Bookie`."""
-    listeners = await trio.open_tcp_listeners(settings.port, host=settings.bind_address)
+    listeners = await open_listeners(
+        settings.port, settings.bind_address, service="bookie protocol", setting="port"
+    )
     listener, extra = listeners[0], listeners[1:]
     for other in extra:  # a host name with several addresses: serve the first, one port
         await other.aclose()

@@ -41,6 +41,8 @@ class BookieSettings(BaseSettings):
     metadata_url: str = "memory://"
     metadata_session_timeout_ms: PositiveInt = 30_000
     """Metadata-store (ZooKeeper) session timeout: how long a crashed bookie's registration lingers."""
+    metadata_operation_timeout_ms: PositiveInt = 30_000
+    """Bound on one metadata-store request, and on reaching the store at start-up (as the broker's)."""
     data_dir: Path = Path("data/bookie")
     """Entry logs, the RocksDB index and the journal mark (the ledgers volume)."""
     journal_dir: Path | None = None
@@ -147,6 +149,7 @@ class BookieSettings(BaseSettings):
     def metadata_settings(self) -> MetadataStoreSettings:
         return MetadataStoreSettings(
             session_timeout_ms=self.metadata_session_timeout_ms,
+            operation_timeout_ms=self.metadata_operation_timeout_ms,
             zk_tls_enabled=self.zk_tls_enabled,
             zk_tls_trust_certs_file=self.zk_tls_trust_certs_file,
             zk_tls_certificate_file=self.zk_tls_certificate_file,

@@ -56,6 +56,7 @@ from magnetar.bookkeeper.bookie.errors import (
     NoLedgerError,
     StorageBusyError,
     StorageClosedError,
+    StorageInUseError,
     StorageIOError,
 )
 from magnetar.bookkeeper.bookie.journal import Journal
@@ -109,7 +110,15 @@ def _open_parts(settings: BookieStorageSettings) -> _Parts:
     """Open the index, the entry logger and the mark, and load every ledger record (blocking)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.journal_path.mkdir(parents=True, exist_ok=True)
-    index = EntryIndex(settings.index_path)
+    try:
+        index = EntryIndex(settings.index_path)
+    except Exception as exc:  # rocksdict raises plain Exceptions; RocksDB locks its directory
+        if "lock" in str(exc).lower():
+            raise StorageInUseError(
+                f"bookie data directory {settings.data_dir} is held by another process "
+                f"(RocksDB LOCK of {settings.index_path}): {exc}"
+            ) from exc
+        raise
     try:
         states: dict[int, LedgerState] = {}
         ranges: dict[int, EntryRange] = {}

@@ -55,7 +55,9 @@ async def test_create_delete_unload(topic_server: TopicServer, client: httpx.Asy
     assert topic_server.host.disconnected == [("persistent://public/default/t1", None)]
     assert (await client.delete(f"{BASE}/t1")).status_code == 404
     assert "persistent://public/default/t1" not in (await client.get(BASE)).json()
-    assert (await client.delete(f"{BASE}/p")).status_code == 409
+    partitioned = await client.delete(f"{BASE}/p")
+    assert partitioned.status_code == 409
+    assert "delete it with delete-partitioned-topic" in partitioned.json()["reason"]
 
     await topic_with(topic_server, "t2", 3)
     assert (await client.put(f"{BASE}/t2/unload")).status_code == 204
