@@ -253,16 +253,15 @@ def big_frame_header(request_id: int, frame_bytes: int) -> bytes:
 
 async def test_a_large_frame_before_auth_is_refused_after_the_allowance(token_keys: TokenKeys) -> None:
     """Before: a bookie buffered a frame of up to 5 MiB (frame_bytes_max) per connection before AUTH."""
-    settings = auth_settings(token_keys, unauthenticated_bytes_max=4096, auth_timeout_ms=60_000)
-    async with running_bookie(**settings) as bk:
-        start = big_frame_header(77, 5 * 1024 * 1024 - 1024) + bytes(8192)  # more than the allowance
+    async with running_bookie(**auth_settings(token_keys, auth_timeout_ms=60_000)) as bk:
+        start = big_frame_header(77, 5 * 1024 * 1024 - 1024) + bytes(32 * 1024)  # more than the allowance
         with trio.fail_after(10):  # answered long before auth_timeout_ms (60 s)
             events = await raw_exchange(bk.endpoint.port, start)
         assert len(events) == 1
         answer = events[0]
         assert isinstance(answer, AuthResponse)
         assert (answer.request_id, answer.status) == (77, BookieStatus.EUA)
-        assert "unauthenticated_bytes_max=4096" in answer.reason
+        assert "unauthenticated_bytes_max=16384" in answer.reason
         assert bk.bookie.metrics.auth_failures == 1
 
 
