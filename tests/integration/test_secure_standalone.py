@@ -165,8 +165,12 @@ def test_the_audits_bookie_attacks_are_refused(
         try:
 
             def publish(payload: bytes) -> str:
-                producer.send(json.dumps({"payload": base64.b64encode(payload).decode()}))
-                return str(json.loads(producer.recv())["result"])
+                try:
+                    producer.send(json.dumps({"payload": base64.b64encode(payload).decode()}))
+                    answer = producer.recv()
+                except websocket.WebSocketConnectionClosedException:
+                    answer = ""
+                return str(json.loads(answer)["result"]) if answer else "dropped"
 
             assert publish(b"before") == "ok"
             stats = http.get(f"/admin/v2/{victim}/internalStats").json()
@@ -193,10 +197,12 @@ def test_the_audits_bookie_attacks_are_refused(
                 for what, (token, request) in attacks.items()
             }
             outcomes["producer afterwards"] = publish(b"after")
-            after = http.get(f"/admin/v2/{victim}/internalStats").json()
-            outcomes["the topic's ledger afterwards"] = (
-                "the same" if int(after["ledgers"][-1]["ledgerId"]) == ledger_id else "a new one"
-            )
+            after = http.get(f"/admin/v2/{victim}/internalStats")
+            if after.status_code != 200:
+                outcomes["the topic's ledger afterwards"] = f"internalStats answered {after.status_code}"
+            else:
+                same = int(after.json()["ledgers"][-1]["ledgerId"]) == ledger_id
+                outcomes["the topic's ledger afterwards"] = "the same" if same else "a new one"
         finally:
             producer.close()
     app_refused = "AUTH EUA, closed"
