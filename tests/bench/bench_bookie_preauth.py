@@ -87,7 +87,7 @@ async def attack(pid: int, port: int, connections: int, frame_bytes: int) -> Non
     await trio.sleep(2)
     after = rss_kib(pid)
     print(f"connections:               {connections} x {frame_bytes / MIB:.2f} MiB frames, no AUTH")
-    print(f"bytes the bookie took:     {sum(sent) / MIB:,.1f} MiB ({len(closed)} connections closed by it)")
+    print(f"bytes sent (until blocked): {sum(sent) / MIB:,.1f} MiB ({len(closed)} connections closed by it)")
     print(f"attack time:               {time.monotonic() - started:.1f} s")
     print(f"bookie RSS before:         {before[0] / 1024:,.1f} MiB")
     print(f"bookie RSS under attack:   {during[0] / 1024:,.1f} MiB (+{(during[0] - before[0]) / 1024:,.1f})")
