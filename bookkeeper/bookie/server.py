@@ -31,8 +31,9 @@ Theory of operation (BookKeeper's ``BookieNettyServer`` + ``BookieRequestProcess
   more); one that needs to send more - a large frame, a flood of requests - is answered EUA and closed. At
   most ``unauthenticated_connections_max`` connections wait for their AUTH at once: a new one closes the
   oldest of them. Connections without a valid token therefore hold at most about
-  ``unauthenticated_connections_max x unauthenticated_bytes_max`` bytes of input (16 MiB by default,
-  against 5 MiB per connection, 5 GiB for 1,024 connections, when the frame limit was the only bound).
+  ``unauthenticated_connections_max x unauthenticated_bytes_max`` bytes of input (128 x 16 KiB = 2 MiB by
+  default, where a frame of up to ``frame_bytes_max`` - 5 MiB - per connection, 5 GiB for 1,024
+  connections, was the bound before).
 
 :class:`Bookie` composes one bookie: read-only state, request core, server, disk monitor and registration in
 the metadata store, over an injected :class:`~.ledger_store.LedgerStore` (the owner runs and closes the
