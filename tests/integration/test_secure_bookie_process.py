@@ -65,8 +65,29 @@ def test_bad_key_settings_stop_the_bookie_at_startup(
         tmp_path / "data",
         "--storage", "memory",
         "--authentication-enabled", "--token-secret-key", "file:///no/such/key",
+        "--auth-allowed-roles", "broker",
         start=False,
     )  # fmt: skip
     with pytest.raises(ProcessFailedError, match="exited before it was ready"):
         bookie.start(timeout_s=30)
     assert "cannot read /no/such/key" in bookie.log_tail()
+
+
+def test_authentication_without_client_roles_stops_the_bookie_at_startup(
+    magnetar_processes: ProcessGroup, tmp_path: Path, token_keys: TokenKeys
+) -> None:
+    """With authentication on, a bookie admits only the roles it is given: without any it would refuse
+    every broker, so it does not start (it used to admit every token of the cluster key)."""
+    key_file = tmp_path / "secret.key"
+    key_file.write_bytes(token_keys.secret)
+    bookie = magnetar_processes.bookie(
+        "roleless-bookie",
+        "memory://",
+        tmp_path / "data",
+        "--storage", "memory",
+        "--authentication-enabled", "--token-secret-key", key_file.as_uri(),
+        start=False,
+    )  # fmt: skip
+    with pytest.raises(ProcessFailedError, match="exited before it was ready"):
+        bookie.start(timeout_s=30)
+    assert "authentication_enabled needs the roles that may use the bookie protocol" in bookie.log_tail()
