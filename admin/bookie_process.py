@@ -86,6 +86,12 @@ def main(
         log.error("%s", exc)
         return EXIT_USAGE
     warn_unknown_environment(BookieSettings)
+    if settings.authentication_enabled and not settings.bookie_client_roles:
+        log.error(
+            "authentication_enabled needs the roles that may use the bookie protocol: auth_allowed_roles "
+            "(the brokers' role, the subject of their bookkeeper_auth_token) and/or super_user_roles"
+        )
+        return EXIT_USAGE
     try:
         if format_data:
             return trio.run(format_command, settings, force)

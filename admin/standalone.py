@@ -14,8 +14,11 @@ served on the broker's HTTP port and act on every bookie.
 
 Security is off by default, as in Pulsar's standalone. ``--authentication-enabled`` with a token key turns
 on token authentication and authorization for the broker (WebSocket API, lookup, admin API) and for the
-bookies' TCP ports (the broker itself reaches its bookies in process); ``--super-user-roles`` names the
-administrators. ``--http-port-tls`` with a certificate and key adds an HTTPS/WSS port.
+bookies' TCP ports; ``--super-user-roles`` names the administrators. ``--http-port-tls`` with a certificate
+and key adds an HTTPS/WSS port. The bookies' TCP ports listen on loopback only and nothing of the standalone
+needs them (its broker reaches its bookies in process): with authentication on they admit only the superusers
+(a tenant's token is refused), and adds and fencing reads need each ledger's password, which only the broker
+knows (see ``managed_ledger_password``). The start-up log says so, per bookie.
 
 Data survives restarts. Ctrl-C (SIGINT) or SIGTERM stops it cleanly: the broker unloads its topics (cursors
 persisted), bookies drain, the storage engines take a final checkpoint. Once serving it prints a
@@ -157,6 +160,7 @@ class StandaloneSettings(BaseSettings):
             bind_address="127.0.0.1",
             advertised_address="127.0.0.1",
             port=self.bookie_port + index,
+            super_user_roles=self.super_user_roles,  # the broker needs no role: it calls in process
             **self._token_settings(),
         )
 
@@ -226,7 +230,13 @@ async def open_bookies(
                 if collector is not None:
                     await nursery.start(collector.run)
                     running.collectors.append(collector)
-                log.info("bookie %s ready (data in %s)", endpoint.bookie_id, bookie_settings.data_dir)
+                log.info(
+                    "bookie %s ready (data in %s); its TCP port is bound to loopback and unused by the "
+                    "broker, which calls it in process; %s",
+                    endpoint.bookie_id,
+                    bookie_settings.data_dir,
+                    _bookie_port_access(bookie_settings),
+                )
             try:
                 yield running
             finally:
@@ -247,6 +257,13 @@ def _bookie_listen_error(group: BaseExceptionGroup[ListenError], index: int) -> 
         return first
     note = f"bookie {index} listens on bookie_port + {index}" if index else ""
     return first.renamed(f"bookie {index} (bookie protocol)", "bookie_port", note)
+
+
+def _bookie_port_access(settings: BookieSettings) -> str:
+    if not settings.authentication_enabled:
+        return "authentication off: local processes may read ledgers (writes need a ledger's password)"
+    roles = ", ".join(sorted(settings.bookie_client_roles)) or "none"
+    return f"authentication on: only superuser roles ({roles}) may connect"
 
 
 async def serve(settings: StandaloneSettings, register_routes: RouteRegistration | None = None) -> int:

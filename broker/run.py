@@ -71,7 +71,7 @@ async def run_broker(
     rng: random.Random | None = None,
     task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    ml_settings = settings.managed_ledger_settings()
+    ml_settings = settings.managed_ledger_settings(rng)
     hook = on_trim_candidate or (lambda ml: None)
     async with open_managed_ledger_factory(
         bk, metadata, ml_settings, clock=clock, rng=rng, on_trim_candidate=hook

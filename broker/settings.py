@@ -19,6 +19,7 @@ methods build those models.
 from __future__ import annotations
 
 import ipaddress
+import random
 import socket
 from typing import Annotated, Self
 
@@ -33,6 +34,8 @@ from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
 PositiveInt = Annotated[int, Field(gt=0)]
 MIB = 1024 * 1024
+LEDGER_PASSWORD_BYTES = 20
+"""Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
 
 class BrokerSettings(SecuritySettings):
@@ -162,9 +165,16 @@ class BrokerSettings(SecuritySettings):
             shutdown_grace_ms=self.shutdown_grace_ms,
         )
 
-    def managed_ledger_settings(self) -> ManagedLedgerSettings:
+    def managed_ledger_settings(self, rng: random.Random | None = None) -> ManagedLedgerSettings:
+        """The managed ledger's settings; without ``managed_ledger_password`` the password of new ledgers is
+        drawn from ``rng`` (default: the operating system's randomness), ``LEDGER_PASSWORD_BYTES`` bytes."""
+        password = self.ledger_password()
+        if password is None:
+            password = (rng or random.SystemRandom()).randbytes(LEDGER_PASSWORD_BYTES)
         return ManagedLedgerSettings.model_validate(
             {
+                "password": password,
+                "digest_type": self.ledger_digest_type(),
                 "ensemble_size": self.ensemble_size,
                 "write_quorum": self.write_quorum,
                 "ack_quorum": self.ack_quorum,

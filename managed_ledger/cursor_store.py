@@ -19,7 +19,6 @@ import logging
 from dataclasses import dataclass
 
 from magnetar.bookkeeper.client import BKError, BookKeeper, LedgerHandle, NoSuchLedgerError
-from magnetar.bookkeeper.protocol.digest import DigestType
 from magnetar.managed_ledger.errors import ManagedLedgerFencedError, MetadataConflictError
 from magnetar.managed_ledger.info import CursorInfo, MetadataFormatError
 from magnetar.managed_ledger.meta_store import MetaStore
@@ -123,7 +122,9 @@ class CursorStore:
         ledger_id: int, bk: BookKeeper, settings: ManagedLedgerSettings, fallback: CursorSnapshot
     ) -> CursorSnapshot | None:
         try:
-            handle = await bk.open_ledger(ledger_id, password=settings.password, recovery=True)
+            handle = await bk.open_ledger(
+                ledger_id, password=settings.password, recovery=True, use_stored_password=True
+            )
         except NoSuchLedgerError:
             return None
         except BKError as exc:
@@ -190,7 +191,7 @@ class CursorStore:
             ensemble_size=s.ensemble_size,
             write_quorum=s.write_quorum,
             ack_quorum=s.ack_quorum,
-            digest_type=DigestType.CRC32C,
+            digest_type=s.digest_type,
             password=s.password,
             custom_metadata={"pulsar/cursor": f"{self._ml_name}/{self._cursor}".encode()},
         )

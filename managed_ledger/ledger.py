@@ -33,7 +33,6 @@ from dataclasses import dataclass, replace
 import trio
 
 from magnetar.bookkeeper.client import BKError, BookKeeper, LedgerFencedError, LedgerHandle
-from magnetar.bookkeeper.protocol.digest import DigestType
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.cursor_state import CursorState
@@ -104,7 +103,7 @@ async def create_bk_ledger(ctx: Context, name: str) -> LedgerHandle:
             ensemble_size=s.ensemble_size,
             write_quorum=s.write_quorum,
             ack_quorum=s.ack_quorum,
-            digest_type=DigestType.CRC32C,
+            digest_type=s.digest_type,
             password=s.password,
             custom_metadata={"pulsar/managed-ledger": name.encode()},
         )

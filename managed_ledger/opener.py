@@ -78,7 +78,9 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
 async def _recover_last_ledger(name: str, ctx: Context, last: LedgerInfo) -> LedgerInfo:
     try:
         with trio.fail_after(ctx.settings.metadata_operation_timeout_s):
-            handle = await ctx.bk.open_ledger(last.ledger_id, password=ctx.settings.password, recovery=True)
+            handle = await ctx.bk.open_ledger(
+                last.ledger_id, password=ctx.settings.password, recovery=True, use_stored_password=True
+            )
     except NoSuchLedgerError:
         log.warning("managed ledger %s: last ledger %d no longer exists; dropping it", name, last.ledger_id)
         return replace(last, entries=0, size_bytes=0)

@@ -80,7 +80,9 @@ class EntryReader:
         if handle is not None:
             self._handles.move_to_end(ledger_id)
             return handle
-        handle = await self._bk.open_ledger(ledger_id, password=self._password, recovery=False)
+        handle = await self._bk.open_ledger(
+            ledger_id, password=self._password, recovery=False, use_stored_password=True
+        )
         self._handles[ledger_id] = handle
         while len(self._handles) > self._handles_max:
             _, evicted = self._handles.popitem(last=False)

@@ -1,9 +1,19 @@
-"""Managed-ledger settings, named as Pulsar's ``managedLedger*`` options with units last."""
+"""Managed-ledger settings, named as Pulsar's ``managedLedger*`` options with units last.
+
+Ledger passwords (Pulsar's ``managedLedgerPassword`` and ``managedLedgerDigestType``): the ledgers and cursor
+ledgers a managed ledger creates get ``password`` and ``digest_type``. The password yields each ledger's
+master key, which the bookies require on every add and fencing read of that ledger, so a client that may talk
+to the bookies but does not know the password can neither write to nor fence a topic's ledgers. A ledger
+records its password and digest type in its metadata (as BookKeeper's does), and the managed ledger opens an
+existing ledger with the recorded ones: changing the password applies to new ledgers, and ledgers written
+before (the empty password of earlier versions included) stay readable and recoverable.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from magnetar.bookkeeper.protocol.digest import DigestType
 from magnetar.managed_ledger.rollover import RolloverLimits
 
 
@@ -13,7 +23,10 @@ class ManagedLedgerSettings(BaseModel):
     ensemble_size: int = Field(2, ge=1)
     write_quorum: int = Field(2, ge=1)
     ack_quorum: int = Field(2, ge=1)
-    password: bytes = b""
+    password: bytes = Field(b"", repr=False)
+    """Password of new ledgers (the brokers set a secret one; see the module's docstring)."""
+    digest_type: DigestType = DigestType.CRC32C
+    """Digest of new ledgers' entries (existing ledgers keep the one they record)."""
 
     max_entries_per_ledger: int = Field(50_000, ge=1)
     max_size_per_ledger_mb: int = Field(2048, ge=1)

@@ -66,6 +66,8 @@ class BookieMetrics(Collector):
         self.connections = 0
         self.connections_rejected = 0
         self.auth_failures = 0
+        self.connections_unauthenticated = 0
+        self.unauthenticated_evicted = 0
         self.tls_handshake_failures = 0
         self.readonly = False
         self.disk_usage_ratio = 0.0
@@ -109,6 +111,16 @@ class BookieMetrics(Collector):
             PREFIX + "auth_failures",
             "Connections refused for a missing, invalid or unauthorized token",
             value=self.auth_failures,
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "connections_unauthenticated",
+            "Open connections that have not authenticated yet (authentication on)",
+            value=self.connections_unauthenticated,
+        )
+        yield CounterMetricFamily(
+            PREFIX + "unauthenticated_evicted",
+            "Unauthenticated connections closed to admit a new one (unauthenticated_connections_max)",
+            value=self.unauthenticated_evicted,
         )
         yield CounterMetricFamily(
             PREFIX + "tls_handshake_failures",
