@@ -32,10 +32,22 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every option's default; an option without one (None) says in its help what
+    leaving it unset means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for name, (module_name, help_text) in BENCHMARKS.items():
-        bench = sub.add_parser(name, help=help_text, description=help_text)
+        bench = sub.add_parser(
+            name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter
+        )
         importlib.import_module(module_name).add_arguments(bench)
         bench.set_defaults(_bench_module=module_name)
 
