@@ -253,6 +253,13 @@ TOPICS = [
     Verb("stats", "topic stats", lambda c, a: c.get(_t(a, "/stats")), TOPIC),
     Verb("stats-internal", "internal (managed-ledger) stats",
          lambda c, a: c.get(_t(a, "/internalStats")), TOPIC),
+    Verb("partitioned-stats", "stats of a partitioned topic, added up over its partitions",
+         lambda c, a: c.get(_t(a, "/partitioned-stats"), perPartition=a.per_partition),
+         combine(TOPIC, option("--per-partition", action="store_true",
+                               help="also each partition's own stats"))),
+    *[Verb(name, "internal (managed-ledger) stats of every partition of a partitioned topic",
+           lambda c, a: c.get(_t(a, "/partitioned-internal-stats")), TOPIC)
+      for name in ("partitioned-internal-stats", "partitioned-stats-internal")],
     Verb("last-message-id", "the last message id", lambda c, a: c.get(_t(a, "/lastMessageId")), TOPIC),
     Verb("get-message-by-id", "get the message(s) of an entry by ledger and entry id", _message_by_id,
          combine(TOPIC, option("-l", "--ledgerId", dest="ledger_id", type=int, required=True,
