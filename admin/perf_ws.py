@@ -510,6 +510,11 @@ def _execute(
         trio.run(main, args, run)
     except KeyboardInterrupt:
         return run.finish(interrupted=True)
+    except BaseExceptionGroup as group:  # Ctrl-C reached a task: it comes out of the nurseries in a group
+        interrupted, rest = group.split(KeyboardInterrupt)
+        if interrupted is None or rest is not None:
+            raise
+        return run.finish(interrupted=True)
     return run.finish()
 
 

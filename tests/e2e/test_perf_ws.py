@@ -5,6 +5,9 @@ with the broker's reason and exit code 1, and the closing line is strict JSON.""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -99,3 +102,20 @@ def test_no_broker_is_given_up_after_the_reconnect_timeout(capsys: pytest.Captur
     assert code == 1
     assert "no connection to ws://127.0.0.1:9/ws/v2/consumer/persistent/public/default/t/perf-sub" in err
     assert consumed["outcome"] == "failed"
+
+
+def test_ctrl_c_still_prints_the_summary() -> None:
+    command = [sys.executable, "-m", "magnetar.admin.cli", "perf", "consume", "--url", "ws://127.0.0.1:9",
+               "--topic", "t", "--reconnect-timeout-s", "120"]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        assert "retrying" in process.stdout.readline()  # running: the first attempt failed
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+    assert process.returncode == 130
+    assert _summary(out)["outcome"] == "interrupted"
