@@ -38,19 +38,24 @@ class LazySubcommands(_SubParsers):
         super().__init__(*args, **kwargs)
         self._loaders: dict[str, tuple[argparse.ArgumentParser, Loader]] = {}
 
-    def add_lazy(self, name: str, help_text: str, loader: Loader) -> argparse.ArgumentParser:
-        """A subcommand ``name`` with its help line; ``loader(parser)`` adds its arguments once chosen."""
-        parser = self.add_parser(name, help=help_text, description=help_text)
+    def add_lazy(
+        self, name: str, help_text: str, loader: Loader, **parser_options: Any
+    ) -> argparse.ArgumentParser:
+        """A subcommand ``name`` with its help line; ``loader(parser)`` adds its arguments once chosen.
+        ``parser_options`` go to the subcommand's parser (``formatter_class``, say)."""
+        parser = self.add_parser(name, help=help_text, description=help_text, **parser_options)
         self._loaders[name] = (parser, loader)
         return parser
 
-    def add_module(self, name: str, help_text: str, module_name: str) -> argparse.ArgumentParser:
+    def add_module(
+        self, name: str, help_text: str, module_name: str, **parser_options: Any
+    ) -> argparse.ArgumentParser:
         """A subcommand whose module (imported when chosen) has ``add_arguments(parser)``."""
 
         def load(parser: argparse.ArgumentParser) -> None:
             importlib.import_module(module_name).add_arguments(parser)
 
-        return self.add_lazy(name, help_text, load)
+        return self.add_lazy(name, help_text, load, **parser_options)
 
     def load(self, name: str) -> argparse.ArgumentParser | None:
         """Run the loader of ``name`` (once); its parser, or None when ``name`` is not a lazy subcommand."""

@@ -321,8 +321,20 @@ class BrokerService:
         return self.settings.allow_auto_topic_creation
 
     async def _close_topic(self, topic: PersistentTopic, reason: str) -> None:
-        self._topic_bundles.pop(topic.full_name, None)
-        await topic.close(reason)
+        """Close ``topic`` (already out of :attr:`topics`). Until its managed ledger is closed, a request
+        for the same name waits, as for a load in progress: loading it meanwhile would get the closing
+        managed ledger from the factory, and its producers every write refused for good."""
+        key = topic.full_name
+        self._topic_bundles.pop(key, None)
+        if key in self._loading:  # a load of the name already runs: it found the topic gone and reopens it
+            await topic.close(reason)
+            return
+        done = self._loading[key] = trio.Event()
+        try:
+            await topic.close(reason)
+        finally:
+            del self._loading[key]
+            done.set()
 
     async def unload_topic(self, topic: TopicName) -> bool:
         """Close a loaded topic cleanly (admin ``unload``); the bundle stays owned. False if not loaded."""

@@ -114,6 +114,8 @@ def _rules() -> dict[tuple[str, str], Access]:
         ("DELETE", f"{T}/truncate"): topic(TN.TRUNCATE),
         ("GET", f"{T}/stats"): topic(TN.GET_STATS),
         ("GET", f"{T}/internalStats"): topic(TN.GET_STATS),
+        ("GET", f"{T}/partitioned-stats"): topic(TN.GET_STATS),
+        ("GET", f"{T}/partitioned-internal-stats"): topic(TN.GET_STATS),
         ("GET", f"{T}/lastMessageId"): topic(TN.PEEK_MESSAGES),
         ("GET", f"{T}/subscriptions"): topic(TN.GET_SUBSCRIPTIONS),
         ("GET", f"{T}/ledger/{{ledger}}/entry/{{entry}}"): topic(TN.PEEK_MESSAGES),

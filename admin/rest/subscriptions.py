@@ -23,6 +23,7 @@ from magnetar.admin.rest.framework import (
 )
 from magnetar.admin.rest.messages import entry_response, first_at_or_after, publish_time
 from magnetar.admin.rest.models import Int32, Int64
+from magnetar.admin.rest.names import subscription_of
 from magnetar.admin.rest.served import host_of, served_topic
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.topic_name import TopicName
@@ -34,7 +35,6 @@ from magnetar.managed_ledger.position import InvalidPositionError, Position
 TAG = "subscriptions"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 SUB = TOPIC + "/subscription/{subscription}"
-SUBSCRIPTION_NAME_CHARS_MAX = 1024
 EXPIRY_SEARCH_READS_MAX = 64
 
 
@@ -64,15 +64,8 @@ class ForceQuery(QueryModel):
     authoritative: bool = False
 
 
-def _subscription_name(call: Call) -> str:
-    name = call.param("subscription")
-    if not name or len(name) > SUBSCRIPTION_NAME_CHARS_MAX:
-        raise AdminError(412, "Subscription name is not valid")
-    return name
-
-
 async def _cursor(call: Call) -> tuple[TopicName, ManagedLedger, ManagedCursor]:
-    name = _subscription_name(call)
+    name = subscription_of(call)
     topic, ml = await served_topic(call)
     cursor = ml.cursors.get(name)
     if cursor is None:
@@ -99,7 +92,7 @@ def _position_of(ml: ManagedLedger, data: ResetCursorData) -> Position:
 
 
 async def create_subscription(call: Call) -> HttpResponse:
-    name = _subscription_name(call)
+    name = subscription_of(call)
     _, ml = await served_topic(call, create=True)
     if name in ml.cursors:
         raise AdminError(409, "Subscription already exists for topic")
