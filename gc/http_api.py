@@ -27,6 +27,7 @@ from typing import Any
 
 import trio
 
+from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, Router, json_response
 from magnetar.gc.collector import BookieGarbageCollector
 
@@ -137,6 +138,9 @@ def _result_json(result: Any) -> dict[str, object]:
         return {}
     return {
         "deletedLedgers": len(result.deleted_ledgers),
+        "sealedActiveEntryLog": (
+            log_file_name(result.sealed_active_log) if result.sealed_active_log is not None else None
+        ),
         "deletedEntryLogs": len(result.deleted_logs),
         "reclaimedBytes": result.reclaimed_bytes,
         "compaction": result.compaction.to_json() if result.compaction else None,
