@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     security.add_argument("--token-public-key", help="or the public key of the cluster's key pair")
     security.add_argument("--auth-allowed-roles", help="comma-separated roles whose tokens may connect")
+    security.add_argument(
+        "--super-user-roles", help="comma-separated roles that may call the HTTP endpoints (GC, listings)"
+    )
     security.add_argument("--tls-certificate-file", help="PEM certificate chain: serve the protocol over TLS")
     security.add_argument("--tls-key-file", help="PEM private key of the certificate")
     security.add_argument("--tls-trust-certs-file", help="PEM CA certificates for client certificates")
@@ -58,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     security = (
         "authentication_enabled", "token_secret_key", "token_public_key", "auth_allowed_roles",
-        "tls_certificate_file", "tls_key_file", "tls_trust_certs_file", "tls_require_trusted_client_cert",
+        "super_user_roles", "tls_certificate_file", "tls_key_file", "tls_trust_certs_file",
+        "tls_require_trusted_client_cert",
     )  # fmt: skip
     overrides = {name: getattr(args, name) for name in (*names, *security, "storage", "port_file")}
     return bookie_process.main({k: v for k, v in overrides.items() if v is not None}, args.config)

@@ -8,9 +8,10 @@
   bookies through in-process calls (the same bookie request logic, without TCP and the codec in between);
 * replication E/W/A = 1/1/1 for one bookie, 2/2/2 for two, 3/3/2 for three or more (overridable).
 
-Each bookie runs its garbage collector and entry-log compactor (``magnetar.gc``); their endpoints
-(``PUT /api/v1/bookie/gc``, ``GET /api/v1/bookie/gc_details``, ``list_disk_file``, ``entry_log_usage``) are
-served on the broker's HTTP port and act on every bookie.
+Each bookie runs its garbage collector and entry-log compactor (``magnetar.gc``). The bookies' HTTP API -
+BookKeeper's ``/api/v1/bookie/...`` paths, GC endpoints included, and their metrics - is served on the
+broker's HTTP port (:mod:`.standalone_http`). Every broker and bookie setting is a standalone setting
+(:mod:`.standalone_settings`, which also holds the defaults sized for one machine).
 
 Security is off by default, as in Pulsar's standalone. ``--authentication-enabled`` with a token key turns
 on token authentication and authorization for the broker (WebSocket API, lookup, admin API) and for the
@@ -50,6 +51,7 @@ from magnetar.admin.process_common import (
     first_signal,
     tune_gc,
 )
+from magnetar.admin.standalone_http import add_standalone_bookie_routes
 from magnetar.admin.standalone_settings import StandaloneSettings
 from magnetar.bookkeeper.bookie.server import Bookie
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
@@ -63,7 +65,6 @@ from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.service import BrokerService
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
-from magnetar.gc.http_api import add_gc_routes
 
 __all__ = ["StandaloneSettings", "main", "open_bookies", "serve"]
 
@@ -160,7 +161,7 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
 
         def routes(router: Router, service: BrokerService) -> None:
             broker_routes(router, service)
-            add_gc_routes(router, running.collectors)  # the bookies' garbage collectors
+            add_standalone_bookie_routes(router, service, running.bookies, running.collectors)
 
         extras["register_routes"] = routes
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:

@@ -9,7 +9,9 @@ Names follow DESIGN.md §4 (unit last) and map to BookKeeper's ``bk_server.conf`
 
 Security (off by default): ``authentication_enabled`` makes every connection start with an AUTH carrying a
 token signed with the cluster's key (``token_secret_key`` or ``token_public_key``, as the brokers'), whose
-role is in ``auth_allowed_roles`` when that list is set (BookKeeper's ``bookieAuthProviderFactoryClass``);
+role is in ``auth_allowed_roles`` when that list is set (BookKeeper's ``bookieAuthProviderFactoryClass``),
+and makes the HTTP endpoints other than ``is_ready`` need a token of one of ``super_user_roles`` (``/metrics``
+only with ``authenticate_metrics_endpoint``, see :mod:`.http_api`);
 ``tls_certificate_file`` + ``tls_key_file`` serve the protocol over TLS (BookKeeper's ``tlsCertificatePath``,
 ``tlsKeyStore``), with client certificates required when ``tls_require_trusted_client_cert`` is set.
 """
@@ -97,6 +99,12 @@ class BookieSettings(BaseSettings):
     """Roles whose tokens may connect (comma-separated); empty: any token the cluster key verifies."""
     auth_timeout_ms: PositiveInt = 10_000
     """A connection that has not authenticated within this is closed (it would hold a connection slot)."""
+    super_user_roles: Annotated[tuple[str, ...], NoDecode] = ()
+    """Roles (comma-separated) that may call the HTTP endpoints when authentication is on: GC and compaction
+    control, disk listings, ``info`` and ``state`` (Pulsar's ``superUserRoles``, as the brokers')."""
+    authenticate_metrics_endpoint: bool = False
+    """``/metrics`` on the HTTP port needs a superuser's token too (Pulsar's
+    ``authenticateMetricsEndpoint``)."""
 
     tls_certificate_file: Path | None = None
     """PEM certificate chain: with ``tls_key_file``, the bookie protocol is served over TLS only."""
@@ -113,7 +121,7 @@ class BookieSettings(BaseSettings):
     zk_tls_certificate_file: Path | None = None
     zk_tls_key_file: Path | None = None
 
-    @field_validator("auth_allowed_roles", mode="before")
+    @field_validator("auth_allowed_roles", "super_user_roles", mode="before")
     @classmethod
     def _split_roles(cls, value: Any) -> Any:
         if isinstance(value, str):
