@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -100,11 +101,35 @@ def produce(url: str, topics: list[str], messages_per_topic: int) -> float:
     return time.monotonic() - began
 
 
-def http(method: str, url: str) -> int:
+def http(method: str, url: str) -> Any:
+    """The answer's JSON (None when it has no body)."""
     request = urllib.request.Request(url, method=method)
     with urllib.request.urlopen(request, timeout=120) as answer:
-        status: int = answer.status
-        return status
+        body = answer.read()
+        return json.loads(body) if body else None
+
+
+def retained_bytes(url: str, topics: list[str]) -> int:
+    """What the remaining topics still hold (``storageSize`` of their stats): what must stay on disk."""
+    total = 0
+    for topic in topics:
+        try:
+            total += int(
+                http("GET", f"{url}/admin/v2/persistent/public/default/{topic}/stats")["storageSize"]
+            )
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+    return total
+
+
+def gc_summary(url: str) -> dict[str, Any]:
+    details = http("GET", f"{url}/api/v1/bookie/gc_details")[0]
+    names = (
+        "gcRuns", "deletedLedgers", "sealedActiveEntryLogs", "deletedEntryLogs", "majorCompactionCounter",
+        "minorCompactionCounter", "reclaimedByDeletionBytes", "reclaimedByCompactionBytes",
+    )  # fmt: skip
+    return {name: details[name] for name in names}
 
 
 def sample_until_settled(
@@ -149,6 +174,7 @@ def main() -> int:
     data_dir = work / "data"
     topics = [f"disk-return-{i}" for i in range(args.topics)]
     messages = args.megabytes * MIB // 1024 // args.topics
+    started = time.monotonic()
     process, url = start_standalone(data_dir, env)
     try:
         print(f"standalone pid {process.pid} at {url}, data in {data_dir}, extra env {env or 'none'}")
@@ -159,6 +185,7 @@ def main() -> int:
         before = parts(data_dir)
         print(f"on disk after publishing: {json.dumps({k: mib(v) for k, v in before.items()})} MiB")
         began = time.monotonic()
+        print(f"(the standalone started {began - started:.0f} s ago; its GC runs every 60 s from its start)")
         if args.mode == "delete":
             for topic in topics:
                 http("DELETE", f"{url}/admin/v2/persistent/public/default/{topic}?force=true")
@@ -178,6 +205,8 @@ def main() -> int:
             "after_mib": {k: round(v / MIB, 1) for k, v in after.items()},
             "freed_mib": round((before["total"] - after["total"]) / MIB, 1),
             "seconds_to_floor": round(reached, 1),
+            "retained_by_topics_mib": round(retained_bytes(url, topics) / MIB, 1),
+            "gc": gc_summary(url),
             "env": env,
         }
         print(json.dumps(summary))
