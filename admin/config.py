@@ -202,7 +202,7 @@ def _lift(
         if name in parts.models:
             if isinstance(value, Mapping):
                 _refuse_set_by_process(parts, name, value, where)
-                tables[name] = dict(value)
+                tables[name] = copy.deepcopy(dict(value))
             else:
                 lifted[name] = value  # not a table: validation says so
         elif name in model.model_fields:
@@ -220,13 +220,25 @@ def _lift(
             else:
                 raise ConfigError(f"{name} ({where}): the {parts.kind} sets it itself: {why}")
             continue
-        for part in targets:
-            table = tables.setdefault(part, {})
-            if name not in table:  # a part's own table wins over the flat name in the same source
-                table[name] = dict(value) if isinstance(value, Mapping) else value
-                renamed[f"{part}.{name}"] = name
+        for part in targets:  # a part's own table wins over the flat name in the same source, key by key
+            _fill(tables.setdefault(part, {}), {name: value}, part, "", renamed)
     lifted.update(tables)
     return lifted
+
+
+def _fill(
+    into: dict[str, Any], flat: Mapping[str, Any], dotted: str, given: str, renamed: dict[str, str]
+) -> None:
+    """Add to ``into`` (a part's table, at ``dotted``) what ``flat`` (given under the names ``given``...)
+    has and it has not, recording each added value's flat name in ``renamed``."""
+    for name, value in flat.items():
+        here, flat_name = f"{dotted}.{name}", f"{given}{name}"
+        current = into.get(name)
+        if current is None and name not in into:
+            into[name] = copy.deepcopy(dict(value)) if isinstance(value, Mapping) else value
+            renamed[here] = flat_name
+        elif isinstance(current, dict) and isinstance(value, Mapping):
+            _fill(current, value, here, f"{flat_name}.", renamed)
 
 
 def _refuse_set_by_process(parts: Parts, part: str, table: Mapping[str, Any], where: str) -> None:

@@ -17,16 +17,16 @@ The standalone sets some of its parts' settings itself (:data:`SET_BY_STANDALONE
 (:meth:`StandaloneSettings.bookie_settings` gives bookie ``i``).
 
 Defaults sized for one machine (:data:`STANDALONE_BOOKIE_DEFAULTS`). A bookie's own defaults are
-BookKeeper's, made for a dedicated server: 1 GiB entry logs, 2 GiB journal files of which 5 old ones are
-kept, garbage collection every 10 minutes, compaction hourly and daily. On a laptop that keeps gigabytes
+BookKeeper's, made for a dedicated server: 1 GiB entry logs, 2 GiB journal files (BookKeeper keeps 5 old
+ones), garbage collection every 10 minutes, compaction hourly and daily. On a laptop that keeps gigabytes
 for nothing - one half-written 1 GiB entry log is never collected while it is being written, so deleting
 every topic freed nothing - so the standalone's bookies default to:
 
 * ``entry_log_bytes_max`` 64 MiB: logs are sealed (and collectable) after 64 MiB rather than 1 GiB;
-* ``journal_file_bytes_max`` 16 MiB, ``journal_max_backups`` 1, ``journal_preallocate_bytes`` 4 MiB:
-  journal files are deleted whole once a checkpoint has passed them, so the journal keeps the file being
-  written and one old file, about 32 MiB, instead of up to 12 GiB (no throughput cost measured: a roll every
-  16 MiB is a file creation and two syncs);
+* ``journal_file_bytes_max`` 16 MiB, ``journal_max_backups`` 0, ``journal_preallocate_bytes`` 4 MiB:
+  journal files are deleted whole once a checkpoint has passed them (replay starts at the checkpoint's mark,
+  so nothing reads them again), so the journal keeps about the file being written, 16-20 MiB, instead of
+  up to 12 GiB (no throughput cost measured: a roll every 16 MiB is a file creation and two syncs);
 * ``gc_wait_time_s`` 60: a deleted topic's space comes back within about a minute of its ledgers' deletion;
 * ``active_log_roll_garbage_bytes`` 4 MiB: a GC pass seals the entry log being written once 4 MiB of it
   belong to deleted ledgers, so that space comes back too without waiting for the log to fill up;
@@ -63,7 +63,7 @@ STANDALONE_BOOKIE_DEFAULTS: dict[str, Any] = {
     "storage_engine": {
         "entry_log_bytes_max": 64 * MIB,
         "journal_file_bytes_max": 16 * MIB,
-        "journal_max_backups": 1,
+        "journal_max_backups": 0,
         "journal_preallocate_bytes": 4 * MIB,
     },
     "gc": {

@@ -305,3 +305,26 @@ def test_config_show_standalone_lists_every_setting_with_its_source(
             assert f"{part}.{dotted}" in sources
     assert sources["broker.retention_check_interval_s"] == "env MAGNETAR_RETENTION_CHECK_INTERVAL_S"
     assert sources["bookie.port"].startswith("set by the standalone")
+
+
+def test_a_flat_table_and_the_parts_table_merge_key_by_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "standalone.toml"
+    config.write_text(
+        "[storage_engine]\njournal_group_wait_ms = 1\nread_cache_bytes_max = 2048\n"
+        "[bookie.storage_engine]\nread_cache_bytes_max = 1000\n"
+    )
+    monkeypatch.setenv("MAGNETAR_STORAGE_ENGINE__READ_AHEAD_ENTRIES", "7")
+    loaded = load_settings(StandaloneSettings, {}, config)
+    engine = loaded.settings.bookie.storage_engine
+    assert engine.journal_group_wait_ms == 1
+    assert engine.read_cache_bytes_max == 1000  # the part's table wins over the flat table, key by key
+    assert engine.read_ahead_entries == 7
+    assert engine.entry_log_bytes_max == STANDALONE_BOOKIE_DEFAULTS["storage_engine"]["entry_log_bytes_max"]
+    sources = json.loads(render_json(loaded))["sources"]
+    assert (
+        sources["bookie.storage_engine.read_ahead_entries"]
+        == "env MAGNETAR_STORAGE_ENGINE__READ_AHEAD_ENTRIES"
+    )
+    assert sources["bookie.storage_engine.read_cache_bytes_max"] == f"file {config}"
