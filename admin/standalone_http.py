@@ -71,7 +71,14 @@ def add_standalone_bookie_routes(
     add_bookie_routes(router, all_of(lambda: bookies), access, metrics_route=False)
     add_gc_routes(router, all_of(lambda: collectors), access)
     add_bookie_routes(router, by_bookie_id(bookie_ids), access, BOOKIE_PREFIX)
-    add_gc_routes(router, by_bookie_id(lambda: {gc.name: gc for gc in collectors}), access, BOOKIE_PREFIX)
+    bookie_collectors = by_bookie_id(lambda: {gc.name: gc for gc in collectors})
+
+    def collector_of(request: HttpRequest) -> Sequence[BookieGarbageCollector]:
+        if request.path_params["bookie_id"] in bookie_ids() and not collectors:
+            raise HttpError(404, "no garbage collector runs in this standalone's bookies (gc.gc_enabled)")
+        return bookie_collectors(request)
+
+    add_gc_routes(router, collector_of, access, BOOKIE_PREFIX)
     service.metrics.registry.register(
         LabelledBookieMetrics(
             lambda: [(bookie_id, b.metrics.registry) for bookie_id, b in bookie_ids().items()]

@@ -41,11 +41,22 @@ BAD_BODIES = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+def free_ports(count: int) -> int:
+    """A port P such that P .. P + count - 1 are free now (bookie i of a standalone takes P + i)."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base: int = probe.getsockname()[1]
+        if base + count > 65535:
+            continue
+        try:
+            for offset in range(count):
+                with socket.socket() as taken:
+                    taken.bind(("127.0.0.1", base + offset))
+        except OSError:
+            continue
+        return base
+    raise AssertionError(f"no {count} consecutive free ports")
 
 
 @pytest.fixture
@@ -101,12 +112,12 @@ def assert_bad_bodies_are_400(http: httpx.Client, prefix: str, headers: dict[str
     assert http.get(f"{prefix}/api/v1/bookie/list_disk_file?file_type=x", headers=headers).status_code == 400
 
 
-def start_standalone(group: ProcessGroup, tmp_path: Path, *args: str) -> MagnetarProcess:
+def start_standalone(group: ProcessGroup, tmp_path: Path, *args: str, bookies: int = 1) -> MagnetarProcess:
     return group.add(
         "standalone",
         [
             "standalone", "--data-dir", str(tmp_path / "data"), "--http-port", "0",
-            "--bookie-port", str(free_port()), *args,
+            "--bookie-port", str(free_ports(bookies)), "--bookies", str(bookies), *args,
         ],
     )  # fmt: skip
 
@@ -165,7 +176,7 @@ def test_bookie_process_with_authentication_guards_its_http_port(
 def test_standalone_serves_each_bookies_http_api_on_its_port(
     magnetar_processes: ProcessGroup, tmp_path: Path, http_client: httpx.Client
 ) -> None:
-    process = start_standalone(magnetar_processes, tmp_path, "--bookies", "2")
+    process = start_standalone(magnetar_processes, tmp_path, bookies=2)
     http_client.base_url = httpx.URL(str(process.ready["httpUrl"]))
     info = http_client.get("/api/v1/bookie/info").json()
     ids = [document["bookieId"] for document in info]
