@@ -4,7 +4,9 @@ It opens the metadata store, builds the ledger store named by ``storage``, serve
 registers the bookie (``/ledgers/available/<host:port>``). With the disk engine it also runs the garbage
 collector and entry-log compactor (``magnetar.gc``; settings ``gc.*``, e.g. ``MAGNETAR_GC__GC_WAIT_TIME_S``),
 whose endpoints (``/api/v1/bookie/gc``, ``gc_details``, ``list_disk_file``, ``entry_log_usage``) join the
-bookie's HTTP endpoints.
+bookie's HTTP endpoints. With ``authentication_enabled`` those need a token of one of ``super_user_roles``
+(``is_ready`` stays open, ``/metrics`` follows ``authenticate_metrics_endpoint``: see
+:mod:`magnetar.bookkeeper.bookie.http_api`).
 
 Discovering the port (``--port 0``): once the bookie serves and is registered it prints one JSON line on
 stdout, ``{"event": "bookie-ready", "bookieId": ..., "host": ..., "port": ...}``, and, with
@@ -43,7 +45,7 @@ from magnetar.admin.process_common import (
     first_signal,
 )
 from magnetar.bookkeeper.bookie.errors import StorageInUseError
-from magnetar.bookkeeper.bookie.http_api import bookie_router
+from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, all_of, bookie_router
 from magnetar.bookkeeper.bookie.identity import (
     bookie_directories,
     find_identity_error,
@@ -200,9 +202,10 @@ async def _start_http(
     if settings.http_port is None:
         return None
     http = HttpSettings(http_bind_address=settings.bind_address, http_port=settings.http_port)
-    router = bookie_router(bookie)
+    access = BookieHttpAccess(settings)
+    router = bookie_router(bookie, access)
     if collector is not None:
-        add_gc_routes(router, [collector])
+        add_gc_routes(router, all_of(lambda: [collector]), access)
     serve = functools.partial(serve_http, router, http, service="bookie HTTP", port_setting="http_port")
     ports: list[int] = await nursery.start(serve)
     bookie.settings = settings.model_copy(update={"http_port": ports[0]})

@@ -55,7 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated roles of the brokers (their bookkeeper_auth_token's subject)",
     )
     security.add_argument(
-        "--super-user-roles", help="comma-separated superuser roles (admitted too; nobody else is)"
+        "--super-user-roles",
+        help="comma-separated superuser roles: admitted on the bookie protocol, and the only roles that may "
+        "call the HTTP endpoints (GC, listings) when authentication is on",
     )
     security.add_argument("--tls-certificate-file", help="PEM certificate chain: serve the protocol over TLS")
     security.add_argument("--tls-key-file", help="PEM private key of the certificate")

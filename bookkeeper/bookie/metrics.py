@@ -146,3 +146,26 @@ class BookieMetrics(Collector):
 def render_metrics(registry: CollectorRegistry) -> bytes:
     """The Prometheus text exposition of ``registry`` (serve it as ``text/plain; version=0.0.4``)."""
     return generate_latest(registry)
+
+
+class LabelledBookieMetrics(Collector):
+    """The metrics of several bookies as one collector, every sample labelled ``bookie="<bookie id>"``.
+
+    A process that hosts bookies beside its own metrics (``magnetar standalone``, whose broker owns
+    ``/metrics``) registers this in its registry: one scrape then has everything, and the bookies' samples of
+    one metric share one family (a page must not name a metric twice)."""
+
+    def __init__(self, registries: Callable[[], Iterable[tuple[str, CollectorRegistry]]]) -> None:
+        self._registries = registries
+
+    def collect(self) -> Iterable[Metric]:
+        families: dict[str, Metric] = {}
+        for bookie_id, registry in self._registries():
+            for family in registry.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = Metric(family.name, family.documentation, family.type, family.unit)
+                    families[family.name] = merged
+                for sample in family.samples:
+                    merged.samples.append(sample._replace(labels={"bookie": bookie_id, **sample.labels}))
+        yield from families.values()

@@ -15,7 +15,9 @@ Pulsar's practice of admitting only the brokers' own credentials and superusers)
 tenant's application token included - is refused, and so is everyone when both lists are empty. Until its
 AUTH is accepted a connection may send at most ``unauthenticated_bytes_max`` bytes, and at most
 ``unauthenticated_connections_max`` connections wait for their AUTH at once (the oldest is closed to admit a
-new one), so connections without a token hold at most the product of the two.
+new one), so connections without a token hold at most the product of the two. Once
+authentication is on, the HTTP endpoints other than ``is_ready`` need a token of one of ``super_user_roles``
+(``/metrics`` only with ``authenticate_metrics_endpoint``, see :mod:`.http_api`).
 ``tls_certificate_file`` + ``tls_key_file`` serve the protocol over TLS (BookKeeper's ``tlsCertificatePath``,
 ``tlsKeyStore``), with client certificates required when ``tls_require_trusted_client_cert`` is set.
 """
@@ -113,6 +115,9 @@ class BookieSettings(BaseSettings):
     brokers' default ``token_bytes_max`` fits); one that needs to send more is answered EUA and closed."""
     unauthenticated_connections_max: Annotated[int, Field(ge=1, le=65536)] = 128
     """Connections waiting for their AUTH at once; a new one closes the oldest of them."""
+    authenticate_metrics_endpoint: bool = False
+    """``/metrics`` on the HTTP port needs a superuser's token too (Pulsar's
+    ``authenticateMetricsEndpoint``)."""
 
     tls_certificate_file: Path | None = None
     """PEM certificate chain: with ``tls_key_file``, the bookie protocol is served over TLS only."""

@@ -397,3 +397,64 @@ async def test_a_ledger_deleted_later_is_collected_by_the_next_pass(
         assert result is not None
         assert result.deleted_ledgers == [2]
         assert_readable(store, (1,), 400)
+
+
+async def test_the_log_being_written_is_sealed_once_enough_of_it_is_garbage(
+    tmp_path: Path, metadata: MemoryMetadataStore
+) -> None:
+    """A log that never fills up (a quiet laptop standalone) would keep deleted ledgers' bytes for ever:
+    ``active_log_roll_garbage_bytes`` seals it so the same pass deletes it."""
+    settings = engine_settings(tmp_path / "bookie", entry_log_bytes_max=64 * 1024 * 1024)
+    async with open_ledger_store(settings) as store:
+        await write_entries(store, [1, 2], 300)
+        await register_ledgers(metadata, [3])  # ledgers 1 and 2 are gone, ledger 3 comes later
+        assert len(store.gc.log_ids()) == 0, "everything is still in the log being written"
+        before = entry_log_bytes(settings)
+        # BookKeeper's behaviour (0): the log being written is left alone, nothing comes back.
+        keeping = BookieGarbageCollector(store, metadata, gc_settings(), name="b1")
+        kept = await keeping.run_once()
+        assert kept is not None
+        assert kept.deleted_ledgers == [1, 2]
+        assert kept.sealed_active_log is None
+        assert kept.deleted_logs == []
+        assert entry_log_bytes(settings) == before
+        # Below the threshold nothing is sealed either.
+        too_little = gc_settings(active_log_roll_garbage_bytes=before * 2)
+        assert (await BookieGarbageCollector(store, metadata, too_little).run_once()) is not None
+        assert store.gc.log_ids() == []
+        gc = BookieGarbageCollector(store, metadata, gc_settings(active_log_roll_garbage_bytes=1024))
+        result = await gc.run_once()
+        assert result is not None
+        assert result.sealed_active_log is not None
+        assert result.deleted_logs == [result.sealed_active_log]
+        assert result.reclaimed_by_deletion_bytes > 0.9 * before
+        assert entry_log_bytes(settings) < 0.1 * before
+        assert gc.details()["sealedActiveEntryLogs"] == 1
+        # Writing goes on in the next log, and a later checkpoint does not mind the roll.
+        await write_entries(store, [3], 50)
+        assert_readable(store, (3,), 50)
+        again = await gc.run_once()
+        assert again is not None
+        assert again.sealed_active_log is None
+        assert again.deleted_ledgers == []
+        assert_readable(store, (3,), 50)
+
+
+async def test_a_log_being_written_with_live_data_is_sealed_and_left_to_compaction(
+    tmp_path: Path, metadata: MemoryMetadataStore
+) -> None:
+    settings = engine_settings(tmp_path / "bookie", entry_log_bytes_max=64 * 1024 * 1024)
+    async with open_ledger_store(settings) as store:
+        await write_entries(store, [1, 2, 3, 4], 200)
+        await register_ledgers(metadata, [4])
+        gc = BookieGarbageCollector(
+            store, metadata, gc_settings(active_log_roll_garbage_bytes=1024, minor_compaction_threshold=0)
+        )
+        result = await gc.run_once(force_major=True)
+        assert result is not None
+        assert result.sealed_active_log is not None
+        assert result.deleted_logs == [], "ledger 4 still lives in it"
+        assert result.compaction is not None
+        assert result.compaction.logs_compacted == 1
+        assert result.reclaimed_bytes > 0
+        assert_readable(store, (4,), 200)
