@@ -60,6 +60,7 @@ from magnetar.bookkeeper.bookie.cookie import (
 )
 from magnetar.bookkeeper.bookie.log_mark import fsync_dir
 from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.storage import check_not_in_use
 from magnetar.bookkeeper.metadata.api import BadVersionError, MetadataStore, MetadataStoreError
 from magnetar.bookkeeper.metadata.bookies import (
     cookie_path,
@@ -422,6 +423,8 @@ async def verify_bookie_identity(
     if dirs is None:
         log.info("bookie %s: %s engine, no cookie check", bookie_id, settings.storage)
         return None
+    # Another bookie running on these directories is what is wrong then, not its cookie.
+    await trio.to_thread.run_sync(check_not_in_use, settings.storage_settings())
     return await check_bookie_identity(metadata, bookie_id, dirs)
 
 

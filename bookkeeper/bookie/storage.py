@@ -30,6 +30,7 @@ tasks - the journal writer, the checkpointer and the disk monitor - in a nursery
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import struct
@@ -104,6 +105,28 @@ class _Parts:
     journal_writer: JournalWriterFile
     states: dict[int, LedgerState]
     ranges: dict[int, EntryRange]
+
+
+def check_not_in_use(settings: BookieStorageSettings) -> None:
+    """Raise :class:`StorageInUseError` when another process has this engine open (it holds the POSIX lock
+    RocksDB takes on the index's ``LOCK`` file). A probe, for checks that must run before the engine opens -
+    the bookie's identity check would otherwise report another running bookie's directory as a mismatched
+    cookie. It must not run in a process that has the engine open: closing the probe's descriptor would drop
+    that process's own lock (POSIX locks belong to the process, not the descriptor)."""
+    lock_path = settings.index_path / "LOCK"
+    try:
+        fd = os.open(lock_path, os.O_RDWR)
+    except FileNotFoundError:
+        return  # never opened: nobody holds it
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        raise StorageInUseError(
+            f"bookie data directory {settings.data_dir} is held by another process "
+            f"(the lock on {lock_path}: {exc.strerror})"
+        ) from None
+    finally:
+        os.close(fd)
 
 
 def _open_parts(settings: BookieStorageSettings) -> _Parts:

@@ -82,6 +82,8 @@ def candidates(annotation: Any, current: Any) -> list[Any]:
         return [v for v in (base + 1.0, (base + 1.0) / 2, base / 2, base * 2, 0.5) if v != current]
     if annotation is str:
         return ["reach-value"]
+    if annotation is pydantic.SecretStr:
+        return [pydantic.SecretStr("reach-secret")]
     if annotation is Path:
         return [Path("/etc/reach/file")]
     if origin is tuple:
@@ -90,6 +92,8 @@ def candidates(annotation: Any, current: Any) -> list[Any]:
 
 
 def env_text(value: Any) -> str:
+    if isinstance(value, pydantic.SecretStr):
+        return value.get_secret_value()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, tuple):
@@ -98,6 +102,8 @@ def env_text(value: Any) -> str:
 
 
 def toml_text(value: Any) -> str:
+    if isinstance(value, pydantic.SecretStr):
+        return json.dumps(value.get_secret_value())
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
