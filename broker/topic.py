@@ -37,6 +37,7 @@ from magnetar.broker.dispatcher import SubscriptionType
 from magnetar.broker.entry_format import decode_entry, encode_batch, encode_compact_batch, encode_message
 from magnetar.broker.errors import (
     ProducerBusyError,
+    ServiceUnitNotReadyError,
     SubscriptionBusyError,
     TopicClosedError,
     TopicNotFoundError,
@@ -376,7 +377,12 @@ class PersistentTopic:
         if subscription is not None:
             return subscription
         if durable:
-            cursor = await self.ml.open_cursor(name, start_at_earliest=start_earliest)
+            try:
+                cursor = await self.ml.open_cursor(name, start_at_earliest=start_earliest)
+            except (ManagedLedgerError, BKError, MetadataStoreError) as exc:
+                raise ServiceUnitNotReadyError(
+                    f"Failed to open subscription {name!r} on {self.name}: {exc}"
+                ) from exc
         else:
             start = self._first_position() if start_earliest else self._after_last()
             cursor = self.ml.open_non_durable_cursor(start)
