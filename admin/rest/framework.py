@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from magnetar.admin.rest.access import check_access, rule_for
 from magnetar.bookkeeper.metadata import MetadataStoreError, StoreUnavailableError
+from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.http import (
     HttpError,
     HttpRequest,
@@ -92,6 +93,8 @@ class Call:
     context: AdminContext
     query: QueryModel
     body: Any
+    principal: Principal | None = None
+    """Who called (None when security is off or the route is open): for checks a route makes itself."""
 
     def param(self, name: str) -> str:
         return self.request.path_params[name]
@@ -250,10 +253,10 @@ def make_handler(
 
     async def handle(request: HttpRequest) -> HttpResponse:
         try:
-            await check_access(access, request, context.security)
+            principal = await check_access(access, request, context.security)
             query = parse_query(endpoint, request)
             body = parse_body(endpoint, request)
-            return await endpoint.handler(Call(request, context, query, body))
+            return await endpoint.handler(Call(request, context, query, body, principal))
         except HttpError:
             raise
         except Exception as exc:
