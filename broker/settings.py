@@ -119,6 +119,9 @@ class BrokerSettings(SecuritySettings):
     ws_idle_timeout_ms: PositiveInt = 300_000
     ws_send_queue_bytes_max: PositiveInt = 1 * MIB
     shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
+    ws_close_flush_timeout_ms: Annotated[int, Field(gt=0, le=60_000)] = 5_000
+    """When the broker ends a session (unload, shutdown), how long the frames already queued for the client -
+    receipts of stored messages above all - may take to go out before the Close is sent."""
 
     # -- process ---------------------------------------------------------------------------------------
     gc_tuning: bool = True

@@ -30,6 +30,7 @@ class Client:
         self.broker = broker
         self.keys = keys
         self.http = httpx.Client(base_url=broker.http_url, timeout=30)
+        self.subscriptions = 0
 
     def headers(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.keys.token(role)}"}
@@ -58,7 +59,9 @@ class Client:
         return self.ws_status(f"/ws/v2/producer/persistent/{NS}/{local}", role)
 
     def consumer(self, local: str, role: str) -> int:
-        return self.ws_status(f"/ws/v2/consumer/persistent/{NS}/{local}/sub", role)
+        # A subscription of its own each time: the previous session may still hold an exclusive one (409).
+        self.subscriptions += 1
+        return self.ws_status(f"/ws/v2/consumer/persistent/{NS}/{local}/sub-{self.subscriptions}", role)
 
     def reader(self, local: str, role: str) -> int:
         return self.ws_status(f"/ws/v2/reader/persistent/{NS}/{local}", role)
