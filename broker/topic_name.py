@@ -17,6 +17,13 @@ non-empty and, as a Magnetar bound, at most :data:`LOCAL_NAME_CHARS_MAX` charact
 path (REST paths, the managed-ledger name) it is encoded like Java's ``URLEncoder`` (``Codec.encode``):
 letters, digits and ``. - * _`` stay, space becomes ``+``, every other byte of the UTF-8 form becomes ``%XX``.
 
+Bounds (Magnetar's; Pulsar has none). Names become segments of metadata paths, which may hold at most 4 KiB
+and no ``.`` or ``..`` segment: so ``.`` and ``..`` are not names (of a tenant, namespace, cluster or topic),
+a tenant, namespace or cluster name has at most :data:`NAMED_ENTITY_CHARS_MAX` characters, and a local name
+at most :data:`LOCAL_NAME_ENCODED_CHARS_MAX` characters once URL-encoded (1,024 ASCII characters always
+fit; fewer of the characters that take several UTF-8 bytes). Subscription names have their own rule
+(:mod:`.subscription_name`).
+
 Partitions are topics named ``<topic>-partition-<i>``; ``i`` counts only when it is the canonical decimal form
 of a non-negative 32-bit integer (``-partition-01`` and ``-partition--1`` are not partitions, as in Pulsar).
 The managed ledger of a topic is named ``tenant/namespace/persistent/<encoded local name>``
@@ -36,6 +43,13 @@ DEFAULT_NAMESPACE = "default"
 PARTITIONED_TOPIC_SUFFIX = "-partition-"
 LOCAL_NAME_CHARS_MAX = 1024
 """Magnetar's bound on a topic's local name (Pulsar has none); keeps metadata keys and paths bounded."""
+LOCAL_NAME_ENCODED_CHARS_MAX = 3072
+"""Magnetar's bound on a local name as it appears in metadata paths (URL-encoded UTF-8)."""
+NAMED_ENTITY_CHARS_MAX = 255
+"""Magnetar's bound on a tenant, namespace or cluster name (Pulsar has none): with the longest local name,
+a topic's metadata paths stay under the store's 4 KiB."""
+RELATIVE_SEGMENTS = frozenset({".", ".."})
+"""Names a metadata path (and a URL) would read as "this" or "the parent": never names."""
 INT32_MAX = 2**31 - 1
 
 _NAMED_ENTITY = re.compile(r"[-=:.A-Za-z0-9_]+")
@@ -49,7 +63,12 @@ class TopicDomain(StrEnum):
 
 
 def check_named_entity(kind: str, name: str) -> None:
-    """Pulsar's ``NamedEntity.checkName`` (plus non-emptiness, checked by ``validateNamespaceName``)."""
+    """Pulsar's ``NamedEntity.checkName`` (plus non-emptiness, checked by ``validateNamespaceName``), and
+    Magnetar's bounds (see the module docstring)."""
+    if len(name) > NAMED_ENTITY_CHARS_MAX:
+        raise InvalidTopicNameError(f"Invalid {kind} name: longer than {NAMED_ENTITY_CHARS_MAX} characters")
+    if name in RELATIVE_SEGMENTS:
+        raise InvalidTopicNameError(f"Invalid {kind} name: {name!r} is not a name")
     if not _NAMED_ENTITY.fullmatch(name):
         raise InvalidTopicNameError(f"Invalid {kind} name: {name!r}")
 
@@ -149,6 +168,13 @@ class TopicName:
         if len(self.local_name) > LOCAL_NAME_CHARS_MAX:
             raise InvalidTopicNameError(
                 f"Invalid topic name: local name longer than {LOCAL_NAME_CHARS_MAX} characters"
+            )
+        if self.local_name in RELATIVE_SEGMENTS:
+            raise InvalidTopicNameError(f"Invalid topic name: {self.local_name!r} is not a name")
+        if len(self.encoded_local_name) > LOCAL_NAME_ENCODED_CHARS_MAX:
+            raise InvalidTopicNameError(
+                f"Invalid topic name: local name longer than {LOCAL_NAME_ENCODED_CHARS_MAX} characters "
+                "once URL-encoded"
             )
 
     @classmethod

@@ -23,6 +23,7 @@ from enum import Enum
 
 from magnetar.broker.errors import InvalidMessageIdError, InvalidTopicNameError
 from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
+from magnetar.broker.subscription_name import check_subscription_name
 from magnetar.broker.topic_name import TopicDomain, TopicName, url_decode
 from magnetar.broker.ws_errors import UpgradeFailure, WsUpgradeError
 
@@ -67,6 +68,8 @@ def parse_ws_path(raw_path: str) -> WsTarget:
             end = 8
         local = "/".join([parts[7], *(p for p in parts[8:end] if p)])
         topic = TopicName(TopicDomain(parts[4]), parts[5], parts[6], url_decode(local))
+        if subscription is not None:
+            check_subscription_name(topic, subscription)
     except InvalidTopicNameError as exc:
         raise WsUpgradeError.invalid(str(exc)) from None
     if not topic.is_persistent:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from magnetar.admin.rest.access import check_access, rule_for
-from magnetar.bookkeeper.metadata import MetadataStoreError, StoreUnavailableError
+from magnetar.bookkeeper.metadata import InvalidPathError, MetadataStoreError, StoreUnavailableError
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.http import (
     HttpError,
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REASON_CHARS_MAX = 300
+"""Longest part of a request (a name, a path) echoed in an error's reason."""
 JSON_BODY_DEPTH_MAX = 64
 """Deepest nesting accepted in a JSON body (a bound on validation work; no admin body nests beyond 4)."""
 
@@ -241,6 +243,8 @@ def error_for(exc: Exception) -> HttpError | None:
         return HttpError(exc.status, str(exc))
     if isinstance(exc, StoreUnavailableError):
         return HttpError(503, "Metadata store unavailable")
+    if isinstance(exc, InvalidPathError):  # a name the checks let through makes a path the store refuses
+        return HttpError(412, f"Name is not valid: {str(exc)[:REASON_CHARS_MAX]}")
     if isinstance(exc, MetadataStoreError):
         return HttpError(500, f"Metadata store error: {type(exc).__name__}")
     return None

@@ -25,8 +25,11 @@ from magnetar.admin.rest.framework import (
 )
 from magnetar.admin.rest.messages import entry_response, first_at_or_after, publish_time
 from magnetar.admin.rest.models import Int32, Int64
+from magnetar.admin.rest.names import topic_of
 from magnetar.admin.rest.served import host_of, served_topic
 from magnetar.bookkeeper.runtime.http import HttpResponse
+from magnetar.broker.errors import InvalidTopicNameError
+from magnetar.broker.subscription_name import check_subscription_name
 from magnetar.broker.topic_name import TopicName
 from magnetar.gc.expiry import expire_cursor
 from magnetar.managed_ledger.cursor import ManagedCursor
@@ -36,7 +39,6 @@ from magnetar.managed_ledger.position import InvalidPositionError, Position
 TAG = "subscriptions"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 SUB = TOPIC + "/subscription/{subscription}"
-SUBSCRIPTION_NAME_CHARS_MAX = 1024
 EXPIRY_SEARCH_READS_MAX = 64
 
 
@@ -68,8 +70,10 @@ class ForceQuery(QueryModel):
 
 def _subscription_name(call: Call) -> str:
     name = call.param("subscription")
-    if not name or len(name) > SUBSCRIPTION_NAME_CHARS_MAX:
-        raise AdminError(412, "Subscription name is not valid")
+    try:
+        check_subscription_name(topic_of(call), name)
+    except InvalidTopicNameError as exc:
+        raise AdminError(412, f"Subscription name is not valid: {exc}") from None
     return name
 
 
