@@ -89,7 +89,13 @@ class BrokerService:
         self._topic_bundles: dict[str, Bundle] = {}
         self._loading: dict[str, trio.Event] = {}
         self._boundaries: dict[str, list[int]] = {}
-        self.metrics = BrokerMetrics(settings.cluster, lambda: list(self.topics.values()))
+        self.metrics = BrokerMetrics(
+            settings.cluster,
+            lambda: list(self.topics.values()),
+            topic_level=settings.expose_topic_level_metrics_in_prometheus,
+            chunk_bytes=settings.metrics_chunk_bytes,
+            step_ms=settings.metrics_step_ms,
+        )
         self._ownership: OwnershipManager | None = None
         self._nursery: trio.Nursery | None = None
         self.http_url = ""
