@@ -96,7 +96,10 @@ class RawClient:
         try:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
-            data = b"" if response.status == 101 else response.read()
+            try:
+                data = b"" if response.status == 101 else response.read()
+            finally:
+                response.close()
             return Answer(response.status, data)
         finally:
             connection.close()

@@ -90,7 +90,8 @@ class Producer:
     def join(self) -> None:
         self._receiver.join(60)
         self._sender.join(60)
-        self.ws.close()
+        self.ws.close(timeout=1)
+        self.ws.shutdown()  # close() leaves the socket of a session the server closed first
 
 
 def stored_messages(ws_url: str) -> list[int]:
@@ -105,7 +106,8 @@ def stored_messages(ws_url: str) -> list[int]:
             found.append(int(base64.b64decode(message["payload"]).decode()[1:]))
             reader.send(json.dumps({"messageId": message["messageId"]}))
     finally:
-        reader.close()
+        reader.close(timeout=1)
+        reader.shutdown()
 
 
 def test_sigterm_answers_only_the_truth(magnetar_processes: ProcessGroup, tmp_path: Path) -> None:
