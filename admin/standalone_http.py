@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from magnetar.admin.metrics import CollectorSource
 from magnetar.bookkeeper.bookie.http_api import (
     BOOKIE_PREFIX,
     SUPERUSER_REQUIRED,
@@ -79,8 +80,10 @@ def add_standalone_bookie_routes(
         return bookie_collectors(request)
 
     add_gc_routes(router, collector_of, access, BOOKIE_PREFIX)
-    service.metrics.registry.register(
-        LabelledBookieMetrics(
-            lambda: [(bookie_id, b.metrics.registry) for bookie_id, b in bookie_ids().items()]
+    service.metrics.add_source(
+        CollectorSource(
+            LabelledBookieMetrics(
+                lambda: [(bookie_id, b.metrics.registry) for bookie_id, b in bookie_ids().items()]
+            )
         )
     )

@@ -87,6 +87,7 @@ class OutboundFrames:
         self._records_frame_bytes_max = records_frame_bytes_max
         self._event = trio.Event()
         self._closed = False
+        self._finishing = False
 
     def __len__(self) -> int:
         return len(self._frames) + len(self._records)
@@ -114,6 +115,11 @@ class OutboundFrames:
         self._records = []
         self._records_bytes = 0
 
+    def finish(self) -> None:
+        """The session is ending: :meth:`run` returns once the frames queued so far are sent."""
+        self._finishing = True
+        self._event.set()
+
     def close(self) -> None:
         self._closed = True
         self._frames.clear()
@@ -140,7 +146,7 @@ class OutboundFrames:
             self.close()
 
     def _stopped(self) -> bool:
-        return self._closed
+        return self._closed or self._finishing
 
 
 class FlowControl:

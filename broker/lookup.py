@@ -4,7 +4,8 @@
 broker's URLs. A topic whose bundle nobody owns is assigned to the broker asked (it takes the bundle), so
 the answer always names a live owner. Pulsar may instead answer 307 to another broker chosen by its load
 manager; Magnetar has no load manager, so it never needs to. ``.../bundle`` answers the bundle's range
-(``"0x00000000_0x40000000"``). A missing namespace is 404, an invalid name 412. With authentication on, both
+(``"0x00000000_0x40000000"``). A missing namespace is 404, an invalid name 412, a partition beyond its
+partitioned topic's count 404 (it names no topic). With authentication on, both
 need a token (401) of a role that may produce or consume on the topic (403), as Pulsar's lookup operation.
 """
 
@@ -51,6 +52,7 @@ class LookupHandlers:
     async def lookup(self, request: HttpRequest) -> HttpResponse:
         topic = await self._authorized_topic(request)
         try:
+            await self._service.check_partition_exists(topic)
             owner = await self._service.owner_of(topic)
         except ServiceError as exc:
             raise HttpError(exc.status, str(exc)) from None
@@ -59,6 +61,7 @@ class LookupHandlers:
     async def bundle(self, request: HttpRequest) -> HttpResponse:
         topic = await self._authorized_topic(request)
         try:
+            await self._service.check_partition_exists(topic)
             _, bundle = await self._service.bundle_of(topic)
         except ServiceError as exc:
             raise HttpError(exc.status, str(exc)) from None

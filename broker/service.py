@@ -11,6 +11,10 @@ Loading. A topic's managed ledger is opened on first use, only once this broker 
 sequence of the managed ledger recovers (fences) the last ledger, so a previous owner's writes stop and every
 acknowledged entry stays. Auto-creation (``allow_auto_topic_creation``, on by default) creates a missing
 topic, but only in an existing namespace; a partition of an existing partitioned topic is always created.
+A name ``<topic>-partition-<i>`` whose ``<topic>`` is a partitioned topic with ``i`` or fewer partitions names
+no topic at all: it is neither loaded nor created, and lookups of it fail - 404, as Pulsar's broker answers
+"topic not found" for a partition beyond the count. (When ``<topic>`` is not partitioned the name is an
+ordinary topic of its own, as in Pulsar.)
 
 Losing ownership. When the metadata session is lost the ownership manager reports every bundle at once; the
 service fences each topic of those bundles synchronously (no more writes accepted, sessions closed) before
@@ -85,7 +89,13 @@ class BrokerService:
         self._topic_bundles: dict[str, Bundle] = {}
         self._loading: dict[str, trio.Event] = {}
         self._boundaries: dict[str, list[int]] = {}
-        self.metrics = BrokerMetrics(settings.cluster, lambda: list(self.topics.values()))
+        self.metrics = BrokerMetrics(
+            settings.cluster,
+            lambda: list(self.topics.values()),
+            topic_level=settings.expose_topic_level_metrics_in_prometheus,
+            chunk_bytes=settings.metrics_chunk_bytes,
+            step_ms=settings.metrics_step_ms,
+        )
         self._ownership: OwnershipManager | None = None
         self._nursery: trio.Nursery | None = None
         self.http_url = ""
@@ -243,6 +253,17 @@ class BrokerService:
         except (PolicyError, MetadataStoreError) as exc:
             raise ServiceUnitNotReadyError(f"reading partitions of {topic} failed: {exc}") from exc
 
+    async def check_partition_exists(self, topic: TopicName) -> None:
+        """Raise :class:`TopicNotFoundError` for a partition beyond its partitioned topic's count."""
+        if not topic.is_partition:
+            return
+        base = topic.partitioned_topic
+        partitions = await self.partitions(base)
+        if partitions and topic.partition_index >= partitions:
+            raise TopicNotFoundError(
+                f"Topic {topic} does not exist: {base} has {partitions} partitions (0 to {partitions - 1})"
+            )
+
     async def get_topic(self, topic: TopicName, *, create: bool = True) -> PersistentTopic:
         """The loaded topic, loading (and, if allowed, creating) it on first use."""
         self._check_ready()
@@ -259,6 +280,7 @@ class BrokerService:
         # instead of loading a second PersistentTopic over the same managed ledger.
         done = self._loading[key] = trio.Event()
         try:
+            await self.check_partition_exists(topic)
             bundle = await self.check_owner(topic)
             return await self._load(topic, bundle, create=create)
         finally:

@@ -122,6 +122,18 @@ class BrokerSettings(SecuritySettings):
     ws_idle_timeout_ms: PositiveInt = 300_000
     ws_send_queue_bytes_max: PositiveInt = 1 * MIB
     shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
+    ws_close_flush_timeout_ms: Annotated[int, Field(gt=0, le=60_000)] = 5_000
+    """When the broker ends a session (unload, shutdown), how long the frames already queued for the client -
+    receipts of stored messages above all - may take to go out before the Close is sent."""
+
+    # -- metrics -------------------------------------------------------------------------------------
+    expose_topic_level_metrics_in_prometheus: bool = True
+    """Pulsar's ``exposeTopicLevelMetricsInPrometheus``: per-topic (and per-subscription) figures on
+    ``/metrics``; false sums them per namespace, so a scrape no longer grows with the number of topics."""
+    metrics_step_ms: Annotated[float, Field(ge=0.1, le=100)] = 2.0
+    """Longest stretch a ``/metrics`` scrape formats without letting other tasks run."""
+    metrics_chunk_bytes: Annotated[int, Field(ge=1024, le=4 * MIB)] = 64 * 1024
+    """Most text formatted per step of a scrape (the body is sent chunk by chunk)."""
 
     # -- process ---------------------------------------------------------------------------------------
     gc_tuning: bool = True

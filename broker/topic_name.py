@@ -27,6 +27,13 @@ The bounds keep every metadata path a name builds (``/managed-ledgers/<tenant>/<
 <encoded local name>/<encoded subscription>`` is the longest) under the metadata store's path bound, so a name
 accepted here is stored alike by every metadata store (memory, RocksDB, ZooKeeper).
 
+Bounds (Magnetar's; Pulsar has none). Names become segments of metadata paths, which may hold at most 4 KiB
+and no ``.`` or ``..`` segment: so ``.`` and ``..`` are not names (of a tenant, namespace, cluster or topic),
+a tenant, namespace or cluster name has at most :data:`NAMED_ENTITY_CHARS_MAX` characters, and a local name
+at most :data:`LOCAL_NAME_ENCODED_CHARS_MAX` characters once URL-encoded (1,024 ASCII characters always
+fit; fewer of the characters that take several UTF-8 bytes). Subscription names have their own rule
+(:mod:`.subscription_name`).
+
 Partitions are topics named ``<topic>-partition-<i>``; ``i`` counts only when it is the canonical decimal form
 of a non-negative 32-bit integer (``-partition-01`` and ``-partition--1`` are not partitions, as in Pulsar).
 The managed ledger of a topic is named ``tenant/namespace/persistent/<encoded local name>``
@@ -40,7 +47,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import quote
 
-from magnetar.broker.errors import InvalidTopicNameError, UnsupportedTopicDomainError
+from magnetar.broker.errors import (
+    InvalidSubscriptionNameError,
+    InvalidTopicNameError,
+    UnsupportedTopicDomainError,
+)
 
 PUBLIC_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
@@ -60,7 +71,8 @@ INT32_MAX = 2**31 - 1
 _NAMED_ENTITY = re.compile(r"[-=:.A-Za-z0-9_]+")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 """C0 controls, DEL, C1 controls, and surrogates (a lone surrogate has no UTF-8 form)."""
-_RELATIVE = frozenset({".", ".."})
+RELATIVE_SEGMENTS = frozenset({".", ".."})
+"""Names a metadata path (and a URL) would read as "this" or "the parent": never names."""
 _URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-*_")
 _HEX = "0123456789ABCDEF"
 
@@ -75,34 +87,34 @@ def check_named_entity(kind: str, name: str) -> None:
     Magnetar's bounds: at most :data:`NAMED_ENTITY_CHARS_MAX` characters, not ``.`` or ``..``."""
     if not _NAMED_ENTITY.fullmatch(name):
         raise InvalidTopicNameError(f"Invalid {kind} name: {name!r}")
-    if name in _RELATIVE:
+    if name in RELATIVE_SEGMENTS:
         raise InvalidTopicNameError(f"Invalid {kind} name: {name!r} is a relative path segment")
     if len(name) > NAMED_ENTITY_CHARS_MAX:
         raise InvalidTopicNameError(f"Invalid {kind} name: longer than {NAMED_ENTITY_CHARS_MAX} characters")
 
 
-def check_no_control_characters(kind: str, name: str) -> None:
+def check_no_control_characters(
+    kind: str, name: str, error: type[InvalidTopicNameError] = InvalidTopicNameError
+) -> None:
     """Refuse a name holding a control character (C0, DEL, C1) or a lone surrogate, naming the first one."""
     found = _CONTROL.search(name)
     if found is not None:
-        raise InvalidTopicNameError(
-            f"Invalid {kind} name: {name!r} holds the control character U+{ord(found.group()):04X}"
-        )
+        raise error(f"Invalid {kind} name: {name!r} holds the control character U+{ord(found.group()):04X}")
 
 
 def check_subscription_name(name: str) -> None:
     """A subscription name: non-empty, no control character, not ``.``/``..``, within the two bounds."""
     if not name:
-        raise InvalidTopicNameError("Invalid subscription name: empty")
-    check_no_control_characters("subscription", name)
-    if name in _RELATIVE:
-        raise InvalidTopicNameError(f"Invalid subscription name: {name!r} is a relative path segment")
+        raise InvalidSubscriptionNameError("Invalid subscription name: empty")
+    check_no_control_characters("subscription", name, InvalidSubscriptionNameError)
+    if name in RELATIVE_SEGMENTS:
+        raise InvalidSubscriptionNameError(f"Invalid subscription name: {name!r} is a relative path segment")
     if len(name) > SUBSCRIPTION_NAME_CHARS_MAX:
-        raise InvalidTopicNameError(
+        raise InvalidSubscriptionNameError(
             f"Invalid subscription name: longer than {SUBSCRIPTION_NAME_CHARS_MAX} characters"
         )
     if len(quote(name, safe="")) > SUBSCRIPTION_NAME_ENCODED_CHARS_MAX:
-        raise InvalidTopicNameError(
+        raise InvalidSubscriptionNameError(
             f"Invalid subscription name: longer than {SUBSCRIPTION_NAME_ENCODED_CHARS_MAX} characters "
             "once percent-encoded"
         )
@@ -201,7 +213,7 @@ class TopicName:
                 f"Invalid topic name: {self._full()!r} (cluster-qualified v1 names are not supported)"
             )
         check_no_control_characters("topic", self.local_name)
-        if self.local_name in _RELATIVE:
+        if self.local_name in RELATIVE_SEGMENTS:
             raise InvalidTopicNameError(f"Invalid topic name: {self._full()!r} (a relative path segment)")
         if len(self.local_name) > LOCAL_NAME_CHARS_MAX:
             raise InvalidTopicNameError(

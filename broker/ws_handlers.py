@@ -127,8 +127,16 @@ class WsHandlers:
         extra: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         close = (CLOSE_NORMAL, "")
+        frames_sent = trio.Event()
+
+        async def send_frames() -> None:
+            try:
+                await session.frames.run(ws)
+            finally:
+                frames_sent.set()
+
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(session.frames.run, ws)
+            nursery.start_soon(send_frames)
             if extra is not None:
                 nursery.start_soon(extra)
             with session.scope:
@@ -143,6 +151,12 @@ class WsHandlers:
                     close = (exc.close_code, exc.reason)
             if session.kicked is not None:
                 close = session.kicked
+                # The broker ends the session: what is queued for the client goes out before the Close.
+                # When a topic closes, the receipts of the messages it stored while closing are among it
+                # (bounded in time: a client may not be reading).
+                session.frames.finish()
+                with trio.move_on_after(self._service.settings.ws_close_flush_timeout_ms / 1000):
+                    await frames_sent.wait()
             nursery.cancel_scope.cancel()
         session.frames.close()
         if not ws.closed:

@@ -148,6 +148,8 @@ class ManagedLedger:
         self._rollover_done.set()
         self._undeleted_ledgers: set[int] = set()
         self.cursors: dict[str, ManagedCursor] = {}
+        self._cursors_opening: dict[str, trio.Event] = {}
+        """Durable cursors being created or recovered: a concurrent open of the same name waits for it."""
         self._last_slowest_ledger = -1
         self.non_durable_cursors: list[ManagedCursor] = []
         self.entries_added_counter = 0
@@ -487,12 +489,29 @@ class ManagedLedger:
     # -- cursors ------------------------------------------------------------------------------------------
 
     async def open_cursor(self, name: str, *, start_at_earliest: bool = False) -> ManagedCursor:
-        """Open (or create) a durable cursor; a new one starts at the latest or the earliest entry."""
-        existing = self.cursors.get(name)
-        if existing is not None:
-            return existing
+        """Open (or create) a durable cursor; a new one starts at the latest or the earliest entry.
+
+        Concurrent opens of one name coalesce: the first creates (or recovers) the cursor, the others wait
+        for it and get the same cursor. Two creations racing would each take the cursor over from the other
+        (the loser's compare-and-set fails, which fences its cursor store), so they must not overlap."""
+        while True:
+            existing = self.cursors.get(name)
+            if existing is not None:
+                return existing
+            opening = self._cursors_opening.get(name)
+            if opening is None:
+                break
+            await opening.wait()  # then look again: the first open may have failed
         if self.state in (State.FENCED, State.CLOSED):
             raise ManagedLedgerClosedError(f"managed ledger {self.name} is {self.state.value}")
+        done = self._cursors_opening[name] = trio.Event()
+        try:
+            return await self._create_or_recover_cursor(name, start_at_earliest)
+        finally:
+            del self._cursors_opening[name]
+            done.set()
+
+    async def _create_or_recover_cursor(self, name: str, start_at_earliest: bool) -> ManagedCursor:
         mark = self._initial_mark_delete(start_at_earliest)
         snapshot = CursorSnapshot(mark, (), {})
         try:

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from magnetar.admin.rest.access import check_access, rule_for
-from magnetar.bookkeeper.metadata import MetadataStoreError, StoreUnavailableError
+from magnetar.bookkeeper.metadata import InvalidPathError, MetadataStoreError, StoreUnavailableError
+from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.http import (
     HttpError,
     HttpRequest,
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REASON_CHARS_MAX = 300
+"""Longest part of a request (a name, a path) echoed in an error's reason."""
 JSON_BODY_DEPTH_MAX = 64
 """Deepest nesting accepted in a JSON body (a bound on validation work; no admin body nests beyond 4)."""
 
@@ -92,6 +95,8 @@ class Call:
     context: AdminContext
     query: QueryModel
     body: Any
+    principal: Principal | None = None
+    """Who called (None when security is off or the route is open): for checks a route makes itself."""
 
     def param(self, name: str) -> str:
         return self.request.path_params[name]
@@ -238,6 +243,8 @@ def error_for(exc: Exception) -> HttpError | None:
         return HttpError(exc.status, str(exc))
     if isinstance(exc, StoreUnavailableError):
         return HttpError(503, "Metadata store unavailable")
+    if isinstance(exc, InvalidPathError):  # a name the checks let through makes a path the store refuses
+        return HttpError(412, f"Name is not valid: {str(exc)[:REASON_CHARS_MAX]}")
     if isinstance(exc, MetadataStoreError):
         return HttpError(500, f"Metadata store error: {type(exc).__name__}")
     return None
@@ -250,10 +257,10 @@ def make_handler(
 
     async def handle(request: HttpRequest) -> HttpResponse:
         try:
-            await check_access(access, request, context.security)
+            principal = await check_access(access, request, context.security)
             query = parse_query(endpoint, request)
             body = parse_body(endpoint, request)
-            return await endpoint.handler(Call(request, context, query, body))
+            return await endpoint.handler(Call(request, context, query, body, principal))
         except HttpError:
             raise
         except Exception as exc:

@@ -3,8 +3,10 @@
 Pulsar's subscription admin calls over the topic's managed-ledger cursors: create at ``latest`` (default),
 ``earliest`` or a message id (409 when it exists), delete (412 while consumers are connected unless
 ``force``), skip N, skip all (clear backlog), expire messages older than T seconds (one subscription or all),
-reset to a publish time or a message id, and peek the n-th unacknowledged message. After a cursor moves, the
-broker's dispatcher is told (``TopicHost.cursor_moved``) so connected consumers continue from the new place.
+reset to a publish time or a message id, and peek the n-th unacknowledged message. After a cursor moves,
+the broker's dispatcher is told (``TopicHost.cursor_moved``) so connected consumers continue from the new
+place. Expiring on every subscription at once needs ``consume`` on each of them (or a tenant admin), as each
+per-subscription route does.
 """
 
 from __future__ import annotations
@@ -166,10 +168,33 @@ async def expire_messages(call: Call) -> HttpResponse:
 async def expire_all_subscriptions(call: Call) -> HttpResponse:
     seconds = _expire_seconds(call)
     topic, ml = await served_topic(call)
+    await _check_consume_on_every_subscription(call, topic, list(ml.cursors))
     for cursor in list(ml.cursors.values()):
         await _expire(ml, cursor, seconds)
         await _moved(call, topic, cursor)
     return no_content()
+
+
+async def _check_consume_on_every_subscription(call: Call, topic: TopicName, names: list[str]) -> None:
+    """Expiring on every subscription needs what expiring on each one needs: ``consume`` on each (a
+    subscription restricted with ``permissionOnSubscription`` only for its roles), or a tenant admin. The
+    route's rule checked ``consume`` on the topic only; Pulsar stops there too, which lets a role empty a
+    subscription it may not consume. Checked before any cursor moves: all or nothing."""
+    security = call.context.security
+    if security is None or not security.authorization.enabled:
+        return
+    authz = security.authorization
+    role = call.principal.role if call.principal is not None else None
+    if await authz.is_tenant_admin(topic.tenant, role):
+        return
+    refused = [name for name in sorted(names) if not await authz.can_consume(topic, role, name)]
+    if refused:
+        listed = ", ".join(repr(name) for name in refused)
+        raise AdminError(
+            403,
+            f"Role {role!r} is not authorized to expire_messages on topic {topic.full_name} "
+            f"with subscription {listed}",
+        )
 
 
 async def reset_to_time(call: Call) -> HttpResponse:

@@ -189,7 +189,10 @@ class HttpConnection:
             await self._send_error_and_close(431, "Request Header Fields Too Large")
         head, query_error = self._make_head(event)
         if query_error is None and self._is_websocket_upgrade(head):
-            ws_route = self._router.match_websocket(head.path)
+            try:
+                ws_route = self._router.match_websocket(head.path)
+            except HttpError as exc:  # a path parameter that is not UTF-8: answered below, like any request
+                ws_route, query_error = None, exc
             if ws_route is not None:
                 return await self._serve_websocket(event, head, ws_route, deadline)
         response = await self._serve_http(head, query_error, deadline)
