@@ -35,8 +35,10 @@ def build_router(service: BrokerService) -> Router:
     router.websocket("/ws/v2/reader/{domain}/{tenant}/{namespace}/{topic:path}", ws.reader)
     router.websocket("/ws/{rest:path}", ws.invalid)
     lookup = LookupHandlers(service)
-    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", lookup.bundle)
-    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup.lookup)
+    router.get(
+        "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", lookup.bundle, check=lookup.check
+    )
+    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup.lookup, check=lookup.check)
 
     async def health(request: HttpRequest) -> HttpResponse:
         if not service.ready:

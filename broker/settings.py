@@ -109,6 +109,12 @@ class BrokerSettings(SecuritySettings):
     """Messages waiting for redelivery in one subscription above which no new entries are read."""
     consumer_ack_timeout_tick_ms: PositiveInt = 100
     """Granularity of ack-timeout and negative-ack redelivery timers."""
+    consumer_unacked_messages_max: PositiveInt = 50_000
+    """Messages delivered to one consumer (of one partition) and not yet acknowledged, beyond which it gets
+    no more until it acknowledges (Pulsar's ``maxUnackedMessagesPerConsumer``). Binds pull-mode consumers
+    (acknowledging releases no permit there); push mode's window of at most 1,000 is smaller."""
+    consumer_unacked_bytes_max: PositiveInt = 64 * MIB
+    """The same bound in payload bytes: the broker holds unacknowledged messages for redelivery."""
 
     # -- HTTP / WebSocket server -------------------------------------------------------------
     http_header_bytes_max: Annotated[int, Field(ge=256)] = 8192
@@ -116,8 +122,18 @@ class BrokerSettings(SecuritySettings):
     http_idle_timeout_ms: PositiveInt = 30_000
     http_connections_max: PositiveInt = 2048
     ws_frame_bytes_max: Annotated[int, Field(ge=125)] = 5 * MIB
+    ws_message_fragments_max: Annotated[int, Field(ge=1, le=1 << 20)] = 4096
+    """Frames one received WebSocket message may arrive in; more closes the session with 1008."""
     ws_idle_timeout_ms: PositiveInt = 300_000
     ws_send_queue_bytes_max: PositiveInt = 1 * MIB
+    """Per session, twice: messages waiting in the session's outbound queue (dispatchers stop, handlers
+    wait), and encoded frames waiting for the socket (the socket is not read meanwhile)."""
+    ws_send_queue_messages_max: PositiveInt = 1000
+    """Messages waiting in a session's outbound queue (deliveries, acknowledgements, error answers)."""
+    ws_receive_queue_bytes_max: PositiveInt = 1 * MIB
+    """Received messages of a session waiting for its handler; the socket is not read meanwhile."""
+    ws_receive_queue_messages_max: PositiveInt = 1000
+    """The same, counted in messages (an empty message counts as one)."""
     shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
 
     # -- process ---------------------------------------------------------------------------------------
@@ -157,8 +173,12 @@ class BrokerSettings(SecuritySettings):
             http_connections_max=self.http_connections_max,
             http_connections_per_ip_max=self.http_connections_per_ip_max,
             ws_frame_bytes_max=self.ws_frame_bytes_max,
+            ws_message_fragments_max=self.ws_message_fragments_max,
             ws_idle_timeout_ms=self.ws_idle_timeout_ms,
             ws_send_queue_bytes_max=self.ws_send_queue_bytes_max,
+            ws_send_queue_messages_max=self.ws_send_queue_messages_max,
+            ws_receive_queue_bytes_max=self.ws_receive_queue_bytes_max,
+            ws_receive_queue_messages_max=self.ws_receive_queue_messages_max,
             shutdown_grace_ms=self.shutdown_grace_ms,
         )
 

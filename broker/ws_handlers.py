@@ -69,6 +69,7 @@ from magnetar.broker.ws_params import ConsumerParams, ProducerParams, ReaderPara
 if TYPE_CHECKING:
     from magnetar.broker.security import PublishLimiter
     from magnetar.broker.service import BrokerService
+    from magnetar.broker.settings import BrokerSettings
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +79,14 @@ INITIAL_POSITIONS = ("Latest", "Earliest")
 class _Session:
     """What one accepted WebSocket session owns: its outbound frames and the means to end it."""
 
-    def __init__(self, request: WebSocketRequest) -> None:
+    def __init__(self, request: WebSocketRequest, settings: BrokerSettings) -> None:
         self.binary = SUBPROTOCOL in request.subprotocols
         """The client asked for the binary subprotocol (:mod:`.binary_protocol`)."""
-        self.frames = OutboundFrames(text=not self.binary)
+        self.frames = OutboundFrames(
+            text=not self.binary,
+            bytes_max=settings.ws_send_queue_bytes_max,
+            messages_max=settings.ws_send_queue_messages_max,
+        )
         self.scope = trio.CancelScope()
         self.kicked: tuple[int, str] | None = None
         self.timers = trio.Event()
@@ -127,8 +132,9 @@ class WsHandlers:
         extra: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         close = (CLOSE_NORMAL, "")
+        frames = session.frames
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(session.frames.run, ws)
+            nursery.start_soon(frames.run, ws)
             if extra is not None:
                 nursery.start_soon(extra)
             with session.scope:
@@ -137,6 +143,8 @@ class WsHandlers:
                         # Every message of a received chunk at once: one task switch per chunk.
                         for message in await ws.receive_batch():
                             await on_frame(message)
+                            if frames.full:  # answers wait for the client to read: read no more meanwhile
+                                await frames.wait_for_room()
                 except WebSocketClosed:
                     pass
                 except WsSessionError as exc:
@@ -160,7 +168,7 @@ class WsHandlers:
     # -- producer -------------------------------------------------------------------------------
 
     async def producer(self, request: WebSocketRequest) -> None:
-        session = _Session(request)
+        session = _Session(request, self._service.settings)
         producers: list[Producer] = []
         try:
             target = parse_ws_path(request.path)
@@ -315,7 +323,7 @@ class WsHandlers:
     # -- consumer -------------------------------------------------------------------------------
 
     async def consumer(self, request: WebSocketRequest) -> None:
-        session = _Session(request)
+        session = _Session(request, self._service.settings)
         consumers: list[Consumer] = []
         try:
             target = parse_ws_path(request.path)
@@ -329,6 +337,7 @@ class WsHandlers:
             if initial not in INITIAL_POSITIONS:
                 raise WsUpgradeError.invalid(f"Invalid subscriptionInitialPosition {initial}")
             flow = FlowControl(params.max_pending_messages, pull_mode=params.pull_mode)
+            settings = self._service.settings
             consumer_name = params.consumer_name or _random_name(self._service)
             sub_type = SubscriptionType(params.subscription_type)
             for topic_name in await self._topics(target.topic):
@@ -345,6 +354,8 @@ class WsHandlers:
                         ack_timeout_ms=params.ack_timeout_ms,
                         nack_delay_ms=params.negative_ack_redelivery_delay_ms,
                         binary=session.binary,
+                        unacked_messages_max=settings.consumer_unacked_messages_max,
+                        unacked_bytes_max=settings.consumer_unacked_bytes_max,
                     )
                     consumer.kick = session.kick
                     consumer.address = self._address(request)
@@ -441,7 +452,7 @@ class WsHandlers:
     # -- reader ---------------------------------------------------------------------------------
 
     async def reader(self, request: WebSocketRequest) -> None:
-        session = _Session(request)
+        session = _Session(request, self._service.settings)
         consumers: list[Consumer] = []
         try:
             target = parse_ws_path(request.path)
