@@ -7,6 +7,13 @@ Theory of operation (reference/bookkeeper.md §5, invariants 6, 8, 11, 12):
   and acknowledged (``on_durable(None)``) only after the journal's fdatasync covers it. Master keys, fences
   and explicit LACs take effect in memory at once and are journaled the same way; a fence is therefore
   durable before its callback fires (invariant 6).
+* **Back-pressure.** An add that finds the active write cache full while the other half is still being
+  flushed, or the journal queue full, waits (BookKeeper's ``triggerFlushAndAddEntry`` retries for up to
+  ``dbStorage_maxThrottleTimeMs``): it joins a queue of waiting adds, served in arrival order as room
+  appears, and is refused with StorageBusyError (ETOOMANYREQUESTS) only after ``write_throttle_ms_max``.
+  Later adds queue behind the waiting ones, so a ledger's entries keep their order. The queue holds at
+  most half of ``write_cache_bytes_max``; beyond it adds are refused at once. A fence fails the waiting
+  adds of its ledger (EFENCED): none was acknowledged, and a recovery must not meet them after its fence.
 * **Checkpoint** (every ``checkpoint_interval_ms``, and as soon as the active write cache fills): take the
   journal's synced mark, swap the write caches, flush the full one to the entry log and the index
   (:mod:`.checkpoint`), persist the mark (monotonic, atomic), and only then delete journal files older than
@@ -33,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -52,6 +60,7 @@ from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, Relocation
 from magnetar.bookkeeper.bookie.errors import (
     BookieError,
     DiskFullError,
+    LedgerFencedError,
     NoEntryError,
     NoLedgerError,
     StorageBusyError,
@@ -93,6 +102,17 @@ class _PendingFlush:
     mark: LogMark | None
     """The journal mark this flush makes safe to persist (None: replay from the start, persist nothing)."""
     dirty: set[int]
+
+
+@dataclass(slots=True)
+class _WaitingAdd:
+    """An add waiting for room in the write cache or the journal (see the module's docstring)."""
+
+    ledger_id: int
+    entry_id: int
+    body: bytes
+    on_durable: DurableCallback
+    deadline: float
 
 
 @dataclass(slots=True)
@@ -161,6 +181,7 @@ async def open_ledger_store(
             await nursery.start(store._journal.run)
             nursery.start_soon(store._checkpoint_loop)
             nursery.start_soon(store._disk_monitor)
+            nursery.start_soon(store._waiting_adds_loop)
             store._accepting = True
             try:
                 yield store
@@ -221,6 +242,12 @@ class DbLedgerStorage:
         self._entry_bytes_max = settings.entry_bytes_max
         self._read_ahead_entries = settings.read_ahead_entries if settings.read_cache_bytes_max else 0
         self._final_checkpoint = True
+        self._waiting: deque[_WaitingAdd] = deque()
+        self._waiting_bytes = 0
+        self._waiting_bytes_max = settings.write_cache_bytes_max // 2
+        self._waiting_wakeup = trio.Event()
+        self.throttled_adds = 0
+        """Adds that had to wait for room (the bookie's ``write_throttled_adds`` figure)."""
         self.checkpoints = 0
         """Write-cache flushes completed so far (the one at startup included)."""
         self.replay_stats: ReplayStats | None = None
@@ -235,7 +262,8 @@ class DbLedgerStorage:
 
     def stats(self) -> dict[str, float]:
         """Journal figures for the bookie's metrics (``magnetar_bookie_journal_*``): group commits and how
-        long their syncs took, the records and bytes they covered, bytes still waiting for a sync."""
+        long their syncs took, the records and bytes they covered, bytes still waiting for a sync; and the
+        adds that waited for room in the write cache (``magnetar_bookie_write_*``)."""
         journal = self._journal.stats
         return {
             "journal_syncs": journal.syncs,
@@ -246,6 +274,8 @@ class DbLedgerStorage:
             "journal_sync_seconds": journal.sync_seconds,
             "journal_sync_seconds_max": journal.sync_seconds_max,
             "journal_queued_bytes": self._journal.queued_bytes,
+            "write_throttled_adds": self.throttled_adds,
+            "write_waiting_bytes": self._waiting_bytes,
         }
 
     # -- LedgerStore: state ------------------------------------------------------------------------------
@@ -267,6 +297,9 @@ class DbLedgerStorage:
     def fence(self, ledger_id: int, on_durable: DurableCallback) -> None:
         self._ledgers.known(ledger_id)
         self._check_meta_append(8)
+        self._fail_waiting(
+            ledger_id, LedgerFencedError(f"ledger {ledger_id} was fenced while the add waited")
+        )
         self._ledgers.fence(ledger_id)
         self._journal.append_fence(ledger_id, on_durable)
 
@@ -299,21 +332,97 @@ class DbLedgerStorage:
             )
         if self._disk_full:
             raise DiskFullError(f"less than disk_free_bytes_min={self.settings.disk_free_bytes_min} free")
+        if self._waiting or not self._has_room(size):
+            self._wait_for_room(_WaitingAdd(ledger_id, entry_id, body, on_durable, 0.0))
+            return
+        self._add_now(ledger_id, entry_id, body, on_durable)
+
+    def _has_room(self, size: int) -> bool:
+        """Whether an add of ``size`` bytes can go in now (a full active half is swapped unless the other one
+        is still being flushed)."""
         cache = self._cache
-        active = cache.active
-        if active.bytes + size + ENTRY_OVERHEAD_BYTES > cache.half_bytes_max:
-            if self._pending is not None:
-                raise StorageBusyError(
-                    f"write_cache_bytes_max={self.settings.write_cache_bytes_max} reached while flushing"
-                )
+        if self._pending is not None and not cache.has_room(size):
+            return False
+        return self._journal.has_capacity(size)
+
+    def _add_now(self, ledger_id: int, entry_id: int, body: bytes, on_durable: DurableCallback) -> None:
+        cache = self._cache
+        if not cache.has_room(len(body)):
+            assert self._pending is None, "an add went in while both write cache halves were full"
             self._swap()
             self._checkpoint_wanted.set()
-            active = cache.active
         # BookKeeper adds to storage before journaling, so that no checkpoint can fall between the two. Here
         # both happen in one synchronous step of the event loop, where no checkpoint can run; journaling
         # first lets the journal's bound refuse the add (StorageBusyError) before anything changed.
         self._journal.append_entry(body, on_durable)
-        active.put(ledger_id, entry_id, body)
+        cache.active.put(ledger_id, entry_id, body)
+
+    def _wait_for_room(self, add: _WaitingAdd) -> None:
+        """Queue ``add`` until there is room (bounded in time and bytes), or refuse it now."""
+        wait_ms = self.settings.write_throttle_ms_max
+        size = len(add.body) + ENTRY_OVERHEAD_BYTES
+        if not wait_ms or self._waiting_bytes + size > self._waiting_bytes_max:
+            raise StorageBusyError(
+                f"write_cache_bytes_max={self.settings.write_cache_bytes_max} reached while flushing, "
+                f"and {self._waiting_bytes} bytes of adds already wait for room"
+            )
+        add.deadline = trio.current_time() + wait_ms / 1000
+        self._waiting.append(add)
+        self._waiting_bytes += size
+        self.throttled_adds += 1
+        self._waiting_wakeup.set()
+
+    async def _waiting_adds_loop(self) -> None:
+        """Serve the waiting adds in order as room appears; refuse those whose wait ran out."""
+        while True:
+            if not self._waiting:
+                self._waiting_wakeup = trio.Event()
+                await self._waiting_wakeup.wait()
+                continue
+            head = self._waiting[0]
+            with trio.move_on_at(head.deadline):
+                await self.wait_writable(len(head.body))
+            self._serve_waiting()
+            await trio.lowlevel.checkpoint()
+
+    def _serve_waiting(self) -> None:
+        now = trio.current_time()
+        waiting = self._waiting
+        while waiting:
+            head = waiting[0]
+            size = len(head.body)
+            error: BookieError | None = None
+            if not self._accepting:
+                error = StorageClosedError("the ledger store is not accepting writes")
+            elif head.ledger_id not in self._states:
+                error = NoLedgerError(f"ledger {head.ledger_id} was deleted while its add waited")
+            elif not self._has_room(size):
+                if now < head.deadline:
+                    return
+                wait_ms = self.settings.write_throttle_ms_max
+                error = StorageBusyError(f"no room in the write cache for write_throttle_ms_max={wait_ms}")
+            waiting.popleft()
+            self._waiting_bytes -= size + ENTRY_OVERHEAD_BYTES
+            if error is None:
+                try:
+                    self._add_now(head.ledger_id, head.entry_id, head.body, head.on_durable)
+                    continue
+                except BookieError as exc:
+                    error = exc
+            head.on_durable(error)
+
+    def _fail_waiting(self, ledger_id: int | None, error: BookieError) -> None:
+        """Fail the waiting adds of ``ledger_id`` (of every ledger when None)."""
+        if not self._waiting:
+            return
+        kept: deque[_WaitingAdd] = deque()
+        for add in self._waiting:
+            if ledger_id is None or add.ledger_id == ledger_id:
+                self._waiting_bytes -= len(add.body) + ENTRY_OVERHEAD_BYTES
+                add.on_durable(error)
+            else:
+                kept.append(add)
+        self._waiting = kept
 
     async def wait_writable(self, size: int) -> None:
         """Back-pressure for callers: return once an add of ``size`` bytes would not be refused as busy."""
@@ -556,6 +665,7 @@ class DbLedgerStorage:
 
     async def _quiesce(self) -> None:
         self._accepting = False
+        self._fail_waiting(None, StorageClosedError("the ledger store is closing"))
         with trio.move_on_after(self.settings.close_timeout_ms / 1000) as scope:
             try:
                 await self._journal.drain()
