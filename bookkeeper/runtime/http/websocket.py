@@ -155,6 +155,11 @@ class WebSocket:
         """Received messages waiting for :meth:`receive`."""
         return self._in_bytes
 
+    @property
+    def receive_queue_messages(self) -> int:
+        """How many received messages wait for :meth:`receive` (empty ones included)."""
+        return len(self._in)
+
     async def receive(self) -> str | bytes:
         """The next complete message: ``str`` for a text message, ``bytes`` for a binary one.
 
