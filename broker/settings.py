@@ -113,12 +113,15 @@ class BrokerSettings(SecuritySettings):
     """Messages delivered to one consumer (of one partition) and not yet acknowledged, beyond which it gets
     no more until it acknowledges (Pulsar's ``maxUnackedMessagesPerConsumer``). Binds pull-mode consumers
     (acknowledging releases no permit there); push mode's window of at most 1,000 is smaller."""
-    consumer_unacked_bytes_max: PositiveInt = 64 * MIB
+    consumer_unacked_bytes_max: PositiveInt = 16 * MIB
     """The same bound in payload bytes: the broker holds unacknowledged messages for redelivery."""
 
     # -- HTTP / WebSocket server -------------------------------------------------------------
     http_header_bytes_max: Annotated[int, Field(ge=256)] = 8192
     http_body_bytes_max: Annotated[int, Field(ge=0)] = 10 * MIB
+    http_bodies_in_flight_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
+    """Request bodies read or handled at once across a port's connections; beyond it a request waits
+    (unread) until its deadline, then gets 503. At least ``http_body_bytes_max``."""
     http_idle_timeout_ms: PositiveInt = 30_000
     http_connections_max: PositiveInt = 2048
     ws_frame_bytes_max: Annotated[int, Field(ge=125)] = 5 * MIB
@@ -147,6 +150,8 @@ class BrokerSettings(SecuritySettings):
                 "need ack_quorum <= write_quorum <= ensemble_size, got "
                 f"{self.ack_quorum} / {self.write_quorum} / {self.ensemble_size}"
             )
+        if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
+            raise ValueError("http_bodies_in_flight_bytes_max must be at least http_body_bytes_max")
         return self
 
     def advertised_host(self) -> str:
@@ -169,6 +174,7 @@ class BrokerSettings(SecuritySettings):
             http_port=self.http_port,
             http_header_bytes_max=self.http_header_bytes_max,
             http_body_bytes_max=self.http_body_bytes_max,
+            http_bodies_in_flight_bytes_max=self.http_bodies_in_flight_bytes_max,
             http_idle_timeout_ms=self.http_idle_timeout_ms,
             http_connections_max=self.http_connections_max,
             http_connections_per_ip_max=self.http_connections_per_ip_max,
