@@ -1,15 +1,20 @@
 """The audit's memory attacks against a real ``magnetar standalone``, each on a fresh process: the server's
 RSS (``/proc/<pid>/status``) before, at its peak during, and after each attack.
 
-    .venv/bin/python tests/bench/bounds_attacks.py [--scale audit|test] [--only NAME ...]
+    .venv/bin/python tests/bench/bounds_attacks.py [--scale audit|bench|test] [--only NAME ...]
+        [--pythonpath DIR]
 
 ``--scale audit`` runs each attack at the size the audit reported (or as far as the server lets it go
-within the attack's time limit: a bounded server stops reading, so the attacker sends less); ``test`` at the
-size the bounds tests use. Attacks: ``empty`` (empty text messages from a producer that never reads),
-``ping`` (125-byte pings, pongs never read), ``frag1`` / ``frag0`` (a message in 1-byte / 0-byte
-continuation frames), ``permits`` (a pull-mode consumer granting 2,147,483,647 permits on a backlog and never
-reading), ``reader`` (a reader sending ``{}`` without reading), ``bodies`` (connections announcing 10 MiB
-bodies without a token, on a standalone with authentication). Every process started here is stopped by pid.
+within the attack's time limit: a bounded server stops reading, so the attacker sends less); ``bench`` at
+a quarter of it or less where the unbounded build would take gigabytes of a shared machine; ``test`` at
+the size the bounds tests use. ``--pythonpath`` runs another build's standalone (a directory holding its
+``magnetar/`` package links), for before/after figures.
+
+Attacks: ``empty`` (empty text messages from a producer that never reads), ``ping`` (125-byte pings, pongs
+never read), ``frag1`` / ``frag0`` (a message in 1-byte / 0-byte continuation frames), ``permits`` (a
+pull-mode consumer granting 2,147,483,647 permits on a backlog and never reading), ``reader`` (a reader
+sending ``{}`` without reading), ``bodies`` (connections announcing 10 MiB bodies without a token, on a
+standalone with authentication). Every process started here is stopped by pid.
 """
 
 from __future__ import annotations
@@ -39,6 +44,15 @@ SCALES: dict[str, dict[str, int]] = {
         "bodies": 100,
         "seconds": 25,
     },
+    "bench": {
+        "empty": 500_000,
+        "ping": 5_000_000,
+        "frag1": 5 * 1024 * 1024,
+        "frag0": 10_000_000,
+        "backlog": 100_000,
+        "bodies": 100,
+        "seconds": 20,
+    },
     "test": {
         "empty": 300_000,
         "ping": 400_000,
@@ -58,7 +72,7 @@ def free_port() -> int:
         return port
 
 
-def standalone(tmp: Path, name: str, *extra: str, env: dict[str, str] | None = None) -> MagnetarProcess:
+def standalone(tmp: Path, name: str, *extra: str, env: dict[str, str]) -> MagnetarProcess:
     bookie_port = str(free_port())
     process = MagnetarProcess(
         name,
@@ -79,7 +93,7 @@ def standalone(tmp: Path, name: str, *extra: str, env: dict[str, str] | None = N
     return process
 
 
-def run(name: str, scale: dict[str, int], tmp: Path) -> attacks.AttackResult:
+def run(name: str, scale: dict[str, int], tmp: Path, pythonpath: str) -> attacks.AttackResult:
     extra: list[str] = []
     if name == "bodies":
         key = tmp / "secret.key"
@@ -91,7 +105,7 @@ def run(name: str, scale: dict[str, int], tmp: Path) -> attacks.AttackResult:
             "--super-user-roles",
             "admin",
         ]
-    process = standalone(tmp, f"standalone-{name}", *extra)
+    process = standalone(tmp, f"standalone-{name}", *extra, env={"PYTHONPATH": pythonpath})
     try:
         port = int(process.ready["port"])
         host = "127.0.0.1"
@@ -124,10 +138,11 @@ def main() -> int:
     parser.add_argument(
         "--only", nargs="*", default=["empty", "ping", "frag1", "frag0", "permits", "reader", "bodies"]
     )
+    parser.add_argument("--pythonpath", default="", help="another build's package links (before figures)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bounds-") as tmp:
         for name in args.only:
-            result = run(name, SCALES[args.scale], Path(tmp))
+            result = run(name, SCALES[args.scale], Path(tmp), args.pythonpath)
             print(result.line(), flush=True)
     return 0
 
