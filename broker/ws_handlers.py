@@ -130,6 +130,8 @@ class WsHandlers:
         session: _Session,
         on_frame: Callable[[str | bytes], Awaitable[None]],
         extra: Callable[[], Awaitable[None]] | None = None,
+        *,
+        deliveries: bool = False,
     ) -> None:
         close = (CLOSE_NORMAL, "")
         frames = session.frames
@@ -142,8 +144,13 @@ class WsHandlers:
                     while True:
                         # Every message of a received chunk at once: one task switch per chunk.
                         for message in await ws.receive_batch():
+                            queued = frames.messages
                             await on_frame(message)
-                            if frames.full:  # answers wait for the client to read: read no more meanwhile
+                            if frames.full and (frames.messages > queued or not deliveries):
+                                # Answers wait for the client to read: read no more requests meanwhile. A
+                                # producer's queue holds answers only (acks, whenever they come); in a
+                                # consumer's, deliveries fill it, and requests that answer nothing (acks,
+                                # permits) go on.
                                 await frames.wait_for_room()
                 except WebSocketClosed:
                     pass
@@ -388,7 +395,8 @@ class WsHandlers:
             async def timers() -> None:
                 await self._run_timers(session, consumers)
 
-            await self._serve(ws, session, commands.on_frame if session.binary else on_frame, timers)
+            handler = commands.on_frame if session.binary else on_frame
+            await self._serve(ws, session, handler, timers, deliveries=True)
         finally:
             self._remove_consumers(consumers)
 
@@ -504,7 +512,8 @@ class WsHandlers:
                 else:
                     flow.release()
 
-            await self._serve(ws, session, reader_commands.on_frame if session.binary else on_frame)
+            handler = reader_commands.on_frame if session.binary else on_frame
+            await self._serve(ws, session, handler, deliveries=True)
         finally:
             self._remove_consumers(consumers)
 

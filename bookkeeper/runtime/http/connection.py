@@ -158,7 +158,9 @@ class HttpConnection:
 
     async def _linger(self) -> None:
         """Signal the end of our answer and read (dropping it) what the client still sends, briefly."""
-        with trio.move_on_after(LINGER_S), trio.CancelScope(shield=True):
+        # Shielded from the connection's cancellation (the answer deserves its chance), bounded by its own
+        # deadline - a shield inside a move_on_after would block that deadline too.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + LINGER_S):
             try:
                 if isinstance(self._stream, trio.SocketStream):
                     await self._stream.send_eof()

@@ -95,6 +95,23 @@ async def test_a_refused_head_is_answered_before_the_body_is_sent(start_server: 
     assert recorder.heads[0].path_params == {"name": "a b"}  # the check sees the route's parameters
 
 
+async def test_a_refused_client_that_keeps_sending_is_cut_off(start_server: StartServer) -> None:
+    """After the answer the unread body is dropped for a moment only: a trickle cannot hold the connection."""
+    recorder = Recorder()
+    srv = await start_server(make_router(recorder), http_body_bytes_max=20 * MIB)
+    stream = await trio.open_tcp_stream("127.0.0.1", srv.port)
+    async with stream:
+        await stream.send_all(b"PUT /guarded/x HTTP/1.1\r\nhost: x\r\ncontent-length: 10485760\r\n\r\n")
+        assert (await read_answer(stream)).startswith(b"HTTP/1.1 401 ")
+        with trio.fail_after(10):
+            try:
+                while True:
+                    await stream.send_all(b"x")
+                    await trio.sleep(0.05)
+            except trio.BrokenResourceError:
+                pass  # the server closed the connection while we were still sending
+
+
 async def test_an_accepted_head_gets_its_body_read(start_server: StartServer) -> None:
     recorder = Recorder()
     srv = await start_server(make_router(recorder))
