@@ -68,7 +68,7 @@ RECORDS_FRAME_BYTES_MAX = 1024 * 1024
 PERMITS_MAX = 2**31 - 1
 """Pull-mode permits a session may hold (Pulsar's permits are a Java ``int``)."""
 OUTBOUND_BYTES_MAX = 1024 * 1024
-OUTBOUND_MESSAGES_MAX = 1000
+OUTBOUND_MESSAGES_MAX = 4096
 UNACKED_MESSAGES_MAX = 50_000
 UNACKED_BYTES_MAX = 16 * 1024 * 1024
 
@@ -300,6 +300,9 @@ class Consumer:
         """Payload bytes of ``pending``."""
         self.unacked_messages_max = unacked_messages_max
         self.unacked_bytes_max = unacked_bytes_max
+        self._held_by_unacked = False
+        """``available()`` answered 0 for an unacked bound: the next acknowledgement wakes the dispatchers
+        (in pull mode acknowledging releases no window, so nothing else would)."""
         self.pending_in_order = True
         """Whether ``pending`` (insertion-ordered) is also in position order: true until a message is pushed
         behind one with a later position (a redelivery), and again once nothing is pending."""
@@ -318,13 +321,18 @@ class Consumer:
     def available(self) -> int:
         """Messages that may be pushed now: the flow-control window (or permits), capped by the room in the
         outbound queue and by the unacknowledged-message bounds."""
-        if self.closed or self.pending_bytes >= self.unacked_bytes_max:
+        if self.closed:
             return 0
-        return min(self.flow.available(), self.frames.room(), self.unacked_messages_max - len(self.pending))
+        unacked_room = self.unacked_messages_max - len(self.pending)
+        if unacked_room <= 0 or self.pending_bytes >= self.unacked_bytes_max:
+            self._held_by_unacked = True
+            return 0
+        return min(self.flow.available(), self.frames.room(), unacked_room)
 
     def saturated(self) -> bool:
-        """Byte bounds reached (checked per message by a dispatcher pushing several at once: ``available``
-        counts messages, and a few large ones fill the bytes)."""
+        """Byte bounds reached. ``available`` counts messages and a few large ones fill the bytes, so a
+        dispatcher pushing several at once checks the outbound queue's bytes per message; the unacked bytes
+        it checks per round (they exceed their bound by at most one round, itself bounded by the queue)."""
         return self.frames.bytes >= self.frames.bytes_max or self.pending_bytes >= self.unacked_bytes_max
 
     def push(self, delivery: Delivery, redelivery_count: int, now: float) -> None:
@@ -390,12 +398,10 @@ class Consumer:
         pending = self.pending
         delivery = pending.pop(key, None)
         if delivery is not None:
-            blocked = (
-                len(pending) >= self.unacked_messages_max - 1 or self.pending_bytes >= self.unacked_bytes_max
-            )
             self.pending_bytes = self.pending_bytes - len(delivery.message.payload) if pending else 0
             self.flow.release()
-            if blocked:  # at an unacked bound (pull mode releases no window): dispatch again
+            if self._held_by_unacked:
+                self._held_by_unacked = False
                 self.flow.notify()
         return delivery
 

@@ -253,7 +253,9 @@ class Dispatcher:
             if active is None:
                 return
             available = active.available()
-            while ready and available > 0 and not active.saturated():
+            frames = active.frames  # its bytes, checked per message: a few large messages fill it
+            bytes_max = frames.bytes_max
+            while ready and available > 0 and frames.bytes < bytes_max:
                 push(active, ready.popleft(), now)
                 available -= 1
             return

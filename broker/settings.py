@@ -131,11 +131,11 @@ class BrokerSettings(SecuritySettings):
     ws_send_queue_bytes_max: PositiveInt = 1 * MIB
     """Per session, twice: messages waiting in the session's outbound queue (dispatchers stop, handlers
     wait), and encoded frames waiting for the socket (the socket is not read meanwhile)."""
-    ws_send_queue_messages_max: PositiveInt = 1000
+    ws_send_queue_messages_max: PositiveInt = 4096
     """Messages waiting in a session's outbound queue (deliveries, acknowledgements, error answers)."""
     ws_receive_queue_bytes_max: PositiveInt = 1 * MIB
     """Received messages of a session waiting for its handler; the socket is not read meanwhile."""
-    ws_receive_queue_messages_max: PositiveInt = 1000
+    ws_receive_queue_messages_max: PositiveInt = 4096
     """The same, counted in messages (an empty message counts as one)."""
     shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
 

@@ -55,12 +55,12 @@ class HttpSettings(BaseModel):
     ws_send_queue_bytes_max: int = Field(default=1 * MIB, ge=1)
     """Encoded frames waiting for the socket; a sender waits while the queue holds more than this, and the
     socket is not read meanwhile (a peer that does not read cannot make us queue pongs without end)."""
-    ws_send_queue_messages_max: int = Field(default=1000, ge=1)
+    ws_send_queue_messages_max: int = Field(default=4096, ge=1)
     """Messages an application queues for a session before it waits (the broker's outbound queue of a
     WebSocket session); the bytes are bounded by ``ws_send_queue_bytes_max``."""
     ws_receive_queue_bytes_max: int = Field(default=1 * MIB, ge=1)
     """Received messages waiting for ``receive()``; the socket is not read while it holds more."""
-    ws_receive_queue_messages_max: int = Field(default=1000, ge=1)
+    ws_receive_queue_messages_max: int = Field(default=4096, ge=1)
     """Received messages waiting for ``receive()``, counted (an empty message counts as one); the socket is
     not read while more are waiting."""
     ws_close_timeout_ms: int = Field(default=5_000, gt=0)
