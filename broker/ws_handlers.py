@@ -146,7 +146,7 @@ class WsHandlers:
                         for message in await ws.receive_batch():
                             queued = frames.messages
                             await on_frame(message)
-                            if frames.full and (frames.messages > queued or not deliveries):
+                            if (frames.messages > queued or not deliveries) and frames.full:
                                 # Answers wait for the client to read: read no more requests meanwhile. A
                                 # producer's queue holds answers only (acks, whenever they come); in a
                                 # consumer's, deliveries fill it, and requests that answer nothing (acks,
