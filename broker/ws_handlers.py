@@ -20,6 +20,12 @@ producer, consume on the subscription for a consumer, consume for a reader; 403 
 before any topic is looked up or created - Pulsar's ``checkAuth``. A producer's messages beyond the publish
 rate limits get ``send-error:8`` with the limit named, and the session goes on.
 
+Bounds (:mod:`.consumer` has the details): a session's outbound queue holds at most
+``ws_send_queue_messages_max`` messages and ``ws_send_queue_bytes_max`` bytes. Deliveries stop at that
+bound, and a request answered into a full queue - for a producer, any request, its acknowledgements arrive
+whenever their adds complete - makes the session read no further request until the client has read: TCP
+carries the back-pressure to a client that sends without reading.
+
 Magnetar extensions: a client offering the ``magnetar.v1`` WebSocket subprotocol gets the binary protocol of
 :mod:`.binary_protocol` on the same endpoints (:mod:`.binary_producer`, :mod:`.binary_consumer`); the consumer
 accepts ``subscriptionInitialPosition=Earliest|Latest`` (default Latest, the
