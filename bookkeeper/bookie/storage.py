@@ -8,12 +8,9 @@ Theory of operation (reference/bookkeeper.md §5, invariants 6, 8, 11, 12):
   and explicit LACs take effect in memory at once and are journaled the same way; a fence is therefore
   durable before its callback fires (invariant 6).
 * **Back-pressure.** An add that finds the active write cache full while the other half is still being
-  flushed, or the journal queue full, waits (BookKeeper's ``triggerFlushAndAddEntry`` retries for up to
-  ``dbStorage_maxThrottleTimeMs``): it joins a queue of waiting adds, served in arrival order as room
-  appears, and is refused with StorageBusyError (ETOOMANYREQUESTS) only after ``write_throttle_ms_max``.
-  Later adds queue behind the waiting ones, so a ledger's entries keep their order. The queue holds at
-  most half of ``write_cache_bytes_max``; beyond it adds are refused at once. A fence fails the waiting
-  adds of its ledger (EFENCED): none was acknowledged, and a recovery must not meet them after its fence.
+  flushed, or the journal queue full, waits for room (BookKeeper's write throttle, ``write_throttle_ms_max``)
+  in the queue of :mod:`.add_throttle`, which also keeps later adds behind it; it is refused with
+  StorageBusyError (ETOOMANYREQUESTS) only after that time.
 * **Checkpoint** (every ``checkpoint_interval_ms``, and as soon as the active write cache fills): take the
   journal's synced mark, swap the write caches, flush the full one to the entry log and the index
   (:mod:`.checkpoint`), persist the mark (monotonic, atomic), and only then delete journal files older than
@@ -40,7 +37,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -48,6 +44,7 @@ from pathlib import Path
 
 import trio
 
+from magnetar.bookkeeper.bookie.add_throttle import AddThrottle, WaitingAdd
 from magnetar.bookkeeper.bookie.checkpoint import CacheFlusher, run_io
 from magnetar.bookkeeper.bookie.entry_index import (
     EntryIndex,
@@ -79,7 +76,7 @@ from magnetar.bookkeeper.bookie.log_mark import LogMark, MarkFile
 from magnetar.bookkeeper.bookie.read_cache import ReadCache
 from magnetar.bookkeeper.bookie.replay import ReplayStats, replay_journal
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
-from magnetar.bookkeeper.bookie.write_cache import ENTRY_OVERHEAD_BYTES, DoubleWriteCache, WriteCache
+from magnetar.bookkeeper.bookie.write_cache import DoubleWriteCache, WriteCache
 from magnetar.bookkeeper.runtime.pacing import GiveWay
 
 log = logging.getLogger(__name__)
@@ -102,17 +99,6 @@ class _PendingFlush:
     mark: LogMark | None
     """The journal mark this flush makes safe to persist (None: replay from the start, persist nothing)."""
     dirty: set[int]
-
-
-@dataclass(slots=True)
-class _WaitingAdd:
-    """An add waiting for room in the write cache or the journal (see the module's docstring)."""
-
-    ledger_id: int
-    entry_id: int
-    body: bytes
-    on_durable: DurableCallback
-    deadline: float
 
 
 @dataclass(slots=True)
@@ -181,7 +167,7 @@ async def open_ledger_store(
             await nursery.start(store._journal.run)
             nursery.start_soon(store._checkpoint_loop)
             nursery.start_soon(store._disk_monitor)
-            nursery.start_soon(store._waiting_adds_loop)
+            nursery.start_soon(store._throttle.run)
             store._accepting = True
             try:
                 yield store
@@ -242,12 +228,9 @@ class DbLedgerStorage:
         self._entry_bytes_max = settings.entry_bytes_max
         self._read_ahead_entries = settings.read_ahead_entries if settings.read_cache_bytes_max else 0
         self._final_checkpoint = True
-        self._waiting: deque[_WaitingAdd] = deque()
-        self._waiting_bytes = 0
-        self._waiting_bytes_max = settings.write_cache_bytes_max // 2
-        self._waiting_wakeup = trio.Event()
-        self.throttled_adds = 0
-        """Adds that had to wait for room (the bookie's ``write_throttled_adds`` figure)."""
+        self._throttle = AddThrottle(
+            self, wait_ms=settings.write_throttle_ms_max, bytes_max=settings.write_cache_bytes_max // 2
+        )
         self.checkpoints = 0
         """Write-cache flushes completed so far (the one at startup included)."""
         self.replay_stats: ReplayStats | None = None
@@ -274,8 +257,8 @@ class DbLedgerStorage:
             "journal_sync_seconds": journal.sync_seconds,
             "journal_sync_seconds_max": journal.sync_seconds_max,
             "journal_queued_bytes": self._journal.queued_bytes,
-            "write_throttled_adds": self.throttled_adds,
-            "write_waiting_bytes": self._waiting_bytes,
+            "write_throttled_adds": self._throttle.throttled,
+            "write_waiting_bytes": self._throttle.bytes,
         }
 
     # -- LedgerStore: state ------------------------------------------------------------------------------
@@ -297,7 +280,7 @@ class DbLedgerStorage:
     def fence(self, ledger_id: int, on_durable: DurableCallback) -> None:
         self._ledgers.known(ledger_id)
         self._check_meta_append(8)
-        self._fail_waiting(
+        self._throttle.fail(
             ledger_id, LedgerFencedError(f"ledger {ledger_id} was fenced while the add waited")
         )
         self._ledgers.fence(ledger_id)
@@ -332,12 +315,30 @@ class DbLedgerStorage:
             )
         if self._disk_full:
             raise DiskFullError(f"less than disk_free_bytes_min={self.settings.disk_free_bytes_min} free")
-        if self._waiting or not self._has_room(size):
-            self._wait_for_room(_WaitingAdd(ledger_id, entry_id, body, on_durable, 0.0))
+        if self._throttle or not self.has_room(size):
+            self._throttle.submit(WaitingAdd(ledger_id, entry_id, body, on_durable))
             return
-        self._add_now(ledger_id, entry_id, body, on_durable)
+        self.add_now(ledger_id, entry_id, body, on_durable)
 
-    def _has_room(self, size: int) -> bool:
+    # -- the throttle's view (:mod:`.add_throttle`) ------------------------------------------------------
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    def knows(self, ledger_id: int) -> bool:
+        return ledger_id in self._states
+
+    @property
+    def throttled_adds(self) -> int:
+        """Adds that had to wait for room in the write cache, since start."""
+        return self._throttle.throttled
+
+    @property
+    def waiting_add_bytes(self) -> int:
+        return self._throttle.bytes
+
+    def has_room(self, size: int) -> bool:
         """Whether an add of ``size`` bytes can go in now (a full active half is swapped unless the other one
         is still being flushed)."""
         cache = self._cache
@@ -345,7 +346,7 @@ class DbLedgerStorage:
             return False
         return self._journal.has_capacity(size)
 
-    def _add_now(self, ledger_id: int, entry_id: int, body: bytes, on_durable: DurableCallback) -> None:
+    def add_now(self, ledger_id: int, entry_id: int, body: bytes, on_durable: DurableCallback) -> None:
         cache = self._cache
         if not cache.has_room(len(body)):
             assert self._pending is None, "an add went in while both write cache halves were full"
@@ -356,73 +357,6 @@ class DbLedgerStorage:
         # first lets the journal's bound refuse the add (StorageBusyError) before anything changed.
         self._journal.append_entry(body, on_durable)
         cache.active.put(ledger_id, entry_id, body)
-
-    def _wait_for_room(self, add: _WaitingAdd) -> None:
-        """Queue ``add`` until there is room (bounded in time and bytes), or refuse it now."""
-        wait_ms = self.settings.write_throttle_ms_max
-        size = len(add.body) + ENTRY_OVERHEAD_BYTES
-        if not wait_ms or self._waiting_bytes + size > self._waiting_bytes_max:
-            raise StorageBusyError(
-                f"write_cache_bytes_max={self.settings.write_cache_bytes_max} reached while flushing, "
-                f"and {self._waiting_bytes} bytes of adds already wait for room"
-            )
-        add.deadline = trio.current_time() + wait_ms / 1000
-        self._waiting.append(add)
-        self._waiting_bytes += size
-        self.throttled_adds += 1
-        self._waiting_wakeup.set()
-
-    async def _waiting_adds_loop(self) -> None:
-        """Serve the waiting adds in order as room appears; refuse those whose wait ran out."""
-        while True:
-            if not self._waiting:
-                self._waiting_wakeup = trio.Event()
-                await self._waiting_wakeup.wait()
-                continue
-            head = self._waiting[0]
-            with trio.move_on_at(head.deadline):
-                await self.wait_writable(len(head.body))
-            self._serve_waiting()
-            await trio.lowlevel.checkpoint()
-
-    def _serve_waiting(self) -> None:
-        now = trio.current_time()
-        waiting = self._waiting
-        while waiting:
-            head = waiting[0]
-            size = len(head.body)
-            error: BookieError | None = None
-            if not self._accepting:
-                error = StorageClosedError("the ledger store is not accepting writes")
-            elif head.ledger_id not in self._states:
-                error = NoLedgerError(f"ledger {head.ledger_id} was deleted while its add waited")
-            elif not self._has_room(size):
-                if now < head.deadline:
-                    return
-                wait_ms = self.settings.write_throttle_ms_max
-                error = StorageBusyError(f"no room in the write cache for write_throttle_ms_max={wait_ms}")
-            waiting.popleft()
-            self._waiting_bytes -= size + ENTRY_OVERHEAD_BYTES
-            if error is None:
-                try:
-                    self._add_now(head.ledger_id, head.entry_id, head.body, head.on_durable)
-                    continue
-                except BookieError as exc:
-                    error = exc
-            head.on_durable(error)
-
-    def _fail_waiting(self, ledger_id: int | None, error: BookieError) -> None:
-        """Fail the waiting adds of ``ledger_id`` (of every ledger when None)."""
-        if not self._waiting:
-            return
-        kept: deque[_WaitingAdd] = deque()
-        for add in self._waiting:
-            if ledger_id is None or add.ledger_id == ledger_id:
-                self._waiting_bytes -= len(add.body) + ENTRY_OVERHEAD_BYTES
-                add.on_durable(error)
-            else:
-                kept.append(add)
-        self._waiting = kept
 
     async def wait_writable(self, size: int) -> None:
         """Back-pressure for callers: return once an add of ``size`` bytes would not be refused as busy."""
@@ -665,7 +599,7 @@ class DbLedgerStorage:
 
     async def _quiesce(self) -> None:
         self._accepting = False
-        self._fail_waiting(None, StorageClosedError("the ledger store is closing"))
+        self._throttle.fail(None, StorageClosedError("the ledger store is closing"))
         with trio.move_on_after(self.settings.close_timeout_ms / 1000) as scope:
             try:
                 await self._journal.drain()

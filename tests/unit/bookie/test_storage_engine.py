@@ -369,7 +369,7 @@ async def test_waiting_adds_are_bounded_to_half_the_write_cache(
                 refusal = exc
         assert "already wait for room" in str(refusal)
         assert store.throttled_adds > 0
-        assert store._waiting_bytes <= settings.write_cache_bytes_max // 2
+        assert store.waiting_add_bytes <= settings.write_cache_bytes_max // 2
         gate.set()
         await durability.wait_for(entry_id)
     assert durability.errors == []
