@@ -49,10 +49,12 @@ from magnetar.bookkeeper.runtime.http import (
     HttpError,
     HttpRequest,
     HttpResponse,
+    RequestHead,
     Router,
     error_response,
     json_response,
 )
+from magnetar.bookkeeper.runtime.http.router import HeadCheck
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SUPERUSER_REQUIRED = "This operation requires super-user access"
@@ -138,12 +140,12 @@ def all_of(targets: Callable[[], Sequence[T]]) -> Select[T]:
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
-def guarded(check: Callable[[HttpRequest], None], handler: Handler) -> Handler:
-    """``handler`` after ``check`` (which raises to refuse)."""
+def head_check(check: Callable[[HttpRequest], None]) -> HeadCheck:
+    """``check`` (which raises to refuse) as the route's head check: it decides on the request head, before
+    the body is read, so a refused caller costs no more than its head."""
 
-    async def checked(request: HttpRequest) -> HttpResponse:
-        check(request)
-        return await handler(request)
+    async def checked(head: RequestHead) -> None:
+        check(HttpRequest(head))
 
     return checked
 
@@ -195,10 +197,10 @@ def add_bookie_routes(
         return _one_or_list([_info(bookie) for bookie in select(request)])
 
     if metrics_route:
-        router.get(f"{prefix}/metrics", guarded(access.check_metrics, metrics))
+        router.get(f"{prefix}/metrics", metrics, check=head_check(access.check_metrics))
     router.get(f"{prefix}/api/v1/bookie/is_ready", is_ready)
-    router.get(f"{prefix}/api/v1/bookie/state", guarded(access.check_operator, state))
-    router.get(f"{prefix}/api/v1/bookie/info", guarded(access.check_operator, info))
+    router.get(f"{prefix}/api/v1/bookie/state", state, check=head_check(access.check_operator))
+    router.get(f"{prefix}/api/v1/bookie/info", info, check=head_check(access.check_operator))
 
 
 def _bookie_id(bookie: Bookie) -> str:
