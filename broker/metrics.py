@@ -9,7 +9,8 @@ wide: ``magnetar_topics_count``. The names are declared once, below (:data:`TOPI
 after it); the layers above declare theirs in their own module (the storage figures:
 :mod:`magnetar.admin.metrics`).
 
-The hot path only adds to plain integers (:class:`TopicMetrics`); the figures are read from the live objects
+The hot path only adds to plain integers (:class:`~.core.topic_metrics.TopicMetrics`); the figures are read
+from the live objects
 when ``/metrics`` is scraped, and rendered a little at a time (:mod:`.exposition`), so publishing pays no
 Prometheus client overhead per message and a scrape never holds the event loop for long. With
 ``expose_topic_level_metrics_in_prometheus`` off they are summed per namespace.
@@ -17,18 +18,16 @@ Prometheus client overhead per message and a scrape never holds the event loop f
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from magnetar.broker.core.topic_metrics import PUBLISH_LATENCY_BUCKETS_S
 from magnetar.broker.exposition import Exposition, Family, FamilyRows, Kind, MetricsSource, Row
 
 if TYPE_CHECKING:
-    from magnetar.broker.topic import PersistentTopic
+    from magnetar.broker.core.topic import PersistentTopic
 
-PUBLISH_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0)
-"""Upper bounds (seconds), close to Pulsar's storage write latency buckets (0.5 ms ... 1 s, overflow)."""
 TOPIC_LABELS = ("cluster", "namespace", "topic")
 
 
@@ -103,43 +102,6 @@ PUBLISH_LATENCY = Family(
     PUBLISH_LATENCY_BUCKETS_S,
 )
 TOPICS_COUNT = Family("magnetar_topics_count", Kind.GAUGE, "Topics loaded", ("cluster",))
-
-
-class _Received(Protocol):
-    received_at: float
-
-
-class TopicMetrics:
-    """Counters of one topic, updated without locks or allocation on the publish path."""
-
-    __slots__ = ("bytes_in", "entries_in", "latency_buckets", "latency_sum_s", "msg_in")
-
-    def __init__(self) -> None:
-        self.msg_in = 0
-        self.bytes_in = 0
-        self.entries_in = 0
-        self.latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_S) + 1)
-        self.latency_sum_s = 0.0
-
-    def on_entry_stored(self, batch: Sequence[_Received], size_bytes: int, now: float) -> None:
-        self.entries_in += 1
-        self.msg_in += len(batch)
-        self.bytes_in += size_bytes
-        buckets = self.latency_buckets
-        total = 0.0
-        for pending in batch:
-            latency = now - pending.received_at
-            total += latency
-            buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency)] += 1
-        self.latency_sum_s += total
-
-    def on_messages_stored(self, count: int, size_bytes: int, latency_s: float) -> None:
-        """``count`` messages received together were stored in one entry of ``size_bytes``."""
-        self.entries_in += 1
-        self.msg_in += count
-        self.bytes_in += size_bytes
-        self.latency_buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency_s)] += count
-        self.latency_sum_s += latency_s * count
 
 
 class BrokerMetrics:

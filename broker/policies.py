@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, NotEmptyError, NotFoundError
-from magnetar.broker.topic_name import url_decode, url_encode
+from magnetar.broker.wire.topic_name import url_decode, url_encode
 
 CLUSTERS = "/admin/clusters"
 POLICIES = "/admin/policies"

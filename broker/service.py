@@ -34,13 +34,15 @@ import trio
 from magnetar.bookkeeper.client import BKError
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, MetadataStoreError
 from magnetar.bookkeeper.runtime import Clock, SystemClock
-from magnetar.broker.errors import (
+from magnetar.broker.core.errors import (
     NotOwnerError,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
     TopicNotFoundError,
 )
-from magnetar.broker.metrics import BrokerMetrics, TopicMetrics
+from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core.topic_metrics import TopicMetrics
+from magnetar.broker.metrics import BrokerMetrics
 from magnetar.broker.namespace_bundle import bundle_boundaries, bundle_for_hash, topic_hash
 from magnetar.broker.ownership import OwnerInfo, OwnershipManager
 from magnetar.broker.policies import (
@@ -55,8 +57,7 @@ from magnetar.broker.policies import (
 from magnetar.broker.publish_gate import PublishGate
 from magnetar.broker.security_settings import build_security
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.topic import PersistentTopic
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.topic_name import TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 

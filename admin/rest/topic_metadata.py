@@ -48,7 +48,6 @@ from magnetar.admin.rest.policy_rules import (
     ttl_error,
 )
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import (
     AlreadyExists,
     BacklogQuota,
@@ -57,7 +56,8 @@ from magnetar.broker.policies import (
     RetentionPolicies,
     TopicPolicies,
 )
-from magnetar.broker.topic_name import PARTITIONED_TOPIC_SUFFIX, TopicName
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import PARTITIONED_TOPIC_SUFFIX, TopicName
 
 TAG = "topics"
 PREFIX = "/admin/v2/persistent/{tenant}/{namespace}"

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import quote
 
-from magnetar.broker.errors import (
+from magnetar.broker.wire.errors import (
     InvalidSubscriptionNameError,
     InvalidTopicNameError,
     UnsupportedTopicDomainError,

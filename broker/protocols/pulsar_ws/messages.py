@@ -44,9 +44,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from magnetar.broker.date_format import DateParseError, format_timestamp, parse_timestamp
-from magnetar.broker.errors import BrokerError, InvalidMessageIdError
-from magnetar.broker.message_id import (
+from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
+from magnetar.broker.wire.date_format import DateParseError, format_timestamp, parse_timestamp
+from magnetar.broker.wire.errors import BrokerError, InvalidMessageIdError
+from magnetar.broker.wire.message_id import (
     INT32_MAX,
     INT32_MIN,
     INT64_MAX,
@@ -55,7 +56,6 @@ from magnetar.broker.message_id import (
     decode_base64_java,
     delivered_id_fields,
 )
-from magnetar.broker.ws_errors import WsErrorCode, WsSessionError
 
 # --- publish request ----------------------------------------------------------------------------------------
 

@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from magnetar.broker.errors import InvalidMessageIdError, InvalidTopicNameError
-from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
-from magnetar.broker.topic_name import TopicDomain, TopicName, check_subscription_name, url_decode
-from magnetar.broker.ws_errors import UpgradeFailure, WsUpgradeError
+from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsUpgradeError
+from magnetar.broker.wire.errors import InvalidMessageIdError, InvalidTopicNameError
+from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
+from magnetar.broker.wire.topic_name import TopicDomain, TopicName, check_subscription_name, url_decode
 
 RECEIVER_QUEUE_SIZE_MAX = 1000
 MIN_ACK_TIMEOUT_MS = 1000
