@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -40,12 +40,11 @@ from magnetar.broker.core.errors import (
 )
 from magnetar.broker.core.producer import Producer
 from magnetar.broker.core.publish import PublishRequest
-from magnetar.broker.core.publish_queue import PublishQueue
+from magnetar.broker.core.publish_queue import PublishQueue, PublishSettings
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
 from magnetar.broker.core.topic_metrics import TopicMetrics
-from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import decode_entry
 from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
 from magnetar.broker.wire.topic_name import TopicName
@@ -58,12 +57,26 @@ from magnetar.managed_ledger.stats import internal_stats
 log = logging.getLogger(__name__)
 
 
+class TopicSettings(PublishSettings, Protocol):
+    """The settings a topic reads (``BrokerSettings`` has them): the publish queue's, dispatch's and the
+    close's timeout."""
+
+    @property
+    def dispatch_read_entries_max(self) -> int: ...
+
+    @property
+    def dispatch_redelivery_messages_max(self) -> int: ...
+
+    @property
+    def metadata_operation_timeout_ms(self) -> int: ...
+
+
 class PersistentTopic:
     def __init__(
         self,
         name: TopicName,
         ml: ManagedLedger,
-        settings: BrokerSettings,
+        settings: TopicSettings,
         clock: Clock,
         metrics: TopicMetrics,
         *,
