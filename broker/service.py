@@ -143,7 +143,7 @@ class BrokerService:
             self._ownership.close()
 
     async def _update_rates(self) -> None:
-        """Every ``stats_update_interval_s``: each loaded topic's stats rates (see :mod:`.rates`)."""
+        """Every ``stats_update_interval_s``: each loaded topic's stats rates (see :mod:`.core.rates`)."""
         period_s = self.settings.stats_update_interval_s
         started = trio.current_time()
         while True:

@@ -21,7 +21,7 @@ ids: a single message has ``batch_index = -1``, the ``i``-th message of a batch 
 ``batch_size = message_count``.
 
 A *compact* batch (``kind = 3``) holds one producer's messages with consecutive sequence ids and one publish
-time, each message laid out exactly as in a binary SEND frame (:mod:`.binary_protocol`), so the broker stores
+time, each message laid out exactly as in a binary SEND frame (:mod:`.magnetar_v1`), so the broker stores
 a frame's messages as they arrived - validated, not re-encoded::
 
     compact := magic "Mg" | version u8 (=1) | kind u8 (=3) | name_count u16 (=1) | len u16 | producer name

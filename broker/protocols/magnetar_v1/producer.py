@@ -1,7 +1,8 @@
 """The producer side of the binary subprotocol ``magnetar.v1`` (frames in
 :mod:`magnetar.broker.wire.magnetar_v1`).
 
-A SEND frame is validated once (:func:`~.binary_protocol.parse_send`), routed into runs of consecutive
+A SEND frame is validated once (:func:`~magnetar.broker.wire.magnetar_v1.parse_send`), routed into runs of
+consecutive
 messages for the same partition (one run on a non-partitioned topic), and each run is cut at the broker's
 batch limits (``publish_batch_messages_max`` messages, ``publish_batch_bytes_max`` payload bytes) into groups
 that become one publish request each (:meth:`magnetar.broker.core.producer.Producer.publish`, laid out by the
@@ -139,7 +140,8 @@ class BinaryPublisher:
         self._frames = frames
         self._capacity = capacity
         self._refusal = refusal
-        """Rate limits and backlog quotas (:mod:`.publish_gate`) for a frame of N messages: waits while held;
+        """Rate limits and backlog quotas (:mod:`magnetar.broker.publish_gate`) for a frame of N messages:
+        waits while held;
         the reason when the publish is refused."""
         self._batch_messages_max = batch_messages_max
         self._batch_bytes_max = batch_bytes_max
