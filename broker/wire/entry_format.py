@@ -160,13 +160,8 @@ def _encode_message(
         )
     )
     parts.append(key)
-    for name, value in message.properties.items():
-        name_bytes = _encode_str("property name", name, PROPERTY_BYTES_MAX)
-        value_bytes = _encode_str("property value", value, PROPERTY_BYTES_MAX)
-        parts.append(_U16.pack(len(name_bytes)))
-        parts.append(name_bytes)
-        parts.append(_U16.pack(len(value_bytes)))
-        parts.append(value_bytes)
+    if message.properties:
+        parts.append(encode_properties(message.properties))
     parts.append(message.payload)
 
 
