@@ -78,8 +78,10 @@ def test_the_journal_is_sized_from_its_volume_and_fits(
     needed = largest_journal(
         file_bytes, backups, ENGINE.write_cache_bytes_max, ENGINE.journal_preallocate_bytes
     )
-    # below 90 % of the volume, so the bookie (read-only at 95 %) never gets there with its own journal
+    # below 90 % of the volume, so the bookie (read-only at 95 %) never gets there with its own journal, and
+    # leaving the free space below which the bookie refuses every add
     assert needed <= volume_bytes * 0.9
+    assert volume_bytes - needed >= ENGINE.disk_free_bytes_min
     # and the bookie accepts it
     BookieStorageSettings(journal_file_bytes_max=file_bytes, journal_max_backups=backups)
     if scenario == "dev":
@@ -98,8 +100,17 @@ def test_the_journal_sizing_counts_a_configured_write_cache(chart: helm_python.C
     }
     data = bookie_data(render(chart, values))
     file_bytes = int(data["MAGNETAR_STORAGE_ENGINE__JOURNAL_FILE_BYTES_MAX"])
-    assert largest_journal(file_bytes, 0, 16 * MIB, 4 * MIB) <= 256 * MIB * 0.9
-    assert file_bytes == (256 * MIB * 90 // 100 - 20 * MIB) // 2 // MIB * MIB
+    assert largest_journal(file_bytes, 0, 16 * MIB, 4 * MIB) <= 256 * MIB - ENGINE.disk_free_bytes_min
+    # 64 MiB must stay free (disk_free_bytes_min): on a small volume that is less than 90 % of it
+    assert file_bytes == (256 * MIB - 64 * MIB - 20 * MIB) // 2
+    engine = {
+        "disk_free_bytes_min": 16 * MIB,
+        "write_cache_bytes_max": 16 * MIB,
+        "journal_preallocate_bytes": 4 * MIB,
+    }
+    values = {"bookie": {"journal": {"size": "256Mi"}, "config": {"storage_engine": engine}}}
+    lower_floor = int(bookie_data(render(chart, values))["MAGNETAR_STORAGE_ENGINE__JOURNAL_FILE_BYTES_MAX"])
+    assert lower_floor == (256 * MIB * 90 // 100 - 20 * MIB) // 2 // MIB * MIB
     # Without the smaller cache the default 64 MiB cache leaves less for the files.
     default_cache = int(
         bookie_data(render(chart, {"bookie": {"journal": {"size": "256Mi"}}}))[
@@ -116,7 +127,7 @@ JOURNAL_MISFITS: dict[str, tuple[dict[str, Any], str]] = {
     ),
     "2 GiB files on the dev volume": (
         {"journal": {"size": "1Gi", "fileSize": "2Gi"}},
-        r"more than 90% of bookie\.journal\.size 1Gi",
+        r"more than the 966367641 bytes of bookie\.journal\.size 1Gi it may use \(90%",
     ),
     "a volume smaller than the write cache": (
         {"journal": {"size": "64Mi"}},

@@ -259,8 +259,9 @@ A bookie deletes a journal file once a checkpoint has put its entries into the e
 `maxBackups` older ones. At its largest the journal holds: the file being written and the one holding the
 checkpoint mark (2 files), the backups, what the write cache holds between checkpoints (its entries are only in
 the journal until then; `storage_engine.write_cache_bytes_max`) and the preallocated tail of the current file
-(`storage_engine.journal_preallocate_bytes`). That must stay below `usableFraction` of the volume: at the
-bookie's `disk_usage_threshold` (95 %) the volume counts as full and the bookie turns read-only.
+(`storage_engine.journal_preallocate_bytes`). That must stay below `usablePercent` of the volume (at the
+bookie's `disk_usage_threshold`, 95 %, the volume counts as full and the bookie turns read-only) and leave
+`storage_engine.disk_free_bytes_min` free (below it the bookie refuses every add, recovery adds included).
 
 An empty `fileSize` takes what is left after the write cache and the preallocation, shared by the 2 + backups
 files, at most 2 GiB (BookKeeper's journalMaxSizeMB) and rounded down to MiB. Renders YAML: fileBytes,
@@ -273,6 +274,7 @@ maxBackups, neededBytes, volumeBytes.
 {{- $volume := include "magnetar.bytes" (dict "quantity" $journal.size "what" "bookie.journal.size") | int64 -}}
 {{- $cache := get $flat "storage_engine__write_cache_bytes_max" | default (mul 64 $mib) | int64 -}}
 {{- $prealloc := get $flat "storage_engine__journal_preallocate_bytes" | default (mul 16 $mib) | int64 -}}
+{{- $floor := get $flat "storage_engine__disk_free_bytes_min" | default (mul 64 $mib) | int64 -}}
 {{- $backups := int64 $journal.maxBackups -}}
 {{- $percent := int64 $journal.usablePercent -}}
 {{- if or (lt $percent 10) (gt $percent 95) -}}
@@ -281,7 +283,7 @@ maxBackups, neededBytes, volumeBytes.
 {{- if or (lt $backups 0) (gt $backups 1000) -}}
 {{- fail (printf "bookie.journal.maxBackups must be in 0..1000, not %d" $backups) -}}
 {{- end -}}
-{{- $usable := div (mul $volume $percent) 100 -}}
+{{- $usable := min (div (mul $volume $percent) 100) (sub $volume $floor) -}}
 {{- $files := add $backups 2 -}}
 {{- $file := 0 -}}
 {{- if $journal.fileSize -}}
@@ -292,10 +294,10 @@ maxBackups, neededBytes, volumeBytes.
 {{- end -}}
 {{- $needed := add (mul $files $file) $cache $prealloc -}}
 {{- if lt $file $mib -}}
-{{- fail (printf "bookie.journal.size (%s) is too small: %d%% of it (bookie.journal.usablePercent) must hold %d journal files of at least 1 MiB (2 + bookie.journal.maxBackups %d), the write cache (%d bytes) and the preallocation (%d bytes)" (toString $journal.size) $percent $files $backups $cache $prealloc) -}}
+{{- fail (printf "bookie.journal.size (%s) is too small: the %d bytes the journal may use (%d%%, bookie.journal.usablePercent, leaving disk_free_bytes_min %d free) must hold %d journal files of at least 1 MiB (2 + bookie.journal.maxBackups %d), the write cache (%d bytes) and the preallocation (%d bytes)" (toString $journal.size) $usable $percent $floor $files $backups $cache $prealloc) -}}
 {{- end -}}
 {{- if gt $needed $usable -}}
-{{- fail (printf "the journal does not fit its volume: %d files of bookie.journal.fileSize (%d bytes: the current file, the checkpointed one and bookie.journal.maxBackups %d) + the write cache (%d) + the preallocation (%d) = %d bytes, more than %d%% of bookie.journal.size %s (%d bytes). Raise bookie.journal.size, or lower fileSize or maxBackups" $files $file $backups $cache $prealloc $needed $percent (toString $journal.size) $usable) -}}
+{{- fail (printf "the journal does not fit its volume: %d files of bookie.journal.fileSize (%d bytes: the current file, the checkpointed one and bookie.journal.maxBackups %d) + the write cache (%d) + the preallocation (%d) = %d bytes, more than the %d bytes of bookie.journal.size %s it may use (%d%%, bookie.journal.usablePercent, leaving disk_free_bytes_min %d free). Raise bookie.journal.size, or lower fileSize or maxBackups" $files $file $backups $cache $prealloc $needed $usable (toString $journal.size) $percent $floor) -}}
 {{- end -}}
 fileBytes: {{ $file }}
 maxBackups: {{ $backups }}
@@ -645,7 +647,7 @@ Call with (dict "ctx" $ "component" "broker").
     - --check-interval-s
     - {{ $wait.checkIntervalSeconds | quote }}
   env:
-    {{- include "magnetar.metadataClientEnv" (dict "ctx" $ctx "component" .component) | nindent 4 }}
+    {{- include "magnetar.metadataClientEnv" (dict "ctx" $ctx "component" .component "operationTimeoutMs" (mul (int $wait.operationTimeoutSeconds) 1000)) | nindent 4 }}
   resources:
     {{- toYaml $wait.resources | nindent 4 }}
   securityContext:
