@@ -1,4 +1,5 @@
-"""``wait-for-metadata`` and the init command's retry budget (the Helm chart's start-up order).
+"""``wait-for-metadata``, and ``initialize-cluster-metadata``'s arguments and retry budget (the Helm chart's
+start-up order).
 
 The wait runs on named in-process memory stores (shared by name within the process): what it waits for is
 created while it waits, and each check that finds something missing says what in one log line. The ZooKeeper
@@ -9,7 +10,10 @@ side (an unreachable store, then one that starts) is covered with real processes
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import trio
@@ -24,8 +28,10 @@ from magnetar.admin.cluster_init import (
     retry_budget_s,
     wait_for_metadata,
 )
+from magnetar.bookkeeper.metadata import open_metadata_store
 from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo, writable_path
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
+from magnetar.broker.policies import PolicyStore
 
 
 def store_url() -> tuple[str, MemoryMetadataStore]:
@@ -90,3 +96,49 @@ def test_retry_budget_adds_every_attempt_and_the_capped_doubling_pauses() -> Non
     assert retry_budget_s(1, 5.0, 10.0, servers=3) == 16
     long = retry_budget_s(10, 2.0, 10.0, servers=1)
     assert long == 10 * 12 + 2 + 4 + 8 + 16 + 5 * RETRY_DELAY_MAX_S
+
+
+async def test_the_init_command_takes_the_store_from_the_environment_and_every_service_url(
+    tmp_path: Path,
+) -> None:
+    url = f"rocksdb://{tmp_path / 'meta'}"
+    env = {**os.environ, "MAGNETAR_METADATA_URL": url, "MAGNETAR_CLUSTER": "prod"}
+    argv = [
+        sys.executable, "-m", "magnetar.admin.cli", "initialize-cluster-metadata",
+        "--web-service-url", "http://svc:8080", "--web-service-url-tls", "https://svc:8443",
+        "--broker-service-url", "pulsar://svc:6650", "--broker-service-url-tls", "pulsar+ssl://svc:6651",
+        "--bundles", "8",
+    ]  # fmt: skip
+    done = await trio.run_process(argv, env=env, capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr
+    async with open_metadata_store(url) as store:
+        policies = PolicyStore(store)
+        cluster = await policies.get_cluster("prod")
+        namespace = await policies.get_namespace("public/default")
+    assert cluster is not None
+    assert (cluster.serviceUrl, cluster.serviceUrlTls) == ("http://svc:8080", "https://svc:8443")
+    assert (cluster.brokerServiceUrl, cluster.brokerServiceUrlTls) == (
+        "pulsar://svc:6650",
+        "pulsar+ssl://svc:6651",
+    )
+    assert namespace is not None
+    assert namespace.bundles.numBundles == 8
+    without = {k: v for k, v in env.items() if k != "MAGNETAR_CLUSTER"}
+    missing = await trio.run_process(argv, env=without, capture_stdout=True, capture_stderr=True, check=False)
+    assert missing.returncode == 2
+    assert b"--cluster (or MAGNETAR_CLUSTER) is required" in missing.stderr
+
+
+async def test_wait_for_metadata_refuses_bad_arguments() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAGNETAR_")}
+    command = [sys.executable, "-m", "magnetar.admin.cli", "wait-for-metadata"]
+    no_url = await trio.run_process(command, env=env, capture_stderr=True, check=False)
+    assert no_url.returncode == 2
+    assert b"--metadata-url (or MAGNETAR_METADATA_URL) is required" in no_url.stderr
+    bad = await trio.run_process(
+        [*command, "--metadata-url", "memory://x", "--bookies-min", "-1"],
+        env=env,
+        capture_stderr=True,
+        check=False,
+    )
+    assert bad.returncode == 2
