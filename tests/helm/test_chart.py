@@ -186,9 +186,14 @@ def test_environment_from_the_config_maps_reaches_the_containers(
         assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/config"])
 
 
-def test_names_fit_kubernetes_limits_with_the_longest_release_name(chart: helm_python.Chart) -> None:
+@pytest.mark.parametrize("scenario", ["default", "secure", "monitoring"])
+def test_names_fit_kubernetes_limits_with_the_longest_release_name(
+    chart: helm_python.Chart, scenario: str
+) -> None:
     release = "r" * 53  # Helm's longest release name
-    manifests = chart.render({}, name=release, namespace=NAMESPACE, is_install=True)
+    values = {**SCENARIOS[scenario], "bookie": {"formatOrdinals": [2]}}
+    # a Job per revision: a long-lived release's revision numbers grow
+    manifests = chart.render(values, name=release, namespace=NAMESPACE, revision=99999)
     objects = [
         doc
         for path, text in manifests.items()

@@ -280,6 +280,8 @@ def test_a_bookie_whose_volumes_were_lost_can_be_formatted_by_a_job(chart: helm_
     (term,) = pod_spec(job)["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["labelSelector"]["matchLabels"] == {"statefulset.kubernetes.io/pod-name": pod}
     assert container["envFrom"] == bookie["envFrom"]
+    assert "Format Jobs run for bookie ordinal(s) 2" in rendered.notes
+    assert "Format Jobs" not in render(chart).notes
     fails(
         chart,
         {"bookie": {"formatOrdinals": [3]}},
