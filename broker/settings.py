@@ -50,6 +50,11 @@ class BrokerSettings(SecuritySettings):
     advertised_address: str | None = None
     """Host clients are told to use (lookup, redirects); default: the bind address unless it is a wildcard,
     else the hostname."""
+    cluster_metadata_init: bool = True
+    """Create the cluster (with this broker's HTTP URL as its ``serviceUrl``), tenant ``public`` and namespace
+    ``public/default`` at start when they are missing, as Pulsar's standalone does. Off where one place
+    initializes the cluster: the Helm chart's init job (``magnetar initialize-cluster-metadata``) writes the
+    cluster's service URLs and bundle count, and its brokers only wait for them."""
 
     # -- topics -----------------------------------------------------------------------------------
     allow_auto_topic_creation: bool = True
