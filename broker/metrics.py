@@ -7,6 +7,15 @@ Per topic (labels ``cluster``, ``namespace``, ``topic``): ``magnetar_in_messages
 ``magnetar_publish_latency_seconds`` (message received by the broker -> stored with the ack quorum). Broker-
 wide: ``magnetar_topics_count``.
 
+Metadata outages (broker-wide, see :mod:`.metadata_outage`): ``magnetar_metadata_store_healthy`` (1/0),
+``magnetar_metadata_outages_total``, ``magnetar_metadata_sessions_lost_total``,
+``magnetar_metadata_outage_seconds`` (the current outage so far, 0 when healthy),
+``magnetar_metadata_waiters`` (requests waiting for the store), ``magnetar_bundles_owned``,
+``magnetar_bundles_unconfirmed`` (served without their node, after a lost session),
+``magnetar_ledger_rollovers_deferred`` (topics whose current ledger takes entries past its cap),
+``magnetar_ledger_entries_past_cap`` (their sum), and the bounds in force:
+``magnetar_serve_without_session_max_seconds``, ``magnetar_rollover_deferred_entries_max``.
+
 The hot path only adds to plain integers (:class:`TopicMetrics`); a custom collector turns them into metric
 families when ``/metrics`` is scraped, so publishing pays no Prometheus client overhead per message. Every
 broker has its own ``CollectorRegistry`` (several brokers may share a test process).
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -66,12 +76,35 @@ class TopicMetrics:
         self.latency_sum_s += latency_s * count
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataFigures:
+    """The broker's figures about metadata outages at scrape time."""
+
+    healthy: bool
+    outages_total: int
+    sessions_lost_total: int
+    outage_s: float
+    waiters: int
+    bundles_owned: int
+    bundles_unconfirmed: int
+    rollovers_deferred: int
+    entries_past_cap: int
+    serve_without_session_max_s: float
+    rollover_deferred_entries_max: int
+
+
 class BrokerMetrics(Collector):
     """The collector of one broker; ``topics`` lists the loaded topics at scrape time."""
 
-    def __init__(self, cluster: str, topics: Callable[[], Iterable[PersistentTopic]]) -> None:
+    def __init__(
+        self,
+        cluster: str,
+        topics: Callable[[], Iterable[PersistentTopic]],
+        metadata: Callable[[], MetadataFigures] | None = None,
+    ) -> None:
         self._cluster = cluster
         self._topics = topics
+        self._metadata = metadata
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -122,3 +155,46 @@ class BrokerMetrics(Collector):
         topics_count = GaugeMetricFamily("magnetar_topics_count", "Topics loaded", labels=["cluster"])
         topics_count.add_metric([self._cluster], len(topics))
         yield topics_count
+        if self._metadata is not None:
+            yield from self._metadata_families(self._metadata())
+
+    def _metadata_families(self, f: MetadataFigures) -> Iterator[Metric]:
+        counters: list[tuple[str, str, float]] = [
+            ("magnetar_metadata_outages", "Metadata store outages seen", f.outages_total),
+            ("magnetar_metadata_sessions_lost", "Metadata sessions lost (expired)", f.sessions_lost_total),
+        ]
+        gauges: list[tuple[str, str, float]] = [
+            ("magnetar_metadata_store_healthy", "1 while the metadata store is usable", int(f.healthy)),
+            ("magnetar_metadata_outage_seconds", "Length of the current metadata outage so far", f.outage_s),
+            ("magnetar_metadata_waiters", "Requests waiting for the metadata store", f.waiters),
+            ("magnetar_bundles_owned", "Namespace bundles this broker serves", f.bundles_owned),
+            (
+                "magnetar_bundles_unconfirmed",
+                "Bundles served without their ownership node (after a lost session)",
+                f.bundles_unconfirmed,
+            ),
+            (
+                "magnetar_ledger_rollovers_deferred",
+                "Topics whose current ledger takes entries past its cap",
+                f.rollovers_deferred,
+            ),
+            ("magnetar_ledger_entries_past_cap", "Entries written past the ledger cap", f.entries_past_cap),
+            (
+                "magnetar_serve_without_session_max_seconds",
+                "Bound: serving without a confirmed metadata session (serve_without_session_max_s)",
+                f.serve_without_session_max_s,
+            ),
+            (
+                "magnetar_rollover_deferred_entries_max",
+                "Bound: entries past the ledger cap while a rollover is deferred",
+                f.rollover_deferred_entries_max,
+            ),
+        ]
+        for name, documentation, value in counters:
+            counter = CounterMetricFamily(name, documentation, labels=["cluster"])
+            counter.add_metric([self._cluster], value)
+            yield counter
+        for name, documentation, value in gauges:
+            gauge = GaugeMetricFamily(name, documentation, labels=["cluster"])
+            gauge.add_metric([self._cluster], value)
+            yield gauge

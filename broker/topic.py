@@ -37,6 +37,7 @@ from magnetar.broker.dispatcher import SubscriptionType
 from magnetar.broker.entry_format import decode_entry, encode_batch, encode_compact_batch, encode_message
 from magnetar.broker.errors import (
     ProducerBusyError,
+    ServiceUnitNotReadyError,
     SubscriptionBusyError,
     TopicClosedError,
     TopicNotFoundError,
@@ -73,6 +74,7 @@ class PersistentTopic:
         *,
         on_fenced: Callable[[PersistentTopic], None] = lambda topic: None,
         close_ml: Callable[[], Awaitable[None]] | None = None,
+        metadata_ready: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
         self.ml = ml
@@ -81,6 +83,8 @@ class PersistentTopic:
         self.metrics = metrics
         self._on_fenced = on_fenced
         self._close_ml = close_ml or ml.close
+        self._metadata_ready = metadata_ready
+        """Waits (bounded) for the metadata store during an outage; raises 503 if it stays away."""
         self.partition = name.partition_index
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
@@ -376,7 +380,12 @@ class PersistentTopic:
         if subscription is not None:
             return subscription
         if durable:
-            cursor = await self.ml.open_cursor(name, start_at_earliest=start_earliest)
+            if self._metadata_ready is not None:
+                await self._metadata_ready(f"creating subscription {name} on {self.name}")
+            try:
+                cursor = await self.ml.open_cursor(name, start_at_earliest=start_earliest)
+            except (ManagedLedgerError, BKError, MetadataStoreError) as exc:
+                raise ServiceUnitNotReadyError(f"creating subscription {name} on {self.name}: {exc}") from exc
         else:
             start = self._first_position() if start_earliest else self._after_last()
             cursor = self.ml.open_non_durable_cursor(start)
