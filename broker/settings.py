@@ -1,6 +1,6 @@
 """Settings of a broker process: one pydantic-settings model, every field also ``MAGNETAR_<NAME>``.
 
-Names follow DESIGN.md §4 (unit last) and map to Pulsar's ``broker.conf`` where one exists:
+Names carry their unit last and map to Pulsar's ``broker.conf`` where one exists:
 ``allow_auto_topic_creation`` = ``allowAutoTopicCreation``, ``default_number_of_namespace_bundles`` =
 ``defaultNumberOfNamespaceBundles``, ``ensemble_size`` / ``write_quorum`` / ``ack_quorum`` =
 ``managedLedgerDefault{EnsembleSize,WriteQuorum,AckQuorum}``, ``ws_frame_bytes_max`` = Pulsar's

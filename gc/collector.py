@@ -1,4 +1,4 @@
-"""The bookie's garbage collector: BookKeeper's ``GarbageCollectorThread`` (reference §6, §7, invariant 12).
+"""The bookie's garbage collector: BookKeeper's ``GarbageCollectorThread``.
 
 One pass (every ``gc_wait_time_s``, or at once when triggered):
 
