@@ -173,11 +173,14 @@ class OwnershipManager:
     async def release(self, namespace: str, bundle: str) -> None:
         """Give the bundle up (unload): the next lookup lets any broker take it. If the node cannot be
         deleted (the store is unavailable) the bundle stays owned and the error is raised."""
+        key = (namespace, bundle)
         if not self.owns(namespace, bundle):
             return
-        with contextlib.suppress(NotFoundError):
-            await self._store.delete(bundle_path(namespace, bundle))
-        self.state.released((namespace, bundle))
+        if self.state.bundles[key] is BundleStatus.CONFIRMED:
+            # an unconfirmed bundle's node died with the lost session: the one there now is not ours
+            with contextlib.suppress(NotFoundError):
+                await self._store.delete(bundle_path(namespace, bundle))
+        self.state.released(key)
         log.info("broker %s released bundle %s/%s", self.broker_id, namespace, bundle)
 
     async def release_all(self) -> None:

@@ -125,3 +125,20 @@ async def test_a_release_the_store_cannot_take_keeps_the_bundle() -> None:
     store.reconnect()
     await a.release(*BUNDLE)
     assert not a.owns(*BUNDLE)
+
+
+async def test_releasing_an_unconfirmed_bundle_leaves_the_node_of_the_broker_that_took_it() -> None:
+    store_a = MemoryMetadataStore("own7")
+    a = broker(store_a, "a", [])
+    b = broker(MemoryMetadataStore("own7"), "b", [])
+    await a.acquire(*BUNDLE)
+    store_a.disconnect()
+    store_a.expire_session()
+    assert (await b.acquire(*BUNDLE)).httpUrl == "http://b:8080"
+    store_a.reconnect()  # a's claim has not run yet (no run task here): the bundle is unconfirmed
+    assert BUNDLE in a.state.unconfirmed
+    await a.release(*BUNDLE)  # an admin unload meanwhile
+    assert not a.owns(*BUNDLE)
+    owner = await a.get_owner(*BUNDLE)
+    assert owner is not None
+    assert owner.httpUrl == "http://b:8080"

@@ -14,6 +14,7 @@ from fixtures.client import UNHURRIED, InProcessBookies, open_in_process_bookies
 
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.metadata import MemoryMetadataStore, Stat, StoreUnavailableError
+from magnetar.bookkeeper.metadata.ledger_paths import ledger_path
 from magnetar.managed_ledger.errors import ManagedLedgerFencedError, RolloverDeferredError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory, open_managed_ledger_factory
 from magnetar.managed_ledger.ledger import ManagedLedger
@@ -240,3 +241,36 @@ async def test_a_broker_that_takes_the_topic_over_during_the_outage_fences_the_o
             await old.add_entry(b"after the reconnection")
         await new.add_entry(b"the new owner writes")
         assert (await payloads(new))[-1] == b"the new owner writes"
+
+
+class FailingClose(MemoryMetadataStore):
+    """The update that closes ledger ``ledger_id`` in its metadata fails once (the store went away then)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.ledger_id: int | None = None
+
+    async def put(self, path: str, value: bytes, expected_version: int | None, **kwargs: Any) -> Stat:
+        target = self.ledger_id
+        if (
+            target is not None
+            and expected_version not in (None, -1)
+            and path == ledger_path("/ledgers", target)
+        ):
+            self.ledger_id = None
+            raise StoreUnavailableError(f"connection lost during {path}")
+        return await super().put(path, value, expected_version, **kwargs)
+
+
+async def test_a_ledger_its_writer_could_not_close_is_still_read_to_its_end() -> None:
+    store = FailingClose(store_name())
+    async with managed_ledgers(store) as (factory, _):
+        ml = await factory.open("t/ns/persistent/unclosed")
+        first = ml.current_ledger_id
+        store.ledger_id = first
+        await fill(ml, CAP + 3)  # the rollover's close of the first ledger fails; the roll goes on
+        await rolled(ml, first)
+        metadata = await factory.bk.get_ledger_metadata(first)
+        assert not metadata.is_closed
+        factory._ctx.cache.clear(ml.name)
+        assert await payloads(ml) == [f"m{i}".encode() for i in range(CAP + 3)]
