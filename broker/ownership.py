@@ -232,7 +232,7 @@ class OwnershipManager:
                 return ClaimOutcome.CREATED, ""  # settled meanwhile (released, given up or confirmed)
             try:
                 owner = await self._create_node(bundle)
-            except MetadataStoreError as exc:
+            except (MetadataStoreError, ValueError) as exc:  # ValueError: a node whose value is not JSON
                 log.warning("broker %s: claiming bundle %s/%s failed: %s", self.broker_id, *bundle, exc)
                 return ClaimOutcome.FAILED, str(exc)
             if owner is not None:

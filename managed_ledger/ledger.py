@@ -5,24 +5,26 @@ Theory of operation (Pulsar's ``ManagedLedgerImpl``):
 * **Appends.** Adds go to the current ledger, pipelined; the client acknowledges them strictly in entry order,
   so positions ``(ledgerId, entryId)`` are acknowledged in order too. ``last_confirmed`` follows the acks.
 * **Rollover.** Once ``max_entries_per_ledger`` adds were *pushed* to the current ledger (or it is due by size
-  or age, checked on acks and by the periodic idle check), the next ledger is created first, while the
-  current one stays open; adds past the entry cap queue meanwhile. With the new ledger in hand, adds queue,
-  the in-flight ones are acknowledged, the current ledger is closed, the ledger list CAS-written with the new
-  ledger, and the queued adds go to the new ledger in order. Nothing is lost or reordered across a rollover.
+  or age, checked on acks and by the periodic idle check), the next ledger is created and the ledger list
+  CAS-written to name it, while the current ledger is still written; adds past the entry cap queue meanwhile.
+  In that list the current ledger is listed as *open* (no entry count), so whoever opens the managed ledger
+  recovers it as well as the next one: an entry added to the current ledger is found whether the write
+  happened or not. Then the switch: adds queue, the in-flight ones are acknowledged, the current ledger is
+  closed (a failure to close it is harmless: it is listed as open, and a reader recovers it), the queued adds
+  go to the next ledger in order, and a last list write records the closed ledger's entry count. Nothing is
+  lost or reordered across a rollover.
 * **Deferred rollover** (the metadata store is unavailable). Creating a ledger and writing the list need
-  the metadata store; appending to an open ledger does not. So when the next ledger cannot be created
-  (the store reports itself unhealthy, creating failed, or it takes longer than ``rollover_create_wait_ms``),
-  the rollover is *deferred*: the current ledger goes on taking entries past its cap, up to
-  ``rollover_deferred_entries_max`` more, and beyond that adds fail at once with
-  :class:`RolloverDeferredError` (the producer's error result; nothing was written). The creation is retried
-  every ``rollover_retry_interval_ms`` once the store is healthy again, with a random share of that interval
-  first so that the topics of a broker do not all roll at once. Safety does not depend on the store: a
-  broker that took the topic over meanwhile recovered (fenced) the current ledger, so the adds of this one
-  fail with a fenced error instead of being acknowledged.
-* **Unknown outcomes.** A list write that fails because the store became unreachable may or may not have
-  happened. The rollover then waits for the store (at most ``metadata_operation_timeout_s``), reads the list
-  back and decides: not written - write it again; written as we wrote it - go on; anything else - another
-  owner wrote it, so this instance fences itself. Adds queue meanwhile (the window is the one list write).
+  the metadata store; appending to an open ledger does not. So when the next ledger cannot be created or
+  listed (the store reports itself unhealthy, a call failed, or creating takes longer than
+  ``rollover_create_wait_ms``), the rollover is *deferred*: the current ledger goes on taking entries past its
+  cap, up to ``rollover_deferred_entries_max`` more, and beyond that adds fail at once with
+  :class:`RolloverDeferredError` (the producer's error result; nothing was written). It is retried every
+  ``rollover_retry_interval_ms`` once the store is healthy again, with a random share of that interval first
+  so that the topics of a broker do not all roll at once. A list write whose outcome is unknown (the
+  connection dropped while it was in flight) is settled before the next one (:mod:`.list_writer`); adds go on
+  to the current ledger meanwhile, since both possible lists cover it. Safety does not depend on the store: a
+  broker that took the topic over recovered (fenced) the current ledger, so the adds of this one fail with a
+  fenced error instead of being acknowledged.
 * **Failures.** If the client reports the ledger fenced (another broker recovered it), or a metadata write
   loses a compare-and-set race, this instance is *fenced*: every pending and future add fails with
   :class:`ManagedLedgerFencedError` and it never writes again. Any other add failure fails that add and the
@@ -69,6 +71,7 @@ from magnetar.managed_ledger.errors import (
 )
 from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
 from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.list_writer import LedgerListWriter
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.reader import EntryReader
@@ -145,7 +148,9 @@ class ManagedLedger:
         self._ctx = ctx
         self._settings = ctx.settings
         self.ledgers = ledgers
-        self._info_version = info_version
+        self._list_writer = LedgerListWriter(
+            name, ctx.meta, info_version, ctx.settings.metadata_operation_timeout_s
+        )
         self._current = current
         self._properties = properties
         self._terminated_at = terminated_at
@@ -167,6 +172,8 @@ class ManagedLedger:
         self._rolling = False
         self._rollover_done = trio.Event()
         self._rollover_done.set()
+        self._next: LedgerHandle | None = None
+        """The next ledger while a rollover lists it and the current ledger is still written."""
         self._deferred_since_ms: int | None = None
         """Set while the rollover is deferred: the current ledger takes entries past its cap."""
         self.rollovers_deferred_total = 0
@@ -428,41 +435,74 @@ class ManagedLedger:
             self._ctx.on_trim_candidate(self)
 
     async def _roll_current(self) -> None:
-        """The next ledger first (deferring while it cannot be created), then the switch to it."""
+        """Create and list the next ledger while the current one is written, then switch (see above)."""
         handle = await self._create_next()
         if handle is None:
             return
         if self._stopped_writing():
             await self._delete_bk_ledger(handle.ledger_id)
             return
+        self._next = handle
+        # From here on the next ledger may be in the stored list: it is never deleted by this instance.
+        if not await self._list_next():
+            return
         self.state = State.CLOSING_LEDGER
-        try:
-            await self._drain_inflight()
-            closed = await self._close_current()
-            if self.state in (State.FENCED, State.CLOSED, State.TERMINATED):
-                await self._delete_bk_ledger(handle.ledger_id)
+        await self._drain_inflight()
+        closed = await self._close_current()
+        if self._stopped_writing():
+            return
+        self._next = None
+        self.ledgers.append(LedgerInfo(handle.ledger_id))
+        self._start_writing(handle, closed)
+        self.spawn(self._record_closed_ledger, "ledger list")
+
+    async def _list_next(self) -> bool:
+        """Write the list naming the next ledger; False if this instance stopped writing meanwhile. While it
+        cannot be written (or its outcome is unknown) the rollover is deferred and the write retried."""
+        async with self._metadata_lock:
+            while True:
+                try:
+                    await self._write_info(list(self.ledgers))
+                    return True
+                except (MetadataUnavailableError, trio.TooSlowError) as exc:
+                    self._defer_rollover(f"writing the ledger list failed: {exc}")
+                await self._pause_before_retry()
+                if self._stopped_writing():
+                    return False
+
+    async def _record_closed_ledger(self) -> None:
+        """Best effort: the list with the closed ledger's entry count (the next list write records it too)."""
+        async with self._metadata_lock:
+            if self._stopped_writing() or self._next is not None:
                 return
-            self.state = State.CREATING_LEDGER
-            await self._switch_to(handle, closed)
-        except ManagedLedgerFencedError:
-            with trio.CancelScope(shield=True):
-                await self._delete_bk_ledger(handle.ledger_id)
-            raise
+            with contextlib.suppress(ManagedLedgerError, trio.TooSlowError):
+                await self._write_info(list(self.ledgers))
 
     async def _replace_failed_ledger(self) -> None:
         """After a failed add: no current ledger to keep writing to, so close it, then create and switch."""
         await self._drain_inflight()
         closed = await self._close_current()
-        if self.state in (State.FENCED, State.CLOSED, State.TERMINATED):
+        if self._stopped_writing():
             return
         self.state = State.CREATING_LEDGER
         handle = await self.create_ledger()
+        # A ledger closed with no entries (a failed one) is dropped from the list, as at open.
+        dropped = closed.ledger_id if closed is not None and closed.entries == 0 else None
         try:
-            await self._switch_to(handle, closed)
+            async with self._metadata_lock:
+                infos = [i for i in self.ledgers if i.ledger_id != dropped]
+                infos.append(LedgerInfo(handle.ledger_id))
+                await self._write_info_settled(infos)
+                if dropped is not None:
+                    self.ledgers.remove(dropped)
+                self.ledgers.append(LedgerInfo(handle.ledger_id))
         except ManagedLedgerFencedError:
             with trio.CancelScope(shield=True):
                 await self._delete_bk_ledger(handle.ledger_id)
             raise
+        if dropped is not None:
+            await self._delete_bk_ledger(dropped)
+        self._start_writing(handle, closed)
 
     async def _create_next(self) -> LedgerHandle | None:
         """Create the next ledger while the current one stays open; None if this instance stopped writing.
@@ -562,19 +602,8 @@ class ManagedLedger:
         self._current = None
         return closed
 
-    async def _switch_to(self, handle: LedgerHandle, closed: LedgerInfo | None) -> None:
-        """Write the list with ``handle`` as the new current ledger, and write to it from now on."""
-        # A ledger closed with no entries (a failed one) is dropped from the list, as at open.
-        dropped = closed.ledger_id if closed is not None and closed.entries == 0 else None
-        async with self._metadata_lock:
-            infos = [i for i in self.ledgers if i.ledger_id != dropped]
-            infos.append(LedgerInfo(handle.ledger_id))
-            await self._write_info_settled(infos)
-            if dropped is not None:
-                self.ledgers.remove(dropped)
-            self.ledgers.append(LedgerInfo(handle.ledger_id))
-        if dropped is not None:
-            await self._delete_bk_ledger(dropped)
+    def _start_writing(self, handle: LedgerHandle, closed: LedgerInfo | None) -> None:
+        """``handle`` (in the list now) becomes the current ledger."""
         if self.rollover_deferred and closed is not None:
             assert self._deferred_since_ms is not None
             log.info(
@@ -615,56 +644,45 @@ class ManagedLedger:
 
     # -- metadata -----------------------------------------------------------------------------------------
 
+    def _persisted(self, ledgers: list[LedgerInfo]) -> list[LedgerInfo]:
+        """The list as stored: while a next ledger is listed, the current one is open (no entry count), so an
+        open of the managed ledger recovers both."""
+        if self._next is None:
+            return ledgers
+        current = self.current_ledger_id
+        listed = [LedgerInfo(i.ledger_id) if i.ledger_id == current else i for i in ledgers]
+        return [*listed, LedgerInfo(self._next.ledger_id)]
+
     async def _write_info(self, ledgers: list[LedgerInfo], terminated: Position | None = None) -> None:
-        """CAS-write the ledger list (caller holds the metadata lock); a conflict fences this instance."""
-        info = ManagedLedgerInfo(tuple(ledgers), terminated or self._terminated_at, self._properties)
+        """CAS-write the ledger list (caller holds the metadata lock); a conflict fences this instance. An
+        unknown outcome raises :class:`MetadataUnavailableError` or :class:`trio.TooSlowError`."""
+        info = ManagedLedgerInfo(
+            tuple(self._persisted(ledgers)), terminated or self._terminated_at, self._properties
+        )
         try:
-            with trio.fail_after(self._settings.metadata_operation_timeout_s):
-                self._info_version = await self._ctx.meta.put_ledger_info(self.name, info, self._info_version)
+            await self._list_writer.write(info)
         except MetadataConflictError as exc:
             self._fence(f"metadata version conflict: {exc}")
             raise ManagedLedgerFencedError(f"managed ledger {self.name} is fenced: {exc}") from exc
 
     async def _write_info_settled(self, ledgers: list[LedgerInfo]) -> None:
-        """As :meth:`_write_info`, but a write whose outcome is unknown (the store became unreachable) is
-        settled by reading the list back once the store answers again (see the module's docstring)."""
-        info = ManagedLedgerInfo(tuple(ledgers), self._terminated_at, self._properties)
+        """As :meth:`_write_info`, retried (the store answering again) for at most
+        ``metadata_operation_timeout_s`` when its outcome is unknown."""
         deadline = trio.current_time() + self._settings.metadata_operation_timeout_s
+        pause_s = self._settings.rollover_retry_interval_ms / 1000
         while True:
             try:
                 await self._write_info(ledgers)
                 return
-            except (MetadataUnavailableError, trio.TooSlowError) as exc:
-                log.warning("managed ledger %s: ledger list write, outcome unknown: %s", self.name, exc)
+            except (MetadataUnavailableError, trio.TooSlowError):
                 if trio.current_time() >= deadline:
                     raise
-                read = await self._read_back_after(deadline)
-            if read is None:
-                continue  # the store is still away, or the read failed: try again within the deadline
-            stored, version = read
-            if version == self._info_version:
-                continue  # not written: write it again
-            if version == self._info_version + 1 and stored == info:
-                self._info_version = version
-                return
-            self._fence(f"the ledger list changed to version {version} while our write's outcome was unknown")
-            raise ManagedLedgerFencedError(f"managed ledger {self.name} is fenced: another owner wrote it")
-
-    async def _read_back_after(self, deadline: float) -> tuple[ManagedLedgerInfo | None, int] | None:
-        """The stored list and its version once the store answers (None if not before ``deadline``)."""
-        health = self._ctx.health
-        if health is not None and not await health.wait_healthy(max(0.0, deadline - trio.current_time())):
-            return None
-        try:
-            with trio.fail_after(max(0.001, deadline - trio.current_time())):
-                versioned = await self._ctx.meta.get_ledger_info(self.name)
-        except (MetadataUnavailableError, trio.TooSlowError):
-            pause_s = self._settings.rollover_retry_interval_ms / 1000
-            await trio.sleep(max(0.0, min(pause_s, deadline - trio.current_time())))
-            return None
-        if versioned is None:
-            return None, -1
-        return versioned.value, versioned.version
+            health = self._ctx.health
+            remaining = max(0.0, deadline - trio.current_time())
+            if health is not None and not health.healthy:
+                await health.wait_healthy(remaining)
+            else:
+                await trio.sleep(min(pause_s, remaining))
 
     def _fence(self, why: str) -> None:
         if self.state is State.FENCED:

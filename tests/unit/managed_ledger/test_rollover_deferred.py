@@ -189,24 +189,52 @@ class LostAnswers(MemoryMetadataStore):
 @pytest.mark.parametrize("applied", [True, False])
 async def test_an_unknown_outcome_of_the_list_write_is_settled_by_reading_it_back(applied: bool) -> None:
     store = LostAnswers(store_name())
-    async with managed_ledgers(store) as (factory, _), trio.open_nursery() as nursery:
+    async with managed_ledgers(store) as (factory, _):
         name = "t/ns/persistent/unknown-outcome"
         ml = await factory.open(name)
         first = ml.current_ledger_id
         await fill(ml, CAP - 1)
         store.armed = applied
-
-        async def back_soon() -> None:
-            await trio.sleep(0.2)
-            store.reconnect()
-
-        nursery.start_soon(back_soon)
-        await fill(ml, 5, "then-")  # the 20th starts the rollover; the rest wait for it
+        # the 20th add starts the rollover, whose list write is lost on the way: the adds go on to the
+        # current ledger (both possible lists cover it), past its cap
+        during = await fill(ml, 10, "then-")
+        assert {p.ledger_id for p in during} == {first}
+        assert not store.health.healthy
+        store.reconnect()
         await rolled(ml, first)
         assert (await ml.add_entry(b"after")).ledger_id == ml.current_ledger_id
         stored = await factory.meta.get_ledger_info(name)
         assert stored is not None
         assert [i.ledger_id for i in stored.value.ledgers] == [i.ledger_id for i in ml.ledgers]
+        closed = ml.ledgers.get(first)
+        assert closed is not None
+        assert closed.entries == CAP + 9
+
+
+async def test_a_takeover_while_the_next_ledger_is_listed_fences_both_and_keeps_every_entry() -> None:
+    """The list names the next ledger while the current one is still written (listed as open): a broker that
+    opens the managed ledger then must recover the current ledger as well as the next one."""
+    name = store_name()
+    ours, theirs = LostAnswers(name), MemoryMetadataStore(name)
+    topic = "t/ns/persistent/listed-next"
+    async with (
+        open_in_process_bookies(ours, 3) as bookies,
+        open_bookkeeper(ours, bookies.transport, CLIENT) as bk_ours,
+        open_bookkeeper(theirs, bookies.transport, CLIENT) as bk_theirs,
+        open_managed_ledger_factory(bk_ours, ours, SETTINGS) as factory_ours,
+        open_managed_ledger_factory(bk_theirs, theirs, SETTINGS) as factory_theirs,
+    ):
+        old = await factory_ours.open(topic)
+        await fill(old, CAP - 1)
+        ours.armed = True  # the list naming the next ledger is written; we do not learn it
+        await fill(old, 6, "past-")  # entries CAP-1 .. CAP+4 of the current ledger, acknowledged
+        ours.expire_session()
+        acked = [f"m{i}".encode() for i in range(CAP - 1)] + [f"past-{i}".encode() for i in range(6)]
+        new = await factory_theirs.open(topic)
+        assert await payloads(new) == acked
+        with pytest.raises(ManagedLedgerFencedError):
+            await old.add_entry(b"after the takeover")
+        assert await payloads(new) == acked
 
 
 async def test_a_broker_that_takes_the_topic_over_during_the_outage_fences_the_old_writer() -> None:
