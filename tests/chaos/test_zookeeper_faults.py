@@ -41,13 +41,22 @@ OUTAGE_ACK_GAP_MAX_S = 1.0
 LEADER_KILL_ACK_GAP_MAX_S = 2.0
 """The same while an ensemble elects a new leader."""
 SESSION_S = TEST_SESSION_TIMEOUT_MS / 1000
+PAST_THE_CAP = "magnetar_ledger_entries_past_cap"
 SESSIONS_LOST = "magnetar_metadata_sessions_lost_total"
 """Counts the metadata sessions a broker lost (expired) since it started."""
 
 
 async def _note_ledgers(s: Scenario) -> None:
     entries = await s.ledger_entries()
-    s.note(f"entries per ledger: {entries} (cap {LEDGER_ENTRIES_MAX})")
+    s.note(f"entries per ledger now: {entries} (cap {LEDGER_ENTRIES_MAX}; consumed ledgers are trimmed)")
+
+
+async def _past_the_cap(s: Scenario, cluster: DevCluster, found: list[float]) -> None:
+    """How far past its cap the topic's current ledger went in this outage (its owner's metric; a broker
+    answers /metrics without ZooKeeper), noted and kept in ``found``."""
+    past = sum([await s.broker_metric(broker, PAST_THE_CAP) for broker in cluster.broker_names])
+    found.append(past)
+    s.note(f"{past:.0f} entries written past the ledger cap so far in this outage")
 
 
 async def test_zookeeper_killed_while_ledgers_roll_over(
@@ -57,12 +66,14 @@ async def test_zookeeper_killed_while_ledgers_roll_over(
     exits = ClusterExits()
     async with open_test_cluster(tmp_path, exits, broker_env=SMALL_LEDGERS) as cluster:
         scenario = Scenario(ScenarioConfig("ZooKeeper SIGKILL"), cluster, exits)
+        past_cap: list[float] = []
 
         async def faults(s: Scenario) -> None:
             for number, outage_s in enumerate(outages, 1):
                 s.phase(f"zookeeper down {outage_s:.0f} s #{number}")
                 await cluster.kill("zookeeper-1")
                 await s.hold(outage_s)
+                await _past_the_cap(s, cluster, past_cap)
                 s.phase(f"zookeeper back #{number}")
                 await cluster.restart("zookeeper-1")
                 await s.hold(scale(3, 5))
@@ -71,6 +82,7 @@ async def test_zookeeper_killed_while_ledgers_roll_over(
         verdict = await scenario.run(faults)
     scenario.note(f"longest ack gap during the faults {scenario.longest_gap_in_faults():.2f} s")
     scenario.assert_ok(verdict, ack_gap_max_s=OUTAGE_ACK_GAP_MAX_S)
+    assert all(past > 0 for past in past_cap), f"a rollover was due in every outage: {past_cap}"
 
 
 async def test_sessions_expire_during_a_zookeeper_outage(
@@ -83,6 +95,7 @@ async def test_sessions_expire_during_a_zookeeper_outage(
         scenario = Scenario(ScenarioConfig("ZooKeeper sessions expired"), cluster, exits)
 
         sessions_lost: dict[str, list[float]] = {}
+        past_cap: list[float] = []
 
         async def faults(s: Scenario) -> None:
             sessions_lost["before"] = [await s.broker_metric(b, SESSIONS_LOST) for b in cluster.broker_names]
@@ -95,6 +108,7 @@ async def test_sessions_expire_during_a_zookeeper_outage(
                 s.phase(f"zookeeper back, every session expiring #{number}")
                 await cluster.restart("zookeeper-1")
                 await s.hold(SESSION_S + scale(3, 5))
+                await _past_the_cap(s, cluster, past_cap)
                 s.phase(f"links to zookeeper healed #{number}")
                 network.heal_all()
                 await s.hold(scale(4, 6))
@@ -109,6 +123,7 @@ async def test_sessions_expire_during_a_zookeeper_outage(
         after > before for after, before in zip(sessions_lost["after"], sessions_lost["before"], strict=True)
     ]
     assert all(expired), f"the scenario meant to expire every broker's session: {sessions_lost}"
+    assert all(past > 0 for past in past_cap), f"a rollover was due in every outage: {past_cap}"
 
 
 async def _leader(cluster: DevCluster) -> str:
