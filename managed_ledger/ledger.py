@@ -444,7 +444,7 @@ class ManagedLedger:
             return
         self._next = handle
         # From here on the next ledger may be in the stored list: it is never deleted by this instance.
-        if not await self._list_next():
+        if not await self._list_next() or self._stopped_writing():
             return
         self.state = State.CLOSING_LEDGER
         await self._drain_inflight()
@@ -850,6 +850,10 @@ class ManagedLedger:
         if writable and self._current is not None:
             with contextlib.suppress(ManagedLedgerFencedError):
                 await self._close_current()
+        next_ledger, self._next = self._next, None
+        if next_ledger is not None:  # listed by a rollover that did not switch: an empty ledger, closed
+            with contextlib.suppress(BKError):
+                await next_ledger.close()
         self._fail_pending(ManagedLedgerClosedError(f"managed ledger {self.name} is closed"))
         self.state = State.CLOSED
         self._signal_entries_added()
