@@ -222,14 +222,14 @@ async def peek(call: Call) -> HttpResponse:
         raise AdminError(412, "Invalid message position") from None
     if n < 1:
         raise AdminError(412, "Invalid message position: it must be 1 or more")
-    topic, ml, cursor = await _cursor(call)
+    _, ml, cursor = await _cursor(call)
     if n > cursor.backlog():
         raise AdminError(404, "Message not found")
     position = ml.ledgers.position_after_skipping(cursor.mark_delete, n)
     entry = await ml.read_entry(position)
     if entry is None:
         raise AdminError(404, "Message not found")
-    return entry_response(entry, topic.partition_index)
+    return entry_response(entry)
 
 
 def endpoints() -> list[Endpoint]:

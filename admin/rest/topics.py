@@ -239,18 +239,18 @@ async def get_message_by_id(call: Call) -> HttpResponse:
         position = Position(int(call.param("ledger")), int(call.param("entry")))
     except ValueError:
         raise AdminError(412, "Invalid ledger or entry id") from None
-    topic, ml = await served_topic(call)
+    _, ml = await served_topic(call)
     entry = await ml.read_entry(position) if position <= ml.last_confirmed else None
     if entry is None:
         raise AdminError(404, f"Message not found: {position}")
-    return entry_response(entry, topic.partition_index)
+    return entry_response(entry)
 
 
 async def examine_message(call: Call) -> HttpResponse:
     query = call.query_as(ExamineQuery)
     if query.messagePosition < 1:
         raise AdminError(412, "Invalid message position: it must be 1 or more")
-    topic, ml = await served_topic(call)
+    _, ml = await served_topic(call)
     ledgers = ml.ledgers
     first = ledgers.first_position()
     if first is None:
@@ -265,7 +265,7 @@ async def examine_message(call: Call) -> HttpResponse:
     entry = await ml.read_entry(position)
     if entry is None:
         raise AdminError(404, f"Message not found: {position}")
-    return entry_response(entry, topic.partition_index)
+    return entry_response(entry)
 
 
 async def message_id_by_time(call: Call) -> HttpResponse:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-
 import httpx
 import pytest
 from fixtures.admin import TOPIC_ML_SETTINGS, TopicServer, run_topic_server
+from fixtures.java_admin import messages_from_response
 
 from magnetar.admin.rest.range_read import FrameDecoder, RangeEnd, RangeMessage
 from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
@@ -23,6 +22,11 @@ def message(i: int, *, publish_ms: int | None = None, key: str | None = None) ->
     return encode_message(
         StoredMessage(b"m%d" % i, "prod", i, publish_ms or T0 + i * 1000, key=key, properties=props)
     )
+
+
+def raw_headers(response: httpx.Response) -> list[tuple[str, str]]:
+    """Header names as sent (the Java client matches ``X-Pulsar-PROPERTY-`` case-sensitively)."""
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.headers.raw]
 
 
 async def topic_with(server: TopicServer, name: str, count: int) -> ManagedLedger:
@@ -99,11 +103,19 @@ async def test_messages_by_id_examine_and_time(topic_server: TopicServer, client
     assert got.headers["x-pulsar-message-id"] == f"{first.ledger_id}:2"
     assert got.headers["x-pulsar-property-i"] == "2"
     assert got.headers["content-type"] == "application/octet-stream"
+    single = messages_from_response(got.status_code, raw_headers(got), got.content)
+    assert [(m.entry_id, m.batch_index, m.payload, m.properties) for m in single] == [
+        (2, -1, b"m2", {"i": "2"})
+    ]
     batched = await client.get(f"{BASE}/m/ledger/{batch_position.ledger_id}/entry/{batch_position.entry_id}")
-    items = batched.json()
-    assert [base64.b64decode(item["payload"]) for item in items] == [b"b0", b"b1"]
-    assert items[1]["messageId"]["batchIndex"] == 1
-    assert items[1]["key"] == "k"
+    assert batched.headers["content-type"] == "application/octet-stream"
+    assert batched.headers["x-pulsar-message-id"] == f"{batch_position.ledger_id}:{batch_position.entry_id}"
+    assert batched.headers["x-pulsar-num-batch-message"] == "2"
+    read = messages_from_response(batched.status_code, raw_headers(batched), batched.content)
+    assert [(m.entry_id, m.batch_index, m.payload, m.key, m.sequence_id) for m in read] == [
+        (batch_position.entry_id, 0, b"b0", None, 10),
+        (batch_position.entry_id, 1, b"b1", "k", 11),
+    ]
     assert (await client.get(f"{BASE}/m/ledger/{first.ledger_id}/entry/99")).status_code == 404
     assert (await client.get(f"{BASE}/m/ledger/x/entry/1")).status_code == 412
 
