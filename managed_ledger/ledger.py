@@ -27,7 +27,7 @@ import enum
 import logging
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import trio
@@ -628,6 +628,24 @@ class ManagedLedger:
         self._fail_pending(ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated"))
         self._signal_entries_added()
         return self.last_confirmed
+
+    async def set_properties(self, update: Mapping[str, str], remove: Iterable[str] = ()) -> dict[str, str]:
+        """Add or replace ``update`` and drop ``remove`` in the managed ledger's properties (Pulsar's
+        ``asyncSetProperties`` / ``asyncDeleteProperty``, where topic properties live); persisted with the
+        ledger list before this returns. Returns the properties now."""
+        if self.state in (State.FENCED, State.CLOSED):
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is {self.state.value}")
+        async with self._metadata_lock:
+            previous = self._properties
+            changed = {k: v for k, v in previous.items() if k not in set(remove)} | dict(update)
+            if changed != previous:
+                self._properties = changed
+                try:
+                    await self._write_info(list(self.ledgers))
+                except BaseException:
+                    self._properties = previous
+                    raise
+        return dict(self._properties)
 
     async def delete(self) -> None:
         """Delete the managed ledger: its ledgers, cursors and metadata."""

@@ -13,7 +13,8 @@ request for another live broker is redirected to it, as Pulsar's ``validateBroke
 dynamic-configuration calls. Magnetar differs in two places: it elects no leader broker, so ``leaderBroker``
 names the live broker whose id sorts first (the same answer on every broker), and it has no dynamic
 configuration, so the list of dynamic names and their values are empty and setting one is 412, as Pulsar
-answers for a setting that is not dynamic.
+answers for a setting that is not dynamic (deleting one, ``DELETE brokers/configuration/{name}``, is not
+routed: it would shadow ``configuration/values`` and ``runtime``).
 """
 
 from __future__ import annotations
@@ -264,9 +265,6 @@ def endpoints() -> list[Endpoint]:
                  "This broker's effective settings", TAG_BROKERS, response=dict[str, str], status=200),
         Endpoint("POST", "/admin/v2/brokers/configuration/{name}/{value}", update_dynamic_configuration,
                  "Update a dynamic setting (none exists: 412)", TAG_BROKERS,
-                 errors={412: "Can't update non-dynamic configuration"}),
-        Endpoint("DELETE", "/admin/v2/brokers/configuration/{name}", update_dynamic_configuration,
-                 "Delete a dynamic setting (none exists: 412)", TAG_BROKERS,
                  errors={412: "Can't update non-dynamic configuration"}),
         Endpoint("GET", "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", owned_namespaces,
                  "Bundles owned by a broker", TAG_BROKERS, response=dict[str, dict[str, object]], status=200,

@@ -173,7 +173,8 @@ def plain(text: str) -> HttpResponse:
 # -- validation ----------------------------------------------------------------------------------------
 
 
-def _boolean_names(model: type[QueryModel]) -> frozenset[str]:
+def boolean_query_names(model: type[QueryModel]) -> frozenset[str]:
+    """The query parameters of ``model`` read as Java booleans (by their names on the wire)."""
     names = _BOOLEAN_NAMES.get(model)
     if names is None:
         names = _BOOLEAN_NAMES[model] = frozenset(
@@ -192,7 +193,7 @@ def parse_query(endpoint: Endpoint, request: HttpRequest) -> QueryModel:
     are ignored and booleans read as Java's ``Boolean.valueOf`` (the module docstring has why)."""
     model = endpoint.query
     known = {info.alias or name for name, info in model.model_fields.items()}
-    booleans = _boolean_names(model)
+    booleans = boolean_query_names(model)
     raw: dict[str, object] = {}
     for name, value in request.query.items():
         if name in booleans:

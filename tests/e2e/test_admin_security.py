@@ -111,7 +111,7 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", f"{T}/stats"): Case(),
     ("GET", f"{T}/internalStats"): Case(),
     ("GET", f"{T}/partitioned-stats"): Case({"topic": "parts"}),
-    ("GET", f"{T}/partitioned-internal-stats"): Case({"topic": "parts"}),
+    ("GET", f"{T}/partitioned-internalStats"): Case({"topic": "parts"}),
     ("GET", f"{T}/lastMessageId"): Case(),
     ("GET", f"{T}/subscriptions"): Case(),
     ("GET", f"{T}/ledger/{{ledger}}/entry/{{entry}}"): Case(),

@@ -179,7 +179,7 @@ async def test_subscription_lifecycle(topic_server: TopicServer, client: httpx.A
     assert ml.cursors["early"].backlog() == 0
     assert (await client.post(f"{sub}/early/resetcursor/{T0 + 5000}")).status_code == 204
     assert ml.cursors["early"].backlog() == 5
-    reset_to = {"ledgerId": first.ledger_id, "entryId": 1, "isExcluded": True}
+    reset_to = {"ledgerId": first.ledger_id, "entryId": 1, "isExcluded": True}  # the older spelling
     assert (await client.post(f"{sub}/early/resetcursor", json=reset_to)).status_code == 204
     assert ml.cursors["early"].backlog() == 8
     assert ("persistent://public/default/subs", "early") in topic_server.host.moved
@@ -196,7 +196,11 @@ async def test_subscription_lifecycle(topic_server: TopicServer, client: httpx.A
     assert (await client.delete(f"{sub}/early", params={"force": "true"})).status_code == 204
     assert (await client.delete(f"{sub}/early")).status_code == 404
     assert (await client.put(f"{BASE}/pp2/partitions", json=2)).status_code == 204
-    assert (await client.put(f"{BASE}/pp2/subscription/s")).status_code == 405
+    refused = await client.post(f"{BASE}/pp2/subscription/s/skip/1")
+    assert (refused.status_code, refused.json()["reason"]) == (
+        405,
+        "Skip messages on a partitioned topic is not allowed",
+    )
 
 
 async def test_range_reads_stream_framed_entries(
