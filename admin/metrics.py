@@ -177,7 +177,9 @@ def register_storage_metrics(
 class CollectorSource:
     """A prometheus_client collector (the bookies' metrics, which keep their own registries) as a
     :class:`~magnetar.broker.exposition.MetricsSource`, so it joins the broker's streamed ``/metrics``:
-    counters, gauges and histograms are read back from the collector's samples when scraped."""
+    counters, gauges and histograms are read back from the collector's samples when scraped; a summary
+    (BookKeeper's op-stats) becomes gauges of the same sample names - its quantile rows, ``_count`` and
+    ``_sum`` - so the names a dashboard queries are there."""
 
     def __init__(self, collector: Collector) -> None:
         self._collector = collector
@@ -185,9 +187,12 @@ class CollectorSource:
     def families(self) -> Iterator[FamilyRows]:
         for metric in self._collector.collect():
             samples = list(metric.samples)
+            if metric.type == "summary":
+                yield from _summary_as_gauges(metric.documentation, samples)
+                continue
             kind = _KINDS.get(metric.type)
             if kind is None:
-                continue  # summaries, info, state sets: none of the bookies' metrics is one
+                continue  # info, state sets: none of the bookies' metrics is one
             label_names = tuple(sorted(k for k in samples[0].labels if k != "le")) if samples else ()
             name = metric.name
             if kind is Kind.HISTOGRAM:
@@ -205,6 +210,16 @@ class CollectorSource:
 
 
 _KINDS = {"counter": Kind.COUNTER, "gauge": Kind.GAUGE, "histogram": Kind.HISTOGRAM}
+
+
+def _summary_as_gauges(documentation: str, samples: list[Sample]) -> Iterator[FamilyRows]:
+    by_name: dict[str, list[Sample]] = {}
+    for sample in samples:
+        by_name.setdefault(sample.name, []).append(sample)
+    for name, group in by_name.items():
+        label_names = tuple(sorted(group[0].labels))
+        rows = [(tuple(s.labels.get(k, "") for k in label_names), s.value) for s in group]
+        yield Family(name, Kind.GAUGE, documentation, label_names), rows
 
 
 def _histogram_rows(
