@@ -245,3 +245,66 @@ async def test_partitions_owned_by_another_broker_get_the_call_over_http(
         assert unreachable.status_code == 503
         assert "could not be reached" in unreachable.json()["reason"]
     await other_store.aclose()
+
+
+async def test_stats_and_position_calls_on_a_partitioned_topic_as_the_java_client_sends_them(
+    topic_server: TopicServer, client: httpx.AsyncClient
+) -> None:
+    """``getPartitionedStats(topic, perPartition, false, false, false)`` sends all four flags (the client
+    clears ``partitions`` itself when ``perPartition`` is false), ``getPartitionedInternalStats`` none;
+    ``getStats``/``getInternalStats`` on one partition send theirs; ``resetCursor`` to a message id is
+    refused on the base name (405, as Pulsar) but works on a partition's name, whose ``MessageIdImpl``
+    carries the partition index."""
+    assert (await client.put(f"{BASE}/st/partitions", json=2)).status_code == 204
+    ml = await fill(topic_server, "st-partition-0", 3)
+    await fill(topic_server, "st-partition-1", 2)
+    created = await client.put(
+        f"{BASE}/st/subscription/s", params={"replicated": "false"}, json=message_id_impl(*EARLIEST)
+    )
+    assert created.status_code == 204
+    names = [f"persistent://public/default/st-partition-{i}" for i in (0, 1)]
+    for per_partition in ("true", "false"):
+        query = {
+            "perPartition": per_partition,
+            "getPreciseBacklog": "false",
+            "subscriptionBacklogSize": "false",
+            "getEarliestTimeInBacklog": "false",
+        }
+        answer = await client.get(f"{BASE}/st/partitioned-stats", params=query)
+        assert answer.status_code == 200
+        stats = answer.json()
+        assert stats["metadata"]["partitions"] == 2
+        assert sorted(stats["partitions"]) == (names if per_partition == "true" else [])
+        assert stats["subscriptions"]["s"]["msgBacklog"] == 5
+        assert isinstance(stats["msgInCounter"], int)
+    internal = await client.get(f"{BASE}/st/partitioned-internalStats")
+    assert internal.status_code == 200
+    assert internal.json()["metadata"]["partitions"] == 2
+    assert sorted(internal.json()["partitions"]) == names
+    assert "s" in internal.json()["partitions"][names[0]]["cursors"]
+    one = await client.get(
+        f"{BASE}/st-partition-0/stats",
+        params={
+            "getPreciseBacklog": "false",
+            "subscriptionBacklogSize": "false",
+            "getEarliestTimeInBacklog": "false",
+        },
+    )
+    assert (one.status_code, one.json()["subscriptions"]["s"]["msgBacklog"]) == (200, 3)
+    one_internal = await client.get(f"{BASE}/st-partition-0/internalStats", params={"metadata": "false"})
+    assert one_internal.status_code == 200
+    ledger = ml.last_confirmed.ledger_id
+    refused = await client.post(f"{BASE}/st/subscription/s/resetcursor", json=reset_cursor_data(ledger, 1))
+    assert (refused.status_code, refused.json()["reason"]) == (
+        405,
+        "Reset-cursor at position is not allowed for partitioned-topic",
+    )
+    on_partition = await client.post(
+        f"{BASE}/st-partition-0/subscription/s/resetcursor",
+        json=reset_cursor_data(ledger, 1, partition_index=0, excluded=True),
+    )
+    assert on_partition.status_code == 204
+    assert backlogs(topic_server, "st", 2, "s") == [1, 2]
+    # updateProperties(topic, null) sends an empty map: nothing changes
+    assert (await client.put(f"{BASE}/st/properties", json={})).status_code == 204
+    assert (await client.get(f"{BASE}/st/properties")).json() == {}
