@@ -34,6 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "magnetar.admin.cmd_init_cluster",
         "create the cluster, tenant public and namespace public/default (idempotent)",
     ),
+    "wait-for-metadata": (
+        "magnetar.admin.cmd_wait_metadata",
+        "wait until the metadata store answers (and holds a cluster's metadata, enough bookies)",
+    ),
     "perf": ("magnetar.admin.cmd_perf", "load generators and benchmarks (like pulsar-perf)"),
     "tokens": ("magnetar.admin.cmd_tokens", "keys and tokens for token authentication (like pulsar tokens)"),
     "config": (

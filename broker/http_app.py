@@ -17,6 +17,7 @@ from magnetar.bookkeeper.runtime.http import (
     HttpError,
     HttpRequest,
     HttpResponse,
+    RequestHead,
     Router,
     error_response,
     text_response,
@@ -37,19 +38,24 @@ def build_router(service: BrokerService) -> Router:
     router.websocket("/ws/v2/reader/{domain}/{tenant}/{namespace}/{topic:path}", ws.reader)
     router.websocket("/ws/{rest:path}", ws.invalid)
     lookup = LookupHandlers(service)
-    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", lookup.bundle)
-    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup.lookup)
+    router.get(
+        "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", lookup.bundle, check=lookup.check
+    )
+    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup.lookup, check=lookup.check)
 
     async def health(request: HttpRequest) -> HttpResponse:
         if not service.ready:
             return error_response(503, "broker is not serving")
         return text_response("ok")
 
-    async def metrics(request: HttpRequest) -> HttpResponse:
+    async def metrics_access(head: RequestHead) -> None:
+        """Decided on the head (``authenticate_metrics_endpoint``: a superuser's token)."""
         if service.settings.authenticate_metrics_endpoint:
-            principal = service.security.authenticate_http(request.head)
+            principal = service.security.authenticate_http(head)
             if not service.security.authorization.is_superuser(principal.role):
                 raise HttpError(403, "This operation requires super-user access")
+
+    async def metrics(request: HttpRequest) -> HttpResponse:
         gzip = "gzip" in (request.head.header("accept-encoding") or "").lower()
         headers = [("content-type", PROMETHEUS_CONTENT_TYPE)]
         if gzip:
@@ -57,5 +63,5 @@ def build_router(service: BrokerService) -> Router:
         return HttpResponse(200, headers, service.metrics.exposition(gzip=gzip))
 
     router.get("/admin/v2/brokers/health", health)
-    router.get("/metrics", metrics)
+    router.get("/metrics", metrics, check=metrics_access)
     return router

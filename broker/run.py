@@ -13,7 +13,7 @@ broker may not import). With ``http_port_tls`` set the same router is served ove
 (Pulsar's ``webServicePortTls``); the broker registers both URLs (``httpUrl``, ``httpUrlTls``), and lookups
 and redirects of clients that came over TLS point at the TLS one.
 Start-up creates the cluster, tenant ``public`` and namespace ``public/default`` when they are missing
-(``initialize_metadata``), as Pulsar standalone does.
+(``initialize_metadata`` and the ``cluster_metadata_init`` setting), as Pulsar standalone does.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ async def run_broker(
             if tls_server is not None:
                 tls_port = (await nursery.start(tls_server.serve))[0]
                 http_url_tls = f"https://{settings.advertised_host()}:{tls_port}"
-            if initialize_metadata:
+            if initialize_metadata and settings.cluster_metadata_init:
                 await initialize_cluster_metadata(service.policies, settings.cluster, http_url)
             service_scope = trio.CancelScope()
 

@@ -50,6 +50,11 @@ class BrokerSettings(SecuritySettings):
     advertised_address: str | None = None
     """Host clients are told to use (lookup, redirects); default: the bind address unless it is a wildcard,
     else the hostname."""
+    cluster_metadata_init: bool = True
+    """Create the cluster (with this broker's HTTP URL as its ``serviceUrl``), tenant ``public`` and namespace
+    ``public/default`` at start when they are missing, as Pulsar's standalone does. Off where one place
+    initializes the cluster: the Helm chart's init job (``magnetar initialize-cluster-metadata``) writes the
+    cluster's service URLs and bundle count, and its brokers only wait for them."""
 
     # -- topics -----------------------------------------------------------------------------------
     allow_auto_topic_creation: bool = True
@@ -112,15 +117,34 @@ class BrokerSettings(SecuritySettings):
     """Messages waiting for redelivery in one subscription above which no new entries are read."""
     consumer_ack_timeout_tick_ms: PositiveInt = 100
     """Granularity of ack-timeout and negative-ack redelivery timers."""
+    consumer_unacked_messages_max: PositiveInt = 50_000
+    """Messages delivered to one consumer (of one partition) and not yet acknowledged, beyond which it gets
+    no more until it acknowledges (Pulsar's ``maxUnackedMessagesPerConsumer``). Binds pull-mode consumers
+    (acknowledging releases no permit there); push mode's window of at most 1,000 is smaller."""
+    consumer_unacked_bytes_max: PositiveInt = 16 * MIB
+    """The same bound in payload bytes: the broker holds unacknowledged messages for redelivery."""
 
     # -- HTTP / WebSocket server -------------------------------------------------------------
     http_header_bytes_max: Annotated[int, Field(ge=256)] = 8192
     http_body_bytes_max: Annotated[int, Field(ge=0)] = 10 * MIB
+    http_bodies_in_flight_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
+    """Request bodies read or handled at once across a port's connections; beyond it a request waits
+    (unread) until its deadline, then gets 503. At least ``http_body_bytes_max``."""
     http_idle_timeout_ms: PositiveInt = 30_000
     http_connections_max: PositiveInt = 2048
     ws_frame_bytes_max: Annotated[int, Field(ge=125)] = 5 * MIB
+    ws_message_fragments_max: Annotated[int, Field(ge=1, le=1 << 20)] = 4096
+    """Frames one received WebSocket message may arrive in; more closes the session with 1008."""
     ws_idle_timeout_ms: PositiveInt = 300_000
     ws_send_queue_bytes_max: PositiveInt = 1 * MIB
+    """Per session, twice: messages waiting in the session's outbound queue (dispatchers stop, handlers
+    wait), and encoded frames waiting for the socket (the socket is not read meanwhile)."""
+    ws_send_queue_messages_max: PositiveInt = 4096
+    """Messages waiting in a session's outbound queue (deliveries, acknowledgements, error answers)."""
+    ws_receive_queue_bytes_max: PositiveInt = 1 * MIB
+    """Received messages of a session waiting for its handler; the socket is not read meanwhile."""
+    ws_receive_queue_messages_max: PositiveInt = 4096
+    """The same, counted in messages (an empty message counts as one)."""
     shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
     ws_close_flush_timeout_ms: Annotated[int, Field(gt=0, le=60_000)] = 5_000
     """When the broker ends a session (unload, shutdown), how long the frames already queued for the client -
@@ -146,6 +170,8 @@ class BrokerSettings(SecuritySettings):
                 "need ack_quorum <= write_quorum <= ensemble_size, got "
                 f"{self.ack_quorum} / {self.write_quorum} / {self.ensemble_size}"
             )
+        if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
+            raise ValueError("http_bodies_in_flight_bytes_max must be at least http_body_bytes_max")
         return self
 
     def advertised_host(self) -> str:
@@ -168,12 +194,17 @@ class BrokerSettings(SecuritySettings):
             http_port=self.http_port,
             http_header_bytes_max=self.http_header_bytes_max,
             http_body_bytes_max=self.http_body_bytes_max,
+            http_bodies_in_flight_bytes_max=self.http_bodies_in_flight_bytes_max,
             http_idle_timeout_ms=self.http_idle_timeout_ms,
             http_connections_max=self.http_connections_max,
             http_connections_per_ip_max=self.http_connections_per_ip_max,
             ws_frame_bytes_max=self.ws_frame_bytes_max,
+            ws_message_fragments_max=self.ws_message_fragments_max,
             ws_idle_timeout_ms=self.ws_idle_timeout_ms,
             ws_send_queue_bytes_max=self.ws_send_queue_bytes_max,
+            ws_send_queue_messages_max=self.ws_send_queue_messages_max,
+            ws_receive_queue_bytes_max=self.ws_receive_queue_bytes_max,
+            ws_receive_queue_messages_max=self.ws_receive_queue_messages_max,
             shutdown_grace_ms=self.shutdown_grace_ms,
         )
 

@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.http_api import HttpAccess, Select, guarded
+from magnetar.bookkeeper.bookie.http_api import HttpAccess, Select, head_check
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, Router, json_response
 from magnetar.gc.collector import BookieGarbageCollector
 
@@ -120,7 +120,9 @@ def add_gc_routes(
         return json_response(out)
 
     def route(method: str, path: str, handler: Any) -> None:
-        router.route(method, f"{prefix}/api/v1/bookie/{path}", guarded(access.check_operator, handler))
+        router.route(
+            method, f"{prefix}/api/v1/bookie/{path}", handler, check=head_check(access.check_operator)
+        )
 
     route("PUT", "gc", gc_trigger)
     route("GET", "gc", gc_state)

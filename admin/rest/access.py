@@ -214,6 +214,14 @@ async def _authorize(
         raise HttpError(403, exc.reason) from None
 
 
+def principal_of(access: Access, request: HttpRequest, security: BrokerSecurity | None) -> Principal | None:
+    """Who sent a request whose head check (:func:`check_access`) passed - for handlers whose answer depends
+    on the role (the head check ran before the body was read, in another call). None when unauthenticated."""
+    if security is None or access.kind is Kind.OPEN:
+        return None
+    return security.authenticate_http(request.head)
+
+
 async def check_access(
     access: Access, request: HttpRequest, security: BrokerSecurity | None
 ) -> Principal | None:

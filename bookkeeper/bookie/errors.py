@@ -54,3 +54,10 @@ class StorageBusyError(BookieError):
     """
 
     status = BookieStatus.ETOOMANYREQUESTS
+
+
+class LedgerFencedError(BookieError):
+    """The ledger was fenced while the add waited for room in the write cache (EFENCED): the writer was
+    never acknowledged, and a recovery that fenced the ledger must not meet the entry later."""
+
+    status = BookieStatus.EFENCED

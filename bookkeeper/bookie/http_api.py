@@ -1,6 +1,9 @@
 """The bookie's HTTP endpoints (BookKeeper's bookie HTTP service, the parts operators and probes use).
 
 * ``GET /metrics`` - Prometheus text format, this bookie's own registry.
+* ``GET /heartbeat`` - 200 ``OK`` whenever the HTTP server answers (BookKeeper's heartbeat service): the
+  liveness and startup probe. It says nothing about the bookie's state, so a read-only bookie, or one whose
+  journal volume is full, is not restarted for it, and it stays open under authentication.
 * ``GET /api/v1/bookie/is_ready`` - 200 once the bookie serves and is registered (writable or read-only),
   503 before that, while shutting down and while its journal volume is full: the Kubernetes readiness probe.
 * ``GET /api/v1/bookie/state`` - ``{"running", "readOnly", "shuttingDown", "availableForHighPriorityWrites"}``
@@ -19,7 +22,7 @@ are) and each of them under ``/bookies/{bookieId}`` (:func:`by_bookie_id`), exac
 Access (BookKeeper's HTTP server checks nothing; Magnetar does when authentication is on). Every route is
 either an operator's or a probe's, and asks the :class:`HttpAccess` it was given:
 
-* ``is_ready`` stays open: it is the readiness probe and tells nothing but "ready";
+* ``is_ready`` and ``heartbeat`` stay open: they are the probes and tell nothing but "ready" and "alive";
 * ``/metrics`` needs a superuser only with ``authenticate_metrics_endpoint`` (as the broker's ``/metrics``),
   so probes and scrapers keep working by default;
 * everything else - ``info``, ``state``, and every GC endpoint, reading or not - needs a superuser
@@ -49,10 +52,12 @@ from magnetar.bookkeeper.runtime.http import (
     HttpError,
     HttpRequest,
     HttpResponse,
+    RequestHead,
     Router,
     error_response,
     json_response,
 )
+from magnetar.bookkeeper.runtime.http.router import HeadCheck
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SUPERUSER_REQUIRED = "This operation requires super-user access"
@@ -138,12 +143,12 @@ def all_of(targets: Callable[[], Sequence[T]]) -> Select[T]:
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
 
 
-def guarded(check: Callable[[HttpRequest], None], handler: Handler) -> Handler:
-    """``handler`` after ``check`` (which raises to refuse)."""
+def head_check(check: Callable[[HttpRequest], None]) -> HeadCheck:
+    """``check`` (which raises to refuse) as the route's head check: it decides on the request head, before
+    the body is read, so a refused caller costs no more than its head."""
 
-    async def checked(request: HttpRequest) -> HttpResponse:
-        check(request)
-        return await handler(request)
+    async def checked(head: RequestHead) -> None:
+        check(HttpRequest(head))
 
     return checked
 
@@ -194,11 +199,16 @@ def add_bookie_routes(
     async def info(request: HttpRequest) -> HttpResponse:
         return _one_or_list([_info(bookie) for bookie in select(request)])
 
+    async def heartbeat(request: HttpRequest) -> HttpResponse:
+        select(request)  # 404 for a bookie this process does not serve
+        return json_response("OK")
+
     if metrics_route:
-        router.get(f"{prefix}/metrics", guarded(access.check_metrics, metrics))
+        router.get(f"{prefix}/metrics", metrics, check=head_check(access.check_metrics))
+    router.get(f"{prefix}/heartbeat", heartbeat)
     router.get(f"{prefix}/api/v1/bookie/is_ready", is_ready)
-    router.get(f"{prefix}/api/v1/bookie/state", guarded(access.check_operator, state))
-    router.get(f"{prefix}/api/v1/bookie/info", guarded(access.check_operator, info))
+    router.get(f"{prefix}/api/v1/bookie/state", state, check=head_check(access.check_operator))
+    router.get(f"{prefix}/api/v1/bookie/info", info, check=head_check(access.check_operator))
 
 
 def _bookie_id(bookie: Bookie) -> str:

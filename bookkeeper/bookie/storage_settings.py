@@ -81,6 +81,12 @@ class BookieStorageSettings(BaseModel):
     # -- caches (DbLedgerStorage) --------------------------------------------------------------------------
     write_cache_bytes_max: int = Field(64 * MIB, ge=64 * KIB)
     """dbStorage_writeCacheMaxSizeMb, both halves: each of the two swapped caches holds half."""
+    write_throttle_ms_max: int = Field(4_000, ge=0, le=600_000)
+    """dbStorage_maxThrottleTimeMs: an add that finds the write cache full while the other half is still
+    being flushed (or the journal queue full) waits this long for room before it is refused
+    (ETOOMANYREQUESTS); 0 refuses at once. BookKeeper waits 10 s; keep it below the clients'
+    ``add_timeout_ms`` (5 s by default), so a client hears the refusal rather than its own timeout. Waiting
+    adds hold at most half of ``write_cache_bytes_max`` more; beyond that they are refused at once."""
     read_cache_bytes_max: int = Field(64 * MIB, ge=0)
     """dbStorage_readAheadCacheMaxSizeMb."""
     read_ahead_entries: int = Field(100, ge=0)

@@ -80,8 +80,9 @@ def call(http: httpx.Client, method: str, path: str, body: Any, headers: dict[st
 
 
 def assert_access_matrix(http: httpx.Client, prefixes: list[str], callers: dict[str, dict[str, str]]) -> None:
-    """Every operator endpoint: 401 without a token, 403 for ``app``, 2xx for ``admin``; ``is_ready`` open;
-    ``/metrics`` (with ``authenticate_metrics_endpoint`` on) like an operator endpoint."""
+    """Every operator endpoint: 401 without a token, 403 for ``app``, 2xx for ``admin``; ``is_ready`` and
+    ``heartbeat`` (the probes) open; ``/metrics`` (with ``authenticate_metrics_endpoint`` on) like an operator
+    endpoint."""
     for prefix in prefixes:
         for method, path, body in OPERATOR_ENDPOINTS:
             answers = {who: call(http, method, prefix + path, body, h) for who, h in callers.items()}
@@ -96,6 +97,8 @@ def assert_access_matrix(http: httpx.Client, prefixes: list[str], callers: dict[
             ready = http.get(f"{prefix}/api/v1/bookie/is_ready", headers=headers)
             assert ready.status_code == 200
             assert ready.json() == "OK"
+            alive = http.get(f"{prefix}/heartbeat", headers=headers)
+            assert (alive.status_code, alive.json()) == (200, "OK")
         metrics = {who: http.get(f"{prefix}/metrics", headers=h) for who, h in callers.items()}
         assert metrics["none"].status_code == 401
         assert metrics["app"].status_code == 403

@@ -7,7 +7,8 @@ connections are served; one more is answered ``503 {"reason": ...}`` and closed,
 Pulsar's ``maxHttpServerConnections`` — the refusal itself runs in a small, bounded pool so a flood of
 connections cannot pile up tasks. With ``http_connections_per_ip_max`` set, one client address holding that
 many connections gets ``429`` for the next one (Pulsar's ``brokerMaxConnectionsPerIp``); other addresses are
-unaffected.
+unaffected. The request bodies being read or handled at once, across all connections, hold at most
+``http_bodies_in_flight_bytes_max`` bytes (:mod:`.body_budget`).
 
 TLS. Given an ``ssl_context`` (see :mod:`magnetar.bookkeeper.runtime.auth.tls`), every accepted connection
 is wrapped in :class:`trio.SSLStream` and its handshake runs in the connection's own task within
@@ -29,6 +30,7 @@ import ssl
 import trio
 
 from magnetar.bookkeeper.runtime.auth.tls import peer_address
+from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
 from magnetar.bookkeeper.runtime.http.connection import HttpConnection
 from magnetar.bookkeeper.runtime.http.router import Router
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
@@ -79,6 +81,7 @@ class HttpServer:
         """The setting that chose the port (``http_port``, ``http_port_tls``)."""
         self._connections: set[HttpConnection] = set()
         self._per_ip = ConnectionCounter(settings.http_connections_per_ip_max)
+        self._body_budget = BodyBudget(settings.http_bodies_in_flight_bytes_max)
         self._refusing = 0
         self._shutdown = trio.Event()
         self.ports: list[int] = []
@@ -140,7 +143,9 @@ class HttpServer:
             served: trio.abc.Stream = stream
             if self._ssl_context is not None:
                 served = trio.SSLStream(stream, self._ssl_context, server_side=True, https_compatible=True)
-            conn = HttpConnection(served, self._app, self._settings, client=client)
+            conn = HttpConnection(
+                served, self._app, self._settings, client=client, body_budget=self._body_budget
+            )
             self._connections.add(conn)
             connections.start_soon(self._run_connection, conn, address)
 
