@@ -133,6 +133,20 @@ class ManagedCursor:
     def backlog(self) -> int:
         return self._state.backlog()
 
+    def message_backlog(self) -> int:
+        """Unacknowledged messages (an entry holding a batch counts its messages), from the message indexes
+        of the positions, without reading entries: the messages after mark-delete up to the last stored
+        entry, minus those of the entries acknowledged individually."""
+        index = self.ml.message_index
+        last = self.ml.ledgers.last_position()
+        if last is None:
+            return 0
+        acked = sum(
+            index.messages_between(Position(ledger_id, first - 1), Position(ledger_id, last_entry))
+            for ledger_id, first, last_entry in self._state.acked.ranges()
+        )
+        return max(0, index.messages_between(self._state.mark_delete, last) - acked)
+
     def on_ledgers_trimmed(self) -> None:
         self._state.on_ledgers_trimmed()
 

@@ -95,6 +95,17 @@ class MessageIndex:
         self._next = ledger.end = first + messages
         return first
 
+    def append_ledger(self, ledger_id: int, entries: int) -> None:
+        """Record a whole ledger of ``entries`` entries of one message each (entries stored before the index
+        existed, whose message counts are unknown: each counts as one message, as before)."""
+        if self._ledgers and ledger_id <= self._ledgers[-1].ledger_id:
+            raise MessageIndexError(f"ledger {ledger_id} is not after ledger {self._ledgers[-1].ledger_id}")
+        if entries < 0:
+            raise MessageIndexError(f"ledger {ledger_id} cannot hold {entries} entries")
+        ledger = self._open(ledger_id)
+        ledger.firsts = array("q", range(self._next, self._next + entries))
+        self._next = ledger.end = self._next + entries
+
     def remove_ledger(self, ledger_id: int) -> None:
         """Forget a ledger that was trimmed (or deleted); the indexes of the others do not change."""
         i = bisect.bisect_left(self._ids, ledger_id)

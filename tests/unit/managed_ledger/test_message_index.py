@@ -150,3 +150,17 @@ def test_appends_out_of_order_are_refused() -> None:
     with pytest.raises(MessageIndexError, match="never negative"):
         MessageIndex(-1)
     assert index.locate(2) == MessageLocation(Position(3, 0), 2, 4)
+
+
+def test_ledgers_recorded_whole_count_one_message_an_entry() -> None:
+    index = MessageIndex()
+    index.append_ledger(1, 3)
+    index.append_ledger(2, 0)
+    assert index.append(Position(2, 0), 5) == 3
+    assert index.messages_between(Position(1, -1), Position(2, 0)) == 8
+    assert index.locate(2) == MessageLocation(Position(1, 2), 0, 1)
+    assert index.locate(7) == MessageLocation(Position(2, 0), 4, 5)
+    with pytest.raises(MessageIndexError, match="not after ledger 2"):
+        index.append_ledger(2, 1)
+    with pytest.raises(MessageIndexError, match="cannot hold -1 entries"):
+        index.append_ledger(3, -1)
