@@ -37,6 +37,17 @@ absent), so a broker without topics still shows in a dashboard.
 (Pulsar's ``le_*`` gauges count one stats period only). The storage layer adds its figures in
 :mod:`magnetar.admin.metrics`. Every name is declared once, in the tables below; docs/metrics.md lists them.
 
+Metadata outages (broker-wide, see :mod:`.metadata_outage`; Magnetar's own names, as Pulsar has no such
+figures): ``magnetar_metadata_store_healthy`` (1/0), ``magnetar_metadata_outages_total``,
+``magnetar_metadata_sessions_lost_total``,
+``magnetar_metadata_outage_seconds`` (the current outage so far, 0 when healthy),
+``magnetar_metadata_waiters`` (requests waiting for the store), ``magnetar_bundles_owned``,
+``magnetar_bundles_unconfirmed`` (served without their node, after a lost session),
+``magnetar_ledger_rollovers_deferred`` (topics whose current ledger takes entries past its cap),
+``magnetar_ledger_entries_past_cap`` (their sum), and the bounds in force:
+``magnetar_serve_without_session_max_seconds``, ``magnetar_rollover_deferred_entries_max``
+(:data:`METADATA_FAMILIES`).
+
 The hot path only adds to plain integers (:class:`TopicMetrics`); the figures are read from the live objects
 when ``/metrics`` is scraped, and rendered a little at a time (:mod:`.exposition`), so publishing pays no
 Prometheus client overhead per message and a scrape never holds the event loop for long.
@@ -360,6 +371,93 @@ PUBLISH_LATENCY = Family(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataFigures:
+    """The broker's figures about metadata outages at scrape time."""
+
+    healthy: bool
+    outages_total: int
+    sessions_lost_total: int
+    outage_s: float
+    waiters: int
+    bundles_owned: int
+    bundles_unconfirmed: int
+    rollovers_deferred: int
+    entries_past_cap: int
+    serve_without_session_max_s: float
+    rollover_deferred_entries_max: int
+
+
+def _broker_wide(name: str, kind: Kind, help_text: str) -> Family:
+    return Family(name, kind, help_text, ("cluster",))
+
+
+METADATA_FAMILIES: tuple[tuple[Family, Callable[[MetadataFigures], float]], ...] = (
+    (
+        _broker_wide("magnetar_metadata_outages", Kind.COUNTER, "Metadata store outages seen"),
+        lambda f: f.outages_total,
+    ),
+    (
+        _broker_wide("magnetar_metadata_sessions_lost", Kind.COUNTER, "Metadata sessions lost (expired)"),
+        lambda f: f.sessions_lost_total,
+    ),
+    (
+        _broker_wide("magnetar_metadata_store_healthy", Kind.GAUGE, "1 while the metadata store is usable"),
+        lambda f: int(f.healthy),
+    ),
+    (
+        _broker_wide(
+            "magnetar_metadata_outage_seconds", Kind.GAUGE, "Length of the current metadata outage so far"
+        ),
+        lambda f: f.outage_s,
+    ),
+    (
+        _broker_wide("magnetar_metadata_waiters", Kind.GAUGE, "Requests waiting for the metadata store"),
+        lambda f: f.waiters,
+    ),
+    (
+        _broker_wide("magnetar_bundles_owned", Kind.GAUGE, "Namespace bundles this broker serves"),
+        lambda f: f.bundles_owned,
+    ),
+    (
+        _broker_wide(
+            "magnetar_bundles_unconfirmed",
+            Kind.GAUGE,
+            "Bundles served without their ownership node (after a lost session)",
+        ),
+        lambda f: f.bundles_unconfirmed,
+    ),
+    (
+        _broker_wide(
+            "magnetar_ledger_rollovers_deferred",
+            Kind.GAUGE,
+            "Topics whose current ledger takes entries past its cap",
+        ),
+        lambda f: f.rollovers_deferred,
+    ),
+    (
+        _broker_wide("magnetar_ledger_entries_past_cap", Kind.GAUGE, "Entries written past the ledger cap"),
+        lambda f: f.entries_past_cap,
+    ),
+    (
+        _broker_wide(
+            "magnetar_serve_without_session_max_seconds",
+            Kind.GAUGE,
+            "Bound: serving without a confirmed metadata session (serve_without_session_max_s)",
+        ),
+        lambda f: f.serve_without_session_max_s,
+    ),
+    (
+        _broker_wide(
+            "magnetar_rollover_deferred_entries_max",
+            Kind.GAUGE,
+            "Bound: entries past the ledger cap while a rollover is deferred",
+        ),
+        lambda f: f.rollover_deferred_entries_max,
+    ),
+)
+
+
 class BrokerMetrics:
     """The metrics of one broker: its own topic figures plus the sources the composition root adds; each
     scrape is an :class:`~.exposition.Exposition` over all of them."""
@@ -368,6 +466,7 @@ class BrokerMetrics:
         self,
         cluster: str,
         topics: Callable[[], Iterable[PersistentTopic]],
+        metadata: Callable[[], MetadataFigures] | None = None,
         *,
         topic_level: bool = True,
         chunk_bytes: int = 64 * 1024,
@@ -375,6 +474,7 @@ class BrokerMetrics:
     ) -> None:
         self._cluster = cluster
         self._topics = topics
+        self._metadata = metadata
         self.topic_level = topic_level
         self._chunk_bytes = chunk_bytes
         self._step_ms = step_ms
@@ -419,6 +519,10 @@ class BrokerMetrics:
             Family("pulsar_broker_topics_count", GAUGE, "Topics loaded on this broker", ("cluster",)),
             [((self._cluster,), len(topics))],
         )
+        if self._metadata is not None:
+            figures = self._metadata()
+            for family, read in METADATA_FAMILIES:
+                yield family, [((self._cluster,), read(figures))]
 
     def _topic_family(self, figure: Figure, topics: list[PersistentTopic]) -> FamilyRows:
         labels: tuple[str, ...] = TOPIC_LABELS

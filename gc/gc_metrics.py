@@ -35,6 +35,12 @@ class GcMetrics(Collector):
         yield CounterMetricFamily(
             PREFIX + "failures", "Passes that failed (see the log)", value=stats.failures
         )
+        yield CounterMetricFamily(
+            PREFIX + "ledger_checks_paused",
+            "Passes that compared no ledgers with the metadata store: it was unavailable, or had an outage "
+            "during the comparison",
+            value=stats.ledger_checks_paused,
+        )
         yield GaugeMetricFamily(
             "bookie_DELETED_LEDGER_COUNT",
             "Local ledgers deleted because their metadata is gone",
