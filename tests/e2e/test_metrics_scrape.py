@@ -142,4 +142,7 @@ def test_topic_level_metrics_off_sums_per_namespace(cluster: Cluster) -> None:
     assert values(text, "pulsar_topics_count")[
         (("cluster", "standalone"), ("namespace", "public/other"))
     ] == (TOPICS / 2)
-    assert len(text) < 20_000  # per namespace: the size does not grow with the topics
+    # Per namespace the size does not grow with the topics: about 22 kB of family headers, zero rows,
+    # namespace rows and the broker-wide figures (the metadata-outage ones included), against megabytes
+    # at topic level.
+    assert len(text) < 25_000
