@@ -18,6 +18,7 @@ from magnetar.managed_ledger.cursor_state import CursorState
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.errors import ManagedLedgerError, ManagedLedgerFencedError
+from magnetar.managed_ledger.message_index import unacknowledged_messages
 from magnetar.managed_ledger.position import Position
 
 if TYPE_CHECKING:
@@ -136,17 +137,13 @@ class ManagedCursor:
 
     def message_backlog(self) -> int:
         """Unacknowledged messages (an entry holding a batch counts its messages), from the message indexes
-        of the positions, without reading entries: the messages after mark-delete up to the last stored
-        entry, minus those of the entries acknowledged individually."""
-        index = self.ml.message_index
-        last = self.ml.ledgers.last_position()
-        if last is None:
-            return 0
-        acked = sum(
-            index.messages_between(Position(ledger_id, first - 1), Position(ledger_id, last_entry))
-            for ledger_id, first, last_entry in self._state.acked.ranges()
+        of the positions, without reading entries (:func:`.message_index.unacknowledged_messages`)."""
+        return unacknowledged_messages(
+            self.ml.message_index,
+            self._state.mark_delete,
+            self.ml.ledgers.last_position(),
+            self._state.acked.ranges(),
         )
-        return max(0, index.messages_between(self._state.mark_delete, last) - acked)
 
     def on_ledgers_trimmed(self) -> None:
         self._state.on_ledgers_trimmed()

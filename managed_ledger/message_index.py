@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from magnetar.managed_ledger.position import Position
@@ -179,3 +180,21 @@ class MessageIndex:
     def _ledger(self, ledger_id: int) -> _Ledger | None:
         i = bisect.bisect_left(self._ids, ledger_id)
         return self._ledgers[i] if i < len(self._ids) and self._ids[i] == ledger_id else None
+
+
+def unacknowledged_messages(
+    index: MessageIndex,
+    mark_delete: Position,
+    last: Position | None,
+    acked_ranges: Iterable[tuple[int, int, int]],
+) -> int:
+    """A cursor's backlog in messages: those after ``mark_delete`` up to ``last`` (the newest stored entry;
+    None when nothing is stored), minus the messages of the entries acknowledged individually
+    (``acked_ranges``: ``(ledger, first entry, last entry)``) - differences of indexes, no entry read."""
+    if last is None:
+        return 0
+    acked = sum(
+        index.messages_between(Position(ledger_id, first - 1), Position(ledger_id, last_entry))
+        for ledger_id, first, last_entry in acked_ranges
+    )
+    return max(0, index.messages_between(mark_delete, last) - acked)

@@ -14,7 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.managed_ledger.message_index import MessageIndex, MessageIndexError, MessageLocation
+from magnetar.managed_ledger.cursor_state import CursorState
+from magnetar.managed_ledger.info import LedgerInfo
+from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.message_index import (
+    MessageIndex,
+    MessageIndexError,
+    MessageLocation,
+    unacknowledged_messages,
+)
 from magnetar.managed_ledger.position import Position
 
 
@@ -164,3 +172,45 @@ def test_ledgers_recorded_whole_count_one_message_an_entry() -> None:
         index.append_ledger(2, 1)
     with pytest.raises(MessageIndexError, match="cannot hold -1 entries"):
         index.append_ledger(3, -1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stored(),
+    st.lists(
+        st.tuples(st.sampled_from(["ack", "cumulative", "skip", "reset"]), st.integers(0, 200)),
+        max_size=25,
+    ),
+)
+def test_a_cursors_message_backlog_is_the_models(s: Stored, operations: list[tuple[str, int]]) -> None:
+    """Acks, cumulative acks, skips (of entries) and resets on a cursor: its backlog in messages is the
+    number of unacknowledged messages of the model, where acknowledging an entry acknowledges each of its
+    messages."""
+    index, model = build(s), s.model()
+    ledgers = LedgerList(
+        [LedgerInfo(lid, len(counts)) for lid, counts in zip(s.ledger_ids, s.entries, strict=True)]
+    )
+    entries = [
+        Position(lid, e)
+        for lid, counts in zip(s.ledger_ids, s.entries, strict=True)
+        for e in range(len(counts))
+    ]
+    cursor = CursorState(ledgers, Position(s.ledger_ids[0], -1))
+
+    def backlog() -> int:
+        return unacknowledged_messages(
+            index, cursor.mark_delete, ledgers.last_position(), cursor.acked.ranges()
+        )
+
+    for op, arg in operations:
+        if entries and op == "ack":
+            cursor.ack(entries[arg % len(entries)])
+        elif entries and op == "cumulative":
+            cursor.ack_cumulative(entries[arg % len(entries)])
+        elif op == "skip":
+            cursor.skip(arg % 4)
+        elif entries and op == "reset":
+            cursor.reset(entries[arg % len(entries)])
+        unacked = [i for i, (entry, _) in enumerate(model) if not cursor.is_acked(entry)]
+        assert backlog() == len(unacked)
+        assert cursor.backlog() == len({model[i][0] for i in unacked})  # the entry count is unchanged
