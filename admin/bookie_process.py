@@ -4,7 +4,10 @@ It opens the metadata store, builds the ledger store named by ``storage``, serve
 registers the bookie (``/ledgers/available/<host:port>``). With the disk engine it also runs the garbage
 collector and entry-log compactor (``magnetar.gc``; settings ``gc.*``, e.g. ``MAGNETAR_GC__GC_WAIT_TIME_S``),
 whose endpoints (``/api/v1/bookie/gc``, ``gc_details``, ``list_disk_file``, ``entry_log_usage``) join the
-bookie's HTTP endpoints.
+bookie's HTTP endpoints. It also runs AutoRecovery (:mod:`.autorecovery_wiring`; settings ``autorecovery.*``,
+e.g. ``MAGNETAR_AUTORECOVERY__ENABLED=false`` to leave it to ``magnetar autorecovery`` processes): a vote in
+the auditor election and a replication worker, plus the AutoRecovery REST API (``/api/v1/autorecovery/...``,
+``/api/v1/bookie/cluster_info``, ``list_bookies``, ``/api/v1/ledger/...``) on the bookie's HTTP port.
 
 Discovering the port (``--port 0``): once the bookie serves and is registered it prints one JSON line on
 stdout, ``{"event": "bookie-ready", "bookieId": ..., "host": ..., "port": ...}``, and, with
@@ -23,6 +26,7 @@ from typing import Any
 
 import trio
 
+from magnetar.admin.autorecovery_wiring import BookieProcessSettings, add_autorecovery_http, open_autorecovery
 from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
 from magnetar.admin.process_common import (
     EXIT_FAILED,
@@ -32,14 +36,16 @@ from magnetar.admin.process_common import (
     describe,
     first_signal,
 )
+from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
 from magnetar.bookkeeper.bookie.http_api import bookie_router
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.bookie.server import Bookie
 from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
-from magnetar.bookkeeper.runtime.http import HttpSettings, serve_http
+from magnetar.bookkeeper.runtime.http import HttpSettings, Router, serve_http
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
 from magnetar.gc.http_api import add_gc_routes
@@ -49,11 +55,11 @@ log = logging.getLogger("magnetar.bookie")
 
 def main(overrides: dict[str, Any], config_file: str | None = None) -> int:
     try:
-        settings = load_settings(BookieSettings, overrides, config_file_from(config_file)).settings
+        settings = load_settings(BookieProcessSettings, overrides, config_file_from(config_file)).settings
     except ConfigError as exc:
         log.error("%s", exc)
         return EXIT_USAGE
-    warn_unknown_environment(BookieSettings)
+    warn_unknown_environment(BookieProcessSettings)
     try:
         return trio.run(serve, settings)
     except Exception as exc:  # ExceptionGroup included
@@ -61,7 +67,7 @@ def main(overrides: dict[str, Any], config_file: str | None = None) -> int:
         return EXIT_FAILED
 
 
-async def serve(settings: BookieSettings) -> int:
+async def serve(settings: BookieProcessSettings) -> int:
     async with (
         open_metadata_store(settings.metadata_url, settings.metadata_settings()) as metadata,
         open_store(settings) as store,
@@ -70,11 +76,16 @@ async def serve(settings: BookieSettings) -> int:
         collector = attach_garbage_collector(bookie, store, metadata)
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
-                http_port = await _start_http(nursery, bookie, collector)
+                router = bookie_router(bookie)
+                http_port = await _start_http(nursery, bookie, collector, router)
                 endpoint = await nursery.start(bookie.run)
                 if collector is not None:
                     collector.name = endpoint.bookie_id
                     await nursery.start(collector.run)
+                # AutoRecovery (BEGIN): the daemon inside the bookie, and its REST routes on the bookie's port
+                autorecovery = await nursery.start(_run_autorecovery, metadata, settings, endpoint.bookie_id)
+                add_autorecovery_http(router, autorecovery, bookie.metrics.registry)
+                # AutoRecovery (END)
                 announce(
                     {
                         "event": "bookie-ready",
@@ -92,6 +103,19 @@ async def serve(settings: BookieSettings) -> int:
             settings.port_file.unlink(missing_ok=True)
     log.info("bookie %s exited cleanly", endpoint.bookie_id)
     return 0
+
+
+async def _run_autorecovery(
+    metadata: MetadataStore,
+    settings: BookieProcessSettings,
+    bookie_id: str,
+    *,
+    task_status: trio.TaskStatus[AutoRecoveryService] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """AutoRecovery while the bookie runs: the daemon if ``autorecovery.enabled``; the REST API always."""
+    async with open_autorecovery(metadata, settings.autorecovery, daemon_id=bookie_id) as service:
+        task_status.started(service)
+        await trio.sleep_forever()
 
 
 @asynccontextmanager
@@ -121,14 +145,14 @@ async def _stop_on_signal(signals: AsyncIterator[int], bookie: Bookie) -> None:
 
 
 async def _start_http(
-    nursery: trio.Nursery, bookie: Bookie, collector: BookieGarbageCollector | None
+    nursery: trio.Nursery, bookie: Bookie, collector: BookieGarbageCollector | None, router: Router
 ) -> int | None:
-    """Serve the bookie's HTTP endpoints if ``http_port`` is set; the bound port goes in its registration."""
+    """Serve the bookie's HTTP endpoints if ``http_port`` is set; the bound port goes in its registration.
+    Routes added to ``router`` later (AutoRecovery's, once the bookie is registered) are served too."""
     settings = bookie.settings
     if settings.http_port is None:
         return None
     http = HttpSettings(http_bind_address=settings.bind_address, http_port=settings.http_port)
-    router = bookie_router(bookie)
     if collector is not None:
         add_gc_routes(router, [collector])
     ports: list[int] = await nursery.start(serve_http, router, http)

@@ -29,9 +29,12 @@ bounds how long an idle worker waits before it looks for marks again when no cha
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from magnetar.bookkeeper.client.settings import ClientSettings
 
 NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -71,6 +74,33 @@ class AutoRecoverySettings(BaseModel):
     metadata_walk_in_flight_max: Annotated[int, Field(ge=1, le=1024)] = 32
     """Ledger metadata reads the auditor keeps in flight while it scans every ledger."""
 
+    min_num_racks_per_write_quorum: Annotated[int, Field(ge=1, le=64)] = 2
+    """Racks each write set should span when a new bookie is chosen (as the brokers' placement)."""
+    enforce_min_num_racks_per_write_quorum: bool = False
+    """Refuse a new bookie that leaves a write set below ``min_num_racks_per_write_quorum``."""
+    add_timeout_ms: PositiveInt = 10_000
+    """Timeout of one copy written to a new bookie."""
+    read_timeout_ms: PositiveInt = 10_000
+    """Timeout of one read from a surviving bookie."""
+    bookkeeper_auth_token: str | None = None
+    """Token the replication client presents to bookies that require one (``token:<jwt>``, ``file:///``)."""
+    bookkeeper_tls_enabled: bool = False
+    """Reach the bookies over TLS (when they serve it)."""
+    bookkeeper_tls_trust_certs_file: Path | None = None
+    """PEM CA certificates the bookies' certificates are checked against (None: the system's)."""
+
     @property
     def grace_period_s(self) -> float:
         return self.open_ledger_rereplication_grace_period_ms / 1000
+
+    def client_settings(self) -> ClientSettings:
+        """The replication client's settings (quorums do not matter: it never creates ledgers)."""
+        return ClientSettings(
+            ensemble_size=1,
+            write_quorum=1,
+            ack_quorum=1,
+            add_timeout_ms=self.add_timeout_ms,
+            read_timeout_ms=self.read_timeout_ms,
+            min_num_racks_per_write_quorum=self.min_num_racks_per_write_quorum,
+            enforce_min_num_racks_per_write_quorum=self.enforce_min_num_racks_per_write_quorum,
+        )

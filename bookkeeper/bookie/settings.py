@@ -65,6 +65,9 @@ class BookieSettings(BaseSettings):
     0 picks a free one; unset serves no HTTP. Published in the registration."""
     port_file: Path | None = None
     """Once serving and registered, write ``{"bookieId", "host", "port"}`` JSON here (atomically)."""
+    rack: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")] | None = None
+    """The bookie's rack or zone (e.g. Kubernetes' ``topology.kubernetes.io/zone``), published in its
+    registration: rack-aware placement spreads each write set over as many racks as it can."""
 
     frame_bytes_max: Annotated[int, Field(ge=1024)] = FRAME_BYTES_MAX_DEFAULT
     inflight_requests_max: PositiveInt = 10_000
