@@ -41,6 +41,9 @@ class ScenarioConfig:
     name: str
     producers: tuple[ProducerSpec, ...] = (ProducerSpec("p0"), ProducerSpec("p1"))
     subscriptions: tuple[str, ...] = ("sub-a", "sub-b")
+    late_subscriptions: tuple[str, ...] = ()
+    """Subscriptions created at the start but read only in the drain phase (from the bookies, after the
+    faults); the checker holds them to the same no-loss rule."""
     warmup_s: float = 2.0
     steady_s: float = 2.0
     recovery_timeout_s: float = 40.0
@@ -58,7 +61,10 @@ class Scenario:
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.checker = Checker(list(self.config.subscriptions), trio.current_time)
+        self.checker = Checker(
+            [*self.config.subscriptions, *self.config.late_subscriptions], trio.current_time
+        )
+        self.draining = trio.Event()
         self.workload = Workload(
             self.checker,
             lambda: self.cluster.broker_urls,
@@ -140,6 +146,8 @@ class Scenario:
             async with trio.open_nursery() as nursery:
                 for subscription in config.subscriptions:
                     nursery.start_soon(self.workload.run_consumer, subscription)
+                for subscription in config.late_subscriptions:
+                    nursery.start_soon(self.workload.run_consumer, subscription, self.draining)
                 with trio.fail_after(config.recovery_timeout_s):
                     for event in self.workload.subscribed.values():
                         await event.wait()
@@ -155,6 +163,7 @@ class Scenario:
                     await self.hold(config.steady_s)
                     self.workload.stop_producing.set()
                 self.phase("drain")
+                self.draining.set()
                 await self.workload.wait_until(
                     lambda: self.checker.missing_total() == 0, config.drain_timeout_s
                 )
