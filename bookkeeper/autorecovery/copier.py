@@ -8,6 +8,10 @@ the ledger's master key. Up to ``rereplication_entry_batch_size`` entries are in
 :class:`~.pacing.CopyPacer` holds the process to its rate limit. Nothing here changes metadata: the caller
 swaps the bookies in the ensemble (compare-and-set) once every copy is acknowledged.
 
+With ``only_missing`` (refilling a live bookie that lacks some entries, e.g. one an add never reached before
+it was acknowledged by the others) each target is asked first and only the entries it answers "no such
+entry" for are copied; metadata then stays as it is.
+
 Copies stop at the next entry when ``should_stop()`` turns true (replication was disabled) with
 :class:`ReplicationStopped`; an entry no survivor can serve, or a write the new bookie refuses, fails the
 copy with :class:`FragmentCopyError`.
@@ -98,6 +102,8 @@ class FragmentCopier:
         fragment: Fragment,
         targets: Mapping[int, BookieId],
         unusable: set[BookieId],
+        *,
+        only_missing: bool = False,
     ) -> CopyResult:
         """Copy to ``targets`` (index -> new bookie) every entry those indices store; survivors are the other
         members of the write sets, minus ``unusable`` (lost or suspect bookies)."""
@@ -114,7 +120,7 @@ class FragmentCopier:
                 await limiter.acquire_on_behalf_of(entry_id)  # ids are unique within one copy
                 nursery.start_soon(
                     self._copy_entry, keys, metadata, fragment, targets, unusable, entry_id, limiter, result,
-                    failures,
+                    failures, only_missing,
                 )  # fmt: skip
         if failures:
             raise FragmentCopyError(f"ledger {keys.ledger_id}: {failures[0]}")
@@ -141,26 +147,45 @@ class FragmentCopier:
         limiter: trio.CapacityLimiter,
         result: CopyResult,
         failures: list[str],
+        only_missing: bool,
     ) -> None:
         try:
             indices = write_set(entry_id, metadata.ensemble_size, metadata.write_quorum)
-            sources = [fragment.ensemble[i] for i in indices if i not in targets]
+            wanted = {i: b for i, b in targets.items() if i in indices}
+            if only_missing:
+                wanted = {i: b for i, b in wanted.items() if await self._lacks(keys, entry_id, b, failures)}
+                if not wanted:
+                    return
+            sources = [fragment.ensemble[i] for i in indices if i not in wanted]
             sources = [b for b in sources if b not in unusable]
             body = await self._read(keys, entry_id, sources)
             if body is None:
                 failures.append(f"entry {entry_id} is readable on no survivor of {sources}")
                 return
             await self._pacer.entry(len(body))
-            for index in indices:
-                target = targets.get(index)
-                if target is not None and not await self._write(keys, entry_id, target, body):
-                    failures.append(f"entry {entry_id}: new bookie {target} refused the copy")
+            for target in wanted.values():
+                if not await self._write(keys, entry_id, target, body):
+                    failures.append(f"entry {entry_id}: bookie {target} refused the copy")
                     return
             result.entries += 1
             result.bytes += len(body)
             self._stats.copied(self._ctx.clock.monotonic(), len(body))
         finally:
             limiter.release_on_behalf_of(entry_id)
+
+    async def _lacks(self, keys: LedgerKeys, entry_id: int, bookie: BookieId, failures: list[str]) -> bool:
+        """Does ``bookie`` answer "no such entry"? (Any other failure is recorded: no verdict, no copy.)"""
+        answer = await call(
+            self._ctx, bookie, ReadRequest(next_request_id(), keys.ledger_id, entry_id), self._ctx.rpc.reads
+        )
+        if isinstance(answer, ReadResponse) and answer.status in (
+            BookieStatus.ENOENTRY,
+            BookieStatus.ENOLEDGER,
+        ):
+            return True
+        if not (isinstance(answer, ReadResponse) and answer.status is BookieStatus.EOK):
+            failures.append(f"entry {entry_id}: no answer from {bookie} whether it holds it")
+        return False
 
     async def _read(self, keys: LedgerKeys, entry_id: int, sources: list[BookieId]) -> bytes | None:
         for bookie in sources:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from magnetar.bookkeeper.autorecovery.audit import placement_repairs
@@ -79,8 +79,15 @@ class LedgerReplicator:
         self._copier = copier
 
     async def replicate(
-        self, ledger_id: int, bad: set[BookieId], *, placement_check: bool = False
+        self,
+        ledger_id: int,
+        bad: set[BookieId],
+        *,
+        refill: Collection[BookieId] = (),
+        placement_check: bool = False,
     ) -> LedgerReport:
+        """Heal ``ledger_id``: move its closed fragments off ``bad``; copy back onto the live ``refill``
+        bookies the entries they lack; with ``placement_check``, spread badly placed fragments."""
         ctx = self._ctx
         try:
             versioned = await ctx.manager.read(ledger_id)
@@ -92,9 +99,18 @@ class LedgerReplicator:
         repairs = repairs_for(versioned.metadata, bad)
         if placement_check:
             repairs += self._placement_repairs(versioned.metadata, repairs, members, available)
-        if not repairs:
+        refills = repairs_for(versioned.metadata, set(refill) - bad)
+        if not repairs and not refills:
             return report
         keys = LedgerKeys.of(ledger_id, versioned.metadata, Digester(ctx.settings.digest_type))
+        for repair in refills:
+            if repair.fragment.is_closed:
+                copied = await self._copier.copy(
+                    keys, versioned.metadata, repair.fragment, repair.bad, bad, only_missing=True
+                )
+                report.entries += copied.entries
+                report.bytes += copied.bytes
+                report.fragments += 1
         for repair in repairs:
             if not repair.fragment.is_closed:
                 continue

@@ -15,10 +15,13 @@ the others); decide which of its bookies are *bad*; heal its closed fragments
   ``lock_release_of_failed_ledger_grace_period_ms`` so that no worker spins on it, and back off
   ``rereplicate_backoff_ms``.
 
-Bad bookies: those of the ledger that are not registered (writable or read-only), and those the mark names
-that are registered but fail a probe (:mod:`.probe`) - a bookie that came back with its data is not bad, so
-its marks end (BookKeeper #2766). The LAC of an open ledger is never read from a failed bookie (#2755): an
-open last fragment is only ever ended by ledger recovery, which needs answers from a quorum, not from all.
+Bad bookies: those of the ledger that are not registered (writable or read-only); they are replaced. A
+registered bookie the mark names is probed (:mod:`.probe`): one that came back with its data needs nothing,
+so its marks end (BookKeeper #2766); one that lacks entries (an add that never reached it before the others
+acknowledged the entry, or a disk that lost data) gets them copied back - BookKeeper would replace it, which
+needs a spare bookie that a small cluster may not have. The LAC of an open ledger is never read from a failed
+bookie (#2755): an open last fragment is only ever ended by ledger recovery, which needs answers from a
+quorum, not from all.
 """
 
 from __future__ import annotations
@@ -131,8 +134,8 @@ class ReplicationWorker:
         except NoSuchLedgerError:
             await self._drop_deleted(ledger_id)
             return True
-        bad, undecided = await self._bad_bookies(ledger_id, metadata, mark)
-        report = await self._replicator.replicate(ledger_id, bad, placement_check=True)
+        bad, lacking, undecided = await self._bad_bookies(ledger_id, metadata, mark)
+        report = await self._replicator.replicate(ledger_id, bad, refill=lacking, placement_check=True)
         outcome = report.outcome
         if outcome is Outcome.DELETED:
             await self._drop_deleted(ledger_id)
@@ -153,12 +156,13 @@ class ReplicationWorker:
 
     async def _bad_bookies(
         self, ledger_id: int, metadata: LedgerMetadata, mark: Mark
-    ) -> tuple[set[BookieId], set[BookieId]]:
-        """(bad bookies, suspects the probe could not decide on)."""
+    ) -> tuple[set[BookieId], set[BookieId], set[BookieId]]:
+        """(bad bookies: gone; live suspects that lack entries: to refill; suspects without a verdict)."""
         lists = await list_bookies(self._manager.store)
         registered = set(lists.writable) | set(lists.readonly)
         bookies = bookies_of(metadata)
         bad = {b for b in bookies if b not in registered}
+        lacking: set[BookieId] = set()
         undecided: set[BookieId] = set()
         ctx = self._bk.context
         keys = LedgerKeys.of(ledger_id, metadata, Digester(ctx.settings.digest_type))
@@ -166,10 +170,10 @@ class ReplicationWorker:
         for suspect in sorted(mark.missing & bookies & registered):
             verdict = await probe_bookie(ctx, keys, metadata, suspect, percentage)
             if verdict is Verdict.MISSING:
-                bad.add(suspect)
+                lacking.add(suspect)
             elif verdict is Verdict.UNKNOWN:
                 undecided.add(suspect)
-        return bad, undecided
+        return bad, lacking, undecided
 
     async def _drop_deleted(self, ledger_id: int) -> None:
         if injected.INJECTED_BUGS.keep_marks_of_deleted_ledgers:

@@ -4,7 +4,8 @@ network implementing ``BookieTransport`` with loss, delay, reordering, duplicati
 Determinism: every random choice comes from the world's seeded ``random.Random``; events run in (time, seq)
 order from one task, so their order does not depend on trio's scheduler (which the test seeds as well).
 A crashed bookie loses its unsynced state (``MemoryLedgerStore.crash``), answers nothing while down, and
-every connection to it breaks (pending requests fail with CLOSED), as a real crash would.
+every connection to it breaks (pending requests fail with CLOSED), as a real crash would. A *lost* bookie
+(:meth:`SimNetwork.lose`) crashes and never comes back.
 """
 
 from __future__ import annotations
@@ -109,6 +110,12 @@ class SimNetwork:
     config: NetConfig = field(default_factory=NetConfig)
     bookies: dict[str, SimBookie] = field(default_factory=dict)
     partitions: set[tuple[str, str]] = field(default_factory=set)
+    lost: set[str] = field(default_factory=set)
+    """Bookies lost for good: never restarted."""
+    on_down: Callable[[str, int], None] | None = None
+    """Called with (bookie, epoch) when a bookie crashes (its registration goes after the session timeout)."""
+    on_up: Callable[[str], None] | None = None
+    """Called when a crashed bookie restarts (it registers again)."""
     _tokens: itertools.count[int] = field(default_factory=itertools.count)
 
     def add_bookie(self, name: str) -> SimBookie:
@@ -156,12 +163,22 @@ class SimNetwork:
             self.scheduler.at(
                 self._delay(), call.answer, TransportFailure(name, FailureReason.CLOSED, "crash")
             )
+        if self.on_down is not None:
+            self.on_down(name, bookie.epoch)
+
+    def lose(self, name: str) -> None:
+        """The bookie is gone for good (its disk with it): down now, never restarted."""
+        self.log(f"lose {name} for good")
+        self.lost.add(name)
+        self.crash(name)
 
     def restart(self, name: str) -> None:
         bookie = self.bookies[name]
-        if not bookie.up:
+        if not bookie.up and name not in self.lost:
             self.log(f"restart {name}")
             bookie.up = True
+            if self.on_up is not None:
+                self.on_up(name)
 
     def heal(self) -> None:
         self.config.loss = 0.0

@@ -24,6 +24,7 @@ import hypothesis  # noqa: F401  - enables trio's deterministic scheduling (its 
 import trio
 import trio._core._run as trio_run
 import trio.testing
+from sim.sim_autorecovery import SESSION_TIMEOUT_S, RecoveryPlan, SimRecovery, capture_errors, draw_plan
 from sim.sim_metadata import SimMetadataStore, check_transition
 from sim.sim_network import NetConfig, Scheduler, SimNetwork, SimTransport
 
@@ -36,6 +37,7 @@ from magnetar.bookkeeper.client import (
     TooManyRequestsError,
     open_bookkeeper,
 )
+from magnetar.bookkeeper.client.ledger_manager import ledger_path
 from magnetar.bookkeeper.client.metadata import LedgerMetadata
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.runtime.clock import TrioClock
@@ -63,6 +65,8 @@ class Scenario:
     toucher: bool
     duration_s: float
     net: NetConfig
+    recovery: RecoveryPlan | None = None
+    """AutoRecovery daemons, permanent bookie losses, a retention-deleted ledger (sim_autorecovery)."""
 
 
 def draw_scenario(seed: int) -> Scenario:
@@ -79,6 +83,9 @@ def draw_scenario(seed: int) -> Scenario:
         slow_sync=rng.choice([0.0, 0.05, 0.2]),
         spike=rng.choice([0.0, 0.02, 0.1, 0.3]),
     )
+    recovery = draw_plan(random.Random(f"recovery-{seed}"), bookies, ensemble)
+    if recovery is not None and recovery.permanent_losses:
+        ack_quorum = max(ack_quorum, 2)  # an entry acknowledged by one bookie dies with it: no protocol helps
     return Scenario(
         seed=seed,
         bookies=bookies,
@@ -100,6 +107,7 @@ def draw_scenario(seed: int) -> Scenario:
         toucher=rng.random() < 0.3,
         duration_s=8.0,
         net=net,
+        recovery=recovery,
     )
 
 
@@ -143,11 +151,40 @@ class World:
         self.network = SimNetwork(self.rng, self.scheduler, self.trace, self.scenario.net)
         self.metadata = MemoryMetadataStore(clock_ms=lambda: int(trio.current_time() * 1000))
         self.created = trio.Event()
+        plan = self.scenario.recovery
+        self.recovery = SimRecovery(self, plan) if plan is not None else None
+        self.network.on_down = self._bookie_down
+        self.network.on_up = self._bookie_up
+        self._nursery: trio.Nursery | None = None
 
     # -- helpers -------------------------------------------------------------------------------------------
 
     def log(self, text: str) -> None:
         self.network.log(text)
+
+    # -- registrations follow the bookies' lives -------------------------------------------------------------
+
+    def _bookie_down(self, name: str, epoch: int) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._unregister_after_session, name, epoch)
+
+    async def _unregister_after_session(self, name: str, epoch: int) -> None:
+        await trio.sleep(SESSION_TIMEOUT_S)
+        bookie = self.network.bookies[name]
+        if (
+            not bookie.up
+            and bookie.epoch == epoch
+            and await self.metadata.exists(f"/ledgers/available/{name}")
+        ):
+            self.log(f"registration of {name} expired")
+            await self.metadata.delete(f"/ledgers/available/{name}")
+
+    def _bookie_up(self, name: str) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self.metadata.put, f"/ledgers/available/{name}", b"", None)
+
+    def lose(self, name: str) -> None:
+        self.network.lose(name)
 
     def violation(self, text: str) -> None:
         self.log(f"VIOLATION {text}")
@@ -188,21 +225,25 @@ class World:
     ) -> None:
         ensembles = ",".join(f"{f}:{'/'.join(m)}" for f, m in new.ensembles)
         self.log(f"metadata {client} {path} {new.state.name} last={new.last_entry_id} [{ensembles}]")
-        problem = check_transition(old, new)
+        problem = check_transition(old, new, client)
         if problem is not None:
             self.violation(f"metadata write by {client}: {problem}")
-        if new.is_closed:
+        main = self.ledger_id is not None and path == ledger_path("/ledgers", self.ledger_id)
+        if new.is_closed and main:
             self.closes_seen.append((client, new.last_entry_id, new.length))
 
     # -- main --------------------------------------------------------------------------------------------
 
     async def main(self) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self.scheduler.run)
             for index in range(self.scenario.bookies):
                 name = f"b{index}"
                 self.network.add_bookie(name)
                 await self.metadata.put(f"/ledgers/available/{name}", b"", None)
+            if self.recovery is not None:
+                nursery.start_soon(self.recovery.run_daemons)
             with trio.move_on_after(self.scenario.duration_s):
                 async with trio.open_nursery() as actors:
                     actors.start_soon(self.writer)
@@ -216,7 +257,11 @@ class World:
             self.log("heal")
             self.network.heal()
             await trio.sleep(self.scenario.net.timeout_s + 1.0)
+            if self.recovery is not None:
+                await self.recovery.converge("after healing")
             await self.verify()
+            if self.recovery is not None:
+                await self.recovery.check_replicas()
             nursery.cancel_scope.cancel()
 
     async def _actors_done(self, actors: trio.Nursery, background: trio.CancelScope) -> None:
@@ -231,6 +276,10 @@ class World:
                 nursery.start_soon(self.faults)
                 if self.scenario.toucher:
                     nursery.start_soon(self.toucher)
+                if self.recovery is not None:
+                    nursery.start_soon(self.recovery.losses)
+                    if self.recovery.plan.scratch_ledger:
+                        nursery.start_soon(self.recovery.scratch)
 
     # -- actors --------------------------------------------------------------------------------------------
 
@@ -447,12 +496,14 @@ def run_seed(seed: int) -> SimResult:
     errors = _ErrorLog()
     logger = logging.getLogger(CLIENT_LOGGER)
     logger.addHandler(errors)
+    recovery_logger = capture_errors(errors)
     try:
         trio.run(world.main, clock=trio.testing.MockClock(autojump_threshold=0))
     except Exception as exc:  # a crash of the run is a finding too
         world.violation(f"the run crashed: {exc!r} {getattr(exc, 'exceptions', '')}")
     finally:
         logger.removeHandler(errors)
+        recovery_logger.removeHandler(errors)
     for record in errors.records:
         world.violation(f"client logged an error: {record}")
     closed_at = world.closes_seen[-1][1] if world.closes_seen else None
