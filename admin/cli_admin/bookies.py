@@ -120,9 +120,9 @@ def _recover(_: C, args: A) -> dict[str, Any]:
 
 def _replication(_: C, args: A) -> Any:
     with _bookie(args) as bookie:
-        if args.action == "status":
+        if args.switch == "status":
             return bookie.get(f"{AR}/status")
-        return bookie.put(f"{AR}/status", None, enabled=str(args.action == "enable").lower())
+        return bookie.put(f"{AR}/status", None, enabled=str(args.switch == "enable").lower())
 
 
 def _audit(_: C, args: A) -> Any:
@@ -155,7 +155,7 @@ BOOKIES = [
     Verb("recover", "copy a dead bookie's ledgers to other bookies, with progress", _recover,
          combine(_bookie_url, _job_flags)),
     Verb("replication", "enable or disable re-replication cluster-wide (autorecovery -disable)", _replication,
-         combine(_bookie_url, option("action", choices=["enable", "disable", "status"]))),
+         combine(_bookie_url, option("switch", choices=["enable", "disable", "status"]))),
     Verb("audit", "make the auditor audit now (every missing bookie counts as lost)", _audit, _bookie_url),
     Verb("lost-bookie-recovery-delay", "read (or set) how long a bookie may be gone before healing starts",
          _delay, combine(_bookie_url, option("seconds", nargs="?", type=int, help="new delay in seconds"))),
