@@ -48,13 +48,15 @@ class ChangeSignal:
         self._event.set()
 
     async def wait(self, timeout_s: float) -> bool:
-        """Until a change (True) or ``timeout_s`` (False); the signal is consumed either way."""
-        changed = False
-        with trio.move_on_after(max(0.0, timeout_s)):
-            await self._event.wait()
-            changed = True
+        """Until a change (True, the change is consumed) or ``timeout_s`` (False). A change that came while
+        nobody waited counts at once, even when the timeout has already passed."""
+        if not self._event.is_set():
+            with trio.move_on_after(max(0.0, timeout_s)):
+                await self._event.wait()
+        if not self._event.is_set():
+            return False
         self._event = trio.Event()
-        return changed
+        return True
 
     def close(self) -> None:
         for unregister in self._unregister:

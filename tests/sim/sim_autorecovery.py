@@ -11,8 +11,8 @@ marked, and the marks must end when the bookie returns.
 Checks (violations):
 
 * after healing, AutoRecovery converges within ``CONVERGE_S``: no ledger names a lost bookie, no mark is
-  left - neither of a deleted ledger (#3316) nor of a bookie that came back (#2766) - and the writer's open
-  ledger on a lost bookie is recovered rather than waited on forever (#2755);
+  left - neither of a deleted ledger (#3316) nor of a bookie that came back (#2766) - and a ledger left open
+  by an idle writer on a lost bookie is recovered rather than waited on forever (#2755);
 * at the end, every entry of every closed ledger - every acknowledged one included - is on exactly W live
   replicas (its write set per the final metadata), none of them a lost bookie.
 """
@@ -53,6 +53,7 @@ class RecoveryPlan:
     lost_bookie_delay_s: int
     scratch_ledger: bool
     rate_limited: bool
+    idle_ledger: bool = False
 
 
 def draw_plan(rng: random.Random, bookies: int, ensemble: int) -> RecoveryPlan | None:
@@ -66,6 +67,7 @@ def draw_plan(rng: random.Random, bookies: int, ensemble: int) -> RecoveryPlan |
         lost_bookie_delay_s=rng.choice([0, 0, 1]),
         scratch_ledger=rng.random() < 0.5,
         rate_limited=rng.random() < 0.25,
+        idle_ledger=rng.random() < 0.5,
     )
 
 
@@ -95,6 +97,7 @@ class SimRecovery:
         self.scratch_ledger_id: int | None = None
         self.scratch_bookies: set[str] = set()
         self.scratch_deleted = False
+        self.idle_bookies: set[str] = set()
 
     def log(self, text: str) -> None:
         self.world.log(f"autorecovery: {text}")
@@ -144,6 +147,24 @@ class SimRecovery:
             self.scratch_deleted = True
             self.log(f"scratch ledger {lh.ledger_id} deleted while marked")
 
+    async def idle_writer(self) -> None:
+        """A ledger written a little and left open by a writer that goes quiet (it never sees a failure, so
+        it never replaces a lost bookie itself): AutoRecovery must recover it after the grace period."""
+        async with self.world.client("idle") as bk:
+            s = self.world.scenario
+            try:
+                lh = await bk.create_ledger(
+                    ensemble_size=s.ensemble_size, write_quorum=s.write_quorum, ack_quorum=s.ack_quorum
+                )
+                for i in range(4):
+                    await lh.add_entry(b"idle-%d" % i)
+            except BKError as exc:
+                self.log(f"idle ledger failed {exc!r}")
+                return
+            self.idle_bookies = set(lh.metadata.last_ensemble[1])
+            self.log(f"idle ledger {lh.ledger_id} left open on {sorted(self.idle_bookies)}")
+            await trio.sleep_forever()
+
     async def losses(self) -> None:
         world = self.world
         await trio.sleep(world.rng.uniform(0.3, world.scenario.duration_s * 0.5))
@@ -151,8 +172,8 @@ class SimRecovery:
             if number > 0:
                 await self.healed_for_a_check()
             candidates = sorted(n for n in world.network.bookies if n not in world.network.lost)
-            if self.scratch_ledger_id is not None and number == 0:
-                preferred = [b for b in candidates if b in self.scratch_bookies]
+            if number == 0:
+                preferred = [b for b in candidates if b in self.scratch_bookies | self.idle_bookies]
                 candidates = preferred or candidates
             victim = world.rng.choice(candidates)
             world.lose(victim)

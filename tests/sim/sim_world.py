@@ -280,6 +280,8 @@ class World:
                     nursery.start_soon(self.recovery.losses)
                     if self.recovery.plan.scratch_ledger:
                         nursery.start_soon(self.recovery.scratch)
+                    if self.recovery.plan.idle_ledger:
+                        nursery.start_soon(self.recovery.idle_writer)
 
     # -- actors --------------------------------------------------------------------------------------------
 

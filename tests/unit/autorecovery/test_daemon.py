@@ -9,6 +9,7 @@ from fixtures.autorecovery import FAST, eventually, open_cluster, running_servic
 
 from magnetar.bookkeeper.autorecovery.fragments import bookies_of
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
+from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo
 
 
 async def test_a_lost_bookies_closed_ledgers_are_healed(autojump_clock: trio.testing.MockClock) -> None:
@@ -90,3 +91,49 @@ async def test_a_bookie_that_comes_back_ends_its_marks(autojump_clock: trio.test
             md = await cluster.bk.get_ledger_metadata(lh.ledger_id)
             assert victim in bookies_of(md), "nothing needed to move"
             assert service.daemon.stats.bytes_replicated == 0
+
+
+async def test_the_copy_rate_limit_spaces_out_the_copies(autojump_clock: trio.testing.MockClock) -> None:
+    """100 entries copied at 50 entries/s take about 2 s of (mock) time; unlimited, almost none."""
+    durations = {}
+    for limit in (0, 50):
+        async with open_cluster(4) as cluster:
+            lh = await cluster.write(100)
+            victim = lh.metadata.ensembles[0][1][0]
+            settings = FAST.model_copy(update={"rereplication_rate_entries_per_s": limit})
+            async with running_service(cluster, settings) as service:
+                await cluster.lose(victim)
+                started = trio.current_time()
+                await eventually(_no_marks_after_copy(service))
+                durations[limit] = trio.current_time() - started
+                assert service.daemon.stats.entries_replicated == 100
+    assert durations[50] >= 100 / 50 - 0.2
+    assert durations[0] < 1.0
+
+
+def _no_marks_after_copy(service: AutoRecoveryService) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return service.daemon.stats.entries_replicated > 0 and not await service.manager.marks()
+
+    return check
+
+
+async def test_re_replication_keeps_write_sets_on_distinct_racks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Racks z1 z1 z2 z2 z3 z3: the lost bookie of a z1/z2/z3 ensemble is replaced by the other z-one."""
+    async with open_cluster(6, rack_cache_ms=0) as cluster:
+        racks = {b: f"z{i // 2 + 1}" for i, b in enumerate(cluster.bookies.ids)}
+        for bookie, rack in racks.items():
+            info = BookieServiceInfo(bookie, bookie.split(":")[0], 3181, rack=rack)
+            await cluster.metadata.put(f"/ledgers/available/{bookie}", info.to_json(), None)
+        lh = await cluster.write(30)
+        members = lh.metadata.ensembles[0][1]
+        assert {racks[b] for b in members} == {"z1", "z2", "z3"}, "new ensembles span the racks"
+        victim = members[0]
+        async with running_service(cluster) as service:
+            await cluster.lose(victim)
+            await eventually(_no_marks_after_copy(service))
+        healed = (await cluster.bk.get_ledger_metadata(lh.ledger_id)).ensembles[0][1]
+        assert victim not in healed
+        assert {racks[b] for b in healed} == {"z1", "z2", "z3"}

@@ -10,6 +10,7 @@ import trio
 
 from magnetar.bookkeeper.autorecovery.election import AuditorElector
 from magnetar.bookkeeper.autorecovery.metrics import AutoRecoveryStats
+from magnetar.bookkeeper.autorecovery.signals import ChangeSignal
 from magnetar.bookkeeper.autorecovery.underreplication import UnderreplicationManager
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.metadata.underreplication_paths import (
@@ -120,3 +121,16 @@ async def test_the_lowest_vote_audits_and_the_next_takes_over(autojump_clock: tr
         assert second.auditor_elected
         assert leading == ["one", "two"]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_change_that_came_while_busy_is_not_lost_to_an_expired_timeout() -> None:
+    """Found by the simulation: the auditor came back from a long check with its deadline already passed and
+    a bookie's departure notified meanwhile; that notification must still count."""
+    store = MemoryMetadataStore()
+    with ChangeSignal(store, ["/ledgers/available"]) as signal:
+        assert not await signal.wait(0)
+        await store.put("/ledgers/available/a:1", b"", None)  # nobody is waiting
+        assert await signal.wait(-1.0), "a pending change counts even when the timeout is already over"
+        assert not await signal.wait(0), "and is consumed"
+        await store.put("/elsewhere", b"", None)
+        assert not await signal.wait(0)
