@@ -78,6 +78,9 @@ class ReplicationWorker:
         self._rng = rng or random.Random()
         self._held: set[int] = set()
         """Ledgers whose lock this worker keeps while it waits (grace period, failure back-off)."""
+        self._pending: list[int] = []
+        """Marked ledgers listed but not tried yet: the marks' tree is walked again only once they are
+        used up, so a backlog of N marks costs N lock attempts, not N walks of the tree."""
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -100,12 +103,18 @@ class ReplicationWorker:
                     await self._process(ledger_id)
 
     async def _take_next(self) -> int | None:
-        ledgers = [ledger_id async for ledger_id in self._manager.marked_ledgers()]
-        self._rng.shuffle(ledgers)
-        for ledger_id in ledgers:
-            if ledger_id not in self._held and await self._manager.try_lock(ledger_id, self._owner):
-                return ledger_id
-        return None
+        """Lock a marked ledger (in random order, so that workers spread over the backlog), or None."""
+        listed_now = False
+        while True:
+            while self._pending:
+                ledger_id = self._pending.pop()
+                if ledger_id not in self._held and await self._manager.try_lock(ledger_id, self._owner):
+                    return ledger_id
+            if listed_now:
+                return None
+            self._pending = [ledger_id async for ledger_id in self._manager.marked_ledgers()]
+            self._rng.shuffle(self._pending)
+            listed_now = True
 
     # -- one ledger ----------------------------------------------------------------------------------------
 
