@@ -43,7 +43,9 @@ def lost_bookies(
     alive = set(registered)
     lost = {b for b in known if b in set(decommissioning)}
     for bookie in known:
-        if bookie not in alive and now - missing_since.get(bookie, now) >= delay_s:
+        # ``since + delay <= now`` is the very expression the auditor's wake-up deadline is: a bookie is lost
+        # when that deadline comes (``now - since >= delay`` can round to just below it and spin forever)
+        if bookie not in alive and missing_since.get(bookie, now) + delay_s <= now:
             lost.add(bookie)
     return lost
 

@@ -87,9 +87,17 @@ def test_a_bookie_is_lost_only_once_gone_for_the_delay(
 ) -> None:
     lost = lost_bookies(known, registered, since, now, delay)
     for bookie in known:
-        gone_long = bookie not in registered and now - since.get(bookie, now) >= delay
+        gone_long = bookie not in registered and since.get(bookie, now) + delay <= now
         assert (bookie in lost) == gone_long
     assert lost <= known
+
+
+def test_a_bookie_is_lost_exactly_at_its_deadline_despite_rounding() -> None:
+    """Found by the simulation: gone at 3.3 with a 0.3 s delay, the auditor wakes at 3.3 + 0.3 and
+    ``(3.3 + 0.3) - 3.3`` is 0.2999999999999998 - the bookie must be lost then, or the auditor spins."""
+    since, delay = 3.3, 0.3
+    assert (since + delay) - since < delay  # the rounding that made the old comparison spin
+    assert lost_bookies({"a:1"}, set(), {"a:1": since}, since + delay, delay) == {"a:1"}
 
 
 def test_a_decommissioning_bookie_is_lost_even_while_registered() -> None:
