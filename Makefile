@@ -8,31 +8,57 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: FORCE run test venv zookeeper lint typecheck pytest helm-check sim-long chaos chaos-long dev-cluster \
+.PHONY: run test venv run-venv zookeeper lint typecheck pytest helm-check sim-long chaos chaos-long dev-cluster \
 	bench bench-bookie-storage bench-peers bench-compare clean
 
-## run: install what is needed and start `magnetar standalone` on http://127.0.0.1:8080
-run: venv
-	$(BIN)/magnetar standalone
+ARGS ?=
+
+## run: install the package and what it needs to run (no test, Spark or Helm packages) and start
+## `magnetar standalone` on http://127.0.0.1:8080; flags go in ARGS, e.g. make run ARGS="--http-port 8081"
+run: run-venv
+	$(BIN)/magnetar standalone$(if $(ARGS), $(ARGS))
 
 ## test: install everything the tests need, then lint, type-check and run the whole suite
 test: zookeeper venv lint typecheck pytest
 
-venv: $(STAMP) $(VENV)/.modules
+# Both share .venv: `make run` installs the package with its runtime dependencies only ($(RUN_STAMP)),
+# `make test` adds the dev, spark and helm extras ($(STAMP)), which includes everything `make run` needs. So
+# `make run` after `make test` installs nothing, and `make test` after `make run` adds only the extras.
+RUN_STAMP := $(VENV)/.installed-run
+EDITABLE := --config-settings editable_mode=strict
+
+## venv: the full development environment (every extra)
+venv: $(STAMP)
+	$(relink)
+
+run-venv: $(RUN_STAMP)
+	$(relink)
 
 # The strict editable install links each module file; re-link when modules are added or removed.
 MODULES := $(shell find admin bookkeeper broker gc managed_ledger -name '*.py' 2>/dev/null | sort)
-$(VENV)/.modules: $(STAMP) FORCE
-	@echo "$(MODULES)" | cmp -s - $@ 2>/dev/null || { \
-		$(BIN)/python -m pip install --quiet --no-deps -e . --config-settings editable_mode=strict \
+define relink
+	@echo "$(MODULES)" | cmp -s - $(VENV)/.modules 2>/dev/null || { \
+		$(BIN)/python -m pip install --quiet --no-deps -e . $(EDITABLE) \
 			> $(VENV)/relink.log 2>&1 || { cat $(VENV)/relink.log; exit 1; }; \
-		echo "$(MODULES)" > $@; }
+		echo "$(MODULES)" > $(VENV)/.modules; }
+endef
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark,helm]' --config-settings editable_mode=strict
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,helm]' $(EDITABLE)
+	@echo "$(MODULES)" > $(VENV)/.modules
+	touch $(STAMP) $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml
+	@if [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ]; then touch $@; else \
+		set -e; \
+		test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
+		echo "installing magnetar and its runtime dependencies into $(VENV)"; \
+		$(BIN)/python -m pip install --quiet -e . $(EDITABLE); \
+		echo "$(MODULES)" > $(VENV)/.modules; \
+		touch $@; \
+	fi
 
 ## zookeeper: ZooKeeper from Debian, for the metadata-store and cluster tests
 zookeeper:
@@ -99,4 +125,3 @@ bench-compare: bench-peers
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache
 
-FORCE:

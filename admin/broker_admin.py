@@ -5,7 +5,7 @@ provides them from one set of broker settings:
 
 * ``register_routes`` - the admin REST routes on the broker's router, with :class:`BrokerTopicHost` (the
   :class:`~magnetar.admin.rest.TopicHost` over the ``BrokerService``) and :class:`BrokerDirectoryAdapter`;
-  the storage collector joins the broker's own metrics registry;
+  the storage metrics join the broker's own metrics;
 * ``on_trim_candidate`` and ``factory_services`` - the :class:`~magnetar.gc.retention.RetentionService`,
   fed by the stored policies and the broker's entry format.
 """
@@ -190,9 +190,7 @@ class BrokerAdmin:
             security=service.security,
         )
         register_admin_routes(router, self.context)
-        register_storage_metrics(
-            service.metrics.registry, service.ml_factory, self.retention, self.settings.cluster
-        )
+        register_storage_metrics(service.metrics, service.ml_factory, self.retention, self.settings.cluster)
 
     def run_kwargs(self) -> dict[str, Any]:
         """``run_broker(..., **admin.run_kwargs())``."""

@@ -30,9 +30,10 @@ from magnetar.admin.config import ConfigError, config_file_from, load_settings, 
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
+    METADATA_HINTS,
     STOP_SIGNALS,
     announce,
-    describe,
+    explain,
     first_signal,
     tune_gc,
 )
@@ -56,7 +57,7 @@ def main(overrides: dict[str, Any], *, port_file: str | None = None, config_file
     try:
         return trio.run(serve, settings, Path(port_file) if port_file else None)
     except Exception as exc:  # ExceptionGroup included
-        log.error("broker failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+        log.error("broker failed: %s", explain(exc, METADATA_HINTS), exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED
 
 

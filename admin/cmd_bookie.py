@@ -37,6 +37,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not run the AutoRecovery daemon in this bookie (run `magnetar autorecovery` instead)",
     )
     # AutoRecovery (END)
+    identity = parser.add_argument_group("identity (BookKeeper's cookies)")
+    identity.add_argument(
+        "--format",
+        dest="format_data",
+        action="store_true",
+        help="instead of serving: empty the data and journal directories and delete this bookie's cookie "
+        "from the metadata store, so that it next starts as a new bookie (BookKeeper's bookieformat); "
+        "retire the old identity first (decommission or recover its ledgers)",
+    )
+    identity.add_argument(
+        "--force", action="store_true", help="with --format: delete what the directories hold (needed if any)"
+    )
     security = parser.add_argument_group("security (off by default)")
     security.add_argument(
         "--authentication-enabled",
@@ -48,7 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--token-secret-key", help="the cluster's token key: file:///path or data:;base64,..."
     )
     security.add_argument("--token-public-key", help="or the public key of the cluster's key pair")
-    security.add_argument("--auth-allowed-roles", help="comma-separated roles whose tokens may connect")
+    security.add_argument(
+        "--auth-allowed-roles",
+        help="comma-separated roles of the brokers (their bookkeeper_auth_token's subject)",
+    )
+    security.add_argument(
+        "--super-user-roles",
+        help="comma-separated superuser roles: admitted on the bookie protocol, and the only roles that may "
+        "call the HTTP endpoints (GC, listings) when authentication is on",
+    )
     security.add_argument("--tls-certificate-file", help="PEM certificate chain: serve the protocol over TLS")
     security.add_argument("--tls-key-file", help="PEM private key of the certificate")
     security.add_argument("--tls-trust-certs-file", help="PEM CA certificates for client certificates")
@@ -68,9 +88,11 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     security = (
         "authentication_enabled", "token_secret_key", "token_public_key", "auth_allowed_roles",
-        "tls_certificate_file", "tls_key_file", "tls_trust_certs_file", "tls_require_trusted_client_cert",
+        "super_user_roles", "tls_certificate_file", "tls_key_file", "tls_trust_certs_file",
+        "tls_require_trusted_client_cert",
     )  # fmt: skip
     overrides = {name: getattr(args, name) for name in (*names, *security, "storage", "port_file", "rack")}
     if args.autorecovery_enabled is not None:
         overrides["autorecovery"] = {"enabled": args.autorecovery_enabled}
-    return bookie_process.main({k: v for k, v in overrides.items() if v is not None}, args.config)
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return bookie_process.main(given, args.config, format_data=args.format_data, force=args.force)

@@ -33,6 +33,7 @@ FLAGS = (
     "bookkeeper_auth_token",
     "bookkeeper_tls_enabled",
     "bookkeeper_tls_trust_certs_file",
+    "managed_ledger_password",
 )
 
 
@@ -84,6 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bookkeeper-tls-enabled", action="store_const", const=True, help="connect to bookies over TLS"
     )
     security.add_argument("--bookkeeper-tls-trust-certs-file", help="PEM CA certificates of the bookies")
+    security.add_argument(
+        "--managed-ledger-password",
+        help="password of the ledgers this broker creates: file:///path (default: a random one per start)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,7 +2,9 @@
 
 Prints what the process would run with - the environment (``MAGNETAR_*``), the config file (``--config`` or
 ``MAGNETAR_CONFIG``) and the defaults merged as :mod:`.config` does - with where each value came from. The
-TOML form is itself a valid config file.
+TOML form is itself a valid config file. For ``standalone`` it shows its own settings, then every setting
+of its broker (``[broker]``) and of its bookies (``[bookie]``, as bookie 0 runs them), those the standalone
+sets itself commented out with what sets them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     for name in unknown_environment((model,)):
         print(f"warning: environment variable {name} names no {args.kind} setting: ignored", file=sys.stderr)
+    for warning in loaded.ignored:
+        print(f"warning: {warning}", file=sys.stderr)
     print(render_json(loaded) if args.format == "json" else render_toml(loaded), end="")
     return 0
 
@@ -62,6 +66,6 @@ def settings_model(kind: str) -> type[BaseSettings]:
         from magnetar.broker.settings import BrokerSettings  # noqa: PLC0415
 
         return BrokerSettings
-    from magnetar.admin.standalone import StandaloneSettings  # noqa: PLC0415
+    from magnetar.admin.standalone_settings import StandaloneSettings  # noqa: PLC0415
 
     return StandaloneSettings

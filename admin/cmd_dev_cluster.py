@@ -31,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bookie-storage", choices=["disk", "memory"], default="disk", help="bookie storage engine"
     )
+    parser.add_argument(
+        "--authentication-enabled",
+        action="store_true",
+        help="token authentication: key and tokens under DATA_DIR/security (admin.token for clients)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
             bookie_storage=args.bookie_storage,
             session_timeout_ms=args.session_timeout_ms,
             log_level=args.log_level,
+            authentication=args.authentication_enabled,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -113,6 +119,8 @@ def _summary(ready: dict[str, Any], spec: Any) -> str:
           for b in ready["bookies"]),
         *(f"  {b['name']:<15} {b['httpUrl']}  {b['wsUrl']}/ws/v2/...  (pid {b['pid']})"
           for b in ready["brokers"]),
+        *([f"  authentication on: superuser token in {ready['adminTokenFile']}"] if "adminTokenFile" in ready
+          else []),
         "Ctrl-C stops everything.",
     ]  # fmt: skip
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""``magnetar perf``: load generators and benchmarks. Each benchmark registers a sub-subcommand."""
+"""``magnetar perf``: load generators and benchmarks. Each benchmark registers a sub-subcommand, whose module
+is imported only when the command line chooses it (:mod:`.subcommands`)."""
 
 from __future__ import annotations
 
@@ -32,12 +33,25 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows every option's default; an option without one (None) says in its help what
+    leaving it unset means."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    from magnetar.admin.subcommands import LazySubcommands  # noqa: PLC0415
+
+    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True, action=LazySubcommands)
+    assert isinstance(sub, LazySubcommands)
     for name, (module_name, help_text) in BENCHMARKS.items():
-        bench = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module_name).add_arguments(bench)
-        bench.set_defaults(_bench_module=module_name)
+        sub.add_module(name, help_text, module_name, formatter_class=DefaultsHelpFormatter).set_defaults(
+            _bench_module=module_name
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,17 +1,24 @@
 """``magnetar standalone``: metadata store, bookies and a broker in one process (see :mod:`.standalone`).
 
 Every flag is also an environment variable ``MAGNETAR_<NAME>`` and a key of the TOML config file
-(:mod:`magnetar.admin.config`): flags win over the environment, which wins over the file.
+(:mod:`magnetar.admin.config`): flags win over the environment, which wins over the file. Every setting of
+the broker and of the bookies is a standalone setting too (:mod:`.standalone_settings`); the security flags
+set the broker's and the bookies' settings of the same name, except ``--tls-certificate-file`` and
+``--tls-key-file``, which are the HTTPS port's (``broker.tls_*``): the bookies' TCP ports stay plain unless
+the config file or the environment gives them a certificate.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from magnetar.admin.cmd_broker import SERVER_SECURITY_FLAGS, add_server_security_arguments
 
 FLAGS = ("data_dir", "http_port", "bind_address", "bookies", "bookie_port")
 QUORUM_FLAGS = ("ensemble_size", "write_quorum", "ack_quorum")
+BROKER_ONLY_FLAGS = ("tls_certificate_file", "tls_key_file")
+"""Flags that set the broker's setting only (the certificate of ``--http-port-tls``), not the bookies'."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,5 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from magnetar.admin import standalone  # noqa: PLC0415 (heavy imports only when the command runs)
 
-    overrides = {name: getattr(args, name) for name in (*FLAGS, *QUORUM_FLAGS, *SERVER_SECURITY_FLAGS)}
-    return standalone.main({k: v for k, v in overrides.items() if v is not None}, config_file=args.config)
+    given = {name: getattr(args, name) for name in (*FLAGS, *QUORUM_FLAGS, *SERVER_SECURITY_FLAGS)}
+    overrides: dict[str, Any] = {
+        k: v for k, v in given.items() if v is not None and k not in BROKER_ONLY_FLAGS
+    }
+    broker = {k: v for k, v in given.items() if v is not None and k in BROKER_ONLY_FLAGS}
+    if broker:
+        overrides["broker"] = broker
+    return standalone.main(overrides, config_file=args.config)

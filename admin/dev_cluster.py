@@ -20,6 +20,12 @@ itself and of the whole dev cluster (a broker keeps its URL, too). The data (Zoo
 journals and entry logs) stays in ``DATA_DIR``, so a dev cluster started again on the same directory has its
 topics back.
 
+Authentication (``authentication=True``, ``magnetar dev-cluster --authentication-enabled``): the dev cluster
+makes a token key and two tokens under ``DATA_DIR/security`` (kept across restarts, mode 0600): ``admin``, a
+superuser of the brokers, for clients (``adminTokenFile`` in the ready document), and ``broker``, which the
+brokers present to the bookies (``bookkeeper_auth_token``). The bookies admit only these two roles
+(``auth_allowed_roles=broker``, ``super_user_roles=admin``): a tenant's token is refused on the bookie ports.
+
 Network faults (the failure suite): ``bookie_advertised_addresses`` makes bookie *i* listen on 127.0.0.1
 but register as ``<address>:<port>`` (any 127.0.0.0/8 address is this machine), where a fault-injecting proxy
 can listen; :attr:`DevCluster.metadata_urls` can point a component at a proxy in front of ZooKeeper before it
@@ -43,11 +49,18 @@ import trio
 
 from magnetar.admin import zookeeper as zk
 from magnetar.admin.supervisor import ManagedProcess, ProcessStartError, magnetar_command
+from magnetar.bookkeeper.runtime.auth.keys import create_secret_key, secret_key
+from magnetar.bookkeeper.runtime.auth.tokens import create_token
 
 log = logging.getLogger("magnetar.dev_cluster")
 
 STATE_FILE = "dev-cluster.json"
 CHROOT = "/magnetar"
+SECURITY_DIR = "security"
+ADMIN_ROLE = "admin"
+"""The superuser role of a dev cluster with authentication; its token is ``DATA_DIR/security/admin.token``."""
+BROKER_ROLE = "broker"
+"""The role the brokers present to the bookies, the only other role the bookies admit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +80,8 @@ class DevClusterSpec:
     bookie_env: Mapping[str, str] = field(default_factory=dict)
     """Extra ``MAGNETAR_*`` settings of every bookie (e.g. disk thresholds)."""
     broker_env: Mapping[str, str] = field(default_factory=dict)
+    authentication: bool = False
+    """Token authentication on brokers and bookies, with keys and tokens made under ``DATA_DIR/security``."""
     bookie_advertised_addresses: Sequence[str] = ()
     """Address bookie *i* registers under (default 127.0.0.1); it always listens on 127.0.0.1."""
     log_level: str | None = None
@@ -225,7 +240,12 @@ class DevCluster:
             ],
             "dataDir": str(self.data_dir),
             "logDir": str(self.data_dir / "logs"),
+            **({"adminTokenFile": str(self.admin_token_file)} if self.spec.authentication else {}),
         }
+
+    @property
+    def admin_token_file(self) -> Path:
+        return self.data_dir / SECURITY_DIR / f"{ADMIN_ROLE}.token"
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -323,6 +343,36 @@ class DevCluster:
     def _prepare(self) -> None:
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.ports.save(self.data_dir)
+        if self.spec.authentication:
+            self._prepare_security()
+
+    def _prepare_security(self) -> None:
+        """The token key (made once, kept) and the admin's and brokers' tokens, all mode 0600."""
+        directory = self.data_dir / SECURITY_DIR
+        directory.mkdir(mode=0o700, exist_ok=True)
+        key_file = directory / "secret.key"
+        if not key_file.exists():
+            _write_private(key_file, create_secret_key())
+        key = secret_key(key_file.read_bytes())
+        for role in (ADMIN_ROLE, BROKER_ROLE):
+            token_file = directory / f"{role}.token"
+            if not token_file.exists():
+                _write_private(token_file, create_token(key, role).encode("ascii"))
+
+    def _security_env(self, kind: Literal["bookie", "broker"]) -> dict[str, str]:
+        if not self.spec.authentication:
+            return {}
+        directory = self.data_dir / SECURITY_DIR
+        env = {
+            "MAGNETAR_AUTHENTICATION_ENABLED": "true",
+            "MAGNETAR_TOKEN_SECRET_KEY": (directory / "secret.key").as_uri(),
+            "MAGNETAR_SUPER_USER_ROLES": ADMIN_ROLE,
+        }
+        if kind == "bookie":
+            env["MAGNETAR_AUTH_ALLOWED_ROLES"] = BROKER_ROLE
+        else:
+            env["MAGNETAR_BOOKKEEPER_AUTH_TOKEN"] = (directory / f"{BROKER_ROLE}.token").as_uri()
+        return env
 
     async def _start_all(self, names: list[str]) -> None:
         async with trio.open_nursery() as starting:
@@ -379,7 +429,9 @@ class DevCluster:
             "--bind", "127.0.0.1", "--advertised-address", self.bookie_address(index),
             "--port", str(ports["bookie"]), "--http-port", str(ports["http"]),
         )  # fmt: skip
-        return self._managed(name, command, self._env(self.spec.bookie_env))
+        return self._managed(
+            name, command, self._env({**self._security_env("bookie"), **self.spec.bookie_env})
+        )
 
     def _broker_process(self, index: int) -> ManagedProcess:
         name = f"broker-{index}"
@@ -390,7 +442,16 @@ class DevCluster:
             "--advertised-address", "127.0.0.1", "--cluster", self.spec.cluster,
             "--ensemble-size", str(e), "--write-quorum", str(w), "--ack-quorum", str(a),
         )  # fmt: skip
-        return self._managed(name, command, self._env(self.spec.broker_env))
+        return self._managed(
+            name, command, self._env({**self._security_env("broker"), **self.spec.broker_env})
+        )
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file readable by its owner only."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(data)
 
 
 def _log_unexpected_exit(process: ManagedProcess) -> None:

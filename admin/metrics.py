@@ -1,31 +1,113 @@
-"""Storage metrics for the broker's ``/metrics``: managed ledgers and the retention service.
+"""Storage metrics for the broker's ``/metrics``: managed ledgers, the BookKeeper client and retention.
 
-They join the broker's registry next to its topic metrics (``magnetar_in_messages_total``,
-``magnetar_storage_size``, ``magnetar_msg_backlog``, publish latency ...) with the same labels (``cluster``,
-``namespace``, ``topic``), named as Pulsar's under a ``magnetar_`` prefix: ``storage_backlog_size``,
-``subscription_back_log`` (per subscription), and the managed-ledger figures ``magnetar_ml_*`` (ledgers,
-entries, entries added, pending adds, rollovers, trims, ledgers deleted). Everything is read from the live
-objects when scraped (a collector: no per-operation cost).
+They join the broker's own metrics (``magnetar_in_messages_total``, ``magnetar_storage_size``,
+``magnetar_msg_backlog``, publish latency ...) as one more :class:`~magnetar.broker.exposition.MetricsSource`,
+with the same labels (``cluster``, ``namespace``, ``topic``), named as Pulsar's under a ``magnetar_`` prefix:
+``storage_backlog_size``, ``subscription_back_log`` (per subscription), the managed-ledger figures
+``magnetar_ml_*`` (ledgers, entries, entries added, pending adds, rollovers, trims, ledgers deleted), the
+client's add latency and counters, and the retention service's counters. Every name is declared once, in the
+tables below. Everything is read from the live objects when scraped (no per-operation cost), a little at a
+time (see :mod:`magnetar.broker.exposition`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
-from magnetar.bookkeeper.client.stats import ClientStats
+from magnetar.bookkeeper.client.stats import ADD_LATENCY_BUCKETS_S, ClientStats
 from magnetar.broker.errors import InvalidTopicNameError
+from magnetar.broker.exposition import Family, FamilyRows, Kind, Row
+from magnetar.broker.metrics import TOPIC_LABELS, BrokerMetrics
 from magnetar.broker.topic_name import TopicName
 from magnetar.gc.expiry import backlog_bytes
-from magnetar.gc.retention import RetentionService
+from magnetar.gc.retention import RetentionService, RetentionStats
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 from magnetar.managed_ledger.ledger import ManagedLedger
 
 PREFIX = "magnetar_"
-LABELS = ["cluster", "namespace", "topic"]
+LABELS = list(TOPIC_LABELS)
+
+
+def _per_topic(name: str, kind: Kind, help_text: str) -> Family:
+    return Family(PREFIX + name, kind, help_text, TOPIC_LABELS)
+
+
+def _single(name: str, kind: Kind, help_text: str) -> Family:
+    return Family(PREFIX + name, kind, help_text)
+
+
+COUNTER, GAUGE = Kind.COUNTER, Kind.GAUGE
+STORAGE_BACKLOG_SIZE = _per_topic("storage_backlog_size", GAUGE, "Bytes behind the slowest subscription")
+SUBSCRIPTION_BACKLOG = Family(
+    PREFIX + "subscription_back_log", GAUGE, "Unacknowledged entries", (*TOPIC_LABELS, "subscription")
+)
+ML_FAMILIES: tuple[tuple[Family, Callable[[ManagedLedger], float]], ...] = (
+    (_per_topic("ml_ledgers", GAUGE, "Ledgers of the managed ledger"), lambda ml: len(ml.ledgers)),
+    (
+        _per_topic("ml_entries", GAUGE, "Entries stored in the managed ledger"),
+        lambda ml: ml.number_of_entries(),
+    ),
+    (
+        _per_topic("ml_entries_added", COUNTER, "Entries added since loaded"),
+        lambda ml: ml.entries_added_counter,
+    ),
+    (_per_topic("ml_pending_adds", GAUGE, "Adds queued or in flight"), lambda ml: ml.pending_adds),
+    (
+        _per_topic("ml_rollovers", COUNTER, "Ledger rollovers since loaded"),
+        lambda ml: ml.ledger_switches_counter,
+    ),
+)
+ML_OPEN = _single("ml_open", GAUGE, "Open managed ledgers")
+CLIENT_ADD_LATENCY = Family(
+    PREFIX + "bookkeeper_client_add_latency_seconds",
+    Kind.HISTOGRAM,
+    "Ledger add latency (send to ack quorum)",
+    buckets=ADD_LATENCY_BUCKETS_S,
+)
+CLIENT_COUNTERS: tuple[tuple[Family, Callable[[ClientStats], float]], ...] = (
+    (_single("bookkeeper_client_adds", COUNTER, "Adds acknowledged by an ack quorum"), lambda s: s.adds),
+    (
+        _single("bookkeeper_client_add_failures", COUNTER, "Adds failed (outcome unknown)"),
+        lambda s: s.add_failures,
+    ),
+    (
+        _single("bookkeeper_client_ensemble_changes", COUNTER, "Bookies replaced in write ensembles"),
+        lambda s: s.ensemble_changes,
+    ),
+    (
+        _single("bookkeeper_client_ledger_recoveries", COUNTER, "Ledgers fenced and recovered"),
+        lambda s: s.recoveries,
+    ),
+    (
+        _single("bookkeeper_client_ledger_recovery_failures", COUNTER, "Recoveries that failed"),
+        lambda s: s.recovery_failures,
+    ),
+    (_single("bookkeeper_client_ledgers_created", COUNTER, "Ledgers created"), lambda s: s.ledgers_created),
+    (_single("bookkeeper_client_ledgers_deleted", COUNTER, "Ledgers deleted"), lambda s: s.ledgers_deleted),
+)
+RETENTION_COUNTERS: tuple[tuple[Family, Callable[[RetentionStats], float]], ...] = (
+    (_single("ml_trims", COUNTER, "Trim passes run"), lambda s: s.trims),
+    (_single("ml_trim_failures", COUNTER, "Trim passes that failed"), lambda s: s.trim_failures),
+    (_single("ml_ledgers_deleted", COUNTER, "Ledgers deleted by retention"), lambda s: s.ledgers_deleted),
+    (
+        _single("retention_trim_events_dropped", COUNTER, "Trim events dropped, queue full"),
+        lambda s: s.trim_events_dropped,
+    ),
+    (
+        _single("retention_messages_expired", COUNTER, "Entries acknowledged by message TTL"),
+        lambda s: s.messages_expired,
+    ),
+    (
+        _single("retention_backlog_evicted", COUNTER, "Entries skipped by backlog eviction"),
+        lambda s: s.backlog_entries_evicted,
+    ),
+)
+QUOTA_EXCEEDED_TOPICS = _single(
+    "backlog_quota_exceeded_topics", GAUGE, "Topics whose producers are held or refused by a backlog quota"
+)
 
 
 def topic_label(ml_name: str) -> str:
@@ -35,111 +117,121 @@ def topic_label(ml_name: str) -> str:
         return ml_name
 
 
-def _gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+class StorageMetrics:
+    """A metrics source over the managed-ledger factory (and the retention service, when there is one)."""
 
-
-class StorageCollector(Collector):
     def __init__(
         self, factory: ManagedLedgerFactory, retention: RetentionService | None = None, cluster: str = ""
     ) -> None:
         self._factory = factory
         self._retention = retention
         self._cluster = cluster
+        self._label_cache: dict[str, tuple[str, str, str]] = {}
 
-    def collect(self) -> Iterable[Metric]:
-        ledgers = self._factory.opened()
-        yield from self._topic_metrics(ledgers)
-        yield from self._ml_metrics(ledgers)
-        yield from self._client_metrics(self._factory.bk.stats)
+    def families(self) -> Iterator[FamilyRows]:
+        ledgers = self._factory.opened()  # those open when the scrape began
+        self._label_cache = {}
+        yield STORAGE_BACKLOG_SIZE, ((self._labels(ml), _backlog_size(ml)) for ml in ledgers)
+        yield SUBSCRIPTION_BACKLOG, self._subscription_rows(ledgers)
+        for family, read in ML_FAMILIES:
+            yield family, self._rows(ledgers, read)
+        yield ML_OPEN, [((), len(ledgers))]
+        stats = self._factory.bk.stats
+        counts = stats.add_latency_counts
+        yield CLIENT_ADD_LATENCY, [((), list(counts), stats.add_latency_sum_s)]
+        for family, read_client in CLIENT_COUNTERS:
+            yield family, [((), read_client(stats))]
         if self._retention is not None:
-            yield from self._retention_metrics(self._retention)
+            retention = self._retention
+            for family, read_retention in RETENTION_COUNTERS:
+                yield family, [((), read_retention(retention.stats))]
+            yield QUOTA_EXCEEDED_TOPICS, [((), len(retention.quota.exceeded))]
 
-    def _labels(self, ml: ManagedLedger) -> list[str]:
-        topic = topic_label(ml.name)
-        namespace = "/".join(ml.name.split("/")[:2])
-        return [self._cluster, namespace, topic]
+    def _labels(self, ml: ManagedLedger) -> tuple[str, str, str]:
+        labels = self._label_cache.get(ml.name)
+        if labels is None:
+            namespace = "/".join(ml.name.split("/")[:2])
+            labels = self._label_cache[ml.name] = (self._cluster, namespace, topic_label(ml.name))
+        return labels
 
-    def _topic_metrics(self, ledgers: list[ManagedLedger]) -> Iterable[Metric]:
-        backlog_size = _gauge("storage_backlog_size", "Bytes behind the slowest subscription", LABELS)
-        sub_backlog = _gauge("subscription_back_log", "Unacknowledged entries", [*LABELS, "subscription"])
+    def _rows(self, ledgers: list[ManagedLedger], read: Callable[[ManagedLedger], float]) -> Iterator[Row]:
+        for ml in ledgers:
+            yield self._labels(ml), read(ml)
+
+    def _subscription_rows(self, ledgers: list[ManagedLedger]) -> Iterator[Row]:
         for ml in ledgers:
             labels = self._labels(ml)
-            slowest = ml.slowest_durable_mark_delete()
-            backlog_size.add_metric(labels, backlog_bytes(ml, slowest) if slowest is not None else 0)
             for name, cursor in sorted(ml.cursors.items()):
-                sub_backlog.add_metric([*labels, name], cursor.backlog())
-        yield from (backlog_size, sub_backlog)
+                yield (*labels, name), cursor.backlog()
 
-    def _ml_metrics(self, ledgers: list[ManagedLedger]) -> Iterable[Metric]:
-        count = _gauge("ml_ledgers", "Ledgers of the managed ledger", LABELS)
-        entries = _gauge("ml_entries", "Entries stored in the managed ledger", LABELS)
-        added = CounterMetricFamily(PREFIX + "ml_entries_added", "Entries added since loaded", labels=LABELS)
-        pending = _gauge("ml_pending_adds", "Adds queued or in flight", LABELS)
-        rollovers = CounterMetricFamily(
-            PREFIX + "ml_rollovers", "Ledger rollovers since loaded", labels=LABELS
-        )
-        for ml in ledgers:
-            labels = self._labels(ml)
-            count.add_metric(labels, len(ml.ledgers))
-            entries.add_metric(labels, ml.number_of_entries())
-            added.add_metric(labels, ml.entries_added_counter)
-            pending.add_metric(labels, ml.pending_adds)
-            rollovers.add_metric(labels, ml.ledger_switches_counter)
-        yield from (count, entries, added, pending, rollovers)
-        yield GaugeMetricFamily(PREFIX + "ml_open", "Open managed ledgers", value=len(ledgers))
 
-    @staticmethod
-    def _client_metrics(stats: ClientStats) -> Iterable[Metric]:
-        latency = HistogramMetricFamily(
-            PREFIX + "bookkeeper_client_add_latency_seconds", "Ledger add latency (send to ack quorum)"
-        )
-        latency.add_metric([], stats.latency_buckets(), stats.add_latency_sum_s)
-        yield latency
-        counters = {
-            "bookkeeper_client_adds": ("Adds acknowledged by an ack quorum", stats.adds),
-            "bookkeeper_client_add_failures": ("Adds failed (outcome unknown)", stats.add_failures),
-            "bookkeeper_client_ensemble_changes": (
-                "Bookies replaced in write ensembles",
-                stats.ensemble_changes,
-            ),
-            "bookkeeper_client_ledger_recoveries": ("Ledgers fenced and recovered", stats.recoveries),
-            "bookkeeper_client_ledger_recovery_failures": ("Recoveries that failed", stats.recovery_failures),
-            "bookkeeper_client_ledgers_created": ("Ledgers created", stats.ledgers_created),
-            "bookkeeper_client_ledgers_deleted": ("Ledgers deleted", stats.ledgers_deleted),
-        }
-        for name, (doc, value) in counters.items():
-            yield CounterMetricFamily(PREFIX + name, doc, value=value)
-
-    @staticmethod
-    def _retention_metrics(service: RetentionService) -> Iterable[Metric]:
-        stats = service.stats
-        counters = {
-            "ml_trims": ("Trim passes run", stats.trims),
-            "ml_trim_failures": ("Trim passes that failed", stats.trim_failures),
-            "ml_ledgers_deleted": ("Ledgers deleted by retention", stats.ledgers_deleted),
-            "retention_trim_events_dropped": ("Trim events dropped, queue full", stats.trim_events_dropped),
-            "retention_messages_expired": ("Entries acknowledged by message TTL", stats.messages_expired),
-            "retention_backlog_evicted": (
-                "Entries skipped by backlog eviction",
-                stats.backlog_entries_evicted,
-            ),
-        }
-        for name, (doc, value) in counters.items():
-            yield CounterMetricFamily(PREFIX + name, doc, value=value)
-        yield GaugeMetricFamily(
-            PREFIX + "backlog_quota_exceeded_topics",
-            "Topics whose producers are held or refused by a backlog quota",
-            value=len(service.quota.exceeded),
-        )
+def _backlog_size(ml: ManagedLedger) -> int:
+    slowest = ml.slowest_durable_mark_delete()
+    return backlog_bytes(ml, slowest) if slowest is not None else 0
 
 
 def register_storage_metrics(
-    registry: CollectorRegistry,
+    metrics: BrokerMetrics,
     factory: ManagedLedgerFactory,
     retention: RetentionService | None = None,
     cluster: str = "",
-) -> StorageCollector:
-    collector = StorageCollector(factory, retention, cluster)
-    registry.register(collector)
-    return collector
+) -> StorageMetrics:
+    source = StorageMetrics(factory, retention, cluster)
+    metrics.add_source(source)
+    return source
+
+
+class CollectorSource:
+    """A prometheus_client collector (the bookies' metrics, which keep their own registries) as a
+    :class:`~magnetar.broker.exposition.MetricsSource`, so it joins the broker's streamed ``/metrics``:
+    counters, gauges and histograms are read back from the collector's samples when scraped."""
+
+    def __init__(self, collector: Collector) -> None:
+        self._collector = collector
+
+    def families(self) -> Iterator[FamilyRows]:
+        for metric in self._collector.collect():
+            samples = list(metric.samples)
+            kind = _KINDS.get(metric.type)
+            if kind is None:
+                continue  # summaries, info, state sets: none of the bookies' metrics is one
+            label_names = tuple(sorted(k for k in samples[0].labels if k != "le")) if samples else ()
+            name = metric.name
+            if kind is Kind.HISTOGRAM:
+                bounds = sorted(
+                    {float(s.labels["le"]) for s in samples if s.name.endswith("_bucket")} - {float("inf")}
+                )
+                family = Family(name, kind, metric.documentation, label_names, tuple(bounds))
+                yield family, _histogram_rows(samples, label_names, len(bounds))
+            else:
+                wanted = f"{name}_total" if kind is Kind.COUNTER else name
+                rows = [
+                    (tuple(s.labels[k] for k in label_names), s.value) for s in samples if s.name == wanted
+                ]
+                yield Family(name, kind, metric.documentation, label_names), rows
+
+
+_KINDS = {"counter": Kind.COUNTER, "gauge": Kind.GAUGE, "histogram": Kind.HISTOGRAM}
+
+
+def _histogram_rows(
+    samples: list[Sample], label_names: tuple[str, ...], bound_count: int
+) -> list[tuple[tuple[str, ...], list[float], float]]:
+    """One row per label set: per-bucket counts (the samples' are cumulative) and the sum."""
+    cumulative: dict[tuple[str, ...], list[tuple[float, float]]] = {}
+    sums: dict[tuple[str, ...], float] = {}
+    for sample in samples:
+        key = tuple(sample.labels[k] for k in label_names)
+        if sample.name.endswith("_bucket"):
+            cumulative.setdefault(key, []).append((float(sample.labels["le"]), sample.value))
+        elif sample.name.endswith("_sum"):
+            sums[key] = sample.value
+    rows = []
+    for key, points in cumulative.items():
+        points.sort()
+        counts, previous = [], 0.0
+        for _, running in points[: bound_count + 1]:
+            counts.append(running - previous)
+            previous = running
+        rows.append((key, counts, sums.get(key, 0.0)))
+    return rows

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from magnetar.admin.perf_common import latency_summary_ms
 from magnetar.bookkeeper.client.tcp_transport import TcpTransport, TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.client.transport import TransportFailure
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType, master_key
@@ -30,12 +31,12 @@ DIGEST = Digester(DigestType.CRC32C)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rate", type=int, default=0, help="adds/s; 0 = closed loop (default)")
+    parser.add_argument("--rate", type=int, default=0, help="adds/s (open loop); 0: closed loop")
     parser.add_argument("--inflight", type=int, default=1000, help="outstanding adds in closed loop")
-    parser.add_argument("--duration-s", type=float, default=10.0)
-    parser.add_argument("--warmup-s", type=float, default=1.0)
-    parser.add_argument("--entry-bytes", type=int, default=100)
-    parser.add_argument("--bookie", help="host:port of a running bookie (default: start one)")
+    parser.add_argument("--duration-s", type=float, default=10.0, help="measured time, after the warm-up")
+    parser.add_argument("--warmup-s", type=float, default=1.0, help="adds before measuring (not counted)")
+    parser.add_argument("--entry-bytes", type=int, default=100, help="payload bytes of every add")
+    parser.add_argument("--bookie", help="host:port of a running bookie; unset: start one")
 
 
 @dataclass
@@ -106,12 +107,6 @@ async def _open_loop(run: _Run, rate: int) -> None:
         await run.done.wait()
 
 
-def _percentile(sorted_values: list[float], fraction: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
-
-
 async def _bench(args: argparse.Namespace, bookie: str) -> dict[str, object]:
     settings = TcpTransportSettings(inflight_requests_max=max(args.inflight, 1000) * 10)
     async with open_tcp_transport(settings) as transport:
@@ -129,17 +124,13 @@ async def _bench(args: argparse.Namespace, bookie: str) -> dict[str, object]:
         else:
             await _closed_loop(run, args.inflight)
         cpu = time.process_time() - cpu0
-    latencies = sorted(run.latencies)
-    ms = 1000.0
+    latencies = run.latencies
     return {
         "mode": f"open loop {args.rate}/s" if args.rate > 0 else f"closed loop, {args.inflight} in flight",
         "entry_bytes": args.entry_bytes,
         "duration_s": args.duration_s,
         "adds_per_s": round(len(latencies) / args.duration_s),
-        "p50_ms": round(_percentile(latencies, 0.50) * ms, 3),
-        "p99_ms": round(_percentile(latencies, 0.99) * ms, 3),
-        "p999_ms": round(_percentile(latencies, 0.999) * ms, 3),
-        "max_ms": round((latencies[-1] if latencies else float("nan")) * ms, 3),
+        **latency_summary_ms(latencies),
         "errors": run.errors,
         "client_cpu_s": round(cpu, 2),
     }
@@ -176,5 +167,5 @@ def run(args: argparse.Namespace) -> int:
         f"  {figures['adds_per_s']} adds/s   p50 {figures['p50_ms']} ms   p99 {figures['p99_ms']} ms"
         f"   p99.9 {figures['p999_ms']} ms   max {figures['max_ms']} ms   errors {figures['errors']}"
     )
-    print(json.dumps(figures))
+    print(json.dumps(figures, allow_nan=False))
     return 0 if not figures["errors"] else 1

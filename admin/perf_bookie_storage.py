@@ -41,17 +41,23 @@ _HEADER = struct.Struct(">qqqq")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", type=Path, default=None, help="where to write (default: a temp dir)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="where to write; unset: a temporary directory"
+    )
     parser.add_argument("--adds", type=int, default=1_000_000, help="adds in the throughput phase")
-    parser.add_argument("--ledgers", type=int, default=10)
-    parser.add_argument("--payload-bytes", type=int, default=100)
+    parser.add_argument("--ledgers", type=int, default=10, help="ledgers the adds are spread over")
+    parser.add_argument("--payload-bytes", type=int, default=100, help="payload bytes of every add")
     parser.add_argument("--in-flight", type=int, default=20_000, help="outstanding adds in phase 1")
     parser.add_argument("--yield-every", type=int, default=256, help="adds between event-loop turns")
     parser.add_argument("--rate", type=int, default=5_000, help="adds/s in the latency phase")
     parser.add_argument("--latency-duration-s", type=float, default=12.0, help="spans a 10 s checkpoint")
-    parser.add_argument("--replay-entries", type=int, default=1_000_000)
-    parser.add_argument("--disk-duration-s", type=float, default=3.0)
-    parser.add_argument("--progress-interval-s", type=float, default=2.0)
+    parser.add_argument(
+        "--replay-entries", type=int, default=1_000_000, help="journal entries replayed on restart"
+    )
+    parser.add_argument("--disk-duration-s", type=float, default=3.0, help="length of the disk-limit phase")
+    parser.add_argument(
+        "--progress-interval-s", type=float, default=2.0, help="seconds between progress lines"
+    )
     parser.add_argument(
         "--phases", default="throughput,latency,reads,replay,disk", help="comma-separated subset to run"
     )

@@ -59,20 +59,31 @@ def bookie_processes(count: int, storage: str = "disk") -> Iterator[list[str]]:
                 process.stop()
 
 
-def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+def percentile(sorted_values: Sequence[float], fraction: float) -> float | None:
+    """The ``fraction`` percentile of ``sorted_values``; None when there is none (JSON has no NaN)."""
     if not sorted_values:
-        return float("nan")
+        return None
     return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
 
 
-def latency_summary_ms(latencies_s: Sequence[float]) -> dict[str, float]:
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+def latency_summary_ms(latencies_s: Sequence[float]) -> dict[str, float | None]:
+    """p50/p99/p99.9/max in milliseconds; each None when nothing was measured (printed as JSON null)."""
     ordered = sorted(latencies_s)
     return {
-        "p50_ms": round(percentile(ordered, 0.50) * 1000, 3),
-        "p99_ms": round(percentile(ordered, 0.99) * 1000, 3),
-        "p999_ms": round(percentile(ordered, 0.999) * 1000, 3),
-        "max_ms": round((ordered[-1] if ordered else float("nan")) * 1000, 3),
+        "p50_ms": _ms(percentile(ordered, 0.50)),
+        "p99_ms": _ms(percentile(ordered, 0.99)),
+        "p999_ms": _ms(percentile(ordered, 0.999)),
+        "max_ms": _ms(ordered[-1] if ordered else None),
     }
+
+
+def format_ms(value: float | None, spec: str = ".3f") -> str:
+    """A latency figure for a progress or summary line: ``-`` when nothing was measured."""
+    return "-" if value is None else format(value, spec)
 
 
 class Progress:

@@ -28,16 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from magnetar.admin.perf_common import latency_summary_ms
+from magnetar.admin.perf_common import format_ms, latency_summary_ms
 
 MIB = 1024 * 1024
 PUBLISH_LEDGER = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--data-dir", type=Path, help="where the engine lives (default: a temporary directory)"
-    )
+    parser.add_argument("--data-dir", type=Path, help="where the engine lives; unset: a temporary directory")
     parser.add_argument("--fill-mb", type=int, default=256, help="entry bytes written before each compaction")
     parser.add_argument("--payload-bytes", type=int, default=1024, help="payload of every entry")
     parser.add_argument("--ledgers", type=int, default=10, help="ledgers the fill is spread over")
@@ -63,7 +61,7 @@ class RunFigures:
     reclaimed_mb: float = 0.0
     limiter_wait_s: float = 0.0
     logs_compacted: int = 0
-    latency: dict[str, float] = field(default_factory=dict)
+    latency: dict[str, float | None] = field(default_factory=dict)
     publishes: int = 0
     journal_sync_ms: tuple[float, float] = (0.0, 0.0)
     """Journal fdatasync mean and max during the run."""
@@ -78,8 +76,9 @@ class RunFigures:
                 f"{self.reclaimed_mb:.1f} MB reclaimed, limiter wait {self.limiter_wait_s:.1f} s; "
             )
         return (
-            head + f"publish p50 {lat['p50_ms']:.2f} p99 {lat['p99_ms']:.2f} p99.9 {lat['p999_ms']:.2f} "
-            f"max {lat['max_ms']:.2f} ms ({self.publishes} adds); journal fdatasync mean "
+            head + f"publish p50 {format_ms(lat['p50_ms'], '.2f')} p99 {format_ms(lat['p99_ms'], '.2f')} "
+            f"p99.9 {format_ms(lat['p999_ms'], '.2f')} "
+            f"max {format_ms(lat['max_ms'], '.2f')} ms ({self.publishes} adds); journal fdatasync mean "
             f"{self.journal_sync_ms[0]:.2f} max {self.journal_sync_ms[1]:.1f} ms"
         )
 

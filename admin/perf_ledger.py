@@ -32,16 +32,18 @@ from magnetar.bookkeeper.metadata.bookies import writable_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bookies", type=int, default=3)
-    parser.add_argument("--ensemble-size", type=int, default=3)
-    parser.add_argument("--write-quorum", type=int, default=3)
-    parser.add_argument("--ack-quorum", type=int, default=2)
-    parser.add_argument("--storage", choices=["disk", "memory"], default="disk")
-    parser.add_argument("--entry-bytes", type=int, default=100)
+    parser.add_argument("--bookies", type=int, default=3, help="bookie processes to start")
+    parser.add_argument("--ensemble-size", type=int, default=3, help="bookies per ledger")
+    parser.add_argument("--write-quorum", type=int, default=3, help="copies of each entry")
+    parser.add_argument("--ack-quorum", type=int, default=2, help="acks that complete an add")
+    parser.add_argument("--storage", choices=["disk", "memory"], default="disk", help="the bookies' storage")
+    parser.add_argument("--entry-bytes", type=int, default=100, help="payload bytes of every add")
     parser.add_argument("--duration-s", type=float, default=10.0, help="length of phases 1 and 2")
     parser.add_argument("--inflight", type=int, default=5000, help="adds outstanding in phase 1")
     parser.add_argument("--rate", type=int, default=2000, help="adds/s of the latency phase")
-    parser.add_argument("--recovery-entries", type=int, default=10_000)
+    parser.add_argument(
+        "--recovery-entries", type=int, default=10_000, help="entries of the recovered ledger"
+    )
     parser.add_argument(
         "--recovery-inflight", type=int, default=1000, help="adds the vanishing writer keeps outstanding"
     )
@@ -209,5 +211,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"perf ledger: {args.bookies} bookie processes ({args.storage}), {quorum}, {args.entry_bytes} B")
     for name, value in figures.items():
         print(f"  {name}: {value}")
-    print(json.dumps({"command": "ledger", "args": vars(args) | {"func": None}, **figures}, default=str))
+    print(
+        json.dumps(
+            {"command": "ledger", "args": vars(args) | {"func": None}, **figures},
+            default=str,
+            allow_nan=False,
+        )
+    )
     return 0

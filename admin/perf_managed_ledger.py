@@ -32,15 +32,17 @@ from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bookies", type=int, default=3)
-    parser.add_argument("--ensemble-size", type=int, default=3)
-    parser.add_argument("--write-quorum", type=int, default=3)
-    parser.add_argument("--ack-quorum", type=int, default=2)
-    parser.add_argument("--entry-bytes", type=int, default=100)
+    parser.add_argument("--bookies", type=int, default=3, help="bookie processes to start")
+    parser.add_argument("--ensemble-size", type=int, default=3, help="bookies per ledger")
+    parser.add_argument("--write-quorum", type=int, default=3, help="copies of each entry")
+    parser.add_argument("--ack-quorum", type=int, default=2, help="acks that complete an add")
+    parser.add_argument("--entry-bytes", type=int, default=100, help="payload bytes of every append")
     parser.add_argument("--entries", type=int, default=100_000, help="entries appended in phase 1")
     parser.add_argument("--rate", type=int, default=2000, help="adds/s of the rollover phase")
     parser.add_argument("--rollover-entries", type=int, default=5000, help="ledger size in phase 3")
-    parser.add_argument("--rollover-duration-s", type=float, default=10.0)
+    parser.add_argument(
+        "--rollover-duration-s", type=float, default=10.0, help="length of the rollover phase"
+    )
 
 
 def _ml_settings(args: argparse.Namespace, **overrides: object) -> ManagedLedgerSettings:
@@ -165,5 +167,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"perf managed-ledger: {args.bookies} bookie processes (disk), {quorum}, {args.entry_bytes} B")
     for name, value in figures.items():
         print(f"  {name}: {value}")
-    print(json.dumps({"command": "managed-ledger", **figures}))
+    print(json.dumps({"command": "managed-ledger", **figures}, allow_nan=False))
     return 0

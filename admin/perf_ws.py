@@ -1,133 +1,134 @@
 """``magnetar perf produce`` / ``magnetar perf consume``: load over the WebSocket API (like ``pulsar-perf``).
 
 produce: ``--producers`` connections publish ``--size``-byte messages, each keeping up to ``--max-pending``
-unacknowledged (pipelining), at ``--rate`` messages/s in total (0: as fast as acks allow), until
-``--messages`` were acknowledged or ``--duration-s`` passed. Latency is send -> ack ("ok" means stored with
-the ack quorum). A closed connection (broker unloaded or died) is reopened through the same URL (the broker
-redirects to the owner); the longest pause between two acks is reported as the failover gap.
+unacknowledged (pipelining), at ``--rate`` messages/s in total (0: as fast as acks allow). With
+``--messages N`` it runs until N messages are acknowledged (shared out between the producers, the remainder
+to the first ones); without, until ``--duration-s`` (30 s) passed. ``--duration-s`` also bounds a run with
+``--messages`` when given. Latency is send -> ack ("ok" means stored with the ack quorum). Every refused
+message counts as an error. A closed connection (broker
+unloaded or died) is reopened through the same URL (the broker redirects to the owner) and the messages
+still unacknowledged on it are sent again (``resent``: their first copy may be stored too), as are messages
+the broker refused with ``send-error:8`` (its producer or topic closed under them); the longest pause
+between two acks is reported as the failover gap.
 
-consume: one consumer (``--subscription``, ``--subscription-type``) acknowledging every message; latency is
-end to end, ``publishTime`` -> delivery (same machine clock, millisecond resolution).
+consume: one consumer (``--subscription``, ``--subscription-type``) acknowledging every message, until
+``--messages`` were received or ``--duration-s`` passed; latency is end to end, ``publishTime`` -> delivery
+(same machine clock, millisecond resolution).
 
 ``--protocol binary`` runs both over Magnetar's binary subprotocol ``magnetar.v1`` (see
 :mod:`.perf_ws_binary`; ``--batch-size`` messages per SEND frame) instead of Pulsar's JSON API.
 
+Failures that retrying cannot fix stop the run at once with the broker's reason on stderr and exit code 1:
+an upgrade refused with 400, 401 (authentication), 403 (authorization), 404, 405 or 412, a session closed
+for authentication or authorization (4005, 4006). Other refusals (409, 429, 5xx) and lost connections are
+retried until ``--reconnect-timeout-s`` passes without a connection, and refused messages until it passes
+without an acknowledgement. The exit code is 0
+when the run ended as asked (every one of ``--messages`` acknowledged, or the duration passed), 1 otherwise,
+130 on Ctrl-C (the summary is printed all the same).
+
 Both print throughput and latency percentiles every ``--report-interval-s`` and a summary at the end (the
-last line is JSON, for scripts). The histogram keeps 3 significant digits (HdrHistogram-style buckets).
+last line on stdout is JSON, for scripts: :mod:`.perf_ws_stats`).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
-import json
+import itertools
 import math
 import os
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import orjson
 import trio
 
 from magnetar.admin import perf_ws_binary
 from magnetar.admin.perf_common import messages_due
+from magnetar.admin.perf_ws_stats import PerfFailure, SendProgress, Stats, report_line, summary_line
 from magnetar.admin.process_common import tune_gc
-from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected, connection_loss
+from magnetar.bookkeeper.runtime.auth.errors import KeyConfigError
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.broker.binary_protocol import SUBPROTOCOL
 
 SEND_BATCH_MAX = 100
 """Messages per socket write of the producer."""
+DEFAULT_DURATION_S = 30.0
+"""How long a run without ``--messages`` lasts unless ``--duration-s`` says otherwise."""
+FATAL_UPGRADE_STATUSES = frozenset({101, 400, 401, 403, 404, 405, 412})
+"""Refusals of the upgrade that no retry fixes (101: the handshake itself was wrong)."""
+FATAL_CLOSE_CODES = frozenset({4005, 4006})
+"""Sessions closed for authentication (Pulsar's code 5) or authorization (6)."""
+RETRY_PAUSE_S = 0.2
+RETRY_REPORT_INTERVAL_S = 5.0
+"""A connection that keeps failing for the same reason is reported again after this long."""
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
-_SCALES = ((10_000, 10), (100_000, 100), (1_000_000, 1_000), (10_000_000, 10_000))
+# -- arguments -----------------------------------------------------------------------------------------
 
 
-def bucket_us(seconds: float) -> int:
-    """A latency in microseconds, cut to 3 significant digits (the histogram's bucket)."""
-    micros: int = int(seconds * 1e6)
-    if micros < 1000:
-        return micros if micros > 0 else 0
-    for limit, scale in _SCALES:
-        if micros < limit:
-            return micros - micros % scale
-    big_scale = int(10 ** (len(str(micros)) - 3))
-    return micros - micros % big_scale
+def _number(kind: Callable[[str], Any], low: float, what: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not value >= low or (isinstance(value, float) and math.isinf(value)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+
+    return parse
 
 
-class Histogram:
-    """Latencies in microseconds, bucketed to 3 significant digits."""
-
-    def __init__(self) -> None:
-        self.counts: dict[int, int] = {}
-        self.total = 0
-        self.max_us = 0
-
-    def record(self, seconds: float) -> None:
-        self.add(bucket_us(seconds))
-
-    def add(self, micros: int, count: int = 1) -> None:
-        """Count ``count`` latencies already cut by :func:`bucket_us`."""
-        counts = self.counts
-        counts[micros] = counts.get(micros, 0) + count
-        self.total += count
-        self.max_us = max(self.max_us, micros)
-
-    def percentile_ms(self, pct: float) -> float:
-        if not self.total:
-            return math.nan
-        wanted = math.ceil(self.total * pct / 100)
-        seen = 0
-        for value in sorted(self.counts):
-            seen += self.counts[value]
-            if seen >= wanted:
-                return value / 1000
-        return self.max_us / 1000
-
-    def summary(self) -> dict[str, float]:
-        return {f"p{p}": round(self.percentile_ms(p), 3) for p in (50, 95, 99, 99.9)} | {
-            "max": self.max_us / 1000
-        }
-
-
-@dataclass
-class Stats:
-    started: float = field(default_factory=time.monotonic)
-    count: int = 0
-    errors: int = 0
-    interval_count: int = 0
-    histogram: Histogram = field(default_factory=Histogram)
-    interval: Histogram = field(default_factory=Histogram)
-    last_ack: float = 0.0
-    max_gap_s: float = 0.0
-
-    def record(self, latency_s: float, now: float, count: int = 1) -> None:
-        """``count`` messages acknowledged (or received) at ``now`` (``time.monotonic``), ``latency_s``
-        after they were sent."""
-        if now != self.last_ack:
-            if self.last_ack and now - self.last_ack > self.max_gap_s:
-                self.max_gap_s = now - self.last_ack
-            self.last_ack = now
-        self.count += count
-        self.interval_count += count
-        micros = bucket_us(latency_s)
-        self.histogram.add(micros, count)
-        self.interval.add(micros, count)
+COUNT = _number(int, 0, "a whole number >= 0")
+POSITIVE = _number(int, 1, "a whole number >= 1")
+SECONDS = _number(float, 0.0, "a number of seconds >= 0")
+POSITIVE_SECONDS = _number(float, 0.001, "a number of seconds >= 0.001")
+RATE = _number(float, 0.0, "a rate >= 0")
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default="ws://127.0.0.1:8080", help="broker URL (ws:// or http://)")
-    parser.add_argument("--topic", required=True, help="persistent://tenant/ns/topic or tenant/ns/topic")
-    parser.add_argument("--messages", type=int, default=0, help="stop after this many (0: run --duration-s)")
-    parser.add_argument("--duration-s", type=float, default=30.0, help="stop after this long")
-    parser.add_argument("--report-interval-s", type=float, default=5.0)
+    parser.add_argument(
+        "--topic", required=True, help="persistent://tenant/ns/topic, tenant/ns/topic or topic"
+    )
+    parser.add_argument(
+        "--messages",
+        type=COUNT,
+        default=0,
+        help="run until this many messages are acknowledged (produce) or received (consume); 0: no count",
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=SECONDS,
+        default=None,
+        help=f"stop after this long; unset: {DEFAULT_DURATION_S:g} s without --messages, no limit with it; "
+        "0: no limit",
+    )
+    parser.add_argument(
+        "--report-interval-s", type=POSITIVE_SECONDS, default=5.0, help="seconds between progress lines"
+    )
+    parser.add_argument(
+        "--reconnect-timeout-s",
+        type=POSITIVE_SECONDS,
+        default=60.0,
+        help="give up (exit 1) when no connection could be made, or the broker refused every message, "
+        "for this long",
+    )
     parser.add_argument(
         "--auth-token",
-        default=os.environ.get("MAGNETAR_AUTH_TOKEN"),
-        help="token for a broker with authentication: token:<jwt>, file:///path or the bare token "
-        "(sent as the WebSocket API's token query parameter)",
+        default=None,
+        help="token for a broker with authentication: token:<jwt>, file:///path or the bare token (sent as "
+        "the WebSocket API's token query parameter); unset: $MAGNETAR_AUTH_TOKEN, else none",
     )
     parser.add_argument(
         "--protocol",
@@ -137,30 +138,55 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _with_token(url: str, args: argparse.Namespace) -> str:
-    if not args.auth_token:
-        return url
-    token = read_token_setting(args.auth_token, "--auth-token")
-    return f"{url}{'&' if '?' in url else '?'}{urlencode({'token': token})}"
-
-
 def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
-    parser.add_argument("--rate", type=float, default=0.0, help="messages/s in total (0: unlimited)")
-    parser.add_argument("--size", type=int, default=100, help="payload bytes")
-    parser.add_argument("--producers", type=int, default=1, help="producer connections")
-    parser.add_argument("--max-pending", type=int, default=1000, help="unacked messages per producer")
-    parser.add_argument("--batch-size", type=int, default=100, help="messages per SEND frame (binary)")
+    parser.add_argument(
+        "--rate", type=RATE, default=0.0, help="messages/s in total; 0: as fast as acks allow"
+    )
+    parser.add_argument("--size", type=COUNT, default=100, help="payload bytes of every message")
+    parser.add_argument("--producers", type=POSITIVE, default=1, help="producer connections")
+    parser.add_argument("--max-pending", type=POSITIVE, default=1000, help="unacked messages per producer")
+    parser.add_argument(
+        "--batch-size", type=POSITIVE, default=100, help="messages per SEND frame (--protocol binary only)"
+    )
 
 
 def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
-    parser.add_argument("--subscription", default="perf-sub")
+    parser.add_argument("--subscription", default="perf-sub", help="subscription name")
     parser.add_argument(
-        "--subscription-type", default="Exclusive", choices=["Exclusive", "Shared", "Failover", "Key_Shared"]
+        "--subscription-type",
+        default="Exclusive",
+        choices=["Exclusive", "Shared", "Failover", "Key_Shared"],
+        help="subscription type",
     )
-    parser.add_argument("--initial-position", default="Earliest", choices=["Earliest", "Latest"])
-    parser.add_argument("--receiver-queue-size", type=int, default=1000)
+    parser.add_argument(
+        "--initial-position",
+        default="Earliest",
+        choices=["Earliest", "Latest"],
+        help="where a new subscription starts",
+    )
+    parser.add_argument(
+        "--receiver-queue-size", type=COUNT, default=1000, help="messages delivered ahead of acks (max 1000)"
+    )
+
+
+def _duration_s(args: argparse.Namespace) -> float:
+    if args.duration_s is None:
+        return math.inf if args.messages else DEFAULT_DURATION_S
+    return math.inf if args.duration_s == 0 else float(args.duration_s)
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    setting = args.auth_token if args.auth_token is not None else os.environ.get("MAGNETAR_AUTH_TOKEN")
+    return read_token_setting(setting, "--auth-token") if setting else None
+
+
+def _with_token(url: str, args: argparse.Namespace) -> str:
+    token = _token(args)
+    if not token:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{urlencode({'token': token})}"
 
 
 def _subprotocols(args: argparse.Namespace) -> list[str]:
@@ -179,158 +205,231 @@ def _base(url: str) -> str:
     return "ws://" + url.split("://", 1)[-1].rstrip("/") if url.startswith("http") else url.rstrip("/")
 
 
-def _report(kind: str, stats: Stats, since: float) -> None:
-    elapsed = max(time.monotonic() - since, 1e-9)
-    summary = stats.interval.summary()
-    print(
-        f"{kind}: {stats.interval_count / elapsed:,.0f} msg/s | total {stats.count:,} | "
-        f"errors {stats.errors} | "
-        f"latency ms p50 {summary['p50']} p95 {summary['p95']} p99 {summary['p99']} max {summary['max']}",
-        flush=True,
-    )
-    stats.interval_count = 0
-    stats.interval = Histogram()
+def _shown(url: str) -> str:
+    """A URL fit for messages: without its query (which may carry the token)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
+# -- connecting ----------------------------------------------------------------------------------------
+
+
+async def _connect(url: str, args: argparse.Namespace, who: str) -> WsClient:
+    """Connect, retrying what may pass (lost connections, 409, 429, 5xx) for ``--reconnect-timeout-s``;
+    :class:`PerfFailure` at once for a refusal no retry fixes."""
+    deadline = time.monotonic() + args.reconnect_timeout_s
+    reported = ("", 0.0)
+    while True:
+        try:
+            return await WsClient.connect(url, subprotocols=_subprotocols(args))
+        except WsRejected as exc:
+            if exc.status in FATAL_UPGRADE_STATUSES:
+                raise PerfFailure(
+                    f"{who}: {_shown(url)} refused the connection: {exc.status} {exc.reason}"
+                ) from None
+            problem = f"refused: {exc.status} {exc.reason}"
+        except (OSError, trio.TooSlowError) as exc:
+            problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        now = time.monotonic()
+        if now >= deadline:
+            raise PerfFailure(
+                f"{who}: no connection to {_shown(url)} for {args.reconnect_timeout_s:g} s "
+                f"(--reconnect-timeout-s); last: {problem}"
+            )
+        if problem != reported[0] or now - reported[1] >= RETRY_REPORT_INTERVAL_S:
+            print(f"{who}: connect failed ({problem}); retrying", flush=True)
+            reported = (problem, now)
+        await trio.sleep(RETRY_PAUSE_S)
+
+
+def _check_close(exc: BaseException, who: str) -> None:
+    if isinstance(exc, WsClosed) and exc.code in FATAL_CLOSE_CODES:
+        raise PerfFailure(f"{who}: the broker closed the session: {exc.code} {exc.reason}") from None
+
+
+# -- a run ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PerfRun:
+    """One run's figures and outcome, kept outside ``trio.run`` so Ctrl-C still prints the summary."""
+
+    kind: str
+    target: int
+    stats: Stats = field(default_factory=Stats)
+    extra: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None
+    duration_ended: bool = False
+
+    def outcome(self, interrupted: bool = False) -> tuple[str, int]:
+        if interrupted:
+            return "interrupted", EXIT_INTERRUPTED
+        if self.failure is not None:
+            return "failed", EXIT_FAILED
+        if self.target and self.stats.count < self.target:
+            return ("duration ended" if self.duration_ended else "refused messages"), EXIT_FAILED
+        return "completed", EXIT_OK
+
+    def finish(self, interrupted: bool = False) -> int:
+        outcome, code = self.outcome(interrupted)
+        if self.failure is not None:
+            print(f"error: {self.failure}", file=sys.stderr, flush=True)
+        elif code == EXIT_FAILED:
+            print(
+                f"error: {self.kind}: {self.stats.count:,} of {self.target:,} messages "
+                f"{'acknowledged' if self.kind == 'produce' else 'received'} ({outcome})",
+                file=sys.stderr,
+                flush=True,
+            )
+        extra = {**self.extra, "target_messages": self.target or None, "outcome": outcome}
+        print(summary_line(self.kind, self.stats, extra), flush=True)
+        return code
 
 
 async def _reporter(kind: str, stats: Stats, interval_s: float) -> None:
     while True:
         since = time.monotonic()
         await trio.sleep(interval_s)
-        _report(kind, stats, since)
+        print(report_line(kind, stats, since), flush=True)
 
 
-def _final(kind: str, stats: Stats, extra: dict[str, Any]) -> None:
-    elapsed = time.monotonic() - stats.started
-    result = {
-        "kind": kind,
-        "messages": stats.count,
-        "errors": stats.errors,
-        "elapsed_s": round(elapsed, 3),
-        "rate_msg_s": round(stats.count / elapsed, 1) if elapsed else 0,
-        "latency_ms": stats.histogram.summary(),
-        "max_gap_s": round(stats.max_gap_s, 3),
-        **extra,
-    }
-    print(json.dumps(result), flush=True)
+async def _run(run: PerfRun, args: argparse.Namespace, body: Callable[[], Any]) -> None:
+    """Run ``body`` (the producers or the consumer) with the reporter, within the duration; a
+    :class:`PerfFailure` ends the run at once and is kept in ``run.failure``."""
+    try:
+        with trio.move_on_after(_duration_s(args)) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_reporter, run.kind, run.stats, args.report_interval_s)
+                await body()
+                nursery.cancel_scope.cancel()
+        run.duration_ended = scope.cancelled_caught
+    except* PerfFailure as group:
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup):
+            leaf = leaf.exceptions[0]
+        run.failure = str(leaf)
 
 
 # -- produce -----------------------------------------------------------------------------------------------
 
 
-async def produce(args: argparse.Namespace) -> dict[str, Any]:
-    stats = Stats()
+def _quotas(messages: int, producers: int) -> list[int]:
+    """Each producer's share of ``messages`` (0 each: no count); producers without a share do not start."""
+    if not messages:
+        return [0] * producers
+    share, extra = divmod(messages, producers)
+    return [share + (1 if i < extra else 0) for i in range(min(producers, messages))]
+
+
+async def produce(args: argparse.Namespace, run: PerfRun) -> None:
     url = _with_token(f"{_base(args.url)}/ws/v2/producer/{_path(args.topic)}", args)
-    per_producer = args.messages // args.producers if args.messages else 0
     rate = args.rate / args.producers if args.rate else 0.0
-    with trio.move_on_after(args.duration_s):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_reporter, "produce", stats, args.report_interval_s)
-            async with trio.open_nursery() as producers:
-                for index in range(args.producers):
-                    producers.start_soon(_producer, url, args, per_producer, rate, stats, index)
-            nursery.cancel_scope.cancel()
-    extra = {
+    run.extra = {
         "size": args.size,
         "producers": args.producers,
         "target_rate": args.rate,
         "protocol": args.protocol,
     }
-    _final("produce", stats, extra)
-    return {"count": stats.count}
 
+    async def producers() -> None:
+        async with trio.open_nursery() as nursery:
+            for index, quota in enumerate(_quotas(args.messages, args.producers)):
+                nursery.start_soon(_producer, url, args, quota, rate, run.stats, index)
 
-@dataclass
-class _Progress:
-    sent: int = 0
+    await _run(run, args, producers)
 
 
 async def _producer(
-    url: str, args: argparse.Namespace, messages: int, rate: float, stats: Stats, index: int
+    url: str, args: argparse.Namespace, quota: int, rate: float, stats: Stats, index: int
 ) -> None:
-    progress = _Progress()
+    """One producer: sends ``quota`` messages (0: until cancelled); reconnects when the connection is lost."""
+    who = f"producer {index}"
+    progress = SendProgress(who, args.max_pending, args.reconnect_timeout_s)
     raw = os.urandom(args.size)
     payload = base64.b64encode(raw).decode()
-    window = args.max_pending
     while True:
-        try:
-            client = await WsClient.connect(url, subprotocols=_subprotocols(args))
-        except (WsRejected, OSError, trio.TooSlowError) as exc:
-            print(f"producer {index}: connect failed ({exc}); retrying", flush=True)
-            await trio.sleep(0.2)
-            continue
+        client = await _connect(url, args, who)
         try:
             if args.protocol == "binary":
-                await perf_ws_binary.produce_on(
-                    client, raw, messages, progress, rate, window, args.batch_size, stats
-                )
+                await perf_ws_binary.produce_on(client, raw, quota, progress, rate, args.batch_size, stats)
             else:
-                await _produce_on(client, payload, messages, progress, rate, window, stats)
+                await _produce_on(client, payload, quota, progress, rate, stats)
             return
         except (WsClosed, OSError, trio.BrokenResourceError) as exc:
-            print(f"producer {index}: connection lost ({exc}); reconnecting", flush=True)
+            _check_close(exc, who)
+            print(f"{who}: connection lost ({exc}); reconnecting", flush=True)
         finally:
             await client.aclose()
 
 
+def _send_error_code(result: str) -> int:
+    code = result.removeprefix("send-error:")
+    return int(code) if code.isdigit() else 0
+
+
 async def _produce_on(
-    client: WsClient, payload: str, messages: int, progress: _Progress, rate: float, window: int, stats: Stats
+    client: WsClient, payload: str, quota: int, progress: SendProgress, rate: float, stats: Stats
 ) -> None:
     in_flight: dict[str, float] = {}
+    contexts = itertools.count()
     room = [trio.Event()]
     start = time.monotonic()
     first = progress.sent
-    done = trio.Event()
 
     async def acks() -> None:
-        try:
-            while True:
-                batch = await client.receive_batch()
-                now = time.monotonic()
-                for text in batch:
-                    ack = orjson.loads(text)
-                    sent_at = in_flight.pop(ack.get("context", ""), None)
-                    if ack.get("result") == "ok" and sent_at is not None:
-                        stats.record(now - sent_at, now)
-                    else:
-                        stats.errors += 1
-                room[0].set()
-                if messages and not in_flight and progress.sent >= messages:
-                    done.set()
-                    return
-        except trio.Cancelled:
-            raise  # the run's duration ended: what is still in flight is neither acked nor failed
-        except BaseException:
-            stats.errors += len(in_flight)  # the connection was lost: their outcome is unknown
-            raise
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(acks)
-        while not messages or progress.sent < messages:
-            count = min(window - len(in_flight), SEND_BATCH_MAX)
-            if messages:
-                count = min(count, messages - progress.sent)
-            if rate:
-                count = min(count, await messages_due(rate, start, progress.sent - first))
-            if count <= 0:
-                room[0] = trio.Event()
-                await room[0].wait()
-                continue
-            batch: list[str] = []
+        while True:
+            batch = await client.receive_batch()
             now = time.monotonic()
-            for _ in range(count):
-                context = str(progress.sent)
-                in_flight[context] = now
-                batch.append(f'{{"payload":"{payload}","context":"{context}"}}')
-                progress.sent += 1
-            await client.send_many(batch)
-        await done.wait()
+            for text in batch:
+                ack = orjson.loads(text)
+                sent_at = in_flight.pop(str(ack.get("context", "")), None)
+                if sent_at is None:
+                    continue  # not an answer to a message of this connection
+                result = str(ack.get("result", ""))
+                if result == "ok":
+                    stats.record(now - sent_at, now)
+                    progress.acknowledged()
+                else:
+                    progress.refused(1, _send_error_code(result), str(ack.get("errorMsg", "")), stats)
+            room[0].set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(acks)
+            while True:
+                count = min(progress.window - len(in_flight), SEND_BATCH_MAX)
+                if quota:
+                    if progress.sent >= quota and not in_flight:
+                        break  # every message of the quota acknowledged (or refused for good)
+                    count = min(count, quota - progress.sent)
+                if rate and count > 0:
+                    count = min(count, await messages_due(rate, start, progress.sent - first))
+                if count <= 0:
+                    room[0] = trio.Event()
+                    await room[0].wait()
+                    continue
+                await progress.pause_before_resending()
+                batch: list[str] = []
+                now = time.monotonic()
+                for _ in range(count):
+                    context = str(next(contexts))
+                    in_flight[context] = now
+                    batch.append(f'{{"payload":"{payload}","context":"{context}"}}')
+                progress.sent += count
+                await client.send_many(batch)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        lost = connection_loss(group)
+        if lost is None:
+            raise
+        progress.rewind(len(in_flight), stats)  # their outcome is unknown: send them again
+        raise lost from None
 
 
 # -- consume -----------------------------------------------------------------------------------------------
 
 
-async def consume(args: argparse.Namespace) -> dict[str, Any]:
-    stats = Stats()
+async def consume(args: argparse.Namespace, run: PerfRun) -> None:
     query = (
         f"subscriptionType={args.subscription_type}&receiverQueueSize={args.receiver_queue_size}"
         f"&subscriptionInitialPosition={args.initial_position}"
@@ -338,28 +437,24 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
     url = _with_token(
         f"{_base(args.url)}/ws/v2/consumer/{_path(args.topic)}/{args.subscription}?{query}", args
     )
-    with trio.move_on_after(args.duration_s):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_reporter, "consume", stats, args.report_interval_s)
-            while not args.messages or stats.count < args.messages:
-                try:
-                    client = await WsClient.connect(url, subprotocols=_subprotocols(args))
-                except (WsRejected, OSError, trio.TooSlowError) as exc:
-                    print(f"consumer: connect failed ({exc}); retrying", flush=True)
-                    await trio.sleep(0.2)
-                    continue
-                try:
-                    if args.protocol == "binary":
-                        await perf_ws_binary.consume_on(client, args.messages, stats)
-                    else:
-                        await _consume_on(client, args.messages, stats)
-                except (WsClosed, OSError, trio.BrokenResourceError) as exc:
-                    print(f"consumer: connection lost ({exc}); reconnecting", flush=True)
-                finally:
-                    await client.aclose()
-            nursery.cancel_scope.cancel()
-    _final("consume", stats, {"protocol": args.protocol})
-    return {"count": stats.count}
+    run.extra = {"protocol": args.protocol}
+    stats = run.stats
+
+    async def consumer() -> None:
+        while not args.messages or stats.count < args.messages:
+            client = await _connect(url, args, "consumer")
+            try:
+                if args.protocol == "binary":
+                    await perf_ws_binary.consume_on(client, args.messages, stats)
+                else:
+                    await _consume_on(client, args.messages, stats)
+            except (WsClosed, OSError, trio.BrokenResourceError) as exc:
+                _check_close(exc, "consumer")
+                print(f"consumer: connection lost ({exc}); reconnecting", flush=True)
+            finally:
+                await client.aclose()
+
+    await _run(run, args, consumer)
 
 
 async def _consume_on(client: WsClient, messages: int, stats: Stats) -> None:
@@ -399,13 +494,33 @@ def _parse_ms(text: str) -> int:
     return value
 
 
-def run_produce(args: argparse.Namespace) -> int:
+# -- entry points ------------------------------------------------------------------------------------------
+
+
+def _execute(
+    run: PerfRun, main: Callable[[argparse.Namespace, PerfRun], Any], args: argparse.Namespace
+) -> int:
+    try:
+        _token(args)  # a token file that cannot be read is a usage error, before anything starts
+    except KeyConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     tune_gc()  # the load generator's own collections must not show up as the server's latency
-    trio.run(produce, args)
-    return 0
+    try:
+        trio.run(main, args, run)
+    except KeyboardInterrupt:
+        return run.finish(interrupted=True)
+    except BaseExceptionGroup as group:  # Ctrl-C reached a task: it comes out of the nurseries in a group
+        interrupted, rest = group.split(KeyboardInterrupt)
+        if interrupted is None or rest is not None:
+            raise
+        return run.finish(interrupted=True)
+    return run.finish()
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    return _execute(PerfRun("produce", args.messages), produce, args)
 
 
 def run_consume(args: argparse.Namespace) -> int:
-    tune_gc()
-    trio.run(consume, args)
-    return 0
+    return _execute(PerfRun("consume", args.messages), consume, args)

@@ -2,7 +2,8 @@
 binary subprotocol (:mod:`magnetar.broker.binary_protocol`).
 
 produce: each SEND frame carries up to ``--batch-size`` messages, and at most ``--max-pending`` messages are
-unacknowledged; a RECEIPT acknowledges its frame's messages, whose latency is send -> receipt.
+unacknowledged; a RECEIPT acknowledges its frame's messages, whose latency is send -> receipt. A failed
+RECEIPT counts its frame's messages as errors, and with code 8 sends them again (as the JSON producer does).
 consume: every MESSAGES frame is acknowledged with one ACK_RANGE per partition (first to last position it
 carried); latency is ``publishTime`` -> delivery.
 """
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from magnetar.admin.perf_common import messages_due
+from magnetar.admin.ws_client import WsClient, connection_loss
 from magnetar.broker.binary_protocol import (
     FrameType,
     Position3,
@@ -26,8 +28,7 @@ from magnetar.broker.binary_protocol import (
 )
 
 if TYPE_CHECKING:
-    from magnetar.admin.perf_ws import Stats, _Progress
-    from magnetar.admin.ws_client import WsClient
+    from magnetar.admin.perf_ws_stats import SendProgress, Stats
 
 _request_ids = itertools.count(1)
 
@@ -45,18 +46,22 @@ class _Window:
         self.in_flight[request_id] = (time.monotonic(), count)
         self.messages += count
 
-    def settle(self, frames: list[str | bytes], stats: Stats) -> None:
+    def settle(self, frames: list[str | bytes], progress: SendProgress, stats: Stats) -> None:
         now = time.monotonic()
         for frame in frames:
             if not isinstance(frame, bytes):
                 continue
             receipt = parse_receipt(frame)
-            sent_at, count = self.in_flight.pop(receipt.request_id, (now, 0))
+            found = self.in_flight.pop(receipt.request_id, None)
+            if found is None:
+                continue  # not an answer to a frame of this connection
+            sent_at, count = found
             self.messages -= count
             if receipt.ok:
                 stats.record(now - sent_at, now, count)
+                progress.acknowledged()
             else:
-                stats.errors += count
+                progress.refused(count, receipt.error_code, receipt.reason, stats)
         self.room.set()
 
     async def wait_for_room(self) -> None:
@@ -68,46 +73,45 @@ async def produce_on(
     client: WsClient,
     payload: bytes,
     messages: int,
-    progress: _Progress,
+    progress: SendProgress,
     rate: float,
-    window_size: int,
     batch_size: int,
     stats: Stats,
 ) -> None:
-    window = _Window(window_size)
+    window = _Window(progress.window)
     start = time.monotonic()
     first = progress.sent
-    done = trio.Event()
 
     async def receipts() -> None:
-        try:
-            while True:
-                window.settle(await client.receive_batch(), stats)
-                if messages and not window.in_flight and progress.sent >= messages:
-                    done.set()
-                    return
-        except trio.Cancelled:
-            raise
-        except BaseException:
-            stats.errors += window.messages  # the connection was lost: their outcome is unknown
-            raise
+        while True:
+            window.settle(await client.receive_batch(), progress, stats)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(receipts)
-        while not messages or progress.sent < messages:
-            count = min(window.size - window.messages, batch_size)
-            if messages:
-                count = min(count, messages - progress.sent)
-            if rate:
-                count = min(count, await messages_due(rate, start, progress.sent - first))
-            if count <= 0:
-                await window.wait_for_room()
-                continue
-            request_id = next(_request_ids)
-            window.sent(request_id, count)
-            progress.sent += count
-            await client.send_bytes(encode_send(request_id, [payload] * count))
-        await done.wait()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receipts)
+            while True:
+                count = min(window.size - window.messages, batch_size)
+                if messages:
+                    if progress.sent >= messages and not window.in_flight:
+                        break  # every message acknowledged (or refused for good)
+                    count = min(count, messages - progress.sent)
+                if rate and count > 0:
+                    count = min(count, await messages_due(rate, start, progress.sent - first))
+                if count <= 0:
+                    await window.wait_for_room()
+                    continue
+                await progress.pause_before_resending()
+                request_id = next(_request_ids)
+                window.sent(request_id, count)
+                progress.sent += count
+                await client.send_bytes(encode_send(request_id, [payload] * count))
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        lost = connection_loss(group)
+        if lost is None:
+            raise
+        progress.rewind(window.messages, stats)  # their outcome is unknown: send them again
+        raise lost from None
 
 
 async def consume_on(client: WsClient, messages: int, stats: Stats) -> None:

@@ -12,9 +12,12 @@ import json
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from magnetar.bookkeeper.metadata.api import MetadataStoreError, StoreUnavailableError
+from magnetar.bookkeeper.runtime.listen import ListenError
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -44,6 +47,42 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(describe(inner) for inner in exc.exceptions)
     return f"{type(exc).__name__}: {exc}"
+
+
+FLAG_NAMES = {"bind_address": "--bind"}
+"""Settings whose flag is not ``--`` and the setting's name with dashes."""
+
+Hints = Mapping[type[BaseException], str]
+"""What a user can do about a failure of a given type, in a given process kind (first match wins)."""
+
+METADATA_HINTS: Hints = {
+    StoreUnavailableError: "check the metadata store URL (--metadata-url or MAGNETAR_METADATA_URL)",
+    MetadataStoreError: "the metadata store is set with --metadata-url or MAGNETAR_METADATA_URL",
+}
+"""The hints of a process that opens the metadata store its ``metadata_url`` names (broker, bookie)."""
+
+
+def setting_hint(setting: str) -> str:
+    """How a user sets ``setting``: its flag and its environment variable."""
+    flag = FLAG_NAMES.get(setting, "--" + setting.replace("_", "-"))
+    return f"{flag} or MAGNETAR_{setting.upper()}"
+
+
+def explain(exc: BaseException, hints: Hints | None = None) -> str:
+    """Why a process failed, in one line: each failure (every leaf of a group) with what to do about it.
+
+    A :class:`ListenError` names the setting to change; an exception of a type in ``hints`` gets that
+    hint; anything else is summarized as :func:`describe` does."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(explain(inner, hints) for inner in exc.exceptions)
+    if isinstance(exc, ListenError):
+        if exc.setting == "bind_address":
+            return f"{exc}; set another address with {setting_hint(exc.setting)}"
+        return f"{exc}; stop that process, or choose another port with {setting_hint(exc.setting)}"
+    for kind, hint in (hints or {}).items():
+        if isinstance(exc, kind):
+            return f"{exc}; {hint}"
+    return describe(exc)
 
 
 async def first_signal(signals: AsyncIterator[int], log: logging.Logger) -> None:

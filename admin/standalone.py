@@ -8,14 +8,18 @@
   bookies through in-process calls (the same bookie request logic, without TCP and the codec in between);
 * replication E/W/A = 1/1/1 for one bookie, 2/2/2 for two, 3/3/2 for three or more (overridable).
 
-Each bookie runs its garbage collector and entry-log compactor (``magnetar.gc``); their endpoints
-(``PUT /api/v1/bookie/gc``, ``GET /api/v1/bookie/gc_details``, ``list_disk_file``, ``entry_log_usage``) are
-served on the broker's HTTP port and act on every bookie.
+Each bookie runs its garbage collector and entry-log compactor (``magnetar.gc``). The bookies' HTTP API -
+BookKeeper's ``/api/v1/bookie/...`` paths, GC endpoints included, and their metrics - is served on the
+broker's HTTP port (:mod:`.standalone_http`). Every broker and bookie setting is a standalone setting
+(:mod:`.standalone_settings`, which also holds the defaults sized for one machine).
 
 Security is off by default, as in Pulsar's standalone. ``--authentication-enabled`` with a token key turns
 on token authentication and authorization for the broker (WebSocket API, lookup, admin API) and for the
-bookies' TCP ports (the broker itself reaches its bookies in process); ``--super-user-roles`` names the
-administrators. ``--http-port-tls`` with a certificate and key adds an HTTPS/WSS port.
+bookies' TCP ports; ``--super-user-roles`` names the administrators. ``--http-port-tls`` with a certificate
+and key adds an HTTPS/WSS port. The bookies' TCP ports listen on loopback only and nothing of the standalone
+needs them (its broker reaches its bookies in process): with authentication on they admit only the superusers
+(a tenant's token is refused), and adds and fencing reads need each ledger's password, which only the broker
+knows (see ``managed_ledger_password``). The start-up log says so, per bookie.
 
 Data survives restarts. Ctrl-C (SIGINT) or SIGTERM stops it cleanly: the broker unloads its topics (cursors
 persisted), bookies drain, the storage engines take a final checkpoint. Once serving it prints a
@@ -29,124 +33,70 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Any
 
 import trio
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.admin.broker_admin import BrokerAdmin
-from magnetar.admin.config import ConfigError, config_file_from, load_settings, warn_unknown_environment
+from magnetar.admin.config import (
+    ConfigError,
+    config_file_from,
+    environment_models,
+    load_settings,
+    warn_unknown_environment,
+)
 from magnetar.admin.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
     STOP_SIGNALS,
+    Hints,
     announce,
-    describe,
+    explain,
     first_signal,
     tune_gc,
 )
+from magnetar.admin.standalone_http import add_standalone_bookie_routes
+from magnetar.admin.standalone_settings import StandaloneSettings
+from magnetar.bookkeeper.bookie.identity import verify_bookie_identity
 from magnetar.bookkeeper.bookie.server import Bookie
-from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.settings import BookieSettings, bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.local_transport import LocalTransport
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.metadata.rocksdb_store import StoreInUseError
 from magnetar.bookkeeper.runtime.http import Router
+from magnetar.bookkeeper.runtime.listen import ListenError
 from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.service import BrokerService
-from magnetar.broker.settings import BrokerSettings
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
-from magnetar.gc.http_api import add_gc_routes
+
+__all__ = ["StandaloneSettings", "main", "open_bookies", "serve"]
 
 log = logging.getLogger("magnetar.standalone")
 
 RouteRegistration = Callable[[Router, BrokerService], None]
 
 
-class StandaloneSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="ignore")
-
-    data_dir: Path = Path("data")
-    http_port: Annotated[int, Field(ge=0, le=65535)] = 8080
-    bind_address: str = "127.0.0.1"
-    bookies: Annotated[int, Field(ge=1, le=9)] = 1
-    bookie_port: Annotated[int, Field(ge=1, le=65526)] = 3181
-    """Bookie ``i`` listens on ``127.0.0.1:<bookie_port + i>``; keep it stable across restarts."""
-    ensemble_size: Annotated[int, Field(ge=1)] | None = None
-    write_quorum: Annotated[int, Field(ge=1)] | None = None
-    ack_quorum: Annotated[int, Field(ge=1)] | None = None
-    publish_inflight_entries_max: Annotated[int, Field(ge=1)] = 1
-    """Entries of one topic in flight to the bookies (the broker's setting, whose default is 4). The bookies
-    of a standalone share the broker's process and event loop, so pipelining more entries buys no
-    parallelism while bigger batches save CPU per message: on a 2-core machine 1 gave both a lower publish
-    p99 at 5,000 msgs/s (2.4-3.8 ms against 3.2-10.4) and more throughput (60,000 against 55,000 msgs/s)."""
-
-    authentication_enabled: bool = False
-    token_secret_key: str | None = None
-    token_public_key: str | None = None
-    super_user_roles: str = ""
-    """Comma-separated roles allowed everything."""
-    http_port_tls: Annotated[int, Field(ge=0, le=65535)] | None = None
-    tls_certificate_file: Path | None = None
-    tls_key_file: Path | None = None
-
-    @model_validator(mode="after")
-    def _quorums_fit(self) -> Self:
-        e, w, a = self.quorums()
-        if not a <= w <= e <= self.bookies:
-            raise ValueError(f"need ack_quorum <= write_quorum <= ensemble_size <= bookies, got {a}/{w}/{e}")
-        return self
-
-    def quorums(self) -> tuple[int, int, int]:
-        default = {1: (1, 1, 1), 2: (2, 2, 2)}.get(self.bookies, (3, 3, 2))
-        return (
-            self.ensemble_size or default[0],
-            self.write_quorum or default[1],
-            self.ack_quorum or default[2],
-        )
-
-    def _token_settings(self) -> dict[str, Any]:
-        return {
-            "authentication_enabled": self.authentication_enabled,
-            "token_secret_key": self.token_secret_key,
-            "token_public_key": self.token_public_key,
-        }
-
-    def broker_settings(self) -> BrokerSettings:
-        e, w, a = self.quorums()
-        return BrokerSettings(
-            cluster="standalone",
-            bind_address=self.bind_address,
-            http_port=self.http_port,
-            ensemble_size=e,
-            write_quorum=w,
-            ack_quorum=a,
-            publish_inflight_entries_max=self.publish_inflight_entries_max,
-            super_user_roles=self.super_user_roles,
-            http_port_tls=self.http_port_tls,
-            tls_certificate_file=self.tls_certificate_file,
-            tls_key_file=self.tls_key_file,
-            **self._token_settings(),
-        )
-
-    def bookie_settings(self, index: int) -> BookieSettings:
-        return BookieSettings(
-            data_dir=self.data_dir / f"bookie-{index}",
-            bind_address="127.0.0.1",
-            advertised_address="127.0.0.1",
-            port=self.bookie_port + index,
-            **self._token_settings(),
-        )
+class DataDirError(Exception):
+    """The data directory cannot be created or used."""
 
 
-ENVIRONMENT_MODELS = (StandaloneSettings, BrokerSettings, BookieSettings)
-"""The settings a standalone reads from ``MAGNETAR_*`` variables: its own, and - since it builds them from
-the environment too - its broker's and its bookies' (``MAGNETAR_STORAGE_ENGINE__...`` reaches the bookies)."""
+HINTS: Hints = {
+    DataDirError: "choose another directory with --data-dir or MAGNETAR_DATA_DIR",
+    StoreInUseError: (
+        "is another magnetar standalone running on this data directory? Stop it, or start this one with "
+        "another directory: --data-dir or MAGNETAR_DATA_DIR"
+    ),
+}
+
+
+ENVIRONMENT_MODELS = environment_models(StandaloneSettings)
+"""The settings a standalone reads from ``MAGNETAR_*`` variables: its own, and its broker's and its bookies'
+by their flat names (``MAGNETAR_RETENTION_CHECK_INTERVAL_S``, ``MAGNETAR_STORAGE_ENGINE__...``)."""
 
 
 def main(
@@ -156,15 +106,18 @@ def main(
     config_file: str | None = None,
 ) -> int:
     try:
-        settings = load_settings(StandaloneSettings, overrides, config_file_from(config_file)).settings
+        loaded = load_settings(StandaloneSettings, overrides, config_file_from(config_file))
     except ConfigError as exc:
         log.error("%s", exc)
         return EXIT_USAGE
     warn_unknown_environment(*ENVIRONMENT_MODELS)
+    for warning in loaded.ignored:
+        log.warning("%s", warning)
+    settings = loaded.settings
     try:
         return trio.run(serve, settings, register_routes)
     except Exception as exc:  # ExceptionGroup included
-        log.error("standalone failed: %s", describe(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+        log.error("standalone failed: %s", explain(exc, HINTS), exc_info=log.isEnabledFor(logging.DEBUG))
         return EXIT_FAILED
 
 
@@ -185,6 +138,9 @@ async def open_bookies(
     running = StandaloneBookies(transport)
     bookies = running.bookies
     async with AsyncExitStack() as stack:
+        for index in range(settings.bookies):  # cookies: refuse a bookie whose data is gone (identity.py)
+            own = settings.bookie_settings(index)
+            await verify_bookie_identity(metadata, own, bookie_id_for(own.advertised_host(), own.port))
         # The storage engines outlive the bookies that serve them: opened first, closed last (each close
         # drains its journal and takes a final checkpoint).
         stores = [
@@ -196,14 +152,23 @@ async def open_bookies(
             for index, store in enumerate(stores):
                 bookie_settings = settings.bookie_settings(index)
                 bookie = Bookie(bookie_settings, store, metadata)
-                endpoint = await nursery.start(bookie.run)
+                try:
+                    endpoint = await nursery.start(bookie.run)
+                except* ListenError as group:  # the bookie's port is the standalone's bookie_port + index
+                    raise _bookie_listen_error(group, index) from None
                 transport.add_bookie(endpoint.bookie_id, bookie.core)
                 bookies.append(bookie)
                 collector = attach_garbage_collector(bookie, store, metadata)
                 if collector is not None:
                     await nursery.start(collector.run)
                     running.collectors.append(collector)
-                log.info("bookie %s ready (data in %s)", endpoint.bookie_id, bookie_settings.data_dir)
+                log.info(
+                    "bookie %s ready (data in %s); its TCP port is bound to loopback and unused by the "
+                    "broker, which calls it in process; %s",
+                    endpoint.bookie_id,
+                    bookie_settings.data_dir,
+                    _bookie_port_access(bookie_settings),
+                )
             try:
                 yield running
             finally:
@@ -215,9 +180,30 @@ async def open_bookies(
                 nursery.cancel_scope.cancel()
 
 
+def _bookie_listen_error(group: BaseExceptionGroup[ListenError], index: int) -> ListenError:
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    assert isinstance(first, ListenError)
+    if first.setting != "port":
+        return first
+    note = f"bookie {index} listens on bookie_port + {index}" if index else ""
+    return first.renamed(f"bookie {index} (bookie protocol)", "bookie_port", note)
+
+
+def _bookie_port_access(settings: BookieSettings) -> str:
+    if not settings.authentication_enabled:
+        return "authentication off: local processes may read ledgers (writes need a ledger's password)"
+    roles = ", ".join(sorted(settings.bookie_client_roles)) or "none"
+    return f"authentication on: only superuser roles ({roles}) may connect"
+
+
 async def serve(settings: StandaloneSettings, register_routes: RouteRegistration | None = None) -> int:
     data_dir = settings.data_dir.resolve()
-    await trio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        await trio.Path(data_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataDirError(f"cannot use {data_dir} as the data directory: {exc.strerror}") from exc
     broker_settings = settings.broker_settings()
     async with (
         open_metadata_store(f"rocksdb://{data_dir / 'metadata'}") as metadata,
@@ -229,7 +215,7 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
 
         def routes(router: Router, service: BrokerService) -> None:
             broker_routes(router, service)
-            add_gc_routes(router, running.collectors)  # the bookies' garbage collectors
+            add_standalone_bookie_routes(router, service, running.bookies, running.collectors)
 
         extras["register_routes"] = routes
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:

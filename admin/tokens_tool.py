@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         return _validate(args)
     except KeyConfigError as exc:
         raise ToolError(str(exc)) from None
+    except BrokenPipeError:
+        raise  # stdout closed by the reader (`| head`): the command line ends quietly
     except OSError as exc:
         raise ToolError(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": ")) from None
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import os
 from collections import deque
 from collections.abc import Sequence
@@ -48,6 +49,18 @@ class WsRejected(Exception):
         super().__init__(f"upgrade refused: {status} {body.decode(errors='replace')}")
         self.status = status
         self.body = body
+
+    @property
+    def reason(self) -> str:
+        """The server's reason: the ``reason`` of a JSON error body (Pulsar's form), else the body's text."""
+        text = self.body.decode(errors="replace").strip()
+        try:
+            document = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(document, dict) and isinstance(document.get("reason"), str):
+            return str(document["reason"])
+        return text
 
 
 class WsClosed(Exception):
@@ -246,6 +259,19 @@ class WsClient:
                 await self._stream.send_all(self._control_frame(OPCODE_CLOSE, close_payload(1000)))
         finally:  # also when cancelled during the close frame: the socket must not leak
             await trio.aclose_forcefully(self._stream)
+
+
+def connection_loss(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The lost connection (:class:`WsClosed`, ``OSError``, ``trio.BrokenResourceError``) a nursery of
+    tasks using one client reported - its first such leaf - or None when the group holds anything else too
+    (a cancellation, a bug), which must then propagate as it is."""
+    lost, rest = group.split((WsClosed, OSError, trio.BrokenResourceError))
+    if lost is None or rest is not None:
+        return None
+    leaf: BaseException = lost
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
 
 
 def _check_accept(response: h11.InformationalResponse, key: bytes, offered: Sequence[str]) -> str | None:

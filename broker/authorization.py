@@ -10,6 +10,11 @@ checked, strongest grant first:
 3. **grants** - ``produce``, ``consume``, ``functions`` (also ``sources``, ``sinks``, ``packages``) granted to
    a role on a namespace (``auth_policies.namespace_auth[role]``) or on one topic
    (``auth_policies.destination_auth[topic][role]``; a grant on a partitioned topic covers its partitions).
+   A grant on a topic covers ``<topic>-partition-<i>`` only while ``<topic>`` is a partitioned topic with
+   more than ``i`` partitions: a grant on a non-partitioned topic ``solo`` says nothing about a topic that
+   merely looks like one of its partitions (``solo-partition-7``), nor does a grant on a 3-partition topic
+   cover ``part-partition-7``. (Pulsar checks the grants of the partitioned topic's name for any name
+   ending in ``-partition-<i>``; Magnetar is stricter.)
    A subscription listed in ``subscription_auth_roles`` may be consumed only by the roles listed there.
 
 Topic operations map to what they need as in Pulsar's ``allowTopicOperationAsync``: lookup, stats and
@@ -229,6 +234,17 @@ class AuthorizationService:
         info = await self.policies.get_tenant(tenant)
         return info is not None and any(self._matches(admin, role) for admin in info.adminRoles)
 
+    async def _granting_names(self, topic: TopicName) -> list[str]:
+        """The topic names whose grants apply to ``topic``: its own, and its partitioned topic's when it is
+        one of that topic's partitions (see the module docstring)."""
+        if not topic.is_partition:
+            return [topic.full_name]
+        base = topic.partitioned_topic
+        partitions = await self.policies.get_partitions(str(base.namespace_name), base.local_name)
+        if topic.partition_index < partitions:
+            return [topic.full_name, base.full_name]
+        return [topic.full_name]
+
     async def _topic_actions(self, topic: TopicName, role: str) -> set[AuthAction]:
         policies = await self.policies.get_namespace(str(topic.namespace_name))
         if policies is None:
@@ -236,7 +252,9 @@ class AuthorizationService:
         auth = policies.auth_policies
         actions = self._granted(auth.get(NAMESPACE_AUTH) or {}, role)
         by_topic = auth.get(DESTINATION_AUTH) or {}
-        for name in {topic.full_name, topic.partitioned_topic.full_name}:
+        if not by_topic:
+            return actions
+        for name in await self._granting_names(topic):
             grants = by_topic.get(name)
             if isinstance(grants, dict):
                 actions |= self._granted(grants, role)
@@ -378,7 +396,7 @@ class AuthorizationService:
         for role, value in (auth.get(NAMESPACE_AUTH) or {}).items():
             merged.setdefault(role, set()).update(_actions_of(value))
         by_topic = auth.get(DESTINATION_AUTH) or {}
-        for name in {topic.full_name, topic.partitioned_topic.full_name}:
+        for name in await self._granting_names(topic):
             grants = by_topic.get(name)
             if isinstance(grants, dict):
                 for role, value in grants.items():

@@ -64,9 +64,9 @@ ACK_RANGE acknowledges every message delivered to this session and not yet ackno
 ``(ledger_id, entry_id, batch_index)`` lies in ``[first, last]`` on that partition: one range per MESSAGES
 frame acknowledges the frame, and a range from ``(-1, -1, -1)`` is a cumulative ack of what the session
 received. PERMIT grants permits in pull mode (``pullMode=true``, as the JSON ``permit`` command); for a reader
-it releases ``count`` messages of the window (the JSON reader releases one per frame it sends). A malformed
-frame, or a frame type the session does not take, closes a consumer or reader session with 4003 (Pulsar's
-code 3, as bad JSON does).
+it releases ``count`` messages of the window (the JSON reader releases one per frame it sends); a count above
+2^31 - 1 (the JSON command's int range) is malformed. A malformed frame, or a frame type the session does not
+take, closes a consumer or reader session with 4003 (Pulsar's code 3, as bad JSON does).
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ from magnetar.broker.errors import BrokerError
 
 SUBPROTOCOL = "magnetar.v1"
 NO_KEY = COMPACT_NO_KEY
+PERMIT_COUNT_MAX = 2**31 - 1
+"""A PERMIT's count is unsigned on the wire but, as the JSON ``permitMessages``, an int: a larger count is
+what a client that wrote a negative number as u32 sends, and is refused."""
 
 
 class FrameType(IntEnum):
@@ -493,6 +496,8 @@ def parse_consumer_frame(frame: bytes) -> ConsumerFrame:
     if kind is FrameType.PERMIT:
         if body:
             raise BinaryFrameError("PERMIT frame of the wrong size")
+        if count > PERMIT_COUNT_MAX:
+            raise BinaryFrameError(f"PERMIT count {count} out of range 0..{PERMIT_COUNT_MAX}")
         return ConsumerFrame(kind, [], [], count)
     if kind is FrameType.ACK_RANGE:
         if len(body) != count * _ACK_RANGE.size:

@@ -11,8 +11,22 @@ Flow control follows the WebSocket handler of Pulsar (PR #3058):
 One session may span several consumers: a consumer of a partitioned topic is one :class:`Consumer` per
 partition sharing the session's :class:`FlowControl` and outbound frame queue, so the window holds for the
 whole session. A dispatcher asks ``consumer.available()`` before it pushes and pushes synchronously; frames
-wait in the session's :class:`OutboundFrames` (never more than the window) for the session's sender task,
-which is the only one that awaits the socket: a slow client stalls only its own deliveries.
+wait in the session's :class:`OutboundFrames` for the session's sender task, which is the only one that
+awaits the socket: a slow client stalls only its own deliveries.
+
+Every one of these is bounded in messages and in bytes, whatever the client grants:
+
+* the outbound queue holds at most ``ws_send_queue_messages_max`` messages and ``ws_send_queue_bytes_max``
+  bytes (plus the message that crossed the bound): ``available()`` is 0 while it is full, and the session's
+  handler waits for room before it reads the next request (producer acknowledgements and error answers go
+  through the same queue);
+* pull-mode permits are a number, not a promise of memory: a consumer granting 2,147,483,647 permits gets
+  messages as fast as it reads them - the permits a dispatcher may use at once are capped at the room in the
+  outbound queue, and the permits held are capped at 2,147,483,647 (Pulsar's ``int``);
+* messages pushed and not acknowledged (held for redelivery) are bounded per consumer by
+  ``consumer_unacked_messages_max`` (Pulsar's ``maxUnackedMessagesPerConsumer``) and
+  ``consumer_unacked_bytes_max`` (payload bytes): a consumer at either bound gets nothing more until it
+  acknowledges.
 
 Each consumer keeps its pending (pushed, unacknowledged) messages in push order, for acks, ack-timeout
 redelivery (``ackTimeoutMillis``: a message not acked within the timeout is redelivered with
@@ -51,6 +65,12 @@ _consumer_ids = itertools.count(1)
 
 RECORDS_FRAME_BYTES_MAX = 1024 * 1024
 """Message records in one binary MESSAGES frame (more records start another frame)."""
+PERMITS_MAX = 2**31 - 1
+"""Pull-mode permits a session may hold (Pulsar's permits are a Java ``int``)."""
+OUTBOUND_BYTES_MAX = 1024 * 1024
+OUTBOUND_MESSAGES_MAX = 4096
+UNACKED_MESSAGES_MAX = 50_000
+UNACKED_BYTES_MAX = 16 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -76,20 +96,60 @@ class OutboundFrames:
 
     A binary (``magnetar.v1``) consumer session pushes message *records* instead: consecutive records are
     sent as one MESSAGES frame (at most ``records_frame_bytes_max`` bytes of records each), in order with the
-    other frames."""
+    other frames.
 
-    def __init__(self, *, text: bool = True, records_frame_bytes_max: int = RECORDS_FRAME_BYTES_MAX) -> None:
+    The queue is *full* once it holds ``messages_max`` messages (frames and records) or ``bytes_max`` bytes,
+    counted until the socket's send queue took them: pushes still succeed (a dispatcher pushes only while
+    :meth:`room` allows, a producer's acknowledgements are bounded by its pending messages), and whoever
+    pushes on behalf of the client waits in :meth:`wait_for_room`. Listeners (the dispatchers) are called
+    when a full queue has room again."""
+
+    def __init__(
+        self,
+        *,
+        text: bool = True,
+        records_frame_bytes_max: int = RECORDS_FRAME_BYTES_MAX,
+        bytes_max: int = OUTBOUND_BYTES_MAX,
+        messages_max: int = OUTBOUND_MESSAGES_MAX,
+    ) -> None:
         self.text = text
         """Text frames (Pulsar's JSON API) or binary frames (the binary subprotocol)."""
         self._frames: deque[bytes] = deque()
         self._records: list[bytes] = []
         self._records_bytes = 0
         self._records_frame_bytes_max = records_frame_bytes_max
+        self.bytes = 0
+        """Bytes pushed and not yet taken by the socket's send queue."""
+        self.messages = 0
+        self.bytes_max = bytes_max
+        self.messages_max = messages_max
         self._event = trio.Event()
+        self._room = trio.Event()
+        self._listeners: list[Callable[[], None]] = []
         self._closed = False
+        self._finishing = False
 
     def __len__(self) -> int:
         return len(self._frames) + len(self._records)
+
+    @property
+    def full(self) -> bool:
+        return self.bytes >= self.bytes_max or self.messages >= self.messages_max
+
+    def room(self) -> int:
+        """Messages that may be pushed before the queue is full by count (0 when it is full by bytes)."""
+        if self.bytes >= self.bytes_max:
+            return 0
+        return self.messages_max - self.messages
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    async def wait_for_room(self) -> None:
+        """Wait while the queue is full (returns at once when it is not, or once it is closed)."""
+        while self.full and not self._closed:
+            self._room = trio.Event()
+            await self._room.wait()
 
     def push(self, frame: bytes) -> None:
         if self._closed:
@@ -97,6 +157,8 @@ class OutboundFrames:
         if self._records:
             self._close_records()
         self._frames.append(frame)
+        self.bytes += len(frame)
+        self.messages += 1
         self._event.set()
 
     def push_record(self, record: bytes) -> None:
@@ -104,7 +166,10 @@ class OutboundFrames:
         if self._closed:
             return
         self._records.append(record)
-        self._records_bytes += len(record)
+        size = len(record)
+        self._records_bytes += size
+        self.bytes += size
+        self.messages += 1
         if self._records_bytes >= self._records_frame_bytes_max:
             self._close_records()
         self._event.set()
@@ -114,11 +179,29 @@ class OutboundFrames:
         self._records = []
         self._records_bytes = 0
 
+    def finish(self) -> None:
+        """The session is ending: :meth:`run` returns once the frames queued so far are sent."""
+        self._finishing = True
+        self._event.set()
+
     def close(self) -> None:
         self._closed = True
         self._frames.clear()
         self._records = []
+        self.bytes = 0
+        self.messages = 0
         self._event.set()
+        self._room.set()
+
+    def _taken(self, size: int, count: int) -> None:
+        """The socket's send queue took ``count`` messages of ``size`` bytes."""
+        was_full = self.full
+        self.bytes -= size
+        self.messages -= count
+        if was_full and not self.full:
+            self._room.set()
+            for listener in self._listeners:
+                listener()
 
     async def run(self, ws: WebSocket) -> None:
         """Send queued frames until the socket or this queue closes (all queued frames in one call)."""
@@ -130,7 +213,10 @@ class OutboundFrames:
                 if frames:
                     batch = list(frames)
                     frames.clear()
+                    size, count = self.bytes, self.messages  # everything queued is in the batch
                     await ws.send_many(batch, text=self.text)
+                    if not self._closed:
+                        self._taken(size, count)
                     continue
                 self._event = trio.Event()
                 if self._stopped():
@@ -140,7 +226,7 @@ class OutboundFrames:
             self.close()
 
     def _stopped(self) -> bool:
-        return self._closed
+        return self._closed or self._finishing
 
 
 class FlowControl:
@@ -166,19 +252,20 @@ class FlowControl:
         was_full = self.outstanding >= self.window
         self.outstanding = max(0, self.outstanding - count)
         if was_full:
-            self._notify()
+            self.notify()
 
     def grant(self, permits: int) -> None:
-        """Pull mode: ``permit`` command."""
+        """Pull mode: ``permit`` command. The permits held are capped at :data:`PERMITS_MAX`."""
         if permits <= 0:
             return
-        self.outstanding -= permits
-        self._notify()
+        self.outstanding = max(self.outstanding - permits, -PERMITS_MAX)
+        self.notify()
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
+        """Wake the dispatchers (the window opened, or a bound that held them back)."""
         for listener in self._listeners:
             listener()
 
@@ -199,6 +286,8 @@ class Consumer:
         nack_delay_ms: int = 60_000,
         track_pending: bool = True,
         binary: bool = False,
+        unacked_messages_max: int = UNACKED_MESSAGES_MAX,
+        unacked_bytes_max: int = UNACKED_BYTES_MAX,
     ) -> None:
         self.id = next(_consumer_ids)
         self.subscription = subscription
@@ -213,6 +302,13 @@ class Consumer:
         self.binary = binary
         """Deliver ``magnetar.v1`` MESSAGES records instead of Pulsar's ConsumerMessage JSON."""
         self.pending: dict[MsgKey, Delivery] = {}
+        self.pending_bytes = 0
+        """Payload bytes of ``pending``."""
+        self.unacked_messages_max = unacked_messages_max
+        self.unacked_bytes_max = unacked_bytes_max
+        self._held_by_unacked = False
+        """``available()`` answered 0 for an unacked bound: the next acknowledgement wakes the dispatchers
+        (in pull mode acknowledging releases no window, so nothing else would)."""
         self.pending_in_order = True
         """Whether ``pending`` (insertion-ordered) is also in position order: true until a message is pushed
         behind one with a later position (a redelivery), and again once nothing is pending."""
@@ -229,7 +325,21 @@ class Consumer:
         self._last_time_text = b""
 
     def available(self) -> int:
-        return self.flow.available() if not self.closed else 0
+        """Messages that may be pushed now: the flow-control window (or permits), capped by the room in the
+        outbound queue and by the unacknowledged-message bounds."""
+        if self.closed:
+            return 0
+        unacked_room = self.unacked_messages_max - len(self.pending)
+        if unacked_room <= 0 or self.pending_bytes >= self.unacked_bytes_max:
+            self._held_by_unacked = True
+            return 0
+        return min(self.flow.available(), self.frames.room(), unacked_room)
+
+    def saturated(self) -> bool:
+        """Byte bounds reached. ``available`` counts messages and a few large ones fill the bytes, so a
+        dispatcher pushing several at once checks the outbound queue's bytes per message; the unacked bytes
+        it checks per round (they exceed their bound by at most one round, itself bounded by the queue)."""
+        return self.frames.bytes >= self.frames.bytes_max or self.pending_bytes >= self.unacked_bytes_max
 
     def push(self, delivery: Delivery, redelivery_count: int, now: float) -> None:
         """Send one message (the caller checked :meth:`available`) at ``now`` (``trio.current_time()``,
@@ -250,9 +360,11 @@ class Consumer:
         else:
             self.frames.push(self._json_frame(delivery, redelivery_count))
         self.flow.on_pushed()
+        size = len(message.payload)
         self.msg_out_counter += 1
-        self.bytes_out_counter += len(message.payload)
+        self.bytes_out_counter += size
         if self.track_pending:
+            self.pending_bytes += size
             delivery.sent_at = now
             pending = self.pending
             if not pending:
@@ -289,10 +401,23 @@ class Consumer:
 
     def take_pending(self, key: MsgKey) -> Delivery | None:
         """Remove ``key`` from the pending messages (ack or nack), releasing its place in the window."""
-        delivery = self.pending.pop(key, None)
+        pending = self.pending
+        delivery = pending.pop(key, None)
         if delivery is not None:
+            self.pending_bytes = self.pending_bytes - len(delivery.message.payload) if pending else 0
             self.flow.release()
+            if self._held_by_unacked:
+                self._held_by_unacked = False
+                self.flow.notify()
         return delivery
+
+    def clear_pending(self) -> None:
+        """Forget every pending message (they will be delivered again from the cursor), releasing the
+        window."""
+        if self.pending:
+            self.flow.release(len(self.pending))
+            self.pending.clear()
+        self.pending_bytes = 0
 
     def schedule_nack(self, delivery: Delivery) -> None:
         self.nacked.append((trio.current_time() + self.nack_delay_s, delivery))
@@ -311,6 +436,9 @@ class Consumer:
                 timed_out.append(delivery)
             for delivery in timed_out:
                 del self.pending[delivery.key]
+                self.pending_bytes -= len(delivery.message.payload)
+            if not self.pending:
+                self.pending_bytes = 0
             self.flow.release(len(timed_out))
         return nacked, timed_out
 
@@ -323,6 +451,7 @@ class Consumer:
         self.closed = True
         held = list(self.pending.values()) + [delivery for _, delivery in self.nacked]
         self.pending.clear()
+        self.pending_bytes = 0
         self.nacked.clear()
         held.sort(key=lambda d: d.key)
         return held

@@ -99,6 +99,7 @@ class Dispatcher:
         self.type = sub_type
         self.consumers.append(consumer)
         consumer.flow.add_listener(self.wake)
+        consumer.frames.add_listener(self.wake)  # room again in a full outbound queue
         if sub_type is SubscriptionType.KEY_SHARED:
             self._ring.add(consumer.id, consumer.name, consumer)
         if sub_type.single_active:
@@ -133,9 +134,8 @@ class Dispatcher:
         if previous is not None:
             log.info("subscription %s: active consumer %s -> %s", self._sub.name, previous.name, chosen.name)
         for consumer in self.consumers:
-            if consumer is not chosen and consumer.pending:
-                consumer.flow.release(len(consumer.pending))
-                consumer.pending.clear()
+            if consumer is not chosen:
+                consumer.clear_pending()
         self.rewind()  # the new active consumer gets everything unacknowledged
 
     def rewind(self) -> None:
@@ -253,7 +253,9 @@ class Dispatcher:
             if active is None:
                 return
             available = active.available()
-            while ready and available > 0:
+            frames = active.frames  # its bytes, checked per message: a few large messages fill it
+            bytes_max = frames.bytes_max
+            while ready and available > 0 and frames.bytes < bytes_max:
                 push(active, ready.popleft(), now)
                 available -= 1
             return

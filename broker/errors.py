@@ -13,6 +13,11 @@ class InvalidTopicNameError(BrokerError, ValueError):
     400 on a WebSocket upgrade, 412 "Topic name is not valid" on the admin API)."""
 
 
+class InvalidSubscriptionNameError(InvalidTopicNameError):
+    """A subscription name Magnetar cannot store (see :mod:`.subscription_name`): 400 on a WebSocket upgrade,
+    412 "Subscription name is not valid" on the admin API."""
+
+
 class UnsupportedTopicDomainError(InvalidTopicNameError):
     """A ``non-persistent://`` topic: recognised, but Magnetar only stores persistent topics."""
 

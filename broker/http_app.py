@@ -7,7 +7,8 @@ The admin layer registers its REST routes into the same router (``register_route
 Security: the WebSocket endpoints and lookup authenticate and authorize every request (:mod:`.security`).
 Health stays open - it is the readiness probe, reveals nothing and Pulsar's equivalent for probes
 (``/status.html``) is open too; ``/metrics`` is open unless ``authenticate_metrics_endpoint`` is set
-(Pulsar's ``authenticateMetricsEndpoint``, default false), and then needs a superuser's token.
+(Pulsar's ``authenticateMetricsEndpoint``, default false), and then needs a superuser's token. ``/metrics``
+is streamed a chunk at a time (:mod:`.exposition`), gzip-compressed when the scraper accepts it.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from magnetar.bookkeeper.runtime.http import (
     HttpError,
     HttpRequest,
     HttpResponse,
+    RequestHead,
     Router,
     error_response,
     text_response,
 )
+from magnetar.broker.exposition import CONTENT_TYPE
 from magnetar.broker.lookup import LookupHandlers
 from magnetar.broker.service import BrokerService
 from magnetar.broker.ws_handlers import WsHandlers
 
-PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PROMETHEUS_CONTENT_TYPE = CONTENT_TYPE
 
 
 def build_router(service: BrokerService) -> Router:
@@ -35,21 +38,30 @@ def build_router(service: BrokerService) -> Router:
     router.websocket("/ws/v2/reader/{domain}/{tenant}/{namespace}/{topic:path}", ws.reader)
     router.websocket("/ws/{rest:path}", ws.invalid)
     lookup = LookupHandlers(service)
-    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", lookup.bundle)
-    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup.lookup)
+    router.get(
+        "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}/bundle", lookup.bundle, check=lookup.check
+    )
+    router.get("/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup.lookup, check=lookup.check)
 
     async def health(request: HttpRequest) -> HttpResponse:
         if not service.ready:
             return error_response(503, "broker is not serving")
         return text_response("ok")
 
-    async def metrics(request: HttpRequest) -> HttpResponse:
+    async def metrics_access(head: RequestHead) -> None:
+        """Decided on the head (``authenticate_metrics_endpoint``: a superuser's token)."""
         if service.settings.authenticate_metrics_endpoint:
-            principal = service.security.authenticate_http(request.head)
+            principal = service.security.authenticate_http(head)
             if not service.security.authorization.is_superuser(principal.role):
                 raise HttpError(403, "This operation requires super-user access")
-        return HttpResponse(200, (("content-type", PROMETHEUS_CONTENT_TYPE),), service.metrics.render())
+
+    async def metrics(request: HttpRequest) -> HttpResponse:
+        gzip = "gzip" in (request.head.header("accept-encoding") or "").lower()
+        headers = [("content-type", PROMETHEUS_CONTENT_TYPE)]
+        if gzip:
+            headers.append(("content-encoding", "gzip"))
+        return HttpResponse(200, headers, service.metrics.exposition(gzip=gzip))
 
     router.get("/admin/v2/brokers/health", health)
-    router.get("/metrics", metrics)
+    router.get("/metrics", metrics, check=metrics_access)
     return router

@@ -4,22 +4,24 @@
 broker's URLs. A topic whose bundle nobody owns is assigned to the broker asked (it takes the bundle), so
 the answer always names a live owner. Pulsar may instead answer 307 to another broker chosen by its load
 manager; Magnetar has no load manager, so it never needs to. ``.../bundle`` answers the bundle's range
-(``"0x00000000_0x40000000"``). A missing namespace is 404, an invalid name 412. With authentication on, both
-need a token (401) of a role that may produce or consume on the topic (403), as Pulsar's lookup operation.
+(``"0x00000000_0x40000000"``). A missing namespace is 404, an invalid name 412, a partition beyond its
+partitioned topic's count 404 (it names no topic). With authentication on, both need a token (401) of a role
+that may produce or consume on the topic (403), as Pulsar's lookup operation; :meth:`LookupHandlers.check`
+decides that from the request head, before any body is read.
 """
 
 from __future__ import annotations
 
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
-from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, json_response
+from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, RequestHead, json_response
 from magnetar.broker.authorization import TopicOperation
 from magnetar.broker.errors import InvalidTopicNameError, ServiceError
 from magnetar.broker.service import BrokerService
 from magnetar.broker.topic_name import TopicDomain, TopicName
 
 
-def topic_from_path(request: HttpRequest) -> TopicName:
+def topic_from_path(request: HttpRequest | RequestHead) -> TopicName:
     """The topic named by ``{domain}/{tenant}/{namespace}/{topic}`` path parameters; 412 if invalid."""
     params = request.path_params
     try:
@@ -36,29 +38,31 @@ class LookupHandlers:
     def __init__(self, service: BrokerService) -> None:
         self._service = service
 
-    async def _authorized_topic(self, request: HttpRequest) -> TopicName:
+    async def check(self, head: RequestHead) -> None:
+        """The routes' head check: a token of a role that may look the topic up."""
         security = self._service.security
-        principal = security.authenticate_http(request.head)
-        topic = topic_from_path(request)
+        principal = security.authenticate_http(head)
+        topic = topic_from_path(head)
         try:
             await security.authorization.check_topic_operation(topic, principal.role, TopicOperation.LOOKUP)
         except AuthorizationError as exc:
             raise HttpError(403, exc.reason) from None
         except MetadataStoreError as exc:
             raise HttpError(503, f"Failed to check authorization: {type(exc).__name__}") from None
-        return topic
 
     async def lookup(self, request: HttpRequest) -> HttpResponse:
-        topic = await self._authorized_topic(request)
+        topic = topic_from_path(request)
         try:
+            await self._service.check_partition_exists(topic)
             owner = await self._service.owner_of(topic)
         except ServiceError as exc:
             raise HttpError(exc.status, str(exc)) from None
         return json_response(self._service.lookup_data(owner))
 
     async def bundle(self, request: HttpRequest) -> HttpResponse:
-        topic = await self._authorized_topic(request)
+        topic = topic_from_path(request)
         try:
+            await self._service.check_partition_exists(topic)
             _, bundle = await self._service.bundle_of(topic)
         except ServiceError as exc:
             raise HttpError(exc.status, str(exc)) from None

@@ -5,8 +5,10 @@ order - the topic appends them in arrival order and the managed ledger calls bac
 fails, that message and *every later message of the producer still pending* fail with it (``send-error:8``
 with the cause), so the client never sees "ok" for a message sent after a failed one; callbacks arriving
 later for those messages are ignored. The producer then goes on: new sends may succeed (as a Pulsar client
-producer keeps working after a failed send). A message whose send failed may or may not have been stored (the
-outcome of a failed add is unknown), as in Pulsar.
+producer keeps working after a failed send). Messages sent *before* a failed one are not failed with it:
+they may be in flight, and are answered when their write completes. A message whose write failed may or may
+not have been stored (the outcome of a failed add is unknown), as in Pulsar; one refused before it was written
+(its topic closing, say) was not stored, so resending it creates no duplicate.
 
 Back-pressure: a producer holds at most ``maxPendingMessages`` unacknowledged messages (capped by the
 broker's ``producer_pending_messages_max``); the WebSocket handler waits for room before it reads the next
@@ -201,11 +203,17 @@ class Producer:
         pending.receipt.stored(pending.slot, where)
 
     def on_failed(self, pending: PendingMessage | PendingEntry, reason: str) -> None:
-        """``pending`` failed: it and every later pending message of this producer fail."""
+        """``pending`` failed: it and every later pending message of this producer fail. Earlier ones stay
+        pending (they may be in flight and get stored: they are answered when their write completes)."""
         if pending.failed:
             return
-        failed = list(self.pending)
-        self.pending.clear()
+        queue = self.pending
+        try:
+            first = queue.index(pending)  # identity: pending items compare by identity
+        except ValueError:
+            return
+        failed = [queue.pop() for _ in range(len(queue) - first)]
+        failed.reverse()
         count = 0
         for item in failed:
             item.failed = True

@@ -13,7 +13,7 @@ broker may not import). With ``http_port_tls`` set the same router is served ove
 (Pulsar's ``webServicePortTls``); the broker registers both URLs (``httpUrl``, ``httpUrlTls``), and lookups
 and redirects of clients that came over TLS point at the TLS one.
 Start-up creates the cluster, tenant ``public`` and namespace ``public/default`` when they are missing
-(``initialize_metadata``), as Pulsar standalone does.
+(``initialize_metadata`` and the ``cluster_metadata_init`` setting), as Pulsar standalone does.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ async def run_broker(
     rng: random.Random | None = None,
     task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    ml_settings = settings.managed_ledger_settings()
+    ml_settings = settings.managed_ledger_settings(rng)
     hook = on_trim_candidate or (lambda ml: None)
     async with open_managed_ledger_factory(
         bk, metadata, ml_settings, clock=clock, rng=rng, on_trim_candidate=hook
@@ -80,11 +80,17 @@ async def run_broker(
         router = build_router(service)
         if register_routes is not None:
             register_routes(router, service)
-        server = HttpServer(router, settings.http_settings())
+        server = HttpServer(router, settings.http_settings(), service="broker HTTP", port_setting="http_port")
         ssl_context = settings.web_ssl_context()
         tls_server = None
         if ssl_context is not None:
-            tls_server = HttpServer(router, settings.http_tls_settings(), ssl_context=ssl_context)
+            tls_server = HttpServer(
+                router,
+                settings.http_tls_settings(),
+                ssl_context=ssl_context,
+                service="broker HTTPS",
+                port_setting="http_port_tls",
+            )
         async with trio.open_nursery() as nursery:
             ports: list[int] = await nursery.start(server.serve)
             http_url = f"http://{settings.advertised_host()}:{ports[0]}"
@@ -93,7 +99,7 @@ async def run_broker(
             if tls_server is not None:
                 tls_port = (await nursery.start(tls_server.serve))[0]
                 http_url_tls = f"https://{settings.advertised_host()}:{tls_port}"
-            if initialize_metadata:
+            if initialize_metadata and settings.cluster_metadata_init:
                 await initialize_cluster_metadata(service.policies, settings.cluster, http_url)
             service_scope = trio.CancelScope()
 

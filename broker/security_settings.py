@@ -8,24 +8,34 @@ in snake case: ``authentication_enabled`` = ``authenticationEnabled``, ``token_s
 ``tls_require_trusted_client_cert`` = ``tlsRequireTrustedClientCertOnConnect``,
 ``http_connections_per_ip_max`` = ``brokerMaxConnectionsPerIp``, ``topics_per_namespace_max`` =
 ``maxTopicsPerNamespace``, ``bookkeeper_auth_token`` ~ ``bookkeeperClientAuthenticationParameters``,
-``bookkeeper_tls_*`` = ``bookkeeperTLS*``, ``zk_tls_*`` ~ ZooKeeper's ``zookeeper.ssl.*``.
+``bookkeeper_tls_*`` = ``bookkeeperTLS*``, ``zk_tls_*`` ~ ZooKeeper's ``zookeeper.ssl.*``,
+``managed_ledger_password`` = ``managedLedgerPassword``, ``managed_ledger_digest_type`` =
+``managedLedgerDigestType``.
 
 Everything is off by default, as in Pulsar's standalone. ``authentication_enabled=true`` with a key is the
 one setting that turns authentication *and* authorization on (``authorization_enabled`` follows it unless
 set); superusers come from ``super_user_roles``.
+
+Bookies admit only the brokers' role (the subject of ``bookkeeper_auth_token``, which the bookies list in
+their ``auth_allowed_roles``) and superusers. The ledgers a broker creates get ``managed_ledger_password``,
+whose master key the bookies require on every add and fencing read: unset, each broker draws a random
+password when it starts. A ledger records its password in its metadata (as BookKeeper's does) and brokers
+open existing ledgers with the recorded one, so brokers need not share a password, changing it applies to new
+ledgers, and ledgers of earlier versions (the empty password) stay readable.
 """
 
 from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode
 
+from magnetar.bookkeeper.protocol.digest import DigestType
 from magnetar.bookkeeper.runtime.auth.authentication import AuthenticationService, AuthenticationSettings
-from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
+from magnetar.bookkeeper.runtime.auth.keys import read_secret_setting, read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context, server_ssl_context
 from magnetar.bookkeeper.runtime.auth.tokens import TOKEN_BYTES_MAX_DEFAULT
 from magnetar.bookkeeper.runtime.clock import Clock
@@ -88,6 +98,14 @@ class SecuritySettings(BaseSettings):
     zk_tls_trust_certs_file: Path | None = None
     zk_tls_certificate_file: Path | None = None
     zk_tls_key_file: Path | None = None
+
+    # -- ledger passwords (Pulsar's managedLedgerPassword / managedLedgerDigestType) ---------------------
+    managed_ledger_password: SecretStr | None = None
+    """Password of the ledgers this broker creates: ``file:///path`` (the file's text, stripped) or the text
+    itself; never shown by ``magnetar config show``. Unset: a random password drawn when the broker starts
+    (recorded, like any, in each ledger's metadata). The empty text is the password of earlier versions."""
+    managed_ledger_digest_type: Literal["CRC32C", "CRC32", "MAC", "DUMMY"] = "CRC32C"
+    """Digest of new ledgers' entries (``MAC`` = HMAC-SHA1 keyed by the password)."""
 
     @field_validator("super_user_roles", mode="before")
     @classmethod
@@ -169,6 +187,17 @@ class SecuritySettings(BaseSettings):
         if not self.bookkeeper_auth_token:
             return None
         return read_token_setting(self.bookkeeper_auth_token, "bookkeeper_auth_token")
+
+    def ledger_password(self) -> bytes | None:
+        """``managed_ledger_password`` as bytes, read now (``KeyConfigError`` when its file cannot be read);
+        None when unset."""
+        if self.managed_ledger_password is None:
+            return None
+        return read_secret_setting(self.managed_ledger_password.get_secret_value(), "managed_ledger_password")
+
+    def ledger_digest_type(self) -> DigestType:
+        name = self.managed_ledger_digest_type
+        return DigestType.HMAC if name == "MAC" else DigestType[name]
 
     def zk_tls_options(self) -> dict[str, Any]:
         """The ``zk_tls_*`` fields of the metadata store's settings (``MetadataStoreSettings``)."""

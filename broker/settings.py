@@ -1,6 +1,6 @@
 """Settings of a broker process: one pydantic-settings model, every field also ``MAGNETAR_<NAME>``.
 
-Names follow DESIGN.md §4 (unit last) and map to Pulsar's ``broker.conf`` where one exists:
+Names carry their unit last and map to Pulsar's ``broker.conf`` where one exists:
 ``allow_auto_topic_creation`` = ``allowAutoTopicCreation``, ``default_number_of_namespace_bundles`` =
 ``defaultNumberOfNamespaceBundles``, ``ensemble_size`` / ``write_quorum`` / ``ack_quorum`` =
 ``managedLedgerDefault{EnsembleSize,WriteQuorum,AckQuorum}``, ``ws_frame_bytes_max`` = Pulsar's
@@ -19,6 +19,7 @@ methods build those models.
 from __future__ import annotations
 
 import ipaddress
+import random
 import socket
 from typing import Annotated, Self
 
@@ -33,6 +34,8 @@ from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
 PositiveInt = Annotated[int, Field(gt=0)]
 MIB = 1024 * 1024
+LEDGER_PASSWORD_BYTES = 20
+"""Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
 
 class BrokerSettings(SecuritySettings):
@@ -47,6 +50,11 @@ class BrokerSettings(SecuritySettings):
     advertised_address: str | None = None
     """Host clients are told to use (lookup, redirects); default: the bind address unless it is a wildcard,
     else the hostname."""
+    cluster_metadata_init: bool = True
+    """Create the cluster (with this broker's HTTP URL as its ``serviceUrl``), tenant ``public`` and namespace
+    ``public/default`` at start when they are missing, as Pulsar's standalone does. Off where one place
+    initializes the cluster: the Helm chart's init job (``magnetar initialize-cluster-metadata``) writes the
+    cluster's service URLs and bundle count, and its brokers only wait for them."""
 
     # -- topics -----------------------------------------------------------------------------------
     allow_auto_topic_creation: bool = True
@@ -71,6 +79,26 @@ class BrokerSettings(SecuritySettings):
     """Refuse ensembles below ``min_num_racks_per_write_quorum`` instead of taking the best available."""
     metadata_session_timeout_ms: PositiveInt = 30_000
     metadata_operation_timeout_ms: PositiveInt = 30_000
+
+    # -- metadata outages (see broker/metadata_outage.py and docs/metadata-outages.md) -------------
+    serve_without_session_max_s: Annotated[float, Field(ge=0, le=86_400)] = 300
+    """How long the broker keeps serving its bundles without a confirmed metadata session, counted from the
+    loss of its connection to the store until every bundle's ownership node exists again; then it gives
+    them up (0: give every bundle up the moment the session is lost)."""
+    ownership_claim_retry_interval_ms: Annotated[int, Field(ge=10, le=600_000)] = 1_000
+    """Pause between attempts to create a bundle's ownership node again after a lost session."""
+    metadata_wait_timeout_ms: Annotated[int, Field(ge=0, le=600_000)] = 10_000
+    """How long a request that needs the metadata store (loading a topic, creating a subscription,
+    acquiring a bundle) waits for it during an outage before failing with 503."""
+    metadata_waiters_max: Annotated[int, Field(ge=0, le=1_000_000)] = 1_000
+    """Requests that may wait for the metadata store at once; more fail with 503 at once."""
+    rollover_deferred_entries_max: Annotated[int, Field(ge=0, le=10_000_000)] = 50_000
+    """How far past ``max_entries_per_ledger`` a ledger takes entries while no new one can be created (the
+    metadata store is away); beyond it publishes fail (``send-error``) until the rollover happens."""
+    rollover_create_wait_ms: Annotated[int, Field(ge=0, le=60_000)] = 500
+    """How long publishes wait at the ledger cap for the next ledger before the current one takes them."""
+    policies_last_known_max: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
+    """Policy documents (namespaces, tenants, topics) remembered to answer reads during an outage."""
 
     # -- retention (applied by the retention service the composition root starts) -----------------
     retention_check_interval_s: Annotated[float, Field(gt=0)] = 120
@@ -114,16 +142,47 @@ class BrokerSettings(SecuritySettings):
     """Messages waiting for redelivery in one subscription above which no new entries are read."""
     consumer_ack_timeout_tick_ms: PositiveInt = 100
     """Granularity of ack-timeout and negative-ack redelivery timers."""
+    consumer_unacked_messages_max: PositiveInt = 50_000
+    """Messages delivered to one consumer (of one partition) and not yet acknowledged, beyond which it gets
+    no more until it acknowledges (Pulsar's ``maxUnackedMessagesPerConsumer``). Binds pull-mode consumers
+    (acknowledging releases no permit there); push mode's window of at most 1,000 is smaller."""
+    consumer_unacked_bytes_max: PositiveInt = 16 * MIB
+    """The same bound in payload bytes: the broker holds unacknowledged messages for redelivery."""
 
     # -- HTTP / WebSocket server -------------------------------------------------------------
     http_header_bytes_max: Annotated[int, Field(ge=256)] = 8192
     http_body_bytes_max: Annotated[int, Field(ge=0)] = 10 * MIB
+    http_bodies_in_flight_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
+    """Request bodies read or handled at once across a port's connections; beyond it a request waits
+    (unread) until its deadline, then gets 503. At least ``http_body_bytes_max``."""
     http_idle_timeout_ms: PositiveInt = 30_000
     http_connections_max: PositiveInt = 2048
     ws_frame_bytes_max: Annotated[int, Field(ge=125)] = 5 * MIB
+    ws_message_fragments_max: Annotated[int, Field(ge=1, le=1 << 20)] = 4096
+    """Frames one received WebSocket message may arrive in; more closes the session with 1008."""
     ws_idle_timeout_ms: PositiveInt = 300_000
     ws_send_queue_bytes_max: PositiveInt = 1 * MIB
+    """Per session, twice: messages waiting in the session's outbound queue (dispatchers stop, handlers
+    wait), and encoded frames waiting for the socket (the socket is not read meanwhile)."""
+    ws_send_queue_messages_max: PositiveInt = 4096
+    """Messages waiting in a session's outbound queue (deliveries, acknowledgements, error answers)."""
+    ws_receive_queue_bytes_max: PositiveInt = 1 * MIB
+    """Received messages of a session waiting for its handler; the socket is not read meanwhile."""
+    ws_receive_queue_messages_max: PositiveInt = 4096
+    """The same, counted in messages (an empty message counts as one)."""
     shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
+    ws_close_flush_timeout_ms: Annotated[int, Field(gt=0, le=60_000)] = 5_000
+    """When the broker ends a session (unload, shutdown), how long the frames already queued for the client -
+    receipts of stored messages above all - may take to go out before the Close is sent."""
+
+    # -- metrics -------------------------------------------------------------------------------------
+    expose_topic_level_metrics_in_prometheus: bool = True
+    """Pulsar's ``exposeTopicLevelMetricsInPrometheus``: per-topic (and per-subscription) figures on
+    ``/metrics``; false sums them per namespace, so a scrape no longer grows with the number of topics."""
+    metrics_step_ms: Annotated[float, Field(ge=0.1, le=100)] = 2.0
+    """Longest stretch a ``/metrics`` scrape formats without letting other tasks run."""
+    metrics_chunk_bytes: Annotated[int, Field(ge=1024, le=4 * MIB)] = 64 * 1024
+    """Most text formatted per step of a scrape (the body is sent chunk by chunk)."""
 
     # -- process ---------------------------------------------------------------------------------------
     gc_tuning: bool = True
@@ -136,6 +195,8 @@ class BrokerSettings(SecuritySettings):
                 "need ack_quorum <= write_quorum <= ensemble_size, got "
                 f"{self.ack_quorum} / {self.write_quorum} / {self.ensemble_size}"
             )
+        if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
+            raise ValueError("http_bodies_in_flight_bytes_max must be at least http_body_bytes_max")
         return self
 
     def advertised_host(self) -> str:
@@ -158,18 +219,30 @@ class BrokerSettings(SecuritySettings):
             http_port=self.http_port,
             http_header_bytes_max=self.http_header_bytes_max,
             http_body_bytes_max=self.http_body_bytes_max,
+            http_bodies_in_flight_bytes_max=self.http_bodies_in_flight_bytes_max,
             http_idle_timeout_ms=self.http_idle_timeout_ms,
             http_connections_max=self.http_connections_max,
             http_connections_per_ip_max=self.http_connections_per_ip_max,
             ws_frame_bytes_max=self.ws_frame_bytes_max,
+            ws_message_fragments_max=self.ws_message_fragments_max,
             ws_idle_timeout_ms=self.ws_idle_timeout_ms,
             ws_send_queue_bytes_max=self.ws_send_queue_bytes_max,
+            ws_send_queue_messages_max=self.ws_send_queue_messages_max,
+            ws_receive_queue_bytes_max=self.ws_receive_queue_bytes_max,
+            ws_receive_queue_messages_max=self.ws_receive_queue_messages_max,
             shutdown_grace_ms=self.shutdown_grace_ms,
         )
 
-    def managed_ledger_settings(self) -> ManagedLedgerSettings:
+    def managed_ledger_settings(self, rng: random.Random | None = None) -> ManagedLedgerSettings:
+        """The managed ledger's settings; without ``managed_ledger_password`` the password of new ledgers is
+        drawn from ``rng`` (default: the operating system's randomness), ``LEDGER_PASSWORD_BYTES`` bytes."""
+        password = self.ledger_password()
+        if password is None:
+            password = (rng or random.SystemRandom()).randbytes(LEDGER_PASSWORD_BYTES)
         return ManagedLedgerSettings.model_validate(
             {
+                "password": password,
+                "digest_type": self.ledger_digest_type(),
                 "ensemble_size": self.ensemble_size,
                 "write_quorum": self.write_quorum,
                 "ack_quorum": self.ack_quorum,
@@ -179,6 +252,8 @@ class BrokerSettings(SecuritySettings):
                 "mark_delete_rate_per_s": self.mark_delete_rate_per_s,
                 "entry_cache_bytes_max": self.entry_cache_bytes_max,
                 "metadata_operation_timeout_s": self.metadata_operation_timeout_ms / 1000,
+                "rollover_deferred_entries_max": self.rollover_deferred_entries_max,
+                "rollover_create_wait_ms": self.rollover_create_wait_ms,
             }
         )
 

@@ -320,8 +320,7 @@ class Subscription:
 
     def _drop_in_flight(self) -> None:
         for consumer in self.dispatcher.consumers:
-            consumer.flow.release(len(consumer.pending))
-            consumer.pending.clear()
+            consumer.clear_pending()
         self.dispatcher.rewind()
 
     def close(self) -> None:

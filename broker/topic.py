@@ -13,10 +13,14 @@ trip (little CPU per message, hence a short tail on a busy host), and a saturate
 individually (see :mod:`.subscription`). Binary producers' runs (:mod:`.binary_producer`) follow the same
 rules, with consecutive runs of one producer merged into one entry.
 
-Closing. :meth:`PersistentTopic.close` (unload, shutdown) stops accepting messages, writes what is pending,
-closes every session with 1001 so clients look the topic up again, and closes the managed ledger cleanly
-(cursor positions persisted). :meth:`fence_now` is the synchronous first half for a lost bundle: from that
-instant nothing more is accepted or dispatched.
+Closing. :meth:`PersistentTopic.close` (unload, shutdown) stops accepting messages, writes what it had
+accepted (the batch being built included) and waits for those writes, so every message already handed to the
+topic is answered as what it is - stored (its receipt) or failed - before the sessions close with 1001 (so
+clients look the topic up again) and the managed ledger closes cleanly (cursor positions persisted). A
+message that arrives once the close has begun is refused, and only it: a client that resends what was
+refused creates no duplicate. :meth:`fence_now` is the synchronous stop for a lost bundle: from that instant
+nothing more is accepted or dispatched; messages not yet written fail, writes already in flight are left to
+finish (their outcome is unknown: the sessions close without it).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from magnetar.broker.dispatcher import SubscriptionType
 from magnetar.broker.entry_format import decode_entry, encode_batch, encode_compact_batch, encode_message
 from magnetar.broker.errors import (
     ProducerBusyError,
+    ServiceUnitNotReadyError,
     SubscriptionBusyError,
     TopicClosedError,
     TopicNotFoundError,
@@ -73,6 +78,7 @@ class PersistentTopic:
         *,
         on_fenced: Callable[[PersistentTopic], None] = lambda topic: None,
         close_ml: Callable[[], Awaitable[None]] | None = None,
+        metadata_ready: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
         self.ml = ml
@@ -81,6 +87,8 @@ class PersistentTopic:
         self.metrics = metrics
         self._on_fenced = on_fenced
         self._close_ml = close_ml or ml.close
+        self._metadata_ready = metadata_ready
+        """Waits (bounded) for the metadata store during an outage; raises 503 if it stays away."""
         self.partition = name.partition_index
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
@@ -123,11 +131,19 @@ class PersistentTopic:
             return
         self.closed = True
         log.info("topic %s closing: %s", self.name, reason)
+        self._fail_waiting(reason)
+        self._disconnect(reason)
+
+    def _fail_waiting(self, reason: str) -> None:
+        """Fail the messages accepted but not written yet (and, per producer, those sent after them)."""
         waiting: list[PendingMessage | PendingEntry] = [*self._batch, *self._runs]
         for pending in waiting:
             pending.producer.on_failed(pending, f"Topic {self.name} is closing: {reason}")
         self._batch, self._runs = [], []
         self._batch_bytes = self._runs_messages = self._runs_bytes = 0
+
+    def _disconnect(self, reason: str) -> None:
+        """Close every producer and subscription and end their sessions with 1001."""
         for producer in list(self.producers.values()):
             producer.close()
             if producer.kick is not None:
@@ -139,9 +155,18 @@ class PersistentTopic:
                     consumer.kick(CLOSE_GOING_AWAY, reason)
 
     async def close(self, reason: str = "Topic unloaded") -> None:
-        """Clean close: let in-flight writes finish, then close the managed ledger (cursors persisted)."""
-        self.fence_now(reason)
-        with trio.move_on_after(self._settings.metadata_operation_timeout_ms / 1000):
+        """Clean close: write what was accepted and wait for it (each message answered, see the module doc),
+        then close the sessions and the managed ledger (cursors persisted)."""
+        timeout_s = self._settings.metadata_operation_timeout_ms / 1000
+        if not self.closed:
+            self.closed = True  # from here on publish() refuses new messages
+            log.info("topic %s closing: %s", self.name, reason)
+            self._write_waiting()
+            with trio.move_on_after(timeout_s):
+                await self._drained.wait()
+            self._fail_waiting(reason)  # nothing, unless a write could not even be started
+            self._disconnect(reason)
+        with trio.move_on_after(timeout_s):
             await self._drained.wait()
         try:
             await self._close_ml()
@@ -234,14 +259,21 @@ class PersistentTopic:
         ):
             self._write_runs()
 
-    def _write_runs(self) -> None:
+    def _write_waiting(self) -> None:
+        """Write everything accepted and not written yet, whatever the pipeline holds (closing)."""
+        if self._batch:
+            self._flush()
+        if self._runs:
+            self._write_runs(force=True)
+
+    def _write_runs(self, *, force: bool = False) -> None:
         """Write the waiting runs, grouped, in arrival order; a group stops the writing (it and the groups
-        after it wait again) unless the pipeline has room for it or it is full."""
+        after it wait again) unless the pipeline has room for it, it is full, or ``force``."""
         groups = self._group_runs([run for run in self._runs if not run.failed])
         self._runs = []
         self._runs_messages = self._runs_bytes = 0
         for index, (group, messages, payload_bytes, full) in enumerate(groups):
-            if not full and not self._may_write(messages, payload_bytes):
+            if not force and not full and not self._may_write(messages, payload_bytes):
                 for waiting, count, size, _ in groups[index:]:
                     self._runs += waiting
                     self._runs_messages += count
@@ -376,7 +408,14 @@ class PersistentTopic:
         if subscription is not None:
             return subscription
         if durable:
-            cursor = await self.ml.open_cursor(name, start_at_earliest=start_earliest)
+            if self._metadata_ready is not None:
+                await self._metadata_ready(f"creating subscription {name} on {self.name}")
+            try:
+                cursor = await self.ml.open_cursor(name, start_at_earliest=start_earliest)
+            except (ManagedLedgerError, BKError, MetadataStoreError) as exc:
+                raise ServiceUnitNotReadyError(
+                    f"Failed to open subscription {name!r} on {self.name}: {exc}"
+                ) from exc
         else:
             start = self._first_position() if start_earliest else self._after_last()
             cursor = self.ml.open_non_durable_cursor(start)

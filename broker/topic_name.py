@@ -12,10 +12,27 @@ Legacy v1 names with a cluster segment (``persistent://tenant/cluster/ns/topic``
 containing ``/``) are refused: Magnetar has no clusters.
 
 Rules: tenant and namespace match ``NamedEntity`` — ASCII letters, digits, ``_ - = : .``, non-empty (Java's
-``\\w`` is ASCII-only). The local name is free text (Pulsar does not check it) except that it must be
-non-empty and, as a Magnetar bound, at most :data:`LOCAL_NAME_CHARS_MAX` characters. Where it appears in a
-path (REST paths, the managed-ledger name) it is encoded like Java's ``URLEncoder`` (``Codec.encode``):
-letters, digits and ``. - * _`` stay, space becomes ``+``, every other byte of the UTF-8 form becomes ``%XX``.
+``\\w`` is ASCII-only) — and, as Magnetar bounds, are at most :data:`NAMED_ENTITY_CHARS_MAX` characters and
+neither ``.`` nor ``..`` (a metadata path cannot hold a relative segment; Pulsar's ZooKeeper refuses them
+too). The local name is free text (Pulsar does not check it) except that it must be non-empty, hold no
+control character (:func:`check_no_control_characters`: NUL and the other C0 controls, DEL, the C1 controls,
+and unpaired surrogates, which have no UTF-8 form), be neither ``.`` nor ``..``, and, as Magnetar bounds, be
+at most :data:`LOCAL_NAME_CHARS_MAX` characters and :data:`LOCAL_NAME_ENCODED_CHARS_MAX` once encoded. Where
+it appears in a path (REST paths, the managed-ledger name) it is encoded like Java's ``URLEncoder``
+(``Codec.encode``): letters, digits and ``. - * _`` stay, space becomes ``+``, every other byte of the UTF-8
+form becomes ``%XX``. Subscription names follow the same rules (:func:`check_subscription_name`); in
+metadata paths they are percent-encoded (``%XX`` for every byte but letters, digits and ``_ . - ~``).
+
+The bounds keep every metadata path a name builds (``/managed-ledgers/<tenant>/<namespace>/persistent/
+<encoded local name>/<encoded subscription>`` is the longest) under the metadata store's path bound, so a name
+accepted here is stored alike by every metadata store (memory, RocksDB, ZooKeeper).
+
+Bounds (Magnetar's; Pulsar has none). Names become segments of metadata paths, which may hold at most 4 KiB
+and no ``.`` or ``..`` segment: so ``.`` and ``..`` are not names (of a tenant, namespace, cluster or topic),
+a tenant, namespace or cluster name has at most :data:`NAMED_ENTITY_CHARS_MAX` characters, and a local name
+at most :data:`LOCAL_NAME_ENCODED_CHARS_MAX` characters once URL-encoded (1,024 ASCII characters always
+fit; fewer of the characters that take several UTF-8 bytes). Subscription names have their own rule
+(:mod:`.subscription_name`).
 
 Partitions are topics named ``<topic>-partition-<i>``; ``i`` counts only when it is the canonical decimal form
 of a non-negative 32-bit integer (``-partition-01`` and ``-partition--1`` are not partitions, as in Pulsar).
@@ -28,17 +45,34 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from urllib.parse import quote
 
-from magnetar.broker.errors import InvalidTopicNameError, UnsupportedTopicDomainError
+from magnetar.broker.errors import (
+    InvalidSubscriptionNameError,
+    InvalidTopicNameError,
+    UnsupportedTopicDomainError,
+)
 
 PUBLIC_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 PARTITIONED_TOPIC_SUFFIX = "-partition-"
+NAMED_ENTITY_CHARS_MAX = 128
+"""Magnetar's bound on a tenant, namespace or cluster name (Pulsar has none)."""
 LOCAL_NAME_CHARS_MAX = 1024
 """Magnetar's bound on a topic's local name (Pulsar has none); keeps metadata keys and paths bounded."""
+LOCAL_NAME_ENCODED_CHARS_MAX = 2048
+"""Magnetar's bound on a topic's local name once URL-encoded (as it appears in paths)."""
+SUBSCRIPTION_NAME_CHARS_MAX = 1024
+"""Magnetar's bound on a subscription name (Pulsar has none)."""
+SUBSCRIPTION_NAME_ENCODED_CHARS_MAX = 1536
+"""Magnetar's bound on a subscription name once percent-encoded (as it appears in metadata paths)."""
 INT32_MAX = 2**31 - 1
 
 _NAMED_ENTITY = re.compile(r"[-=:.A-Za-z0-9_]+")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+"""C0 controls, DEL, C1 controls, and surrogates (a lone surrogate has no UTF-8 form)."""
+RELATIVE_SEGMENTS = frozenset({".", ".."})
+"""Names a metadata path (and a URL) would read as "this" or "the parent": never names."""
 _URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-*_")
 _HEX = "0123456789ABCDEF"
 
@@ -49,9 +83,41 @@ class TopicDomain(StrEnum):
 
 
 def check_named_entity(kind: str, name: str) -> None:
-    """Pulsar's ``NamedEntity.checkName`` (plus non-emptiness, checked by ``validateNamespaceName``)."""
+    """Pulsar's ``NamedEntity.checkName`` (plus non-emptiness, checked by ``validateNamespaceName``), and
+    Magnetar's bounds: at most :data:`NAMED_ENTITY_CHARS_MAX` characters, not ``.`` or ``..``."""
     if not _NAMED_ENTITY.fullmatch(name):
         raise InvalidTopicNameError(f"Invalid {kind} name: {name!r}")
+    if name in RELATIVE_SEGMENTS:
+        raise InvalidTopicNameError(f"Invalid {kind} name: {name!r} is a relative path segment")
+    if len(name) > NAMED_ENTITY_CHARS_MAX:
+        raise InvalidTopicNameError(f"Invalid {kind} name: longer than {NAMED_ENTITY_CHARS_MAX} characters")
+
+
+def check_no_control_characters(
+    kind: str, name: str, error: type[InvalidTopicNameError] = InvalidTopicNameError
+) -> None:
+    """Refuse a name holding a control character (C0, DEL, C1) or a lone surrogate, naming the first one."""
+    found = _CONTROL.search(name)
+    if found is not None:
+        raise error(f"Invalid {kind} name: {name!r} holds the control character U+{ord(found.group()):04X}")
+
+
+def check_subscription_name(name: str) -> None:
+    """A subscription name: non-empty, no control character, not ``.``/``..``, within the two bounds."""
+    if not name:
+        raise InvalidSubscriptionNameError("Invalid subscription name: empty")
+    check_no_control_characters("subscription", name, InvalidSubscriptionNameError)
+    if name in RELATIVE_SEGMENTS:
+        raise InvalidSubscriptionNameError(f"Invalid subscription name: {name!r} is a relative path segment")
+    if len(name) > SUBSCRIPTION_NAME_CHARS_MAX:
+        raise InvalidSubscriptionNameError(
+            f"Invalid subscription name: longer than {SUBSCRIPTION_NAME_CHARS_MAX} characters"
+        )
+    if len(quote(name, safe="")) > SUBSCRIPTION_NAME_ENCODED_CHARS_MAX:
+        raise InvalidSubscriptionNameError(
+            f"Invalid subscription name: longer than {SUBSCRIPTION_NAME_ENCODED_CHARS_MAX} characters "
+            "once percent-encoded"
+        )
 
 
 def url_encode(text: str) -> str:
@@ -146,9 +212,17 @@ class TopicName:
             raise InvalidTopicNameError(
                 f"Invalid topic name: {self._full()!r} (cluster-qualified v1 names are not supported)"
             )
+        check_no_control_characters("topic", self.local_name)
+        if self.local_name in RELATIVE_SEGMENTS:
+            raise InvalidTopicNameError(f"Invalid topic name: {self._full()!r} (a relative path segment)")
         if len(self.local_name) > LOCAL_NAME_CHARS_MAX:
             raise InvalidTopicNameError(
                 f"Invalid topic name: local name longer than {LOCAL_NAME_CHARS_MAX} characters"
+            )
+        if len(url_encode(self.local_name)) > LOCAL_NAME_ENCODED_CHARS_MAX:
+            raise InvalidTopicNameError(
+                f"Invalid topic name: local name longer than {LOCAL_NAME_ENCODED_CHARS_MAX} characters "
+                "once URL-encoded"
             )
 
     @classmethod

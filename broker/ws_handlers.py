@@ -20,6 +20,12 @@ producer, consume on the subscription for a consumer, consume for a reader; 403 
 before any topic is looked up or created - Pulsar's ``checkAuth``. A producer's messages beyond the publish
 rate limits get ``send-error:8`` with the limit named, and the session goes on.
 
+Bounds (:mod:`.consumer` has the details): a session's outbound queue holds at most
+``ws_send_queue_messages_max`` messages and ``ws_send_queue_bytes_max`` bytes. Deliveries stop at that
+bound, and a request answered into a full queue - for a producer, any request, its acknowledgements arrive
+whenever their adds complete - makes the session read no further request until the client has read: TCP
+carries the back-pressure to a client that sends without reading.
+
 Magnetar extensions: a client offering the ``magnetar.v1`` WebSocket subprotocol gets the binary protocol of
 :mod:`.binary_protocol` on the same endpoints (:mod:`.binary_producer`, :mod:`.binary_consumer`); the consumer
 accepts ``subscriptionInitialPosition=Earliest|Latest`` (default Latest, the
@@ -69,6 +75,7 @@ from magnetar.broker.ws_params import ConsumerParams, ProducerParams, ReaderPara
 if TYPE_CHECKING:
     from magnetar.broker.security import PublishLimiter
     from magnetar.broker.service import BrokerService
+    from magnetar.broker.settings import BrokerSettings
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +85,14 @@ INITIAL_POSITIONS = ("Latest", "Earliest")
 class _Session:
     """What one accepted WebSocket session owns: its outbound frames and the means to end it."""
 
-    def __init__(self, request: WebSocketRequest) -> None:
+    def __init__(self, request: WebSocketRequest, settings: BrokerSettings) -> None:
         self.binary = SUBPROTOCOL in request.subprotocols
         """The client asked for the binary subprotocol (:mod:`.binary_protocol`)."""
-        self.frames = OutboundFrames(text=not self.binary)
+        self.frames = OutboundFrames(
+            text=not self.binary,
+            bytes_max=settings.ws_send_queue_bytes_max,
+            messages_max=settings.ws_send_queue_messages_max,
+        )
         self.scope = trio.CancelScope()
         self.kicked: tuple[int, str] | None = None
         self.timers = trio.Event()
@@ -125,10 +136,21 @@ class WsHandlers:
         session: _Session,
         on_frame: Callable[[str | bytes], Awaitable[None]],
         extra: Callable[[], Awaitable[None]] | None = None,
+        *,
+        deliveries: bool = False,
     ) -> None:
         close = (CLOSE_NORMAL, "")
+        frames = session.frames
+        frames_sent = trio.Event()
+
+        async def send_frames() -> None:
+            try:
+                await frames.run(ws)
+            finally:
+                frames_sent.set()
+
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(session.frames.run, ws)
+            nursery.start_soon(send_frames)
             if extra is not None:
                 nursery.start_soon(extra)
             with session.scope:
@@ -136,13 +158,26 @@ class WsHandlers:
                     while True:
                         # Every message of a received chunk at once: one task switch per chunk.
                         for message in await ws.receive_batch():
+                            queued = frames.messages
                             await on_frame(message)
+                            if (frames.messages > queued or not deliveries) and frames.full:
+                                # Answers wait for the client to read: read no more requests meanwhile. A
+                                # producer's queue holds answers only (acks, whenever they come); in a
+                                # consumer's, deliveries fill it, and requests that answer nothing (acks,
+                                # permits) go on.
+                                await frames.wait_for_room()
                 except WebSocketClosed:
                     pass
                 except WsSessionError as exc:
                     close = (exc.close_code, exc.reason)
             if session.kicked is not None:
                 close = session.kicked
+                # The broker ends the session: what is queued for the client goes out before the Close.
+                # When a topic closes, the receipts of the messages it stored while closing are among it
+                # (bounded in time: a client may not be reading).
+                frames.finish()
+                with trio.move_on_after(self._service.settings.ws_close_flush_timeout_ms / 1000):
+                    await frames_sent.wait()
             nursery.cancel_scope.cancel()
         session.frames.close()
         if not ws.closed:
@@ -160,7 +195,7 @@ class WsHandlers:
     # -- producer -------------------------------------------------------------------------------
 
     async def producer(self, request: WebSocketRequest) -> None:
-        session = _Session(request)
+        session = _Session(request, self._service.settings)
         producers: list[Producer] = []
         try:
             target = parse_ws_path(request.path)
@@ -315,7 +350,7 @@ class WsHandlers:
     # -- consumer -------------------------------------------------------------------------------
 
     async def consumer(self, request: WebSocketRequest) -> None:
-        session = _Session(request)
+        session = _Session(request, self._service.settings)
         consumers: list[Consumer] = []
         try:
             target = parse_ws_path(request.path)
@@ -329,6 +364,7 @@ class WsHandlers:
             if initial not in INITIAL_POSITIONS:
                 raise WsUpgradeError.invalid(f"Invalid subscriptionInitialPosition {initial}")
             flow = FlowControl(params.max_pending_messages, pull_mode=params.pull_mode)
+            settings = self._service.settings
             consumer_name = params.consumer_name or _random_name(self._service)
             sub_type = SubscriptionType(params.subscription_type)
             for topic_name in await self._topics(target.topic):
@@ -345,6 +381,8 @@ class WsHandlers:
                         ack_timeout_ms=params.ack_timeout_ms,
                         nack_delay_ms=params.negative_ack_redelivery_delay_ms,
                         binary=session.binary,
+                        unacked_messages_max=settings.consumer_unacked_messages_max,
+                        unacked_bytes_max=settings.consumer_unacked_bytes_max,
                     )
                     consumer.kick = session.kick
                     consumer.address = self._address(request)
@@ -377,7 +415,8 @@ class WsHandlers:
             async def timers() -> None:
                 await self._run_timers(session, consumers)
 
-            await self._serve(ws, session, commands.on_frame if session.binary else on_frame, timers)
+            handler = commands.on_frame if session.binary else on_frame
+            await self._serve(ws, session, handler, timers, deliveries=True)
         finally:
             self._remove_consumers(consumers)
 
@@ -441,7 +480,7 @@ class WsHandlers:
     # -- reader ---------------------------------------------------------------------------------
 
     async def reader(self, request: WebSocketRequest) -> None:
-        session = _Session(request)
+        session = _Session(request, self._service.settings)
         consumers: list[Consumer] = []
         try:
             target = parse_ws_path(request.path)
@@ -493,7 +532,8 @@ class WsHandlers:
                 else:
                     flow.release()
 
-            await self._serve(ws, session, reader_commands.on_frame if session.binary else on_frame)
+            handler = reader_commands.on_frame if session.binary else on_frame
+            await self._serve(ws, session, handler, deliveries=True)
         finally:
             self._remove_consumers(consumers)
 

@@ -12,7 +12,9 @@ Inbound, parsed as ``ProducerHandler``/``ConsumerHandler``/``ReaderHandler`` do 
 * consumer command ``{"type","messageId","permitMessages"}``: no/unknown ``type`` is an individual ack;
   ``negativeAcknowledge``, ``permit`` (``permitMessages`` required), ``unsubscribe``, ``isEndOfTopic``. A
   frame that is not such JSON closes the session with Pulsar's code 3 (sent as 4003, see :mod:`.ws_errors`);
-  Magnetar treats a missing or undecodable ``messageId`` the same way (Pulsar let that exception escape);
+  Magnetar treats a missing or undecodable ``messageId`` the same way (Pulsar let that exception escape), and
+  a negative ``permitMessages`` too (Pulsar would add it to its pending count, silently withholding that many
+  more deliveries);
 * reader frame: ``{"type":"isEndOfTopic"}`` asks for the end-of-topic flag, anything else is an "ack" that
   only releases the delivery window.
 
@@ -422,6 +424,8 @@ def _permits(value: Any) -> int:
     permits = _as_long(value)
     if not INT32_MIN <= permits <= INT32_MAX:
         raise _Coercion(f"Numeric value ({permits}) out of range of int")
+    if permits < 0:
+        raise _Coercion(f"permitMessages must not be negative: {permits}")
     return permits
 
 

@@ -5,7 +5,9 @@ Paths (``AbstractWebSocketHandler.extractTopicName``, ``ConsumerHandler.extractS
 ``/ws/v2/consumer/persistent/{tenant}/{namespace}/{topic}/{subscription}``. The raw (percent-encoded) path is
 split on ``/``; a producer/reader topic is every segment from the 8th on, joined with ``/`` (empty segments
 dropped), a consumer path must have exactly 9 segments; topic and subscription are URL-decoded as Java's
-``URLDecoder`` does (``+`` is a space).
+``URLDecoder`` does (``+`` is a space). Names are checked as the admin API checks them
+(:mod:`.topic_name`: no control characters, bounded lengths); a refused name is a 400, as Pulsar answers an
+upgrade whose topic name does not parse (``IllegalArgumentException``).
 
 Query parameters are read as Pulsar's handlers read them (first value of each name) with Pulsar's defaults and
 checks; numbers parse like Java's ``Integer.parseInt``/``Long.parseLong``, booleans like
@@ -23,7 +25,7 @@ from enum import Enum
 
 from magnetar.broker.errors import InvalidMessageIdError, InvalidTopicNameError
 from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
-from magnetar.broker.topic_name import TopicDomain, TopicName, url_decode
+from magnetar.broker.topic_name import TopicDomain, TopicName, check_subscription_name, url_decode
 from magnetar.broker.ws_errors import UpgradeFailure, WsUpgradeError
 
 RECEIVER_QUEUE_SIZE_MAX = 1000
@@ -64,6 +66,7 @@ def parse_ws_path(raw_path: str) -> WsTarget:
             if not parts[8]:
                 raise InvalidTopicNameError("Empty subscription name")
             subscription = url_decode(parts[8])
+            check_subscription_name(subscription)
             end = 8
         local = "/".join([parts[7], *(p for p in parts[8:end] if p)])
         topic = TopicName(TopicDomain(parts[4]), parts[5], parts[6], url_decode(local))

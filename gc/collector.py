@@ -1,12 +1,18 @@
-"""The bookie's garbage collector: BookKeeper's ``GarbageCollectorThread`` (reference §6, §7, invariant 12).
+"""The bookie's garbage collector: BookKeeper's ``GarbageCollectorThread``.
 
 One pass (every ``gc_wait_time_s``, or at once when triggered):
 
 1. **Ledgers.** Local ledgers whose metadata is gone are deleted locally (:mod:`.ledger_gc`: snapshot first,
    rate-limited reads, re-check before deleting; a ledger that exists in the metadata store is never deleted).
-2. **Entry-log usage.** Newly sealed logs are read once (:mod:`.log_usage`).
-3. **Dead logs.** Logs none of whose ledgers exists any more are deleted outright.
-4. **Compaction**, when due or forced: major (usage below ``major_compaction_threshold``, every
+   Paused while the metadata store is unhealthy (``store.health``): a pass then compares nothing, and a pass
+   during which an outage began deletes nothing - a view read across an outage may be stale or partial, and
+   a ledger is never deleted because its metadata could not be read.
+2. **The log being written.** With ``active_log_roll_garbage_bytes`` set, it is sealed once that many of
+   its bytes belong to deleted ledgers (Magnetar's own step: BookKeeper leaves it until it is full), so the
+   steps below can reclaim it.
+3. **Entry-log usage.** Newly sealed logs are read once (:mod:`.log_usage`).
+4. **Dead logs.** Logs none of whose ledgers exists any more are deleted outright.
+5. **Compaction**, when due or forced: major (usage below ``major_compaction_threshold``, every
    ``major_compaction_interval_s``) takes precedence over minor (``minor_compaction_threshold``,
    ``minor_compaction_interval_s``), as in BookKeeper; :mod:`.compactor` does the work.
 
@@ -65,6 +71,8 @@ class GcStats:
 
     runs: int = 0
     failures: int = 0
+    ledger_checks_paused: int = 0
+    """Passes that compared no ledgers: the metadata store was unavailable, or had an outage meanwhile."""
     run_seconds_total: float = 0.0
     last_run_seconds: float = 0.0
     deleted_ledgers: int = 0
@@ -75,11 +83,14 @@ class GcStats:
     logs_compacted: dict[str, int] = field(default_factory=lambda: {MAJOR: 0, MINOR: 0})
     compacted_entries: int = 0
     compacted_bytes: int = 0
+    sealed_active_logs: int = 0
 
 
 @dataclass(slots=True)
 class GcPassResult:
     deleted_ledgers: list[int] = field(default_factory=list)
+    sealed_active_log: int | None = None
+    """The log being written that this pass sealed (``active_log_roll_garbage_bytes``)."""
     deleted_logs: list[int] = field(default_factory=list)
     reclaimed_by_deletion_bytes: int = 0
     compaction: CompactionPass | None = None
@@ -209,6 +220,7 @@ class BookieGarbageCollector:
         result = GcPassResult()
         await self.store.gc.recover()  # a compaction a failure interrupted is finished or rolled back
         await self._collect_ledgers(result)
+        await self._seal_active_log(result)
         await self.tracker.refresh()
         await self._delete_dead_logs(result)
         kind, threshold, skipped = self._choose_compaction(force_major, force_minor)
@@ -234,11 +246,26 @@ class BookieGarbageCollector:
     async def _collect_ledgers(self, result: GcPassResult) -> None:
         if self.metadata is None:
             return
+        health = self.metadata.health
+        if not health.healthy:
+            self.stats.ledger_checks_paused += 1
+            log.info("GC %s: ledgers not compared: the metadata store is %s", self.name, health.state.value)
+            return
+        generation = health.generation
         local = list(self.store.ledgers())  # the snapshot comes before any metadata read
         try:
             gone = await find_deleted_ledgers(local, self.metadata, self.metadata_limiter)
         except (MetadataStoreError, LedgersRootMissingError) as exc:
             log.warning("GC %s: ledgers not compared with the metadata store this pass: %s", self.name, exc)
+            return
+        if not health.uninterrupted_since(generation):
+            self.stats.ledger_checks_paused += 1
+            log.warning(
+                "GC %s: the metadata store had an outage during the comparison; nothing deleted this pass "
+                "(%d candidates are checked again next time)",
+                self.name,
+                len(gone),
+            )
             return
         for count, ledger_id in enumerate(gone, 1):
             self.store.delete_ledger(ledger_id)
@@ -251,6 +278,23 @@ class BookieGarbageCollector:
                 await trio.lowlevel.checkpoint()
         result.deleted_ledgers = gone
         self.stats.deleted_ledgers += len(gone)
+
+    async def _seal_active_log(self, result: GcPassResult) -> None:
+        garbage_min = self.settings.active_log_roll_garbage_bytes
+        if garbage_min <= 0:
+            return
+        garbage = self.store.gc.active_log_garbage_bytes()
+        sealed = await self.store.gc.seal_active_log(garbage_min)
+        if sealed is None:
+            return
+        result.sealed_active_log = sealed
+        self.stats.sealed_active_logs += 1
+        log.info(
+            "GC %s: sealed entry log %s while it was being written: %d bytes of it belong to deleted ledgers",
+            self.name,
+            log_file_name(sealed),
+            garbage,
+        )
 
     async def _delete_dead_logs(self, result: GcPassResult) -> None:
         for log_id in self.tracker.dead_logs():
@@ -376,9 +420,11 @@ class BookieGarbageCollector:
             "isMinorGcSuspended": self.suspended[MINOR],
             "gcRuns": stats.runs,
             "gcFailures": stats.failures,
+            "ledgerChecksPaused": stats.ledger_checks_paused,
             "lastGcSeconds": round(stats.last_run_seconds, 3),
             "deletedLedgers": stats.deleted_ledgers,
             "deletedEntryLogs": stats.deleted_logs,
+            "sealedActiveEntryLogs": stats.sealed_active_logs,
             "reclaimedByDeletionBytes": stats.reclaimed_by_deletion_bytes,
             "reclaimedByCompactionBytes": stats.reclaimed_by_compaction_bytes,
             "entryLogs": self.tracker.log_count,

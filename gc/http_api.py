@@ -14,28 +14,39 @@
 * ``GET /api/v1/bookie/entry_log_usage`` - Magnetar's per-log listing: file size, total and remaining bytes,
   usage, ledgers, damaged logs; plus the disk figures.
 
-One process may host several bookies (``magnetar standalone``): every endpoint then acts on all of them, and
-the listings carry a ``bookieId`` each.
+One process may host several bookies (``magnetar standalone``): at these paths every endpoint then acts on
+all of them, and the listings carry a ``bookieId`` each; under ``/bookies/{bookieId}`` on one of them (the
+routes' :data:`~magnetar.bookkeeper.bookie.http_api.Select`). Every endpoint is an operator's: it asks the
+:class:`~magnetar.bookkeeper.bookie.http_api.HttpAccess` it was given before it reads the body (a superuser
+when authentication is on). A body that is not a JSON object - malformed, nested too deeply for the parser,
+a field it does not take, a flag that is not a boolean - is answered 400 with the reason.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from magnetar.bookkeeper.bookie.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.http_api import HttpAccess, Select, head_check
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, Router, json_response
 from magnetar.gc.collector import BookieGarbageCollector
 
 FILE_TYPES = {"journal": "journal files", "entrylog": "entrylog files", "index": "index files"}
 
 
-def add_gc_routes(router: Router, collectors: Sequence[BookieGarbageCollector]) -> None:
+def add_gc_routes(
+    router: Router, select: Select[BookieGarbageCollector], access: HttpAccess, prefix: str = ""
+) -> None:
+    """The GC endpoints under ``prefix`` for the collectors ``select`` picks, each checked by ``access``."""
+
     async def gc_trigger(request: HttpRequest) -> HttpResponse:
-        body = _body(request)
+        collectors = select(request)
+        body = _body(request, ("forceMajor", "forceMinor"))
         force_major = _flag(body, "forceMajor", default=not body)  # BookKeeper: no body forces both
         force_minor = _flag(body, "forceMinor", default=not body)
         if request.query.get("wait", "false").lower() == "true":
@@ -49,14 +60,15 @@ def add_gc_routes(router: Router, collectors: Sequence[BookieGarbageCollector]) 
         return json_response({"is_in_force_gc": "true"})
 
     async def gc_state(request: HttpRequest) -> HttpResponse:
-        forced = any(gc.in_forced_pass for gc in collectors)
+        forced = any(gc.in_forced_pass for gc in select(request))
         return json_response({"is_in_force_gc": str(forced).lower()})
 
     async def gc_details(request: HttpRequest) -> HttpResponse:
-        return json_response([gc.details() for gc in collectors])
+        return json_response([gc.details() for gc in select(request)])
 
     async def suspend(request: HttpRequest) -> HttpResponse:
-        body = _body(request)
+        collectors = select(request)
+        body = _body(request, ("suspendMajor", "suspendMinor"))
         for gc in collectors:
             gc.suspend(
                 major=_flag(body, "suspendMajor", default=False),
@@ -65,6 +77,7 @@ def add_gc_routes(router: Router, collectors: Sequence[BookieGarbageCollector]) 
         return await suspended(request)
 
     async def suspended(request: HttpRequest) -> HttpResponse:
+        collectors = select(request)
         return json_response(
             {
                 "isMajorGcSuspended": str(any(gc.suspended["major"] for gc in collectors)).lower(),
@@ -73,7 +86,8 @@ def add_gc_routes(router: Router, collectors: Sequence[BookieGarbageCollector]) 
         )
 
     async def resume(request: HttpRequest) -> HttpResponse:
-        body = _body(request)
+        collectors = select(request)
+        body = _body(request, ("resumeMajor", "resumeMinor"))
         for gc in collectors:
             gc.resume(
                 major=_flag(body, "resumeMajor", default=False),
@@ -82,6 +96,7 @@ def add_gc_routes(router: Router, collectors: Sequence[BookieGarbageCollector]) 
         return await suspended(request)
 
     async def list_disk_file(request: HttpRequest) -> HttpResponse:
+        collectors = select(request)
         wanted = request.query.get("file_type")
         if wanted is not None and wanted not in FILE_TYPES:
             raise HttpError(400, f"file_type must be one of {sorted(FILE_TYPES)}")
@@ -91,7 +106,7 @@ def add_gc_routes(router: Router, collectors: Sequence[BookieGarbageCollector]) 
 
     async def entry_log_usage(request: HttpRequest) -> HttpResponse:
         out = []
-        for gc in collectors:
+        for gc in select(request):
             disk = gc.store.disk_usage()
             out.append(
                 {
@@ -104,22 +119,37 @@ def add_gc_routes(router: Router, collectors: Sequence[BookieGarbageCollector]) 
             )
         return json_response(out)
 
-    router.put("/api/v1/bookie/gc", gc_trigger)
-    router.get("/api/v1/bookie/gc", gc_state)
-    router.get("/api/v1/bookie/gc_details", gc_details)
-    router.put("/api/v1/bookie/gc/suspend_compaction", suspend)
-    router.get("/api/v1/bookie/gc/suspend_compaction", suspended)
-    router.put("/api/v1/bookie/gc/resume_compaction", resume)
-    router.get("/api/v1/bookie/list_disk_file", list_disk_file)
-    router.get("/api/v1/bookie/entry_log_usage", entry_log_usage)
+    def route(method: str, path: str, handler: Any) -> None:
+        router.route(
+            method, f"{prefix}/api/v1/bookie/{path}", handler, check=head_check(access.check_operator)
+        )
+
+    route("PUT", "gc", gc_trigger)
+    route("GET", "gc", gc_state)
+    route("GET", "gc_details", gc_details)
+    route("PUT", "gc/suspend_compaction", suspend)
+    route("GET", "gc/suspend_compaction", suspended)
+    route("PUT", "gc/resume_compaction", resume)
+    route("GET", "list_disk_file", list_disk_file)
+    route("GET", "entry_log_usage", entry_log_usage)
 
 
-def _body(request: HttpRequest) -> dict[str, Any]:
+def _body(request: HttpRequest, names: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON object of the body ({} when empty), naming only ``names``; 400 with the reason otherwise."""
     if not request.body.strip():
         return {}
-    body = request.json()
+    try:
+        body = json.loads(request.body)
+    except RecursionError:
+        raise HttpError(400, "invalid JSON body: nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, f"invalid JSON body: {exc}") from None
     if not isinstance(body, dict):
         raise HttpError(400, "the body must be a JSON object")
+    unknown = sorted(set(body) - set(names))
+    if unknown:
+        shown = ", ".join(repr(name[:40]) for name in unknown[:5])
+        raise HttpError(400, f"unknown field(s) {shown}: the body takes {', '.join(names)}")
     return body
 
 
@@ -137,6 +167,9 @@ def _result_json(result: Any) -> dict[str, object]:
         return {}
     return {
         "deletedLedgers": len(result.deleted_ledgers),
+        "sealedActiveEntryLog": (
+            log_file_name(result.sealed_active_log) if result.sealed_active_log is not None else None
+        ),
         "deletedEntryLogs": len(result.deleted_logs),
         "reclaimedBytes": result.reclaimed_bytes,
         "compaction": result.compaction.to_json() if result.compaction else None,

@@ -1,9 +1,19 @@
-"""Managed-ledger settings, named as Pulsar's ``managedLedger*`` options with units last."""
+"""Managed-ledger settings, named as Pulsar's ``managedLedger*`` options with units last.
+
+Ledger passwords (Pulsar's ``managedLedgerPassword`` and ``managedLedgerDigestType``): the ledgers and cursor
+ledgers a managed ledger creates get ``password`` and ``digest_type``. The password yields each ledger's
+master key, which the bookies require on every add and fencing read of that ledger, so a client that may talk
+to the bookies but does not know the password can neither write to nor fence a topic's ledgers. A ledger
+records its password and digest type in its metadata (as BookKeeper's does), and the managed ledger opens an
+existing ledger with the recorded ones: changing the password applies to new ledgers, and ledgers written
+before (the empty password of earlier versions included) stay readable and recoverable.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from magnetar.bookkeeper.protocol.digest import DigestType
 from magnetar.managed_ledger.rollover import RolloverLimits
 
 
@@ -13,7 +23,10 @@ class ManagedLedgerSettings(BaseModel):
     ensemble_size: int = Field(2, ge=1)
     write_quorum: int = Field(2, ge=1)
     ack_quorum: int = Field(2, ge=1)
-    password: bytes = b""
+    password: bytes = Field(b"", repr=False)
+    """Password of new ledgers (the brokers set a secret one; see the module's docstring)."""
+    digest_type: DigestType = DigestType.CRC32C
+    """Digest of new ledgers' entries (existing ledgers keep the one they record)."""
 
     max_entries_per_ledger: int = Field(50_000, ge=1)
     max_size_per_ledger_mb: int = Field(2048, ge=1)
@@ -22,6 +35,18 @@ class ManagedLedgerSettings(BaseModel):
     rollover_jitter_fraction: float = Field(0.05, ge=0, le=1)
     rollover_check_interval_s: float = Field(60, gt=0)
     """How often idle topics are checked for a due rollover (so retention works on quiet topics)."""
+
+    rollover_deferred_entries_max: int = Field(50_000, ge=0, le=10_000_000)
+    """How far past ``max_entries_per_ledger`` the current ledger may take entries while the next ledger
+    cannot be created (the metadata store is unavailable); beyond it adds fail at once with the producer's
+    error result until the rollover happens (0: none past the cap)."""
+    rollover_create_wait_ms: int = Field(500, ge=0, le=60_000)
+    """How long adds wait at the entry cap for the next ledger to be created before the current ledger takes
+    them past the cap (so a slow metadata store does not stall publishing, and a healthy one keeps ledgers
+    at exactly ``max_entries_per_ledger``)."""
+    rollover_retry_interval_ms: int = Field(1_000, ge=10, le=600_000)
+    """Pause between attempts to create the next ledger while a rollover is deferred (after the metadata store
+    reports itself healthy again, if it was not)."""
 
     pending_adds_max: int = Field(10_000, ge=1)
     """Adds waiting for a ledger (during rollover) or in flight; more adds wait (back-pressure)."""

@@ -15,6 +15,8 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
 * ``fixtures.spark`` - the Spark source's broker and messages: ``spark_broker``, ``produce`` (the Spark
   session itself is in ``tests/spark/conftest.py``)
 * ``fixtures.bookie_server`` - helpers for bookie server tests (imported by the tests that use them)
+* ``fixtures.disk`` - small file systems (a tmpfs when the test may mount one), adds straight to a bookie's
+  request logic, waits for read-only registration (imported by the tests that use them)
 * ``fixtures.auth`` - token keys (``token_keys``), a test CA with server/client certificates (``tls_files``),
   ``FakeClock``
 * ``fixtures.dev_cluster`` - real clusters of processes (``open_test_cluster``, the ``magnetar dev-cluster``

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import ssl
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -23,6 +24,13 @@ import httpx
 DEFAULT_ADMIN_URL = "http://127.0.0.1:8080"
 REDIRECTS_MAX = 5
 TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RawAnswer:
+    content_type: str
+    headers: list[tuple[str, str]]
+    body: bytes
 
 
 class AdminApiError(Exception):
@@ -73,6 +81,23 @@ class AdminClient:
         self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None
     ) -> Any:
         """Send one request; returns the decoded JSON answer (text for non-JSON, None for 204)."""
+        response = self._exchange(method, path, body=body, params=params)
+        if response.status_code == 204 or not response.content:
+            return None
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return response.json()
+        return response.text
+
+    def get_raw(self, path: str, **params: Any) -> RawAnswer:
+        """A GET whose answer is kept as it came: content type, headers (names as sent) and body bytes."""
+        response = self._exchange("GET", path, params=params)
+        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in response.headers.raw]
+        return RawAnswer(response.headers.get("content-type", ""), headers, response.content)
+
+    def _exchange(
+        self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        """One request, redirects followed; :class:`AdminApiError` unless the answer is a 2xx."""
         content = None if body is None else json.dumps(body).encode()
         headers = {"content-type": "application/json"} if content is not None else {}
         clean = {k: _param(v) for k, v in (params or {}).items() if v is not None}
@@ -91,11 +116,7 @@ class AdminClient:
             raise AdminApiError(307, f"more than {REDIRECTS_MAX} redirects")
         if response.status_code >= 300:
             raise AdminApiError(response.status_code, _reason(response))
-        if response.status_code == 204 or not response.content:
-            return None
-        if response.headers.get("content-type", "").startswith("application/json"):
-            return response.json()
-        return response.text
+        return response
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)

@@ -8,7 +8,14 @@ import time
 from typing import Any
 from urllib.parse import quote
 
-from magnetar.admin.cli_admin.client import AdminClient
+from magnetar.admin.cli_admin.client import AdminApiError, AdminClient
+from magnetar.admin.cli_admin.messages import (
+    PAYLOAD_FORMATS,
+    AdminMessage,
+    MessageFormatError,
+    parse_message_response,
+    views,
+)
 from magnetar.admin.cli_admin.tenancy import QUOTA_TYPES, quota_body
 from magnetar.admin.cli_admin.units import UnitError, parse_time_s, retention_body
 from magnetar.admin.cli_admin.verbs import (
@@ -140,10 +147,54 @@ def _reset_cursor(client: C, args: A) -> Any:
     return client.post(_sub(args, f"/resetcursor/{target_ms}"))
 
 
+def _messages_at(client: C, path: str, **params: Any) -> list[AdminMessage]:
+    answer = client.get_raw(path, **params)
+    try:
+        return parse_message_response(answer.content_type, answer.headers, answer.body)
+    except MessageFormatError as exc:
+        raise AdminApiError(0, f"unexpected answer to GET {path}: {exc}") from None
+
+
 def _peek(client: C, args: A) -> Any:
+    """The first ``--count`` messages of the backlog, position by position (an entry may hold several);
+    fewer when the backlog is shorter, as pulsar-admin stops at the first position not found."""
     if not 0 < args.count <= PEEK_MESSAGES_MAX:
         raise UsageError(f"--count must be in 1..{PEEK_MESSAGES_MAX}")
-    return [client.get(_sub(args, f"/position/{i}")) for i in range(1, args.count + 1)]
+    found: list[AdminMessage] = []
+    for position in range(1, args.count + 1):
+        try:
+            found += _messages_at(client, _sub(args, f"/position/{position}"))
+        except AdminApiError as exc:
+            if exc.status == 404 and exc.reason == "Message not found":
+                break
+            raise
+        if len(found) >= args.count:
+            break
+    return views(found[: args.count], args.payload_format)
+
+
+def _message_by_id(client: C, args: A) -> Any:
+    path = _t(args, f"/ledger/{args.ledger_id}/entry/{args.entry_id}")
+    return views(_messages_at(client, path), args.payload_format)
+
+
+def _examine(client: C, args: A) -> Any:
+    messages = _messages_at(
+        client,
+        _t(args, "/examinemessage"),
+        initialPosition=args.initial_position,
+        messagePosition=args.message_position,
+    )
+    return views(messages, args.payload_format)
+
+
+def _payload_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--payload-format",
+        choices=PAYLOAD_FORMATS,
+        default="auto",
+        help="how payloads print: auto (UTF-8 text, else base64), text, base64 or hex (default auto)",
+    )
 
 
 def _set_topic_ttl(client: C, args: A) -> Any:
@@ -176,7 +227,8 @@ SUBSCRIPTION_VERBS = [
     Verb("reset-cursor", "reset a subscription to a time or message id", _reset_cursor,
          combine(TOPIC, _reset_flags)),
     Verb("peek-messages", "peek at the first messages of a subscription", _peek,
-         combine(TOPIC, _sub_flag, option("-n", "--count", type=int, default=1))),
+         combine(TOPIC, _sub_flag, option("-n", "--count", type=int, default=1,
+                                          help="messages to show (default 1)"), _payload_flag)),
 ]  # fmt: skip
 
 TOPICS = [
@@ -201,18 +253,26 @@ TOPICS = [
     Verb("stats", "topic stats", lambda c, a: c.get(_t(a, "/stats")), TOPIC),
     Verb("stats-internal", "internal (managed-ledger) stats",
          lambda c, a: c.get(_t(a, "/internalStats")), TOPIC),
+    Verb("partitioned-stats", "stats of a partitioned topic, added up over its partitions",
+         lambda c, a: c.get(_t(a, "/partitioned-stats"), perPartition=a.per_partition),
+         combine(TOPIC, option("--per-partition", action="store_true",
+                               help="also each partition's own stats"))),
+    *[Verb(name, "internal (managed-ledger) stats of every partition of a partitioned topic",
+           lambda c, a: c.get(_t(a, "/partitioned-internal-stats")), TOPIC)
+      for name in ("partitioned-internal-stats", "partitioned-stats-internal")],
     Verb("last-message-id", "the last message id", lambda c, a: c.get(_t(a, "/lastMessageId")), TOPIC),
-    Verb("get-message-by-id", "get a message by ledger and entry",
-         lambda c, a: c.get(_t(a, f"/ledger/{a.ledger_id}/entry/{a.entry_id}")),
-         combine(TOPIC, option("-l", "--ledgerId", dest="ledger_id", type=int, required=True),
-                 option("-e", "--entryId", dest="entry_id", type=int, required=True))),
-    Verb("examine-message", "examine the n-th message from the earliest or latest",
-         lambda c, a: c.get(_t(a, "/examinemessage"), initialPosition=a.initial_position,
-                            messagePosition=a.message_position),
+    Verb("get-message-by-id", "get the message(s) of an entry by ledger and entry id", _message_by_id,
+         combine(TOPIC, option("-l", "--ledgerId", dest="ledger_id", type=int, required=True,
+                               help="ledger id"),
+                 option("-e", "--entryId", dest="entry_id", type=int, required=True, help="entry id"),
+                 _payload_flag)),
+    Verb("examine-message", "examine the n-th message from the earliest or latest", _examine,
          combine(TOPIC, option("-i", "--initialPosition", dest="initial_position",
-                                                 choices=["earliest", "latest"], default="latest"),
-                 option("-m", "--messagePosition", dest="message_position", type=int,
-                                          default=1))),
+                               choices=["earliest", "latest"], default="latest",
+                               help="count from the earliest or the latest (default latest)"),
+                 option("-m", "--messagePosition", dest="message_position", type=int, default=1,
+                        help="the n-th entry from there, 1 first (default 1)"),
+                 _payload_flag)),
     Verb("get-message-id", "the message id at or after a time",
          lambda c, a: c.get(_t(a, f"/messageid/{_timestamp_ms(a.datetime)}")),
          combine(TOPIC, option("-d", "--datetime", required=True, help="epoch ms or ISO"))),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from magnetar.admin.rest import (
     clusters,
     namespaces,
+    partitioned_stats,
     permissions,
     range_read,
     subscriptions,
@@ -34,7 +35,12 @@ def admin_endpoints(*, with_topics: bool = False) -> list[Endpoint]:
         *topic_metadata.endpoints(),
     ]
     if with_topics:
-        endpoints += [*topics.endpoints(), *subscriptions.endpoints(), *range_read.endpoints()]
+        endpoints += [
+            *topics.endpoints(),
+            *partitioned_stats.endpoints(),
+            *subscriptions.endpoints(),
+            *range_read.endpoints(),
+        ]
     return endpoints
 
 

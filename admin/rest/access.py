@@ -114,6 +114,8 @@ def _rules() -> dict[tuple[str, str], Access]:
         ("DELETE", f"{T}/truncate"): topic(TN.TRUNCATE),
         ("GET", f"{T}/stats"): topic(TN.GET_STATS),
         ("GET", f"{T}/internalStats"): topic(TN.GET_STATS),
+        ("GET", f"{T}/partitioned-stats"): topic(TN.GET_STATS),
+        ("GET", f"{T}/partitioned-internal-stats"): topic(TN.GET_STATS),
         ("GET", f"{T}/lastMessageId"): topic(TN.PEEK_MESSAGES),
         ("GET", f"{T}/subscriptions"): topic(TN.GET_SUBSCRIPTIONS),
         ("GET", f"{T}/ledger/{{ledger}}/entry/{{entry}}"): topic(TN.PEEK_MESSAGES),
@@ -197,6 +199,14 @@ async def _authorize(
             await authz.check_topic_operation(_topic_of(request), role, access.topic_operation, subscription)
     except AuthorizationError as exc:
         raise HttpError(403, exc.reason) from None
+
+
+def principal_of(access: Access, request: HttpRequest, security: BrokerSecurity | None) -> Principal | None:
+    """Who sent a request whose head check (:func:`check_access`) passed - for handlers whose answer depends
+    on the role (the head check ran before the body was read, in another call). None when unauthenticated."""
+    if security is None or access.kind is Kind.OPEN:
+        return None
+    return security.authenticate_http(request.head)
 
 
 async def check_access(

@@ -45,6 +45,11 @@ class AdminSettings(BaseModel):
     backlog_quota_default_limit_s: int = Field(default=-1, ge=-1)
     topics_listed_max: int = Field(default=100_000, ge=1)
     """Most topics one namespace listing returns (a bound on the answer's size)."""
+    peer_request_timeout_ms: int = Field(default=10_000, ge=100, le=600_000)
+    """Bound on one request to another broker's admin API (a partition's stats for ``partitioned-stats``),
+    from connecting to the last byte of the answer."""
+    peer_response_bytes_max: int = Field(default=16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    """Largest answer accepted from another broker's admin API."""
 
 
 PARTITIONS_MAX = 65_536

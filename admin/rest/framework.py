@@ -14,7 +14,9 @@ Validation order, and the status each failure gets (Pulsar / JAX-RS conventions,
    a missing required body -> 400; the size bound is the HTTP server's ``http_body_bytes_max`` (413);
 3. names in the path (tenant, namespace, topic) -> 412 "... name is not valid", checked by the handler;
 0. before all of these, :func:`~.access.check_access`: 401 without a valid token, 429 beyond the admin
-   rate limits, 403 when the role may not call the route (:mod:`.access` has the table);
+   rate limits, 403 when the role may not call the route (:mod:`.access` has the table). It runs as the
+   route's head check, on the request head before the body is read: a refused request costs no more than
+   its head;
 4. the operation itself: typed errors carrying their status (``PolicyError.status``: 404/409/412,
    :class:`AdminError` for the rest) become ``{"reason": ...}``; a metadata store that cannot be reached is
    503. Anything else is a bug: the HTTP server answers a generic 500 and logs the trace, never sending it.
@@ -33,12 +35,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from magnetar.admin.rest.access import check_access, rule_for
-from magnetar.bookkeeper.metadata import MetadataStoreError, StoreUnavailableError
+from magnetar.admin.rest.access import check_access, principal_of, rule_for
+from magnetar.bookkeeper.metadata import InvalidPathError, MetadataStoreError, StoreUnavailableError
+from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.http import (
     HttpError,
     HttpRequest,
     HttpResponse,
+    RequestHead,
     Router,
     json_response,
     text_response,
@@ -51,6 +55,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REASON_CHARS_MAX = 300
+"""Longest part of a request (a name, a path) echoed in an error's reason."""
 JSON_BODY_DEPTH_MAX = 64
 """Deepest nesting accepted in a JSON body (a bound on validation work; no admin body nests beyond 4)."""
 
@@ -92,6 +98,8 @@ class Call:
     context: AdminContext
     query: QueryModel
     body: Any
+    principal: Principal | None = None
+    """Who called (None when security is off or the route is open): for checks a route makes itself."""
 
     def param(self, name: str) -> str:
         return self.request.path_params[name]
@@ -238,22 +246,44 @@ def error_for(exc: Exception) -> HttpError | None:
         return HttpError(exc.status, str(exc))
     if isinstance(exc, StoreUnavailableError):
         return HttpError(503, "Metadata store unavailable")
+    if isinstance(exc, InvalidPathError):  # a name the checks let through makes a path the store refuses
+        return HttpError(412, f"Name is not valid: {str(exc)[:REASON_CHARS_MAX]}")
     if isinstance(exc, MetadataStoreError):
         return HttpError(500, f"Metadata store error: {type(exc).__name__}")
     return None
 
 
+def make_check(endpoint: Endpoint, context: AdminContext) -> Callable[[RequestHead], Awaitable[None]]:
+    """The route's head check: authentication, rate limits and the route's rule, decided from the head."""
+    access = rule_for(endpoint.method, endpoint.path)
+
+    async def check(head: RequestHead) -> None:
+        request = HttpRequest(head)
+        try:
+            await check_access(access, request, context.security)
+        except HttpError:
+            raise
+        except Exception as exc:
+            mapped = error_for(exc)
+            if mapped is None:
+                raise
+            raise mapped from None
+
+    return check
+
+
 def make_handler(
     endpoint: Endpoint, context: AdminContext
 ) -> Callable[[HttpRequest], Awaitable[HttpResponse]]:
+    """The route's handler (its head check, :func:`make_check`, has passed when it runs)."""
     access = rule_for(endpoint.method, endpoint.path)
 
     async def handle(request: HttpRequest) -> HttpResponse:
         try:
-            await check_access(access, request, context.security)
+            principal = principal_of(access, request, context.security)
             query = parse_query(endpoint, request)
             body = parse_body(endpoint, request)
-            return await endpoint.handler(Call(request, context, query, body))
+            return await endpoint.handler(Call(request, context, query, body, principal))
         except HttpError:
             raise
         except Exception as exc:
@@ -273,7 +303,12 @@ def register(router: Router, endpoints: list[Endpoint], context: AdminContext) -
     routed = []
     for endpoint in endpoints:
         try:
-            router.route(endpoint.method, endpoint.path, make_handler(endpoint, context))
+            router.route(
+                endpoint.method,
+                endpoint.path,
+                make_handler(endpoint, context),
+                check=make_check(endpoint, context),
+            )
         except ValueError as exc:
             if "already routed" not in str(exc):
                 raise

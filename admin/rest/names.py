@@ -1,7 +1,9 @@
 """Names taken from admin paths, validated as Pulsar validates them, and existence checks.
 
-A name that breaks Pulsar's rules is 412 with Pulsar's reason ("Tenant name is not valid", "Namespace name is
-not valid", "Topic name is not valid"). The topic segment of a path is ``@Encoded`` in Pulsar: it is the
+A name that breaks Pulsar's rules, or Magnetar's (no control characters, bounded lengths: see
+:mod:`magnetar.broker.topic_name`), is 412 with Pulsar's reason ("Tenant name is not valid", "Namespace name
+is not valid", "Topic name is not valid: <why>", "Subscription name is not valid: <why>"), before anything
+reaches the metadata store. The topic segment of a path is ``@Encoded`` in Pulsar: it is the
 local name encoded like Java's ``URLEncoder``, so it is decoded here from the *raw* path (``+`` is a space,
 ``%XX`` a byte) rather than from the router's already-decoded value.
 """
@@ -13,7 +15,13 @@ from magnetar.admin.rest.framework import AdminError, Call
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import Policies
-from magnetar.broker.topic_name import NamespaceName, TopicName, check_named_entity, url_decode
+from magnetar.broker.topic_name import (
+    NamespaceName,
+    TopicName,
+    check_named_entity,
+    check_subscription_name,
+    url_decode,
+)
 from magnetar.managed_ledger.meta_store import ledger_path
 
 
@@ -45,8 +53,18 @@ def topic_of(call: Call) -> TopicName:
     try:
         local = url_decode(_raw_topic_segment(call))
         return TopicName.of(call.param("tenant"), call.param("namespace"), local)
-    except InvalidTopicNameError:
-        raise AdminError(412, "Topic name is not valid") from None
+    except InvalidTopicNameError as exc:
+        raise AdminError(412, f"Topic name is not valid: {exc}") from None
+
+
+def subscription_of(call: Call) -> str:
+    """The ``{subscription}`` path parameter, validated as :func:`check_subscription_name` (412)."""
+    name = call.param("subscription")
+    try:
+        check_subscription_name(name)
+    except InvalidTopicNameError as exc:
+        raise AdminError(412, f"Subscription name is not valid: {exc}") from None
+    return name
 
 
 async def require_tenant(ctx: AdminContext, tenant: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from magnetar.admin.rest.framework import Endpoint
+from magnetar.broker.topic_name import NAMED_ENTITY_CHARS_MAX, RELATIVE_SEGMENTS
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 ERROR_SCHEMA = {
@@ -45,6 +46,8 @@ def _path_parameters(pattern: str) -> list[dict[str, Any]]:
         schema: dict[str, Any] = {"type": "string", "minLength": 1}
         if name in ("tenant", "namespace", "cluster"):
             schema["pattern"] = NAME_PATTERN
+            schema["maxLength"] = NAMED_ENTITY_CHARS_MAX
+            schema["not"] = {"enum": sorted(RELATIVE_SEGMENTS)}
         out.append({"name": name, "in": "path", "required": True, "schema": schema})
     return out
 

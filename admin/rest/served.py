@@ -47,7 +47,10 @@ async def served_topic(call: Call, *, create: bool = False) -> tuple[TopicName, 
     namespace_of(call)
     await require_namespace(call.context, topic.namespace_name)
     if await partition_count(call.context, topic) > 0:
-        raise AdminError(405, "Operation not allowed on a partitioned topic; address its partitions")
+        raise AdminError(
+            405,
+            f"Operation not allowed on a partitioned topic; address a partition ({topic}-partition-0, ...)",
+        )
     await ensure_served(call, topic)
     ml = await host_of(call).load(topic, create=create)
     if ml is None:

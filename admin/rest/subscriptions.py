@@ -3,8 +3,10 @@
 Pulsar's subscription admin calls over the topic's managed-ledger cursors: create at ``latest`` (default),
 ``earliest`` or a message id (409 when it exists), delete (412 while consumers are connected unless
 ``force``), skip N, skip all (clear backlog), expire messages older than T seconds (one subscription or all),
-reset to a publish time or a message id, and peek the n-th unacknowledged message. After a cursor moves, the
-broker's dispatcher is told (``TopicHost.cursor_moved``) so connected consumers continue from the new place.
+reset to a publish time or a message id, and peek the n-th unacknowledged message. After a cursor moves,
+the broker's dispatcher is told (``TopicHost.cursor_moved``) so connected consumers continue from the new
+place. Expiring on every subscription at once needs ``consume`` on each of them (or a tenant admin), as each
+per-subscription route does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from magnetar.admin.rest.framework import (
 )
 from magnetar.admin.rest.messages import entry_response, first_at_or_after, publish_time
 from magnetar.admin.rest.models import Int32, Int64
+from magnetar.admin.rest.names import subscription_of
 from magnetar.admin.rest.served import host_of, served_topic
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.topic_name import TopicName
@@ -34,7 +37,6 @@ from magnetar.managed_ledger.position import InvalidPositionError, Position
 TAG = "subscriptions"
 TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 SUB = TOPIC + "/subscription/{subscription}"
-SUBSCRIPTION_NAME_CHARS_MAX = 1024
 EXPIRY_SEARCH_READS_MAX = 64
 
 
@@ -64,15 +66,8 @@ class ForceQuery(QueryModel):
     authoritative: bool = False
 
 
-def _subscription_name(call: Call) -> str:
-    name = call.param("subscription")
-    if not name or len(name) > SUBSCRIPTION_NAME_CHARS_MAX:
-        raise AdminError(412, "Subscription name is not valid")
-    return name
-
-
 async def _cursor(call: Call) -> tuple[TopicName, ManagedLedger, ManagedCursor]:
-    name = _subscription_name(call)
+    name = subscription_of(call)
     topic, ml = await served_topic(call)
     cursor = ml.cursors.get(name)
     if cursor is None:
@@ -99,7 +94,7 @@ def _position_of(ml: ManagedLedger, data: ResetCursorData) -> Position:
 
 
 async def create_subscription(call: Call) -> HttpResponse:
-    name = _subscription_name(call)
+    name = subscription_of(call)
     _, ml = await served_topic(call, create=True)
     if name in ml.cursors:
         raise AdminError(409, "Subscription already exists for topic")
@@ -173,10 +168,33 @@ async def expire_messages(call: Call) -> HttpResponse:
 async def expire_all_subscriptions(call: Call) -> HttpResponse:
     seconds = _expire_seconds(call)
     topic, ml = await served_topic(call)
+    await _check_consume_on_every_subscription(call, topic, list(ml.cursors))
     for cursor in list(ml.cursors.values()):
         await _expire(ml, cursor, seconds)
         await _moved(call, topic, cursor)
     return no_content()
+
+
+async def _check_consume_on_every_subscription(call: Call, topic: TopicName, names: list[str]) -> None:
+    """Expiring on every subscription needs what expiring on each one needs: ``consume`` on each (a
+    subscription restricted with ``permissionOnSubscription`` only for its roles), or a tenant admin. The
+    route's rule checked ``consume`` on the topic only; Pulsar stops there too, which lets a role empty a
+    subscription it may not consume. Checked before any cursor moves: all or nothing."""
+    security = call.context.security
+    if security is None or not security.authorization.enabled:
+        return
+    authz = security.authorization
+    role = call.principal.role if call.principal is not None else None
+    if await authz.is_tenant_admin(topic.tenant, role):
+        return
+    refused = [name for name in sorted(names) if not await authz.can_consume(topic, role, name)]
+    if refused:
+        listed = ", ".join(repr(name) for name in refused)
+        raise AdminError(
+            403,
+            f"Role {role!r} is not authorized to expire_messages on topic {topic.full_name} "
+            f"with subscription {listed}",
+        )
 
 
 async def reset_to_time(call: Call) -> HttpResponse:

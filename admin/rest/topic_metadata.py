@@ -48,6 +48,7 @@ from magnetar.admin.rest.policy_rules import (
     ttl_error,
 )
 from magnetar.bookkeeper.runtime.http import HttpResponse
+from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import (
     AlreadyExists,
     BacklogQuota,
@@ -145,6 +146,7 @@ async def create_partitioned(call: Call) -> HttpResponse:
     limit = _partition_limit(ctx)
     if not 0 < count <= limit:
         raise AdminError(406, f"Number of partitions should be more than 0 and less than or equal to {limit}")
+    _check_partition_names(topic, count)
     await require_namespace(ctx, topic.namespace_name)
     if await managed_ledger_exists(ctx.metadata, topic):
         raise AdminError(409, "This topic already exists")
@@ -156,6 +158,15 @@ async def create_partitioned(call: Call) -> HttpResponse:
     except AlreadyExists:
         raise AdminError(409, "This topic already exists") from None
     return no_content()
+
+
+def _check_partition_names(topic: TopicName, count: int) -> None:
+    """Every partition's name must be valid too: the ``-partition-<i>`` suffix can take a long base name
+    beyond the length bounds (412, before anything is written)."""
+    try:
+        topic.partition(count - 1)
+    except InvalidTopicNameError as exc:
+        raise AdminError(412, f"Topic name is not valid: {exc}") from None
 
 
 async def get_partitions(call: Call) -> HttpResponse:
@@ -179,6 +190,7 @@ async def update_partitions(call: Call) -> HttpResponse:
         raise AdminError(
             422, "The number of new partitions must be greater than existing number of partitions"
         )
+    _check_partition_names(topic, count)
     await ctx.policies.update_partitions(str(topic.namespace_name), topic.local_name, count)
     return no_content()
 

@@ -35,6 +35,7 @@ from magnetar.admin.rest.served import ensure_served, host_of, served_topic
 from magnetar.admin.rest.topic_host import TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.message_id import MessageId
+from magnetar.broker.topic_name import TopicName
 from magnetar.gc.expiry import backlog_bytes
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.position import Position
@@ -82,15 +83,34 @@ async def create_topic(call: Call) -> HttpResponse:
         call.context.metadata, topic
     ):
         raise AdminError(409, "This topic already exists")
+    await _check_partition_in_range(call, topic)
     await ensure_served(call, topic)
-    await host_of(call).load(topic, create=True)
+    if await host_of(call).load(topic, create=True) is None:
+        raise AdminError(404, "Topic not found")
     return no_content()
+
+
+async def _check_partition_in_range(call: Call, topic: TopicName) -> None:
+    """Pulsar answers 412 to creating ``x-partition-<i>`` when ``x`` has ``i`` or fewer partitions."""
+    if not topic.is_partition:
+        return
+    base = topic.partitioned_topic
+    count = await partition_count(call.context, base)
+    if count and topic.partition_index >= count:
+        raise AdminError(
+            412,
+            f"Can't create topic {topic.full_name}: {base.full_name} has {count} partitions "
+            f"(0 to {count - 1})",
+        )
 
 
 async def delete_topic(call: Call) -> HttpResponse:
     topic = topic_of(call)
     if await partition_count(call.context, topic) > 0:
-        raise AdminError(409, "Topic is a partitioned topic; delete it with DELETE .../partitions")
+        raise AdminError(
+            409,
+            "Topic is a partitioned topic; delete it with delete-partitioned-topic (magnetar admin topics)",
+        )
     topic, _ = await served_topic(call)
     await host_of(call).delete(topic, force=call.query_as(DeleteQuery).force)
     await call.context.policies.delete_topic_policies(str(topic.namespace_name), topic.local_name)

@@ -2,11 +2,18 @@
 
 Theory of operation (BookKeeper's ``AuthHandler.ServerSideHandler`` with a token provider). With
 ``authentication_enabled`` a connection is unauthenticated until an AUTH request with the ``token`` plugin
-carries a token that the cluster key verifies and whose role is allowed (``auth_allowed_roles``, or any
-role when the list is empty - "holders of a cluster token"). The connection code (:mod:`.server`) answers
-every other request EUA until then, closes the connection after a refused AUTH, and closes a connection that
-has not authenticated within ``auth_timeout_ms``. Without ``authentication_enabled`` an AUTH is accepted as
-is (a client configured with a token still works against an open bookie).
+carries a token that the cluster key verifies and whose role is one of the bookie's clients: the brokers'
+roles (``auth_allowed_roles``) and the superusers (``super_user_roles``). The bookie protocol is the
+brokers' storage interface, below every tenant check: a role that may use it can read any ledger, so a token
+that is valid for the cluster is not enough - the tokens the brokers hand out to applications are valid
+too. With both lists empty nobody is admitted. The connection code (:mod:`.server`) answers every other
+request EUA until then, closes the connection after a refused AUTH, and closes a connection that has not
+authenticated within ``auth_timeout_ms``. Without ``authentication_enabled`` an AUTH is accepted as is (a
+client configured with a token still works against an open bookie).
+
+Adds, fencing reads and recovery adds also carry the ledger's master key, which the bookie compares with the
+one recorded at the ledger's first add (:mod:`.core`): an admitted role still needs the ledger's password to
+change a ledger.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ class BookieAuthenticator:
             clock=clock or SystemClock(),
             allowed_clock_skew_s=settings.token_allowed_clock_skew_seconds,
         )
-        return cls(verifier, frozenset(settings.auth_allowed_roles))
+        return cls(verifier, settings.bookie_client_roles)
 
     def authenticate(self, request: AuthRequest) -> str:
         if request.plugin_name != AUTH_PLUGIN_TOKEN:
@@ -54,8 +61,11 @@ class BookieAuthenticator:
         except UnicodeDecodeError:
             raise AuthenticationError("the token is not ASCII text") from None
         role = self._verifier.verify(token).role
-        if self.allowed_roles and role not in self.allowed_roles:
-            raise AuthorizationError(f"role {role!r} may not connect to this bookie")
+        if role not in self.allowed_roles:
+            raise AuthorizationError(
+                f"role {role[:100]!r} may not connect to this bookie "
+                "(only the roles in its auth_allowed_roles and super_user_roles may)"
+            )
         return role
 
 

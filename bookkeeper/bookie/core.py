@@ -24,7 +24,12 @@ import hmac
 import logging
 from collections.abc import Callable
 
-from magnetar.bookkeeper.bookie.errors import BookieError, NoLedgerError
+from magnetar.bookkeeper.bookie.errors import (
+    BookieError,
+    LedgerFencedError,
+    NoLedgerError,
+    StorageBusyError,
+)
 from magnetar.bookkeeper.bookie.ledger_store import DiskUsage, LedgerStore
 from magnetar.bookkeeper.protocol.digest import DigestError, peek_ids
 from magnetar.bookkeeper.protocol.messages import (
@@ -106,7 +111,14 @@ class BookieCore:
 
         def on_durable(error: BaseException | None) -> None:
             if error is not None:
-                log.error("add %d:%d could not be made durable: %s", req.ledger_id, req.entry_id, error)
+                # A refusal after waiting (busy, fenced meanwhile) is the client's business; a failed write
+                # is the operator's.
+                level = (
+                    logging.WARNING
+                    if isinstance(error, StorageBusyError | LedgerFencedError)
+                    else logging.ERROR
+                )
+                log.log(level, "add %d:%d could not be made durable: %s", req.ledger_id, req.entry_id, error)
             answer(OK if error is None else _status_of(error))
 
         try:

@@ -13,6 +13,10 @@ module gives it safe operations on the running engine, each keeping invariant 12
 * :meth:`EntryLogGc.delete_dead_log` - delete a log none of whose ledgers exists any more. Under the
   checkpoint lock, the index entries of those ledgers are deleted again and RocksDB's WAL is synced (this
   also makes every earlier, unsynced ledger deletion durable) before the file goes.
+* :meth:`EntryLogGc.seal_active_log` - roll the log being written when enough of it belongs to deleted
+  ledgers, and count it sealed at once: under the checkpoint lock no checkpoint is writing or indexing it,
+  and once rolled nothing writes to it again (a checkpoint that failed and retries writes into the new log).
+  Without this a log of deleted ledgers' data waits until it reaches ``entry_log_bytes_max``.
 * :meth:`EntryLogGc.start_compaction` -> :class:`CompactionJob` - the transactional compactor: copy live
   records into ``<target>.log.compacting`` (:mod:`.compaction_files`), then :meth:`CompactionJob.commit`:
   sync it, write the manifest (commit point), make it visible as ``<target>.log``, point the index at the
@@ -161,6 +165,34 @@ class EntryLogGc:
 
     def ledger_exists(self, ledger_id: int) -> bool:
         return ledger_id in self._states
+
+    def active_log_garbage_bytes(self) -> int:
+        """Bytes of the log being written that belong to deleted ledgers (as far as checkpoints wrote it)."""
+        current = self._logger.current
+        if current is None:
+            return 0
+        return sum(size for ledger_id, size in current.usage.items() if ledger_id not in self._states)
+
+    async def seal_active_log(self, garbage_bytes_min: int) -> int | None:
+        """Roll the log being written if at least ``garbage_bytes_min`` (> 0) of it belong to deleted ledgers;
+        the id of the log sealed, or None."""
+        assert garbage_bytes_min > 0, "sealing a log with no garbage would only make empty logs"
+        async with self._lock:
+            current = self._logger.current
+            if current is None or self.active_log_garbage_bytes() < garbage_bytes_min:
+                return None
+            sealed = current.log_id
+            try:
+                await run_io("entry log roll", self._logger.roll)
+            except BookieError:
+                if self._logger.current is current:
+                    self._logger.abandon_current()  # its tail is uncertain; the next checkpoint starts one
+                raise
+            following = self._logger.current
+            assert following is not None
+            assert following.log_id > sealed
+            self._sealed_below = following.log_id
+        return sealed
 
     # -- usage --------------------------------------------------------------------------------------
 

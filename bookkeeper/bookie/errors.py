@@ -31,6 +31,11 @@ class StorageIOError(BookieError):
     status = BookieStatus.EIO
 
 
+class StorageInUseError(StorageIOError):
+    """The data directory is held by another process (its index's RocksDB ``LOCK``): another bookie runs on
+    it. One directory, one bookie: two engines writing the same entry logs and index would corrupt both."""
+
+
 class DiskFullError(BookieError):
     """The disk is over its usage threshold; normal adds are refused (the bookie goes read-only)."""
 
@@ -49,3 +54,10 @@ class StorageBusyError(BookieError):
     """
 
     status = BookieStatus.ETOOMANYREQUESTS
+
+
+class LedgerFencedError(BookieError):
+    """The ledger was fenced while the add waited for room in the write cache (EFENCED): the writer was
+    never acknowledged, and a recovery that fenced the ledger must not meet the entry later."""
+
+    status = BookieStatus.EFENCED

@@ -9,7 +9,8 @@ reads them is :mod:`magnetar.gc`. Names map to BookKeeper's, unit last: ``gcWait
 ``compaction_rate_bytes_per_s`` / ``compaction_throttle_by_bytes``, ``isForceGCAllowWhenNoSpace`` ->
 ``force_gc_allow_when_no_space`` (default *true* here: compaction is what frees a full disk, BookKeeper
 issue #571), ``useTargetEntryLogSizeForGc`` -> ``use_target_entry_log_size_for_gc``,
-``forceAllowCompaction`` -> ``force_allow_compaction``. A threshold or interval <= 0 disables that compaction,
+``forceAllowCompaction`` -> ``force_allow_compaction``. ``active_log_roll_garbage_bytes`` is Magnetar's own
+(BookKeeper never touches the log being written). A threshold or interval <= 0 disables that compaction,
 as in BookKeeper, whose start-up checks (minor below major, intervals not below ``gcWaitTime``) are the
 validator's. Compaction is always transactional here (``useTransactionalCompaction=true``).
 """
@@ -32,6 +33,11 @@ class GcSettings(BaseModel):
     """gcWaitTime: pause between two garbage-collection passes (a trigger starts one at once)."""
     gc_metadata_op_rate_per_s: float = Field(1000.0, gt=0)
     """gcMetadataOpRateLimit: metadata-store reads per second while comparing local ledgers."""
+    active_log_roll_garbage_bytes: int = Field(0, ge=0)
+    """A pass seals the entry log being written once at least this many of its bytes belong to deleted
+    ledgers, so they can be reclaimed (a log holding nothing else is deleted in the same pass, the rest
+    compacted later) instead of waiting until the log reaches ``entry_log_bytes_max``. 0: never, as
+    BookKeeper; ``magnetar standalone`` defaults to 4 MiB."""
 
     minor_compaction_threshold: float = Field(0.2, le=1.0)
     """Entry logs whose live fraction is below this are compacted by minor compaction (<= 0: disabled)."""

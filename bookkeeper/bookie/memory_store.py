@@ -179,6 +179,9 @@ class MemoryLedgerStore:
     def disk_usage(self) -> DiskUsage:
         return DiskUsage(self.capacity_bytes, self.capacity_bytes - self._live.used_bytes)
 
+    def journal_disk_usage(self) -> DiskUsage:
+        return self.disk_usage()  # one pretend volume
+
     # -- internals ---------------------------------------------------------------------------------------
 
     def _apply(self, mutation: _Mutation, on_durable: DurableCallback) -> None:

@@ -66,9 +66,12 @@ class BookieMetrics(Collector):
         self.connections = 0
         self.connections_rejected = 0
         self.auth_failures = 0
+        self.connections_unauthenticated = 0
+        self.unauthenticated_evicted = 0
         self.tls_handshake_failures = 0
         self.readonly = False
         self.disk_usage_ratio = 0.0
+        self.journal_disk_usage_ratio = 0.0
         self._store_stats = store_stats
         self.registry.register(self)
 
@@ -109,6 +112,16 @@ class BookieMetrics(Collector):
             "Connections refused for a missing, invalid or unauthorized token",
             value=self.auth_failures,
         )
+        yield GaugeMetricFamily(
+            PREFIX + "connections_unauthenticated",
+            "Open connections that have not authenticated yet (authentication on)",
+            value=self.connections_unauthenticated,
+        )
+        yield CounterMetricFamily(
+            PREFIX + "unauthenticated_evicted",
+            "Unauthenticated connections closed to admit a new one (unauthenticated_connections_max)",
+            value=self.unauthenticated_evicted,
+        )
         yield CounterMetricFamily(
             PREFIX + "tls_handshake_failures",
             "Connections that failed or timed out in the TLS handshake",
@@ -119,6 +132,11 @@ class BookieMetrics(Collector):
         yield GaugeMetricFamily(
             PREFIX + "disk_usage_ratio", "Used fraction of the ledger storage", value=self.disk_usage_ratio
         )
+        yield GaugeMetricFamily(
+            PREFIX + "journal_disk_usage_ratio",
+            "Used fraction of the journal's file system",
+            value=self.journal_disk_usage_ratio,
+        )
         if self._store_stats is not None:
             for name, value in sorted(self._store_stats().items()):
                 metric = PREFIX + re.sub(r"[^a-zA-Z0-9_]", "_", name)
@@ -128,3 +146,26 @@ class BookieMetrics(Collector):
 def render_metrics(registry: CollectorRegistry) -> bytes:
     """The Prometheus text exposition of ``registry`` (serve it as ``text/plain; version=0.0.4``)."""
     return generate_latest(registry)
+
+
+class LabelledBookieMetrics(Collector):
+    """The metrics of several bookies as one collector, every sample labelled ``bookie="<bookie id>"``.
+
+    A process that hosts bookies beside its own metrics (``magnetar standalone``, whose broker owns
+    ``/metrics``) registers this in its registry: one scrape then has everything, and the bookies' samples of
+    one metric share one family (a page must not name a metric twice)."""
+
+    def __init__(self, registries: Callable[[], Iterable[tuple[str, CollectorRegistry]]]) -> None:
+        self._registries = registries
+
+    def collect(self) -> Iterable[Metric]:
+        families: dict[str, Metric] = {}
+        for bookie_id, registry in self._registries():
+            for family in registry.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = Metric(family.name, family.documentation, family.type, family.unit)
+                    families[family.name] = merged
+                for sample in family.samples:
+                    merged.samples.append(sample._replace(labels={"bookie": bookie_id, **sample.labels}))
+        yield from families.values()

@@ -26,6 +26,14 @@ Theory of operation (BookKeeper's ``BookieNettyServer`` + ``BookieRequestProcess
   task within ``tls_handshake_timeout_ms``. With an authenticator a connection must first present a token
   with AUTH: until then every request is answered EUA; a refused AUTH is answered EUA and the connection is
   closed; one that has not authenticated within ``auth_timeout_ms`` is closed.
+* **What a stranger may cost.** Until its AUTH is accepted a connection is read at most
+  ``unauthenticated_bytes_max`` bytes in all (reads are sized to what is left, so the decoder never holds
+  more); one that needs to send more - a large frame, a flood of requests - is answered EUA and closed. At
+  most ``unauthenticated_connections_max`` connections wait for their AUTH at once: a new one closes the
+  oldest of them. Connections without a valid token therefore hold at most about
+  ``unauthenticated_connections_max x unauthenticated_bytes_max`` bytes of input (128 x 16 KiB = 2 MiB by
+  default, where a frame of up to ``frame_bytes_max`` - 5 MiB - per connection, 5 GiB for 1,024
+  connections, was the bound before).
 
 :class:`Bookie` composes one bookie: read-only state, request core, server, disk monitor and registration in
 the metadata store, over an injected :class:`~.ledger_store.LedgerStore` (the owner runs and closes the
@@ -71,6 +79,7 @@ from magnetar.bookkeeper.protocol.messages import (
 from magnetar.bookkeeper.protocol.status import BookieStatus
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake, peer_address
+from magnetar.bookkeeper.runtime.listen import open_listeners
 from magnetar.bookkeeper.runtime.send_timer import SendTimer
 
 log = logging.getLogger(__name__)
@@ -125,6 +134,8 @@ class BookieServer:
         self.ssl_context = ssl_context
         self.authenticator = authenticator
         self._connections: set[_Connection] = set()
+        self._unauthenticated: dict[_Connection, None] = {}
+        """Connections waiting for their AUTH, oldest first (authentication on only)."""
         self._accept_scope = trio.CancelScope()
         self._draining = False
         self._all_closed = trio.Event()
@@ -134,21 +145,35 @@ class BookieServer:
         return len(self._connections)
 
     async def serve(
-        self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
+        self,
+        listener: trio.SocketListener | None = None,
+        *,
+        task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Listen; ``task_status.started((host, port))`` gives the bound address (port 0: the real one)."""
-        settings = self.settings
-        listeners = await trio.open_tcp_listeners(settings.port, host=settings.bind_address)
-        listener, extra = listeners[0], listeners[1:]
-        for other in extra:  # a host name with several addresses: serve the first, one port
-            await other.aclose()
+        """Listen (on ``listener`` if the caller bound it already); ``task_status.started((host, port))``
+        gives the bound address (port 0: the real one)."""
+        if listener is None:
+            listener = await open_bookie_listener(self.settings)
         host, port = listener.socket.getsockname()[:2]
-        log.info("bookie protocol listening on %s:%d", host, port)
+        log.info("bookie protocol listening on %s:%d (%s)", host, port, self._access_summary())
         async with trio.open_nursery() as nursery:
             task_status.started((host, port))
             with self._accept_scope:
                 async with listener:
                     await self._accept_loop(listener, nursery)
+
+    def _access_summary(self) -> str:
+        """Who may use the protocol, for the start-up log line."""
+        tls = ", TLS" if self.ssl_context is not None else ""
+        if self.authenticator is None:
+            return "authentication off: any client may connect" + tls
+        roles = sorted(self.authenticator.allowed_roles)
+        if not roles:
+            log.warning(
+                "authentication is on and no role may use the bookie protocol: set auth_allowed_roles "
+                "(the brokers' role) or super_user_roles"
+            )
+        return f"authentication on, roles admitted: {', '.join(roles) or 'none'}{tls}"
 
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         while True:
@@ -172,11 +197,37 @@ class BookieServer:
             connection = _Connection(self, served, "?" if peer is None else f"{peer[0]}:{peer[1]}")
             self._connections.add(connection)
             self.metrics.connections = len(self._connections)
+            if self.authenticator is not None:
+                self._admit_unauthenticated(connection)
             nursery.start_soon(connection.run)
+
+    def _admit_unauthenticated(self, connection: _Connection) -> None:
+        """Count a new connection as waiting for its AUTH; close the oldest waiting ones above the limit."""
+        waiting = self._unauthenticated
+        while len(waiting) >= self.settings.unauthenticated_connections_max:
+            oldest = next(iter(waiting))
+            del waiting[oldest]
+            self.metrics.unauthenticated_evicted += 1
+            if self.metrics.unauthenticated_evicted % 100 == 1:  # the first, then every 100th
+                limit = self.settings.unauthenticated_connections_max
+                log.warning(
+                    "unauthenticated_connections_max=%d reached: closing the oldest (%s) to admit %s",
+                    limit,
+                    oldest.peer,
+                    connection.peer,
+                )
+            oldest.abort()
+        waiting[connection] = None
+        self.metrics.connections_unauthenticated = len(waiting)
+
+    def connection_authenticated(self, connection: _Connection) -> None:
+        self._unauthenticated.pop(connection, None)
+        self.metrics.connections_unauthenticated = len(self._unauthenticated)
 
     def connection_closed(self, connection: _Connection) -> None:
         self._connections.discard(connection)
         self.metrics.connections = len(self._connections)
+        self.connection_authenticated(connection)  # no longer waiting either
         if self._draining and not self._connections:
             self._all_closed.set()
 
@@ -196,6 +247,19 @@ class BookieServer:
             )
             for connection in list(self._connections):
                 connection.abort()
+
+
+async def open_bookie_listener(settings: BookieSettings) -> trio.SocketListener:
+    """Bind the bookie's port. A composition root that must know the bookie id (``host:port``) before it
+    opens the storage - to check the bookie's cookies with ``--port 0`` - binds first and hands the listener
+    to :class:`Bookie`."""
+    listeners = await open_listeners(
+        settings.port, settings.bind_address, service="bookie protocol", setting="port"
+    )
+    listener, extra = listeners[0], listeners[1:]
+    for other in extra:  # a host name with several addresses: serve the first, one port
+        await other.aclose()
+    return listener
 
 
 async def serve_bookie(
@@ -236,6 +300,11 @@ class _Connection:
         self._inflight_max = settings.inflight_requests_max
         self._out_max = settings.outgoing_bytes_max
         self._chunk = settings.receive_chunk_bytes
+        self._unauthenticated_left: int | None = (
+            None if self._authenticator is None else settings.unauthenticated_bytes_max
+        )
+        """Bytes this connection may still send before its AUTH is accepted; None: no limit (authenticated,
+        or authentication off)."""
         self.inflight = 0
         self.closed = False
         self._out = bytearray()
@@ -309,7 +378,7 @@ class _Connection:
                     data = await self._receive()
                     if not data:
                         return True
-                    self._proto.receive_data(data)
+                    self._feed(data)
                 elif step is _Next.YIELD:
                     await trio.lowlevel.checkpoint()
                 elif step is _Next.WAIT_FOR_PEER:
@@ -346,12 +415,14 @@ class _Connection:
                 return _Next.WAIT_FOR_PEER
             event = proto.next_event()
             if event is NEED_DATA:
+                if self._unauthenticated_left == 0:
+                    return self._refuse_unauthenticated_input()
                 data = self._read_now()
                 if data is None:
                     return _Next.RECEIVE
                 if not data:
                     return _Next.CLOSE
-                proto.receive_data(data)
+                self._feed(data)
             elif isinstance(event, BadRequest):
                 self._bad_request(event)
             elif isinstance(event, FramingError):
@@ -374,14 +445,38 @@ class _Connection:
         if self._fd is None:
             return None
         try:
-            return os.read(self._fd, self._chunk)
+            return os.read(self._fd, self._read_size())
         except BlockingIOError:
             return None
+
+    def _read_size(self) -> int:
+        """How much one read may take: a chunk, or what is left of the unauthenticated allowance."""
+        left = self._unauthenticated_left
+        return self._chunk if left is None else max(1, min(self._chunk, left))
+
+    def _feed(self, data: bytes | bytearray) -> None:
+        if self._unauthenticated_left is not None:
+            self._unauthenticated_left = max(0, self._unauthenticated_left - len(data))
+        self._proto.receive_data(data)
+
+    def _refuse_unauthenticated_input(self) -> _Next:
+        """The connection has sent ``unauthenticated_bytes_max`` bytes and still no complete, accepted AUTH:
+        answer EUA (to the frame being received, when its header has arrived) and close."""
+        self._metrics.auth_failures += 1
+        limit = self.server.settings.unauthenticated_bytes_max
+        level = logging.WARNING if self._metrics.auth_failures % 100 == 1 else logging.DEBUG
+        log.log(level, "closing connection from %s: %d bytes without AUTH", self.peer, limit)
+        reason = f"sent more than unauthenticated_bytes_max={limit} bytes before an accepted AUTH"
+        rid = self._proto.pending_request_id()
+        self._send(
+            AuthResponse(0 if rid is None else rid, BookieStatus.EUA, AUTH_PLUGIN_TOKEN, reason.encode())
+        )
+        return _Next.CLOSE
 
     async def _receive(self) -> bytes | bytearray:
         """Wait for data (``b""`` at the end of the stream)."""
         if self._fd is None:
-            return await self.stream.receive_some(self._chunk)
+            return await self.stream.receive_some(self._read_size())
         while True:
             await trio.lowlevel.wait_readable(self._fd)
             data = self._read_now()
@@ -406,6 +501,8 @@ class _Connection:
         if self.role is None:
             log.debug("connection from %s authenticated as %r", self.peer, role)
         self.role = role
+        self._unauthenticated_left = None
+        self.server.connection_authenticated(self)
         self._auth_scope.cancel()
         self._send(AuthResponse(rid, BookieStatus.EOK, AUTH_PLUGIN_TOKEN))
         return True
@@ -524,8 +621,11 @@ class Bookie:
         metadata: MetadataStore | None = None,
         *,
         state: ReadOnlyState | None = None,
+        listener: trio.SocketListener | None = None,
     ) -> None:
         self.settings = settings
+        self._listener = listener
+        """Bound by the caller (see :func:`open_bookie_listener`), or None: :meth:`run` binds."""
         self.store = store
         self.metadata = metadata
         self.state = state or ReadOnlyState()
@@ -548,6 +648,8 @@ class Bookie:
             ),
             interval_ms=settings.disk_check_interval_ms,
             on_usage=self._on_usage,
+            journal_probe=store.journal_disk_usage,
+            on_journal_usage=self._on_journal_usage,
         )
         self.state.add_listener(self._on_mode)
         self.metrics.readonly = self.state.readonly
@@ -559,6 +661,9 @@ class Bookie:
 
     def _on_usage(self, used: float) -> None:
         self.metrics.disk_usage_ratio = used
+
+    def _on_journal_usage(self, used: float) -> None:
+        self.metrics.journal_disk_usage_ratio = used
 
     def _on_mode(self, readonly: bool) -> None:
         self.metrics.readonly = readonly
@@ -575,8 +680,9 @@ class Bookie:
 
     @property
     def is_ready(self) -> bool:
-        """Serving, registered (when a metadata store is used) and not shutting down."""
-        if self.endpoint is None or self.stopping or self.stopped.is_set():
+        """Serving, registered (when a metadata store is used), not shutting down, and with room in the
+        journal (a full journal volume fails every normal add: see the disk monitor)."""
+        if self.endpoint is None or self.stopping or self.stopped.is_set() or self.monitor.journal_full:
             return False
         return self.registration is None or self.registration.registered_path is not None
 
@@ -600,7 +706,7 @@ class Bookie:
 
     async def _run(self, task_status: trio.TaskStatus[BookieEndpoint]) -> None:
         async with trio.open_nursery() as nursery:
-            host, port = await nursery.start(self.server.serve)
+            host, port = await nursery.start(self.server.serve, self._listener)
             bookie_id = bookie_id_for(self.settings.advertised_host(), port)
             self.endpoint = BookieEndpoint(bookie_id, host, port)
             self.monitor.check()  # a full disk registers read-only from the start

@@ -9,7 +9,15 @@ Names follow DESIGN.md §4 (unit last) and map to BookKeeper's ``bk_server.conf`
 
 Security (off by default): ``authentication_enabled`` makes every connection start with an AUTH carrying a
 token signed with the cluster's key (``token_secret_key`` or ``token_public_key``, as the brokers'), whose
-role is in ``auth_allowed_roles`` when that list is set (BookKeeper's ``bookieAuthProviderFactoryClass``);
+role is one of the bookie's clients: ``auth_allowed_roles`` (the brokers' role, the subject of their
+``bookkeeper_auth_token``) or ``super_user_roles`` (BookKeeper's ``bookieAuthProviderFactoryClass`` with
+Pulsar's practice of admitting only the brokers' own credentials and superusers). Any other role - a
+tenant's application token included - is refused, and so is everyone when both lists are empty. Until its
+AUTH is accepted a connection may send at most ``unauthenticated_bytes_max`` bytes, and at most
+``unauthenticated_connections_max`` connections wait for their AUTH at once (the oldest is closed to admit a
+new one), so connections without a token hold at most the product of the two. Once
+authentication is on, the HTTP endpoints other than ``is_ready`` need a token of one of ``super_user_roles``
+(``/metrics`` only with ``authenticate_metrics_endpoint``, see :mod:`.http_api`).
 ``tls_certificate_file`` + ``tls_key_file`` serve the protocol over TLS (BookKeeper's ``tlsCertificatePath``,
 ``tlsKeyStore``), with client certificates required when ``tls_require_trusted_client_cert`` is set.
 """
@@ -41,6 +49,8 @@ class BookieSettings(BaseSettings):
     metadata_url: str = "memory://"
     metadata_session_timeout_ms: PositiveInt = 30_000
     """Metadata-store (ZooKeeper) session timeout: how long a crashed bookie's registration lingers."""
+    metadata_operation_timeout_ms: PositiveInt = 30_000
+    """Bound on one metadata-store request, and on reaching the store at start-up (as the broker's)."""
     data_dir: Path = Path("data/bookie")
     """Entry logs, the RocksDB index and the journal mark (the ledgers volume)."""
     journal_dir: Path | None = None
@@ -97,9 +107,20 @@ class BookieSettings(BaseSettings):
     """Or the public half of the cluster's key pair."""
     token_allowed_clock_skew_seconds: Annotated[float, Field(ge=0, le=3600)] = 0.0
     auth_allowed_roles: Annotated[tuple[str, ...], NoDecode] = ()
-    """Roles whose tokens may connect (comma-separated); empty: any token the cluster key verifies."""
+    """The brokers' roles (comma-separated): the subject of the ``bookkeeper_auth_token`` they present.
+    With ``super_user_roles`` the only roles admitted; both empty admits nobody."""
+    super_user_roles: Annotated[tuple[str, ...], NoDecode] = ()
+    """Roles allowed everything (comma-separated, as the brokers' ``super_user_roles``); admitted too."""
     auth_timeout_ms: PositiveInt = 10_000
     """A connection that has not authenticated within this is closed (it would hold a connection slot)."""
+    unauthenticated_bytes_max: Annotated[int, Field(ge=1024, le=1024 * 1024)] = 16 * 1024
+    """Bytes a connection may send before its AUTH is accepted (the AUTH frame included: a token of the
+    brokers' default ``token_bytes_max`` fits); one that needs to send more is answered EUA and closed."""
+    unauthenticated_connections_max: Annotated[int, Field(ge=1, le=65536)] = 128
+    """Connections waiting for their AUTH at once; a new one closes the oldest of them."""
+    authenticate_metrics_endpoint: bool = False
+    """``/metrics`` on the HTTP port needs a superuser's token too (Pulsar's
+    ``authenticateMetricsEndpoint``)."""
 
     tls_certificate_file: Path | None = None
     """PEM certificate chain: with ``tls_key_file``, the bookie protocol is served over TLS only."""
@@ -116,7 +137,7 @@ class BookieSettings(BaseSettings):
     zk_tls_certificate_file: Path | None = None
     zk_tls_key_file: Path | None = None
 
-    @field_validator("auth_allowed_roles", mode="before")
+    @field_validator("auth_allowed_roles", "super_user_roles", mode="before")
     @classmethod
     def _split_roles(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -133,7 +154,14 @@ class BookieSettings(BaseSettings):
             raise ValueError("tls_certificate_file and tls_key_file go together")
         if self.tls_require_trusted_client_cert and self.tls_trust_certs_file is None:
             raise ValueError("tls_require_trusted_client_cert needs tls_trust_certs_file")
+        if self.unauthenticated_bytes_max > self.frame_bytes_max:
+            raise ValueError("unauthenticated_bytes_max must be <= frame_bytes_max")
         return self
+
+    @property
+    def bookie_client_roles(self) -> frozenset[str]:
+        """The roles admitted when authentication is on: ``auth_allowed_roles`` and ``super_user_roles``."""
+        return frozenset((*self.auth_allowed_roles, *self.super_user_roles))
 
     @property
     def tls_enabled(self) -> bool:
@@ -150,6 +178,7 @@ class BookieSettings(BaseSettings):
     def metadata_settings(self) -> MetadataStoreSettings:
         return MetadataStoreSettings(
             session_timeout_ms=self.metadata_session_timeout_ms,
+            operation_timeout_ms=self.metadata_operation_timeout_ms,
             zk_tls_enabled=self.zk_tls_enabled,
             zk_tls_trust_certs_file=self.zk_tls_trust_certs_file,
             zk_tls_certificate_file=self.zk_tls_certificate_file,

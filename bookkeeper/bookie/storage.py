@@ -7,6 +7,10 @@ Theory of operation (reference/bookkeeper.md §5, invariants 6, 8, 11, 12):
   and acknowledged (``on_durable(None)``) only after the journal's fdatasync covers it. Master keys, fences
   and explicit LACs take effect in memory at once and are journaled the same way; a fence is therefore
   durable before its callback fires (invariant 6).
+* **Back-pressure.** An add that finds the active write cache full while the other half is still being
+  flushed, or the journal queue full, waits for room (BookKeeper's write throttle, ``write_throttle_ms_max``)
+  in the queue of :mod:`.add_throttle`, which also keeps later adds behind it; it is refused with
+  StorageBusyError (ETOOMANYREQUESTS) only after that time.
 * **Checkpoint** (every ``checkpoint_interval_ms``, and as soon as the active write cache fills): take the
   journal's synced mark, swap the write caches, flush the full one to the entry log and the index
   (:mod:`.checkpoint`), persist the mark (monotonic, atomic), and only then delete journal files older than
@@ -30,6 +34,7 @@ tasks - the journal writer, the checkpointer and the disk monitor - in a nursery
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import struct
@@ -40,6 +45,7 @@ from pathlib import Path
 
 import trio
 
+from magnetar.bookkeeper.bookie.add_throttle import AddThrottle, WaitingAdd
 from magnetar.bookkeeper.bookie.checkpoint import CacheFlusher, run_io
 from magnetar.bookkeeper.bookie.entry_index import (
     EntryIndex,
@@ -52,10 +58,12 @@ from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, Relocation
 from magnetar.bookkeeper.bookie.errors import (
     BookieError,
     DiskFullError,
+    LedgerFencedError,
     NoEntryError,
     NoLedgerError,
     StorageBusyError,
     StorageClosedError,
+    StorageInUseError,
     StorageIOError,
 )
 from magnetar.bookkeeper.bookie.journal import Journal
@@ -70,7 +78,7 @@ from magnetar.bookkeeper.bookie.log_mark import LogMark, MarkFile
 from magnetar.bookkeeper.bookie.read_cache import ReadCache
 from magnetar.bookkeeper.bookie.replay import ReplayStats, replay_journal
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
-from magnetar.bookkeeper.bookie.write_cache import ENTRY_OVERHEAD_BYTES, DoubleWriteCache, WriteCache
+from magnetar.bookkeeper.bookie.write_cache import DoubleWriteCache, WriteCache
 from magnetar.bookkeeper.runtime.pacing import GiveWay
 
 log = logging.getLogger(__name__)
@@ -105,11 +113,41 @@ class _Parts:
     ranges: dict[int, EntryRange]
 
 
+def check_not_in_use(settings: BookieStorageSettings) -> None:
+    """Raise :class:`StorageInUseError` when another process has this engine open (it holds the POSIX lock
+    RocksDB takes on the index's ``LOCK`` file). A probe, for checks that must run before the engine opens -
+    the bookie's identity check would otherwise report another running bookie's directory as a mismatched
+    cookie. It must not run in a process that has the engine open: closing the probe's descriptor would drop
+    that process's own lock (POSIX locks belong to the process, not the descriptor)."""
+    lock_path = settings.index_path / "LOCK"
+    try:
+        fd = os.open(lock_path, os.O_RDWR)
+    except FileNotFoundError:
+        return  # never opened: nobody holds it
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        raise StorageInUseError(
+            f"bookie data directory {settings.data_dir} is held by another process "
+            f"(the lock on {lock_path}: {exc.strerror})"
+        ) from None
+    finally:
+        os.close(fd)
+
+
 def _open_parts(settings: BookieStorageSettings) -> _Parts:
     """Open the index, the entry logger and the mark, and load every ledger record (blocking)."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.journal_path.mkdir(parents=True, exist_ok=True)
-    index = EntryIndex(settings.index_path)
+    try:
+        index = EntryIndex(settings.index_path)
+    except Exception as exc:  # rocksdict raises plain Exceptions; RocksDB locks its directory
+        if "lock" in str(exc).lower():
+            raise StorageInUseError(
+                f"bookie data directory {settings.data_dir} is held by another process "
+                f"(RocksDB LOCK of {settings.index_path}): {exc}"
+            ) from exc
+        raise
     try:
         states: dict[int, LedgerState] = {}
         ranges: dict[int, EntryRange] = {}
@@ -161,6 +199,7 @@ async def open_ledger_store(
             await nursery.start(store._journal.run)
             nursery.start_soon(store._checkpoint_loop)
             nursery.start_soon(store._disk_monitor)
+            nursery.start_soon(store._throttle.run)
             store._accepting = True
             try:
                 yield store
@@ -221,6 +260,9 @@ class DbLedgerStorage:
         self._entry_bytes_max = settings.entry_bytes_max
         self._read_ahead_entries = settings.read_ahead_entries if settings.read_cache_bytes_max else 0
         self._final_checkpoint = True
+        self._throttle = AddThrottle(
+            self, wait_ms=settings.write_throttle_ms_max, bytes_max=settings.write_cache_bytes_max // 2
+        )
         self.checkpoints = 0
         """Write-cache flushes completed so far (the one at startup included)."""
         self.replay_stats: ReplayStats | None = None
@@ -235,7 +277,8 @@ class DbLedgerStorage:
 
     def stats(self) -> dict[str, float]:
         """Journal figures for the bookie's metrics (``magnetar_bookie_journal_*``): group commits and how
-        long their syncs took, the records and bytes they covered, bytes still waiting for a sync."""
+        long their syncs took, the records and bytes they covered, bytes still waiting for a sync; and the
+        adds that waited for room in the write cache (``magnetar_bookie_write_*``)."""
         journal = self._journal.stats
         return {
             "journal_syncs": journal.syncs,
@@ -246,6 +289,8 @@ class DbLedgerStorage:
             "journal_sync_seconds": journal.sync_seconds,
             "journal_sync_seconds_max": journal.sync_seconds_max,
             "journal_queued_bytes": self._journal.queued_bytes,
+            "write_throttled_adds": self._throttle.throttled,
+            "write_waiting_bytes": self._throttle.bytes,
         }
 
     # -- LedgerStore: state ------------------------------------------------------------------------------
@@ -259,6 +304,9 @@ class DbLedgerStorage:
     def disk_usage(self) -> DiskUsage:
         return self._disk_probe(self.settings.data_dir)
 
+    def journal_disk_usage(self) -> DiskUsage:
+        return self._disk_probe(self.settings.journal_path)
+
     def create_ledger(self, ledger_id: int, master_key: bytes, on_durable: DurableCallback) -> None:
         self._check_meta_append(len(master_key) + 8)
         self._ledgers.create(ledger_id, master_key)
@@ -267,6 +315,9 @@ class DbLedgerStorage:
     def fence(self, ledger_id: int, on_durable: DurableCallback) -> None:
         self._ledgers.known(ledger_id)
         self._check_meta_append(8)
+        self._throttle.fail(
+            ledger_id, LedgerFencedError(f"ledger {ledger_id} was fenced while the add waited")
+        )
         self._ledgers.fence(ledger_id)
         self._journal.append_fence(ledger_id, on_durable)
 
@@ -298,22 +349,51 @@ class DbLedgerStorage:
                 f"or exceed entry_bytes_max={self._entry_bytes_max}"
             )
         if self._disk_full:
-            raise DiskFullError(f"less than disk_free_bytes_min={self.settings.disk_free_bytes_min} free")
+            raise DiskFullError(
+                f"less than disk_free_bytes_min={self.settings.disk_free_bytes_min} free (ledger or journal)"
+            )
+        if self._throttle or not self.has_room(size):
+            self._throttle.submit(WaitingAdd(ledger_id, entry_id, body, on_durable))
+            return
+        self.add_now(ledger_id, entry_id, body, on_durable)
+
+    # -- the throttle's view (:mod:`.add_throttle`) ------------------------------------------------------
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    def knows(self, ledger_id: int) -> bool:
+        return ledger_id in self._states
+
+    @property
+    def throttled_adds(self) -> int:
+        """Adds that had to wait for room in the write cache, since start."""
+        return self._throttle.throttled
+
+    @property
+    def waiting_add_bytes(self) -> int:
+        return self._throttle.bytes
+
+    def has_room(self, size: int) -> bool:
+        """Whether an add of ``size`` bytes can go in now (a full active half is swapped unless the other one
+        is still being flushed)."""
         cache = self._cache
-        active = cache.active
-        if active.bytes + size + ENTRY_OVERHEAD_BYTES > cache.half_bytes_max:
-            if self._pending is not None:
-                raise StorageBusyError(
-                    f"write_cache_bytes_max={self.settings.write_cache_bytes_max} reached while flushing"
-                )
+        if self._pending is not None and not cache.has_room(size):
+            return False
+        return self._journal.has_capacity(size)
+
+    def add_now(self, ledger_id: int, entry_id: int, body: bytes, on_durable: DurableCallback) -> None:
+        cache = self._cache
+        if not cache.has_room(len(body)):
+            assert self._pending is None, "an add went in while both write cache halves were full"
             self._swap()
             self._checkpoint_wanted.set()
-            active = cache.active
         # BookKeeper adds to storage before journaling, so that no checkpoint can fall between the two. Here
         # both happen in one synchronous step of the event loop, where no checkpoint can run; journaling
         # first lets the journal's bound refuse the add (StorageBusyError) before anything changed.
         self._journal.append_entry(body, on_durable)
-        active.put(ledger_id, entry_id, body)
+        cache.active.put(ledger_id, entry_id, body)
 
     async def wait_writable(self, size: int) -> None:
         """Back-pressure for callers: return once an add of ``size`` bytes would not be refused as busy."""
@@ -556,6 +636,7 @@ class DbLedgerStorage:
 
     async def _quiesce(self) -> None:
         self._accepting = False
+        self._throttle.fail(None, StorageClosedError("the ledger store is closing"))
         with trio.move_on_after(self.settings.close_timeout_ms / 1000) as scope:
             try:
                 await self._journal.drain()
@@ -580,19 +661,26 @@ class DbLedgerStorage:
 
     def check_disk(self) -> DiskUsage | None:
         """Probe free space now (the monitor does it every ``disk_check_interval_ms``); below
-        ``disk_free_bytes_min`` every add is refused with DiskFullError until space returns."""
+        ``disk_free_bytes_min`` on the ledger or the journal volume every add is refused with DiskFullError
+        until space returns. Returns the ledger volume's usage."""
         try:
             usage = self._disk_probe(self.settings.data_dir)
+            journal = self._disk_probe(self.settings.journal_path)
         except OSError as exc:
             log.warning("disk probe failed: %s", exc)
             return None
-        full = usage.free_bytes < self.settings.disk_free_bytes_min
+        floor = self.settings.disk_free_bytes_min
+        short = [name for name, u in (("ledger", usage), ("journal", journal)) if u.free_bytes < floor]
+        full = bool(short)
         if full != self._disk_full:
             self._disk_full = full
             if full:
-                log.error("only %d bytes free: refusing adds (disk_free_bytes_min)", usage.free_bytes)
+                free = min(usage.free_bytes, journal.free_bytes)
+                log.error(
+                    "only %d bytes free on the %s volume: refusing adds (disk_free_bytes_min)", free, short[0]
+                )
             else:
-                log.warning("%d bytes free again: accepting adds", usage.free_bytes)
+                log.warning("%d bytes free again: accepting adds", min(usage.free_bytes, journal.free_bytes))
         return usage
 
     # -- helpers -----------------------------------------------------------------------------------------

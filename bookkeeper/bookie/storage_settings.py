@@ -60,8 +60,11 @@ class BookieStorageSettings(BaseModel):
     """journalMaxSizeMB: roll to a new file beyond this size (a batch is never split across files)."""
     journal_preallocate_bytes: int = Field(16 * MIB, ge=4 * KIB)
     """journalPreAllocSizeMB: the file is extended by this much ahead of the write position."""
-    journal_max_backups: int = Field(5, ge=0)
-    """journalMaxBackups: journal files older than the checkpoint mark that are kept anyway."""
+    journal_max_backups: int = Field(0, ge=0, le=1000)
+    """journalMaxBackups: journal files older than the checkpoint mark that are kept anyway. Every checkpoint
+    deletes the others: replay starts at the mark, so they are never read again. BookKeeper's default is 5;
+    0 here, as Pulsar's Helm chart sets it (``journalMaxBackups: "0"``): on a dedicated journal volume the
+    backups are what fills it (see the disk monitor)."""
     journal_replay_read_bytes: int = Field(4 * MIB, ge=4 * KIB)
     """Replay reads the journal in chunks of this size (bounded memory at startup)."""
 
@@ -78,6 +81,12 @@ class BookieStorageSettings(BaseModel):
     # -- caches (DbLedgerStorage) --------------------------------------------------------------------------
     write_cache_bytes_max: int = Field(64 * MIB, ge=64 * KIB)
     """dbStorage_writeCacheMaxSizeMb, both halves: each of the two swapped caches holds half."""
+    write_throttle_ms_max: int = Field(4_000, ge=0, le=600_000)
+    """dbStorage_maxThrottleTimeMs: an add that finds the write cache full while the other half is still
+    being flushed (or the journal queue full) waits this long for room before it is refused
+    (ETOOMANYREQUESTS); 0 refuses at once. BookKeeper waits 10 s; keep it below the clients'
+    ``add_timeout_ms`` (5 s by default), so a client hears the refusal rather than its own timeout. Waiting
+    adds hold at most half of ``write_cache_bytes_max`` more; beyond that they are refused at once."""
     read_cache_bytes_max: int = Field(64 * MIB, ge=0)
     """dbStorage_readAheadCacheMaxSizeMb."""
     read_ahead_entries: int = Field(100, ge=0)

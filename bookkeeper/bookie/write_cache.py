@@ -7,8 +7,8 @@ Both are searched by reads, which is how tailing readers see an entry the moment
 A cache holds the packaged entries by reference (no copy) in one dict per ledger, and counts its size as
 the entries' bytes plus :data:`ENTRY_OVERHEAD_BYTES` each - an estimate of the Python objects that hold
 them - so that ``write_cache_bytes_max`` bounds real memory, not just payload bytes. When the active half is
-full and the other half is still being flushed, the engine refuses adds (StorageBusyError), as BookKeeper
-does once ``dbStorage_maxThrottleTimeMs`` has passed.
+full and the other half is still being flushed, adds wait for the flush (at most ``write_throttle_ms_max``,
+BookKeeper's ``dbStorage_maxThrottleTimeMs``), then the engine refuses them (StorageBusyError).
 
 Everything here runs on the trio thread. The flushing half is never modified: deleting a ledger while it is
 being flushed is the engine's business (it re-deletes the ledger's index range after the flush).

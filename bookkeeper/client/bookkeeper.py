@@ -83,12 +83,21 @@ class BookKeeper:
         return handle
 
     async def open_ledger(
-        self, ledger_id: int, password: bytes = b"", *, recovery: bool = True
+        self,
+        ledger_id: int,
+        password: bytes = b"",
+        *,
+        recovery: bool = True,
+        use_stored_password: bool = False,
     ) -> ReadHandle:
         """Open for reading: ``recovery=True`` fences and recovers an unclosed ledger; ``False`` never
-        fences."""
+        fences. ``use_stored_password``: the password recorded in the ledger's metadata (BookKeeper's
+        administrative open), ``password`` only when it records none; else ``password`` must match it."""
         self._ctx.check_open()
-        return await LedgerOpenOp(self._ctx, ledger_id, password, recovery=recovery).run()
+        op = LedgerOpenOp(
+            self._ctx, ledger_id, password, recovery=recovery, use_stored_password=use_stored_password
+        )
+        return await op.run()
 
     async def get_ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         self._ctx.check_open()

@@ -62,7 +62,9 @@ class LedgerMetadata:
     last_entry_id: int = INVALID_ENTRY_ID
     length: int = 0
     digest_type: DigestType | None = None
-    password: bytes | None = None
+    password: bytes | None = field(default=None, repr=False)
+    """Recorded so that the ledger's owner (and recovery tools) can open it without being told it, as
+    BookKeeper's metadata records it; never shown in a repr or a log line."""
     custom_metadata: Mapping[str, bytes] = field(default_factory=dict)
     ctime_ms: int = 0
     creator_token: int = 0

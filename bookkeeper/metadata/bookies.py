@@ -9,20 +9,29 @@ The node's value is a small JSON document (:class:`BookieServiceInfo`, as BookKe
 ``BookieServiceInfo``) naming the bookie's endpoints, so that tools can find its HTTP port, and its
 properties: ``rack`` is the bookie's rack or zone label (``--rack``), which rack-aware placement spreads
 ensembles across (absent: the default rack).
+
+Two persistent nodes hold the identity of the cluster and of its bookies (BookKeeper's layout):
+``/ledgers/INSTANCEID`` is the cluster's instance id, a random UUID written once, by whoever needs it first
+(``initialize-cluster-metadata`` or the first bookie to start); ``/ledgers/cookies/<bookieId>`` is the cookie
+a bookie wrote when it first started (:mod:`magnetar.bookkeeper.bookie.cookie`). Deleting a bookie's cookie
+is part of forgetting it (``magnetar bookie --format``, decommissioning).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from magnetar.bookkeeper.metadata.api import MetadataStore, join
+from magnetar.bookkeeper.metadata.api import BadVersionError, GetResult, MetadataStore, join
 
 LEDGERS_ROOT = "/ledgers"
 AVAILABLE_PATH = "/ledgers/available"
 READONLY = "readonly"
 READONLY_PATH = "/ledgers/available/readonly"
 COOKIES_PATH = "/ledgers/cookies"
+INSTANCE_ID_PATH = "/ledgers/INSTANCEID"
 
 
 def writable_path(bookie_id: str) -> str:
@@ -31,6 +40,39 @@ def writable_path(bookie_id: str) -> str:
 
 def readonly_path(bookie_id: str) -> str:
     return join(READONLY_PATH, bookie_id)
+
+
+def cookie_path(bookie_id: str) -> str:
+    return join(COOKIES_PATH, bookie_id)
+
+
+async def read_instance_id(store: MetadataStore) -> str | None:
+    """The cluster's instance id, or None if nobody has created it yet."""
+    result = await store.get(INSTANCE_ID_PATH)
+    return None if result is None else result.value.decode()
+
+
+async def ensure_instance_id(
+    store: MetadataStore, new_id: Callable[[], str] = lambda: str(uuid.uuid4())
+) -> str:
+    """The cluster's instance id, created (``new_id()``) if it does not exist yet; a racing creator wins."""
+    existing = await read_instance_id(store)
+    if existing is not None:
+        return existing
+    candidate = new_id()
+    try:
+        await store.put(INSTANCE_ID_PATH, candidate.encode(), -1)
+    except BadVersionError:
+        created = await read_instance_id(store)
+        if created is None:  # created and deleted meanwhile: nobody does that but an operator
+            raise
+        return created
+    return candidate
+
+
+async def read_cookie(store: MetadataStore, bookie_id: str) -> GetResult | None:
+    """The stored cookie of ``bookie_id`` with its version (for a compare-and-set), or None."""
+    return await store.get(cookie_path(bookie_id))
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,9 @@ the store creates it when it opens.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -84,6 +86,7 @@ from magnetar.bookkeeper.metadata.api import (
     parent_of,
     validate_path,
 )
+from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.metadata.listeners import ListenerSet
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 
@@ -178,6 +181,42 @@ HANDSHAKE_SHARE_MIN = 3
 until that is at most a third of the session timeout."""
 
 
+PROBE_TIMEOUT_S = 2.0
+"""How long :func:`why_unreachable` waits for each server to accept a connection."""
+
+
+async def why_unreachable(hosts: str) -> str:
+    """Why each of ``hosts`` (``h:p[,h:p]``) gave no session, in a user's words: a TCP connection to each
+    says whether the name resolves, whether anything listens on the port, or whether something listens but
+    did not speak ZooKeeper (or TLS as configured) with us. Only used to word an error."""
+    findings = []
+    for server in (part.strip() for part in hosts.split(",") if part.strip()):
+        host, _, port = server.rpartition(":")
+        if not port.isdigit():
+            findings.append(f"{server}: not HOST:PORT")
+            continue
+        findings.append(f"{server}: {await _probe(host.strip('[]'), int(port))}")
+    return "; ".join(findings)
+
+
+async def _probe(host: str, port: int) -> str:
+    try:
+        with trio.fail_after(PROBE_TIMEOUT_S):
+            stream = await trio.open_tcp_stream(host, port)
+    except trio.TooSlowError:
+        return f"no answer within {PROBE_TIMEOUT_S:g} s (a firewall, or the host is down?)"
+    except socket.gaierror:
+        return f"the host name {host!r} does not resolve"
+    except OSError as exc:
+        # trio tries every address of the name and reports each attempt's error in a group as the cause
+        attempts = exc.__cause__.exceptions if isinstance(exc.__cause__, BaseExceptionGroup) else (exc,)
+        if all(getattr(each, "errno", None) == errno.ECONNREFUSED for each in attempts):
+            return "connection refused: nothing listens on that port (is ZooKeeper running?)"
+        return f"cannot connect: {'; '.join(str(each) for each in attempts)}"
+    await stream.aclose()
+    return "a server accepts connections but gave no ZooKeeper session (is it ZooKeeper, and TLS as set?)"
+
+
 def handshake_hosts(hosts: str) -> str:
     """``hosts`` repeated so that a handshake that stalls cannot use the whole session timeout.
 
@@ -204,6 +243,8 @@ class ZkMetadataStore:
         self._token = trio.lowlevel.current_trio_token()
         self._listeners: ListenerSet[Notification] = ListenerSet()
         self._session_listeners: ListenerSet[SessionEvent] = ListenerSet()
+        self.health = MetadataHealth()
+        self._session_listeners.add(self.health.on_session_event)  # first: listeners see the new health
         self._ready = trio.Event()
         self._open_error: BaseException | None = None
         self._session_id: int | None = None
@@ -235,7 +276,8 @@ class ZkMetadataStore:
                 await store._ready.wait()
             if not store._ready.is_set():
                 raise StoreUnavailableError(
-                    f"no ZooKeeper session with {hosts} within {settings.operation_timeout_ms} ms"
+                    f"no ZooKeeper session with {hosts} within {settings.operation_timeout_ms} ms "
+                    f"({await why_unreachable(hosts)})"
                 )
             if store._open_error is not None:
                 raise MetadataStoreError(

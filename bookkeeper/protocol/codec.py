@@ -436,6 +436,10 @@ class _Side:
         """Bytes of oversized frames dropped so far."""
         return self._decoder.bytes_skipped
 
+    def pending_request_id(self) -> int | None:
+        """The request id of the frame being received, once its header has arrived (to answer it early)."""
+        return self._decoder.pending_request_id()
+
     def _check_size(self, buf: bytearray, mark: int, what: object) -> None:
         size = len(buf) - mark
         if size > self.frame_bytes_max:

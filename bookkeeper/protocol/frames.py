@@ -148,6 +148,12 @@ class FrameDecoder:
             self._pos = 0
         buf += data
 
+    def pending_request_id(self) -> int | None:
+        """The request id of the incomplete frame at the head of the buffer, once its header has arrived."""
+        if self._error is not None or len(self._buf) - self._pos < FRAME_OVERHEAD_BYTES:
+            return None
+        return int(HEADER.unpack_from(self._buf, self._pos + PREFIX_BYTES)[1])
+
     def next_frame(self) -> RawFrame | OversizedFrame | ShortFrame | FramingError | None:
         """The next complete frame, a framing event, or None when more bytes are needed."""
         if self._error is not None:

@@ -170,7 +170,7 @@ async def bench_bookie(ca: trustme.CA, directory: Path) -> None:
     token = create_token(secret_key(secret), "broker")
     key_setting = "data:;base64," + base64.b64encode(secret).decode()
     tls = {"tls_certificate_file": cert_file, "tls_key_file": key_file}
-    auth = {"authentication_enabled": True, "token_secret_key": key_setting}
+    auth = {"authentication_enabled": True, "token_secret_key": key_setting, "auth_allowed_roles": "broker"}
     cases: list[tuple[str, dict[str, Any], bool, bool]] = [
         ("plain", {}, False, False),
         ("TLS", tls, True, False),

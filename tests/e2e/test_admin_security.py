@@ -110,6 +110,8 @@ CASES: dict[tuple[str, str], Case] = {
     ("DELETE", f"{T}/truncate"): Case(),
     ("GET", f"{T}/stats"): Case(),
     ("GET", f"{T}/internalStats"): Case(),
+    ("GET", f"{T}/partitioned-stats"): Case({"topic": "parts"}),
+    ("GET", f"{T}/partitioned-internal-stats"): Case({"topic": "parts"}),
     ("GET", f"{T}/lastMessageId"): Case(),
     ("GET", f"{T}/subscriptions"): Case(),
     ("GET", f"{T}/ledger/{{ledger}}/entry/{{entry}}"): Case(),
@@ -231,6 +233,7 @@ def set_up(admin: Admin) -> dict[str, str]:
         admin.ok("PUT", f"/admin/v2/persistent/acme/ns/{topic}")
     for topic in ("parts", "doomed-parts"):
         admin.ok("PUT", f"/admin/v2/persistent/acme/ns/{topic}/partitions", json=2)
+    admin.ok("PUT", "/admin/v2/persistent/acme/ns/parts-partition-0")  # its partitions have internal stats
     for subscription in ("sub", "doomed-sub"):
         admin.ok("PUT", f"/admin/v2/persistent/acme/ns/orders/subscription/{subscription}", json="earliest")
     admin.ok("POST", "/admin/v2/persistent/acme/ns/orders/permissions/matrix-role", json=["consume"])

@@ -20,12 +20,16 @@ def expect_status(connect: Connect, url: str, status: int) -> str:
     return (caught.value.resp_body or b"").decode()
 
 
-def close_code(ws: websocket.WebSocket) -> int:
+def close_frame(ws: websocket.WebSocket) -> tuple[int, str]:
     ws.settimeout(5)
     while True:
         opcode, frame = ws.recv_data_frame(control_frame=True)
         if opcode == websocket.ABNF.OPCODE_CLOSE:
-            return int.from_bytes(frame.data[:2], "big")
+            return int.from_bytes(frame.data[:2], "big"), frame.data[2:].decode()
+
+
+def close_code(ws: websocket.WebSocket) -> int:
+    return close_frame(ws)[0]
 
 
 def test_producer_errors_are_acks_and_the_session_goes_on(broker: Broker, ws_connect: Connect) -> None:
@@ -106,3 +110,26 @@ def test_consumer_bad_commands(broker: Broker, ws_connect: Connect) -> None:
     last = ws_connect(f"{broker.ws_url}/ws/v2/consumer/{NS}/bad-consumer/sub?subscriptionType=Shared")
     again = recv_json(last)
     assert again["messageId"] == acks[1]["messageId"]
+
+
+def test_a_negative_permit_closes_the_consumer_with_a_reason_that_names_it(
+    broker: Broker, ws_connect: Connect
+) -> None:
+    consumer = ws_connect(f"{broker.ws_url}/ws/v2/consumer/{NS}/negative-permit/sub?pullMode=true")
+    send_json(consumer, {"type": "permit", "permitMessages": -5})
+    code, reason = close_frame(consumer)
+    assert code == 4003
+    assert "permitMessages must not be negative: -5" in reason
+
+
+def test_names_with_control_characters_are_refused_on_the_upgrade(
+    broker: Broker, ws_connect: Connect
+) -> None:
+    body = expect_status(ws_connect, f"{broker.ws_url}/ws/v2/producer/{NS}/%00nul", 400)
+    assert "control character U+0000" in body
+    body = expect_status(ws_connect, f"{broker.ws_url}/ws/v2/consumer/{NS}/t/sub%1Bx", 400)
+    assert "subscription" in body
+    assert "U+001B" in body
+    expect_status(ws_connect, f"{broker.ws_url}/ws/v2/reader/{NS}/a%C2%85b", 400)  # U+0085, a C1 control
+    expect_status(ws_connect, f"{broker.ws_url}/ws/v2/producer/{NS}/%2E%2E", 400)
+    expect_status(ws_connect, f"{broker.ws_url}/ws/v2/consumer/{NS}/t/%2E", 400)

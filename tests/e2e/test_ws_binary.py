@@ -230,6 +230,9 @@ def test_bad_frames(broker: Broker, ws_connect: Connect) -> None:
     text_in_binary = binary(ws_connect, f"{broker.ws_url}/ws/v2/consumer/{NS}/bad-binary/sub2")
     text_in_binary.send(json.dumps({"type": "permit", "permitMessages": 1}))
     assert close_code(text_in_binary) == 4003
+    negative = binary(ws_connect, f"{broker.ws_url}/ws/v2/consumer/{NS}/bad-binary/sub3?pullMode=true")
+    negative.send_binary(bytes((FrameType.PERMIT,)) + (2**32 - 5).to_bytes(4, "little"))  # -5 as u32
+    assert close_code(negative) == 4003
 
 
 def test_binary_reader_permits_and_end_of_topic(broker: Broker, ws_connect: Connect) -> None:

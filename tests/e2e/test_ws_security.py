@@ -316,7 +316,37 @@ def test_perf_tools_authenticate_with_a_token(
     assert main([*common, "--messages", "20", "--duration-s", "20", *token]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out.strip().splitlines()[-1])["messages"] == 20
-    assert main([*common, "--messages", "20", "--duration-s", "1"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "role", "status", "reason"),
+    [
+        ("produce", None, 401, "Failed to authenticate"),
+        ("produce", "consumer-role", 403, "is not authorized to produce"),
+        ("consume", None, 401, "Failed to authenticate"),
+        ("consume", "producer-role", 403, "is not authorized to consume"),
+    ],
+)
+def test_perf_tools_stop_at_once_when_refused_for_authentication_or_authorization(
+    secure_broker: Broker,
+    token_keys: TokenKeys,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    role: str | None,
+    status: int,
+    reason: str,
+) -> None:
+    from magnetar.admin.cli import main
+
+    argv = ["perf", command, "--url", secure_broker.http_url, "--topic", "persistent://acme/ns/perf"]
+    argv += ["--messages", "20", "--duration-s", "120"]
+    if role is not None:
+        argv += ["--auth-token", f"token:{token_keys.token(role)}"]
+    assert main(argv) == 1
     captured = capsys.readouterr()
-    assert json.loads(captured.out.strip().splitlines()[-1])["messages"] == 0
-    assert "upgrade refused: 401" in captured.out
+    assert f"refused the connection: {status} " in captured.err
+    assert reason in captured.err
+    assert "retrying" not in captured.out
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert (summary["messages"], summary["outcome"]) == (0, "failed")
+    assert summary["elapsed_s"] < 60  # stopped at once, not retried until the duration ended

@@ -17,6 +17,11 @@ from fixtures.dev_cluster import start_dev_cluster_command
 from fixtures.processes import ProcessFailedError, ProcessGroup
 
 from magnetar.admin import zookeeper
+from magnetar.bookkeeper.protocol.codec import NEED_DATA, ClientProtocol
+from magnetar.bookkeeper.protocol.messages import AuthRequest, AuthResponse
+from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.runtime.auth.keys import secret_key
+from magnetar.bookkeeper.runtime.auth.tokens import create_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.processes]
 
@@ -138,3 +143,45 @@ def test_ctrl_c_or_a_hang_up_stops_it_and_its_children(
     log = process.log_path.read_text()
     assert f"received {signum.name}: stopping the dev cluster" in log
     assert "dev cluster stopped" in log
+
+
+def test_with_authentication_the_bookies_admit_only_the_brokers(
+    magnetar_processes: ProcessGroup, tmp_path: Path
+) -> None:
+    """``--authentication-enabled``: clients need the admin token the dev cluster made, the brokers reach the
+    bookies with theirs, and a token of any other role - valid for the cluster - is refused by the bookies."""
+    data_dir = tmp_path / "secure-dev"
+    flags = ("--zk", "1", "--bookies", "2", "--brokers", "1", "--authentication-enabled")
+    process = start_dev_cluster_command(magnetar_processes, data_dir, *flags)
+    ready = process.ready
+    admin_token = Path(str(ready["adminTokenFile"])).read_text()
+    assert Path(str(ready["adminTokenFile"])).stat().st_mode & 0o077 == 0
+    ws_url = ready["brokers"][0]["wsUrl"]
+    with pytest.raises(websocket.WebSocketBadStatusException) as caught:
+        websocket.create_connection(f"{ws_url}/ws/v2/producer/{TOPIC}", timeout=10)
+    assert caught.value.status_code == 401
+    auth = [f"Authorization: Bearer {admin_token}"]
+    producer = websocket.create_connection(f"{ws_url}/ws/v2/producer/{TOPIC}", timeout=20, header=auth)
+    send_json(producer, {"payload": b64("secured"), "context": "1"})
+    assert recv_json(producer)["result"] == "ok"
+    producer.close()
+    consumer = websocket.create_connection(
+        f"{ws_url}/ws/v2/consumer/{TOPIC}/check?subscriptionInitialPosition=Earliest", timeout=20, header=auth
+    )
+    try:
+        assert unb64(recv_json(consumer)["payload"]) == b"secured"
+    finally:
+        consumer.close()
+
+    key = secret_key((data_dir / "security" / "secret.key").read_bytes())
+    host, port = str(ready["bookies"][0]["bookieId"]).rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as bookie:
+        proto = ClientProtocol()
+        bookie.sendall(proto.send(AuthRequest(1, "token", create_token(key, "app").encode())))
+        while (event := proto.next_event()) is NEED_DATA:
+            proto.receive_data(bookie.recv(65536))
+    assert isinstance(event, AuthResponse)
+    assert event.status is BookieStatus.EUA
+    assert "role 'app' may not connect" in event.reason
+    assert process.stop() == 0
+    assert processes_using(data_dir) == []

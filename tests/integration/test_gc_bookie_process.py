@@ -79,6 +79,7 @@ async def test_bookie_process_reclaims_a_deleted_ledger_over_http(
         assert (await http.get("/api/v1/bookie/gc")).json() == {"is_in_force_gc": "false"}
         info = (await http.get("/api/v1/bookie/info")).json()
         assert info["totalSpace"] >= info["freeSpace"] > 0
+        assert info["journalTotalSpace"] >= info["journalFreeSpace"] > 0
         assert info["readOnly"] is False
 
         files = (await http.get("/api/v1/bookie/list_disk_file")).json()

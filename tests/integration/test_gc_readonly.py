@@ -11,71 +11,19 @@ disk at once, registers as writable again below the low-water mark and accepts n
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trio
-from fixtures.gc import KEY, CapacityProbe, entry, open_gc_cluster, register_ledgers, unregister_ledgers
+from fixtures.disk import add, registered_readonly, small_filesystem
+from fixtures.gc import CapacityProbe, entry, open_gc_cluster, register_ledgers, unregister_ledgers
 
-from magnetar.bookkeeper.bookie.core import BookieCore
 from magnetar.bookkeeper.bookie.storage import statvfs_probe
-from magnetar.bookkeeper.client.transport import next_request_id
-from magnetar.bookkeeper.metadata.bookies import list_bookies
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
-from magnetar.bookkeeper.protocol.messages import AddRequest, Response
 from magnetar.bookkeeper.protocol.status import BookieStatus
 
 CAPACITY_BYTES = 24 * 1024 * 1024
 LONG, SHORT = 1, 2
 ENTRY_BYTES = 16 * 1024
-
-
-@contextlib.contextmanager
-def small_filesystem(path: Path) -> Iterator[bool]:
-    """Mount a tmpfs of CAPACITY_BYTES at ``path``; yields whether it worked (root, mount available)."""
-    path.mkdir(parents=True)
-    try:
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={CAPACITY_BYTES}", "tmpfs", str(path)],
-            capture_output=True,
-            check=False,
-        )
-        mounted = done.returncode == 0
-    except FileNotFoundError:
-        mounted = False
-    try:
-        yield mounted
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-async def add(core: BookieCore, ledger_id: int, entry_id: int, *, recovery: bool = False) -> BookieStatus:
-    answered = trio.Event()
-    responses: list[Response] = []
-
-    def respond(response: Response) -> None:
-        responses.append(response)
-        answered.set()
-
-    body = entry(ledger_id, entry_id, ENTRY_BYTES)
-    core.handle(AddRequest(next_request_id(), ledger_id, entry_id, KEY, body, recovery, recovery), respond)
-    with trio.fail_after(10):
-        await answered.wait()
-    return responses[0].status
-
-
-async def registered_readonly(metadata: MemoryMetadataStore, bookie_id: str, readonly: bool) -> None:
-    """Wait until the bookie's registration says ``readonly``."""
-    with trio.fail_after(10):
-        while True:
-            lists = await list_bookies(metadata)
-            if (bookie_id in lists.readonly) == readonly and (bookie_id in lists.writable) != readonly:
-                return
-            await trio.sleep(0.01)
 
 
 @pytest.mark.slow
@@ -84,7 +32,7 @@ async def test_a_full_bookie_turns_read_only_and_gc_makes_it_writable_again(
     tmp_path: Path, disk: str
 ) -> None:
     metadata = MemoryMetadataStore()
-    with small_filesystem(tmp_path / "small") as mounted:
+    with small_filesystem(tmp_path / "small", CAPACITY_BYTES) as mounted:
         if disk == "tmpfs" and mounted:
             probe = statvfs_probe
             root = tmp_path / "small"

@@ -4,8 +4,10 @@ network implementing ``BookieTransport`` with loss, delay, reordering, duplicati
 Determinism: every random choice comes from the world's seeded ``random.Random``; events run in (time, seq)
 order from one task, so their order does not depend on trio's scheduler (which the test seeds as well).
 A crashed bookie loses its unsynced state (``MemoryLedgerStore.crash``), answers nothing while down, and
-every connection to it breaks (pending requests fail with CLOSED), as a real crash would. A *lost* bookie
-(:meth:`SimNetwork.lose`) crashes and never comes back.
+every connection to it breaks (pending requests fail with CLOSED), as a real crash would. A *wiped* bookie
+crashes and comes back on an empty disk (a new store, its cookies gone: :mod:`sim.sim_identity`). A *lost*
+bookie (:meth:`SimNetwork.lose`: destroyed for good, or a wiped one its identity check refused) crashes and
+never comes back: no restart (healing included) brings it back.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+from sim.sim_identity import SimDisk
 
 from magnetar.bookkeeper.bookie.core import BookieCore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
@@ -75,6 +78,7 @@ class SimBookie:
         self.store = MemoryLedgerStore(auto_sync=False)
         self.readonly = False
         self.core = BookieCore(self.store, is_readonly=lambda: self.readonly)
+        self.disk = SimDisk(name)
         self.up = True
         self.epoch = 0
         self.in_flight: dict[int, _Call] = {}
@@ -111,7 +115,7 @@ class SimNetwork:
     bookies: dict[str, SimBookie] = field(default_factory=dict)
     partitions: set[tuple[str, str]] = field(default_factory=set)
     lost: set[str] = field(default_factory=set)
-    """Bookies lost for good: never restarted."""
+    """Bookies lost for good, or wiped and not rejoined yet: never restarted."""
     on_down: Callable[[str, int], None] | None = None
     """Called with (bookie, epoch) when a bookie crashes (its registration goes after the session timeout)."""
     on_up: Callable[[str], None] | None = None
@@ -166,15 +170,34 @@ class SimNetwork:
         if self.on_down is not None:
             self.on_down(name, bookie.epoch)
 
-    def lose(self, name: str) -> None:
-        """The bookie is gone for good (its disk with it): down now, never restarted."""
-        self.log(f"lose {name} for good")
+    def wipe(self, name: str) -> None:
+        """Crash the bookie and give it an empty disk; it stays down (restarts skip it) until
+        :meth:`rejoin` or :meth:`lose`."""
+        self.crash(name)
+        self.log(f"wipe {name}")
+        bookie = self.bookies[name]
+        bookie.store = MemoryLedgerStore(auto_sync=False)
+        bookie.core = BookieCore(bookie.store, is_readonly=lambda: bookie.readonly)
+        bookie.disk.wipe()
+        self.lost.add(name)
+
+    def rejoin(self, name: str) -> None:
+        """The wiped bookie starts again under its old id."""
+        self.lost.discard(name)
+        self.restart(name)
+
+    def lose(self, name: str, why: str = "destroyed for good") -> None:
+        """The bookie never comes back: destroyed with its disk, or wiped and refused by its identity
+        check. Down now (if it was not already), never restarted."""
+        self.log(f"lost {name}: {why[:100]}")
         self.lost.add(name)
         self.crash(name)
 
     def restart(self, name: str) -> None:
         bookie = self.bookies[name]
-        if not bookie.up and name not in self.lost:
+        if name in self.lost:
+            return
+        if not bookie.up:
             self.log(f"restart {name}")
             bookie.up = True
             if self.on_up is not None:

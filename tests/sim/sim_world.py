@@ -13,6 +13,7 @@ Everything else random comes from the seed: network, faults, placement, creator 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import random
@@ -25,6 +26,7 @@ import trio
 import trio._core._run as trio_run
 import trio.testing
 from sim.sim_autorecovery import SESSION_TIMEOUT_S, RecoveryPlan, SimRecovery, capture_errors, draw_plan
+from sim.sim_identity import start_with_identity
 from sim.sim_metadata import SimMetadataStore, check_transition
 from sim.sim_network import NetConfig, Scheduler, SimNetwork, SimTransport
 
@@ -67,6 +69,10 @@ class Scenario:
     net: NetConfig
     recovery: RecoveryPlan | None = None
     """AutoRecovery daemons, permanent bookie losses, a retention-deleted ledger (sim_autorecovery)."""
+    wipe: bool = False
+    """One bookie's disk is wiped once the writer is done (the ledger still open), and it restarts under its
+    old id - through the identity check (cookies) unless ``cookie_check`` is off (an injected fault)."""
+    cookie_check: bool = True
 
 
 def draw_scenario(seed: int) -> Scenario:
@@ -108,6 +114,24 @@ def draw_scenario(seed: int) -> Scenario:
         duration_s=8.0,
         net=net,
         recovery=recovery,
+    )
+
+
+def draw_wipe_scenario(seed: int, *, cookie_check: bool = True) -> Scenario:
+    """A scenario with a wiped bookie: a spare bookie to replace it, A >= 2 (a lost bookie leaves recovery
+    enough answers), and an open ledger for the final recovery to close. No AutoRecovery: the case is the
+    identity check's alone (the permanent losses of a recovery plan would take the spare bookie)."""
+    base = draw_scenario(seed)
+    rng = random.Random(f"wipe-{seed}")
+    ack_quorum = max(2, base.ack_quorum)
+    return dataclasses.replace(
+        base,
+        bookies=base.ensemble_size + rng.choice([1, 1, 2]),
+        ack_quorum=ack_quorum,
+        writer_closes=False,
+        wipe=True,
+        cookie_check=cookie_check,
+        recovery=None,
     )
 
 
@@ -156,6 +180,7 @@ class World:
         self.network.on_down = self._bookie_down
         self.network.on_up = self._bookie_up
         self._nursery: trio.Nursery | None = None
+        self.writer_done = trio.Event()
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -240,7 +265,9 @@ class World:
             nursery.start_soon(self.scheduler.run)
             for index in range(self.scenario.bookies):
                 name = f"b{index}"
-                self.network.add_bookie(name)
+                bookie = self.network.add_bookie(name)
+                if self.scenario.wipe:  # first start: the bookie writes its cookies
+                    assert await start_with_identity(self.metadata, bookie.disk, bookie.store) is None
                 await self.metadata.put(f"/ledgers/available/{name}", b"", None)
             if self.recovery is not None:
                 nursery.start_soon(self.recovery.run_daemons)
@@ -251,6 +278,8 @@ class World:
                         actors.start_soon(self.recoverer, index, delay)
                     if self.scenario.reader:
                         actors.start_soon(self.reader)
+                    if self.scenario.wipe:
+                        actors.start_soon(self.wiper)
                     background = trio.CancelScope()
                     actors.start_soon(self._background, background)
                     await self._actors_done(actors, background)
@@ -286,6 +315,12 @@ class World:
     # -- actors --------------------------------------------------------------------------------------------
 
     async def writer(self) -> None:
+        try:
+            await self._writer()
+        finally:
+            self.writer_done.set()
+
+    async def _writer(self) -> None:
         s = self.scenario
         async with self.client("writer") as bk:
             try:
@@ -427,6 +462,25 @@ class World:
                 self.network.bookies[bookie].readonly = True
                 self.scheduler.at(duration, setattr, self.network.bookies[bookie], "readonly", False)
 
+    async def wiper(self) -> None:
+        """Wipe one bookie's disk after the writer is done, then restart it under its old id."""
+        await self.writer_done.wait()
+        await trio.sleep(self.rng.uniform(0.0, 0.5))
+        name = self.rng.choice(sorted(self.network.bookies))
+        path = f"/ledgers/available/{name}"
+        self.network.wipe(name)
+        if await self.metadata.exists(path):  # its session ended with the crash
+            await self.metadata.delete(path)
+        await trio.sleep(self.rng.uniform(0.05, self.scenario.crash_down_max_s))
+        bookie = self.network.bookies[name]
+        if self.scenario.cookie_check:
+            refusal = await start_with_identity(self.metadata, bookie.disk, bookie.store)
+            if refusal is not None:
+                self.network.lose(name, refusal)
+                return
+        self.network.rejoin(name)
+        await self.metadata.put(path, b"", None)
+
     async def toucher(self) -> None:
         await self.created.wait()
         from magnetar.bookkeeper.client.ledger_manager import ledger_path
@@ -492,8 +546,8 @@ class World:
                 self.violation(f"{who} saw the ledger closed at {closed_last}, the final end is {last}")
 
 
-def run_seed(seed: int) -> SimResult:
-    world = World(draw_scenario(seed))
+def run_seed(seed: int, scenario: Scenario | None = None) -> SimResult:
+    world = World(scenario or draw_scenario(seed))
     trio_run._r.seed(seed)
     errors = _ErrorLog()
     logger = logging.getLogger(CLIENT_LOGGER)
@@ -521,4 +575,12 @@ def repro_command(test_name: str, seed: int) -> str:
     return f"pytest tests/sim -k {test_name} --sim-seed={seed}"
 
 
-__all__ = ["LedgerFencedError", "SimResult", "World", "draw_scenario", "repro_command", "run_seed"]
+__all__ = [
+    "LedgerFencedError",
+    "SimResult",
+    "World",
+    "draw_scenario",
+    "draw_wipe_scenario",
+    "repro_command",
+    "run_seed",
+]

@@ -148,6 +148,14 @@ def read_token_setting(value: str, setting: str = "token") -> str:
     return token
 
 
+def read_secret_setting(value: str, setting: str) -> bytes:
+    """A secret a setting names: ``file:///path`` (the file's bytes, stripped of surrounding whitespace) or
+    the text itself (UTF-8)."""
+    if value.startswith("file:"):
+        return _read_file(_file_url_path(value, setting), setting).strip()
+    return value.encode("utf-8")
+
+
 # -- loading keys --------------------------------------------------------------------------------------------
 
 

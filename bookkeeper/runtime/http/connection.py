@@ -6,13 +6,20 @@ request:
 
 1. wait for its first bytes at most ``http_idle_timeout_ms`` (a keep-alive connection with nothing to do is
    closed); from then on the whole request must arrive within ``http_request_timeout_ms`` (else 408);
-2. route it. A WebSocket upgrade to a WebSocket route is handed to :mod:`.websocket`; everything else is an
-   HTTP request whose body is read completely, bounded by ``http_body_bytes_max`` (413, decided from
-   Content-Length before reading when possible; ``Expect: 100-continue`` is answered only when the body is
-   wanted);
-3. call the handler. :class:`HttpError` becomes ``{"reason": ...}`` with its status; any other exception
+2. route it. A WebSocket upgrade to a WebSocket route is handed to :mod:`.websocket` (an upgrade request
+   announcing a body is refused unread); everything else is an HTTP request;
+3. decide on the head: an unknown route (404/405), a body over ``http_body_bytes_max`` (413, from
+   Content-Length) and the route's head check (authentication and authorization, see :mod:`.router`) are
+   answered before a byte of the body is read. The connection is then closed after the answer, since the
+   unread body is still on its way (it is read and dropped for at most ``LINGER_S`` first, so the client
+   sees the answer rather than a reset);
+4. take the body's bytes from the server's :class:`~.body_budget.BodyBudget`
+   (``http_bodies_in_flight_bytes_max`` across connections; waiting for it until the request's deadline,
+   then 503), read the body completely (``Expect: 100-continue`` is answered only now) and give the bytes
+   back once the handler answered;
+5. call the handler. :class:`HttpError` becomes ``{"reason": ...}`` with its status; any other exception
    becomes a 500 with a generic body while the traceback goes to the log — never to the client;
-4. write the response in one ``send_all`` when its body is bytes, or chunk by chunk when it streams.
+6. write the response in one ``send_all`` when its body is bytes, or chunk by chunk when it streams.
 
 Malformed input (h11 ``RemoteProtocolError``) is answered with h11's status hint (400, 431 for an oversized
 head) and the connection is closed; nothing a peer sends can affect another connection.
@@ -34,7 +41,8 @@ from wsproto.events import Request as WsRequest
 from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
 
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
-from magnetar.bookkeeper.runtime.http.router import Router, WebSocketHandler
+from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
+from magnetar.bookkeeper.runtime.http.router import HttpMatch, Router, WebSocketHandler
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import (
     HttpError,
@@ -53,10 +61,17 @@ log = logging.getLogger(__name__)
 
 SERVER_HEADER = (b"server", b"magnetar")
 INTERNAL_ERROR_REASON = "internal error"
+LINGER_S = 1.0
+"""After answering a request whose body stays unread, how long the rest of it is read and dropped before the
+connection is closed (closing with unread bytes would reset it, and the client might miss the answer)."""
 
 
 class _CloseConnection(Exception):
     """Internal: stop serving this connection (after an error response, a timeout or a peer's EOF)."""
+
+
+class _BudgetShort(Exception):
+    """Internal: a chunked body did not fit the server's body budget."""
 
 
 class _DateCache:
@@ -85,10 +100,17 @@ class HttpConnection:
         settings: HttpSettings,
         *,
         client: tuple[str, int] | None = None,
+        body_budget: BodyBudget | None = None,
     ) -> None:
         self._stream = stream
         self._router = router
         self._settings = settings
+        self._budget = body_budget or BodyBudget(settings.http_bodies_in_flight_bytes_max)
+        """Shared by the server's connections (a connection made alone gets its own)."""
+        self._body_taken = 0
+        """Bytes of the current request's body taken from the budget."""
+        self._body_unread = False
+        """A body was left unread: drop the rest of it before closing (see :data:`LINGER_S`)."""
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.http_header_bytes_max)
         self._client = client
         """The peer's address (read from the TCP socket before any TLS wrapping)."""
@@ -129,7 +151,23 @@ class HttpConnection:
             # A bug, or a handler breaking the contract: this connection ends, the server keeps serving.
             log.exception("connection %s failed", self._client)
         finally:
+            self._give_back_body()
+            if self._body_unread:
+                await self._linger()
             await trio.aclose_forcefully(self._stream)
+
+    async def _linger(self) -> None:
+        """Signal the end of our answer and read (dropping it) what the client still sends, briefly."""
+        # Shielded from the connection's cancellation (the answer deserves its chance), bounded by its own
+        # deadline - a shield inside a move_on_after would block that deadline too.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + LINGER_S):
+            try:
+                if isinstance(self._stream, trio.SocketStream):
+                    await self._stream.send_eof()
+                while await self._stream.receive_some(RECEIVE_CHUNK_BYTES):
+                    pass
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
 
     # --- reading ----------------------------------------------------------------------------------------
 
@@ -189,7 +227,10 @@ class HttpConnection:
             await self._send_error_and_close(431, "Request Header Fields Too Large")
         head, query_error = self._make_head(event)
         if query_error is None and self._is_websocket_upgrade(head):
-            ws_route = self._router.match_websocket(head.path)
+            try:
+                ws_route = self._router.match_websocket(head.path)
+            except HttpError as exc:  # a path parameter that is not UTF-8: answered below, like any request
+                ws_route, query_error = None, exc
             if ws_route is not None:
                 return await self._serve_websocket(event, head, ws_route, deadline)
         response = await self._serve_http(head, query_error, deadline)
@@ -226,35 +267,78 @@ class HttpConnection:
     async def _serve_http(
         self, head: RequestHead, query_error: HttpError | None, deadline: float
     ) -> HttpResponse:
-        route_error = query_error
-        handler: HttpHandler | None = None
-        params: dict[str, str] = {}
-        if route_error is None:
-            try:
-                handler, params = self._router.match_http(head.method, head.path)
-            except HttpError as exc:
-                route_error = exc
-                if exc.status == 404 and self._router.match_websocket(head.path) is not None:
-                    route_error = HttpError(426, "Upgrade Required", (("upgrade", "websocket"),))
+        found, error = self._route(head, query_error)
         limit = self._settings.http_body_bytes_max
-        length = head.header("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            self._shutting_down = True  # the body stays unread: close after answering
-            return error_response(413, f"request body exceeds {limit} bytes")
-        if route_error is not None and self._h11.they_are_waiting_for_100_continue:
-            self._shutting_down = True
-            return error_response(route_error.status, route_error.reason, route_error.headers)
-        body = await self._read_body(deadline)
-        if body is None:
-            self._shutting_down = True
-            return error_response(413, f"request body exceeds {limit} bytes")
-        if route_error is not None or handler is None:
-            error = route_error or HttpError(500, INTERNAL_ERROR_REASON)
-            return error_response(error.status, error.reason, error.headers)
-        return await self._call_handler(handler, HttpRequest(_with_params(head, params), body))
+        length = _content_length(head)
+        if length is not None and length > limit:
+            return self._refuse_unread(HttpError(413, f"request body exceeds {limit} bytes"))
+        if found is not None and found.check is not None:
+            error = await self._check_head(found, head)
+        if error is not None or found is None:
+            error = error or HttpError(500, INTERNAL_ERROR_REASON)
+            if length == 0 or (length is None and head.header("transfer-encoding") is None):
+                if await self._read_body(deadline) is None:  # no body: read the request's end, keep alive
+                    raise _CloseConnection
+                return error_response(error.status, error.reason, error.headers)
+            return self._refuse_unread(error)
+        try:
+            if length and not await self._budget.take(length, deadline):
+                return self._refuse_unread(self._budget_short())
+            self._body_taken = length or 0
+            body = await self._read_body(deadline, metered=length is None)
+            if body is None:
+                self._shutting_down = True
+                return error_response(413, f"request body exceeds {limit} bytes")
+            return await self._call_handler(
+                found.handler, HttpRequest(_with_params(head, found.params), body)
+            )
+        except _BudgetShort:
+            return self._refuse_unread(self._budget_short())
+        finally:
+            self._give_back_body()
 
-    async def _read_body(self, deadline: float) -> bytes | None:
-        """The whole request body, or None when it exceeds ``http_body_bytes_max``."""
+    def _route(
+        self, head: RequestHead, query_error: HttpError | None
+    ) -> tuple[HttpMatch | None, HttpError | None]:
+        if query_error is not None:
+            return None, query_error
+        try:
+            return self._router.match(head.method, head.path), None
+        except HttpError as exc:
+            if exc.status == 404 and self._router.match_websocket(head.path) is not None:
+                return None, HttpError(426, "Upgrade Required", (("upgrade", "websocket"),))
+            return None, exc
+
+    @staticmethod
+    async def _check_head(found: HttpMatch, head: RequestHead) -> HttpError | None:
+        """Run the route's head check; the refusal it raised, or None to go on."""
+        assert found.check is not None
+        try:
+            await found.check(_with_params(head, found.params))
+        except HttpError as exc:
+            return exc
+        except Exception:
+            log.exception("head check of %s %s failed", head.method, head.path)
+            return HttpError(500, INTERNAL_ERROR_REASON)
+        return None
+
+    def _refuse_unread(self, error: HttpError) -> HttpResponse:
+        """Answer ``error`` without reading the body, then close (after dropping the body briefly)."""
+        self._shutting_down = True
+        self._body_unread = True
+        return error_response(error.status, error.reason, error.headers)
+
+    def _budget_short(self) -> HttpError:
+        budget = self._settings.http_bodies_in_flight_bytes_max
+        return HttpError(503, f"request bodies in flight exceed http_bodies_in_flight_bytes_max={budget}")
+
+    def _give_back_body(self) -> None:
+        self._budget.give_back(self._body_taken)
+        self._body_taken = 0
+
+    async def _read_body(self, deadline: float, *, metered: bool = False) -> bytes | None:
+        """The whole request body, or None when it exceeds ``http_body_bytes_max``. ``metered``: take each
+        chunk from the body budget as it arrives (:class:`_BudgetShort` when it does not fit)."""
         if self._h11.they_are_waiting_for_100_continue:
             await self._send(self._h11.send(h11.InformationalResponse(status_code=100, headers=[])))
         chunks: list[bytes] = []
@@ -266,6 +350,10 @@ class HttpConnection:
                 size += len(event.data)
                 if size > limit:
                     return None
+                if metered:
+                    if not self._budget.try_take(len(event.data)):
+                        raise _BudgetShort
+                    self._body_taken += len(event.data)
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(chunks)
@@ -369,8 +457,11 @@ class HttpConnection:
     ) -> bool:
         handler, params = route
         head = _with_params(head, params)
-        if await self._read_body(deadline) is None:  # an upgrade request has no body; read its end
-            await self._send_error_and_close(413, "an upgrade request carries no body")
+        if _content_length(head) or head.header("transfer-encoding") is not None:
+            self._body_unread = True
+            await self._send_error_and_close(400, "an upgrade request carries no body")
+        if await self._read_body(deadline) is None:  # read the request's end
+            await self._send_error_and_close(400, "an upgrade request carries no body")
         ws_conn = WSConnection(ConnectionType.SERVER)
         try:
             ws_conn.initiate_upgrade_connection(list(event.headers), event.target)
@@ -429,6 +520,12 @@ class HttpConnection:
         """:class:`~.websocket.Upgrader`: answer the upgrade with an ordinary response; the connection stays
         usable for further requests."""
         await self._send_response("GET", response)
+
+
+def _content_length(head: RequestHead) -> int | None:
+    """The announced body size (h11 has checked the header's syntax already)."""
+    value = head.header("content-length")
+    return int(value) if value is not None and value.strip().isdigit() else None
 
 
 def _head_bytes(event: h11.Request) -> int:

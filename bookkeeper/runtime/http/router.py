@@ -7,6 +7,10 @@ percent-encoded path, so ``%2F`` inside a segment stays inside it; captured valu
 (UTF-8). A path that matches no pattern is 404; one that matches with another method is 405 with ``Allow``.
 ``HEAD`` falls back to the ``GET`` handler (the body is not sent). All lookups are pure: the router does no
 I/O, so it is unit-testable without sockets.
+
+A route may carry a *head check* besides its handler: ``async def check(head: RequestHead) -> None`` that
+raises :class:`HttpError` to refuse the request (authentication, authorization). The server runs it on the
+request head, before it reads the body, so a refused request costs no more than its head.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from magnetar.bookkeeper.runtime.http.types import HttpError, HttpHandler
+from magnetar.bookkeeper.runtime.http.types import HttpError, HttpHandler, RequestHead
 
 if TYPE_CHECKING:
     from magnetar.bookkeeper.runtime.http.websocket import WebSocketRequest
 
 WebSocketHandler = Callable[["WebSocketRequest"], Awaitable[None]]
+HeadCheck = Callable[[RequestHead], Awaitable[None]]
+"""Decides on a request from its head (path parameters filled in); raises :class:`HttpError` to refuse."""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(path))?\}")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
@@ -65,6 +71,16 @@ class _Route:
     pattern: str
     regex: re.Pattern[str]
     handlers: dict[str, HttpHandler]
+    checks: dict[str, HeadCheck]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpMatch:
+    """The route a request matched: its handler, head check (or None) and decoded path parameters."""
+
+    handler: HttpHandler
+    check: HeadCheck | None
+    params: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,30 +98,35 @@ class Router:
         self._by_pattern: dict[str, _Route] = {}
         self._ws_routes: list[_WsRoute] = []
 
-    def route(self, method: str, pattern: str, handler: HttpHandler) -> None:
+    def route(
+        self, method: str, pattern: str, handler: HttpHandler, *, check: HeadCheck | None = None
+    ) -> None:
+        """Route ``method pattern`` to ``handler``; ``check`` decides on the head before the body is read."""
         method = method.upper()
         if method not in METHODS:
             raise ValueError(f"unsupported method {method!r}")
         existing = self._by_pattern.get(pattern)
         if existing is None:
-            existing = _Route(pattern, compile_pattern(pattern), {})
+            existing = _Route(pattern, compile_pattern(pattern), {}, {})
             self._routes.append(existing)
             self._by_pattern[pattern] = existing
         if method in existing.handlers:
             raise ValueError(f"{method} {pattern} is already routed")
         existing.handlers[method] = handler
+        if check is not None:
+            existing.checks[method] = check
 
-    def get(self, pattern: str, handler: HttpHandler) -> None:
-        self.route("GET", pattern, handler)
+    def get(self, pattern: str, handler: HttpHandler, *, check: HeadCheck | None = None) -> None:
+        self.route("GET", pattern, handler, check=check)
 
-    def post(self, pattern: str, handler: HttpHandler) -> None:
-        self.route("POST", pattern, handler)
+    def post(self, pattern: str, handler: HttpHandler, *, check: HeadCheck | None = None) -> None:
+        self.route("POST", pattern, handler, check=check)
 
-    def put(self, pattern: str, handler: HttpHandler) -> None:
-        self.route("PUT", pattern, handler)
+    def put(self, pattern: str, handler: HttpHandler, *, check: HeadCheck | None = None) -> None:
+        self.route("PUT", pattern, handler, check=check)
 
-    def delete(self, pattern: str, handler: HttpHandler) -> None:
-        self.route("DELETE", pattern, handler)
+    def delete(self, pattern: str, handler: HttpHandler, *, check: HeadCheck | None = None) -> None:
+        self.route("DELETE", pattern, handler, check=check)
 
     def websocket(self, pattern: str, handler: WebSocketHandler) -> None:
         if any(r.pattern == pattern for r in self._ws_routes):
@@ -114,16 +135,22 @@ class Router:
 
     def match_http(self, method: str, path: str) -> tuple[HttpHandler, dict[str, str]]:
         """The handler and decoded path parameters; :class:`HttpError` 404/405 when there is none."""
+        found = self.match(method, path)
+        return found.handler, found.params
+
+    def match(self, method: str, path: str) -> HttpMatch:
+        """The route of ``method path``; :class:`HttpError` 404/405 when there is none."""
         allowed: set[str] = set()
         for route in self._routes:
             match = route.regex.fullmatch(path)
             if match is None:
                 continue
-            handler = route.handlers.get(method)
-            if handler is None and method == "HEAD":
-                handler = route.handlers.get("GET")
+            routed = method
+            if routed not in route.handlers and method == "HEAD":
+                routed = "GET"
+            handler = route.handlers.get(routed)
             if handler is not None:
-                return handler, _decode_params(match)
+                return HttpMatch(handler, route.checks.get(routed), _decode_params(match))
             allowed.update(route.handlers)
         if allowed:
             if "GET" in allowed:

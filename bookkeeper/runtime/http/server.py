@@ -7,7 +7,8 @@ connections are served; one more is answered ``503 {"reason": ...}`` and closed,
 Pulsar's ``maxHttpServerConnections`` — the refusal itself runs in a small, bounded pool so a flood of
 connections cannot pile up tasks. With ``http_connections_per_ip_max`` set, one client address holding that
 many connections gets ``429`` for the next one (Pulsar's ``brokerMaxConnectionsPerIp``); other addresses are
-unaffected.
+unaffected. The request bodies being read or handled at once, across all connections, hold at most
+``http_bodies_in_flight_bytes_max`` bytes (:mod:`.body_budget`).
 
 TLS. Given an ``ssl_context`` (see :mod:`magnetar.bookkeeper.runtime.auth.tls`), every accepted connection
 is wrapped in :class:`trio.SSLStream` and its handshake runs in the connection's own task within
@@ -29,10 +30,12 @@ import ssl
 import trio
 
 from magnetar.bookkeeper.runtime.auth.tls import peer_address
+from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
 from magnetar.bookkeeper.runtime.http.connection import HttpConnection
 from magnetar.bookkeeper.runtime.http.router import Router
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import json_bytes, status_phrase
+from magnetar.bookkeeper.runtime.listen import open_listeners
 from magnetar.bookkeeper.runtime.rate_limit import ConnectionCounter
 
 log = logging.getLogger(__name__)
@@ -61,13 +64,24 @@ class HttpServer:
     """Serves one :class:`Router` on the address and port of ``settings``."""
 
     def __init__(
-        self, app: Router, settings: HttpSettings, *, ssl_context: ssl.SSLContext | None = None
+        self,
+        app: Router,
+        settings: HttpSettings,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        service: str = "HTTP server",
+        port_setting: str = "http_port",
     ) -> None:
         self._app = app
         self._settings = settings
         self._ssl_context = ssl_context
+        self._service = service
+        """Who serves here, as a port conflict names it (``broker HTTP``)."""
+        self._port_setting = port_setting
+        """The setting that chose the port (``http_port``, ``http_port_tls``)."""
         self._connections: set[HttpConnection] = set()
         self._per_ip = ConnectionCounter(settings.http_connections_per_ip_max)
+        self._body_budget = BodyBudget(settings.http_bodies_in_flight_bytes_max)
         self._refusing = 0
         self._shutdown = trio.Event()
         self.ports: list[int] = []
@@ -81,8 +95,11 @@ class HttpServer:
         self._shutdown.set()
 
     async def serve(self, *, task_status: trio.TaskStatus[list[int]] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(
-            self._settings.http_port, host=self._settings.http_bind_address
+        listeners = await open_listeners(
+            self._settings.http_port,
+            self._settings.http_bind_address,
+            service=self._service,
+            setting=self._port_setting,
         )
         self.ports = sorted({listener.socket.getsockname()[1] for listener in listeners})
         log.info("HTTP server listening on %s port(s) %s", self._settings.http_bind_address, self.ports)
@@ -126,7 +143,9 @@ class HttpServer:
             served: trio.abc.Stream = stream
             if self._ssl_context is not None:
                 served = trio.SSLStream(stream, self._ssl_context, server_side=True, https_compatible=True)
-            conn = HttpConnection(served, self._app, self._settings, client=client)
+            conn = HttpConnection(
+                served, self._app, self._settings, client=client, body_budget=self._body_budget
+            )
             self._connections.add(conn)
             connections.start_soon(self._run_connection, conn, address)
 
@@ -166,14 +185,18 @@ async def serve_http(
     *,
     shutdown: trio.Event | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    service: str = "HTTP server",
+    port_setting: str = "http_port",
     task_status: trio.TaskStatus[list[int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` until cancelled, or until ``shutdown`` is set (then gracefully); over TLS when an
     ``ssl_context`` is given (:func:`~magnetar.bookkeeper.runtime.auth.tls.server_ssl_context`).
 
     Start it with ``ports = await nursery.start(serve_http, app, settings)``: the started value is the list
-    of bound ports (one entry unless the bind address resolves to several families on different ports)."""
-    server = HttpServer(app, settings, ssl_context=ssl_context)
+    of bound ports (one entry unless the bind address resolves to several families on different ports).
+    ``service`` and ``port_setting`` name the server and its port's setting when it cannot listen
+    (:class:`~magnetar.bookkeeper.runtime.listen.ListenError`)."""
+    server = HttpServer(app, settings, ssl_context=ssl_context, service=service, port_setting=port_setting)
     async with trio.open_nursery() as nursery:
         ports: list[int] = await nursery.start(server.serve)
         task_status.started(ports)

@@ -27,6 +27,10 @@ class HttpSettings(BaseModel):
     """Request line plus headers; a larger head is answered 431."""
     http_body_bytes_max: int = Field(default=10 * MIB, ge=0)
     """Request body; a larger body is answered 413 (before it is read when Content-Length says so)."""
+    http_bodies_in_flight_bytes_max: int = Field(default=64 * MIB, ge=0)
+    """Request bodies being read or handled at once, across the connections of a server (a port); a body
+    that does not fit waits (unread) until its request's deadline, then is answered 503. At least
+    ``http_body_bytes_max``."""
     http_idle_timeout_ms: int = Field(default=30_000, gt=0)
     """A keep-alive connection with no request in progress is closed after this long."""
     http_request_timeout_ms: int = Field(default=30_000, gt=0)
@@ -43,12 +47,22 @@ class HttpSettings(BaseModel):
 
     ws_frame_bytes_max: int = Field(default=5 * MIB, ge=125)
     """One received WebSocket message, reassembled from its fragments; larger closes with 1009."""
+    ws_message_fragments_max: int = Field(default=4096, ge=1, le=1 << 20)
+    """Frames one received WebSocket message may arrive in; more closes with 1008 (a 5 MiB message still
+    fits in fragments of 1,280 bytes)."""
     ws_idle_timeout_ms: int = Field(default=300_000, gt=0)
     """A WebSocket with no frame received or sent for this long is closed with 1001."""
     ws_send_queue_bytes_max: int = Field(default=1 * MIB, ge=1)
-    """Encoded frames waiting for the socket; a sender waits while the queue holds more than this."""
+    """Encoded frames waiting for the socket; a sender waits while the queue holds more than this, and the
+    socket is not read meanwhile (a peer that does not read cannot make us queue pongs without end)."""
+    ws_send_queue_messages_max: int = Field(default=4096, ge=1)
+    """Messages an application queues for a session before it waits (the broker's outbound queue of a
+    WebSocket session); the bytes are bounded by ``ws_send_queue_bytes_max``."""
     ws_receive_queue_bytes_max: int = Field(default=1 * MIB, ge=1)
     """Received messages waiting for ``receive()``; the socket is not read while it holds more."""
+    ws_receive_queue_messages_max: int = Field(default=4096, ge=1)
+    """Received messages waiting for ``receive()``, counted (an empty message counts as one); the socket is
+    not read while more are waiting."""
     ws_close_timeout_ms: int = Field(default=5_000, gt=0)
     """After sending a Close frame, how long to wait for the peer's Close before dropping the socket."""
 
@@ -59,4 +73,6 @@ class HttpSettings(BaseModel):
     def _check_relations(self) -> HttpSettings:
         if self.ws_close_timeout_ms > self.ws_idle_timeout_ms:
             raise ValueError("ws_close_timeout_ms must not exceed ws_idle_timeout_ms")
+        if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
+            raise ValueError("http_bodies_in_flight_bytes_max must be at least http_body_bytes_max")
         return self

@@ -6,16 +6,27 @@ the upgrade request) or accepts it and gets a :class:`WebSocket`. From then on t
 
 * the **reader** feeds received bytes to the frame decoder (:mod:`.ws_frames`; wsproto serves only the
   opening handshake), which reassembles fragmented messages (refusing any message over ``ws_frame_bytes_max``
-  with close code 1009); it answers pings with pongs, runs the closing handshake, and puts complete messages
-  on a receive queue bounded by ``ws_receive_queue_bytes_max`` — when the handler does not keep up the reader
-  stops reading and TCP flow control slows the peer. Every message of a received chunk is queued at once and
-  :meth:`WebSocket.receive_batch` hands them all to the handler in one go (one task switch per chunk, not per
-  message);
+  with close code 1009, or one in more than ``ws_message_fragments_max`` frames with 1008); it answers pings
+  with pongs, runs the closing handshake, and puts complete messages on a receive queue bounded by
+  ``ws_receive_queue_bytes_max`` and ``ws_receive_queue_messages_max`` (an empty message counts as one) —
+  when the handler does not keep up the reader stops reading and TCP flow control slows the peer. Every
+  message of a received chunk is queued at once and :meth:`WebSocket.receive_batch` hands them all to the
+  handler in one go (one task switch per chunk, not per message);
 * the **writer** sends whatever frames are queued in one ``send_all``. ``send_text``/``send_bytes`` only
   encode a frame and append it to the send buffer (they checkpoint for cancellation but do not yield), so a
   dispatcher pushing many small messages in a loop fills the buffer while the writer is busy and they leave
   in few socket writes (write coalescing). A sender waits while the buffer holds more than
   ``ws_send_queue_bytes_max``: a slow reader applies back-pressure instead of growing memory.
+
+What the peer causes us to send without a handler asking - pongs - is bounded too: the pings of one received
+chunk are answered with one pong, for the last of them (RFC 6455 §5.5.3 allows it), and the reader stops
+reading while the send buffer holds more than ``ws_send_queue_bytes_max``: a peer that does not read what we
+send cannot make us buffer more, and once a send has stalled for ``http_send_timeout_ms`` it is
+disconnected.
+
+Memory of one session is thus bounded by the settings: received, at most ``ws_receive_queue_bytes_max`` plus
+one chunk's messages (``RECEIVE_CHUNK_BYTES``) plus a message being reassembled and the frame being read
+(``ws_frame_bytes_max`` each); to send, ``ws_send_queue_bytes_max`` plus the last message queued.
 
 Idle sessions (no frame in either direction for ``ws_idle_timeout_ms``) are closed with 1001, like Jetty's
 idle timeout behind Pulsar's ``webSocketSessionIdleTimeoutMillis``. After we send a Close frame the peer has
@@ -85,7 +96,11 @@ class WebSocket:
         initial_data: bytes = b"",
     ) -> None:
         self._stream = stream
-        self._decoder = FrameDecoder(expect_masked=True, message_bytes_max=settings.ws_frame_bytes_max)
+        self._decoder = FrameDecoder(
+            expect_masked=True,
+            message_bytes_max=settings.ws_frame_bytes_max,
+            message_fragments_max=settings.ws_message_fragments_max,
+        )
         self._settings = settings
         self.head = head
         self.subprotocol = subprotocol
@@ -139,6 +154,11 @@ class WebSocket:
     def receive_queue_bytes(self) -> int:
         """Received messages waiting for :meth:`receive`."""
         return self._in_bytes
+
+    @property
+    def receive_queue_messages(self) -> int:
+        """How many received messages wait for :meth:`receive` (empty ones included)."""
+        return len(self._in)
 
     async def receive(self) -> str | bytes:
         """The next complete message: ``str`` for a text message, ``bytes`` for a binary one.
@@ -344,15 +364,32 @@ class WebSocket:
             self._close_code = CLOSE_ABNORMAL
         self._scope.cancel()
 
+    def _must_pause(self) -> bool:
+        """Whether to stop reading: the handler is behind (receive queue over a bound), or the peer does not
+        read what we send (send buffer over its bound)."""
+        settings = self._settings
+        return self._close_code is None and (
+            self._in_bytes > settings.ws_receive_queue_bytes_max
+            or len(self._in) > settings.ws_receive_queue_messages_max
+            or len(self._out) > settings.ws_send_queue_bytes_max
+        )
+
+    async def _pause_reading(self) -> None:
+        self._reading_paused = True  # the application or the send side is behind: no idle timeout
+        while self._must_pause():
+            if len(self._out) > self._settings.ws_send_queue_bytes_max:
+                self._drain_event = _fresh(self._drain_event)
+                await self._drain_event.wait()
+            else:
+                self._space_event = _fresh(self._space_event)
+                await self._space_event.wait()
+        self._reading_paused = False
+        self._last_activity = trio.current_time()
+
     async def _reader(self) -> None:
         while not self._reading_done:
-            if self._in_bytes > self._settings.ws_receive_queue_bytes_max and self._close_code is None:
-                self._reading_paused = True  # the application is behind, not the peer: no idle timeout
-                while self._in_bytes > self._settings.ws_receive_queue_bytes_max and self._close_code is None:
-                    self._space_event = _fresh(self._space_event)
-                    await self._space_event.wait()
-                self._reading_paused = False
-                self._last_activity = trio.current_time()
+            if self._must_pause():
+                await self._pause_reading()
             if self._initial_data:
                 data = self._initial_data
                 self._initial_data = b""
@@ -366,27 +403,37 @@ class WebSocket:
 
     def _handle_events(self, events: list[str | bytes | Ping | Pong | Close | ProtocolViolation]) -> None:
         queue = self._in
+        was_queued = len(queue)
         queued = 0
+        ping: Ping | None = None
         for event in events:
             if isinstance(event, str | bytes):
                 if self._close_code is None:  # closing: data frames are dropped
                     queue.append(event)
                     queued += len(event)
             elif isinstance(event, Ping):
-                if not self._close_sent and not self._close_received:
-                    self._queue_control(OPCODE_PONG, event.payload)
+                ping = event  # answered once: one pong for the last ping before the next Close, if any
             elif isinstance(event, Close):
+                self._answer_ping(ping)
+                ping = None
                 self._on_close_frame(event)
             elif isinstance(event, ProtocolViolation):
+                self._answer_ping(ping)
+                ping = None
                 self._start_close(event.code, event.reason)
                 if not self._decoder.finished:
                     continue  # 1009: the decoder skips data frames and still reads the peer's Close
                 # The peer's stream cannot be parsed further: flush our Close and stop reading.
                 self._reading_done = True
                 self._wake_all()
-        if queued:
+        self._answer_ping(ping)
+        if len(queue) > was_queued:  # empty messages count: they wake the handler and fill the queue too
             self._in_bytes += queued
             self._in_event.set()
+
+    def _answer_ping(self, ping: Ping | None) -> None:
+        if ping is not None and not self._close_sent and not self._close_received:
+            self._queue_control(OPCODE_PONG, ping.payload)
 
     def _on_close_frame(self, event: Close) -> None:
         self._close_received = True

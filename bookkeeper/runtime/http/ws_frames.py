@@ -15,7 +15,10 @@ from a server not, a continuation frame only inside a fragmented message and no 
 text messages valid UTF-8 (1007), and a Close payload that is empty or a valid code with a UTF-8 reason. A
 message larger than ``message_bytes_max`` is refused from the frame headers, before its payload is buffered:
 a :class:`ProtocolViolation` with 1009 is reported and every later data frame is skipped unbuffered, while
-control frames are still decoded (so the peer's answering Close arrives). Any other violation ends decoding:
+control frames are still decoded (so the peer's answering Close arrives). A message in more than
+``message_fragments_max`` frames is refused the same way with 1008 (policy violation): without that bound,
+empty continuation frames would cost work without end and tiny ones an object each. Fragments are gathered
+in one growing buffer, so a message costs its bytes however it was cut. Any other violation ends decoding:
 the events before it are returned, followed by one :class:`ProtocolViolation` with the close code to send.
 After a Close frame nothing more is decoded (RFC 6455 §5.5.1: no data frames after Close).
 
@@ -49,6 +52,7 @@ CLOSE_NO_STATUS = 1005
 CLOSE_ABNORMAL = 1006
 """Never sent: reported when the connection dropped without a Close frame."""
 CLOSE_INVALID_PAYLOAD = 1007
+CLOSE_POLICY_VIOLATION = 1008
 CLOSE_MESSAGE_TOO_BIG = 1009
 CLOSE_INTERNAL_ERROR = 1011
 CLOSE_TLS_FAILED = 1015
@@ -173,17 +177,23 @@ def parse_close_payload(payload: bytes) -> Close:
 class FrameDecoder:
     """Decodes the frames one peer sends (see the module docstring).
 
-    ``expect_masked``: True on a server (client frames must be masked), False on a client."""
+    ``expect_masked``: True on a server (client frames must be masked), False on a client.
+    ``message_fragments_max``: frames one message may arrive in (0: no limit, for a client of a trusted
+    server)."""
 
-    def __init__(self, *, expect_masked: bool, message_bytes_max: int) -> None:
+    def __init__(
+        self, *, expect_masked: bool, message_bytes_max: int, message_fragments_max: int = 0
+    ) -> None:
         self._expect_masked = 0x80 if expect_masked else 0
         self._message_bytes_max = message_bytes_max
+        self._message_fragments_max = message_fragments_max or (1 << 62)
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._needed = 2
         """Bytes the next frame needs before decoding can progress (its header, then all of it)."""
-        self._fragments: list[bytes] = []
+        self._fragments = bytearray()
         self._fragments_bytes = 0
+        self._fragment_count = 0
         self._fragmented_opcode = 0
         """Opcode of the message being reassembled from fragments, 0 when none."""
         self._oversized = False
@@ -271,8 +281,9 @@ class FrameDecoder:
                 else:
                     events.append(self._whole(payload))
             else:
-                self._fragments.append(payload)
+                self._fragments += payload
                 self._fragments_bytes += length
+                self._fragment_count += 1
                 if opcode != OPCODE_CONTINUATION:
                     self._fragmented_opcode = opcode
         return pos
@@ -314,14 +325,23 @@ class FrameDecoder:
         if self._oversized:
             return True
         if self._fragments_bytes + length > self._message_bytes_max:
-            self._oversized = True
-            self._fragments = []
-            self._fragments_bytes = 0
-            self._fragmented_opcode = 0
             reason = f"message larger than {self._message_bytes_max} bytes"
-            events.append(ProtocolViolation(CLOSE_MESSAGE_TOO_BIG, reason))
+            self._refuse_message(CLOSE_MESSAGE_TOO_BIG, reason, events)
+            return True
+        if self._fragment_count >= self._message_fragments_max:
+            reason = f"message in more than {self._message_fragments_max} frames"
+            self._refuse_message(CLOSE_POLICY_VIOLATION, reason, events)
             return True
         return False
+
+    def _refuse_message(self, code: int, reason: str, events: list[Event]) -> None:
+        """Drop the message being received and skip every later data frame (the session is closing)."""
+        self._oversized = True
+        self._fragments = bytearray()
+        self._fragments_bytes = 0
+        self._fragment_count = 0
+        self._fragmented_opcode = 0
+        events.append(ProtocolViolation(code, reason))
 
     def _check_header(self, first: int, opcode: int, length: int) -> None:
         if first & 0x70:
@@ -347,10 +367,11 @@ class FrameDecoder:
     def _whole(self, payload: bytes) -> bytes:
         if not self._fragmented_opcode:
             return payload
-        self._fragments.append(payload)
-        whole = b"".join(self._fragments)
-        self._fragments = []
+        self._fragments += payload
+        whole = bytes(self._fragments)
+        self._fragments = bytearray()
         self._fragments_bytes = 0
+        self._fragment_count = 0
         self._fragmented_opcode = 0
         return whole
 

@@ -182,16 +182,23 @@ async def test_initialize_cluster_metadata_is_idempotent(tmp_path: Path) -> None
     url = f"rocksdb://{tmp_path / 'meta'}"
     argv = [str(magnetar), "initialize-cluster-metadata", "--metadata-url", url, "--cluster", "standalone",
             "--web-service-url", "http://127.0.0.1:8080"]  # fmt: skip
+    from magnetar.bookkeeper.metadata import open_metadata_store
+    from magnetar.bookkeeper.metadata.bookies import read_instance_id
+
+    instance_ids = set()
     for _ in range(2):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["namespace"] == "public/default"
+        async with open_metadata_store(url) as store:  # BookKeeper's /ledgers/INSTANCEID, written once
+            instance_ids.add(await read_instance_id(store))
+    assert len(instance_ids) == 1
+    assert None not in instance_ids
     bad = await trio.run_process(
         [str(magnetar), "initialize-cluster-metadata", "--metadata-url", url, "--cluster", "bad name"],
         capture_stdout=True, capture_stderr=True, check=False,
     )  # fmt: skip
     assert bad.returncode == 2
-    from magnetar.bookkeeper.metadata import open_metadata_store
     from magnetar.broker.policies import PolicyStore
 
     async with open_metadata_store(url) as store:

@@ -55,7 +55,9 @@ async def test_create_delete_unload(topic_server: TopicServer, client: httpx.Asy
     assert topic_server.host.disconnected == [("persistent://public/default/t1", None)]
     assert (await client.delete(f"{BASE}/t1")).status_code == 404
     assert "persistent://public/default/t1" not in (await client.get(BASE)).json()
-    assert (await client.delete(f"{BASE}/p")).status_code == 409
+    partitioned = await client.delete(f"{BASE}/p")
+    assert partitioned.status_code == 409
+    assert "delete it with delete-partitioned-topic" in partitioned.json()["reason"]
 
     await topic_with(topic_server, "t2", 3)
     assert (await client.put(f"{BASE}/t2/unload")).status_code == 204
@@ -269,3 +271,33 @@ async def test_topic_routes_appear_in_the_document(topic_server: TopicServer) ->
         "/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{subscription}/resetcursor" in paths
     )
     assert "/admin/v2/persistent/{tenant}/{namespace}/{topic}/entries" in paths
+
+
+async def test_names_with_control_characters_are_refused_before_the_store(
+    topic_server: TopicServer, client: httpx.AsyncClient
+) -> None:
+    nul = await client.put(f"{BASE}/%00nul")
+    assert nul.status_code == 412
+    assert "control character U+0000" in nul.json()["reason"]
+    assert (await client.put(f"{BASE}/%00nul/partitions", json=2)).status_code == 412
+    assert (await client.put(f"{BASE}/%2E%2E")).status_code == 412
+    assert (await client.put(f"{BASE}/ok/subscription/a%07b")).status_code == 412
+    assert (await client.put(f"{BASE}/ok/subscription/%2E")).status_code == 412
+    tenant = await client.put("/admin/v2/tenants/%2E%2E", json={"allowedClusters": ["standalone"]})
+    assert tenant.status_code == 412
+    assert (await client.put("/admin/v2/namespaces/public/%2E")).status_code == 412
+    listed = (await client.get(BASE)).json()
+    assert not any("%00" in name or "\x00" in name or name.endswith("/..") for name in listed)
+    children = await topic_server.server.metadata.get_children("/managed-ledgers/public/default/persistent")
+    assert "%00nul" not in children
+    assert ".." not in children
+
+
+async def test_a_partitioned_topic_whose_partition_names_would_be_too_long_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    base = "x" * 1012  # "-partition-9" makes 1024 characters, the most a local name may have
+    assert (await client.put(f"{BASE}/{base}/partitions", json=11)).status_code == 412
+    assert (await client.put(f"{BASE}/{base}/partitions", json=10)).status_code == 204
+    assert (await client.post(f"{BASE}/{base}/partitions", json=11)).status_code == 412
+    assert (await client.get(f"{BASE}/{base}/partitions")).json()["partitions"] == 10

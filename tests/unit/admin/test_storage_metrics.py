@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import trio
 from fixtures.client import open_in_process_bookies
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from magnetar.admin.metrics import register_storage_metrics
+from magnetar.admin.metrics import StorageMetrics
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
+from magnetar.broker.exposition import render_text
 from magnetar.gc.policies import FixedPolicies, TopicRetentionPolicies
 from magnetar.gc.retention import RetentionService
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
@@ -48,14 +48,13 @@ async def test_storage_metrics() -> None:
         trio.open_nursery() as nursery,
     ):
         await nursery.start(service.run, f)
-        registry = CollectorRegistry(auto_describe=False)
-        register_storage_metrics(registry, f, service, "standalone")
+        source = StorageMetrics(f, service, "standalone")
         ml = await f.open("public/default/persistent/metered")
         cursor = await ml.open_cursor("sub", start_at_earliest=True)
         for i in range(250):
             await ml.add_entry(b"%04d" % i + b"x" * 96)
         await service.wait_idle()
-        text = generate_latest(registry).decode()
+        text = render_text([source])
         assert sample(text, "magnetar_subscription_back_log", **TOPIC, subscription="sub") == 250
         assert sample(text, "magnetar_storage_backlog_size", **TOPIC) == 250 * 100
         assert sample(text, "magnetar_ml_ledgers", **TOPIC) == 3
@@ -68,7 +67,7 @@ async def test_storage_metrics() -> None:
         assert sample(text, "magnetar_bookkeeper_client_ledgers_created_total") == 3
         assert sample(text, "magnetar_bookkeeper_client_add_failures_total") == 0
         cursor.ack_cumulative(ml.last_confirmed)
-        text = generate_latest(registry).decode()
+        text = render_text([source])
         assert sample(text, "magnetar_subscription_back_log", **TOPIC, subscription="sub") == 0
         nursery.cancel_scope.cancel()
     await metadata.aclose()

@@ -122,11 +122,14 @@ async def test_tenant_isolation(store: PolicyStore) -> None:
 async def test_topic_grants_cover_partitions_and_merge_with_the_namespace(store: PolicyStore) -> None:
     authz = service(store)
     other = TopicName.of("tenant-a", "ns", "other")
+    await store.create_partitioned(str(A_NS), A_TOPIC.local_name, 4)
     await authz.grant_namespace_permission(A_NS, "reader", [CONSUME])
     await authz.grant_topic_permission(A_TOPIC, "reader", [PRODUCE])
     await authz.grant_topic_permission(A_TOPIC, "writer", [PRODUCE])
     assert await authz.can_produce(A_TOPIC, "writer")
     assert await authz.can_produce(A_TOPIC.partition(3), "writer")
+    assert not await authz.can_produce(A_TOPIC.partition(4), "writer")  # beyond the count: no such topic
+    assert await authz.topic_permissions(A_TOPIC.partition(4)) == {"reader": ["consume"]}
     assert not await authz.can_produce(other, "writer")
     assert await authz.topic_permissions(A_TOPIC) == {"reader": ["produce", "consume"], "writer": ["produce"]}
     assert await authz.topic_permissions(other) == {"reader": ["consume"]}
@@ -194,3 +197,15 @@ async def test_unknown_stored_actions_are_ignored(store: PolicyStore) -> None:
     assert await authz.namespace_permissions(A_NS) == {"bad": [], "r": ["produce"]}
     assert await authz.can_produce(A_TOPIC, "r")
     assert not await authz.can_consume(A_TOPIC, "bad")
+
+
+async def test_a_grant_on_a_non_partitioned_topic_does_not_cover_look_alike_names(store: PolicyStore) -> None:
+    authz = service(store)
+    solo = TopicName.of("tenant-a", "ns", "solo")
+    await authz.grant_topic_permission(solo, "app", [PRODUCE, CONSUME])
+    assert await authz.can_produce(solo, "app")
+    for look_alike in (solo.partition(0), solo.partition(7), solo.partition(2**31 - 1)):
+        assert not await authz.can_produce(look_alike, "app")
+        assert not await authz.can_consume(look_alike, "app")
+        assert not await authz.can_lookup(look_alike, "app")
+        assert await authz.topic_permissions(look_alike) == {}

@@ -3,6 +3,7 @@ brokers use it, and raw sockets where a well-behaved client cannot produce the i
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import trio
@@ -12,6 +13,7 @@ from fixtures.bookie_server import add_request, call, packaged, raw_frame, read_
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.client.transport import FailureReason, TransportFailure
 from magnetar.bookkeeper.protocol.codec import NEED_DATA, ClientProtocol
+from magnetar.bookkeeper.protocol.frames import header_word
 from magnetar.bookkeeper.protocol.messages import (
     AddResponse,
     AuthRequest,
@@ -29,7 +31,12 @@ FAST = TcpTransportSettings(
 
 
 def auth_settings(token_keys: TokenKeys, **more: Any) -> dict[str, Any]:
-    return {"authentication_enabled": True, "token_secret_key": token_keys.secret_setting, **more}
+    return {
+        "authentication_enabled": True,
+        "token_secret_key": token_keys.secret_setting,
+        "auth_allowed_roles": "broker",
+        **more,
+    }
 
 
 async def raw_exchange(port: int, data: bytes, *, events_wanted: int | None = None) -> list[object]:
@@ -42,7 +49,10 @@ async def raw_exchange(port: int, data: bytes, *, events_wanted: int | None = No
         await stream.send_all(data)
         with trio.fail_after(10):
             while events_wanted is None or len(events) < events_wanted:
-                chunk = await stream.receive_some(65536)
+                try:
+                    chunk = await stream.receive_some(65536)
+                except trio.BrokenResourceError:  # reset: the bookie closed with bytes of ours unread
+                    break
                 if not chunk:
                     break
                 proto.receive_data(chunk)
@@ -51,7 +61,7 @@ async def raw_exchange(port: int, data: bytes, *, events_wanted: int | None = No
     return events
 
 
-async def test_a_valid_cluster_token_is_served(token_keys: TokenKeys) -> None:
+async def test_a_token_of_the_brokers_role_is_served(token_keys: TokenKeys) -> None:
     async with (
         running_bookie(**auth_settings(token_keys)) as bk,
         open_tcp_transport(FAST, auth_token=token_keys.token("broker")) as transport,
@@ -93,7 +103,9 @@ async def test_refused_tokens_fail_the_connection_with_the_reason(token_keys: To
             assert "refused authentication (EUA)" in result.detail
             assert reason in result.detail
         assert bk.bookie.metrics.auth_failures == 3
-    async with running_bookie(authentication_enabled=True, token_secret_key=other_key) as bk:
+    async with running_bookie(
+        authentication_enabled=True, token_secret_key=other_key, auth_allowed_roles="broker"
+    ) as bk:
         async with open_tcp_transport(FAST, auth_token=token_keys.token("broker")) as transport:
             result = await call(transport, bk.bookie_id, read_request(1, 0))
         assert isinstance(result, TransportFailure)
@@ -199,3 +211,119 @@ async def test_a_silent_tls_client_is_dropped_after_the_handshake_timeout(tls_fi
             with trio.fail_after(10):
                 assert await stream.receive_some(100) == b""
         assert bk.bookie.metrics.tls_handshake_failures == 1
+
+
+# -- who may use the bookie protocol (issue: any cluster token was a bookie master key) -------------------
+
+
+async def test_only_the_brokers_and_superusers_roles_are_admitted(token_keys: TokenKeys) -> None:
+    """A token the cluster key verifies is not enough: tenants' application tokens are such tokens too."""
+    settings = auth_settings(token_keys, super_user_roles="admin")
+    async with running_bookie(**settings) as bk:
+        for role in ("broker", "admin"):
+            async with open_tcp_transport(FAST, auth_token=token_keys.token(role)) as transport:
+                read = await call(transport, bk.bookie_id, read_request(1, 0))
+            assert isinstance(read, ReadResponse)
+            assert read.status is BookieStatus.ENOLEDGER, role
+        async with open_tcp_transport(FAST, auth_token=token_keys.token("app")) as transport:
+            refused = await call(transport, bk.bookie_id, read_request(1, 0))
+        assert isinstance(refused, TransportFailure)
+        assert "role 'app' may not connect" in refused.detail
+        assert "auth_allowed_roles and super_user_roles" in refused.detail
+
+
+async def test_with_no_roles_configured_nobody_is_admitted(token_keys: TokenKeys) -> None:
+    """The safe default: authentication on without a role list admits no token at all (it used to admit
+    every token of the cluster key)."""
+    async with running_bookie(authentication_enabled=True, token_secret_key=token_keys.secret_setting) as bk:
+        for role in ("broker", "admin", "app"):
+            async with open_tcp_transport(FAST, auth_token=token_keys.token(role)) as transport:
+                refused = await call(transport, bk.bookie_id, read_request(1, 0))
+            assert isinstance(refused, TransportFailure)
+            assert f"role {role!r} may not connect" in refused.detail
+
+
+# -- what a connection without a token may cost ----------------------------------------------------------
+
+
+def big_frame_header(request_id: int, frame_bytes: int) -> bytes:
+    """The length prefix and header of an ADD frame of ``frame_bytes`` (prefix included), body not sent."""
+    return struct.pack(">iIq", frame_bytes - 4, header_word(OpCode.ADD_ENTRY), request_id)
+
+
+async def test_a_large_frame_before_auth_is_refused_after_the_allowance(token_keys: TokenKeys) -> None:
+    """Before: a bookie buffered a frame of up to 5 MiB (frame_bytes_max) per connection before AUTH."""
+    async with running_bookie(**auth_settings(token_keys, auth_timeout_ms=60_000)) as bk:
+        start = big_frame_header(77, 5 * 1024 * 1024 - 1024) + bytes(32 * 1024)  # more than the allowance
+        with trio.fail_after(10):  # answered long before auth_timeout_ms (60 s)
+            events = await raw_exchange(bk.endpoint.port, start)
+        assert len(events) == 1
+        answer = events[0]
+        assert isinstance(answer, AuthResponse)
+        assert (answer.request_id, answer.status) == (77, BookieStatus.EUA)
+        assert "unauthenticated_bytes_max=16384" in answer.reason
+        assert bk.bookie.metrics.auth_failures == 1
+
+
+async def test_requests_before_auth_count_against_the_allowance(token_keys: TokenKeys) -> None:
+    proto = ClientProtocol()
+    flood = b"".join(proto.send(ReadLacRequest(i, 5)) for i in range(1, 400))  # ~ 400 x 28 bytes
+    settings = auth_settings(token_keys, unauthenticated_bytes_max=2048)
+    async with running_bookie(**settings) as bk:
+        events = await raw_exchange(bk.endpoint.port, flood)
+    answered = [e for e in events if isinstance(e, ReadLacResponse)]
+    assert answered
+    assert all(e.status is BookieStatus.EUA for e in answered)
+    assert len(answered) < 2048 // 16, "nothing beyond the allowance was read"
+    assert isinstance(events[-1], AuthResponse)
+    assert events[-1].status is BookieStatus.EUA
+    assert "unauthenticated_bytes_max=2048" in events[-1].reason
+
+
+async def test_an_auth_within_the_allowance_opens_the_connection(token_keys: TokenKeys) -> None:
+    """Requests before the AUTH spend the allowance; requests pipelined after an accepted AUTH, in the same
+    bytes and beyond the allowance, are served: the allowance ends with the AUTH."""
+    proto = ClientProtocol()
+    auth = proto.send(AuthRequest(1000, "token", token_keys.token("broker").encode()))
+    one_request = len(proto.send(ReadLacRequest(0, 5)))
+    before_count = (1024 - len(auth)) // one_request
+    before = b"".join(proto.send(ReadLacRequest(i, 5)) for i in range(before_count))
+    after = b"".join(proto.send(ReadLacRequest(i, 5)) for i in range(2000, 2200))
+    assert len(before + auth) <= 1024 < len(before + auth + after)
+    async with running_bookie(**auth_settings(token_keys, unauthenticated_bytes_max=1024)) as bk:
+        events = await raw_exchange(bk.endpoint.port, before + auth + after, events_wanted=before_count + 201)
+    statuses = [getattr(e, "status", None) for e in events]
+    assert statuses[:before_count] == [BookieStatus.EUA] * before_count
+    assert events[before_count] == AuthResponse(1000, BookieStatus.EOK, "token")
+    assert statuses[before_count + 1 :] == [BookieStatus.ENOLEDGER] * 200
+
+
+async def test_an_auth_larger_than_the_allowance_is_refused(token_keys: TokenKeys) -> None:
+    proto = ClientProtocol()
+    long_role = "r" * 1200
+    auth = proto.send(AuthRequest(9, "token", token_keys.token(long_role).encode()))
+    settings = auth_settings(token_keys, unauthenticated_bytes_max=1024, auth_allowed_roles=long_role)
+    async with running_bookie(**settings) as bk:
+        events = await raw_exchange(bk.endpoint.port, auth)
+    assert len(events) == 1
+    assert isinstance(events[0], AuthResponse)
+    assert (events[0].request_id, events[0].status) == (9, BookieStatus.EUA)
+
+
+async def test_the_oldest_unauthenticated_connection_makes_room(token_keys: TokenKeys) -> None:
+    settings = auth_settings(token_keys, unauthenticated_connections_max=2, auth_timeout_ms=60_000)
+    async with running_bookie(**settings) as bk:
+        port = bk.endpoint.port
+        first = await trio.open_tcp_stream("127.0.0.1", port)
+        second = await trio.open_tcp_stream("127.0.0.1", port)
+        async with first, second:
+            with trio.fail_after(10):
+                while bk.bookie.metrics.connections_unauthenticated < 2:
+                    await trio.sleep(0.01)
+                async with open_tcp_transport(FAST, auth_token=token_keys.token("broker")) as transport:
+                    read = await call(transport, bk.bookie_id, read_request(1, 0))  # evicts `first`
+                    assert isinstance(read, ReadResponse)
+                    assert read.status is BookieStatus.ENOLEDGER
+                    assert await first.receive_some(100) == b""  # closed by the bookie
+                    assert bk.bookie.metrics.unauthenticated_evicted == 1
+                    assert bk.bookie.metrics.connections_unauthenticated == 1  # `second`

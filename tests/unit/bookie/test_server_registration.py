@@ -34,9 +34,13 @@ class ProbedStore(MemoryLedgerStore):
     def __init__(self) -> None:
         super().__init__(capacity_bytes=1000)
         self.used_fraction = 0.0
+        self.journal_used_fraction = 0.0
 
     def disk_usage(self) -> DiskUsage:
         return DiskUsage(1000, round(1000 * (1 - self.used_fraction)))
+
+    def journal_disk_usage(self) -> DiskUsage:
+        return DiskUsage(1000, round(1000 * (1 - self.journal_used_fraction)))
 
 
 async def test_bookie_registers_writable_then_readonly_then_unregisters() -> None:
@@ -73,6 +77,26 @@ async def test_bookie_registers_again_after_a_session_loss() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert registration.registrations == 2
         assert await list_bookies(metadata) == BookieLists(writable=[bk.bookie_id])
+
+
+async def test_a_metadata_outage_changes_nothing_but_waits_to_register_a_mode_switch() -> None:
+    shared = "bookie-outage-test"
+    metadata, observer = MemoryMetadataStore(shared), MemoryMetadataStore(shared)
+    async with running_bookie(metadata=metadata) as bk, open_tcp_transport() as transport:
+        registration = bk.bookie.registration
+        assert registration is not None
+        metadata.disconnect()
+        metadata.expire_session()  # the registration is gone on the server; the bookie learns it later
+        accepted = await call(transport, bk.bookie_id, add_request(7, 0))
+        assert accepted.status is BookieStatus.EOK  # writes need no metadata
+        bk.bookie.state.set(True, "test")  # a mode switch during the outage waits for the store
+        await trio.testing.wait_all_tasks_blocked()
+        assert await list_bookies(observer) == BookieLists()
+        metadata.reconnect()
+        with trio.fail_after(5):
+            while await list_bookies(observer) != BookieLists(readonly=[bk.bookie_id]):
+                await trio.sleep(0.01)
+        assert registration.registrations == 2
 
 
 async def _free_port() -> int:
@@ -181,6 +205,55 @@ def test_disk_monitor_thresholds_and_warning(caplog: pytest.LogCaptureFixture) -
     usage[0] = 0.89
     monitor.check()
     assert not state.readonly
+
+
+def test_a_full_journal_volume_alone_turns_the_bookie_read_only() -> None:
+    ledger, journal = [0.5], [0.5]
+    state = ReadOnlyState()
+    monitor = DiskMonitor(
+        lambda: DiskUsage(100, round(100 * (1 - ledger[0]))),
+        state,
+        DiskThresholds(0.95, 0.9, 0.9),
+        interval_ms=1,
+        journal_probe=lambda: DiskUsage(100, round(100 * (1 - journal[0]))),
+    )
+    assert monitor.check() == 0.5
+    journal[0] = 0.97
+    assert monitor.check() == 0.5  # the ledger volume's usage
+    assert state.readonly
+    assert "journal disk usage above disk_usage_threshold: 97.0% > 95%" in state.reason
+    assert monitor.full_volumes == ["journal"]
+    assert monitor.journal_full
+    ledger[0] = 0.96
+    journal[0] = 0.5
+    monitor.check()
+    assert state.readonly  # the ledger volume is full now
+    assert monitor.full_volumes == ["ledger"]
+    assert not monitor.journal_full
+    ledger[0] = 0.92  # between the low-water mark and the threshold: still full
+    monitor.check()
+    assert state.readonly
+    ledger[0] = 0.5
+    monitor.check()
+    assert not state.readonly
+    assert monitor.full_volumes == []
+
+
+async def test_a_full_journal_volume_makes_the_bookie_not_ready() -> None:
+    metadata = MemoryMetadataStore()
+    store = ProbedStore()
+    async with running_bookie(store=store, metadata=metadata) as bk:
+        assert bk.bookie.is_ready
+        store.journal_used_fraction = 0.99
+        bk.bookie.monitor.check()
+        await trio.testing.wait_all_tasks_blocked()
+        assert not bk.bookie.is_ready
+        assert await list_bookies(metadata) == BookieLists(readonly=[bk.bookie_id])
+        store.journal_used_fraction = 0.1
+        bk.bookie.monitor.check()
+        await trio.testing.wait_all_tasks_blocked()
+        assert bk.bookie.is_ready
+        assert await list_bookies(metadata) == BookieLists(writable=[bk.bookie_id])
 
 
 def test_monitor_does_not_lift_a_read_only_mode_it_did_not_impose() -> None:

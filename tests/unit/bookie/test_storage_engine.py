@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from magnetar.bookkeeper.bookie.errors import (
+    LedgerFencedError,
     NoEntryError,
     NoLedgerError,
     StorageBusyError,
@@ -197,7 +198,7 @@ async def test_a_deleted_ledger_stays_deleted_across_replay(
 async def test_replaying_records_already_checkpointed_changes_nothing(
     make_settings: Any, make_entry: Any, durability: Any
 ) -> None:
-    settings = make_settings()
+    settings = make_settings(journal_max_backups=5)  # the journal files must outlive the checkpoint
     async with open_ledger_store(settings, final_checkpoint=False) as store:
         first_mark = store.journal.synced_mark
         for ledger_id in (1, 2):
@@ -239,24 +240,39 @@ async def test_a_full_write_cache_swaps_and_checkpoints_by_itself(
     assert durability.errors == []
 
 
-async def test_adds_are_refused_while_both_write_cache_halves_are_full(
+def gate_flushes(store: DbLedgerStorage, monkeypatch: pytest.MonkeyPatch) -> trio.Event:
+    """Hold every write-cache flush until the returned event is set."""
+    gate = trio.Event()
+    real_flush = store._flusher.flush
+
+    async def gated_flush(*args: Any) -> Any:
+        await gate.wait()
+        return await real_flush(*args)
+
+    monkeypatch.setattr(store._flusher, "flush", gated_flush)
+    return gate
+
+
+def fill_both_halves(store: DbLedgerStorage, make_entry: Any, durability: Any, ledger_id: int = 1) -> int:
+    """Add entries until the active half is full while the other is being flushed; the next entry id."""
+    entry_id = 0
+    while store._pending is None or store._cache.has_room(len(make_entry(ledger_id, entry_id))):
+        body = make_entry(ledger_id, entry_id)
+        store.add_entry(ledger_id, entry_id, body, durability.callback(f"{ledger_id}:{entry_id}"))
+        entry_id += 1
+    return entry_id
+
+
+async def test_adds_are_refused_at_once_while_both_halves_are_full_without_a_throttle_time(
     make_settings: Any, make_entry: Any, durability: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = make_settings(write_cache_bytes_max=64 * 1024, entry_bytes_max=4 * 1024)
+    settings = make_settings(
+        write_cache_bytes_max=64 * 1024, entry_bytes_max=4 * 1024, write_throttle_ms_max=0
+    )
     async with open_ledger_store(settings) as store:
-        gate = trio.Event()
-        real_flush = store._flusher.flush
-
-        async def gated_flush(*args: Any) -> Any:
-            await gate.wait()
-            return await real_flush(*args)
-
-        monkeypatch.setattr(store._flusher, "flush", gated_flush)
+        gate = gate_flushes(store, monkeypatch)
         store.create_ledger(1, KEY, noop)
-        refused_at = 0
-        while store._pending is None or store._cache.has_room(len(make_entry(1, refused_at))):
-            store.add_entry(1, refused_at, make_entry(1, refused_at), durability.callback(str(refused_at)))
-            refused_at += 1
+        refused_at = fill_both_halves(store, make_entry, durability)
         with pytest.raises(StorageBusyError, match="write_cache_bytes_max"):
             store.add_entry(1, refused_at, make_entry(1, refused_at), noop)
 
@@ -269,6 +285,93 @@ async def test_adds_are_refused_while_both_write_cache_halves_are_full(
             await trio.testing.wait_all_tasks_blocked()
             gate.set()
         await durability.wait_for(refused_at + 1)
+    assert durability.errors == []
+
+
+async def test_adds_wait_for_the_flush_while_both_halves_are_full_and_keep_their_order(
+    make_settings: Any, make_entry: Any, durability: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BookKeeper's write cache throttle: a full cache delays adds instead of failing them."""
+    settings = make_settings(write_cache_bytes_max=64 * 1024, entry_bytes_max=4 * 1024)
+    async with open_ledger_store(settings) as store:
+        gate = gate_flushes(store, monkeypatch)
+        store.create_ledger(1, KEY, noop)
+        first_waiting = fill_both_halves(store, make_entry, durability)
+        for entry_id in range(first_waiting, first_waiting + 20):  # accepted, not refused
+            store.add_entry(1, entry_id, make_entry(1, entry_id), durability.callback(f"1:{entry_id}"))
+        assert store.throttled_adds == 20
+        await trio.testing.wait_all_tasks_blocked()
+        assert f"1:{first_waiting}" not in durability.names  # waiting, neither stored nor refused
+        gate.set()
+        await durability.wait_for(first_waiting + 20)
+        for entry_id in range(first_waiting + 20):
+            assert store.read_entry(1, entry_id) == make_entry(1, entry_id)
+    assert durability.errors == []
+    waiting = [name for name in durability.names if int(name.split(":")[1]) >= first_waiting]
+    assert waiting == [f"1:{i}" for i in range(first_waiting, first_waiting + 20)]
+
+
+async def test_an_add_that_waits_longer_than_the_throttle_time_is_refused(
+    make_settings: Any, make_entry: Any, durability: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(
+        write_cache_bytes_max=64 * 1024, entry_bytes_max=4 * 1024, write_throttle_ms_max=50
+    )
+    async with open_ledger_store(settings) as store:
+        gate = gate_flushes(store, monkeypatch)
+        store.create_ledger(1, KEY, noop)
+        waiting = fill_both_halves(store, make_entry, durability)
+        store.add_entry(1, waiting, make_entry(1, waiting), durability.callback("late"))
+        await durability.wait_for(waiting + 1)  # every earlier add durable, and this one refused
+        error = dict(durability.results)["late"]
+        assert isinstance(error, StorageBusyError)
+        assert "write_throttle_ms_max=50" in str(error)
+        gate.set()
+    assert len(durability.errors) == 1
+
+
+async def test_a_fence_fails_the_waiting_adds_of_its_ledger_only(
+    make_settings: Any, make_entry: Any, durability: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(write_cache_bytes_max=64 * 1024, entry_bytes_max=4 * 1024)
+    async with open_ledger_store(settings) as store:
+        gate = gate_flushes(store, monkeypatch)
+        store.create_ledger(1, KEY, noop)
+        store.create_ledger(2, KEY, noop)
+        waiting = fill_both_halves(store, make_entry, durability)
+        store.add_entry(1, waiting, make_entry(1, waiting), durability.callback("fenced"))
+        store.add_entry(2, 0, make_entry(2, 0), durability.callback("other"))
+        store.fence(1, durability.callback("fence"))
+        assert durability.results[-1][0] == "fenced"
+        assert isinstance(durability.results[-1][1], LedgerFencedError)
+        gate.set()
+        await durability.wait_for(waiting + 3)
+        assert store.read_entry(2, 0) == make_entry(2, 0)
+        with pytest.raises(NoEntryError):
+            store.read_entry(1, waiting)
+    assert [type(error) for error in durability.errors] == [LedgerFencedError]
+
+
+async def test_waiting_adds_are_bounded_to_half_the_write_cache(
+    make_settings: Any, make_entry: Any, durability: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(write_cache_bytes_max=64 * 1024, entry_bytes_max=4 * 1024)
+    async with open_ledger_store(settings) as store:
+        gate = gate_flushes(store, monkeypatch)
+        store.create_ledger(1, KEY, noop)
+        entry_id = fill_both_halves(store, make_entry, durability)
+        refusal: StorageBusyError | None = None
+        while refusal is None:
+            try:
+                store.add_entry(1, entry_id, make_entry(1, entry_id), durability.callback(f"1:{entry_id}"))
+                entry_id += 1
+            except StorageBusyError as exc:
+                refusal = exc
+        assert "already wait for room" in str(refusal)
+        assert store.throttled_adds > 0
+        assert store.waiting_add_bytes <= settings.write_cache_bytes_max // 2
+        gate.set()
+        await durability.wait_for(entry_id)
     assert durability.errors == []
 
 

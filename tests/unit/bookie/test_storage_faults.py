@@ -139,6 +139,27 @@ async def test_a_full_disk_refuses_adds_until_space_returns(make_settings: Any, 
         store.add_entry(1, 3, make_entry(1, 3), noop)
 
 
+async def test_a_full_journal_volume_refuses_adds_too(make_settings: Any, make_entry: Any) -> None:
+    journal_free = [10**9]
+    own_volume = make_settings().data_dir.parent / "journal"
+    settings = make_settings(disk_free_bytes_min=1000, journal_dir=own_volume)
+
+    def probe(path: Path) -> DiskUsage:
+        free = journal_free[0] if path == settings.journal_path else 10**9
+        return DiskUsage(total_bytes=2 * 10**9, free_bytes=free)
+
+    async with open_ledger_store(settings, disk_probe=probe) as store:
+        await fill(store, make_entry, 1, range(3))
+        journal_free[0] = 10
+        assert store.journal_disk_usage() == DiskUsage(2 * 10**9, 10)
+        assert store.check_disk() == DiskUsage(2 * 10**9, 10**9)  # the ledger volume's
+        with pytest.raises(DiskFullError, match="ledger or journal"):
+            store.add_entry(1, 3, make_entry(1, 3), noop)
+        journal_free[0] = 10**9
+        store.check_disk()
+        store.add_entry(1, 3, make_entry(1, 3), noop)
+
+
 async def test_enospc_in_the_journal_fails_the_add_callback(
     make_settings: Any, make_entry: Any, durability: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

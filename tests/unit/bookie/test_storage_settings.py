@@ -14,7 +14,7 @@ def test_defaults_follow_bookkeeper() -> None:
     settings = BookieStorageSettings()
     assert settings.journal_group_wait_ms == 2  # journalMaxGroupWaitMSec
     assert settings.journal_buffered_bytes_max == 512 * KIB  # journalBufferedWritesThreshold
-    assert settings.journal_max_backups == 5  # journalMaxBackups
+    assert settings.journal_max_backups == 0  # journalMaxBackups 5; 0 as Pulsar's chart
     assert settings.journal_preallocate_bytes == 16 * MIB  # journalPreAllocSizeMB
     assert settings.entry_log_bytes_max == 1024 * MIB  # logSizeLimit
     assert settings.read_ahead_entries == 100  # dbStorage_readAheadCacheBatchSize

@@ -202,6 +202,7 @@ def test_consumer_frames_round_trip() -> None:
     assert parse_consumer_frame(encode_ack_ranges(ranges)).ranges == ranges
     permit = parse_consumer_frame(encode_permit(250))
     assert (permit.type, permit.count) == (FrameType.PERMIT, 250)
+    assert parse_consumer_frame(encode_permit(2**31 - 1)).count == 2**31 - 1
     for kind in (FrameType.UNSUBSCRIBE, FrameType.IS_END_OF_TOPIC):
         assert parse_consumer_frame(encode_command(kind)).type is kind
 
@@ -214,6 +215,8 @@ def test_consumer_frames_round_trip() -> None:
         encode_ids(FrameType.ACK, [(0, 1, 2, 3, 4)])[:-1],
         encode_ack_ranges([(0, (1, 2, 3), (4, 5, 6))]) + b"\x00",
         encode_permit(1) + b"\x00",
+        bytes((FrameType.PERMIT,)) + (2**32 - 5).to_bytes(4, "little"),  # -5 written as u32
+        bytes((FrameType.PERMIT,)) + (2**31).to_bytes(4, "little"),
         encode_command(FrameType.UNSUBSCRIBE) + b"\x00",
         end_of_topic_frame(True),  # broker -> client only
     ],

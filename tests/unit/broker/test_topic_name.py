@@ -21,6 +21,7 @@ from magnetar.broker.topic_name import (
     NamespaceName,
     TopicDomain,
     TopicName,
+    check_subscription_name,
     parse_topic_name,
     partition_index_of,
     url_decode,
@@ -61,11 +62,49 @@ def test_full_and_short_forms(name: str, full: str) -> None:
         "kafka://t/ns/topic",
         "",
         "persistent://t/ns/" + "x" * 1025,
+        "persistent://t/ns/" + "%" * 683,  # 683 characters, 2049 once URL-encoded
+        "persistent://t/ns/\x00nul",  # control characters: C0, DEL, C1
+        "persistent://t/ns/a\nb",
+        "persistent://t/ns/a\x7fb",
+        "persistent://t/ns/a\x85b",
+        "persistent://t/ns/a\ud800b",  # a lone surrogate has no UTF-8 form
+        "persistent://t/ns/.",  # relative path segments
+        "persistent://t/ns/..",
+        "persistent://./ns/topic",
+        "persistent://t/../topic",
+        "persistent://" + "t" * 129 + "/ns/topic",
     ],
 )
 def test_invalid_names_are_refused(name: str) -> None:
     with pytest.raises(InvalidTopicNameError):
         parse_topic_name(name)
+
+
+def test_a_control_character_is_named_in_the_error() -> None:
+    with pytest.raises(InvalidTopicNameError, match="control character U\\+0000"):
+        parse_topic_name("persistent://public/default/\x00nul")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["persistent://t/ns/" + "x" * 1024, "persistent://t/ns/" + "%" * 682, "persistent://t/ns/.hidden",
+     "persistent://t/ns/a\u200bb", "persistent://" + "t" * 128 + "/ns/topic", "persistent://t/ns/..."],
+)  # fmt: skip
+def test_names_at_the_bounds_are_accepted(name: str) -> None:
+    assert str(parse_topic_name(name)) == name
+
+
+@pytest.mark.parametrize(
+    "name", ["", "a\x00", "\x1b[31m", "a\x9fb", ".", "..", "s" * 1025, "é" * 257, "a\udfff"]
+)
+def test_invalid_subscription_names_are_refused(name: str) -> None:
+    with pytest.raises(InvalidTopicNameError):
+        check_subscription_name(name)
+
+
+@pytest.mark.parametrize("name", ["sub", "s" * 1024, "é" * 256, "a b/c%d", "...", "sub\u2028"])
+def test_valid_subscription_names_are_accepted(name: str) -> None:
+    check_subscription_name(name)
 
 
 def test_non_persistent_is_recognised_but_unsupported() -> None:

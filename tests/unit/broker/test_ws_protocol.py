@@ -364,6 +364,8 @@ def test_consumer_commands() -> None:
         '{"type":"permit"}',
         '{"type":"permit","permitMessages":"many"}',
         '{"type":"permit","permitMessages":4294967296}',
+        '{"type":"permit","permitMessages":-5}',
+        '{"type":"permit","permitMessages":"-1"}',
         "{}",
         '{"messageId":"@@@"}',
         '{"type":"negativeAcknowledge","messageId":"CAA="}',
@@ -374,6 +376,12 @@ def test_malformed_consumer_commands_close_with_code_3(frame: str) -> None:
         parse_consumer_command(frame)
     assert err.value.code is WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON
     assert err.value.close_code == 4003
+
+
+def test_a_negative_permit_is_refused_with_a_reason_that_names_it() -> None:
+    with pytest.raises(WsSessionError, match="permitMessages must not be negative: -5"):
+        parse_consumer_command('{"type":"permit","permitMessages":-5}')
+    assert parse_consumer_command('{"type":"permit","permitMessages":0}').permit_messages == 0
 
 
 def test_reader_commands() -> None:

@@ -25,6 +25,7 @@ from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.errors import NoLedgerError
 from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
 from magnetar.bookkeeper.metadata.api import MetadataStore, StoreUnavailableError
+from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.metadata.ledger_paths import ledger_path
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.gc.collector import BookieGarbageCollector, DiskPressure
@@ -63,6 +64,8 @@ class HidingStore:
 
 
 class FailingStore:
+    health = MetadataHealth()  # it says healthy; every read fails all the same
+
     async def exists(self, path: str) -> bool:
         raise StoreUnavailableError("connection lost")
 
@@ -383,6 +386,55 @@ async def test_metadata_unreachable_deletes_nothing(tmp_path: Path) -> None:
         assert_readable(store, (1, 2), 100)
 
 
+async def test_while_the_metadata_store_is_away_the_collector_pauses(tmp_path: Path) -> None:
+    settings = engine_settings(tmp_path / "bookie")
+    metadata = MemoryMetadataStore("gc-outage")
+    async with open_ledger_store(settings) as store:
+        await write_entries(store, [1, 2], 100)
+        await register_ledgers(metadata, [1])
+        metadata.disconnect()
+        gc = BookieGarbageCollector(store, metadata, gc_settings())
+        result = await gc.run_once()
+        assert result is not None
+        assert result.deleted_ledgers == []
+        assert gc.stats.ledger_checks_paused == 1
+        assert gc.details()["ledgerChecksPaused"] == 1
+        metadata.reconnect()
+        result = await gc.run_once()
+        assert result is not None
+        assert result.deleted_ledgers == [2]  # once it is back, the pass acts
+    await metadata.aclose()
+
+
+class OutageDuringListing(MemoryMetadataStore):
+    """The connection drops and comes back while a listing is read, to a server whose view lags: it does
+    not know ledger 3 yet, neither in the listing nor on the re-read (a view assembled across an outage)."""
+
+    async def get_children(self, path: str) -> list[str]:
+        children = await super().get_children(path)
+        self.disconnect()
+        self.reconnect()
+        return [c for c in children if not c.endswith("0003")]
+
+    async def exists(self, path: str) -> bool:
+        return not path.endswith("0003") and await super().exists(path)
+
+
+async def test_a_comparison_an_outage_interrupted_deletes_nothing(tmp_path: Path) -> None:
+    settings = engine_settings(tmp_path / "bookie")
+    metadata = OutageDuringListing("gc-outage-during")
+    async with open_ledger_store(settings) as store:
+        await write_entries(store, [1, 2, 3], 100)
+        await register_ledgers(metadata, [1, 2, 3])
+        gc = BookieGarbageCollector(store, metadata, gc_settings())
+        result = await gc.run_once()
+        assert result is not None
+        assert result.deleted_ledgers == []
+        assert sorted(store.ledgers()) == [1, 2, 3]
+        assert gc.stats.ledger_checks_paused == 1
+    await metadata.aclose()
+
+
 async def test_a_ledger_deleted_later_is_collected_by_the_next_pass(
     tmp_path: Path, metadata: MemoryMetadataStore
 ) -> None:
@@ -397,3 +449,64 @@ async def test_a_ledger_deleted_later_is_collected_by_the_next_pass(
         assert result is not None
         assert result.deleted_ledgers == [2]
         assert_readable(store, (1,), 400)
+
+
+async def test_the_log_being_written_is_sealed_once_enough_of_it_is_garbage(
+    tmp_path: Path, metadata: MemoryMetadataStore
+) -> None:
+    """A log that never fills up (a quiet laptop standalone) would keep deleted ledgers' bytes for ever:
+    ``active_log_roll_garbage_bytes`` seals it so the same pass deletes it."""
+    settings = engine_settings(tmp_path / "bookie", entry_log_bytes_max=64 * 1024 * 1024)
+    async with open_ledger_store(settings) as store:
+        await write_entries(store, [1, 2], 300)
+        await register_ledgers(metadata, [3])  # ledgers 1 and 2 are gone, ledger 3 comes later
+        assert len(store.gc.log_ids()) == 0, "everything is still in the log being written"
+        before = entry_log_bytes(settings)
+        # BookKeeper's behaviour (0): the log being written is left alone, nothing comes back.
+        keeping = BookieGarbageCollector(store, metadata, gc_settings(), name="b1")
+        kept = await keeping.run_once()
+        assert kept is not None
+        assert kept.deleted_ledgers == [1, 2]
+        assert kept.sealed_active_log is None
+        assert kept.deleted_logs == []
+        assert entry_log_bytes(settings) == before
+        # Below the threshold nothing is sealed either.
+        too_little = gc_settings(active_log_roll_garbage_bytes=before * 2)
+        assert (await BookieGarbageCollector(store, metadata, too_little).run_once()) is not None
+        assert store.gc.log_ids() == []
+        gc = BookieGarbageCollector(store, metadata, gc_settings(active_log_roll_garbage_bytes=1024))
+        result = await gc.run_once()
+        assert result is not None
+        assert result.sealed_active_log is not None
+        assert result.deleted_logs == [result.sealed_active_log]
+        assert result.reclaimed_by_deletion_bytes > 0.9 * before
+        assert entry_log_bytes(settings) < 0.1 * before
+        assert gc.details()["sealedActiveEntryLogs"] == 1
+        # Writing goes on in the next log, and a later checkpoint does not mind the roll.
+        await write_entries(store, [3], 50)
+        assert_readable(store, (3,), 50)
+        again = await gc.run_once()
+        assert again is not None
+        assert again.sealed_active_log is None
+        assert again.deleted_ledgers == []
+        assert_readable(store, (3,), 50)
+
+
+async def test_a_log_being_written_with_live_data_is_sealed_and_left_to_compaction(
+    tmp_path: Path, metadata: MemoryMetadataStore
+) -> None:
+    settings = engine_settings(tmp_path / "bookie", entry_log_bytes_max=64 * 1024 * 1024)
+    async with open_ledger_store(settings) as store:
+        await write_entries(store, [1, 2, 3, 4], 200)
+        await register_ledgers(metadata, [4])
+        gc = BookieGarbageCollector(
+            store, metadata, gc_settings(active_log_roll_garbage_bytes=1024, minor_compaction_threshold=0)
+        )
+        result = await gc.run_once(force_major=True)
+        assert result is not None
+        assert result.sealed_active_log is not None
+        assert result.deleted_logs == [], "ledger 4 still lives in it"
+        assert result.compaction is not None
+        assert result.compaction.logs_compacted == 1
+        assert result.reclaimed_bytes > 0
+        assert_readable(store, (4,), 200)

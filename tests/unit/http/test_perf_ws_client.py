@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import trio
 
-from magnetar.admin.perf_ws import Histogram, bucket_us
+from magnetar.admin.perf_ws_stats import Histogram, bucket_us
 from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.bookkeeper.runtime.http import Router, WebSocketRequest, error_response
 

@@ -15,6 +15,7 @@ from magnetar.bookkeeper.runtime.http.ws_frames import (
     CLOSE_INVALID_PAYLOAD,
     CLOSE_MESSAGE_TOO_BIG,
     CLOSE_NO_STATUS,
+    CLOSE_POLICY_VIOLATION,
     CLOSE_PROTOCOL_ERROR,
     OPCODE_BINARY,
     OPCODE_CLOSE,
@@ -235,6 +236,33 @@ def test_fragments_count_towards_the_limit() -> None:
     ping = client_frame(OPCODE_PING, b"")
     events = decoder.feed(first + second + ping)
     assert events == [ProtocolViolation(CLOSE_MESSAGE_TOO_BIG, "message larger than 1000 bytes"), Ping(b"")]
+
+
+def test_a_message_in_more_frames_than_allowed_is_refused_with_1008_and_skipped() -> None:
+    """Zero-byte continuation frames never reach the byte limit: the frame count bounds them."""
+    decoder = FrameDecoder(expect_masked=True, message_bytes_max=1000, message_fragments_max=3)
+    frames = (
+        client_frame(OPCODE_TEXT, b"", fin=False) + client_frame(OPCODE_CONTINUATION, b"", fin=False) * 10
+    )
+    events = decoder.feed(frames + client_frame(OPCODE_CONTINUATION, b"") + client_frame(OPCODE_PING, b"p"))
+    assert events == [ProtocolViolation(CLOSE_POLICY_VIOLATION, "message in more than 3 frames"), Ping(b"p")]
+    assert not decoder.finished  # still decoding control frames: the peer's Close will arrive
+    assert decoder.feed(client_frame(OPCODE_BINARY, b"later")) == []  # data frames are skipped from now on
+
+
+def test_a_message_in_exactly_the_allowed_frames_passes() -> None:
+    decoder = FrameDecoder(expect_masked=True, message_bytes_max=1000, message_fragments_max=3)
+    frames = client_frame(OPCODE_TEXT, b"a", fin=False) + client_frame(OPCODE_CONTINUATION, b"b", fin=False)
+    assert decoder.feed(frames + client_frame(OPCODE_CONTINUATION, b"c")) == ["abc"]
+    assert decoder.feed(frames + client_frame(OPCODE_CONTINUATION, b"d")) == ["abd"]  # counted per message
+
+
+def test_one_byte_fragments_reassemble_into_one_buffer() -> None:
+    decoder = FrameDecoder(expect_masked=True, message_bytes_max=1 << 20, message_fragments_max=5000)
+    wire = client_frame(OPCODE_BINARY, b"\x00", fin=False)
+    wire += b"".join(client_frame(OPCODE_CONTINUATION, bytes([i % 256]), fin=False) for i in range(1, 4999))
+    wire += client_frame(OPCODE_CONTINUATION, b"\xff")
+    assert decoder.feed(wire) == [b"\x00" + bytes(i % 256 for i in range(1, 4999)) + b"\xff"]
 
 
 def test_message_exactly_at_the_limit_passes() -> None:
