@@ -90,7 +90,7 @@ def progress_line(p: dict[str, Any]) -> str:
         f"{p['operation']} {p['bookie']}: {p['state']}, ledgers {p['ledgersDone']}/{p['ledgersTotal']}, "
         f"{p['bytesCopied'] / 1e6:.1f} MB copied ({p['entriesCopied']} entries), "
         f"{rate / 1e6:.2f} MB/s, ETA {'-' if eta is None else f'{eta:.0f} s'}, "
-        f"{p['elapsedSeconds']:.0f} s elapsed"
+        f"{p['elapsedSeconds']:.0f} s elapsed" + (", cookie deleted" if p.get("cookieDeleted") else "")
     )
 
 

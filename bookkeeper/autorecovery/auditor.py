@@ -19,6 +19,19 @@ the registered bookies (``/ledgers/available`` and its ``readonly`` child), the 
   to move; the worker moves it if that improves the spread.
 
 While replication is disabled the auditor marks nothing; it audits as soon as it is enabled again.
+
+**Metadata-store outages** (``store.health``). The auditor acts on *absence* - a registration not found, a
+bookie no ledger should name - and a view read across an outage can be partial, so:
+
+* it audits nothing while the store is unhealthy;
+* every pass notes the store's outage generation its view of the registered bookies belongs to and is
+  discarded, marking nothing more, as soon as an outage began since (``uninterrupted_since``);
+* after an outage, a bookie found missing counts as missing only from ``lost_bookie_grace_after_outage_s``
+  after the store came back: a ZooKeeper session that expired during the outage took the bookie's ephemeral
+  registration with it, and the bookie writes it again only once it has reconnected itself - with the
+  default delay of 0 it would otherwise be declared lost and its data copied away. A bookie already missing
+  before the outage keeps its clock. An auditor elected after an outage of its own store (its vote may have
+  gone with its session) starts with the grace too.
 """
 
 from __future__ import annotations
@@ -47,7 +60,7 @@ from magnetar.bookkeeper.client.bookkeeper import BookKeeper
 from magnetar.bookkeeper.client.errors import BKError
 from magnetar.bookkeeper.client.metadata import LedgerMetadata
 from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.metadata.api import MetadataStoreError
+from magnetar.bookkeeper.metadata.api import MetadataStoreError, StoreUnavailableError
 from magnetar.bookkeeper.metadata.bookies import AVAILABLE_PATH, list_bookies
 from magnetar.bookkeeper.metadata.underreplication_paths import lost_bookie_recovery_delay_path
 from magnetar.bookkeeper.protocol.digest import Digester
@@ -84,6 +97,12 @@ class Auditor:
         self.delay_s = settings.lost_bookie_recovery_delay_s
         self._delay_version = -1
         self._next_expiry = math.inf
+        self._health = self._store.health
+        self._generation = self._health.generation
+        """The outage generation of the view in ``registered``; the store's moving past it means an outage
+        began since."""
+        self._grace_until = -math.inf
+        """Bookies found missing count as missing from no earlier than this (after an outage)."""
         self.audits = 0
         """Bookie audits completed (for tests)."""
 
@@ -100,9 +119,13 @@ class Auditor:
 
     async def _audit_loop(self, signal: ChangeSignal) -> None:
         s = self._settings
+        await self._through_outage()
         self.delay_s = await self._manager.initialize_delay_s(s.lost_bookie_recovery_delay_s)
         await self._read_delay()
-        self.registered = await self._registered()
+        registered = await self._registered()
+        if not self._health.uninterrupted_since(self._generation):
+            raise StoreUnavailableError("an outage of the metadata store began while the bookies were read")
+        self.registered = registered
         now = self._clock.monotonic()
         next_bookie_check = now  # audit at once when elected
         next_full = _every(s.auditor_periodic_check_interval_s, now)
@@ -111,6 +134,8 @@ class Auditor:
         while True:
             if not self._switch.enabled:
                 await self._switch.wait_enabled()
+                next_bookie_check = self._clock.monotonic()
+            if await self._through_outage():
                 next_bookie_check = self._clock.monotonic()
             now = self._clock.monotonic()
             if now >= min(next_bookie_check, self._next_expiry) or trigger:
@@ -132,6 +157,39 @@ class Auditor:
                 changed, trigger = await self._refresh()
                 if changed:
                     next_bookie_check = self._clock.monotonic()
+
+    # -- metadata-store outages ---------------------------------------------------------------------------
+
+    async def _through_outage(self) -> bool:
+        """Wait while the store is unhealthy; True when an outage began since the last view (the bookies are
+        then read again, and those found missing get the grace period)."""
+        health = self._health
+        if health.uninterrupted_since(self._generation):
+            return False
+        if not health.healthy:
+            self._stats.outage_pauses += 1
+            log.warning("auditor: paused while the metadata store is %s", health.state.value)
+            while not await health.wait_healthy(RETRY_S):
+                pass
+        self._grace_until = self._clock.monotonic() + self._settings.lost_bookie_grace_after_outage_s
+        self._generation = health.generation
+        log.info(
+            "auditor: the metadata store is back; bookies missing now count as missing from %d s on",
+            self._settings.lost_bookie_grace_after_outage_s,
+        )
+        await self._refresh()
+        return True
+
+    def _uninterrupted(self, what: str) -> bool:
+        """Whether the view of the current generation still holds; counts and logs a discarded pass."""
+        if self._health.uninterrupted_since(self._generation):
+            return True
+        self._stats.audit_passes_discarded += 1
+        log.warning("auditor: %s discarded: an outage of the metadata store began during it", what)
+        return False
+
+    def _missing_from(self, now: float) -> float:
+        return max(now, self._grace_until)
 
     # -- following the bookies and the delay --------------------------------------------------------------
 
@@ -156,13 +214,15 @@ class Auditor:
     async def _refresh(self) -> tuple[bool, bool]:
         """(bookies changed, audit triggered)."""
         delay_changed, trigger = await self._read_delay()
-        now = self._clock.monotonic()
         registered = await self._registered()
+        if not self._uninterrupted("reading the bookies"):
+            return False, False
+        now = self._clock.monotonic()
         left = self.registered - registered
         returned = registered - self.registered
         self.registered = registered
         for bookie in left:
-            self.missing_since.setdefault(bookie, now)
+            self.missing_since.setdefault(bookie, self._missing_from(now))
             log.info("auditor: bookie %s is gone (lost after %d s)", bookie, self.delay_s)
         back = {b for b in returned if b in self.missing_since}
         for bookie in returned:
@@ -181,7 +241,7 @@ class Auditor:
         now = self._clock.monotonic()
         known = set(bookie_ledger_index(ledgers))
         for bookie in known - self.registered:
-            self.missing_since.setdefault(bookie, now)
+            self.missing_since.setdefault(bookie, self._missing_from(now))
         delay = 0.0 if trigger else float(self.delay_s)
         lost = lost_bookies(known, self.registered, self.missing_since, now, delay)
         pending = [self.missing_since[b] + delay for b in known - self.registered - lost]
@@ -192,6 +252,8 @@ class Auditor:
     async def audit_bookies(self, *, trigger: bool = False) -> set[BookieId]:
         """Mark the ledgers of the lost bookies; returns the lost bookies."""
         ledgers = await self.scan()
+        if not self._uninterrupted("bookie audit"):
+            return set()
         lost = self._lost(ledgers, trigger=trigger)
         if lost and self._switch.enabled:
             log.info("auditor: lost bookies %s: marking their ledgers", sorted(lost))
@@ -203,6 +265,8 @@ class Auditor:
     async def _mark(self, ledgers: dict[int, LedgerMetadata], lost: set[BookieId]) -> None:
         alive = set(bookie_ledger_index(ledgers)) - lost
         for ledger_id, missing in sorted(under_replicated(ledgers, alive).items()):
+            if not self._uninterrupted("marking"):
+                return
             if await self._manager.mark(ledger_id, missing):
                 self._stats.ledgers_marked += 1
 
@@ -214,6 +278,8 @@ class Auditor:
         if not self._switch.enabled:
             return
         ledgers = await self.scan()
+        if not self._uninterrupted("periodic check"):
+            return
         lost = self._lost(ledgers, trigger=False)
         if lost:
             await self._mark(ledgers, lost)
@@ -228,6 +294,8 @@ class Auditor:
         for ledger_id, metadata in sorted(ledgers.items()):
             keys = LedgerKeys.of(ledger_id, metadata, default)
             for bookie in sorted(bookies_of(metadata) & self.registered):
+                if not self._uninterrupted("read check"):
+                    return
                 if await probe_bookie(ctx, keys, metadata, bookie, percentage) is Verdict.MISSING:
                     log.warning("auditor: %s lacks entries of ledger %d: marking it", bookie, ledger_id)
                     if await self._manager.mark(ledger_id, {bookie}):
@@ -246,5 +314,7 @@ class Auditor:
             members = sorted(bookies_of(metadata) & self.registered)
             racks = await placement.racks_of(members)
             moves = placement_repairs(metadata, racks, min_racks, racks_available)
+            if not self._uninterrupted("placement check"):
+                return
             if moves and await self._manager.mark(ledger_id, {b for _, b in moves.values()}):
                 self._stats.ledgers_marked += 1

@@ -13,7 +13,11 @@ locks, so they never race a worker on one ledger:
   ``/ledgers/underreplication/decommissioning``, so that no new ensemble and no ensemble change picks it;
   then passes like *recover* repeat until no ledger names it any more, after which the bookie can be removed.
   (BookKeeper insists that the bookie be down and waits for AutoRecovery; here a running bookie is drained
-  while it still serves reads.)
+  while it still serves reads.) Its identity is then retired, as BookKeeper's decommission does: its cookie
+  (``/ledgers/cookies/<bookieId>``) is deleted, so that the id can be used again by a bookie started on
+  emptied directories (``magnetar bookie --format``), and the old data, should it come back, is refused at
+  start-up. A bookie that is no longer registered also leaves the decommissioning list; one still running
+  stays on it (new ensembles keep avoiding it) until a new bookie with that id creates its cookie.
 
 :class:`RecoveryProgress` is what the REST API reports and ``magnetar admin bookies decommission`` prints
 every interval: ledgers done of those found, bytes and entries copied, the copy rate, and an ETA from the
@@ -23,6 +27,7 @@ stores).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 from dataclasses import dataclass, field
@@ -38,7 +43,8 @@ from magnetar.bookkeeper.client.bookkeeper import BookKeeper
 from magnetar.bookkeeper.client.errors import BKError, NoSuchLedgerError
 from magnetar.bookkeeper.client.metadata import LedgerMetadata
 from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.metadata.api import MetadataStoreError
+from magnetar.bookkeeper.metadata.api import MetadataStoreError, NotFoundError
+from magnetar.bookkeeper.metadata.bookies import cookie_path, list_bookies, read_cookie
 from magnetar.bookkeeper.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -86,6 +92,8 @@ class RecoveryProgress:
     bytes_estimated: int = 0
     passes: int = 0
     ended_s: float | None = None
+    cookie_deleted: bool = False
+    """Decommission: the bookie's cookie was deleted from the metadata store (its identity retired)."""
     errors: list[str] = field(default_factory=list)
 
     def rate_bytes_per_s(self, now: float) -> float:
@@ -115,6 +123,7 @@ class RecoveryProgress:
             "etaSeconds": None if eta is None else round(eta, 1),
             "elapsedSeconds": round((self.ended_s or now) - self.started_s, 1),
             "passes": self.passes,
+            "cookieDeleted": self.cookie_deleted,
             "errors": self.errors[-5:],
         }
 
@@ -146,6 +155,8 @@ class BookieRecovery:
             while True:
                 left = await self._pass(progress)
                 if not left:
+                    if progress.kind is RecoveryKind.DECOMMISSION:
+                        await self._retire(progress)
                     progress.state = RecoveryState.DONE
                     break
                 if progress.kind is RecoveryKind.RECOVER:
@@ -159,6 +170,20 @@ class BookieRecovery:
         finally:
             progress.ended_s = self._clock.monotonic()
             log.info("%s of %s: %s", progress.kind.value, bookie, progress.to_json(progress.ended_s))
+
+    async def _retire(self, progress: RecoveryProgress) -> None:
+        """Delete the drained bookie's cookie; drop it from the decommissioning list unless it still runs."""
+        store = self._manager.store
+        bookie = progress.bookie
+        node = await read_cookie(store, bookie)
+        if node is not None:
+            with contextlib.suppress(NotFoundError):  # formatted meanwhile
+                await store.delete(cookie_path(bookie), node.stat.version)
+            progress.cookie_deleted = True
+            log.warning("decommission of %s: its cookie is deleted (the id may be used again)", bookie)
+        lists = await list_bookies(store)
+        if bookie not in lists.writable and bookie not in lists.readonly:
+            await self._manager.set_decommissioning(bookie, False)
 
     async def _pass(self, progress: RecoveryProgress) -> set[int]:
         """One pass over the ledgers naming the bookie; returns those that still do."""

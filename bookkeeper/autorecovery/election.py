@@ -6,6 +6,11 @@ waits for a change of the votes; one that is first runs the auditor until its ow
 metadata session was lost: the ephemeral vote went with it, and another daemon may already lead) - then it
 stops auditing at once and votes again. Leaving (shutdown) deletes the vote so that the next daemon takes
 over without waiting for the session to expire.
+
+A read of the votes that fails (the metadata store is away) stops the auditor too - it must not act on the
+store's state meanwhile - and the daemon waits for the store; it votes again only if its vote is gone. (A
+second vote while the first survived the outage with the session would leave the daemon waiting behind its
+own first vote, and the cluster with no auditor until the session ended.)
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ class AuditorElector:
             try:
                 while True:
                     try:
-                        self.vote = await self._cast_vote()
+                        if self.vote is None or self.vote not in await self._votes():
+                            self.vote = await self._cast_vote()
                         if not started:
                             task_status.started()
                             started = True
@@ -64,6 +70,7 @@ class AuditorElector:
                             task_status.started()
                             started = True
                         await trio.sleep(RETRY_S)
+                        await self._store.health.wait_healthy(ELECTION_POLL_S)
             finally:
                 self._stats.auditor_elected = False
                 await self._withdraw()
@@ -97,9 +104,12 @@ class AuditorElector:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(lead)
-                while self.vote in await self._votes():
-                    await signal.wait(ELECTION_POLL_S)
-                log.warning("auditor election: %s lost its vote; it stops auditing", self._id)
+                try:
+                    while self.vote in await self._votes():
+                        await signal.wait(ELECTION_POLL_S)
+                    log.warning("auditor election: %s lost its vote; it stops auditing", self._id)
+                except MetadataStoreError as exc:
+                    log.warning("auditor election: cannot read the votes (%s); the auditor pauses", exc)
                 nursery.cancel_scope.cancel()
         finally:
             self._stats.auditor_elected = False

@@ -11,7 +11,10 @@ Names (BookKeeper's ``AuditorStats`` / ``ReplicationStats`` in our style), all p
 * ``replication_rate_bytes_per_s`` - its copy rate over the last ``RATE_WINDOW_S``;
 * ``replication_failures_total`` - ledger replications that failed (retried later);
 * ``ledgers_marked_total`` - marks this auditor wrote or extended;
-* ``recoveries_total`` - open ledgers it recovered (fenced and closed) to replicate them.
+* ``recoveries_total`` - open ledgers it recovered (fenced and closed) to replicate them;
+* ``audit_passes_discarded_total`` - auditor passes dropped unfinished because a metadata-store outage began
+  during them (their view of the bookies and ledgers may be partial);
+* ``outage_pauses_total`` - times the auditor or the worker paused for an unhealthy metadata store.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class AutoRecoveryStats:
     bytes_replicated: int = 0
     replication_failures: int = 0
     recoveries: int = 0
+    audit_passes_discarded: int = 0
+    outage_pauses: int = 0
     _recent: deque[tuple[float, int]] = field(default_factory=deque)
 
     def copied(self, now: float, size_bytes: int) -> None:
@@ -79,6 +84,11 @@ class AutoRecoveryCollector(Collector):
             "replication_failures": ("ledger replications that failed", s.replication_failures),
             "ledgers_marked": ("marks written or extended by the auditor", s.ledgers_marked),
             "recoveries": ("open ledgers recovered to replicate them", s.recoveries),
+            "audit_passes_discarded": (
+                "auditor passes dropped for a metadata outage",
+                s.audit_passes_discarded,
+            ),
+            "outage_pauses": ("pauses for an unhealthy metadata store", s.outage_pauses),
         }
         for name, (doc, value) in counters.items():
             counter = CounterMetricFamily(PREFIX + name, doc)

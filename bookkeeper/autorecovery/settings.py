@@ -24,7 +24,9 @@ here                                            BookKeeper                      
 operators change with the bookie REST API; the auditor follows changes at once. Magnetar's own:
 ``rereplication_rate_bytes_per_s`` / ``rereplication_rate_entries_per_s`` (0 = unlimited) cap what one
 process copies, so producers keep their latency while a lost bookie is healed; ``underreplicated_poll_ms``
-bounds how long an idle worker waits before it looks for marks again when no change notification came.
+bounds how long an idle worker waits before it looks for marks again when no change notification came;
+``lost_bookie_grace_after_outage_s`` holds off declaring bookies lost right after a metadata-store outage
+(the auditor and the workers pause while the store is unhealthy; see the auditor's docstring).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class AutoRecoverySettings(BaseModel):
     """Run the AutoRecovery daemon (auditor election + a replication worker) inside the bookie."""
     lost_bookie_recovery_delay_s: Annotated[int, Field(ge=0, le=86_400)] = 0
     """How long a bookie may be gone before its ledgers are marked under-replicated (initial value)."""
+    lost_bookie_grace_after_outage_s: Annotated[int, Field(ge=0, le=3_600)] = 60
+    """After an outage of the metadata store, a bookie found missing counts as missing only from this long
+    after the store is back: its registration may have vanished with its session and be on its way back."""
     auditor_periodic_check_interval_s: NonNegativeInt = 604_800
     """Full check of every ledger's ensembles against the live bookies, plus the read check; 0 = never."""
     auditor_periodic_bookie_check_interval_s: NonNegativeInt = 86_400

@@ -15,13 +15,20 @@ the others); decide which of its bookies are *bad*; heal its closed fragments
   ``lock_release_of_failed_ledger_grace_period_ms`` so that no worker spins on it, and back off
   ``rereplicate_backoff_ms``.
 
-Bad bookies: those of the ledger that are not registered (writable or read-only); they are replaced. A
+Bad bookies: those the mark names that are not registered (writable or read-only); they are replaced. (A
+bookie of the ledger that is gone but not named by the mark is not lost yet - the auditor's delay, or the
+grace after a metadata outage that took its registration with its session - so it is left alone.) A
 registered bookie the mark names is probed (:mod:`.probe`): one that came back with its data needs nothing,
 so its marks end (BookKeeper #2766); one that lacks entries (an add that never reached it before the others
 acknowledged the entry, or a disk that lost data) gets them copied back - BookKeeper would replace it, which
 needs a spare bookie that a small cluster may not have. The LAC of an open ledger is never read from a failed
 bookie (#2755): an open last fragment is only ever ended by ledger recovery, which needs answers from a
 quorum, not from all.
+
+Metadata-store outages (``store.health``): the worker takes no ledger while the store is unhealthy, and a
+ledger whose view of the registered bookies was read across the start of an outage is released untouched. A
+replication that failed because an outage began during it is not a failure of the ledger: its lock is
+released once the store is back, without the failed ledger's grace period.
 """
 
 from __future__ import annotations
@@ -82,6 +89,13 @@ class ReplicationWorker:
         """Marked ledgers listed but not tried yet: the marks' tree is walked again only once they are
         used up, so a backlog of N marks costs N lock attempts, not N walks of the tree."""
         self._nursery: trio.Nursery | None = None
+        self._health = manager.store.health
+
+    async def _pause_for_outage(self) -> None:
+        self._stats.outage_pauses += 1
+        log.warning("replication worker: paused while the metadata store is %s", self._health.state.value)
+        while not await self._health.wait_healthy(self._settings.underreplicated_poll_ms / 1000):
+            pass
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         root = self._manager.root
@@ -91,6 +105,9 @@ class ReplicationWorker:
                 task_status.started()
                 while True:
                     await self._switch.wait_enabled()
+                    if not self._health.healthy:
+                        await self._pause_for_outage()
+                        continue
                     try:
                         ledger_id = await self._take_next()
                     except MetadataStoreError as exc:
@@ -119,12 +136,19 @@ class ReplicationWorker:
     # -- one ledger ----------------------------------------------------------------------------------------
 
     async def _process(self, ledger_id: int) -> None:
+        generation = self._health.generation
         try:
-            release = await self._replicate(ledger_id)
+            release = await self._replicate(ledger_id, generation)
         except ReplicationStopped:
             log.info("ledger %d: replication disabled while copying; released", ledger_id)
             release = True
         except (BKError, MetadataStoreError) as exc:
+            if not self._health.uninterrupted_since(generation):
+                log.info("ledger %d: a metadata outage began during its replication: %s", ledger_id, exc)
+                if not self._health.healthy:
+                    await self._pause_for_outage()
+                await self._release(ledger_id)
+                return
             log.warning("ledger %d: replication failed, retried later: %s", ledger_id, exc)
             self._stats.replication_failures += 1
             self._hold_after_failure(ledger_id)
@@ -133,7 +157,7 @@ class ReplicationWorker:
         if release:
             await self._release(ledger_id)
 
-    async def _replicate(self, ledger_id: int) -> bool:
+    async def _replicate(self, ledger_id: int, generation: int) -> bool:
         """Work on a locked ledger; True when its lock is to be released now."""
         mark = await self._manager.get_mark(ledger_id)
         if mark is None:
@@ -144,6 +168,9 @@ class ReplicationWorker:
             await self._drop_deleted(ledger_id)
             return True
         bad, lacking, undecided = await self._bad_bookies(ledger_id, metadata, mark)
+        if not self._health.uninterrupted_since(generation):
+            log.info("ledger %d: released untouched: a metadata outage began while it was read", ledger_id)
+            return True
         report = await self._replicator.replicate(ledger_id, bad, refill=lacking, placement_check=True)
         outcome = report.outcome
         if outcome is Outcome.DELETED:
@@ -170,7 +197,7 @@ class ReplicationWorker:
         lists = await list_bookies(self._manager.store)
         registered = set(lists.writable) | set(lists.readonly)
         bookies = bookies_of(metadata)
-        bad = {b for b in bookies if b not in registered}
+        bad = {b for b in mark.missing & bookies if b not in registered}
         lacking: set[BookieId] = set()
         undecided: set[BookieId] = set()
         ctx = self._bk.context

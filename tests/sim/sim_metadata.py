@@ -19,6 +19,7 @@ from magnetar.bookkeeper.metadata.api import (
     Stat,
     Unregister,
 )
+from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 
 _LEGAL = {
@@ -127,6 +128,11 @@ class SimMetadataStore:
 
     def register_session_listener(self, listener: SessionListener) -> Unregister:
         return self._inner.register_session_listener(listener)
+
+    @property
+    def health(self) -> MetadataHealth:
+        """The shared tree's: the simulation's clients see no outage of their own."""
+        return self._inner.health
 
     async def aclose(self) -> None:
         """The shared tree outlives each client's view of it."""

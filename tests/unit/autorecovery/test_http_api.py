@@ -17,6 +17,7 @@ from magnetar.bookkeeper.autorecovery.fragments import bookies_of
 from magnetar.bookkeeper.autorecovery.http_api import BookieRoute, add_bookie_routes, autorecovery_routes
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
 from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
+from magnetar.bookkeeper.metadata.bookies import cookie_path
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpSettings, Router, serve_http
 
 AR = "/api/v1/autorecovery"
@@ -120,19 +121,23 @@ async def test_decommission_a_live_bookie_with_the_cli(capsys: pytest.CaptureFix
         handles = [await cluster.write(40) for _ in range(3)]
         writing = await cluster.write(10, close=False)
         victim = writing.metadata.last_ensemble[1][0]
+        await cluster.metadata.put(cookie_path(victim), b"its cookie", -1)
         code = await admin("bookies", "decommission", victim, "--bookie-url", url, "--interval-s", "0.2")
         assert code == 0
         lines = capsys.readouterr().err.strip().splitlines()
         assert lines[-1].startswith(f"decommission {victim}: done, ledgers ")
+        assert lines[-1].endswith(", cookie deleted")
+        assert not await cluster.metadata.exists(cookie_path(victim)), "its identity is retired"
         for lh in [*handles, writing]:
             metadata = await cluster.bk.get_ledger_metadata(lh.ledger_id)
             assert victim not in bookies_of(metadata)
             assert await cluster.under_replicated_entries(lh.ledger_id, {victim}) == []
-        assert await service.manager.decommissioning() == [victim]
+        assert await service.manager.decommissioning() == [victim], "still running: still avoided"
         new = await cluster.write(2)
         assert victim not in bookies_of(new.metadata), "no new ensemble picks a decommissioned bookie"
         progress = (await call("GET", f"{url}{AR}/decommission?bookie_src={victim}")).json()
         assert progress["state"] == "done"
+        assert progress["cookieDeleted"] is True
         assert progress["ledgersDone"] == progress["ledgersTotal"] >= 1
         assert (await call("PUT", f"{url}{AR}/decommission", json={"bookie_src": "nope"})).status_code == 400
 
