@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
+import pytest
 import trio
 from fixtures.autorecovery import FAST, eventually, open_cluster, running_service
 
+from magnetar.bookkeeper.autorecovery.bookie_recovery import RecoveryKind, RecoveryState
 from magnetar.bookkeeper.autorecovery.fragments import bookies_of
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
-from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo
+from magnetar.bookkeeper.bookie.identity import BookieDirectories, BookieIdentityError, check_bookie_identity
+from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo, read_cookie
 
 
 async def test_a_lost_bookies_closed_ledgers_are_healed(autojump_clock: trio.testing.MockClock) -> None:
@@ -137,3 +142,43 @@ async def test_re_replication_keeps_write_sets_on_distinct_racks(
         healed = (await cluster.bk.get_ledger_metadata(lh.ledger_id)).ensembles[0][1]
         assert victim not in healed
         assert {racks[b] for b in healed} == {"z1", "z2", "z3"}
+
+
+async def test_a_decommissioned_dead_bookies_id_can_be_used_again_after_a_format(tmp_path: Path) -> None:
+    """Decommission retires the identity (cookie deleted, off the decommissioning list once the bookie is
+    gone); a bookie started on emptied directories under that id is then a new bookie, not refused."""
+    async with open_cluster(5) as cluster:
+        handles = [await cluster.write(20) for _ in range(2)]
+        victim = handles[0].metadata.ensembles[0][1][0]
+        dirs = BookieDirectories(journal=(str(tmp_path / "journal"),), ledger=(str(tmp_path / "data"),))
+        old = await check_bookie_identity(cluster.metadata, victim, dirs)  # its first start
+        assert await read_cookie(cluster.metadata, victim) is not None
+        async with running_service(cluster, FAST.model_copy(update={"enabled": False})) as service:
+            await cluster.lose(victim)
+            progress = service.start_job(RecoveryKind.DECOMMISSION, victim)
+            await eventually(lambda: progress.state is not RecoveryState.RUNNING)
+            assert progress.state is RecoveryState.DONE, progress.errors
+            assert progress.cookie_deleted
+            assert await read_cookie(cluster.metadata, victim) is None
+            assert await service.manager.decommissioning() == []
+            for lh in handles:
+                assert victim not in bookies_of(await cluster.bk.get_ledger_metadata(lh.ledger_id))
+        with pytest.raises(BookieIdentityError, match="decommissioned or formatted"):
+            await check_bookie_identity(cluster.metadata, victim, dirs)  # the old volumes: refused
+        shutil.rmtree(tmp_path / "journal")  # magnetar bookie --format
+        shutil.rmtree(tmp_path / "data")
+        new = await check_bookie_identity(cluster.metadata, victim, dirs)
+        assert new.bookie_id == old.bookie_id == victim
+        assert await read_cookie(cluster.metadata, victim) is not None
+
+
+async def test_a_new_bookie_under_a_decommissioned_id_leaves_the_decommissioning_list(tmp_path: Path) -> None:
+    """A live bookie drained by decommission stays on the list (new ensembles avoid it while it runs); the
+    next bookie to create a cookie under that id takes it off."""
+    async with open_cluster(4) as cluster:
+        victim = cluster.bookies.ids[0]
+        async with running_service(cluster, FAST.model_copy(update={"enabled": False})) as service:
+            await service.manager.set_decommissioning(victim, True)
+            dirs = BookieDirectories(journal=(str(tmp_path / "j"),), ledger=(str(tmp_path / "d"),))
+            await check_bookie_identity(cluster.metadata, victim, dirs)
+            assert await service.manager.decommissioning() == []
