@@ -86,7 +86,11 @@ async def open_autorecovery(
         token = read_token_setting(settings.bookkeeper_auth_token, "autorecovery.bookkeeper_auth_token")
     tls = None
     if settings.bookkeeper_tls_enabled:
-        tls = client_ssl_context(trust_certs_file=settings.bookkeeper_tls_trust_certs_file)
+        tls = client_ssl_context(
+            trust_certs_file=settings.bookkeeper_tls_trust_certs_file,
+            certificate_file=settings.bookkeeper_tls_certificate_file,
+            key_file=settings.bookkeeper_tls_key_file,
+        )
     async with (
         open_tcp_transport(transport_settings, ssl_context=tls, auth_token=token) as transport,
         open_bookkeeper(metadata, transport, settings.client_settings()) as bk,

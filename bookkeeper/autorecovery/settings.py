@@ -34,7 +34,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from magnetar.bookkeeper.client.settings import ClientSettings
 
@@ -93,6 +93,17 @@ class AutoRecoverySettings(BaseModel):
     """Reach the bookies over TLS (when they serve it)."""
     bookkeeper_tls_trust_certs_file: Path | None = None
     """PEM CA certificates the bookies' certificates are checked against (None: the system's)."""
+    bookkeeper_tls_certificate_file: Path | None = None
+    """PEM certificate the replication client presents to bookies that require client certificates (with
+    ``bookkeeper_tls_key_file``)."""
+    bookkeeper_tls_key_file: Path | None = None
+    """PEM private key of ``bookkeeper_tls_certificate_file``."""
+
+    @model_validator(mode="after")
+    def _certificate_with_its_key(self) -> AutoRecoverySettings:
+        if (self.bookkeeper_tls_certificate_file is None) != (self.bookkeeper_tls_key_file is None):
+            raise ValueError("bookkeeper_tls_certificate_file and bookkeeper_tls_key_file go together")
+        return self
 
     @property
     def grace_period_s(self) -> float:
