@@ -1,4 +1,4 @@
-"""``magnetar config show bookie|broker|standalone [--config FILE] [--format toml|json]``: effective settings.
+"""``magnetar config show bookie|broker|standalone|autorecovery [--config F] [--format toml|json]``.
 
 Prints what the process would run with - the environment (``MAGNETAR_*``), the config file (``--config`` or
 ``MAGNETAR_CONFIG``) and the defaults merged as :mod:`.config` does - with where each value came from. The
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic_settings import BaseSettings
 
-KINDS = ("bookie", "broker", "standalone")
+KINDS = ("bookie", "broker", "standalone", "autorecovery")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,9 +55,13 @@ def run(args: argparse.Namespace) -> int:
 def settings_model(kind: str) -> type[BaseSettings]:
     """The settings model of a process kind (imported on use)."""
     if kind == "bookie":
-        from magnetar.bookkeeper.bookie.settings import BookieSettings  # noqa: PLC0415
+        from magnetar.admin.autorecovery_wiring import BookieProcessSettings  # noqa: PLC0415
 
-        return BookieSettings
+        return BookieProcessSettings
+    if kind == "autorecovery":
+        from magnetar.admin.autorecovery_wiring import AutoRecoveryProcessSettings  # noqa: PLC0415
+
+        return AutoRecoveryProcessSettings
     if kind == "broker":
         from magnetar.broker.settings import BrokerSettings  # noqa: PLC0415
 

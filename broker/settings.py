@@ -72,6 +72,11 @@ class BrokerSettings(SecuritySettings):
     entry_cache_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
     add_timeout_ms: PositiveInt = 5_000
     read_timeout_ms: PositiveInt = 5_000
+    min_num_racks_per_write_quorum: Annotated[int, Field(ge=1, le=64)] = 2
+    """Racks each write set of a new ensemble should span (bookies' ``--rack``; BookKeeper's
+    ``minNumRacksPerWriteQuorum``)."""
+    enforce_min_num_racks_per_write_quorum: bool = False
+    """Refuse ensembles below ``min_num_racks_per_write_quorum`` instead of taking the best available."""
     metadata_session_timeout_ms: PositiveInt = 30_000
     metadata_operation_timeout_ms: PositiveInt = 30_000
 
@@ -260,6 +265,8 @@ class BrokerSettings(SecuritySettings):
                 "ack_quorum": self.ack_quorum,
                 "add_timeout_ms": self.add_timeout_ms,
                 "read_timeout_ms": self.read_timeout_ms,
+                "min_num_racks_per_write_quorum": self.min_num_racks_per_write_quorum,
+                "enforce_min_num_racks_per_write_quorum": self.enforce_min_num_racks_per_write_quorum,
             }
         )
 

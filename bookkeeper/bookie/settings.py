@@ -75,6 +75,10 @@ class BookieSettings(BaseSettings):
     0 picks a free one; unset serves no HTTP. Published in the registration."""
     port_file: Path | None = None
     """Once serving and registered, write ``{"bookieId", "host", "port"}`` JSON here (atomically)."""
+    rack: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")] | None = None
+    """The bookie's rack or zone (e.g. Kubernetes' ``topology.kubernetes.io/zone``), published in its
+    registration: rack-aware placement spreads each write set over as many racks as it can. Empty is no
+    rack (the Helm chart passes a pod label that may be absent)."""
 
     frame_bytes_max: Annotated[int, Field(ge=1024)] = FRAME_BYTES_MAX_DEFAULT
     inflight_requests_max: PositiveInt = 10_000
@@ -133,6 +137,11 @@ class BookieSettings(BaseSettings):
     zk_tls_trust_certs_file: Path | None = None
     zk_tls_certificate_file: Path | None = None
     zk_tls_key_file: Path | None = None
+
+    @field_validator("rack", mode="before")
+    @classmethod
+    def _empty_rack_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("auth_allowed_roles", "super_user_roles", mode="before")
     @classmethod

@@ -1,8 +1,9 @@
 """Architecture rules: the `packages` list matches the folders, and imports only run downward.
 
-Layers: admin -> {broker, gc} -> managed_ledger -> bookkeeper.client -> bookkeeper.{protocol, metadata,
-runtime}; the bookie uses protocol, metadata and runtime; gc uses managed_ledger and bookkeeper. Nothing
-imports admin.
+Layers: admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
+bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; AutoRecovery
+(bookkeeper.autorecovery) uses the client, protocol, metadata and runtime; gc uses
+managed_ledger and bookkeeper. Nothing imports admin.
 
 Inside the broker: the wire formats (``broker.wire``) import nothing of the server, so clients import them
 alone; the protocol-neutral core (``broker.core``) imports the wire formats and the storage layers, never a
@@ -37,6 +38,12 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.runtime",
         "magnetar.bookkeeper.protocol",
         "magnetar.bookkeeper.metadata",
+    },
+    "magnetar.bookkeeper.autorecovery": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.bookkeeper.client",
     },
     "magnetar.bookkeeper": {
         "magnetar.bookkeeper.runtime",
