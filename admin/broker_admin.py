@@ -27,10 +27,12 @@ from magnetar.admin.rest import (
 )
 from magnetar.admin.rest.framework import AdminError
 from magnetar.admin.retention_policies import StoredPolicySource, entry_publish_time
+from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.http import Router
 from magnetar.broker.errors import (
     InvalidTopicNameError,
     NotOwnerError,
+    ServiceError,
     SubscriptionBusyError,
     TopicNotFoundError,
 )
@@ -54,6 +56,79 @@ class BrokerDirectoryAdapter:
 
     async def healthy(self) -> bool:
         return self._service.ready
+
+
+class BrokerBundleHost:
+    """:class:`~magnetar.admin.rest.bundle_host.BundleHost` over the broker service and its load manager."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    async def owner_url(self, namespace: str, bundle: str) -> str | None:
+        ownership = self._service.ownership
+        if ownership.owns(namespace, bundle):
+            return ""
+        try:
+            owner = await ownership.get_owner(namespace, bundle)
+        except MetadataStoreError as exc:
+            raise AdminError(503, f"reading the owner of {namespace}/{bundle} failed: {exc}") from None
+        return None if owner is None else owner.httpUrl
+
+    async def unload(self, namespace: str, bundle: str) -> None:
+        try:
+            await self._service.unload_bundle(namespace, bundle)
+        except MetadataStoreError as exc:
+            raise AdminError(503, f"unloading {namespace}/{bundle} failed: {exc}") from None
+
+    async def split(self, namespace: str, bundle: str, unload: bool) -> tuple[str, str]:
+        service = self._service
+        try:
+            if not service.ownership.owns(namespace, bundle):
+                await service.ownership.acquire(namespace, bundle)
+            return await service.split_bundle(namespace, bundle, unload)
+        except NotOwnerError as exc:
+            raise AdminError(409, str(exc)) from None
+        except ServiceError as exc:
+            raise AdminError(exc.status, str(exc)) from None
+        except MetadataStoreError as exc:
+            raise AdminError(503, f"splitting {namespace}/{bundle} failed: {exc}") from None
+
+    async def unload_namespace(self, namespace: str) -> int:
+        """Unload the namespace's bundles here; ask the other owners through the load manager."""
+        service = self._service
+        count = 0
+        for owned_ns, bundle in sorted(service.ownership.owned):
+            if owned_ns == namespace:
+                await self.unload(namespace, bundle)
+                count += 1
+        manager = service.load_manager
+        if manager is None:
+            return count
+        try:
+            for broker, report in (await manager.reports()).items():
+                for full in report.bundles:
+                    if broker != service.broker_id and full.rsplit("/", 1)[0] == namespace:
+                        await manager.request(broker, full, {"op": "unload"})
+                        count += 1
+        except MetadataStoreError as exc:
+            raise AdminError(503, f"unloading {namespace} failed: {exc}") from None
+        return count
+
+    async def leader(self) -> dict[str, str] | None:
+        manager = self._service.load_manager
+        if manager is None:
+            return None
+        try:
+            leader = await manager.leader()
+        except MetadataStoreError as exc:
+            raise AdminError(503, f"reading the leader broker failed: {exc}") from None
+        return None if leader is None else {"serviceUrl": leader[1], "brokerId": leader[0]}
+
+    def load_report(self) -> dict[str, Any]:
+        manager = self._service.load_manager
+        if manager is None:
+            raise AdminError(404, "The load manager is off (load_balancer_enabled=false)")
+        return manager.sample().to_json()
 
 
 class BrokerTopicHost:
@@ -187,6 +262,7 @@ class BrokerAdmin:
             admin_settings(self.settings),
             BrokerDirectoryAdapter(service),
             topics=BrokerTopicHost(service),
+            bundles=BrokerBundleHost(service),
             security=service.security,
         )
         register_admin_routes(router, self.context)
