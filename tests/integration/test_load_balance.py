@@ -101,11 +101,11 @@ class Producer(threading.Thread):
     def run(self) -> None:
         sequence = 0
         while not self.stop_event.is_set():
+            ws = websocket.WebSocket()
             try:
-                ws = websocket.create_connection(
-                    f"{self.owner_ws()}/ws/v2/producer/persistent/{self.topic}", 10
-                )
+                ws.connect(f"{self.owner_ws()}/ws/v2/producer/persistent/{self.topic}", timeout=10)
             except (OSError, websocket.WebSocketException, httpx.HTTPError) as exc:
+                ws.shutdown()
                 self.errors.append(repr(exc))
                 time.sleep(0.2)
                 continue
@@ -121,7 +121,8 @@ class Producer(threading.Thread):
             except (OSError, websocket.WebSocketException, json.JSONDecodeError):
                 self.reconnects += 1
             finally:
-                ws.close()
+                ws.close(timeout=1)
+                ws.shutdown()  # close() leaves the socket open when the broker closed the session first
 
 
 def read_all(entry: str, topic: str, expected: int) -> set[str]:
@@ -141,7 +142,8 @@ def read_all(entry: str, topic: str, expected: int) -> set[str]:
     except websocket.WebSocketTimeoutException:
         pass
     finally:
-        ws.close()
+        ws.close(timeout=1)
+        ws.shutdown()
     return seen
 
 
