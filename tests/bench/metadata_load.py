@@ -63,21 +63,24 @@ class Pipeline:
     def __init__(self, client: KazooClient, window: int) -> None:
         self.client = client
         self.window = window
-        self.inflight: deque[tuple[float, Any]] = deque()
+        self.inflight: deque[tuple[float, Any, str]] = deque()
         self.latencies: list[float] = []
 
     def submit(self, op: str, path: str, value: bytes, version: int = -1) -> None:
         if len(self.inflight) >= self.window:
             self._wait_oldest()
         if op == "create":
-            result = self.client.create_async(path, value, makepath=True)
+            result = self.client.create_async(path, value)
         else:
             result = self.client.set_async(path, value, version)
-        self.inflight.append((time.perf_counter(), result))
+        self.inflight.append((time.perf_counter(), result, f"{op} {path}"))
 
     def _wait_oldest(self) -> None:
-        start, result = self.inflight.popleft()
-        result.get(timeout=60)
+        start, result, what = self.inflight.popleft()
+        try:
+            result.get(timeout=60)
+        except Exception as exc:
+            raise RuntimeError(f"{what} failed: {exc!r}") from exc
         self.latencies.append(time.perf_counter() - start)
 
     def drain(self) -> None:
@@ -90,7 +93,7 @@ def topic_writes(pipe: Pipeline, topic: int, generation: int) -> int:
     base = f"/managed-ledgers/t{topic}"
     pipe.submit("create", f"/ledgers/t{topic}/L{generation + 1}", LEDGER_META)
     pipe.submit("set", base, ML_INFO)
-    pipe.submit("set", f"/ledgers/t{topic}/L{generation}", LEDGER_META)
+    pipe.submit("set", f"/ledgers/t{topic}/L0", LEDGER_META)  # closing the previous ledger: a set
     pipe.submit("set", f"{base}/sub", CURSOR_INFO)
     return 4
 
@@ -125,9 +128,10 @@ def percentile(values: list[float], q: float) -> float:
 def setup(pipe: Pipeline, topic: int) -> int:
     pipe.submit("create", f"/managed-ledgers/t{topic}", ML_INFO)
     pipe.submit("create", f"/managed-ledgers/t{topic}/sub", CURSOR_INFO)
+    pipe.submit("create", f"/ledgers/t{topic}", b"")
     pipe.submit("create", f"/ledgers/t{topic}/L0", LEDGER_META)
     pipe.submit("create", f"/ledgers/t{topic}/C0", LEDGER_META)
-    return 4
+    return 5
 
 
 def open_loop(client: KazooClient, rate_per_s: float, duration_s: float, topics: int) -> list[float]:
@@ -162,16 +166,19 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="metadata-load-") as directory,
         ZooKeeperServer(Path(directory) / "zookeeper") as server,
     ):
-        host, port = server.connect_string().split(",")[0].rsplit(":", 1)
-        clients = [KazooClient(hosts=f"{host}:{port}/load", timeout=30) for _ in range(args.sessions)]
+        host, port = server.connect_string.split(",")[0].rsplit(":", 1)
+        clients = [KazooClient(hosts=f"{host}:{port}", timeout=30) for _ in range(args.sessions)]
         for client in clients:
             client.start(timeout=30)
+        clients[0].ensure_path("/managed-ledgers")
+        clients[0].ensure_path("/ledgers")
         try:
             print(
                 f"{'topics':>7} {'znodes':>8} {'data MB':>8} {'setup w/s':>10} {'round w/s':>10} "
                 f"{'p50 ms':>7} {'p99 ms':>7} {'watches':>8}"
             )
             done = 0
+            rounds_run = 0
             for n in counts:
                 written, elapsed, _ = run_sessions(
                     clients, args.window, n - done, lambda p, t, lo=done: setup(p, lo + t)
@@ -181,9 +188,10 @@ def main() -> None:
                 latencies: list[float] = []
                 total = 0
                 seconds = 0.0
-                for generation in range(args.rounds):
+                for _ in range(args.rounds):
+                    rounds_run += 1
                     written, elapsed, lat = run_sessions(
-                        clients, args.window, n, lambda p, t, g=generation: topic_writes(p, t, g)
+                        clients, args.window, n, lambda p, t, g=rounds_run: topic_writes(p, t, g)
                     )
                     total += written
                     seconds += elapsed
