@@ -32,12 +32,17 @@ class LoadBalancerSettings(BaseSettings):
     load_balancer_override_broker_nic_speed_gbps: Annotated[float, Field(gt=0, le=10_000)] | None = None
     """The NIC speed bandwidth usage is measured against; unset: the fastest NIC in ``/sys/class/net``, else
     1 Gbit/s."""
-    load_balancer_load_placement_strategy: Literal["LeastLongTermMessageRate"] = "LeastLongTermMessageRate"
-    """How the leader picks the broker for an unowned bundle (see ``broker/load_decisions.py``)."""
+    load_balancer_load_placement_strategy: Literal[
+        "LeastLongTermMessageRate", "LeastResourceUsageWithWeight"
+    ] = "LeastLongTermMessageRate"
+    """How the leader picks the broker for an unowned bundle, among those serving the fewest bundles of its
+    namespace: the least message rate, or the least weighted resource usage (``broker/load_decisions.py``)."""
     load_balancer_broker_overloaded_threshold_percentage: Percentage = 85
     """A broker whose highest resource usage is above this gets no new bundles while another can take them."""
     load_balancer_shedding_enabled: bool = True
-    load_balancer_load_shedding_strategy: Literal["ThresholdShedder"] = "ThresholdShedder"
+    load_balancer_load_shedding_strategy: Literal["ThresholdShedder", "OverloadShedder"] = "ThresholdShedder"
+    """``ThresholdShedder``: brokers above the average by a margin; ``OverloadShedder``: brokers above
+    ``load_balancer_broker_overloaded_threshold_percentage``."""
     load_balancer_shedding_interval_min: Minutes = 1
     """How often the leader looks for overloaded brokers (and for bundles to split)."""
     load_balancer_shedding_grace_period_min: Minutes = 30

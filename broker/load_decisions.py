@@ -5,15 +5,17 @@ Pulsar's modular load manager, reduced to pure code over :class:`~.load_report.L
 
 Placement (:class:`Placement`, strategy ``LeastLongTermMessageRate``). An unowned bundle goes to a live
 broker chosen in two steps, as Pulsar's ``ModularLoadManagerImpl.selectBroker``: first only the brokers that
-serve the fewest bundles of the bundle's namespace stay candidates (``removeMostServicingBrokersForNamespace``
-- this spreads a namespace's bundles evenly even before any traffic is measured); among them the one with
-the least message rate (in + out, plus the rates of bundles assigned to it but not yet in its report) wins,
-a broker whose highest resource usage is above ``load_balancer_broker_overloaded_threshold_percentage``
-scoring worst. Ties go to the broker with the fewest bundles in total, then the smallest id (Pulsar draws at
-random; a fixed order makes the choice reproducible). Pulsar averages the rates over long-term samples; here
-the rate of the latest report is used. Assignments the leader made are remembered (Pulsar's
-"preallocated" bundles) until the broker's report lists the bundle or the assignment is
-``assignment_expiry_ms`` old.
+serve the fewest bundles of the bundle's namespace stay candidates
+(``removeMostServicingBrokersForNamespace`` - this spreads a namespace's bundles evenly even before any
+traffic is measured); among them the one with the least message rate (in + out, plus the rates of bundles
+assigned to it but not yet in its report) wins, a broker whose highest resource usage is above
+``load_balancer_broker_overloaded_threshold_percentage`` scoring worst. (Strategy
+``LeastResourceUsageWithWeight`` ranks by the highest weighted resource usage instead of the message rate;
+Pulsar's also drops brokers far above the average usage, here the namespace filter comes first.) Ties go to
+the broker with the fewest bundles in total, then the smallest id (Pulsar draws at random; a fixed order
+makes the choice reproducible). Pulsar averages the rates over long-term samples; here the rate of the latest
+report is used. Assignments the leader made are remembered (Pulsar's "preallocated" bundles) until the
+broker's report lists the bundle or the assignment is ``assignment_expiry_ms`` old.
 
 Shedding (:class:`ThresholdShedder`, Pulsar's ``ThresholdShedder``). Each broker's usage is its highest
 weighted resource usage, smoothed over rounds (``usage = old * history + new * (1 - history)``). A broker
@@ -21,7 +23,9 @@ whose usage exceeds the brokers' average by more than ``load_balancer_broker_thr
 offloads ``usage - average - threshold + 5 %`` of its throughput: its bundles by throughput, largest first,
 until that much is selected (at least one). A broker with a single bundle keeps it; a plan below
 ``load_balancer_bundle_unload_min_throughput_threshold_mb`` is skipped; a bundle unloaded less than
-``load_balancer_shedding_grace_period_min`` ago is not unloaded again (so nothing ping-pongs).
+``load_balancer_shedding_grace_period_min`` ago is not unloaded again (so nothing ping-pongs). Strategy
+``OverloadShedder`` (Pulsar's) instead sheds only from brokers whose highest resource usage is at least
+``load_balancer_broker_overloaded_threshold_percentage``, ``usage - threshold + 5 %`` of their throughput.
 
 Splits (:func:`bundles_to_split`, Pulsar's ``BundleSplitterTask``): a bundle with more than one topic is
 split when it exceeds any of ``load_balancer_namespace_bundle_max_{topics,sessions,msg_rate,bandwidth}``,
@@ -50,6 +54,8 @@ def namespace_of(full_bundle: str) -> str:
 class PlacementSettings:
     overloaded_threshold_percentage: float = 85.0
     assignment_expiry_ms: int = 60_000
+    strategy: str = "LeastLongTermMessageRate"
+    weights: ResourceWeights = field(default_factory=ResourceWeights)
 
 
 class Placement:
@@ -96,13 +102,20 @@ class Placement:
         return best
 
     def _score(self, report: LoadReport, pending_rate: float) -> float:
-        if report.max_resource_usage() * 100.0 > self.settings.overloaded_threshold_percentage:
+        settings = self.settings
+        if settings.strategy == "LeastResourceUsageWithWeight":
+            # Pulsar's LeastResourceUsageWithWeight: the least weighted resource usage wins
+            usage = report.max_resource_usage_with_weight(settings.weights)
+            return math.inf if usage * 100.0 > settings.overloaded_threshold_percentage else usage
+        if report.max_resource_usage() * 100.0 > settings.overloaded_threshold_percentage:
             return math.inf
         return report.msg_rate_in + report.msg_rate_out + pending_rate
 
 
 @dataclass(frozen=True, slots=True)
 class ShedderSettings:
+    strategy: str = "ThresholdShedder"
+    overloaded_threshold_percentage: float = 85.0
     threshold_percentage: float = 10.0
     history_resource_percentage: float = 0.9
     min_throughput_threshold_mb: float = 10.0
@@ -139,16 +152,24 @@ class ThresholdShedder:
         if not reports:
             return []
         average = sum(self.avg_usage[b] for b in reports) / len(reports)
-        if average == 0:
+        if average == 0 and settings.strategy == "ThresholdShedder":
             return []
         threshold = settings.threshold_percentage / 100.0
+        overloaded = settings.overloaded_threshold_percentage / 100.0
         selected: list[tuple[str, str]] = []
         for broker in sorted(reports):
             report = reports[broker]
-            usage = self.avg_usage[broker]
-            if usage <= average + threshold or len(report.bundles) <= 1:
-                continue
-            share = usage - average - threshold + ADDITIONAL_THRESHOLD_PERCENT_MARGIN
+            if settings.strategy == "OverloadShedder":
+                # Pulsar's OverloadShedder: only brokers above the overload threshold, down to it
+                usage = report.max_resource_usage()
+                if usage < overloaded or len(report.bundles) <= 1:
+                    continue
+                share = usage - overloaded + ADDITIONAL_THRESHOLD_PERCENT_MARGIN
+            else:
+                usage = self.avg_usage[broker]
+                if usage <= average + threshold or len(report.bundles) <= 1:
+                    continue
+                share = usage - average - threshold + ADDITIONAL_THRESHOLD_PERCENT_MARGIN
             to_offload = (report.msg_throughput_in + report.msg_throughput_out) * share
             if to_offload < settings.min_throughput_threshold_mb * MB:
                 continue

@@ -115,25 +115,31 @@ class LoadManager:
         self._extra = dict(extra or {})
         self._probe = probe or tcp_probe
         self.broker_id = ownership.broker_id
+        weights = ResourceWeights(
+            cpu=settings.load_balancer_cpu_resource_weight,
+            memory=settings.load_balancer_memory_resource_weight,
+            direct_memory=settings.load_balancer_direct_memory_resource_weight,
+            bandwidth_in=settings.load_balancer_bandwith_in_resource_weight,
+            bandwidth_out=settings.load_balancer_bandwith_out_resource_weight,
+        )
+        overloaded = settings.load_balancer_broker_overloaded_threshold_percentage
         self.placement = Placement(
             PlacementSettings(
-                overloaded_threshold_percentage=settings.load_balancer_broker_overloaded_threshold_percentage,
+                overloaded_threshold_percentage=overloaded,
                 assignment_expiry_ms=max(60_000, 4 * settings.load_balancer_report_update_min_interval_ms),
+                strategy=settings.load_balancer_load_placement_strategy,
+                weights=weights,
             )
         )
         self.shedder = ThresholdShedder(
             ShedderSettings(
+                strategy=settings.load_balancer_load_shedding_strategy,
+                overloaded_threshold_percentage=overloaded,
                 threshold_percentage=settings.load_balancer_broker_threshold_shedder_percentage,
                 history_resource_percentage=settings.load_balancer_history_resource_percentage,
                 min_throughput_threshold_mb=settings.load_balancer_bundle_unload_min_throughput_threshold_mb,
                 grace_period_min=settings.load_balancer_shedding_grace_period_min,
-                weights=ResourceWeights(
-                    cpu=settings.load_balancer_cpu_resource_weight,
-                    memory=settings.load_balancer_memory_resource_weight,
-                    direct_memory=settings.load_balancer_direct_memory_resource_weight,
-                    bandwidth_in=settings.load_balancer_bandwith_in_resource_weight,
-                    bandwidth_out=settings.load_balancer_bandwith_out_resource_weight,
-                ),
+                weights=weights,
             )
         )
         self.split_settings = SplitSettings(

@@ -259,3 +259,27 @@ def test_splits_stop_at_the_namespace_maximum() -> None:
     reports = [report("b", {bundle_name(i): hot for i in range(10)})]
     planned = bundles_to_split(reports, {NS: 125}, SplitSettings(maximum_bundles=128))
     assert len(planned) == 3
+
+
+def test_least_resource_usage_placement_ranks_by_weighted_usage_not_rate() -> None:
+    busy_rate = report("rate", {bundle_name(100, "x/y"): BundleStats(msg_rate_in=500)}, cpu=10)
+    busy_cpu = report("cpu", {bundle_name(101, "x/y"): BundleStats(msg_rate_in=5)}, cpu=60)
+    by_usage = Placement(PlacementSettings(strategy="LeastResourceUsageWithWeight"))
+    assert by_usage.select(bundle_name(0), {"rate": busy_rate, "cpu": busy_cpu}, 0) == "rate"
+    by_rate = Placement(PlacementSettings())
+    assert by_rate.select(bundle_name(0), {"rate": busy_rate, "cpu": busy_cpu}, 0) == "cpu"
+
+
+def test_the_overload_shedder_sheds_only_above_the_overload_threshold() -> None:
+    settings = ShedderSettings(
+        strategy="OverloadShedder", overloaded_threshold_percentage=85, min_throughput_threshold_mb=0
+    )
+    hot = {bundle_name(i): BundleStats(msg_throughput_in=1000.0 * (i + 1)) for i in range(3)}
+    reports = {
+        "hot": report("hot", hot, cpu=95),
+        "warm": report("warm", {bundle_name(9): BundleStats()}, cpu=80),
+    }
+    plan = ThresholdShedder(settings).find_bundles_for_unloading(reports, 0)
+    assert plan == [("hot", bundle_name(2))]  # the largest first; 95 - 85 + 5 = 15 % of the throughput
+    cool = {"hot": report("hot", hot, cpu=80)}
+    assert ThresholdShedder(settings).find_bundles_for_unloading(cool, 0) == []
