@@ -91,6 +91,8 @@ class Producer(threading.Thread):
         self.acked: list[str] = []
         self.reconnects = 0
         self.errors: list[str] = []
+        self.pauses_s: list[float] = []
+        """Per move: from the last acknowledgement before the session closed to the first one after."""
 
     def owner_ws(self) -> str:
         with httpx.Client(follow_redirects=True, timeout=10) as http:
@@ -100,6 +102,8 @@ class Producer(threading.Thread):
 
     def run(self) -> None:
         sequence = 0
+        last_ack = 0.0
+        moved = False
         while not self.stop_event.is_set():
             ws = websocket.WebSocket()
             try:
@@ -116,10 +120,16 @@ class Producer(threading.Thread):
                     answer = recv_json(ws)
                     if answer.get("result") == "ok":
                         self.acked.append(str(sequence))
+                        now = time.monotonic()
+                        if moved:
+                            self.pauses_s.append(now - last_ack)
+                            moved = False
+                        last_ack = now
                     sequence += 1
                     time.sleep(PUBLISH_INTERVAL_S)
             except (OSError, websocket.WebSocketException, json.JSONDecodeError):
                 self.reconnects += 1
+                moved = last_ack > 0
             finally:
                 ws.close(timeout=1)
                 ws.shutdown()  # close() leaves the socket open when the broker closed the session first
@@ -240,6 +250,12 @@ def test_bundles_spread_shed_to_a_new_broker_and_split(zookeeper_url: str, tmp_p
         assert not lost, f"acknowledged messages lost: {lost}"
         acked = Counter({p.topic: len(p.acked) for p in producers})
         assert sum(acked.values()) > len(producers)
+        pauses = sorted(pause for p in producers for pause in p.pauses_s)
+        if pauses:
+            print(
+                f"producer pause per move: {len(pauses)} moves, "
+                f"median {pauses[len(pauses) // 2] * 1000:.0f} ms, max {pauses[-1] * 1000:.0f} ms"
+            )
         print(f"shares after shedding {shares}; producer moves {moved}; acked {sum(acked.values())}")
     finally:
         http.close()
