@@ -297,6 +297,10 @@ class LoadManager:
     async def _decide(self, full: str, path: str) -> Resolution | None:
         """As the leader (or in its absence): choose the broker and record the assignment."""
         async with self._decide_lock:
+            namespace, _, bundle = full.rpartition("/")
+            owner = await self._ownership.get_owner(namespace, bundle)
+            if owner is not None:  # taken while this decision waited for the one before it
+                return None if owner.httpUrl == self.me.httpUrl else Resolution(owner)
             reports = await self.reports()
             live: dict[str, LoadReport] = {}
             for broker, report in reports.items():

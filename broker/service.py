@@ -287,7 +287,7 @@ class BrokerService:
                 continue  # the owner vanished between our create and read: try again
             except MetadataStoreError as exc:
                 raise ServiceUnitNotReadyError(f"bundle {namespace}/{bundle}: {exc}") from exc
-            if owner is ownership.me and self.load_manager is not None:
+            if self.load_manager is not None:  # taken, by us or a faster broker: an assignment is done
                 await self.load_manager.acquired(namespace, bundle)
             return Resolution(owner)
         raise ServiceUnitNotReadyError(f"bundle {namespace}/{bundle} ownership is changing")
@@ -471,11 +471,16 @@ class BrokerService:
         return True
 
     async def unload_bundle(self, namespace: str, bundle: str) -> None:
-        """Close the bundle's topics cleanly and give the bundle up: the next lookup may place it anywhere."""
+        """Close the bundle's topics cleanly - all at once, so the bundle's clients wait for the slowest
+        topic, not for the sum - and give the bundle up: the next lookup may place it anywhere."""
+        closing = []
         for name, owned in list(self._topic_bundles.items()):
             topic = self.topics.pop(name, None) if owned == (namespace, bundle) else None
             if topic is not None:
-                await self._close_topic(topic, "Bundle unloaded")
+                closing.append(topic)
+        async with trio.open_nursery() as nursery:
+            for topic in closing:
+                nursery.start_soon(self._close_topic, topic, "Bundle unloaded")
         await self.ownership.release(namespace, bundle)
 
     async def split_bundle(self, namespace: str, bundle: str, unload: bool) -> tuple[str, str]:

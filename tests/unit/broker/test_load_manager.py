@@ -132,3 +132,19 @@ async def test_a_broker_reports_when_its_load_moved_and_the_leader_sheds_the_bus
     assert not {full for _, _, full in again} & {full for _, _, full in made}, (
         "shed again in its grace period"
     )
+
+
+async def test_a_bundle_taken_while_a_decision_waited_is_not_assigned_again() -> None:
+    alive = {"a", "b"}
+    brokers = {name: Broker("lm4", name, alive, LoadBalancerSettings()) for name in ("a", "b")}
+    for broker in brokers.values():
+        await broker.start()
+    # a lookup on the leader found the bundle unowned; meanwhile b took it (e.g. an earlier assignment)
+    await brokers["b"].ownership.acquire(NS, bundle(0))
+    resolution = await brokers["a"].manager._decide(
+        f"{NS}/{bundle(0)}", f"/loadbalance/assignments/{NS.replace('/', '%2F')}%2F{bundle(0)}"
+    )
+    assert resolution is not None
+    assert resolution.owner.httpUrl == "http://b"
+    assert not resolution.redirect
+    assert await brokers["a"].store.get_children("/loadbalance/assignments") == []
