@@ -12,6 +12,8 @@ every acknowledged message. A bundle of another namespace holding more topics th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -166,6 +168,14 @@ def url(broker: MagnetarProcess) -> str:
     return f"http://127.0.0.1:{broker.ready['port']}"
 
 
+def admin(admin_url: str, *args: str) -> str:
+    """``magnetar admin --admin-url ADMIN_URL ARGS...``: its output (it must succeed)."""
+    command = [sys.executable, "-m", "magnetar.admin.cli", "admin", "--admin-url", admin_url, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, f"{args}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
 def wait_for(what: str, check: Any, timeout_s: float) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -230,9 +240,9 @@ def test_bundles_spread_shed_to_a_new_broker_and_split(zookeeper_url: str, tmp_p
         wait_for("the automatic split", lambda: http.get(bundles_url).json()["numBundles"] == 2, 30)
         target = owned(http, brokers[0], NS) or owned(http, brokers[1], NS)
         bundle = target[0].rsplit("/", 1)[1]
-        answer = http.put(f"{entry}/admin/v2/namespaces/{NS}/{bundle}/split", params={"unload": "true"})
-        assert answer.status_code == 204, answer.text
-        assert http.get(f"{entry}/admin/v2/namespaces/{NS}/bundles").json()["numBundles"] == BUNDLES + 1
+        admin(entry, "namespaces", "split-bundle", NS, "-b", bundle, "-u")  # through broker-0 (redirected)
+        assert json.loads(admin(entry, "namespaces", "bundles", NS))["numBundles"] == BUNDLES + 1
+        assert json.loads(admin(url(brokers[3]), "brokers", "leader-broker")) == leader
         wait_for("producers on the split bundles", lambda: all(p.acked for p in split_producers), 30)
         time.sleep(1.0)
     finally:
