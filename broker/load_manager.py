@@ -303,9 +303,15 @@ class LoadManager:
                 return None if owner.httpUrl == self.me.httpUrl else Resolution(owner)
             reports = await self.reports()
             live: dict[str, LoadReport] = {}
-            for broker, report in reports.items():
-                if await self.alive(broker) is not None:
+            timeout_s = self.settings.lookup_owner_probe_timeout_ms / 1000
+
+            async def check(broker: str, report: LoadReport) -> None:
+                if broker == self.broker_id or await self._probe(report.http_url, timeout_s):
                     live[broker] = report
+
+            async with trio.open_nursery() as nursery:  # probed together: one timeout, not one per broker
+                for broker, report in reports.items():
+                    nursery.start_soon(check, broker, report)
             choice = self.placement.select(full, live, int(time.time() * 1000))
             if choice is None or choice == self.broker_id:
                 return None
