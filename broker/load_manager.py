@@ -107,7 +107,10 @@ class LoadManager:
         *,
         extra: dict[str, Any] | None = None,
         probe: Callable[[str, float], Awaitable[bool]] | None = None,
+        resources: Callable[[LoadReport], LoadReport] | None = None,
     ) -> None:
+        """``probe(url, timeout_s)`` tells whether a broker answers (default: a TCP connect);
+        ``resources(report)`` fills in CPU, memory and bandwidth (default: :class:`ResourceSampler`)."""
         self._store = store
         self._ownership = ownership
         self.settings = settings
@@ -151,7 +154,9 @@ class LoadManager:
         )
         self.last_report: LoadReport | None = None
         self.reports_written = 0
-        self._sampler = ResourceSampler(settings.load_balancer_override_broker_nic_speed_gbps)
+        self._resources = (
+            resources or ResourceSampler(settings.load_balancer_override_broker_nic_speed_gbps).fill
+        )
         self._decide_lock = trio.Lock()
 
     @property
@@ -194,7 +199,7 @@ class LoadManager:
             bundles=bundles,
             extra={**self._extra, "httpUrlTls": self.me.httpUrlTls},
         )
-        return self._sampler.fill(report)
+        return self._resources(report)
 
     async def report_once(self, *, force: bool = False) -> bool:
         """Write the current sample if it is due; whether it was written."""
