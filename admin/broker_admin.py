@@ -36,6 +36,7 @@ from magnetar.broker.errors import (
     SubscriptionBusyError,
     TopicNotFoundError,
 )
+from magnetar.broker.policies import PolicyError
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic import PersistentTopic
@@ -94,23 +95,27 @@ class BrokerBundleHost:
             raise AdminError(503, f"splitting {namespace}/{bundle} failed: {exc}") from None
 
     async def unload_namespace(self, namespace: str) -> int:
-        """Unload the namespace's bundles here; ask the other owners through the load manager."""
+        """Unload every owned bundle of the namespace: here, or by asking its owner through the load manager
+        (the owner is read from the bundle's ownership node, so a bundle taken a moment ago is not missed)."""
         service = self._service
-        count = 0
-        for owned_ns, bundle in sorted(service.ownership.owned):
-            if owned_ns == namespace:
-                await self.unload(namespace, bundle)
-                count += 1
-        manager = service.load_manager
-        if manager is None:
-            return count
         try:
-            for broker, report in (await manager.reports()).items():
-                for full in report.bundles:
-                    if broker != service.broker_id and full.rsplit("/", 1)[0] == namespace:
-                        await manager.request(broker, full, {"op": "unload"})
-                        count += 1
-        except MetadataStoreError as exc:
+            policies = await service.policies.get_namespace(namespace)
+            if policies is None:
+                raise AdminError(404, "Namespace does not exist")
+            count = 0
+            for bundle in await service.bundle_names(namespace):
+                owner = await self.owner_url(namespace, bundle)
+                if owner == "":
+                    await self.unload(namespace, bundle)
+                elif owner is not None and service.load_manager is not None:
+                    broker = owner.removeprefix("http://").removeprefix("https://")
+                    await service.load_manager.request(broker, f"{namespace}/{bundle}", {"op": "unload"})
+                else:
+                    continue
+                count += 1
+        except ServiceError as exc:
+            raise AdminError(exc.status, str(exc)) from None
+        except (MetadataStoreError, PolicyError) as exc:
             raise AdminError(503, f"unloading {namespace} failed: {exc}") from None
         return count
 

@@ -50,7 +50,13 @@ from magnetar.broker.load_manager import Handlers, LoadManager, OwnerGoneError, 
 from magnetar.broker.load_report import BundleStats
 from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
 from magnetar.broker.metrics import BrokerMetrics, MetadataFigures, TopicMetrics
-from magnetar.broker.namespace_bundle import NamespaceBundle, bundle_boundaries, bundle_for_hash, topic_hash
+from magnetar.broker.namespace_bundle import (
+    NamespaceBundle,
+    bundle_boundaries,
+    bundle_for_hash,
+    bundles_of,
+    topic_hash,
+)
 from magnetar.broker.ownership import OwnerInfo, OwnershipManager
 from magnetar.broker.policies import (
     AlreadyExists,
@@ -530,6 +536,14 @@ class BrokerService:
             if policies.bundles.boundaries
             else (policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles)
         )
+
+    async def bundle_names(self, namespace: str) -> list[str]:
+        """The namespace's bundles as they are now (``0xLOW_0xHIGH``), read from its policies."""
+        policies = await self._namespace_policies(namespace)
+        bounds = [int(b, 16) for b in policies.bundles.boundaries] or bundle_boundaries(
+            policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles
+        )
+        return [b.range_name for b in bundles_of(bounds)]
 
     def bundle_stats(self) -> list[tuple[Bundle, BundleStats]]:
         """Each owned bundle's traffic (Pulsar's ``NamespaceBundleStats``), from its loaded topics."""
