@@ -57,6 +57,7 @@ from magnetar.broker.load_report import (
     report_update_due,
 )
 from magnetar.broker.ownership import BROKERS_ROOT, OwnerInfo, OwnershipManager
+from magnetar.broker.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 
@@ -392,6 +393,27 @@ class LoadManager:
             except Exception as exc:  # one failed request must not stop the others
                 log.warning("request %s on bundle %s/%s failed: %s", body, namespace, bundle, exc)
         return len(names)
+
+
+def bundle_stats(loaded: Iterable[tuple[Bundle, PersistentTopic]]) -> list[tuple[Bundle, BundleStats]]:
+    """Each bundle's traffic (Pulsar's ``NamespaceBundleStats``) from its loaded topics' stats rates."""
+    per_bundle: dict[Bundle, list[PersistentTopic]] = {}
+    for bundle, topic in loaded:
+        per_bundle.setdefault(bundle, []).append(topic)
+    out = []
+    for bundle, topics in per_bundle.items():
+        subscriptions = [s for t in topics for s in t.subscriptions.values()]
+        stats = BundleStats(
+            msg_rate_in=sum(t.rate_in.msgs_per_s for t in topics),
+            msg_throughput_in=sum(t.rate_in.bytes_per_s for t in topics),
+            msg_rate_out=sum(s.rate_out.msgs_per_s for s in subscriptions),
+            msg_throughput_out=sum(s.rate_out.bytes_per_s for s in subscriptions),
+            topics=len(topics),
+            producer_count=sum(len(t.producers) for t in topics),
+            consumer_count=sum(len(s.consumers) for s in subscriptions),
+        )
+        out.append((bundle, stats))
+    return out
 
 
 async def tcp_probe(http_url: str, timeout_s: float) -> bool:

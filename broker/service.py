@@ -46,7 +46,14 @@ from magnetar.broker.errors import (
     SubscriptionBusyError,
     TopicNotFoundError,
 )
-from magnetar.broker.load_manager import Handlers, LoadManager, OwnerGoneError, Resolution, tcp_probe
+from magnetar.broker.load_manager import (
+    Handlers,
+    LoadManager,
+    OwnerGoneError,
+    Resolution,
+    bundle_stats,
+    tcp_probe,
+)
 from magnetar.broker.load_report import BundleStats
 from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
 from magnetar.broker.metrics import BrokerMetrics, MetadataFigures, TopicMetrics
@@ -55,6 +62,7 @@ from magnetar.broker.namespace_bundle import (
     bundle_boundaries,
     bundle_for_hash,
     bundles_of,
+    split_in_half,
     topic_hash,
 )
 from magnetar.broker.ownership import OwnerInfo, OwnershipManager
@@ -237,10 +245,7 @@ class BrokerService:
         namespace = str(topic.namespace_name)
         boundaries = self._boundaries.get(namespace)
         if boundaries is None:
-            policies = await self._namespace_policies(namespace)
-            boundaries = [int(b, 16) for b in policies.bundles.boundaries] or bundle_boundaries(
-                policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles
-            )
+            boundaries = self._boundaries_of(await self._namespace_policies(namespace))
             self._boundaries[namespace] = boundaries
         return namespace, bundle_for_hash(topic_hash(topic), boundaries).range_name
 
@@ -497,17 +502,14 @@ class BrokerService:
         if not self.ownership.owns(namespace, bundle):
             raise NotOwnerError(f"bundle {namespace}/{bundle} is not owned by this broker", "", "")
         old = NamespaceBundle.parse(bundle)
-        if old.upper - old.lower < 2:
-            raise ServiceUnitNotReadyError(f"bundle {namespace}/{bundle} is too small to split")
-        middle = old.lower + (old.upper - old.lower) // 2
 
         def insert(policies: Policies) -> Policies:
-            current = [int(b, 16) for b in policies.bundles.boundaries] or bundle_boundaries(
-                policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles
-            )
-            if old.lower not in current or old.upper not in current or middle in current:
-                raise ServiceUnitNotReadyError(f"bundle {namespace}/{bundle} is no longer a bundle")
-            bounds = sorted({*current, middle})
+            try:
+                bounds = split_in_half(old, self._boundaries_of(policies))
+            except ValueError as exc:
+                raise ServiceUnitNotReadyError(
+                    f"bundle {namespace}/{bundle} cannot be split: {exc}"
+                ) from None
             data = policies.bundles.model_copy(
                 update={"boundaries": [f"0x{b:08x}" for b in bounds], "numBundles": len(bounds) - 1}
             )
@@ -518,6 +520,7 @@ class BrokerService:
         except (PolicyError, MetadataStoreError) as exc:
             raise ServiceUnitNotReadyError(f"splitting {namespace}/{bundle} failed: {exc}") from exc
         self._boundaries.pop(namespace, None)
+        middle = old.lower + (old.upper - old.lower) // 2
         halves = (
             NamespaceBundle(old.lower, middle).range_name,
             NamespaceBundle(middle, old.upper).range_name,
@@ -529,47 +532,23 @@ class BrokerService:
         log.info("split bundle %s/%s into %s and %s", namespace, bundle, *halves)
         return halves
 
-    async def bundle_count(self, namespace: str) -> int:
-        policies = await self._namespace_policies(namespace)
-        return (
-            max(1, len(policies.bundles.boundaries) - 1)
-            if policies.bundles.boundaries
-            else (policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles)
+    def _boundaries_of(self, policies: Policies) -> list[int]:
+        return [int(b, 16) for b in policies.bundles.boundaries] or bundle_boundaries(
+            policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles
         )
+
+    async def bundle_count(self, namespace: str) -> int:
+        return len(self._boundaries_of(await self._namespace_policies(namespace))) - 1
 
     async def bundle_names(self, namespace: str) -> list[str]:
         """The namespace's bundles as they are now (``0xLOW_0xHIGH``), read from its policies."""
-        policies = await self._namespace_policies(namespace)
-        bounds = [int(b, 16) for b in policies.bundles.boundaries] or bundle_boundaries(
-            policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles
-        )
+        bounds = self._boundaries_of(await self._namespace_policies(namespace))
         return [b.range_name for b in bundles_of(bounds)]
 
     def bundle_stats(self) -> list[tuple[Bundle, BundleStats]]:
         """Each owned bundle's traffic (Pulsar's ``NamespaceBundleStats``), from its loaded topics."""
-        per_bundle: dict[Bundle, list[PersistentTopic]] = {}
-        for name, bundle in self._topic_bundles.items():
-            topic = self.topics.get(name)
-            if topic is not None:
-                per_bundle.setdefault(bundle, []).append(topic)
-        out = []
-        for bundle, topics in per_bundle.items():
-            subscriptions = [s for t in topics for s in t.subscriptions.values()]
-            out.append(
-                (
-                    bundle,
-                    BundleStats(
-                        msg_rate_in=sum(t.rate_in.msgs_per_s for t in topics),
-                        msg_throughput_in=sum(t.rate_in.bytes_per_s for t in topics),
-                        msg_rate_out=sum(s.rate_out.msgs_per_s for s in subscriptions),
-                        msg_throughput_out=sum(s.rate_out.bytes_per_s for s in subscriptions),
-                        topics=len(topics),
-                        producer_count=sum(len(t.producers) for t in topics),
-                        consumer_count=sum(len(s.consumers) for s in subscriptions),
-                    ),
-                )
-            )
-        return out
+        loaded = ((bundle, self.topics.get(name)) for name, bundle in self._topic_bundles.items())
+        return bundle_stats((bundle, topic) for bundle, topic in loaded if topic is not None)
 
     def connections(self) -> int:
         return sum(stats.sessions for _, stats in self.bundle_stats())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,7 @@ from magnetar.broker.load_report import (
     percent_change,
     report_update_due,
 )
+from magnetar.broker.namespace_bundle import bundle_boundaries, bundles_of, split_in_half
 
 NS = "public/default"
 BANDWIDTH_ONLY = ResourceWeights(cpu=0, memory=0, direct_memory=0)
@@ -283,3 +285,21 @@ def test_the_overload_shedder_sheds_only_above_the_overload_threshold() -> None:
     assert plan == [("hot", bundle_name(2))]  # the largest first; 95 - 85 + 5 = 15 % of the throughput
     cool = {"hot": report("hot", hot, cpu=80)}
     assert ThresholdShedder(settings).find_bundles_for_unloading(cool, 0) == []
+
+
+@given(st.integers(1, 64), st.data())
+def test_splitting_a_bundle_in_half_keeps_every_other_bundle(count: int, data: st.DataObject) -> None:
+    bounds = bundle_boundaries(count)
+    index = data.draw(st.integers(0, count - 1))
+    bundle = bundles_of(bounds)[index]
+    split = split_in_half(bundle, bounds)
+    halves = bundles_of(split)
+    assert len(halves) == count + 1
+    assert halves[index].lower == bundle.lower
+    assert halves[index + 1].upper == bundle.upper
+    assert halves[index].upper == halves[index + 1].lower
+    assert [b for b in halves if b not in (halves[index], halves[index + 1])] == [
+        b for b in bundles_of(bounds) if b != bundle
+    ]
+    with pytest.raises(ValueError, match="not a bundle"):
+        split_in_half(bundle, split)  # already split
