@@ -12,10 +12,11 @@ assigned to it but not yet in its report) wins, a broker whose highest resource 
 ``load_balancer_broker_overloaded_threshold_percentage`` scoring worst. (Strategy
 ``LeastResourceUsageWithWeight`` ranks by the highest weighted resource usage instead of the message rate;
 Pulsar's also drops brokers far above the average usage, here the namespace filter comes first.) Ties go to
-the broker with the fewest bundles in total, then the smallest id (Pulsar draws at random; a fixed order
-makes the choice reproducible). Pulsar averages the rates over long-term samples; here the rate of the latest
-report is used. Assignments the leader made are remembered (Pulsar's "preallocated" bundles) until the
-broker's report lists the bundle or the assignment is ``assignment_expiry_ms`` old.
+the broker with the fewest bundles in total, then to the deciding broker (no redirect needed), then the
+smallest id (Pulsar draws at random; a fixed order makes the choice reproducible). Pulsar averages the rates
+over long-term samples; here the rate of the latest report is used. Assignments the leader made are
+remembered (Pulsar's "preallocated" bundles) until the broker's report lists the bundle or the assignment is
+``assignment_expiry_ms`` old.
 
 Shedding (:class:`ThresholdShedder`, Pulsar's ``ThresholdShedder``). Each broker's usage is its highest
 weighted resource usage, smoothed over rounds (``usage = old * history + new * (1 - history)``). A broker
@@ -74,8 +75,11 @@ class Placement:
             if report is None or bundle in report.bundles or now_ms - at_ms > expiry:
                 del self.assigned[bundle]
 
-    def select(self, full_bundle: str, reports: Mapping[str, LoadReport], now_ms: int) -> str | None:
-        """The broker to own ``full_bundle`` among the live brokers of ``reports`` (None: there is none).
+    def select(
+        self, full_bundle: str, reports: Mapping[str, LoadReport], now_ms: int, prefer: str = ""
+    ) -> str | None:
+        """The broker to own ``full_bundle`` among the live brokers of ``reports`` (None: there is none);
+        among equals ``prefer`` (the deciding broker: no redirect needed).
 
         The choice is remembered as an assignment (see the module docstring)."""
         if not reports:
@@ -96,7 +100,12 @@ class Placement:
         candidates = [broker for broker, count in in_namespace.items() if count == fewest]
         best = min(
             candidates,
-            key=lambda broker: (self._score(reports[broker], pending_rate[broker]), total[broker], broker),
+            key=lambda broker: (
+                self._score(reports[broker], pending_rate[broker]),
+                total[broker],
+                broker != prefer,
+                broker,
+            ),
         )
         self.assigned[full_bundle] = (best, now_ms)
         return best

@@ -318,7 +318,7 @@ class LoadManager:
             async with trio.open_nursery() as nursery:  # probed together: one timeout, not one per broker
                 for broker, report in reports.items():
                     nursery.start_soon(check, broker, report)
-            choice = self.placement.select(full, live, int(time.time() * 1000))
+            choice = self.placement.select(full, live, int(time.time() * 1000), prefer=self.broker_id)
             if choice is None or choice == self.broker_id:
                 return None
             with contextlib.suppress(NotFoundError):
