@@ -9,7 +9,8 @@ Names carry their unit last and map to Pulsar's ``broker.conf`` where one exists
 ``metadata_session_timeout_ms`` = ``metadataStoreSessionTimeoutMillis``.
 
 Security settings (authentication, authorization, TLS, protective limits) are inherited from
-:class:`~.security_settings.SecuritySettings`; all are off by default.
+:class:`~.security_settings.SecuritySettings`; all are off by default. The load manager's (Pulsar's
+``loadBalancer*``) from :class:`~.load_balancer_settings.LoadBalancerSettings`.
 
 The model embeds the values of the HTTP server (:class:`HttpSettings`), the managed ledger
 (:class:`ManagedLedgerSettings`) and the replication client (:class:`ClientSettings`); the ``*_settings()``
@@ -29,6 +30,7 @@ from pydantic_settings import SettingsConfigDict
 from magnetar.bookkeeper.client import ClientSettings
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 from magnetar.bookkeeper.runtime.http import HttpSettings
+from magnetar.broker.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.security_settings import SecuritySettings
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
@@ -38,7 +40,7 @@ LEDGER_PASSWORD_BYTES = 20
 """Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
 
-class BrokerSettings(SecuritySettings):
+class BrokerSettings(SecuritySettings, LoadBalancerSettings):
     model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
 
     # -- identity and addresses -----------------------------------------------------------------
