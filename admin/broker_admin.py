@@ -32,18 +32,18 @@ from magnetar.admin.rest.framework import AdminError
 from magnetar.admin.retention_policies import StoredPolicySource, entry_publish_time
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.http import Router
-from magnetar.broker.errors import (
-    InvalidTopicNameError,
+from magnetar.broker.core.errors import (
     NotOwnerError,
     ServiceError,
     SubscriptionBusyError,
     TopicNotFoundError,
 )
+from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.policies import PolicyError
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.topic import PersistentTopic
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import TopicName
 from magnetar.gc.backlog_quota import BacklogQuotaMonitor
 from magnetar.gc.policies import TopicRetentionPolicies
 from magnetar.gc.retention import RetentionService

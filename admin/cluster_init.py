@@ -49,7 +49,7 @@ from magnetar.broker.policies import (
     TenantInfo,
     ensure,
 )
-from magnetar.broker.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, check_named_entity
+from magnetar.broker.wire.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, check_named_entity
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from magnetar.admin.process_common import tune_gc
 from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected, connection_loss
 from magnetar.bookkeeper.runtime.auth.errors import KeyConfigError
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
-from magnetar.broker.binary_protocol import SUBPROTOCOL
+from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 
 SEND_BATCH_MAX = 100
 """Messages per socket write of the producer."""
@@ -480,7 +480,7 @@ _PARSED: dict[str, int] = {}
 
 def _parse_ms(text: str) -> int:
     """``publishTime`` -> epoch ms (cached: consecutive messages share their millisecond)."""
-    from magnetar.broker.date_format import DateParseError, parse_timestamp  # noqa: PLC0415
+    from magnetar.broker.wire.date_format import DateParseError, parse_timestamp  # noqa: PLC0415
 
     value = _PARSED.get(text)
     if value is None:

@@ -1,5 +1,5 @@
 """``magnetar perf produce|consume --protocol binary``: the load of :mod:`.perf_ws` over the ``magnetar.v1``
-binary subprotocol (:mod:`magnetar.broker.binary_protocol`).
+binary subprotocol (:mod:`magnetar.broker.wire.magnetar_v1`).
 
 produce: each SEND frame carries up to ``--batch-size`` messages, and at most ``--max-pending`` messages are
 unacknowledged; a RECEIPT acknowledges its frame's messages, whose latency is send -> receipt. A failed
@@ -18,7 +18,7 @@ import trio
 
 from magnetar.admin.perf_common import messages_due
 from magnetar.admin.ws_client import WsClient, connection_loss
-from magnetar.broker.binary_protocol import (
+from magnetar.broker.wire.magnetar_v1 import (
     FrameType,
     Position3,
     encode_ack_ranges,

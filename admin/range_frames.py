@@ -18,7 +18,7 @@ All integers are big-endian::
                | property_count u16 | property_count * (name_len u16, name, value_len u32, value)
                | payload_len u32 | payload
     entry   := kind 4 | ledger i64 | entry i64 | stored entry bytes
-               # the entry exactly as the broker stored it (magnetar.broker.entry_format: its own magic
+               # the entry exactly as the broker stored it (magnetar.broker.wire.entry_format: its own magic
                # and version byte, a producer-name table, then every message with all its metadata)
     end     := kind 2 | next_ledger i64 | next_entry i64 | entries_sent u32 | complete u8
                # complete = 1: the range is exhausted; else continue with from=next_ledger:next_entry
@@ -41,7 +41,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from magnetar.broker.entry_format import CorruptEntryError, decode_entry
+from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
 
 FRAME_VERSION_MAX = 3
 FRAME_BYTES_MAX = 128 * 1024 * 1024

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.broker.policies import NotFound, Policies, PolicyStore, PreconditionFailed
-from magnetar.broker.topic_name import NamespaceName, TopicName
+from magnetar.broker.wire.topic_name import NamespaceName, TopicName
 
 ROLE_BYTES_MAX = 1024
 NAMESPACE_AUTH = "namespace_auth"

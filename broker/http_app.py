@@ -24,8 +24,8 @@ from magnetar.bookkeeper.runtime.http import (
 )
 from magnetar.broker.exposition import CONTENT_TYPE
 from magnetar.broker.lookup import LookupHandlers
+from magnetar.broker.protocols.pulsar_ws.handlers import WsHandlers
 from magnetar.broker.service import BrokerService
-from magnetar.broker.ws_handlers import WsHandlers
 
 PROMETHEUS_CONTENT_TYPE = CONTENT_TYPE
 

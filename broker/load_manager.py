@@ -40,6 +40,7 @@ from urllib.parse import quote, unquote, urlsplit
 import trio
 
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError
+from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.load_decisions import (
     Placement,
@@ -57,7 +58,6 @@ from magnetar.broker.load_report import (
     report_update_due,
 )
 from magnetar.broker.ownership import BROKERS_ROOT, OwnerInfo, OwnershipManager
-from magnetar.broker.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 

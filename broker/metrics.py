@@ -48,55 +48,32 @@ figures): ``magnetar_metadata_store_healthy`` (1/0), ``magnetar_metadata_outages
 ``magnetar_serve_without_session_max_seconds``, ``magnetar_rollover_deferred_entries_max``
 (:data:`METADATA_FAMILIES`).
 
-The hot path only adds to plain integers (:class:`TopicMetrics`); the figures are read from the live objects
-when ``/metrics`` is scraped, and rendered a little at a time (:mod:`.exposition`), so publishing pays no
-Prometheus client overhead per message and a scrape never holds the event loop for long.
+The hot path only adds to plain integers (:class:`~.core.topic_metrics.TopicMetrics`); the figures are read
+from the live objects when ``/metrics`` is scraped, and rendered a little at a time (:mod:`.exposition`), so
+publishing pays no Prometheus client overhead per message and a scrape never holds the event loop for long.
+With ``expose_topic_level_metrics_in_prometheus`` off they are summed per namespace.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from magnetar.broker.core.topic_metrics import PUBLISH_LATENCY_BUCKETS_S, TopicMetrics
 from magnetar.broker.exposition import Exposition, Family, FamilyRows, Kind, MetricsSource, Row
 
 if TYPE_CHECKING:
-    from magnetar.broker.subscription import Subscription
-    from magnetar.broker.topic import PersistentTopic
+    from magnetar.broker.core.subscription import Subscription
+    from magnetar.broker.core.topic import PersistentTopic
 
-PUBLISH_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0)
-"""Upper bounds (seconds) of the cumulative histogram; they include every bound of Pulsar's write-latency
-buckets, so those are sums of these."""
 PULSAR_WRITE_LATENCY_BOUNDS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
 PULSAR_WRITE_LATENCY_SUFFIXES = ("0_5", "1", "5", "10", "20", "50", "100", "200", "1000")
 TOPIC_LABELS = ("cluster", "namespace", "topic")
 SUBSCRIPTION_LABELS = (*TOPIC_LABELS, "subscription")
 NAMESPACE_LABELS = ("cluster", "namespace")
 GAUGE = Kind.GAUGE
-
-
-class _Period:
-    """How a histogram's buckets grew during the last stats period (Pulsar's ``StatsBuckets.refresh``)."""
-
-    __slots__ = ("counts", "previous", "previous_sum_s", "sum_s")
-
-    def __init__(self, size: int) -> None:
-        self.previous = [0] * size
-        self.previous_sum_s = 0.0
-        self.counts = [0] * size
-        self.sum_s = 0.0
-
-    def end(self, cumulative: Sequence[int], cumulative_sum_s: float) -> None:
-        self.counts = [now - before for now, before in zip(cumulative, self.previous, strict=True)]
-        self.sum_s = cumulative_sum_s - self.previous_sum_s
-        self.previous = list(cumulative)
-        self.previous_sum_s = cumulative_sum_s
-
-
-class _Received(Protocol):
-    received_at: float
 
 
 def _pulsar_bucket_of(index: int) -> int:
@@ -110,63 +87,13 @@ def _pulsar_bucket_of(index: int) -> int:
 _TO_PULSAR_BUCKET = [_pulsar_bucket_of(i) for i in range(len(PUBLISH_LATENCY_BUCKETS_S) + 1)]
 
 
-class TopicMetrics:
-    """Counters of one topic, updated without locks or allocation on the publish path."""
-
-    __slots__ = (
-        "_entries_before",
-        "bytes_in",
-        "entries_in",
-        "entries_per_s",
-        "latency_buckets",
-        "latency_period",
-        "latency_sum_s",
-        "msg_in",
-    )
-
-    def __init__(self) -> None:
-        self.msg_in = 0
-        self.bytes_in = 0
-        self.entries_in = 0
-        self.latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_S) + 1)
-        self.latency_sum_s = 0.0
-        self.latency_period = _Period(len(self.latency_buckets))
-        self.entries_per_s = 0.0
-        self._entries_before = 0
-
-    def on_entry_stored(self, batch: Sequence[_Received], size_bytes: int, now: float) -> None:
-        self.entries_in += 1
-        self.msg_in += len(batch)
-        self.bytes_in += size_bytes
-        buckets = self.latency_buckets
-        total = 0.0
-        for pending in batch:
-            latency = now - pending.received_at
-            total += latency
-            buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency)] += 1
-        self.latency_sum_s += total
-
-    def on_messages_stored(self, count: int, size_bytes: int, latency_s: float) -> None:
-        """``count`` messages received together were stored in one entry of ``size_bytes``."""
-        self.entries_in += 1
-        self.msg_in += count
-        self.bytes_in += size_bytes
-        self.latency_buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency_s)] += count
-        self.latency_sum_s += latency_s * count
-
-    def end_period(self, period_s: float) -> None:
-        """The end of a stats period of ``period_s`` seconds (> 0): the per-period figures."""
-        self.entries_per_s = max(0, self.entries_in - self._entries_before) / period_s
-        self._entries_before = self.entries_in
-        self.latency_period.end(self.latency_buckets, self.latency_sum_s)
-
-    def pulsar_write_latency(self) -> tuple[list[int], int, float]:
-        """The last period's latencies in Pulsar's buckets (9 bounds + overflow), their count and their sum
-        in microseconds."""
-        out = [0] * (len(PULSAR_WRITE_LATENCY_BOUNDS_MS) + 1)
-        for index, count in enumerate(self.latency_period.counts):
-            out[_TO_PULSAR_BUCKET[index]] += count
-        return out, sum(out), self.latency_period.sum_s * 1_000_000
+def pulsar_write_latency(metrics: TopicMetrics) -> tuple[list[int], int, float]:
+    """A topic's latencies of the last period in Pulsar's buckets (9 bounds + overflow), their count and
+    their sum in microseconds."""
+    out = [0] * (len(PULSAR_WRITE_LATENCY_BOUNDS_MS) + 1)
+    for index, count in enumerate(metrics.latency_period.counts):
+        out[_TO_PULSAR_BUCKET[index]] += count
+    return out, sum(out), metrics.latency_period.sum_s * 1_000_000
 
 
 # -- what each figure reads --------------------------------------------------------------------------------
@@ -548,7 +475,7 @@ class BrokerMetrics:
                     yield (*labels, name), read(subscription)
 
     def _write_latency(self, topics: list[PersistentTopic]) -> Iterator[FamilyRows]:
-        per_topic = [(self._labels(t), *t.metrics.pulsar_write_latency()) for t in topics]
+        per_topic = [(self._labels(t), *pulsar_write_latency(t.metrics)) for t in topics]
         for index, family in enumerate(WRITE_LATENCY_FAMILIES[: len(PULSAR_WRITE_LATENCY_BOUNDS_MS) + 1]):
             yield family, [(labels, buckets[index]) for labels, buckets, _, _ in per_topic]
         count_family, sum_family = WRITE_LATENCY_FAMILIES[-2:]

@@ -26,8 +26,8 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from magnetar.broker.errors import InvalidTopicNameError
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import TopicName
 
 FULL_LOWER_BOUND = 0x00000000
 FULL_UPPER_BOUND = 0xFFFFFFFF

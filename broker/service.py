@@ -40,12 +40,14 @@ import trio
 from magnetar.bookkeeper.client import BKError
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, MetadataStoreError
 from magnetar.bookkeeper.runtime import Clock, SystemClock
-from magnetar.broker.errors import (
+from magnetar.broker.core.errors import (
     NotOwnerError,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
     TopicNotFoundError,
 )
+from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.load_manager import (
     Handlers,
     LoadManager,
@@ -56,7 +58,7 @@ from magnetar.broker.load_manager import (
 )
 from magnetar.broker.load_report import BundleStats
 from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
-from magnetar.broker.metrics import BrokerMetrics, MetadataFigures, TopicMetrics
+from magnetar.broker.metrics import BrokerMetrics, MetadataFigures
 from magnetar.broker.namespace_bundle import (
     NamespaceBundle,
     bundle_boundaries,
@@ -78,8 +80,7 @@ from magnetar.broker.policies import (
 from magnetar.broker.publish_gate import PublishGate
 from magnetar.broker.security_settings import build_security
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.topic import PersistentTopic
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.topic_name import TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 
@@ -192,7 +193,7 @@ class BrokerService:
             self._outage_reporter.unregister()
 
     async def _update_rates(self) -> None:
-        """Every ``stats_update_interval_s``: each loaded topic's stats rates (see :mod:`.rates`)."""
+        """Every ``stats_update_interval_s``: each loaded topic's stats rates (see :mod:`.core.rates`)."""
         period_s = self.settings.stats_update_interval_s
         started = trio.current_time()
         while True:

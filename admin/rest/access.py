@@ -27,9 +27,9 @@ from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest
 from magnetar.broker.authorization import AuthorizationService, NamespaceOperation, TopicOperation
-from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.security import BrokerSecurity
-from magnetar.broker.topic_name import NamespaceName, TopicName, check_named_entity, url_decode
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import NamespaceName, TopicName, check_named_entity, url_decode
 
 
 class Kind(Enum):

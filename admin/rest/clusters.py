@@ -34,9 +34,9 @@ from magnetar.admin.rest.framework import (
 from magnetar.admin.rest.models import ClusterDataBody, TenantInfoBody
 from magnetar.admin.rest.names import tenant_of
 from magnetar.bookkeeper.runtime.http import HttpError, HttpResponse
-from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import AlreadyExists, ClusterData, TenantInfo
-from magnetar.broker.topic_name import check_named_entity
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import check_named_entity
 
 TAG_CLUSTERS = "clusters"
 TAG_BROKERS = "brokers"

@@ -21,7 +21,7 @@ from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.broker.namespace_bundle import DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security import BrokerSecurity
-from magnetar.broker.topic_name import NamespaceName
+from magnetar.broker.wire.topic_name import NamespaceName
 
 
 class AdminSettings(BaseModel):

@@ -50,8 +50,9 @@ from magnetar.bookkeeper.runtime.http import (
     json_response,
     text_response,
 )
-from magnetar.broker.errors import InvalidTopicNameError, NotOwnerError, ServiceError
+from magnetar.broker.core.errors import NotOwnerError, ServiceError
 from magnetar.broker.policies import PolicyError
+from magnetar.broker.wire.errors import InvalidTopicNameError
 
 if TYPE_CHECKING:
     from magnetar.admin.rest.context import AdminContext

@@ -1,7 +1,8 @@
 """Names taken from admin paths, validated as Pulsar validates them, and existence checks.
 
 A name that breaks Pulsar's rules, or Magnetar's (no control characters, bounded lengths: see
-:mod:`magnetar.broker.topic_name`), is 412 with Pulsar's reason ("Tenant name is not valid", "Namespace name
+:mod:`magnetar.broker.wire.topic_name`), is 412 with Pulsar's reason ("Tenant name is not valid", "Namespace
+name
 is not valid", "Topic name is not valid: <why>", "Subscription name is not valid: <why>"), before anything
 reaches the metadata store. The topic segment of a path is ``@Encoded`` in Pulsar: it is the
 local name encoded like Java's ``URLEncoder``, so it is decoded here from the *raw* path (``+`` is a space,
@@ -13,9 +14,9 @@ from __future__ import annotations
 from magnetar.admin.rest.context import AdminContext
 from magnetar.admin.rest.framework import AdminError, Call
 from magnetar.bookkeeper.metadata import MetadataStore
-from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import Policies
-from magnetar.broker.topic_name import (
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import (
     NamespaceName,
     TopicName,
     check_named_entity,

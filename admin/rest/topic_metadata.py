@@ -54,7 +54,6 @@ from magnetar.admin.rest.policy_rules import (
 )
 from magnetar.admin.rest.served import served_named
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import (
     AlreadyExists,
     BacklogQuota,
@@ -63,7 +62,8 @@ from magnetar.broker.policies import (
     RetentionPolicies,
     TopicPolicies,
 )
-from magnetar.broker.topic_name import PARTITIONED_TOPIC_SUFFIX, TopicName
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import PARTITIONED_TOPIC_SUFFIX, TopicName
 
 TAG = "topics"
 PREFIX = "/admin/v2/persistent/{tenant}/{namespace}"

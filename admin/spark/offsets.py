@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from magnetar.broker.errors import InvalidTopicNameError
-from magnetar.broker.topic_name import parse_topic_name
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import parse_topic_name
 
 Position = tuple[int, int]
 """``(ledgerId, entryId)`` of the last consumed entry."""

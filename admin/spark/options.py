@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from magnetar.admin.spark.offsets import Boundary, OffsetSpec, parse_offset_spec
-from magnetar.broker.errors import InvalidTopicNameError
-from magnetar.broker.topic_name import TopicName, parse_topic_name
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import TopicName, parse_topic_name
 
 MAX_ENTRIES_PER_PARTITION_DEFAULT = 50_000
 MAX_BYTES_PER_PARTITION_DEFAULT = 32 * 1024 * 1024

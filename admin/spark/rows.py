@@ -60,13 +60,13 @@ from magnetar.admin.range_frames import (
     FrameError,
     RangeEnd,
 )
-from magnetar.broker.entry_format import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY
-from magnetar.broker.entry_format import KIND_BATCH as ENTRY_BATCH
-from magnetar.broker.entry_format import KIND_COMPACT as ENTRY_COMPACT
-from magnetar.broker.entry_format import KIND_SINGLE as ENTRY_SINGLE
-from magnetar.broker.entry_format import MAGIC as ENTRY_MAGIC
-from magnetar.broker.entry_format import VERSION as ENTRY_VERSION
-from magnetar.broker.message_id import write_varint
+from magnetar.broker.wire.entry_format import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY
+from magnetar.broker.wire.entry_format import KIND_BATCH as ENTRY_BATCH
+from magnetar.broker.wire.entry_format import KIND_COMPACT as ENTRY_COMPACT
+from magnetar.broker.wire.entry_format import KIND_SINGLE as ENTRY_SINGLE
+from magnetar.broker.wire.entry_format import MAGIC as ENTRY_MAGIC
+from magnetar.broker.wire.entry_format import VERSION as ENTRY_VERSION
+from magnetar.broker.wire.message_id import write_varint
 
 COLUMNS = ("key", "value", "topic", "partition", "messageId", "ledgerId", "entryId", "publishTime",
            "eventTime", "properties", "producerName")  # fmt: skip
@@ -156,7 +156,7 @@ def _text(data: bytes, start: int, size: int) -> str:
 
 
 _KEY_COUNT_PAYLOAD = struct.Struct(">iHI")  # key length, property count, payload length: no key, no property
-# The stored entry format (little-endian; layout in magnetar.broker.entry_format, whose decoder the tests
+# The stored entry format (little-endian; layout in magnetar.broker.wire.entry_format, whose decoder the tests
 # compare with): head, then per message producer index, flags, sequence id, publish, event, key length,
 # property count, payload length.
 _ENTRY_HEAD = struct.Struct("<2sBBH")
@@ -289,7 +289,8 @@ class _Decoder:
         raise FrameError("the response ended without an end frame")
 
     def entry(self, body: bytes, start: int, stop: int) -> None:
-        """An entry frame: the stored entry's layout (:mod:`magnetar.broker.entry_format`) read in place."""
+        """An entry frame: the stored entry's layout (:mod:`magnetar.broker.wire.entry_format`) read in
+        place."""
         _, ledger, entry = ENTRY_HEAD.unpack_from(body, start)
         cursor = start + ENTRY_HEAD.size
         magic, version, kind, name_count = _ENTRY_HEAD.unpack_from(body, cursor)

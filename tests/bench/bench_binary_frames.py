@@ -11,8 +11,8 @@ import os
 import timeit
 
 from magnetar.bookkeeper.runtime.http.ws_frames import mask, mask_python
-from magnetar.broker.binary_protocol import encode_send, parse_send
-from magnetar.broker.entry_format import encode_compact_batch
+from magnetar.broker.wire.entry_format import encode_compact_batch
+from magnetar.broker.wire.magnetar_v1 import encode_send, parse_send
 
 MESSAGES = 100
 PAYLOAD_BYTES = 100

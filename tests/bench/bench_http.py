@@ -153,8 +153,8 @@ async def run_benchmarks(duration_s: float, messages: int) -> dict[str, dict[str
         Router,
         WebSocketRequest,
     )
-    from magnetar.broker.message_id import MessageId
-    from magnetar.broker.ws_messages import consumer_message_json
+    from magnetar.broker.protocols.pulsar_ws.messages import consumer_message_json
+    from magnetar.broker.wire.message_id import MessageId
 
     async def bench(request: HttpRequest) -> HttpResponse:
         return HttpResponse(200, (("content-type", "text/plain"),), RESPONSE_BODY)

@@ -30,7 +30,7 @@ from fixtures.admin import admin_extras
 from fixtures.broker import Cluster
 
 from magnetar.bookkeeper.runtime.loop_monitor import LoopMonitor
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.topic_name import TopicName
 
 LOAD_CONCURRENCY = 50
 NEWLINE = b"\n"

@@ -22,7 +22,7 @@ from fixtures.admin import admin_extras
 from fixtures.broker import Broker, Cluster
 from prometheus_client.parser import text_string_to_metric_families
 
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.topic_name import TopicName
 
 TOPICS = 1000
 STEP_CPU_MS_MAX = 100.0

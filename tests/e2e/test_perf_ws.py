@@ -16,7 +16,7 @@ import pytest
 from fixtures.broker import Broker
 
 from magnetar.admin.cli import main
-from magnetar.broker.topic_name import parse_topic_name
+from magnetar.broker.wire.topic_name import parse_topic_name
 
 
 def _summary(out: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pulsar_admin import (  # type: ignore[import-untyped]
 )
 from pulsar_admin.p_admin import PulsarAdmin  # type: ignore[import-untyped]
 
-from magnetar.broker.binary_protocol import SUBPROTOCOL, OutgoingMessage, encode_send, parse_receipt
+from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL, OutgoingMessage, encode_send, parse_receipt
 
 NS = "public/default"
 ADMIN = f"/admin/v2/persistent/{NS}"

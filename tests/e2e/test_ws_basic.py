@@ -9,7 +9,7 @@ import websocket
 from fixtures.broker import Broker, b64, publish, publish_many, receive, recv_json, send_json, unb64
 from websockets.sync.client import connect as websockets_connect
 
-from magnetar.broker.message_id import MessageId
+from magnetar.broker.wire.message_id import MessageId
 
 
 def test_round_trip_with_websocket_client(

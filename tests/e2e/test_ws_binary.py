@@ -21,7 +21,7 @@ from fixtures.broker import (
     unb64,
 )
 
-from magnetar.broker.binary_protocol import (
+from magnetar.broker.wire.magnetar_v1 import (
     SUBPROTOCOL,
     FrameType,
     OutgoingMessage,
@@ -35,7 +35,7 @@ from magnetar.broker.binary_protocol import (
     parse_messages,
     parse_receipt,
 )
-from magnetar.broker.message_id import MessageId
+from magnetar.broker.wire.message_id import MessageId
 
 Connect = Callable[..., websocket.WebSocket]
 NS = "persistent/public/default"

@@ -17,9 +17,9 @@ from fixtures.broker import Broker, Cluster, publish, recv_json
 
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.broker.authorization import AuthAction
-from magnetar.broker.binary_protocol import SUBPROTOCOL, encode_send, parse_receipt
 from magnetar.broker.policies import Policies, TenantInfo
-from magnetar.broker.topic_name import NamespaceName
+from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL, encode_send, parse_receipt
+from magnetar.broker.wire.topic_name import NamespaceName
 
 TOPIC = "persistent/acme/ns/orders"
 ENDPOINTS = {

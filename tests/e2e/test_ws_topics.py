@@ -13,8 +13,8 @@ import trio
 import websocket
 from fixtures.broker import Broker, Cluster, publish_many, receive, recv_json, send_json, unb64
 
-from magnetar.broker.message_id import MessageId
-from magnetar.broker.topic_name import parse_topic_name
+from magnetar.broker.wire.message_id import MessageId
+from magnetar.broker.wire.topic_name import parse_topic_name
 
 Connect = Callable[..., websocket.WebSocket]
 NS = "persistent/public/default"

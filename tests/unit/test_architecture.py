@@ -1,14 +1,21 @@
 """Architecture rules: the `packages` list matches the folders, and imports only run downward.
 
-Layers (DESIGN.md §1): admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
+Layers: admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
 bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; AutoRecovery
 (bookkeeper.autorecovery) uses the client, protocol, metadata and runtime; gc uses
 managed_ledger and bookkeeper. Nothing imports admin.
+
+Inside the broker: the wire formats (``broker.wire``) import nothing of the server, so clients import them
+alone; the protocol-neutral core (``broker.core``) imports the wire formats and the storage layers, never a
+protocol adapter, a frame codec or the rest of the broker; the adapters (``broker.protocols``) sit on the
+core; the rest of the broker (service, HTTP app, ownership, metrics) composes them.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -48,6 +55,19 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.metadata",
         "magnetar.bookkeeper.protocol",
         "magnetar.bookkeeper.client",
+    },
+    "magnetar.broker.wire": set(),
+    "magnetar.broker.core": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.bookkeeper.client",
+        "magnetar.managed_ledger",
+        "magnetar.broker.wire",
+    },
+    "magnetar.broker.protocols": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.managed_ledger",
+        "magnetar.broker",
     },
     "magnetar.broker": {
         "magnetar.bookkeeper.runtime",
@@ -156,3 +176,89 @@ def test_layer_rule_detects_a_violation() -> None:
     assert layer_of("magnetar.bookkeeper.client.ops") == "magnetar.bookkeeper.client"
     assert layer_of("magnetar.bookkeeper.errors") == "magnetar.bookkeeper"
     assert all("magnetar.admin" not in allowed for allowed in ALLOWED.values())
+
+
+def _import_graph(prefix: str) -> dict[str, set[str]]:
+    """Module -> the modules of the project it imports (any import, ``TYPE_CHECKING`` ones included), for
+    the modules under ``prefix``; an imported name that is not a module is resolved to its module."""
+    modules = dict(module_files())
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        if not (module == prefix or module.startswith(prefix + ".")):
+            continue
+        targets = set()
+        for imported in imports_of(module, path):
+            target = imported
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target:
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        for target in graph.get(module, set()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+FRAME_CODECS = (
+    "magnetar.broker.wire.magnetar_v1",
+    "magnetar.broker.protocols",
+    "magnetar.bookkeeper.runtime.http",
+)
+"""Modules that encode or carry client frames: the core reaches none of them."""
+
+
+def test_the_core_imports_no_frame_codec() -> None:
+    graph = _import_graph("magnetar")
+    core = [module for module in graph if module.startswith("magnetar.broker.core.")]
+    assert "magnetar.broker.core.topic" in core
+    reached = {target: module for module in core for target in _reachable(graph, module)}
+    assert "magnetar.managed_ledger.ledger" in reached  # the walk follows imports out of the core
+    codecs = sorted(t for t in reached if any(t == c or t.startswith(c + ".") for c in FRAME_CODECS))
+    assert codecs == [], f"the broker core reaches frame codecs: {codecs}"
+
+
+def test_the_core_modules_import_no_circle() -> None:
+    graph = _import_graph("magnetar.broker.core")
+    core = {module: {t for t in targets if t in graph} for module, targets in graph.items()}
+    circles = sorted(module for module in core if module in _reachable(core, module))
+    assert circles == [], f"core modules in an import circle: {circles}"
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    """The checks above must be able to fail (guards against a vacuous pass)."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert [m for m in graph if m in _reachable(graph, m)] == ["a", "b", "c"]
+    assert _import_graph("magnetar.broker.protocols")["magnetar.broker.protocols.pulsar_ws.handlers"] >= {
+        "magnetar.broker.core.topic",
+        "magnetar.broker.wire.magnetar_v1",
+    }
+
+
+def test_the_wire_formats_import_without_the_server() -> None:
+    """What clients import (the admin command line, the Spark source, the perf tools) loads no server code
+    and no server dependency."""
+    wire = sorted(m for m in dict(module_files()) if m.startswith("magnetar.broker.wire."))
+    server_side = ("trio", "pydantic", "h11", "wsproto", "kazoo", "rocksdict", "magnetar.managed_ledger",
+                   "magnetar.bookkeeper", "magnetar.gc", "magnetar.admin")  # fmt: skip
+    probe = (
+        f"import sys, importlib\nfor m in {wire!r}: importlib.import_module(m)\n"
+        f"print('|'.join(sorted(m for m in sys.modules if m.startswith({server_side!r}))))\n"
+        "print('|'.join(sorted(m for m in sys.modules if m.startswith('magnetar.broker.'))))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    server, broker = result.stdout.splitlines()
+    assert server == ""
+    assert all(
+        m == "magnetar.broker.wire" or m.startswith("magnetar.broker.wire.") for m in broker.split("|")
+    )
+    assert "magnetar.broker.wire.magnetar_v1" in broker.split("|")

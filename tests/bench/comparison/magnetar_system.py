@@ -33,7 +33,7 @@ from bench.comparison.processes import ServerFailed, ServerProcess, free_port, k
 from bench.comparison.system import AckSink, PayloadSink, Publisher
 
 from magnetar.admin.ws_client import WsClient
-from magnetar.broker.binary_protocol import (
+from magnetar.broker.wire.magnetar_v1 import (
     SUBPROTOCOL,
     FrameType,
     encode_ack_ranges,

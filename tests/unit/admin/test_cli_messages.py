@@ -23,8 +23,8 @@ from magnetar.admin.cli_admin.messages import (
 )
 from magnetar.admin.pulsar_batch import SingleMessage
 from magnetar.admin.pulsar_batch import encode_batch as pulsar_batch
-from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.entry_format import StoredMessage, encode_batch, encode_message
+from magnetar.broker.wire.topic_name import TopicName
 from magnetar.managed_ledger.position import Position
 
 T0 = 1_700_000_000_000

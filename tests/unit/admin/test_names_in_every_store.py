@@ -1,7 +1,8 @@
 """Property: names behave the same on every metadata store (memory, RocksDB, a real ZooKeeper).
 
 For any tenant, namespace, topic (plain and partitioned) and subscription name: when the name validation
-(:mod:`magnetar.broker.topic_name`) accepts it, the admin API creates it, lists it and reads it back exactly
+(:mod:`magnetar.broker.wire.topic_name`) accepts it, the admin API creates it, lists it and reads it back
+exactly
 as given, and deletes it; when the validation refuses it, the answer is 412 and no request of that call
 reaches the store with the name (raw or encoded) as a path segment. A name holding a control character is
 always refused. The admin API runs over a store wrapped in a recorder, one server per backend for the module,
@@ -31,8 +32,8 @@ from magnetar.admin.cluster_init import ClusterInit, initialize_cluster_metadata
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
-from magnetar.broker.errors import InvalidTopicNameError
-from magnetar.broker.topic_name import (
+from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.topic_name import (
     PARTITIONED_TOPIC_SUFFIX,
     TopicName,
     check_named_entity,

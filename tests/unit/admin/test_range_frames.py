@@ -17,7 +17,7 @@ from magnetar.admin.range_frames import (
     encode_entry_frame,
     encode_message_frame,
 )
-from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
+from magnetar.broker.wire.entry_format import StoredMessage, encode_batch, encode_message
 
 text = st.text(max_size=20)
 messages = st.builds(

@@ -14,8 +14,8 @@ import pytest
 from fixtures.admin import TOPIC_ML_SETTINGS, TopicServer, initialized_store, run_topic_server
 from fixtures.java_admin import EARLIEST, LATEST, message_id_impl, reset_cursor_data
 
-from magnetar.broker.entry_format import StoredMessage, encode_message
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.entry_format import StoredMessage, encode_message
+from magnetar.broker.wire.topic_name import TopicName
 from magnetar.managed_ledger.ledger import ManagedLedger
 
 BASE = "/admin/v2/persistent/public/default"

@@ -13,8 +13,8 @@ import trio
 from fixtures.admin import TOPIC_ML_SETTINGS, TopicServer, initialized_store, run_topic_server
 
 from magnetar.admin.cli_admin import admin_main
-from magnetar.broker.entry_format import StoredMessage, encode_message
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.entry_format import StoredMessage, encode_message
+from magnetar.broker.wire.topic_name import TopicName
 
 BASE = "/admin/v2/persistent/public/default"
 T0 = 1_700_000_000_000

@@ -8,8 +8,8 @@ from fixtures.admin import TOPIC_ML_SETTINGS, TopicServer, run_topic_server
 from fixtures.java_admin import messages_from_response
 
 from magnetar.admin.rest.range_read import FrameDecoder, RangeEnd, RangeMessage
-from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.wire.entry_format import StoredMessage, encode_batch, encode_message
+from magnetar.broker.wire.topic_name import TopicName
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.position import Position
 

@@ -6,8 +6,8 @@ import pytest
 
 from magnetar.admin.retention_policies import StoredPolicySource, entry_publish_time
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
-from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
 from magnetar.broker.policies import BacklogQuota, Policies, PolicyStore, RetentionPolicies, TenantInfo
+from magnetar.broker.wire.entry_format import StoredMessage, encode_batch, encode_message
 from magnetar.gc.policies import BacklogPolicy
 from magnetar.gc.settings import RetentionSettings
 from magnetar.managed_ledger.trim import RetentionPolicy

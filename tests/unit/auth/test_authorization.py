@@ -19,7 +19,7 @@ from magnetar.broker.authorization import (
     parse_actions,
 )
 from magnetar.broker.policies import NotFound, Policies, PolicyStore, PreconditionFailed, TenantInfo
-from magnetar.broker.topic_name import NamespaceName, TopicName, parse_topic_name
+from magnetar.broker.wire.topic_name import NamespaceName, TopicName, parse_topic_name
 
 PRODUCE, CONSUME = AuthAction.PRODUCE, AuthAction.CONSUME
 A_NS = NamespaceName("tenant-a", "ns")

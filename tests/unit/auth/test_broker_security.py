@@ -13,11 +13,11 @@ from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.runtime.auth.authentication import AuthenticationService, AuthenticationSettings
 from magnetar.bookkeeper.runtime.http import HttpError, QueryParams, RequestHead
 from magnetar.broker.authorization import AuthAction, AuthorizationService, AuthorizationSettings
-from magnetar.broker.errors import TooManyTopicsError
+from magnetar.broker.core.errors import TooManyTopicsError
 from magnetar.broker.policies import Policies, PolicyStore, TenantInfo
+from magnetar.broker.protocols.ws_errors import WsUpgradeError
 from magnetar.broker.security import BrokerSecurity, SecurityLimits
-from magnetar.broker.topic_name import NamespaceName, parse_topic_name
-from magnetar.broker.ws_errors import WsUpgradeError
+from magnetar.broker.wire.topic_name import NamespaceName, parse_topic_name
 
 TOPIC = parse_topic_name("persistent://acme/ns/orders")
 

@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.broker.binary_protocol import (
+from magnetar.broker.wire.entry_format import (
+    StoredMessage,
+    decode_entry,
+    encode_batch,
+    encode_compact_batch,
+    entry_message_count,
+)
+from magnetar.broker.wire.magnetar_v1 import (
     BinaryFrameError,
     FrameType,
     OutgoingMessage,
@@ -31,13 +38,6 @@ from magnetar.broker.binary_protocol import (
     scan_messages,
     send_messages,
     sub_run,
-)
-from magnetar.broker.entry_format import (
-    StoredMessage,
-    decode_entry,
-    encode_batch,
-    encode_compact_batch,
-    entry_message_count,
 )
 
 texts = st.text(max_size=20)

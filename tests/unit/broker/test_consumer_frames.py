@@ -12,10 +12,12 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.consumer import Consumer, Delivery, FlowControl, OutboundFrames
-from magnetar.broker.date_format import format_timestamp
-from magnetar.broker.entry_format import StoredMessage
-from magnetar.broker.message_id import MessageId, delivered_id_fields
+from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.delivery import Delivery, FlowControl
+from magnetar.broker.protocols.pulsar_ws.session_io import JsonFrames
+from magnetar.broker.wire.date_format import format_timestamp
+from magnetar.broker.wire.entry_format import StoredMessage
+from magnetar.broker.wire.message_id import MessageId, delivered_id_fields
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 """Text a stored message can hold: decoded UTF-8, so no lone surrogates."""
@@ -25,7 +27,7 @@ _millis = st.integers(0, 2**42)
 class _Recorder:
     """Takes what :meth:`OutboundFrames.run` sends, then closes the queue so that ``run`` returns."""
 
-    def __init__(self, frames: OutboundFrames) -> None:
+    def __init__(self, frames: JsonFrames) -> None:
         self.frames = frames
         self.sent: list[bytes] = []
 
@@ -35,7 +37,7 @@ class _Recorder:
         self.frames.close()
 
 
-def _sent_frames(frames: OutboundFrames) -> list[bytes]:
+def _sent_frames(frames: JsonFrames) -> list[bytes]:
     recorder = _Recorder(frames)
     trio.run(frames.run, cast(Any, recorder))
     return recorder.sent
@@ -66,14 +68,13 @@ def test_a_pushed_message_is_the_reference_consumer_message_and_its_id_is_rememb
     partition: int,
     batch: tuple[int, int],
 ) -> None:
-    frames = OutboundFrames()
+    frames = JsonFrames()
     consumer = Consumer(
-        cast(Any, None),  # the subscription is not used to push
         name="c",
         priority_level=0,
         partition=partition,
         flow=FlowControl(10, pull_mode=False),
-        frames=frames,
+        sink=frames,
     )
     if properties is None:
         message = StoredMessage(payload, "p", 0, publish_time_ms, event_time_ms, key)  # default: read-only {}

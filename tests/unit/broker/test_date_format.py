@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.date_format import DateParseError, format_timestamp, parse_timestamp
+from magnetar.broker.wire.date_format import DateParseError, format_timestamp, parse_timestamp
 
 PDT = timezone(timedelta(hours=-7))
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.broker.entry_format import (
+from magnetar.broker.wire.entry_format import (
     BATCH_MESSAGES_MAX,
     COMPACT_MESSAGE,
     COMPACT_NO_KEY,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.errors import InvalidMessageIdError
-from magnetar.broker.message_id import (
+from magnetar.broker.wire.errors import InvalidMessageIdError
+from magnetar.broker.wire.message_id import (
     EARLIEST,
     LATEST,
     MessageId,
@@ -195,7 +195,11 @@ def test_identity_and_order_ignore_batch_size() -> None:
 
 
 def test_plain_acks_of_delivered_ids_skip_parsing_with_the_same_result() -> None:
-    from magnetar.broker.ws_messages import CommandType, parse_consumer_command, plain_ack_fields
+    from magnetar.broker.protocols.pulsar_ws.messages import (
+        CommandType,
+        parse_consumer_command,
+        plain_ack_fields,
+    )
 
     text = delivered_message_id(12, 34, 2, 5, 10).decode("ascii")
     frame = '{"messageId":"' + text + '"}'

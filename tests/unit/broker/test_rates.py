@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from magnetar.broker.rates import Rate
+from magnetar.broker.core.rates import Rate
 
 
 def test_a_rate_is_the_growth_of_the_last_period_divided_by_its_length() -> None:

@@ -8,8 +8,10 @@ from typing import Any, cast
 import trio
 import trio.testing
 
-from magnetar.broker.consumer import PERMITS_MAX, Consumer, Delivery, FlowControl, OutboundFrames
-from magnetar.broker.entry_format import StoredMessage
+from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.delivery import PERMITS_MAX, Delivery, FlowControl
+from magnetar.broker.protocols.pulsar_ws.session_io import JsonFrames
+from magnetar.broker.wire.entry_format import StoredMessage
 
 
 class SlowSocket:
@@ -25,14 +27,13 @@ class SlowSocket:
         self.sent.extend(batch)
 
 
-def consumer(frames: OutboundFrames, flow: FlowControl, **bounds: int) -> Consumer:
+def consumer(frames: JsonFrames, flow: FlowControl, **bounds: int) -> Consumer:
     return Consumer(
-        cast(Any, None),  # the subscription is not used to push
         name="c",
         priority_level=0,
         partition=-1,
         flow=flow,
-        frames=frames,
+        sink=frames,
         **bounds,
     )
 
@@ -42,7 +43,7 @@ def delivery(entry_id: int, size: int = 10) -> Delivery:
 
 
 def test_a_full_outbound_queue_leaves_no_room_whatever_the_permits() -> None:
-    frames = OutboundFrames(bytes_max=10_000, messages_max=5)
+    frames = JsonFrames(bytes_max=10_000, messages_max=5)
     flow = FlowControl(0, pull_mode=True)
     flow.grant(PERMITS_MAX)
     c = consumer(frames, flow)
@@ -55,7 +56,7 @@ def test_a_full_outbound_queue_leaves_no_room_whatever_the_permits() -> None:
 
 
 def test_bytes_fill_the_queue_before_the_count() -> None:
-    frames = OutboundFrames(bytes_max=1000, messages_max=1000)
+    frames = JsonFrames(bytes_max=1000, messages_max=1000)
     c = consumer(frames, FlowControl(1000, pull_mode=False))
     pushed = 0
     before = 0
@@ -80,7 +81,7 @@ def test_unacknowledged_messages_are_bounded_in_count_and_bytes() -> None:
     flow.grant(1000)
     woken: list[int] = []
     flow.add_listener(lambda: woken.append(1))
-    c = consumer(OutboundFrames(), flow, unacked_messages_max=3, unacked_bytes_max=1_000_000)
+    c = consumer(JsonFrames(), flow, unacked_messages_max=3, unacked_bytes_max=1_000_000)
     for i in range(3):
         c.push(delivery(i), 0, 0.0)
     assert c.available() == 0  # pull mode: permits left, but three unacknowledged
@@ -88,7 +89,7 @@ def test_unacknowledged_messages_are_bounded_in_count_and_bytes() -> None:
     assert c.available() == 1
     assert woken
 
-    big = consumer(OutboundFrames(), FlowControl(1000, pull_mode=False), unacked_bytes_max=2500)
+    big = consumer(JsonFrames(), FlowControl(1000, pull_mode=False), unacked_bytes_max=2500)
     for i in range(3):
         big.push(delivery(i, size=1000), 0, 0.0)
     assert big.pending_bytes == 3000
@@ -102,7 +103,7 @@ def test_unacknowledged_messages_are_bounded_in_count_and_bytes() -> None:
 
 
 async def test_room_returns_once_the_socket_took_the_queue() -> None:
-    frames = OutboundFrames(bytes_max=10_000, messages_max=3)
+    frames = JsonFrames(bytes_max=10_000, messages_max=3)
     socket = SlowSocket()
     woken: list[int] = []
     frames.add_listener(lambda: woken.append(1))

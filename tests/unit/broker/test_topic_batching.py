@@ -10,13 +10,13 @@ from typing import Any
 import trio
 
 from magnetar.bookkeeper.runtime.clock import SystemClock
-from magnetar.broker.binary_protocol import encode_send, parse_send
-from magnetar.broker.entry_format import StoredMessage, decode_entry
-from magnetar.broker.metrics import TopicMetrics
-from magnetar.broker.producer import PendingEntry, PendingMessage
+from magnetar.broker.core.publish import MESSAGES, CompactLayout, PublishRequest
+from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.topic import PersistentTopic
-from magnetar.broker.topic_name import parse_topic_name
+from magnetar.broker.wire.entry_format import StoredMessage, decode_entry
+from magnetar.broker.wire.magnetar_v1 import encode_send, parse_send
+from magnetar.broker.wire.topic_name import parse_topic_name
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.position import Position
 
@@ -49,13 +49,14 @@ class HeldLedger:
 @dataclass
 class Acks:
     stored: list[tuple[int, int, int]] = field(default_factory=list)
+    name: str = "p"
 
     def on_stored(
-        self, pending: PendingMessage, ledger_id: int, entry_id: int, index: int, size: int
+        self, request: PublishRequest, ledger_id: int, entry_id: int, index: int, size: int
     ) -> None:
         self.stored.append((entry_id, index, size))
 
-    def on_failed(self, pending: PendingMessage, reason: str) -> None:
+    def on_failed(self, request: PublishRequest, reason: str) -> None:
         raise AssertionError(reason)
 
 
@@ -83,7 +84,10 @@ def scenario(
             for _ in range(count):
                 seq = next(sequence)
                 message = StoredMessage(b"m%d" % seq, "p", seq, 0)
-                topic.publish(PendingMessage(acks, message, str(seq), trio.current_time()))  # type: ignore[arg-type]
+                size = len(message.payload)
+                now = trio.current_time()
+                request = PublishRequest(acks, MESSAGES, message, 1, size, seq, 0, None, str(seq), now)  # type: ignore[arg-type]
+                topic.publish(request)
 
         steps(topic, ledger, publish)
 
@@ -162,27 +166,35 @@ class BinaryProducer:
     """(slot, entry_id, first_index, batch_size) per run."""
     failed: list[int] = field(default_factory=list)
     next_sequence_id: int = 0
+    layout: CompactLayout = field(default_factory=CompactLayout)
 
-    def run(self, slot: int, count: int) -> PendingEntry:
+    def run(self, slot: int, count: int) -> PublishRequest:
         payloads = [b"%s%02d" % (self.name.encode()[:2], self.next_sequence_id + i) for i in range(count)]
-        pending = PendingEntry(
-            self,  # type: ignore[arg-type]
-            parse_send(encode_send(slot, payloads)).run,
+        run = parse_send(encode_send(slot, payloads)).run
+        request = PublishRequest(
+            self,
+            self.layout,
+            run.body,
+            run.messages,
+            run.payload_bytes,
             self.next_sequence_id,
+            0,
             None,  # type: ignore[arg-type]
             slot,
             trio.current_time(),
         )
         self.next_sequence_id += count
-        return pending
+        return request
 
-    def on_entry_stored(
-        self, pending: PendingEntry, ledger_id: int, entry_id: int, first_index: int, size: int
+    def on_stored(
+        self, request: PublishRequest, ledger_id: int, entry_id: int, first_index: int, size: int
     ) -> None:
-        self.stored.append((pending.slot, entry_id, first_index, size))
+        assert isinstance(request.tag, int)
+        self.stored.append((request.tag, entry_id, first_index, size))
 
-    def on_failed(self, pending: PendingEntry, reason: str) -> None:
-        self.failed.append(pending.slot)
+    def on_failed(self, request: PublishRequest, reason: str) -> None:
+        assert isinstance(request.tag, int)
+        self.failed.append(request.tag)
 
 
 def binary_scenario(steps: Callable[[PersistentTopic, HeldLedger], None], **settings: Any) -> None:
@@ -199,9 +211,9 @@ def test_binary_runs_that_wait_for_the_entry_in_flight_share_one_entry() -> None
     written: list[bytes] = []
 
     def steps(topic: PersistentTopic, ledger: HeldLedger) -> None:
-        topic.publish_entry(producer.run(0, 3))  # nothing in flight: written at once
-        topic.publish_entry(producer.run(1, 2))  # these two wait for it ...
-        topic.publish_entry(producer.run(2, 4))
+        topic.publish(producer.run(0, 3))  # nothing in flight: written at once
+        topic.publish(producer.run(1, 2))  # these two wait for it ...
+        topic.publish(producer.run(2, 4))
         seen.append(ledger.sizes())
         ledger.complete()  # ... and are written together
         seen.append(ledger.sizes())
@@ -221,10 +233,10 @@ def test_runs_of_different_producers_get_entries_of_their_own_in_arrival_order()
     seen: list[list[int]] = []
 
     def steps(topic: PersistentTopic, ledger: HeldLedger) -> None:
-        topic.publish_entry(first.run(0, 1))
-        topic.publish_entry(first.run(1, 2))
-        topic.publish_entry(second.run(0, 3))
-        topic.publish_entry(first.run(2, 4))
+        topic.publish(first.run(0, 1))
+        topic.publish(first.run(1, 2))
+        topic.publish(second.run(0, 3))
+        topic.publish(first.run(2, 4))
         ledger.complete()
         seen.append(ledger.sizes())
         while ledger.adds:
@@ -241,9 +253,9 @@ def test_merged_runs_respect_the_batch_limit() -> None:
     seen: list[list[int]] = []
 
     def steps(topic: PersistentTopic, ledger: HeldLedger) -> None:
-        topic.publish_entry(producer.run(0, 1))
+        topic.publish(producer.run(0, 1))
         for slot in range(1, 5):
-            topic.publish_entry(producer.run(slot, 3))  # 12 waiting, the limit is 10
+            topic.publish(producer.run(slot, 3))  # 12 waiting, the limit is 10
         seen.append(ledger.sizes())
         ledger.complete()
         seen.append(ledger.sizes())
@@ -266,9 +278,9 @@ def test_a_failed_entry_fails_every_run_merged_into_it() -> None:
     producer = BinaryProducer("p1")
 
     def steps(topic: PersistentTopic, ledger: HeldLedger) -> None:
-        topic.publish_entry(producer.run(0, 1))
-        topic.publish_entry(producer.run(1, 2))
-        topic.publish_entry(producer.run(2, 2))
+        topic.publish(producer.run(0, 1))
+        topic.publish(producer.run(1, 2))
+        topic.publish(producer.run(2, 2))
         ledger.complete()
         _, callback = ledger.adds.pop(0)
         callback(ManagedLedgerError("bookies gone"))

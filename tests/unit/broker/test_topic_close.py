@@ -15,12 +15,15 @@ from typing import Any
 import trio
 
 from magnetar.bookkeeper.runtime.clock import SystemClock
-from magnetar.broker.metrics import TopicMetrics
-from magnetar.broker.producer import Capacity, Producer
+from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY
+from magnetar.broker.core.producer import Capacity, Producer
+from magnetar.broker.core.publish import MESSAGES
+from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core.topic_metrics import TopicMetrics
+from magnetar.broker.protocols.pulsar_ws.messages import PublishRequest
+from magnetar.broker.protocols.pulsar_ws.session_io import JsonAcks
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.topic import PersistentTopic
-from magnetar.broker.topic_name import parse_topic_name
-from magnetar.broker.ws_messages import PublishRequest
+from magnetar.broker.wire.topic_name import parse_topic_name
 from magnetar.managed_ledger.errors import ManagedLedgerFencedError
 from magnetar.managed_ledger.position import Position
 
@@ -70,15 +73,20 @@ def topic_with_producer() -> tuple[PersistentTopic, HeldLedger, Producer, Frames
     frames = Frames()
     kicks: list[int] = []
     producer = topic.add_producer(
-        "p",
-        lambda: Producer(topic, "p", frames, Capacity(100)),  # type: ignore[arg-type]
+        "p", lambda: Producer(topic, "p", Capacity(100), partition=-1, clock=SystemClock())
     )
-    producer.kick = lambda code, reason: kicks.append(code)
+    _acks[producer] = JsonAcks(frames)  # type: ignore[arg-type]
+    producer.disconnect = lambda reason: kicks.append(CLOSE_GOING_AWAY)  # as the WebSocket adapter does
     return topic, ledger, producer, frames, kicks
 
 
+_acks: dict[Producer, JsonAcks] = {}
+"""Each producer's completion: the JSON API's acknowledgements into its frames."""
+
+
 def send(producer: Producer, context: str) -> None:
-    producer.send(PublishRequest(b"payload", context=context), trio.current_time())
+    request = PublishRequest(b"payload", context=context)
+    producer.publish(MESSAGES, request, 1, 7, _acks[producer], context, trio.current_time())
 
 
 def test_a_clean_close_answers_every_accepted_message_with_its_outcome() -> None:

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.errors import InvalidTopicNameError, UnsupportedTopicDomainError
 from magnetar.broker.namespace_bundle import (
     NamespaceBundle,
     bundle_boundaries,
@@ -17,7 +16,8 @@ from magnetar.broker.namespace_bundle import (
     find_bundle,
     topic_hash,
 )
-from magnetar.broker.topic_name import (
+from magnetar.broker.wire.errors import InvalidTopicNameError, UnsupportedTopicDomainError
+from magnetar.broker.wire.topic_name import (
     NamespaceName,
     TopicDomain,
     TopicName,

@@ -9,17 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
-from magnetar.broker.topic_name import parse_topic_name
-from magnetar.broker.ws_errors import (
-    UPGRADE_FAILURE_STATUS,
-    UpgradeFailure,
-    WsErrorCode,
-    WsSessionError,
-    WsUpgradeError,
-    close_reason,
-)
-from magnetar.broker.ws_messages import (
+from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
     PublishError,
     consumer_message_json,
@@ -30,7 +20,23 @@ from magnetar.broker.ws_messages import (
     producer_ack_error,
     producer_ack_ok,
 )
-from magnetar.broker.ws_params import ConsumerParams, ProducerParams, ReaderParams, WsKind, parse_ws_path
+from magnetar.broker.protocols.pulsar_ws.params import (
+    ConsumerParams,
+    ProducerParams,
+    ReaderParams,
+    WsKind,
+    parse_ws_path,
+)
+from magnetar.broker.protocols.ws_errors import (
+    UPGRADE_FAILURE_STATUS,
+    UpgradeFailure,
+    WsErrorCode,
+    WsSessionError,
+    WsUpgradeError,
+    close_reason,
+)
+from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
+from magnetar.broker.wire.topic_name import parse_topic_name
 
 # --- paths -----------------------------------------------------------------------------------------------
 

@@ -19,8 +19,9 @@ def test_the_source_imports_only_the_broker_formats() -> None:
     server_side, broker = result.stdout.splitlines()
     assert server_side == ""
     assert broker.split("|") == [
-        "magnetar.broker.entry_format",
-        "magnetar.broker.errors",
-        "magnetar.broker.message_id",
-        "magnetar.broker.topic_name",
+        "magnetar.broker.wire",
+        "magnetar.broker.wire.entry_format",
+        "magnetar.broker.wire.errors",
+        "magnetar.broker.wire.message_id",
+        "magnetar.broker.wire.topic_name",
     ]

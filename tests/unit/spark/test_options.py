@@ -20,7 +20,7 @@ from magnetar.admin.spark.options import (
     check_stream_options,
     parse_options,
 )
-from magnetar.broker.topic_name import parse_topic_name
+from magnetar.broker.wire.topic_name import parse_topic_name
 
 BASE = {"serviceUrl": "http://127.0.0.1:8080", "topic": "orders"}
 

@@ -20,7 +20,7 @@ from magnetar.admin.spark.compat import ReadAllAvailable, ReadMaxRows
 from magnetar.admin.spark.options import MagnetarOptionError
 from magnetar.admin.spark.reading import DataLossError, RangePartition
 from magnetar.admin.spark.rows import spark_schema
-from magnetar.broker.topic_name import parse_topic_name
+from magnetar.broker.wire.topic_name import parse_topic_name
 
 ORDERS = "persistent://public/default/orders"
 

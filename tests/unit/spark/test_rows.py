@@ -19,9 +19,14 @@ from magnetar.admin.range_frames import (
     encode_message_frame,
 )
 from magnetar.admin.spark.rows import arrow_schema, decode_body, record_batch, spark_schema
-from magnetar.broker.binary_protocol import OutgoingMessage, encode_send, parse_send
-from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_compact_batch, encode_message
-from magnetar.broker.message_id import MessageId
+from magnetar.broker.wire.entry_format import (
+    StoredMessage,
+    encode_batch,
+    encode_compact_batch,
+    encode_message,
+)
+from magnetar.broker.wire.magnetar_v1 import OutgoingMessage, encode_send, parse_send
+from magnetar.broker.wire.message_id import MessageId
 
 text = st.text(max_size=12)
 

@@ -1,12 +1,17 @@
-"""The producer side of the binary subprotocol ``magnetar.v1`` (see :mod:`.binary_protocol` for the frames).
+"""The producer side of the binary subprotocol ``magnetar.v1`` (frames in
+:mod:`magnetar.broker.wire.magnetar_v1`).
 
-A SEND frame is validated once (:func:`~.binary_protocol.parse_send`), routed into runs of consecutive
+A SEND frame is validated once (:func:`~magnetar.broker.wire.magnetar_v1.parse_send`), routed into runs of
+consecutive
 messages for the same partition (one run on a non-partitioned topic), and each run is cut at the broker's
 batch limits (``publish_batch_messages_max`` messages, ``publish_batch_bytes_max`` payload bytes) into groups
-that become (part of) one compact batch entry each (:meth:`.producer.Producer.send_entry`): the messages keep
+that become one publish request each (:meth:`magnetar.broker.core.producer.Producer.publish`, laid out by the
+producer's :class:`~magnetar.broker.core.publish.CompactLayout`: consecutive requests of one producer share a
+compact batch entry): the messages keep
 the bytes they arrived in, so the common frame - one run within the limits - costs one validating walk over
 its messages and no per-message object, JSON, base64 or re-encoding.
-A :class:`FrameReceipt` collects the entries' positions and answers the frame once: a RECEIPT when every
+A :class:`FrameReceipt` (the requests' :class:`~magnetar.broker.core.publish.PublishCompletion`) collects the
+entries' positions and answers the frame once: a RECEIPT when every
 entry was stored, else one SEND_ERROR. Back-pressure is the JSON producer's: the session's pending messages
 stay within ``maxPendingMessages`` (a group larger than that goes alone), and the session stops reading
 meanwhile; backlog quotas hold or refuse a frame as they do a JSON publish (a refused frame gets a
@@ -19,7 +24,18 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from magnetar.broker.binary_protocol import (
+from magnetar.broker.core.delivery import Delivery
+from magnetar.broker.core.producer import Capacity, Producer
+from magnetar.broker.core.publish import PublishRequest
+from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.protocols.outbound import (
+    OUTBOUND_BYTES_MAX,
+    OUTBOUND_MESSAGES_MAX,
+    RECORDS_FRAME_BYTES_MAX,
+    OutboundFrames,
+)
+from magnetar.broker.protocols.ws_errors import WsErrorCode
+from magnetar.broker.wire.magnetar_v1 import (
     BinaryFrameError,
     ReceiptRange,
     SendFrame,
@@ -27,19 +43,49 @@ from magnetar.broker.binary_protocol import (
     SendRun,
     encode_receipt,
     encode_send_error,
+    message_record,
     parse_send,
     send_messages,
     sub_run,
 )
-from magnetar.broker.consumer import OutboundFrames
-from magnetar.broker.producer import Capacity, PartitionedProducer, Producer
-from magnetar.broker.ws_errors import WsErrorCode
 
 _NOT_YET = ReceiptRange(0, 0, 0, 0, 0, 0)
 
 
+class BinaryFrames(OutboundFrames):
+    """A ``magnetar.v1`` session's outbound binary frames; a delivery becomes a record of a MESSAGES frame."""
+
+    def __init__(
+        self,
+        *,
+        records_frame_bytes_max: int = RECORDS_FRAME_BYTES_MAX,
+        bytes_max: int = OUTBOUND_BYTES_MAX,
+        messages_max: int = OUTBOUND_MESSAGES_MAX,
+    ) -> None:
+        super().__init__(
+            text=False,
+            records_frame_bytes_max=records_frame_bytes_max,
+            bytes_max=bytes_max,
+            messages_max=messages_max,
+        )
+
+    def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
+        self.push_record(
+            message_record(
+                partition,
+                delivery.ledger_id,
+                delivery.entry_id,
+                delivery.batch_index,
+                delivery.batch_size,
+                redelivery_count,
+                delivery.message,
+            )
+        )
+
+
 class FrameReceipt:
-    """The outcome of one SEND frame: a RECEIPT once all its entries are stored, or one SEND_ERROR."""
+    """The outcome of one SEND frame: a RECEIPT once all its entries are stored, or one SEND_ERROR. Its
+    requests' ``tag`` is their slot in the receipt."""
 
     __slots__ = ("_frames", "_ranges", "_remaining", "done", "request_id")
 
@@ -50,16 +96,28 @@ class FrameReceipt:
         self._remaining = entries
         self.done = False
 
-    def stored(self, slot: int, where: ReceiptRange) -> None:
+    def stored(
+        self,
+        request: PublishRequest,
+        partition: int,
+        ledger_id: int,
+        entry_id: int,
+        first_index: int,
+        batch_size: int,
+    ) -> None:
         if self.done:
             return
-        self._ranges[slot] = where
+        slot = request.tag
+        assert isinstance(slot, int)
+        self._ranges[slot] = ReceiptRange(
+            partition, ledger_id, entry_id, first_index, request.messages, batch_size
+        )
         self._remaining -= 1
         if self._remaining == 0:
             self.done = True
             self._frames.push(encode_receipt(self.request_id, self._ranges))
 
-    def fail(self, reason: str) -> None:
+    def failed(self, request: PublishRequest, reason: str) -> None:
         if not self.done:
             self.done = True
             self._frames.push(encode_send_error(self.request_id, WsErrorCode.UNKNOWN_ERROR, reason))
@@ -70,7 +128,7 @@ class BinaryPublisher:
 
     def __init__(
         self,
-        publisher: Producer | PartitionedProducer,
+        publisher: Producer | PartitionRouter,
         frames: OutboundFrames,
         capacity: Capacity,
         refusal: Callable[[int], Awaitable[str | None]],
@@ -82,7 +140,8 @@ class BinaryPublisher:
         self._frames = frames
         self._capacity = capacity
         self._refusal = refusal
-        """Rate limits and backlog quotas (:mod:`.publish_gate`) for a frame of N messages: waits while held;
+        """Rate limits and backlog quotas (:mod:`magnetar.broker.publish_gate`) for a frame of N messages:
+        waits while held;
         the reason when the publish is refused."""
         self._batch_messages_max = batch_messages_max
         self._batch_bytes_max = batch_bytes_max
@@ -105,7 +164,15 @@ class BinaryPublisher:
         received_at = trio.current_time()
         for slot, (producer, group) in enumerate(groups):
             await self._capacity.wait_for(group.messages)
-            producer.send_entry(group, receipt, slot, received_at)
+            producer.publish(
+                producer.compact_layout,
+                group.body,
+                group.messages,
+                group.payload_bytes,
+                receipt,
+                slot,
+                received_at,
+            )
 
     def _refuse(self, request_id: int, reason: str) -> None:
         code = WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON
@@ -114,7 +181,7 @@ class BinaryPublisher:
     def _runs(self, send: SendFrame) -> list[tuple[Producer, SendRun]]:
         if isinstance(self._publisher, Producer):
             return [(self._publisher, send.run)]
-        return self._publisher.route_frame(send)
+        return route_frame(self._publisher, send)
 
     def _split(self, run: SendRun) -> list[SendRun]:
         """Cut a run at the batch limits (a single message larger than the byte limit goes alone)."""
@@ -132,3 +199,20 @@ class BinaryPublisher:
             size += message.payload_bytes
         groups.append(sub_run(run, group))
         return groups
+
+
+def route_frame(router: PartitionRouter, frame: SendFrame) -> list[tuple[Producer, SendRun]]:
+    """Runs of consecutive messages of a SEND frame for the same partition: a message with a key goes to its
+    key's partition, the others of the frame to one partition picked for the whole frame (as Pulsar's
+    batching producer routes batches)."""
+    keyless = router.route(None)
+    if not frame.keyed:
+        return [(keyless, frame.run)]
+    runs: list[tuple[Producer, list[SendMessage]]] = []
+    for message in send_messages(frame.run):
+        producer = keyless if message.key is None else router.for_key(message.key)
+        if runs and runs[-1][0] is producer:
+            runs[-1][1].append(message)
+        else:
+            runs.append((producer, [message]))
+    return [(producer, sub_run(frame.run, messages)) for producer, messages in runs]

@@ -77,7 +77,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
 
-from magnetar.broker.entry_format import (
+from magnetar.broker.wire.entry_format import (
     COMPACT_MESSAGE,
     COMPACT_NO_KEY,
     KEY_BYTES_MAX,
@@ -86,7 +86,7 @@ from magnetar.broker.entry_format import (
     check_compact_messages,
     encode_properties,
 )
-from magnetar.broker.errors import BrokerError
+from magnetar.broker.wire.errors import BrokerError
 
 SUBPROTOCOL = "magnetar.v1"
 NO_KEY = COMPACT_NO_KEY

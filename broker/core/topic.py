@@ -1,45 +1,36 @@
 """A persistent topic (Pulsar's ``PersistentTopic``): a managed ledger, its producers and subscriptions.
 
-Publishing. Messages are appended in arrival order. Each becomes a :class:`~.entry_format.StoredMessage`
-(payload, key, properties, event time, publish time, producer name, sequence id). When nothing is in flight
-to the bookies a message is written at once as an entry of its own; otherwise arriving messages gather in
-one batch, written as a single entry when an in-flight entry completes, or earlier - pipelined next to the
-entries in flight, up to ``publish_inflight_entries_max`` of them - once the batch holds
-``publish_pipeline_batch_messages_min`` messages (or a quarter of ``publish_batch_bytes_max``), and at once
-when it reaches ``publish_batch_messages_max`` messages or ``publish_batch_bytes_max`` bytes. So a quiet topic
-writes one message per entry (lowest latency), a topic at a moderate rate writes one batch per bookie round
-trip (little CPU per message, hence a short tail on a busy host), and a saturated one pipelines full batches
-(throughput). Every message of a batch keeps its own id ``(ledger, entry, batchIndex)`` and is acknowledged
-individually (see :mod:`.subscription`). Binary producers' runs (:mod:`.binary_producer`) follow the same
-rules, with consecutive runs of one producer merged into one entry.
+Publishing goes through the topic's one :class:`~.publish_queue.PublishQueue`: every producer's requests,
+whatever protocol they came in, are cut into entries by one rule (see :mod:`.publish_queue`). Every message of
+a batch keeps its own id ``(ledger, entry, batchIndex)`` and is acknowledged individually (see
+:mod:`.subscription`). Delivery goes through one dispatcher per subscription (:mod:`.dispatcher`).
 
 Closing. :meth:`PersistentTopic.close` (unload, shutdown) stops accepting messages, writes what it had
-accepted (the batch being built included) and waits for those writes, so every message already handed to the
-topic is answered as what it is - stored (its receipt) or failed - before the sessions close with 1001 (so
+accepted (the group being built included) and waits for those writes, so every message already handed to the
+topic is answered as what it is - stored (its receipt) or failed - before the sessions are ended (so
 clients look the topic up again) and the managed ledger closes cleanly (cursor positions persisted). A
 message that arrives once the close has begun is refused, and only it: a client that resends what was
 refused creates no duplicate. :meth:`fence_now` is the synchronous stop for a lost bundle: from that instant
 nothing more is accepted or dispatched; messages not yet written fail, writes already in flight are left to
-finish (their outcome is unknown: the sessions close without it).
+finish (their outcome is unknown: the sessions end without it).
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import trio
 
 from magnetar.bookkeeper.client import BKError
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime import Clock
-from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY
-from magnetar.broker.consumer import Consumer, MsgKey
-from magnetar.broker.dispatcher import SubscriptionType
-from magnetar.broker.entry_format import decode_entry, encode_batch, encode_compact_batch, encode_message
-from magnetar.broker.errors import (
+from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.delivery import MsgKey
+from magnetar.broker.core.dispatcher import SubscriptionType
+from magnetar.broker.core.errors import (
     ProducerBusyError,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
@@ -47,19 +38,18 @@ from magnetar.broker.errors import (
     TopicNotFoundError,
     TopicTerminatedError,
 )
-from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
-from magnetar.broker.metrics import TopicMetrics
-from magnetar.broker.producer import PendingEntry, PendingMessage, Producer
-from magnetar.broker.rates import Rate
-from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.subscription import BATCH_INDEX_AFTER_ALL, Subscription
-from magnetar.broker.topic_name import TopicName
+from magnetar.broker.core.producer import Producer
+from magnetar.broker.core.publish import PublishRequest
+from magnetar.broker.core.publish_queue import PublishQueue, PublishSettings
+from magnetar.broker.core.rates import Rate
+from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
+from magnetar.broker.core.topic_metrics import TopicMetrics
+from magnetar.broker.wire.entry_format import decode_entry
+from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
+from magnetar.broker.wire.topic_name import TopicName
 from magnetar.managed_ledger.cursor import ManagedCursor
-from magnetar.managed_ledger.errors import (
-    ManagedLedgerError,
-    ManagedLedgerFencedError,
-    ManagedLedgerTerminatedError,
-)
+from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.stats import internal_stats
@@ -67,12 +57,26 @@ from magnetar.managed_ledger.stats import internal_stats
 log = logging.getLogger(__name__)
 
 
+class TopicSettings(PublishSettings, Protocol):
+    """The settings a topic reads (``BrokerSettings`` has them): the publish queue's, dispatch's and the
+    close's timeout."""
+
+    @property
+    def dispatch_read_entries_max(self) -> int: ...
+
+    @property
+    def dispatch_redelivery_messages_max(self) -> int: ...
+
+    @property
+    def metadata_operation_timeout_ms(self) -> int: ...
+
+
 class PersistentTopic:
     def __init__(
         self,
         name: TopicName,
         ml: ManagedLedger,
-        settings: BrokerSettings,
+        settings: TopicSettings,
         clock: Clock,
         metrics: TopicMetrics,
         *,
@@ -93,15 +97,15 @@ class PersistentTopic:
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.rate_in = Rate()
-        self._batch: list[PendingMessage] = []
-        self._batch_bytes = 0
-        self._runs: list[PendingEntry] = []
-        """Binary producers' runs waiting to be written (batched as JSON messages are)."""
-        self._runs_messages = 0
-        self._runs_bytes = 0
-        self._inflight = 0
-        self._drained = trio.Event()
-        self._drained.set()
+        self._queue = PublishQueue(
+            str(name),
+            ml,
+            settings,
+            clock,
+            metrics,
+            on_stored=self._wake_dispatchers,
+            on_fenced=self._fenced,
+        )
         self.closed = False
         self._nursery: trio.Nursery | None = None
         self._stopped = trio.Event()
@@ -109,6 +113,10 @@ class PersistentTopic:
     @property
     def full_name(self) -> str:
         return str(self.name)
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
 
     def now_ms(self) -> int:
         return self._clock.time_ms()
@@ -129,45 +137,37 @@ class PersistentTopic:
         """Stop at once: refuse messages, stop dispatching, close every session (see the module doc)."""
         if self.closed:
             return
-        self.closed = True
+        self.closed = self._queue.closed = True
         log.info("topic %s closing: %s", self.name, reason)
-        self._fail_waiting(reason)
+        self._queue.fail_waiting(reason)
         self._disconnect(reason)
 
-    def _fail_waiting(self, reason: str) -> None:
-        """Fail the messages accepted but not written yet (and, per producer, those sent after them)."""
-        waiting: list[PendingMessage | PendingEntry] = [*self._batch, *self._runs]
-        for pending in waiting:
-            pending.producer.on_failed(pending, f"Topic {self.name} is closing: {reason}")
-        self._batch, self._runs = [], []
-        self._batch_bytes = self._runs_messages = self._runs_bytes = 0
-
     def _disconnect(self, reason: str) -> None:
-        """Close every producer and subscription and end their sessions with 1001."""
+        """Close every producer and subscription and end their sessions (the clients look the topic up
+        again)."""
         for producer in list(self.producers.values()):
-            producer.close()
-            if producer.kick is not None:
-                producer.kick(CLOSE_GOING_AWAY, reason)
+            producer.go_away(reason)
         for subscription in list(self.subscriptions.values()):
             subscription.close()
             for consumer in list(subscription.consumers):
-                if consumer.kick is not None:
-                    consumer.kick(CLOSE_GOING_AWAY, reason)
+                if consumer.disconnect is not None:
+                    consumer.disconnect(reason)
 
     async def close(self, reason: str = "Topic unloaded") -> None:
         """Clean close: write what was accepted and wait for it (each message answered, see the module doc),
         then close the sessions and the managed ledger (cursors persisted)."""
         timeout_s = self._settings.metadata_operation_timeout_ms / 1000
+        queue = self._queue
         if not self.closed:
-            self.closed = True  # from here on publish() refuses new messages
+            self.closed = queue.closed = True  # from here on publish() refuses new messages
             log.info("topic %s closing: %s", self.name, reason)
-            self._write_waiting()
+            queue.write_waiting()
             with trio.move_on_after(timeout_s):
-                await self._drained.wait()
-            self._fail_waiting(reason)  # nothing, unless a write could not even be started
+                await queue.drained.wait()
+            queue.fail_waiting(reason)  # nothing, unless a write could not even be started
             self._disconnect(reason)
         with trio.move_on_after(timeout_s):
-            await self._drained.wait()
+            await queue.drained.wait()
         try:
             await self._close_ml()
         except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
@@ -199,187 +199,18 @@ class PersistentTopic:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
 
-    def publish(self, pending: PendingMessage) -> None:
-        if self.closed:
-            pending.producer.on_failed(pending, f"Topic {self.name} is being unloaded")
-            return
-        size = len(pending.message.payload)
-        settings = self._settings
-        if self._batch and self._batch_bytes + size > settings.publish_batch_bytes_max:
-            self._flush()
-        self._batch.append(pending)
-        self._batch_bytes += size
-        if self._may_flush() or len(self._batch) >= settings.publish_batch_messages_max:
-            self._flush()
+    def publish(self, request: PublishRequest) -> None:
+        """The one publish path: ``request`` joins the topic's publish queue (:mod:`.publish_queue`) and is
+        answered through its producer."""
+        self._queue.publish(request)
 
-    def _may_flush(self) -> bool:
-        """Whether the batch being built may be written now (see the module's docstring)."""
-        return self._may_write(len(self._batch), self._batch_bytes)
+    def _wake_dispatchers(self) -> None:
+        for subscription in self.subscriptions.values():
+            subscription.dispatcher.wake()
 
-    def _may_write(self, messages: int, payload_bytes: int) -> bool:
-        if self._inflight == 0:
-            return True
-        settings = self._settings
-        return self._inflight < settings.publish_inflight_entries_max and (
-            messages >= settings.publish_pipeline_batch_messages_min
-            or payload_bytes * 4 >= settings.publish_batch_bytes_max
-        )
-
-    def _flush(self) -> None:
-        batch = [p for p in self._batch if not p.failed]
-        self._batch = []
-        self._batch_bytes = 0
-        if not batch:
-            return
-        if len(batch) == 1:
-            data = encode_message(batch[0].message)
-        else:
-            data = encode_batch([p.message for p in batch])
-        self._inflight += 1
-        self._drained = trio.Event() if self._drained.is_set() else self._drained
-
-        def on_added(result: Position | ManagedLedgerError) -> None:
-            self._on_added(batch, result, len(data))
-
-        self.ml.add_entry_nowait(data, on_added)
-
-    def publish_entry(self, pending: PendingEntry) -> None:
-        """A binary producer's run (messages already laid out as in an entry), batched like JSON messages:
-        written at once when nothing is in flight, else merged into one entry with the runs that arrive
-        meanwhile - consecutive runs of the same producer, within the batch limits."""
-        if self.closed:
-            pending.producer.on_failed(pending, f"Topic {self.name} is being unloaded")
-            return
-        self._runs.append(pending)
-        self._runs_messages += pending.run.messages
-        self._runs_bytes += pending.run.payload_bytes
-        if (
-            self._may_write(self._runs_messages, self._runs_bytes)
-            or self._runs_messages >= self._settings.publish_batch_messages_max
-        ):
-            self._write_runs()
-
-    def _write_waiting(self) -> None:
-        """Write everything accepted and not written yet, whatever the pipeline holds (closing)."""
-        if self._batch:
-            self._flush()
-        if self._runs:
-            self._write_runs(force=True)
-
-    def _write_runs(self, *, force: bool = False) -> None:
-        """Write the waiting runs, grouped, in arrival order; a group stops the writing (it and the groups
-        after it wait again) unless the pipeline has room for it, it is full, or ``force``."""
-        groups = self._group_runs([run for run in self._runs if not run.failed])
-        self._runs = []
-        self._runs_messages = self._runs_bytes = 0
-        for index, (group, messages, payload_bytes, full) in enumerate(groups):
-            if not force and not full and not self._may_write(messages, payload_bytes):
-                for waiting, count, size, _ in groups[index:]:
-                    self._runs += waiting
-                    self._runs_messages += count
-                    self._runs_bytes += size
-                return
-            self._write_group(group)
-
-    def _group_runs(self, runs: list[PendingEntry]) -> list[tuple[list[PendingEntry], int, int, bool]]:
-        """Consecutive runs of one producer within the batch limits: (runs, messages, bytes, full)."""
-        settings = self._settings
-        groups: list[tuple[list[PendingEntry], int, int, bool]] = []
-        group: list[PendingEntry] = []
-        messages = payload_bytes = 0
-        for pending in runs:
-            count, size = pending.run.messages, pending.run.payload_bytes
-            if group:
-                over = (
-                    messages + count > settings.publish_batch_messages_max
-                    or payload_bytes + size > settings.publish_batch_bytes_max
-                )
-                if over or pending.producer is not group[0].producer:
-                    groups.append((group, messages, payload_bytes, over))
-                    group, messages, payload_bytes = [], 0, 0
-            group.append(pending)
-            messages += count
-            payload_bytes += size
-        if group:
-            full = messages >= settings.publish_batch_messages_max
-            groups.append((group, messages, payload_bytes, full))
-        return groups
-
-    def _write_group(self, group: list[PendingEntry]) -> None:
-        """One compact entry for runs of one producer: their sequence ids follow each other (runs queue in
-        order), and their messages are stored as they arrived."""
-        first = group[0]
-        size = sum(pending.run.messages for pending in group)
-        data = encode_compact_batch(
-            first.producer.name,
-            first.first_sequence_id,
-            self.now_ms(),
-            size,
-            [pending.run.body for pending in group],
-        )
-        self._inflight += 1
-        self._drained = trio.Event() if self._drained.is_set() else self._drained
-
-        def on_added(result: Position | ManagedLedgerError) -> None:
-            self._on_group_added(group, size, len(data), result)
-
-        self.ml.add_entry_nowait(data, on_added)
-
-    def _on_group_added(
-        self, group: list[PendingEntry], size: int, data_bytes: int, result: Position | ManagedLedgerError
-    ) -> None:
-        self._inflight -= 1
-        if isinstance(result, Position):
-            index = 0
-            for pending in group:
-                pending.producer.on_entry_stored(pending, result.ledger_id, result.entry_id, index, size)
-                index += pending.run.messages
-            latency = trio.current_time() - group[0].received_at
-            self.metrics.on_messages_stored(size, data_bytes, latency)
-            for subscription in self.subscriptions.values():
-                subscription.dispatcher.wake()
-        else:
-            self._on_add_failed(group, result)
-        self._after_add()
-
-    def _on_add_failed(
-        self, batch: Sequence[PendingMessage | PendingEntry], result: ManagedLedgerError
-    ) -> None:
-        reason = _describe_failure(result)
-        for pending in batch:
-            pending.producer.on_failed(pending, reason)
-        if isinstance(result, ManagedLedgerFencedError) and not self.closed:
-            log.warning("topic %s: managed ledger fenced by another owner", self.name)
+    def _fenced(self) -> None:
+        if not self.closed:
             self._on_fenced(self)
-
-    def _after_add(self) -> None:
-        if self._batch and not self.closed and self._may_flush():
-            self._flush()
-        if self._runs and not self.closed and self._may_write(self._runs_messages, self._runs_bytes):
-            self._write_runs()
-        if self._inflight == 0:
-            self._drained.set()
-
-    def _on_added(
-        self, batch: list[PendingMessage], result: Position | ManagedLedgerError, size: int
-    ) -> None:
-        self._inflight -= 1
-        now = trio.current_time()
-        if isinstance(result, Position):
-            ledger_id, entry_id = result.ledger_id, result.entry_id
-            if len(batch) == 1:
-                pending = batch[0]
-                pending.producer.on_stored(pending, ledger_id, entry_id, -1, 0)
-            else:
-                count = len(batch)
-                for index, pending in enumerate(batch):
-                    pending.producer.on_stored(pending, ledger_id, entry_id, index, count)
-            self.metrics.on_entry_stored(batch, size, now)
-            for subscription in self.subscriptions.values():
-                subscription.dispatcher.wake()
-        else:
-            self._on_add_failed(batch, result)
-        self._after_add()
 
     # -- subscriptions --------------------------------------------------------------------------
 
@@ -387,9 +218,11 @@ class PersistentTopic:
         self, name: str, cursor: ManagedCursor, *, durable: bool, start_after: MsgKey | None = None
     ) -> Subscription:
         subscription = Subscription(
-            self,
+            str(self.name),
             name,
             cursor,
+            partition=self.partition,
+            clock=self._clock,
             durable=durable,
             read_entries_max=self._settings.dispatch_read_entries_max,
             redelivery_max=self._settings.dispatch_redelivery_messages_max,
@@ -428,25 +261,26 @@ class PersistentTopic:
     async def subscribe(
         self,
         name: str,
-        make_consumer: Callable[[Subscription], Consumer],
+        make_consumer: Callable[[], Consumer],
         sub_type: SubscriptionType,
         *,
         durable: bool,
         start_earliest: bool,
-    ) -> Consumer:
+    ) -> Subscriber:
+        """A new consumer of subscription ``name`` (created if need be): the session's handle on it."""
         subscription = await self.get_or_create_subscription(
             name, durable=durable, start_earliest=start_earliest
         )
-        consumer = make_consumer(subscription)
+        consumer = make_consumer()
         try:
             subscription.add_consumer(consumer, sub_type)
         except Exception:
             if not subscription.durable and not subscription.consumers:
                 self._drop_subscription(subscription)
             raise
-        return consumer
+        return Subscriber(self, subscription, consumer)
 
-    def create_reader(self, start: MessageId, make_consumer: Callable[[Subscription], Consumer]) -> Consumer:
+    def create_reader(self, start: MessageId, make_consumer: Callable[[], Consumer]) -> Subscriber:
         """A reader's subscription: non-durable, starting after ``start`` (``earliest``: the first message,
         ``latest``: the next message published)."""
         self._check_open()
@@ -462,12 +296,11 @@ class PersistentTopic:
         cursor = self.ml.open_non_durable_cursor(position)
         name = f"reader-{uuid.uuid4().hex[:10]}"
         subscription = self._add_subscription(name, cursor, durable=False, start_after=start_after)
-        consumer = make_consumer(subscription)
+        consumer = make_consumer()
         subscription.add_consumer(consumer, SubscriptionType.EXCLUSIVE)
-        return consumer
+        return Subscriber(self, subscription, consumer)
 
-    def remove_consumer(self, consumer: Consumer) -> None:
-        subscription = consumer.subscription
+    def remove_consumer(self, subscription: Subscription, consumer: Consumer) -> None:
         subscription.remove_consumer(consumer)
         if not subscription.durable and not subscription.consumers:
             self._drop_subscription(subscription)
@@ -478,12 +311,11 @@ class PersistentTopic:
         if self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
 
-    async def unsubscribe(self, consumer: Consumer) -> None:
+    async def unsubscribe(self, subscription: Subscription, consumer: Consumer) -> None:
         """The consumer's ``unsubscribe`` command: allowed when it is the subscription's only consumer."""
-        subscription = consumer.subscription
         if [c for c in subscription.consumers if c is not consumer]:
             raise SubscriptionBusyError("Subscription has active connected consumers")
-        self.remove_consumer(consumer)
+        self.remove_consumer(subscription, consumer)
         await self.delete_subscription(subscription.name, force=True)
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
@@ -493,8 +325,8 @@ class PersistentTopic:
         if subscription.consumers and not force:
             raise SubscriptionBusyError("Subscription has active connected consumers")
         for consumer in list(subscription.consumers):
-            if consumer.kick is not None:
-                consumer.kick(CLOSE_GOING_AWAY, "Subscription deleted")
+            if consumer.disconnect is not None:
+                consumer.disconnect("Subscription deleted")
             subscription.remove_consumer(consumer)
         subscription.close()
         del self.subscriptions[name]
@@ -516,9 +348,7 @@ class PersistentTopic:
         """No more messages: returns the id of the last one (``isEndOfTopic`` turns true once read)."""
         position = await self.ml.terminate()
         for producer in list(self.producers.values()):
-            producer.close()
-            if producer.kick is not None:
-                producer.kick(CLOSE_GOING_AWAY, "Topic was terminated")
+            producer.go_away("Topic was terminated")
         for subscription in self.subscriptions.values():
             subscription.dispatcher.wake()
         return MessageId(position.ledger_id, position.entry_id, self.partition)
@@ -595,11 +425,3 @@ class PersistentTopic:
 
     def internal_stats(self) -> dict[str, Any]:
         return internal_stats(self.ml)
-
-
-def _describe_failure(error: ManagedLedgerError) -> str:
-    if isinstance(error, ManagedLedgerTerminatedError):
-        return "org.apache.pulsar.client.api.PulsarClientException$TopicTerminatedException: topic terminated"
-    if isinstance(error, ManagedLedgerFencedError):
-        return "Topic ownership moved to another broker: reconnect"
-    return f"Failed to persist message: {error}"

@@ -5,29 +5,34 @@ before the upgrade completes: a bad path or query parameter is answered 400 ``In
 missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503,
 and a topic this broker does not serve **307** with ``Location: ws://<owner>/<same path and query>``
 (``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs two tasks: the reader
-loop below (one frame at a time) and the session's frame sender (:class:`~.consumer.OutboundFrames`).
+loop below (one frame at a time) and the session's frame sender
+(:class:`~magnetar.broker.protocols.outbound.OutboundFrames`).
 
 Runtime errors follow Pulsar: a producer's bad request gets a ``send-error:N`` ack and the session goes on; a
 consumer's or reader's frame that is not a JSON command closes the session with Pulsar's code 3, sent as
-**4003** (close codes 1-8 are outside RFC 6455's range: Magnetar sends 4000+N, see :mod:`.ws_errors`). A
+**4003** (close codes 1-8 are outside RFC 6455's range: Magnetar sends 4000+N, see
+:mod:`magnetar.broker.protocols.ws_errors`). A
 binary frame is treated as a request that cannot be read: ``send-error:3`` for a producer, close 4003 for a
 consumer or reader. When the topic is unloaded or its bundle lost, sessions are closed with 1001 (going
 away) so clients look the topic up again; ``unsubscribe`` closes the session with 1000 once done.
 
-Security (:mod:`.security`): right after the path is parsed, the upgrade is authenticated (``Authorization:
+Security (:mod:`magnetar.broker.security`): right after the path is parsed, the upgrade is authenticated
+(``Authorization:
 Bearer`` or the ``token`` query parameter; 401 ``Failed to authenticate: ...``) and authorized (produce for a
 producer, consume on the subscription for a consumer, consume for a reader; 403 ``Not authorized: ...``),
 before any topic is looked up or created - Pulsar's ``checkAuth``. A producer's messages beyond the publish
 rate limits get ``send-error:8`` with the limit named, and the session goes on.
 
-Bounds (:mod:`.consumer` has the details): a session's outbound queue holds at most
+Bounds (:mod:`magnetar.broker.core.consumer` and :mod:`magnetar.broker.protocols.outbound` have the details):
+a session's outbound queue holds at most
 ``ws_send_queue_messages_max`` messages and ``ws_send_queue_bytes_max`` bytes. Deliveries stop at that
 bound, and a request answered into a full queue - for a producer, any request, its acknowledgements arrive
 whenever their adds complete - makes the session read no further request until the client has read: TCP
 carries the back-pressure to a client that sends without reading.
 
 Magnetar extensions: a client offering the ``magnetar.v1`` WebSocket subprotocol gets the binary protocol of
-:mod:`.binary_protocol` on the same endpoints (:mod:`.binary_producer`, :mod:`.binary_consumer`); the consumer
+:mod:`magnetar.broker.wire.magnetar_v1` on the same endpoints (:mod:`magnetar.broker.protocols.magnetar_v1`);
+the consumer
 accepts ``subscriptionInitialPosition=Earliest|Latest`` (default Latest, the
 Java client's default) for a subscription it creates.
 """
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from magnetar.bookkeeper.runtime.http import (
+    CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
     WebSocket,
     WebSocketClosed,
@@ -48,19 +54,19 @@ from magnetar.bookkeeper.runtime.http import (
     error_response,
 )
 from magnetar.broker import publish_gate
-from magnetar.broker.binary_consumer import BinaryConsumerCommands, BinaryReaderCommands
-from magnetar.broker.binary_producer import BinaryPublisher
-from magnetar.broker.binary_protocol import SUBPROTOCOL
-from magnetar.broker.consumer import Consumer, FlowControl, OutboundFrames
-from magnetar.broker.dispatcher import SubscriptionType
-from magnetar.broker.errors import NotOwnerError, ServiceError
-from magnetar.broker.message_id import EARLIEST, LATEST
-from magnetar.broker.producer import Capacity, PartitionedProducer, Producer
-from magnetar.broker.subscription import Subscription
-from magnetar.broker.topic import PersistentTopic
-from magnetar.broker.topic_name import TopicName
-from magnetar.broker.ws_errors import UpgradeFailure, WsErrorCode, WsSessionError, WsUpgradeError
-from magnetar.broker.ws_messages import (
+from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.delivery import FlowControl
+from magnetar.broker.core.dispatcher import SubscriptionType
+from magnetar.broker.core.errors import NotOwnerError, ServiceError
+from magnetar.broker.core.producer import Capacity, Producer
+from magnetar.broker.core.publish import MESSAGES
+from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.protocols.magnetar_v1.consumer import BinaryConsumerCommands, BinaryReaderCommands
+from magnetar.broker.protocols.magnetar_v1.producer import BinaryFrames, BinaryPublisher
+from magnetar.broker.protocols.outbound import OutboundFrames
+from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
     PublishError,
     end_of_topic_json,
@@ -70,7 +76,18 @@ from magnetar.broker.ws_messages import (
     plain_ack_fields,
     producer_ack_error,
 )
-from magnetar.broker.ws_params import ConsumerParams, ProducerParams, ReaderParams, WsKind, parse_ws_path
+from magnetar.broker.protocols.pulsar_ws.params import (
+    ConsumerParams,
+    ProducerParams,
+    ReaderParams,
+    WsKind,
+    parse_ws_path,
+)
+from magnetar.broker.protocols.pulsar_ws.session_io import JsonAcks, JsonFrames
+from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsErrorCode, WsSessionError, WsUpgradeError
+from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
+from magnetar.broker.wire.message_id import EARLIEST, LATEST
+from magnetar.broker.wire.topic_name import TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.security import PublishLimiter
@@ -87,11 +104,13 @@ class _Session:
 
     def __init__(self, request: WebSocketRequest, settings: BrokerSettings) -> None:
         self.binary = SUBPROTOCOL in request.subprotocols
-        """The client asked for the binary subprotocol (:mod:`.binary_protocol`)."""
-        self.frames = OutboundFrames(
-            text=not self.binary,
-            bytes_max=settings.ws_send_queue_bytes_max,
-            messages_max=settings.ws_send_queue_messages_max,
+        """The client asked for the binary subprotocol (:mod:`magnetar.broker.wire.magnetar_v1`)."""
+        bytes_max = settings.ws_send_queue_bytes_max
+        messages_max = settings.ws_send_queue_messages_max
+        self.frames: OutboundFrames = (
+            BinaryFrames(bytes_max=bytes_max, messages_max=messages_max)
+            if self.binary
+            else JsonFrames(bytes_max=bytes_max, messages_max=messages_max)
         )
         self.scope = trio.CancelScope()
         self.kicked: tuple[int, str] | None = None
@@ -101,6 +120,10 @@ class _Session:
         if self.kicked is None:
             self.kicked = (code, reason)
         self.scope.cancel()
+
+    def going_away(self, reason: str) -> None:
+        """The topic went away (unloaded, terminated, lost): 1001, so the client looks it up again."""
+        self.kick(CLOSE_GOING_AWAY, reason)
 
     def wake_timers(self) -> None:
         self.timers.set()
@@ -196,7 +219,7 @@ class WsHandlers:
 
     async def producer(self, request: WebSocketRequest) -> None:
         session = _Session(request, self._service.settings)
-        producers: list[Producer] = []
+        producers: list[tuple[PersistentTopic, Producer]] = []
         try:
             target = parse_ws_path(request.path)
             if target.kind is not WsKind.PRODUCER:
@@ -216,13 +239,19 @@ class WsHandlers:
 
                 def make(topic: PersistentTopic = topic) -> Producer:
                     return Producer(
-                        topic, name, session.frames, capacity, initial_sequence_id=params.initial_sequence_id
+                        topic,
+                        name,
+                        capacity,
+                        partition=topic.partition,
+                        clock=topic.clock,
+                        initial_sequence_id=params.initial_sequence_id,
                     )
 
                 producer = topic.add_producer(name, make)
-                producer.kick = session.kick
+                producer.disconnect = session.going_away
                 producer.address = self._address(request)
-                producers.append(producer)
+                producer.client_version = "websocket"
+                producers.append((topic, producer))
             if self._quota_verdict(producers) == publish_gate.REJECT:
                 raise WsUpgradeError.of(
                     UpgradeFailure.QUOTA_EXCEEDED_OR_TERMINATED,
@@ -232,10 +261,10 @@ class WsHandlers:
             self._remove_producers(producers)
             await self._refuse(request, exc)
             return
-        publisher: Producer | PartitionedProducer = producers[0]
-        if target.topic != producers[0].topic.name:
-            publisher = PartitionedProducer(
-                producers,
+        publisher: Producer | PartitionRouter = producers[0][1]
+        if target.topic != producers[0][0].name:
+            publisher = PartitionRouter(
+                [producer for _, producer in producers],
                 routing_mode=params.message_routing_mode,
                 hashing_scheme=params.hashing_scheme,
                 rng=self._service.rng,
@@ -254,12 +283,16 @@ class WsHandlers:
         topic: TopicName,
         session: _Session,
         limiter: PublishLimiter,
-        producers: list[Producer],
-        publisher: Producer | PartitionedProducer,
+        producers: list[tuple[PersistentTopic, Producer]],
+        publisher: Producer | PartitionRouter,
         capacity: Capacity,
     ) -> Callable[[str | bytes], Awaitable[None]]:
-        """The frame handler of a Pulsar JSON producer: one publish request per text frame."""
+        """The frame handler of a Pulsar JSON producer: one publish request per text frame, its message
+        given as its fields (:data:`~magnetar.broker.core.publish.MESSAGES`), answered by
+        :class:`JsonAcks`."""
         refusal = self._publish_refusal(topic, limiter, producers)
+        acks = JsonAcks(session.frames)
+        router = publisher if isinstance(publisher, PartitionRouter) else None
 
         async def on_frame(message: str | bytes) -> None:
             if isinstance(message, bytes):
@@ -278,7 +311,10 @@ class WsHandlers:
                 session.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refused, publish.context))
                 return
             await capacity.wait()
-            publisher.send(publish, trio.current_time())
+            producer = publisher if router is None else router.route(publish.key)
+            assert isinstance(producer, Producer)
+            size = len(publish.payload)
+            producer.publish(MESSAGES, publish, 1, size, acks, publish.context, trio.current_time())
 
         return on_frame
 
@@ -287,8 +323,8 @@ class WsHandlers:
         topic: TopicName,
         session: _Session,
         limiter: PublishLimiter,
-        producers: list[Producer],
-        publisher: Producer | PartitionedProducer,
+        producers: list[tuple[PersistentTopic, Producer]],
+        publisher: Producer | PartitionRouter,
         capacity: Capacity,
     ) -> Callable[[str | bytes], Awaitable[None]]:
         """The frame handler of a ``magnetar.v1`` producer: the same rate limits and backlog quotas as JSON
@@ -306,7 +342,7 @@ class WsHandlers:
         return binary.on_frame
 
     def _publish_refusal(
-        self, topic: TopicName, limiter: PublishLimiter, producers: list[Producer]
+        self, topic: TopicName, limiter: PublishLimiter, producers: list[tuple[PersistentTopic, Producer]]
     ) -> Callable[[int], Awaitable[str | None]]:
         """Why N messages may not be published now (publish rate limits, then backlog quotas, which wait
         while held), or None: the same rules for JSON publishes and binary SEND frames."""
@@ -321,37 +357,37 @@ class WsHandlers:
 
         return refusal
 
-    def _quota_verdict(self, producers: list[Producer]) -> str:
+    def _quota_verdict(self, producers: list[tuple[PersistentTopic, Producer]]) -> str:
         gate = self._service.publish_gate
         if gate is None or not gate.any_exceeded:
             return publish_gate.OK
-        verdicts = {gate.admission(p.topic.ml.name) for p in producers}
+        verdicts = {gate.admission(topic.ml.name) for topic, _ in producers}
         for verdict in (publish_gate.REJECT, publish_gate.HOLD):
             if verdict in verdicts:
                 return verdict
         return publish_gate.OK
 
-    async def _admitted(self, producers: list[Producer]) -> bool:
+    async def _admitted(self, producers: list[tuple[PersistentTopic, Producer]]) -> bool:
         """Backlog quotas: False to reject the publish; waits while the topic is held."""
         while (verdict := self._quota_verdict(producers)) != publish_gate.OK:
             if verdict == publish_gate.REJECT:
                 return False
             gate = self._service.publish_gate
             assert gate is not None
-            for producer in producers:
-                await gate.wait_until_within_quota(producer.topic.ml.name)
+            for topic, _ in producers:
+                await gate.wait_until_within_quota(topic.ml.name)
         return True
 
     @staticmethod
-    def _remove_producers(producers: list[Producer]) -> None:
-        for producer in producers:
-            producer.topic.remove_producer(producer)
+    def _remove_producers(producers: list[tuple[PersistentTopic, Producer]]) -> None:
+        for topic, producer in producers:
+            topic.remove_producer(producer)
 
     # -- consumer -------------------------------------------------------------------------------
 
     async def consumer(self, request: WebSocketRequest) -> None:
         session = _Session(request, self._service.settings)
-        consumers: list[Consumer] = []
+        consumers: list[Subscriber] = []
         try:
             target = parse_ws_path(request.path)
             if target.kind is not WsKind.CONSUMER or target.subscription is None:
@@ -370,21 +406,19 @@ class WsHandlers:
             for topic_name in await self._topics(target.topic):
                 topic = await self._service.get_topic(topic_name)
 
-                def make(subscription: Subscription, topic: PersistentTopic = topic) -> Consumer:
+                def make(topic: PersistentTopic = topic) -> Consumer:
                     consumer = Consumer(
-                        subscription,
                         name=consumer_name,
                         priority_level=params.priority_level,
                         partition=topic.partition,
                         flow=flow,
-                        frames=session.frames,
+                        sink=session.frames,
                         ack_timeout_ms=params.ack_timeout_ms,
                         nack_delay_ms=params.negative_ack_redelivery_delay_ms,
-                        binary=session.binary,
                         unacked_messages_max=settings.consumer_unacked_messages_max,
                         unacked_bytes_max=settings.consumer_unacked_bytes_max,
                     )
-                    consumer.kick = session.kick
+                    consumer.disconnect = session.going_away
                     consumer.address = self._address(request)
                     consumer.connected_since_ms = topic.now_ms()
                     return consumer
@@ -405,12 +439,14 @@ class WsHandlers:
         try:
             ws = await session.accept(request)
             by_partition = {c.partition: c for c in consumers}
-            commands = BinaryConsumerCommands(consumers, session.frames, session.wake_timers, session.kick)
+            commands = BinaryConsumerCommands(
+                consumers, flow, session.frames, session.wake_timers, session.kick
+            )
 
             async def on_frame(message: str | bytes) -> None:
                 if isinstance(message, bytes):
                     raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
-                await self._consumer_command(session, consumers, by_partition, message)
+                await self._consumer_command(session, consumers, flow, by_partition, message)
 
             async def timers() -> None:
                 await self._run_timers(session, consumers)
@@ -421,44 +457,46 @@ class WsHandlers:
             self._remove_consumers(consumers)
 
     async def _consumer_command(
-        self, session: _Session, consumers: list[Consumer], by_partition: dict[int, Consumer], text: str
+        self,
+        session: _Session,
+        consumers: list[Subscriber],
+        flow: FlowControl,
+        by_partition: dict[int, Subscriber],
+        text: str,
     ) -> None:
         fields = plain_ack_fields(text)
         if fields is not None:  # the common frame, without JSON parsing and id decoding
             ledger_id, entry_id, partition, batch_index, batch_size = fields
-            consumer = by_partition.get(partition)
-            if consumer is not None:
-                consumer.subscription.ack_fields(
-                    consumer, partition, ledger_id, entry_id, batch_index, batch_size
-                )
+            subscriber = by_partition.get(partition)
+            if subscriber is not None:
+                subscriber.ack_fields(partition, ledger_id, entry_id, batch_index, batch_size)
             return
         command = parse_consumer_command(text)
         kind = command.type
         if kind is CommandType.ACK or kind is CommandType.NEGATIVE_ACK:
             assert command.message_id is not None
-            consumer = by_partition.get(command.message_id.partition)
-            if consumer is None:
+            subscriber = by_partition.get(command.message_id.partition)
+            if subscriber is None:
                 return  # an id of another topic/partition: ignored (see subscription.py)
             if kind is CommandType.ACK:
-                consumer.subscription.ack(consumer, command.message_id)
+                subscriber.ack(command.message_id)
             else:
-                consumer.subscription.nack(consumer, command.message_id)
+                subscriber.nack(command.message_id)
                 session.timers.set()
         elif kind is CommandType.PERMIT:
             assert command.permit_messages is not None
-            consumers[0].flow.grant(command.permit_messages)
+            flow.grant(command.permit_messages)
         elif kind is CommandType.IS_END_OF_TOPIC:
-            end = all(c.subscription.topic.is_end_of_topic(c.subscription) for c in consumers)
-            session.frames.push(end_of_topic_json(end))
+            session.frames.push(end_of_topic_json(all(s.end_of_topic() for s in consumers)))
         elif kind is CommandType.UNSUBSCRIBE:
             try:
-                for consumer in consumers:
-                    await consumer.subscription.topic.unsubscribe(consumer)
+                for subscriber in consumers:
+                    await subscriber.unsubscribe()
             except ServiceError as exc:
                 raise WsSessionError(WsErrorCode.UNKNOWN_ERROR, f"Unsubscribe failed: {exc}") from None
             session.kick(CLOSE_NORMAL, "Unsubscribed")
 
-    async def _run_timers(self, session: _Session, consumers: list[Consumer]) -> None:
+    async def _run_timers(self, session: _Session, consumers: list[Subscriber]) -> None:
         """Ack-timeout and negative-ack redelivery, checked every ``consumer_ack_timeout_tick_ms``."""
         tick_s = self._service.settings.consumer_ack_timeout_tick_ms / 1000
         while True:
@@ -468,20 +506,19 @@ class WsHandlers:
                 continue
             await trio.sleep(tick_s)
             now = trio.current_time()
-            for consumer in consumers:
-                if consumer.needs_timers and not consumer.closed:
-                    consumer.subscription.redeliver_due(consumer, now)
+            for subscriber in consumers:
+                subscriber.redeliver_due(now)
 
     @staticmethod
-    def _remove_consumers(consumers: list[Consumer]) -> None:
-        for consumer in consumers:
-            consumer.subscription.topic.remove_consumer(consumer)
+    def _remove_consumers(consumers: list[Subscriber]) -> None:
+        for subscriber in consumers:
+            subscriber.close()
 
     # -- reader ---------------------------------------------------------------------------------
 
     async def reader(self, request: WebSocketRequest) -> None:
         session = _Session(request, self._service.settings)
-        consumers: list[Consumer] = []
+        consumers: list[Subscriber] = []
         try:
             target = parse_ws_path(request.path)
             if target.kind is not WsKind.READER:
@@ -499,18 +536,16 @@ class WsHandlers:
             for topic_name in topics:
                 topic = await self._service.get_topic(topic_name)
 
-                def make(subscription: Subscription, topic: PersistentTopic = topic) -> Consumer:
+                def make(topic: PersistentTopic = topic) -> Consumer:
                     consumer = Consumer(
-                        subscription,
                         name=reader_name,
                         priority_level=0,
                         partition=topic.partition,
                         flow=flow,
-                        frames=session.frames,
+                        sink=session.frames,
                         track_pending=False,
-                        binary=session.binary,
                     )
-                    consumer.kick = session.kick
+                    consumer.disconnect = session.going_away
                     consumer.address = self._address(request)
                     return consumer
 
@@ -521,14 +556,13 @@ class WsHandlers:
             return
         try:
             ws = await session.accept(request)
-            reader_commands = BinaryReaderCommands(consumers, session.frames)
+            reader_commands = BinaryReaderCommands(consumers, flow, session.frames)
 
             async def on_frame(message: str | bytes) -> None:
                 if isinstance(message, bytes):
                     raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
                 if parse_reader_command(message):
-                    end = all(c.subscription.topic.is_end_of_topic(c.subscription) for c in consumers)
-                    session.frames.push(end_of_topic_json(end))
+                    session.frames.push(end_of_topic_json(all(s.end_of_topic() for s in consumers)))
                 else:
                     flow.release()
 

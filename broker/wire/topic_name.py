@@ -32,7 +32,7 @@ and no ``.`` or ``..`` segment: so ``.`` and ``..`` are not names (of a tenant, 
 a tenant, namespace or cluster name has at most :data:`NAMED_ENTITY_CHARS_MAX` characters, and a local name
 at most :data:`LOCAL_NAME_ENCODED_CHARS_MAX` characters once URL-encoded (1,024 ASCII characters always
 fit; fewer of the characters that take several UTF-8 bytes). Subscription names have their own rule
-(:mod:`.subscription_name`).
+(:func:`check_subscription_name`).
 
 Partitions are topics named ``<topic>-partition-<i>``; ``i`` counts only when it is the canonical decimal form
 of a non-negative 32-bit integer (``-partition-01`` and ``-partition--1`` are not partitions, as in Pulsar).
@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from urllib.parse import quote
 
-from magnetar.broker.errors import (
+from magnetar.broker.wire.errors import (
     InvalidSubscriptionNameError,
     InvalidTopicNameError,
     UnsupportedTopicDomainError,

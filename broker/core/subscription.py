@@ -18,21 +18,19 @@ ignores unknown ids; they never acknowledge anything else and never close the se
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from magnetar.broker.consumer import Consumer, Delivery, MsgKey
-from magnetar.broker.dispatcher import Dispatcher, SubscriptionType
-from magnetar.broker.entry_format import CorruptEntryError, decode_entry
-from magnetar.broker.key_hash import sticky_key_slot
-from magnetar.broker.message_id import MessageId
-from magnetar.broker.rates import Rate
+from magnetar.bookkeeper.runtime import Clock
+from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.delivery import Delivery, MsgKey
+from magnetar.broker.core.dispatcher import Dispatcher, SubscriptionType
+from magnetar.broker.core.key_hash import sticky_key_slot
+from magnetar.broker.core.rates import Rate
+from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
+from magnetar.broker.wire.message_id import MessageId
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.cursor_state import InvalidAckError
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.position import Position
-
-if TYPE_CHECKING:
-    from magnetar.broker.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +41,26 @@ BATCH_INDEX_AFTER_ALL = 2**31
 class Subscription:
     def __init__(
         self,
-        topic: PersistentTopic,
+        topic_name: str,
         name: str,
         cursor: ManagedCursor,
         *,
+        partition: int,
+        clock: Clock,
         durable: bool,
         read_entries_max: int,
         redelivery_max: int,
         start_after: MsgKey | None = None,
     ) -> None:
-        self.topic = topic
+        self.topic_name = topic_name
         self.name = name
         self.cursor = cursor
+        self.partition = partition
+        self._clock = clock
         self.durable = durable
         self.dispatcher = Dispatcher(
             self,
-            partition=topic.partition,
+            partition=partition,
             read_entries_max=read_entries_max,
             redelivery_max=redelivery_max,
         )
@@ -108,7 +110,7 @@ class Subscription:
             decoded = decode_entry(entry.data)
         except CorruptEntryError as exc:
             log.error(
-                "topic %s: entry %s is not a message entry (%s); skipped", self.topic.name, position, exc
+                "topic %s: entry %s is not a message entry (%s); skipped", self.topic_name, position, exc
             )
             return []
         ledger_id, entry_id = position.ledger_id, position.entry_id
@@ -228,7 +230,7 @@ class Subscription:
             self.cursor.ack(position)
         except InvalidAckError:
             return 0
-        self.last_ack_ms = self.topic.now_ms()
+        self.last_ack_ms = self._clock.time_ms()
         return acked
 
     def ack_fields(
@@ -266,7 +268,7 @@ class Subscription:
             self.cursor.ack(Position(ledger_id, entry_id))
         except InvalidAckError:
             return False
-        self.last_ack_ms = self.topic.now_ms()
+        self.last_ack_ms = self._clock.time_ms()
         return True
 
     def nack(self, consumer: Consumer, message_id: MessageId) -> None:

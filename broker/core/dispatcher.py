@@ -4,7 +4,8 @@ One task per subscription runs :meth:`Dispatcher.run`. Each round it first hands
 redelivery (in position order), then messages already read, and only when consumers still have permits reads
 the next entries from the cursor - at most ``min(permits, dispatch_read_entries_max)`` entries, so it never
 holds more than the permits' worth of entries (an entry holds at least one message). Delivery itself is a
-synchronous push into the consumer's bounded frame queue. The task sleeps on one event, woken by new entries,
+synchronous push into the consumer's bounded delivery sink (:mod:`.delivery`). The task sleeps on one event,
+woken by new entries,
 released permits, consumer changes and redeliveries.
 
 Subscription types:
@@ -32,22 +33,22 @@ import bisect
 import logging
 from collections import deque
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from magnetar.bookkeeper.client import BKError
-from magnetar.broker.consumer import Consumer, Delivery, MsgKey
-from magnetar.broker.errors import ConsumerBusyError
-from magnetar.broker.key_hash import HashRing
+from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.delivery import Delivery, MsgKey
+from magnetar.broker.core.errors import ConsumerBusyError
+from magnetar.broker.core.key_hash import HashRing
+from magnetar.managed_ledger.cursor import ManagedCursor
+from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.errors import (
     ManagedLedgerClosedError,
     ManagedLedgerError,
     ManagedLedgerFencedError,
 )
-
-if TYPE_CHECKING:
-    from magnetar.broker.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,24 @@ class SubscriptionType(StrEnum):
         return self in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
 
 
+class DispatchSource(Protocol):
+    """What a dispatcher needs of its subscription: the cursor it reads, the messages of an entry still to
+    deliver, and the push that counts and sends one."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def cursor(self) -> ManagedCursor: ...
+
+    def deliveries_of(self, entry: Entry) -> list[Delivery]: ...
+
+    def push(self, consumer: Consumer, delivery: Delivery, now: float) -> None: ...
+
+
 class Dispatcher:
     def __init__(
-        self, subscription: Subscription, *, partition: int, read_entries_max: int, redelivery_max: int
+        self, subscription: DispatchSource, *, partition: int, read_entries_max: int, redelivery_max: int
     ) -> None:
         self._sub = subscription
         self._partition = partition
@@ -99,7 +115,7 @@ class Dispatcher:
         self.type = sub_type
         self.consumers.append(consumer)
         consumer.flow.add_listener(self.wake)
-        consumer.frames.add_listener(self.wake)  # room again in a full outbound queue
+        consumer.sink.add_listener(self.wake)  # room again in a full outbound queue
         if sub_type is SubscriptionType.KEY_SHARED:
             self._ring.add(consumer.id, consumer.name, consumer)
         if sub_type.single_active:
@@ -253,9 +269,9 @@ class Dispatcher:
             if active is None:
                 return
             available = active.available()
-            frames = active.frames  # its bytes, checked per message: a few large messages fill it
-            bytes_max = frames.bytes_max
-            while ready and available > 0 and frames.bytes < bytes_max:
+            sink = active.sink  # its bytes, checked per message: a few large messages fill it
+            bytes_max = sink.bytes_max
+            while ready and available > 0 and sink.bytes < bytes_max:
                 push(active, ready.popleft(), now)
                 available -= 1
             return

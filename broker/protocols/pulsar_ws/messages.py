@@ -11,7 +11,7 @@ Inbound, parsed as ``ProducerHandler``/``ConsumerHandler``/``ReaderHandler`` do 
   ``send-error:7``;
 * consumer command ``{"type","messageId","permitMessages"}``: no/unknown ``type`` is an individual ack;
   ``negativeAcknowledge``, ``permit`` (``permitMessages`` required), ``unsubscribe``, ``isEndOfTopic``. A
-  frame that is not such JSON closes the session with Pulsar's code 3 (sent as 4003, see :mod:`.ws_errors`);
+  frame that is not such JSON closes the session with Pulsar's code 3 (sent as 4003, see :mod:`..ws_errors`);
   Magnetar treats a missing or undecodable ``messageId`` the same way (Pulsar let that exception escape), and
   a negative ``permitMessages`` too (Pulsar would add it to its pending count, silently withholding that many
   more deliveries);
@@ -24,7 +24,8 @@ primitives always present):
 * ``ProducerAck``: ``{"result":"ok","messageId":"CAAQAw==","context":"1","errorCode":0,"schemaVersion":0}``;
   an error ``{"result":"send-error:7","errorMsg":"...","context":"1","errorCode":0,"schemaVersion":0}``;
 * ``ConsumerMessage``: ``messageId, payload, properties, publishTime, redeliveryCount[, eventTime][, key]``
-  with times formatted by :mod:`.date_format` (``eventTime`` only when non-zero, ``key`` only when the message
+  with times formatted by :mod:`magnetar.broker.wire.date_format` (``eventTime`` only when non-zero, ``key``
+  only when the message
   has one);
 * ``EndOfTopicResponse``: ``{"endOfTopic":true}``.
 
@@ -44,9 +45,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from magnetar.broker.date_format import DateParseError, format_timestamp, parse_timestamp
-from magnetar.broker.errors import BrokerError, InvalidMessageIdError
-from magnetar.broker.message_id import (
+from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
+from magnetar.broker.wire.date_format import DateParseError, format_timestamp, parse_timestamp
+from magnetar.broker.wire.errors import BrokerError, InvalidMessageIdError
+from magnetar.broker.wire.message_id import (
     INT32_MAX,
     INT32_MIN,
     INT64_MAX,
@@ -55,7 +57,6 @@ from magnetar.broker.message_id import (
     decode_base64_java,
     delivered_id_fields,
 )
-from magnetar.broker.ws_errors import WsErrorCode, WsSessionError
 
 # --- publish request ----------------------------------------------------------------------------------------
 
@@ -391,7 +392,8 @@ _PLAIN_ACK_TAIL = '"}'
 
 def plain_ack_fields(text: str) -> tuple[int, int, int, int, int] | None:
     """The fields ``(ledger, entry, partition, batch_index, batch_size)`` of an ack written exactly
-    ``{"messageId":"<id>"}`` whose id this broker delivered (see :func:`.message_id.delivered_id_fields`);
+    ``{"messageId":"<id>"}`` whose id this broker delivered (see
+    :func:`magnetar.broker.wire.message_id.delivered_id_fields`);
     None for any other frame, which then goes through :func:`parse_consumer_command`. Such a frame is valid
     JSON meaning an individual ack of that id (a delivered id is plain base64), so the result is exactly the
     full parser's."""

@@ -6,7 +6,8 @@ Paths (``AbstractWebSocketHandler.extractTopicName``, ``ConsumerHandler.extractS
 split on ``/``; a producer/reader topic is every segment from the 8th on, joined with ``/`` (empty segments
 dropped), a consumer path must have exactly 9 segments; topic and subscription are URL-decoded as Java's
 ``URLDecoder`` does (``+`` is a space). Names are checked as the admin API checks them
-(:mod:`.topic_name`: no control characters, bounded lengths); a refused name is a 400, as Pulsar answers an
+(:mod:`magnetar.broker.wire.topic_name`: no control characters, bounded lengths); a refused name is a 400, as
+Pulsar answers an
 upgrade whose topic name does not parse (``IllegalArgumentException``).
 
 Query parameters are read as Pulsar's handlers read them (first value of each name) with Pulsar's defaults and
@@ -23,10 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from magnetar.broker.errors import InvalidMessageIdError, InvalidTopicNameError
-from magnetar.broker.message_id import EARLIEST, LATEST, MessageId
-from magnetar.broker.topic_name import TopicDomain, TopicName, check_subscription_name, url_decode
-from magnetar.broker.ws_errors import UpgradeFailure, WsUpgradeError
+from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsUpgradeError
+from magnetar.broker.wire.errors import InvalidMessageIdError, InvalidTopicNameError
+from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
+from magnetar.broker.wire.topic_name import TopicDomain, TopicName, check_subscription_name, url_decode
 
 RECEIVER_QUEUE_SIZE_MAX = 1000
 MIN_ACK_TIMEOUT_MS = 1000

@@ -21,7 +21,7 @@ ids: a single message has ``batch_index = -1``, the ``i``-th message of a batch 
 ``batch_size = message_count``.
 
 A *compact* batch (``kind = 3``) holds one producer's messages with consecutive sequence ids and one publish
-time, each message laid out exactly as in a binary SEND frame (:mod:`.binary_protocol`), so the broker stores
+time, each message laid out exactly as in a binary SEND frame (:mod:`.magnetar_v1`), so the broker stores
 a frame's messages as they arrived - validated, not re-encoded::
 
     compact := magic "Mg" | version u8 (=1) | kind u8 (=3) | name_count u16 (=1) | len u16 | producer name
@@ -44,9 +44,9 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-from magnetar.broker.errors import BrokerError
+from magnetar.broker.wire.errors import BrokerError
 
 MAGIC = b"Mg"
 VERSION = 1
@@ -115,9 +115,32 @@ def _encode_str(name: str, value: str, limit: int) -> bytes:
     return data
 
 
-def _encode_message(parts: list[bytes], message: StoredMessage, producer_index: int) -> None:
-    _check_int64("sequence_id", message.sequence_id)
-    _check_int64("publish_time_ms", message.publish_time_ms)
+class MessageFields(Protocol):
+    """What a client says of a message: a :class:`StoredMessage` has these, and so has a parsed publish
+    request (the broker adds the producer name, sequence id and publish time when it stores it)."""
+
+    @property
+    def payload(self) -> bytes: ...
+
+    @property
+    def key(self) -> str | None: ...
+
+    @property
+    def properties(self) -> Mapping[str, str]: ...
+
+    @property
+    def event_time_ms(self) -> int: ...
+
+
+def _encode_message(
+    parts: list[bytes],
+    message: MessageFields,
+    producer_index: int,
+    sequence_id: int,
+    publish_time_ms: int,
+) -> None:
+    _check_int64("sequence_id", sequence_id)
+    _check_int64("publish_time_ms", publish_time_ms)
     _check_int64("event_time_ms", message.event_time_ms)
     if len(message.payload) > PAYLOAD_BYTES_MAX:
         raise ValueError(f"payload is {len(message.payload)} bytes, more than {PAYLOAD_BYTES_MAX}")
@@ -128,8 +151,8 @@ def _encode_message(parts: list[bytes], message: StoredMessage, producer_index: 
         _MESSAGE.pack(
             producer_index,
             0 if message.key is None else _HAS_KEY,
-            message.sequence_id,
-            message.publish_time_ms,
+            sequence_id,
+            publish_time_ms,
             message.event_time_ms,
             len(key),
             len(message.properties),
@@ -137,43 +160,64 @@ def _encode_message(parts: list[bytes], message: StoredMessage, producer_index: 
         )
     )
     parts.append(key)
-    for name, value in message.properties.items():
-        name_bytes = _encode_str("property name", name, PROPERTY_BYTES_MAX)
-        value_bytes = _encode_str("property value", value, PROPERTY_BYTES_MAX)
-        parts.append(_U16.pack(len(name_bytes)))
-        parts.append(name_bytes)
-        parts.append(_U16.pack(len(value_bytes)))
-        parts.append(value_bytes)
+    if message.properties:
+        parts.append(encode_properties(message.properties))
     parts.append(message.payload)
 
 
-def _encode(kind: int, messages: Sequence[StoredMessage]) -> bytes:
+def encode_entry(
+    messages: Sequence[MessageFields],
+    producer_names: Sequence[str],
+    sequence_ids: Sequence[int],
+    publish_times_ms: Sequence[int],
+    *,
+    batched: bool,
+) -> bytes:
+    """An entry of ``messages`` (``kind = 2`` when ``batched``, else ``kind = 1`` holding one message),
+    message
+    ``i`` stored with ``producer_names[i]``, ``sequence_ids[i]`` and ``publish_times_ms[i]``."""
     if not 1 <= len(messages) <= BATCH_MESSAGES_MAX:
         raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {len(messages)}")
+    if not batched and len(messages) != 1:
+        raise ValueError("a single-message entry holds one message")
     names: dict[str, int] = {}
-    for message in messages:
-        names.setdefault(message.producer_name, len(names))
+    for name in producer_names:
+        names.setdefault(name, len(names))
     if len(names) > PRODUCERS_PER_ENTRY_MAX:
         raise ValueError(f"more than {PRODUCERS_PER_ENTRY_MAX} producers in one entry")
-    parts = [_HEAD.pack(MAGIC, VERSION, kind, len(names))]
+    parts = [_HEAD.pack(MAGIC, VERSION, KIND_BATCH if batched else KIND_SINGLE, len(names))]
     for name in names:
         encoded = _encode_str("producer_name", name, PRODUCER_NAME_BYTES_MAX)
         parts.append(_U16.pack(len(encoded)))
         parts.append(encoded)
     parts.append(_U32.pack(len(messages)))
-    for message in messages:
-        _encode_message(parts, message, names[message.producer_name])
+    for message, name, sequence_id, publish_time_ms in zip(
+        messages, producer_names, sequence_ids, publish_times_ms, strict=True
+    ):
+        _encode_message(parts, message, names[name], sequence_id, publish_time_ms)
     return b"".join(parts)
 
 
 def encode_message(message: StoredMessage) -> bytes:
     """One message in its own entry (a non-batched message: ``batch_index`` -1)."""
-    return _encode(KIND_SINGLE, (message,))
+    return encode_entry(
+        (message,),
+        (message.producer_name,),
+        (message.sequence_id,),
+        (message.publish_time_ms,),
+        batched=False,
+    )
 
 
 def encode_batch(messages: Sequence[StoredMessage]) -> bytes:
     """Several messages in one entry; message ``i`` is addressed with ``batch_index = i``."""
-    return _encode(KIND_BATCH, messages)
+    return encode_entry(
+        messages,
+        [m.producer_name for m in messages],
+        [m.sequence_id for m in messages],
+        [m.publish_time_ms for m in messages],
+        batched=True,
+    )
 
 
 def encode_compact_batch(

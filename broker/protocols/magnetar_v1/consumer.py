@@ -1,10 +1,13 @@
-"""The consumer and reader side of the binary subprotocol ``magnetar.v1`` (frames in :mod:`.binary_protocol`).
+"""The consumer and reader side of the binary subprotocol ``magnetar.v1`` (frames in
+:mod:`magnetar.broker.wire.magnetar_v1`).
 
-Deliveries need nothing here: a binary session's :class:`~.consumer.Consumer` objects push message records
-that the session's :class:`~.consumer.OutboundFrames` sends as MESSAGES frames. This module handles what the
-client sends: acknowledgements (by id, as the JSON API, or by range: every message delivered to the session
+Deliveries are encoded by the session's :class:`~.producer.BinaryFrames` (the core's delivery sink): message
+records, sent as MESSAGES frames. This module handles what the client sends: acknowledgements (by id, as the
+JSON API, or by range: every message delivered to the session
 and still unacknowledged within the range), negative acks, permits, unsubscribe and the end-of-topic query,
-with the JSON API's semantics (:mod:`.ws_handlers`). A malformed frame closes the session with 4003.
+with the JSON API's semantics (:mod:`magnetar.broker.protocols.pulsar_ws.handlers`), as calls on the
+session's :class:`~magnetar.broker.core.subscriber.Subscriber` handles (positions). A malformed frame closes
+the session with 4003.
 """
 
 from __future__ import annotations
@@ -12,17 +15,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from magnetar.bookkeeper.runtime.http import CLOSE_NORMAL
-from magnetar.broker.binary_protocol import (
+from magnetar.broker.core.delivery import FlowControl
+from magnetar.broker.core.errors import ServiceError
+from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.protocols.outbound import OutboundFrames
+from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
+from magnetar.broker.wire.magnetar_v1 import (
     BinaryFrameError,
     ConsumerFrame,
     FrameType,
     end_of_topic_frame,
     parse_consumer_frame,
 )
-from magnetar.broker.consumer import Consumer, OutboundFrames
-from magnetar.broker.errors import ServiceError
-from magnetar.broker.message_id import MessageId
-from magnetar.broker.ws_errors import WsErrorCode, WsSessionError
+from magnetar.broker.wire.message_id import MessageId
 
 Kick = Callable[[int, str], None]
 
@@ -38,17 +43,23 @@ def _parse(message: str | bytes) -> ConsumerFrame:
         raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, str(exc)) from None
 
 
-def _end_of_topic(consumers: list[Consumer]) -> bytes:
-    return end_of_topic_frame(all(c.subscription.topic.is_end_of_topic(c.subscription) for c in consumers))
+def _end_of_topic(consumers: list[Subscriber]) -> bytes:
+    return end_of_topic_frame(all(subscriber.end_of_topic() for subscriber in consumers))
 
 
 class BinaryConsumerCommands:
     """Applies one binary consumer session's frames to its consumers (one per partition)."""
 
     def __init__(
-        self, consumers: list[Consumer], frames: OutboundFrames, wake_timers: Callable[[], None], kick: Kick
+        self,
+        consumers: list[Subscriber],
+        flow: FlowControl,
+        frames: OutboundFrames,
+        wake_timers: Callable[[], None],
+        kick: Kick,
     ) -> None:
         self._consumers = consumers
+        self._flow = flow
         self._by_partition = {c.partition: c for c in consumers}
         self._frames = frames
         self._wake_timers = wake_timers
@@ -59,20 +70,18 @@ class BinaryConsumerCommands:
         kind = frame.type
         if kind is FrameType.ACK_RANGE:
             for partition, first, last in frame.ranges:
-                consumer = self._by_partition.get(partition)
-                if consumer is not None:
-                    consumer.subscription.ack_range(consumer, first, last)
+                subscriber = self._by_partition.get(partition)
+                if subscriber is not None:
+                    subscriber.ack_range(first, last)
         elif kind is FrameType.ACK:
             for partition, ledger_id, entry_id, batch_index, batch_size in frame.ids:
-                consumer = self._by_partition.get(partition)
-                if consumer is not None:
-                    consumer.subscription.ack_fields(
-                        consumer, partition, ledger_id, entry_id, batch_index, batch_size
-                    )
+                subscriber = self._by_partition.get(partition)
+                if subscriber is not None:
+                    subscriber.ack_fields(partition, ledger_id, entry_id, batch_index, batch_size)
         elif kind is FrameType.NACK:
             self._nack(frame)
         elif kind is FrameType.PERMIT:
-            self._consumers[0].flow.grant(frame.count)
+            self._flow.grant(frame.count)
         elif kind is FrameType.IS_END_OF_TOPIC:
             self._frames.push(_end_of_topic(self._consumers))
         else:
@@ -80,20 +89,20 @@ class BinaryConsumerCommands:
 
     def _nack(self, frame: ConsumerFrame) -> None:
         for partition, ledger_id, entry_id, batch_index, batch_size in frame.ids:
-            consumer = self._by_partition.get(partition)
-            if consumer is None:
+            subscriber = self._by_partition.get(partition)
+            if subscriber is None:
                 continue
             try:
                 message_id = MessageId(ledger_id, entry_id, partition, batch_index, batch_size)
             except ValueError:
                 continue  # out of range: an id no broker wrote; ignored like unknown ids
-            consumer.subscription.nack(consumer, message_id)
+            subscriber.nack(message_id)
         self._wake_timers()
 
     async def _unsubscribe(self) -> None:
         try:
-            for consumer in self._consumers:
-                await consumer.subscription.topic.unsubscribe(consumer)
+            for subscriber in self._consumers:
+                await subscriber.unsubscribe()
         except ServiceError as exc:
             raise WsSessionError(WsErrorCode.UNKNOWN_ERROR, f"Unsubscribe failed: {exc}") from None
         self._kick(CLOSE_NORMAL, "Unsubscribed")
@@ -102,14 +111,15 @@ class BinaryConsumerCommands:
 class BinaryReaderCommands:
     """A binary reader session: PERMIT releases messages of the window; IS_END_OF_TOPIC is answered."""
 
-    def __init__(self, consumers: list[Consumer], frames: OutboundFrames) -> None:
+    def __init__(self, consumers: list[Subscriber], flow: FlowControl, frames: OutboundFrames) -> None:
         self._consumers = consumers
+        self._flow = flow
         self._frames = frames
 
     async def on_frame(self, message: str | bytes) -> None:
         frame = _parse(message)
         if frame.type is FrameType.PERMIT:
-            self._consumers[0].flow.release(frame.count)
+            self._flow.release(frame.count)
         elif frame.type is FrameType.IS_END_OF_TOPIC:
             self._frames.push(_end_of_topic(self._consumers))
         else:

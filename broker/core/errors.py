@@ -1,29 +1,13 @@
-"""The broker layer's exceptions. Each carries what it becomes on the wire: an HTTP status for a refused
-WebSocket upgrade or admin call, or a Pulsar WebSocket error code (``send-error:N`` / close code)."""
+"""What the broker service refuses, whatever protocol asked: each refusal carries the HTTP status it is
+answered with on a WebSocket upgrade or an admin call; a protocol adapter turns it into its own terms.
+
+The base :class:`~magnetar.broker.wire.errors.BrokerError` and the errors of names, ids and entries are in
+:mod:`magnetar.broker.wire.errors` (clients import them without the server).
+"""
 
 from __future__ import annotations
 
-
-class BrokerError(Exception):
-    """Base of every broker-layer exception."""
-
-
-class InvalidTopicNameError(BrokerError, ValueError):
-    """A topic, namespace or tenant name breaks Pulsar's naming rules (Pulsar: ``IllegalArgumentException``;
-    400 on a WebSocket upgrade, 412 "Topic name is not valid" on the admin API)."""
-
-
-class InvalidSubscriptionNameError(InvalidTopicNameError):
-    """A subscription name Magnetar cannot store (see :mod:`.subscription_name`): 400 on a WebSocket upgrade,
-    412 "Subscription name is not valid" on the admin API."""
-
-
-class UnsupportedTopicDomainError(InvalidTopicNameError):
-    """A ``non-persistent://`` topic: recognised, but Magnetar only stores persistent topics."""
-
-
-class InvalidMessageIdError(BrokerError, ValueError):
-    """Bytes or text that do not decode to a MessageId (Pulsar: ``IOException`` from ``fromByteArray``)."""
+from magnetar.broker.wire.errors import BrokerError
 
 
 class ServiceError(BrokerError):
@@ -94,3 +78,15 @@ class NotOwnerError(ServiceError):
         super().__init__(message)
         self.http_url = http_url
         self.http_url_tls = http_url_tls
+
+
+class SessionRefusedError(BrokerError):
+    """A client session refused before it began, answered with ``status`` and ``{"reason": reason}`` in the
+    session's own words: authentication (401), authorization (403), grants that could not be read (503),
+    and every refusal of a WebSocket upgrade
+    (:class:`~magnetar.broker.protocols.ws_errors.WsUpgradeError`)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from magnetar.broker.errors import InvalidMessageIdError
+from magnetar.broker.wire.errors import InvalidMessageIdError
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

@@ -1,0 +1,197 @@
+"""Producers: one client producer on one topic (partition), whatever protocol it speaks.
+
+A producer turns what its adapter hands it into :class:`~.publish.PublishRequest` objects - assigning sequence
+ids and the publish time - and hands them to its topic's publish queue (:mod:`.publish_queue`); the queue
+answers each request through :meth:`Producer.on_stored` / :meth:`Producer.on_failed`, and the producer passes
+the answer on to the request's completion (the adapter's frame).
+
+Ordering (Pulsar's guarantee for one producer): a producer's messages are stored and acknowledged in send
+order - the topic appends them in arrival order and the managed ledger calls back in add order. When a request
+fails, it and *every later request of the producer still pending* fail with it, so the client never sees "ok"
+for a message sent after a failed one; callbacks arriving later for those requests are ignored. The producer
+then goes on: new requests may succeed (as a Pulsar client producer keeps working after a failed send).
+Requests sent *before* a failed one are not failed with it: they may be in flight, and are answered when their
+write completes. A request whose write failed may or may not have been stored (the outcome of a failed add is
+unknown), as in Pulsar; one refused before it was written (its topic closing, say) was not stored, so
+resending
+it creates no duplicate.
+
+Back-pressure: the producers of one client session hold at most ``maxPendingMessages`` unacknowledged
+messages together (:class:`Capacity`, capped by the broker's ``producer_pending_messages_max``); the adapter
+waits for room before it reads the client's next request, so TCP slows the client down. Pulsar's WebSocket
+producer answers an error instead (``blockIfQueueFull(false)``); waiting loses nothing and needs nothing of
+the
+client.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+import trio
+
+from magnetar.bookkeeper.runtime import Clock
+from magnetar.broker.core.publish import CompactLayout, EntryLayout, PublishCompletion, PublishRequest
+from magnetar.broker.core.rates import Rate
+from magnetar.broker.wire.date_format import format_timestamp
+
+
+class Capacity:
+    """Messages pending across the producers of one session, bounded by ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.count = 0
+        self._freed = trio.Event()
+
+    def taken(self, count: int = 1) -> None:
+        self.count += count
+
+    def returned(self, count: int = 1) -> None:
+        self.count -= count
+        if self.count < self.limit:
+            self._freed.set()
+
+    async def wait(self) -> None:
+        while self.count >= self.limit:
+            self._freed = trio.Event()
+            await self._freed.wait()
+
+    async def wait_for(self, count: int) -> None:
+        """Room for ``count`` messages; a group larger than the limit goes alone (when nothing is pending)."""
+        while self.count and self.count + count > self.limit:
+            self._freed = trio.Event()
+            await self._freed.wait()
+
+
+class PublishTarget(Protocol):
+    """Where a producer's requests go: its topic's publish queue."""
+
+    def publish(self, request: PublishRequest) -> None: ...
+
+
+class Producer:
+    """One producer on one topic (partition)."""
+
+    def __init__(
+        self,
+        target: PublishTarget,
+        name: str,
+        capacity: Capacity,
+        *,
+        partition: int,
+        clock: Clock,
+        initial_sequence_id: int | None = None,
+    ) -> None:
+        self._target = target
+        self.name = name
+        self.capacity = capacity
+        self.partition = partition
+        """The topic's partition index (-1: not a partition), for the ids of what it stores."""
+        self._clock = clock
+        self.pending: deque[PublishRequest] = deque()
+        self._sequence_id = -1 if initial_sequence_id is None else initial_sequence_id
+        self.compact_layout = CompactLayout()
+        """This producer's group key for compact messages (:mod:`.publish`)."""
+        self.disconnect: Callable[[str], None] | None = None
+        """Ends the client's session because the topic went away, so that the client looks it up again (set
+        by the adapter, which says it in its own terms: a WebSocket closes with 1001)."""
+        self.closed = False
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+        self.rate_in = Rate()
+        self.connected_since_ms = clock.time_ms()
+        self.address = ""
+        self.client_version = ""
+        """What the stats call the client (``clientVersion``; the adapter names its protocol)."""
+
+    def publish(
+        self,
+        layout: EntryLayout,
+        content: object,
+        messages: int,
+        payload_bytes: int,
+        completion: PublishCompletion,
+        tag: object,
+        received_at: float,
+    ) -> None:
+        """Publish ``messages`` messages laid out by ``layout`` (see :class:`~.publish.PublishRequest`); the
+        outcome goes to ``completion`` later (at once when the producer is closed)."""
+        request = PublishRequest(
+            self,
+            layout,
+            content,
+            messages,
+            payload_bytes,
+            self._sequence_id + 1,
+            self._clock.time_ms(),
+            completion,
+            tag,
+            received_at,
+        )
+        if self.closed:
+            request.failed = True
+            completion.failed(request, "Producer is closed")
+            return
+        self._sequence_id += messages
+        self.pending.append(request)
+        self.capacity.taken(messages)
+        self._target.publish(request)
+
+    def on_stored(
+        self, request: PublishRequest, ledger_id: int, entry_id: int, first_index: int, batch_size: int
+    ) -> None:
+        if request.failed:
+            return
+        head = self.pending.popleft()
+        assert head is request, "a producer's messages are acknowledged in send order"
+        count = request.messages
+        self.capacity.returned(count)
+        self.msg_in_counter += count
+        self.bytes_in_counter += request.payload_bytes
+        request.completion.stored(request, self.partition, ledger_id, entry_id, first_index, batch_size)
+
+    def on_failed(self, request: PublishRequest, reason: str) -> None:
+        """``request`` failed: it and every later pending request of this producer fail. Earlier ones stay
+        pending (they may be in flight and get stored: they are answered when their write completes)."""
+        if request.failed:
+            return
+        queue = self.pending
+        try:
+            first = queue.index(request)  # identity: requests compare by identity
+        except ValueError:
+            return
+        failed = [queue.pop() for _ in range(len(queue) - first)]
+        failed.reverse()
+        count = 0
+        for item in failed:
+            item.failed = True
+            count += item.messages
+            item.completion.failed(item, reason)
+        self.capacity.returned(count)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def go_away(self, reason: str) -> None:
+        """The topic goes away (unloaded, terminated, lost): no more publishing, and the session ends."""
+        self.closed = True
+        if self.disconnect is not None:
+            self.disconnect(reason)
+
+    def stats(self) -> dict[str, object]:
+        return {
+            "producerName": self.name,
+            "msgRateIn": self.rate_in.msgs_per_s,
+            "msgThroughputIn": self.rate_in.bytes_per_s,
+            "averageMsgSize": self.bytes_in_counter / self.msg_in_counter if self.msg_in_counter else 0.0,
+            "msgInCounter": self.msg_in_counter,
+            "bytesInCounter": self.bytes_in_counter,
+            "accessMode": "Shared",
+            "address": self.address,
+            "connectedSince": format_timestamp(self.connected_since_ms),
+            "clientVersion": self.client_version,
+            "metadata": {},
+        }

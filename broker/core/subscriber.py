@@ -1,0 +1,80 @@
+"""A client session's handle on one subscription of one topic (partition): what comes back from the client.
+
+The core hands messages to the :class:`~.consumer.Consumer` under flow control (:mod:`.delivery`); whatever
+the
+client says back arrives here, in positions - an acknowledgement of ``(ledgerId, entryId, batchIndex)`` with
+its partition and batch size, a range of positions, a negative acknowledgement - plus the end-of-topic query,
+the ack-timeout tick, ``unsubscribe`` and the session's end. A protocol adapter keeps one :class:`Subscriber`
+per partition of its session and parses its frames into these calls; the topic creates them
+(:meth:`~.topic.PersistentTopic.subscribe`, :meth:`~.topic.PersistentTopic.create_reader`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.delivery import MsgKey
+from magnetar.broker.core.subscription import Subscription
+from magnetar.broker.wire.message_id import MessageId
+
+
+class SubscriberTopic(Protocol):
+    """What a subscriber needs of its topic (:class:`~.topic.PersistentTopic`)."""
+
+    def remove_consumer(self, subscription: Subscription, consumer: Consumer) -> None: ...
+
+    async def unsubscribe(self, subscription: Subscription, consumer: Consumer) -> None: ...
+
+
+class Subscriber:
+    """One consumer of a session on one topic (partition), with the subscription it consumes."""
+
+    __slots__ = ("_topic", "consumer", "partition", "subscription")
+
+    def __init__(self, topic: SubscriberTopic, subscription: Subscription, consumer: Consumer) -> None:
+        self._topic = topic
+        self.subscription = subscription
+        self.consumer = consumer
+        self.partition = consumer.partition
+
+    def ack(self, message_id: MessageId) -> bool:
+        """Acknowledge one message (see :mod:`.subscription`); False when the id was ignored."""
+        return self.subscription.ack(self.consumer, message_id)
+
+    def ack_fields(
+        self, partition: int, ledger_id: int, entry_id: int, batch_index: int, batch_size: int
+    ) -> bool:
+        """:meth:`ack` given the id's fields."""
+        return self.subscription.ack_fields(
+            self.consumer, partition, ledger_id, entry_id, batch_index, batch_size
+        )
+
+    def ack_range(self, first: MsgKey, last: MsgKey) -> int:
+        """Acknowledge every message pending at this consumer from ``first`` to ``last``."""
+        return self.subscription.ack_range(self.consumer, first, last)
+
+    def nack(self, message_id: MessageId) -> None:
+        """Negative ack: redeliver after the consumer's ``negativeAckRedeliveryDelay``."""
+        self.subscription.nack(self.consumer, message_id)
+
+    def redeliver_due(self, now: float) -> None:
+        """Due negative acks and ack timeouts go back for redelivery."""
+        if self.consumer.needs_timers and not self.consumer.closed:
+            self.subscription.redeliver_due(self.consumer, now)
+
+    @property
+    def needs_timers(self) -> bool:
+        return self.consumer.needs_timers
+
+    def end_of_topic(self) -> bool:
+        """Whether everything published was read (the topic terminated and read to its end)."""
+        return self.subscription.cursor.is_at_end()
+
+    async def unsubscribe(self) -> None:
+        """The client's ``unsubscribe``: allowed when this is the subscription's only consumer."""
+        await self._topic.unsubscribe(self.subscription, self.consumer)
+
+    def close(self) -> None:
+        """The session ended: the consumer leaves (what it held goes back for redelivery)."""
+        self._topic.remove_consumer(self.subscription, self.consumer)

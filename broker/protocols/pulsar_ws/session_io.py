@@ -1,0 +1,86 @@
+"""What the Pulsar JSON API makes of the core's outcomes: producer acknowledgements and ``ConsumerMessage``
+frames, pushed into the session's outbound queue (:mod:`magnetar.broker.protocols.outbound`).
+
+:class:`JsonFrames` is a session's queue and its deliveries' encoding (the core's
+:class:`~magnetar.broker.core.delivery.DeliverySink`); :class:`JsonAcks` answers a publish request (the core's
+:class:`~magnetar.broker.core.publish.PublishCompletion`) with one ``ProducerAck`` per message, carrying the
+request's ``context``.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from magnetar.broker.core.delivery import Delivery
+from magnetar.broker.core.publish import PublishRequest
+from magnetar.broker.protocols.outbound import OUTBOUND_BYTES_MAX, OUTBOUND_MESSAGES_MAX, OutboundFrames
+from magnetar.broker.protocols.pulsar_ws.messages import (
+    consumer_message_frame,
+    producer_ack_error,
+    producer_ack_ok,
+)
+from magnetar.broker.protocols.ws_errors import WsErrorCode
+from magnetar.broker.wire.date_format import format_timestamp
+from magnetar.broker.wire.message_id import delivered_message_id, encode_message_id
+
+
+class JsonFrames(OutboundFrames):
+    """A JSON session's outbound text frames; a delivery becomes Pulsar's ``ConsumerMessage``."""
+
+    def __init__(
+        self, *, bytes_max: int = OUTBOUND_BYTES_MAX, messages_max: int = OUTBOUND_MESSAGES_MAX
+    ) -> None:
+        super().__init__(text=True, bytes_max=bytes_max, messages_max=messages_max)
+        self._last_time_ms = -1
+        self._last_time_text = b""
+
+    def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
+        """Pulsar's ``ConsumerMessage``; the publish time of consecutive messages is formatted once."""
+        message = delivery.message
+        event_ms = message.event_time_ms
+        publish_ms = message.publish_time_ms
+        if publish_ms != self._last_time_ms:
+            self._last_time_ms = publish_ms
+            self._last_time_text = format_timestamp(publish_ms).encode("ascii")
+        self.push(
+            consumer_message_frame(
+                delivered_message_id(
+                    delivery.ledger_id,
+                    delivery.entry_id,
+                    partition,
+                    delivery.batch_index,
+                    delivery.batch_size,
+                ),
+                message.payload,
+                message.properties,
+                self._last_time_text,
+                redelivery_count,
+                format_timestamp(event_ms).encode("ascii") if event_ms != 0 else None,
+                message.key,
+            )
+        )
+
+
+class JsonAcks:
+    """The producer acknowledgements of one JSON session: a request's ``tag`` is its ``context``."""
+
+    __slots__ = ("_frames",)
+
+    def __init__(self, frames: OutboundFrames) -> None:
+        self._frames = frames
+
+    def stored(
+        self,
+        request: PublishRequest,
+        partition: int,
+        ledger_id: int,
+        entry_id: int,
+        first_index: int,
+        batch_size: int,
+    ) -> None:
+        message_id = encode_message_id(ledger_id, entry_id, partition, first_index, batch_size)
+        self._frames.push(producer_ack_ok(message_id, cast("str | None", request.tag)))
+
+    def failed(self, request: PublishRequest, reason: str) -> None:
+        context = cast("str | None", request.tag)
+        self._frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, reason, context))
