@@ -7,7 +7,7 @@ Per topic (labels ``cluster``, ``namespace``, ``topic``): ``magnetar_in_messages
 ``magnetar_publish_latency_seconds`` (message received by the broker -> stored with the ack quorum). Broker-
 wide: ``magnetar_topics_count``. The names are declared once, below (:data:`TOPIC_FAMILIES` and the families
 after it); the layers above declare theirs in their own module (the storage figures:
-:mod:`magnetar.admin.metrics`).
+:mod:`magnetar.admin.processes.metrics`).
 
 The hot path only adds to plain integers (:class:`TopicMetrics`); the figures are read from the live objects
 when ``/metrics`` is scraped, and rendered a little at a time (:mod:`.exposition`), so publishing pays no

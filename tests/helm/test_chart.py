@@ -40,8 +40,8 @@ from fixtures.helm_chart import (
 )
 from pydantic_settings import BaseSettings
 
-from magnetar.admin.cluster_init import MetadataClientSettings
-from magnetar.admin.config import PROCESS_ENV, load_settings, unknown_environment
+from magnetar.admin.processes.cluster_init import MetadataClientSettings
+from magnetar.admin.processes.config import PROCESS_ENV, load_settings, unknown_environment
 from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.broker.settings import BrokerSettings
 

@@ -31,8 +31,8 @@ from fixtures.helm_chart import (
     render,
 )
 
-from magnetar.admin import cli
-from magnetar.admin.cluster_init import retry_budget_s
+from magnetar.admin.cli import main as cli
+from magnetar.admin.processes.cluster_init import retry_budget_s
 from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.broker.settings import BrokerSettings

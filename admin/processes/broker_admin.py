@@ -1,0 +1,245 @@
+"""Wiring the admin API, the retention service and the storage metrics into a running broker.
+
+The broker's composition (:func:`magnetar.broker.run.run_broker`) takes three hooks; :class:`BrokerAdmin`
+provides them from one set of broker settings:
+
+* ``register_routes`` - the admin REST routes on the broker's router, with :class:`BrokerTopicHost` (the
+  :class:`~magnetar.admin.rest.TopicHost` over the ``BrokerService``) and :class:`BrokerDirectoryAdapter`;
+  the storage metrics join the broker's own metrics;
+* ``on_trim_candidate`` and ``factory_services`` - the :class:`~magnetar.gc.retention.RetentionService`,
+  fed by the stored policies and the broker's entry format.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from magnetar.admin.processes.metrics import register_storage_metrics
+from magnetar.admin.processes.retention_policies import StoredPolicySource, entry_publish_time
+from magnetar.admin.rest import (
+    AdminContext,
+    AdminSettings,
+    SubscriptionTraffic,
+    TopicTraffic,
+    register_admin_routes,
+)
+from magnetar.admin.rest.framework import AdminError
+from magnetar.bookkeeper.runtime.http import Router
+from magnetar.broker.errors import (
+    InvalidTopicNameError,
+    NotOwnerError,
+    SubscriptionBusyError,
+    TopicNotFoundError,
+)
+from magnetar.broker.service import BrokerService
+from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.topic import PersistentTopic
+from magnetar.broker.topic_name import TopicName
+from magnetar.gc.backlog_quota import BacklogQuotaMonitor
+from magnetar.gc.policies import TopicRetentionPolicies
+from magnetar.gc.retention import RetentionService
+from magnetar.gc.settings import RetentionSettings
+from magnetar.managed_ledger.ledger import ManagedLedger
+
+
+class BrokerDirectoryAdapter:
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    async def active_brokers(self) -> list[str]:
+        return await self._service.ownership.active_brokers()
+
+    async def healthy(self) -> bool:
+        return self._service.ready
+
+
+class BrokerTopicHost:
+    """:class:`~magnetar.admin.rest.TopicHost` over the broker service."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    async def owner_url(self, topic: TopicName, *, authoritative: bool, tls: bool = False) -> str | None:
+        owner = await self._service.owner_of(topic)
+        if owner.httpUrl == self._service.http_url:
+            return None
+        return owner.httpUrlTls if tls and owner.httpUrlTls else owner.httpUrl
+
+    async def load(self, topic: TopicName, *, create: bool) -> ManagedLedger | None:
+        try:
+            loaded = await self._service.get_topic(topic, create=create)
+        except TopicNotFoundError:
+            return None
+        except NotOwnerError as exc:
+            raise AdminError(503, f"Topic ownership moved: {exc}") from None
+        return loaded.ml
+
+    def _loaded(self, topic: TopicName) -> PersistentTopic | None:
+        return self._service.topic_if_loaded(topic)
+
+    async def delete(self, topic: TopicName, *, force: bool) -> None:
+        try:
+            await self._service.delete_topic(topic, force=force)
+        except SubscriptionBusyError as exc:
+            raise AdminError(412, str(exc)) from None
+        except TopicNotFoundError:
+            raise AdminError(404, "Topic not found") from None
+
+    async def delete_subscription(self, topic: TopicName, subscription: str, *, force: bool) -> None:
+        loaded = self._loaded(topic)
+        if loaded is not None and subscription in loaded.subscriptions:
+            try:
+                await loaded.delete_subscription(subscription, force=force)
+            except SubscriptionBusyError as exc:
+                raise AdminError(412, str(exc)) from None
+            return
+        if loaded is not None:
+            await loaded.ml.delete_cursor(subscription)
+
+    async def cursor_moved(self, topic: TopicName, subscription: str) -> None:
+        loaded = self._loaded(topic)
+        sub = loaded.subscriptions.get(subscription) if loaded is not None else None
+        if sub is not None:
+            sub.cursor_moved()
+
+    async def unload(self, topic: TopicName) -> None:
+        await self._service.unload_topic(topic)
+
+    def traffic(self, topic: TopicName) -> TopicTraffic:
+        loaded = self._loaded(topic)
+        if loaded is None:
+            return TopicTraffic(ownerBroker=self._service.broker_id)
+        stats = loaded.stats()
+        subscriptions = {
+            name: SubscriptionTraffic(
+                type=str(sub.get("type", "Exclusive")),
+                msgRateOut=float(sub.get("msgRateOut", 0.0)),
+                msgThroughputOut=float(sub.get("msgThroughputOut", 0.0)),
+                msgRateRedeliver=float(sub.get("msgRateRedeliver", 0.0)),
+                msgOutCounter=int(sub.get("msgOutCounter", 0)),
+                bytesOutCounter=int(sub.get("bytesOutCounter", 0)),
+                unackedMessages=int(sub.get("unackedMessages", 0)),
+                consumers=list(sub.get("consumers", [])),
+            )
+            for name, sub in stats["subscriptions"].items()
+        }
+        return TopicTraffic(
+            msgRateIn=float(stats["msgRateIn"]),
+            msgThroughputIn=float(stats["msgThroughputIn"]),
+            msgRateOut=float(stats["msgRateOut"]),
+            msgThroughputOut=float(stats["msgThroughputOut"]),
+            bytesInCounter=int(stats["bytesInCounter"]),
+            msgInCounter=int(stats["msgInCounter"]),
+            bytesOutCounter=int(stats["bytesOutCounter"]),
+            msgOutCounter=int(stats["msgOutCounter"]),
+            publishers=list(stats["publishers"]),
+            subscriptions=subscriptions,
+            ownerBroker=self._service.broker_id,
+        )
+
+
+def retention_settings(settings: BrokerSettings) -> RetentionSettings:
+    return RetentionSettings(
+        retention_check_interval_s=settings.retention_check_interval_s,
+        default_retention_time_min=settings.default_retention_time_min,
+        default_retention_size_mb=settings.default_retention_size_mb,
+        ttl_duration_default_s=settings.ttl_duration_default_s,
+        message_expiry_check_interval_s=settings.message_expiry_check_interval_s,
+        backlog_quota_check_interval_s=settings.backlog_quota_check_interval_s,
+        delete_inactive_topics_enabled=settings.delete_inactive_topics_enabled,
+    )
+
+
+def admin_settings(settings: BrokerSettings) -> AdminSettings:
+    return AdminSettings(
+        cluster_name=settings.cluster,
+        default_number_of_namespace_bundles=settings.default_number_of_namespace_bundles,
+        topic_level_policies_enabled=settings.topic_level_policies_enabled,
+        default_retention_time_min=settings.default_retention_time_min,
+        default_retention_size_mb=settings.default_retention_size_mb,
+        ttl_duration_default_s=settings.ttl_duration_default_s,
+    )
+
+
+@dataclass
+class BrokerAdmin:
+    """Everything admin-side a broker needs; pass its members to ``run_broker``."""
+
+    settings: BrokerSettings
+    retention: RetentionService = field(init=False)
+    context: AdminContext | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.retention = RetentionService(
+            _LazyPolicies(self),
+            retention_settings(self.settings),
+            publish_time_of=entry_publish_time,
+        )
+
+    def register_routes(self, router: Router, service: BrokerService) -> None:
+        self.retention.on_cursor_moved = functools.partial(_cursor_moved, service)
+        service.publish_gate = QuotaGate(self.retention.quota)
+        self.context = AdminContext(
+            service.metadata,
+            admin_settings(self.settings),
+            BrokerDirectoryAdapter(service),
+            topics=BrokerTopicHost(service),
+            security=service.security,
+        )
+        register_admin_routes(router, self.context)
+        register_storage_metrics(service.metrics, service.ml_factory, self.retention, self.settings.cluster)
+
+    def run_kwargs(self) -> dict[str, Any]:
+        """``run_broker(..., **admin.run_kwargs())``."""
+        services: list[Callable[..., Awaitable[None]]] = [self.retention.run]
+        return {
+            "register_routes": self.register_routes,
+            "on_trim_candidate": self.retention.on_trim_candidate,
+            "factory_services": services,
+        }
+
+
+class QuotaGate:
+    """The broker's :class:`~magnetar.broker.publish_gate.PublishGate` over the retention service's quotas."""
+
+    def __init__(self, quota: BacklogQuotaMonitor) -> None:
+        self._quota = quota
+
+    @property
+    def any_exceeded(self) -> bool:
+        return self._quota.any_exceeded
+
+    def admission(self, ml_name: str) -> str:
+        return self._quota.verdict(ml_name).value
+
+    async def wait_until_within_quota(self, ml_name: str) -> None:
+        await self._quota.wait_until_within_quota(ml_name)
+
+
+def _cursor_moved(service: BrokerService, ml: ManagedLedger, cursor: str) -> None:
+    try:
+        topic = TopicName.from_managed_ledger_name(ml.name)
+    except InvalidTopicNameError:
+        return
+    loaded = service.topic_if_loaded(topic)
+    subscription = loaded.subscriptions.get(cursor) if loaded is not None else None
+    if subscription is not None:
+        subscription.cursor_moved()
+
+
+class _LazyPolicies:
+    """The policy source exists once the routes are registered (the metadata store comes with the service)."""
+
+    def __init__(self, admin: BrokerAdmin) -> None:
+        self._admin = admin
+        self._source: StoredPolicySource | None = None
+
+    async def policies_for(self, ml_name: str) -> TopicRetentionPolicies:
+        if self._source is None:
+            context = self._admin.context
+            assert context is not None, "the retention service runs only after the routes are registered"
+            self._source = StoredPolicySource(context.policies, self._admin.retention.settings)
+        return await self._source.policies_for(ml_name)
