@@ -1,6 +1,6 @@
 """Settings of a broker process: one pydantic-settings model, every field also ``MAGNETAR_<NAME>``.
 
-Names follow DESIGN.md §4 (unit last) and map to Pulsar's ``broker.conf`` where one exists:
+Names follow docs/architecture.md §4 (unit last) and map to Pulsar's ``broker.conf`` where one exists:
 ``allow_auto_topic_creation`` = ``allowAutoTopicCreation``, ``default_number_of_namespace_bundles`` =
 ``defaultNumberOfNamespaceBundles``, ``ensemble_size`` / ``write_quorum`` / ``ack_quorum`` =
 ``managedLedgerDefault{EnsembleSize,WriteQuorum,AckQuorum}``, ``ws_frame_bytes_max`` = Pulsar's
@@ -29,6 +29,7 @@ from pydantic_settings import SettingsConfigDict
 from magnetar.bookkeeper.client import ClientSettings
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 from magnetar.bookkeeper.runtime.http import HttpSettings
+from magnetar.broker.namespace_bundle import BUNDLES_MAX
 from magnetar.broker.security_settings import SecuritySettings
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
@@ -58,7 +59,7 @@ class BrokerSettings(SecuritySettings):
 
     # -- topics -----------------------------------------------------------------------------------
     allow_auto_topic_creation: bool = True
-    default_number_of_namespace_bundles: Annotated[int, Field(ge=1, le=1024)] = 4
+    default_number_of_namespace_bundles: Annotated[int, Field(ge=1, le=BUNDLES_MAX)] = 4
     """Bundles of a namespace whose policies name none (Pulsar's default is 4)."""
 
     # -- storage (managed ledger + replication client) ------------------------------------------

@@ -1,4 +1,5 @@
-"""The bookie's garbage collector: BookKeeper's ``GarbageCollectorThread`` (reference §6, §7, invariant 12).
+"""The bookie's garbage collector: BookKeeper's ``GarbageCollectorThread`` (docs/upstream.md, BookKeeper §6,
+§7, invariant 12 of docs/architecture.md §3).
 
 One pass (every ``gc_wait_time_s``, or at once when triggered):
 

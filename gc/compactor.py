@@ -1,5 +1,6 @@
 """Entry-log compaction policy: which logs, in which order, at what rate (BookKeeper's
-``GarbageCollectorThread.doCompactEntryLogs`` with the ``TransactionalEntryLogCompactor``; reference §6).
+``GarbageCollectorThread.doCompactEntryLogs`` with the ``TransactionalEntryLogCompactor``; docs/upstream.md,
+BookKeeper §6).
 
 A pass (minor or major) takes the logs whose usage is below its threshold, lowest usage first (they free
 the most space per byte copied), and packs them into jobs whose live bytes fit one entry log

@@ -25,5 +25,5 @@ class RetentionSettings(BaseModel):
     """Eviction trims a cursor's backlog down to this fraction of the quota (Pulsar's reduction factor)."""
     delete_inactive_topics_enabled: bool = False
     """Off by default - unlike Pulsar's ``brokerDeleteInactiveTopicsEnabled=true``, which deletes idle topics
-    without subscriptions after a minute and surprises users (reference/pulsar.md §8)."""
+    without subscriptions after a minute and surprises users (docs/upstream.md, Pulsar §8)."""
     delete_inactive_topics_frequency_s: float = Field(default=60, gt=0)

@@ -40,7 +40,11 @@ from magnetar.bookkeeper.metadata import (
 from magnetar.bookkeeper.metadata.bookies import ensure_instance_id, list_bookies
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 from magnetar.bookkeeper.metadata.zk_store import PROBE_TIMEOUT_S
-from magnetar.broker.namespace_bundle import DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES, bundle_boundaries
+from magnetar.broker.namespace_bundle import (
+    BUNDLES_MAX,
+    DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES,
+    bundle_boundaries,
+)
 from magnetar.broker.policies import (
     BundlesData,
     ClusterData,
@@ -98,8 +102,8 @@ class ClusterInit:
 
     def __post_init__(self) -> None:
         check_named_entity("cluster", self.cluster)
-        if not 0 < self.bundles <= 1024:
-            raise ValueError("bundles must be in 1..1024")
+        if not 0 < self.bundles <= BUNDLES_MAX:
+            raise ValueError(f"bundles must be in 1..{BUNDLES_MAX}")
 
 
 async def initialize_cluster_metadata(store: MetadataStore, init: ClusterInit) -> None:

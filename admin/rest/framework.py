@@ -7,7 +7,8 @@ plain :class:`~magnetar.bookkeeper.runtime.http.Router` handler that validates b
 :mod:`.openapi` renders the same declarations as the OpenAPI document, so the document cannot drift from
 what is served.
 
-Validation order, and the status each failure gets (Pulsar / JAX-RS conventions, reference/pulsar.md §2.1):
+Validation order, and the status each failure gets (Pulsar / JAX-RS conventions, docs/upstream.md, Pulsar
+§2.1):
 
 1. query parameters -> 400 ``Unknown query parameter 'x'`` / ``Invalid query parameter 'x': ...``;
 2. body: not JSON -> 400; wrong shape or type -> 400 (Jackson's mapping errors are 400s in Pulsar);
@@ -147,7 +148,7 @@ def _adapter(tp: Any) -> TypeAdapter[Any]:
 
 
 def no_content() -> HttpResponse:
-    """JAX-RS ``void`` methods answer 204 (reference/pulsar.md §2.1)."""
+    """JAX-RS ``void`` methods answer 204 (docs/upstream.md, Pulsar §2.1)."""
     return HttpResponse(204)
 
 

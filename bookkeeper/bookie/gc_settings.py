@@ -1,4 +1,4 @@
-"""Settings of the bookie's garbage collector and entry-log compactor (reference/bookkeeper.md §6).
+"""Settings of the bookie's garbage collector and entry-log compactor (docs/upstream.md, BookKeeper §6).
 
 They live beside the other bookie settings (BookKeeper keeps them in ``ServerConfiguration``); the policy that
 reads them is :mod:`magnetar.gc`. Names map to BookKeeper's, unit last: ``gcWaitTime`` -> ``gc_wait_time_s``,

@@ -1,6 +1,6 @@
 """Settings of a bookie process: one pydantic-settings model, every field also ``MAGNETAR_<NAME>``.
 
-Names follow DESIGN.md §4 (unit last) and map to BookKeeper's ``bk_server.conf`` where one exists:
+Names follow docs/architecture.md §4 (unit last) and map to BookKeeper's ``bk_server.conf`` where one exists:
 ``port`` = ``bookiePort``, ``advertised_address`` = ``advertisedAddress``, ``frame_bytes_max`` =
 ``nettyMaxFrameSizeBytes``, ``inflight_requests_max`` ~ ``maxAddsInProgressLimit`` (per connection here),
 ``disk_check_interval_ms`` = ``diskCheckInterval``, ``disk_usage_threshold`` = ``diskUsageThreshold``,

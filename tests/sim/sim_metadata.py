@@ -1,6 +1,7 @@
 """The simulation's metadata store: one shared memory tree, seen by each client through a wrapper that adds
 random delays (so metadata operations interleave), injects spurious compare-and-set conflicts, and checks
-every ledger-metadata transition against BookKeeper's state machine (reference §1.2, invariant 4)."""
+every ledger-metadata transition against BookKeeper's state machine (docs/upstream.md, BookKeeper §1.2,
+invariant 4 of docs/architecture.md §3)."""
 
 from __future__ import annotations
 

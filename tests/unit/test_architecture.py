@@ -1,6 +1,6 @@
 """Architecture rules: the `packages` list matches the folders, and imports only run downward.
 
-Layers (DESIGN.md §1): admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
+Layers (docs/architecture.md §1): admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
 bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; gc uses
 managed_ledger and bookkeeper. Nothing imports admin.
 """
@@ -8,6 +8,7 @@ managed_ledger and bookkeeper. Nothing imports admin.
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -172,3 +173,28 @@ def test_layer_rule_detects_a_violation() -> None:
         for layer, allowed in ALLOWED.items()
         if layer != "magnetar.admin.cli"
     )
+
+
+CITED_OUTSIDE = re.compile(r"DESIGN\.md|reference/[a-z]+\.md|\breference §|\.\./shared")
+"""A citation of a document that is not in the repository (the project's working notes)."""
+
+
+def test_comments_cite_only_documents_in_the_repository() -> None:
+    """Code and documents cite docs/ (architecture.md, upstream.md), never notes outside the repository."""
+    folders = [*PACKAGE_DIRS.values(), "tests", "docs", "helm"]
+    paths = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    for folder in folders:
+        paths.extend(
+            p for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".md", ".yaml", ".tpl", ".txt"}
+        )
+    this = Path(__file__).resolve()
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in paths
+        if path.resolve() != this and path.is_file()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if CITED_OUTSIDE.search(line)
+    ]
+    assert not found, found
+    for document in ("architecture.md", "upstream.md"):
+        assert (ROOT / "docs" / document).is_file()
