@@ -142,15 +142,8 @@ class BrokerTopicHost:
 
 
 def retention_settings(settings: BrokerSettings) -> RetentionSettings:
-    return RetentionSettings(
-        retention_check_interval_s=settings.retention_check_interval_s,
-        default_retention_time_min=settings.default_retention_time_min,
-        default_retention_size_mb=settings.default_retention_size_mb,
-        ttl_duration_default_s=settings.ttl_duration_default_s,
-        message_expiry_check_interval_s=settings.message_expiry_check_interval_s,
-        backlog_quota_check_interval_s=settings.backlog_quota_check_interval_s,
-        delete_inactive_topics_enabled=settings.delete_inactive_topics_enabled,
-    )
+    """The retention service's settings: the broker's own (they inherit :class:`RetentionSettings`)."""
+    return settings
 
 
 def admin_settings(settings: BrokerSettings) -> AdminSettings:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 import trio
@@ -38,7 +37,7 @@ from magnetar.bookkeeper.metadata import (
     open_metadata_store,
 )
 from magnetar.bookkeeper.metadata.bookies import ensure_instance_id, list_bookies
-from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
+from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings, MetadataStoreSettings
 from magnetar.bookkeeper.metadata.zk_store import PROBE_TIMEOUT_S
 from magnetar.broker.namespace_bundle import (
     BUNDLES_MAX,
@@ -62,7 +61,7 @@ INIT_COMMAND = "magnetar initialize-cluster-metadata"
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
-class MetadataClientSettings(BaseSettings):
+class MetadataClientSettings(BaseSettings, MetadataConnectionSettings):
     """How the metadata commands reach the store: the brokers' and bookies' names for the same settings."""
 
     model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
@@ -71,24 +70,6 @@ class MetadataClientSettings(BaseSettings):
     """The store (required): ``zk:HOST:PORT[,HOST:PORT][/chroot]``, ``rocksdb:///PATH``."""
     cluster: str | None = None
     """The cluster's name (``initialize-cluster-metadata --cluster``, ``wait-for-metadata --cluster``)."""
-    metadata_session_timeout_ms: PositiveInt = 30_000
-    metadata_operation_timeout_ms: PositiveInt = 30_000
-    """Bound on one request, and on reaching the store: one attempt of ``initialize-cluster-metadata`` against
-    an unreachable store lasts this long."""
-    zk_tls_enabled: bool = False
-    zk_tls_trust_certs_file: Path | None = None
-    zk_tls_certificate_file: Path | None = None
-    zk_tls_key_file: Path | None = None
-
-    def metadata_settings(self) -> MetadataStoreSettings:
-        return MetadataStoreSettings(
-            session_timeout_ms=self.metadata_session_timeout_ms,
-            operation_timeout_ms=self.metadata_operation_timeout_ms,
-            zk_tls_enabled=self.zk_tls_enabled,
-            zk_tls_trust_certs_file=self.zk_tls_trust_certs_file,
-            zk_tls_certificate_file=self.zk_tls_certificate_file,
-            zk_tls_key_file=self.zk_tls_key_file,
-        )
 
 
 @dataclass(frozen=True, slots=True)
