@@ -37,7 +37,6 @@ import trio
 
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.entry_log_gc import StepHook
-from magnetar.bookkeeper.bookie.gc_settings import GcSettings
 from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
 from magnetar.bookkeeper.bookie.storage import DbLedgerStorage
 from magnetar.bookkeeper.metadata.api import MetadataStore, MetadataStoreError
@@ -45,6 +44,7 @@ from magnetar.gc.compactor import CompactionPass, Compactor
 from magnetar.gc.ledger_gc import LedgersRootMissingError, find_deleted_ledgers
 from magnetar.gc.log_usage import UsageTracker
 from magnetar.gc.rate_limiter import RateLimiter
+from magnetar.gc.settings import GcSettings
 
 log = logging.getLogger(__name__)
 

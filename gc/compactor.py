@@ -30,9 +30,9 @@ import trio
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, SourceDamagedError, StepHook
 from magnetar.bookkeeper.bookie.errors import BookieError
-from magnetar.bookkeeper.bookie.gc_settings import GcSettings
 from magnetar.gc.log_usage import UsageTracker
 from magnetar.gc.rate_limiter import RateLimiter
+from magnetar.gc.settings import GcSettings
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 (imported on use).
 
 Every flag is also an environment variable ``MAGNETAR_<NAME>`` and a key of the TOML config file
-(:class:`~magnetar.bookkeeper.bookie.settings.BookieSettings`, :mod:`magnetar.admin.processes.config`): flags
+(:class:`~magnetar.gc.settings.BookieSettings`, :mod:`magnetar.admin.processes.config`): flags
 win over the environment, which wins over the file.
 """
 

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 def settings_model(kind: str) -> type[BaseSettings]:
     """The settings model of a process kind (imported on use)."""
     if kind == "bookie":
-        from magnetar.bookkeeper.bookie.settings import BookieSettings  # noqa: PLC0415
+        from magnetar.gc.settings import BookieSettings  # noqa: PLC0415
 
         return BookieSettings
     if kind == "broker":

@@ -174,11 +174,11 @@ async def fill(store: Any, args: argparse.Namespace, first_ledger: int) -> list[
 async def main(args: argparse.Namespace, root: Path) -> list[RunFigures]:
     import trio  # noqa: PLC0415
 
-    from magnetar.bookkeeper.bookie.gc_settings import GcSettings  # noqa: PLC0415
     from magnetar.bookkeeper.bookie.journal import JournalStats  # noqa: PLC0415
     from magnetar.bookkeeper.bookie.storage import open_ledger_store  # noqa: PLC0415
     from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings  # noqa: PLC0415
     from magnetar.gc.collector import BookieGarbageCollector  # noqa: PLC0415
+    from magnetar.gc.settings import GcSettings  # noqa: PLC0415
 
     settings = BookieStorageSettings(
         data_dir=root / "bookie",

@@ -60,7 +60,7 @@ from magnetar.bookkeeper.bookie.identity import (
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
-from magnetar.bookkeeper.bookie.settings import BookieSettings, bookie_id_for
+from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
@@ -68,6 +68,7 @@ from magnetar.bookkeeper.runtime.http import HttpSettings, serve_http
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
 from magnetar.gc.http_api import add_gc_routes
+from magnetar.gc.settings import BookieSettings
 
 log = logging.getLogger("magnetar.bookie")
 

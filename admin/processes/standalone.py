@@ -59,7 +59,7 @@ from magnetar.admin.processes.standalone_http import add_standalone_bookie_route
 from magnetar.admin.processes.standalone_settings import StandaloneSettings
 from magnetar.bookkeeper.bookie.identity import verify_bookie_identity
 from magnetar.bookkeeper.bookie.server import Bookie
-from magnetar.bookkeeper.bookie.settings import BookieSettings, bookie_id_for
+from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.local_transport import LocalTransport
@@ -73,6 +73,7 @@ from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.service import BrokerService
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
+from magnetar.gc.settings import BookieSettings
 
 __all__ = ["StandaloneSettings", "main", "open_bookies", "serve"]
 

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from magnetar.bookkeeper.bookie.server import Bookie
-from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.settings import BookieServerSettings
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
     http_reason,
@@ -93,7 +93,7 @@ class BookieHttpAccess:
     """The rules of the module docstring with a bookie's settings: tokens of the cluster key, superusers
     ``super_user_roles``."""
 
-    def __init__(self, settings: BookieSettings, clock: Clock | None = None) -> None:
+    def __init__(self, settings: BookieServerSettings, clock: Clock | None = None) -> None:
         self._authentication = AuthenticationService(settings.authentication_settings(), clock)
         self._superusers = frozenset(settings.super_user_roles)
         self._metrics_need_superuser = settings.authenticate_metrics_endpoint

@@ -32,7 +32,6 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from magnetar.bookkeeper.bookie.gc_settings import GcSettings
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
@@ -43,7 +42,11 @@ Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
-class BookieSettings(BaseSettings, MetadataConnectionSettings, TokenKeySettings, ServerTlsSettings):
+class BookieServerSettings(BaseSettings, MetadataConnectionSettings, TokenKeySettings, ServerTlsSettings):
+    """What a bookie server reads. A bookie process's settings (``magnetar.gc.settings.BookieSettings``) add
+    its garbage collector's; the token key, the TLS files and the way to the metadata store are the shared
+    models this one inherits, under the names the brokers use too."""
+
     model_config = SettingsConfigDict(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
@@ -58,8 +61,6 @@ class BookieSettings(BaseSettings, MetadataConnectionSettings, TokenKeySettings,
     (everything in RAM, lost on exit: tests and demos only)."""
     storage_engine: BookieStorageSettings = BookieStorageSettings()
     """Tuning of the disk engine, e.g. ``MAGNETAR_STORAGE_ENGINE__JOURNAL_GROUP_WAIT_MS=1``."""
-    gc: GcSettings = GcSettings()
-    """Garbage collection and entry-log compaction (disk storage), e.g. ``MAGNETAR_GC__GC_WAIT_TIME_S=60``."""
     memory_store_bytes_max: PositiveInt = 1024 * 1024 * 1024
     """Capacity of the ``memory`` engine (what ``disk_usage`` reports as the disk size)."""
 

@@ -42,8 +42,8 @@ from pydantic_settings import BaseSettings
 
 from magnetar.admin.processes.cluster_init import MetadataClientSettings
 from magnetar.admin.processes.config import PROCESS_ENV, load_settings, unknown_environment
-from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.broker.settings import BrokerSettings
+from magnetar.gc.settings import BookieSettings
 
 VALUES_FILES = ["values.yaml", "values-dev.yaml", "values-secure.yaml"]
 CUSTOM_RESOURCE_GROUPS = ("cert-manager.io/", "monitoring.coreos.com/")

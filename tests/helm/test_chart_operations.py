@@ -33,9 +33,9 @@ from fixtures.helm_chart import (
 
 from magnetar.admin.cli import main as cli
 from magnetar.admin.processes.cluster_init import retry_budget_s
-from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.broker.settings import BrokerSettings
+from magnetar.gc.settings import BookieSettings
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

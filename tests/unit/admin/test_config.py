@@ -20,8 +20,8 @@ from magnetar.admin.processes.config import (
     unknown_environment,
 )
 from magnetar.admin.processes.standalone import ENVIRONMENT_MODELS, StandaloneSettings
-from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.broker.settings import BrokerSettings
+from magnetar.gc.settings import BookieSettings
 
 
 @pytest.fixture(autouse=True)

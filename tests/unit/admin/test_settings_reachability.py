@@ -25,8 +25,8 @@ from magnetar.admin.cli.subcommands import load_every_subcommand
 from magnetar.admin.processes.cluster_init import MetadataClientSettings
 from magnetar.admin.processes.config import Source, _toml_value, load_settings
 from magnetar.admin.processes.standalone_settings import StandaloneSettings
-from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.broker.settings import BrokerSettings
+from magnetar.gc.settings import BookieSettings
 
 KINDS: dict[str, type[BaseSettings]] = {
     "bookie": BookieSettings,

@@ -30,8 +30,8 @@ from magnetar.admin.processes.standalone_settings import (
     STANDALONE_BOOKIE_DEFAULTS,
     StandaloneSettings,
 )
-from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.broker.settings import BrokerSettings
+from magnetar.gc.settings import BookieSettings
 
 PARTS: dict[str, type[pydantic.BaseModel]] = {"broker": BrokerSettings, "bookie": BookieSettings}
 
