@@ -9,6 +9,16 @@ wide: ``magnetar_topics_count``. The names are declared once, below (:data:`TOPI
 after it); the layers above declare theirs in their own module (the storage figures:
 :mod:`magnetar.admin.processes.metrics`).
 
+Metadata outages (broker-wide, see :mod:`.metadata_outage`): ``magnetar_metadata_store_healthy`` (1/0),
+``magnetar_metadata_outages_total``, ``magnetar_metadata_sessions_lost_total``,
+``magnetar_metadata_outage_seconds`` (the current outage so far, 0 when healthy),
+``magnetar_metadata_waiters`` (requests waiting for the store), ``magnetar_bundles_owned``,
+``magnetar_bundles_unconfirmed`` (served without their node, after a lost session),
+``magnetar_ledger_rollovers_deferred`` (topics whose current ledger takes entries past its cap),
+``magnetar_ledger_entries_past_cap`` (their sum), and the bounds in force:
+``magnetar_serve_without_session_max_seconds``, ``magnetar_rollover_deferred_entries_max``
+(:data:`METADATA_FAMILIES`).
+
 The hot path only adds to plain integers (:class:`TopicMetrics`); the figures are read from the live objects
 when ``/metrics`` is scraped, and rendered a little at a time (:mod:`.exposition`), so publishing pays no
 Prometheus client overhead per message and a scrape never holds the event loop for long. With
@@ -105,6 +115,93 @@ PUBLISH_LATENCY = Family(
 TOPICS_COUNT = Family("magnetar_topics_count", Kind.GAUGE, "Topics loaded", ("cluster",))
 
 
+@dataclass(frozen=True, slots=True)
+class MetadataFigures:
+    """The broker's figures about metadata outages at scrape time."""
+
+    healthy: bool
+    outages_total: int
+    sessions_lost_total: int
+    outage_s: float
+    waiters: int
+    bundles_owned: int
+    bundles_unconfirmed: int
+    rollovers_deferred: int
+    entries_past_cap: int
+    serve_without_session_max_s: float
+    rollover_deferred_entries_max: int
+
+
+def _broker_wide(name: str, kind: Kind, help_text: str) -> Family:
+    return Family(name, kind, help_text, ("cluster",))
+
+
+METADATA_FAMILIES: tuple[tuple[Family, Callable[[MetadataFigures], float]], ...] = (
+    (
+        _broker_wide("magnetar_metadata_outages", Kind.COUNTER, "Metadata store outages seen"),
+        lambda f: f.outages_total,
+    ),
+    (
+        _broker_wide("magnetar_metadata_sessions_lost", Kind.COUNTER, "Metadata sessions lost (expired)"),
+        lambda f: f.sessions_lost_total,
+    ),
+    (
+        _broker_wide("magnetar_metadata_store_healthy", Kind.GAUGE, "1 while the metadata store is usable"),
+        lambda f: int(f.healthy),
+    ),
+    (
+        _broker_wide(
+            "magnetar_metadata_outage_seconds", Kind.GAUGE, "Length of the current metadata outage so far"
+        ),
+        lambda f: f.outage_s,
+    ),
+    (
+        _broker_wide("magnetar_metadata_waiters", Kind.GAUGE, "Requests waiting for the metadata store"),
+        lambda f: f.waiters,
+    ),
+    (
+        _broker_wide("magnetar_bundles_owned", Kind.GAUGE, "Namespace bundles this broker serves"),
+        lambda f: f.bundles_owned,
+    ),
+    (
+        _broker_wide(
+            "magnetar_bundles_unconfirmed",
+            Kind.GAUGE,
+            "Bundles served without their ownership node (after a lost session)",
+        ),
+        lambda f: f.bundles_unconfirmed,
+    ),
+    (
+        _broker_wide(
+            "magnetar_ledger_rollovers_deferred",
+            Kind.GAUGE,
+            "Topics whose current ledger takes entries past its cap",
+        ),
+        lambda f: f.rollovers_deferred,
+    ),
+    (
+        _broker_wide("magnetar_ledger_entries_past_cap", Kind.GAUGE, "Entries written past the ledger cap"),
+        lambda f: f.entries_past_cap,
+    ),
+    (
+        _broker_wide(
+            "magnetar_serve_without_session_max_seconds",
+            Kind.GAUGE,
+            "Bound: serving without a confirmed metadata session (serve_without_session_max_s)",
+        ),
+        lambda f: f.serve_without_session_max_s,
+    ),
+    (
+        _broker_wide(
+            "magnetar_rollover_deferred_entries_max",
+            Kind.GAUGE,
+            "Bound: entries past the ledger cap while a rollover is deferred",
+        ),
+        lambda f: f.rollover_deferred_entries_max,
+    ),
+)
+
+
 class _Received(Protocol):
     received_at: float
 
@@ -150,6 +247,7 @@ class BrokerMetrics:
         self,
         cluster: str,
         topics: Callable[[], Iterable[PersistentTopic]],
+        metadata: Callable[[], MetadataFigures] | None = None,
         *,
         topic_level: bool = True,
         chunk_bytes: int = 64 * 1024,
@@ -157,6 +255,7 @@ class BrokerMetrics:
     ) -> None:
         self._cluster = cluster
         self._topics = topics
+        self._metadata = metadata
         self.topic_level = topic_level
         self._chunk_bytes = chunk_bytes
         self._step_ms = step_ms
@@ -183,6 +282,10 @@ class BrokerMetrics:
             ((self._labels(t), t.metrics.latency_buckets, t.metrics.latency_sum_s) for t in topics),
         )
         yield TOPICS_COUNT, [((self._cluster,), len(topics))]
+        if self._metadata is not None:
+            figures = self._metadata()
+            for family, read in METADATA_FAMILIES:
+                yield family, [((self._cluster,), read(figures))]
 
     def _rows(self, topics: list[PersistentTopic], read: Callable[[PersistentTopic], float]) -> Iterator[Row]:
         for topic in topics:

@@ -5,6 +5,11 @@ snake_case) so the admin REST API can return these models as they are. Every wri
 the version read, so two admins changing one namespace at the same time cannot lose an update: the loser
 gets :class:`ConcurrentModificationError` (HTTP 409 in the admin API).
 
+Metadata outages: every document read is remembered (up to ``last_known_max`` of them, least recently used
+dropped first), and while the store is unavailable a read answers the last known document instead of failing
+- the broker goes on with the policies it had (Pulsar's metadata caches do the same). Only reads do: a write
+during an outage fails as the store's error.
+
 Paths: ``/admin/clusters/<cluster>``, ``/admin/policies/<tenant>``, ``/admin/policies/<tenant>/<namespace>``,
 ``/admin/partitioned-topics/<tenant>/<namespace>/persistent/<topic>`` and topic-level policies at
 ``/admin/topic-policies/<tenant>/<namespace>/<topic>``; ``<topic>`` is the local name URL-encoded as Pulsar
@@ -14,18 +19,31 @@ encodes it (callers pass the plain local name).
 from __future__ import annotations
 
 import contextlib
+import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, NotEmptyError, NotFoundError
+from magnetar.bookkeeper.metadata import (
+    BadVersionError,
+    GetResult,
+    MetadataStore,
+    NotEmptyError,
+    NotFoundError,
+    StoreUnavailableError,
+)
 from magnetar.broker.topic_name import url_decode, url_encode
 
 CLUSTERS = "/admin/clusters"
 POLICIES = "/admin/policies"
 PARTITIONED = "/admin/partitioned-topics"
 TOPIC_POLICIES = "/admin/topic-policies"
+LAST_KNOWN_MAX = 10_000
+"""Default bound on the documents remembered for reads during an outage (``policies_last_known_max``)."""
+
+log = logging.getLogger(__name__)
 
 
 class PolicyError(Exception):
@@ -124,13 +142,42 @@ M = TypeVar("M", bound=_Model)
 
 
 class PolicyStore:
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore, *, last_known_max: int = LAST_KNOWN_MAX) -> None:
         self.store = store
+        self._last_known_max = last_known_max
+        self._last_known: OrderedDict[str, GetResult | None] = OrderedDict()
+        self._answered_from_memory_in = -1
+        """The outage (health generation) in which a read was last answered from memory (logged once)."""
 
     # -- generic versioned access ---------------------------------------------------------------
 
+    async def _read(self, path: str) -> GetResult | None:
+        """The node at ``path``; during an outage the last one read, if any (see the module's docstring)."""
+        try:
+            result = await self.store.get(path)
+        except StoreUnavailableError:
+            if path not in self._last_known:
+                raise
+            self._last_known.move_to_end(path)
+            generation = self.store.health.generation
+            if self._answered_from_memory_in != generation:
+                self._answered_from_memory_in = generation
+                log.warning("metadata store unavailable: answering policy reads with the last known ones")
+            return self._last_known[path]
+        if self._last_known_max > 0:
+            self._last_known[path] = result
+            self._last_known.move_to_end(path)
+            while len(self._last_known) > self._last_known_max:
+                self._last_known.popitem(last=False)
+        return result
+
+    def _forget(self, path: str) -> None:
+        """A deleted document (and what was below it) must not be answered from memory."""
+        for known in [p for p in self._last_known if p == path or p.startswith(path + "/")]:
+            del self._last_known[known]
+
     async def _get(self, path: str, model: type[M]) -> tuple[M, int] | None:
-        result = await self.store.get(path)
+        result = await self._read(path)
         if result is None:
             return None
         try:
@@ -195,6 +242,8 @@ class PolicyStore:
             raise NotFound("Tenant does not exist") from exc
         except NotEmptyError as exc:
             raise AlreadyExists("The tenant still has active namespaces") from exc
+        finally:
+            self._forget(f"{POLICIES}/{tenant}")
 
     # -- namespaces ---------------------------------------------------------------------------
 
@@ -219,6 +268,8 @@ class PolicyStore:
             await self.store.delete_recursive(f"{POLICIES}/{namespace}")
         except NotFoundError as exc:
             raise NotFound("Namespace does not exist") from exc
+        finally:
+            self._forget(f"{POLICIES}/{namespace}")
 
     # -- partitioned topics ---------------------------------------------------------------
 
@@ -263,6 +314,8 @@ class PolicyStore:
             await self.store.delete(self._partitioned_path(namespace, local_name))
         except NotFoundError as exc:
             raise NotFound("Partitioned topic does not exist") from exc
+        finally:
+            self._forget(self._partitioned_path(namespace, local_name))
 
     # -- topic-level policies ------------------------------------------------------------
 
@@ -271,6 +324,7 @@ class PolicyStore:
         return f"{TOPIC_POLICIES}/{namespace}/{url_encode(local_name)}"
 
     async def delete_topic_policies(self, namespace: str, local_name: str) -> None:
+        self._forget(self._topic_policies_path(namespace, local_name))
         with contextlib.suppress(NotFoundError):
             await self.store.delete(self._topic_policies_path(namespace, local_name))
 

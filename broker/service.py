@@ -16,10 +16,16 @@ no topic at all: it is neither loaded nor created, and lookups of it fail - 404,
 "topic not found" for a partition beyond the count. (When ``<topic>`` is not partitioned the name is an
 ordinary topic of its own, as in Pulsar.)
 
-Losing ownership. When the metadata session is lost the ownership manager reports every bundle at once; the
-service fences each topic of those bundles synchronously (no more writes accepted, sessions closed) before
-anything else can run, then closes their managed ledgers in the background. Unloading a bundle (admin) closes
-its topics cleanly and releases the bundle so another broker can take it.
+Losing ownership. A lost metadata session does not stop the broker: it serves its bundles on and claims them
+again once the store is back (:mod:`.ownership_state`). When the ownership manager gives bundles up - another
+broker took them meanwhile, or ``serve_without_session_max_s`` ran out - the service fences each topic of
+those bundles synchronously (no more writes accepted, sessions closed) before anything else can run, then
+closes their managed ledgers in the background. Unloading a bundle (admin) closes its topics cleanly and
+releases the bundle so another broker can take it.
+
+Metadata outages (:mod:`.metadata_outage`): loading a topic, creating a subscription and acquiring a bundle
+wait for the store, bounded (``metadata_wait_timeout_ms``, ``metadata_waiters_max``); policy reads answer
+the last known policies; everything else goes on.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ from magnetar.broker.errors import (
     SubscriptionBusyError,
     TopicNotFoundError,
 )
-from magnetar.broker.metrics import BrokerMetrics, TopicMetrics
+from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
+from magnetar.broker.metrics import BrokerMetrics, MetadataFigures, TopicMetrics
 from magnetar.broker.namespace_bundle import bundle_boundaries, bundle_for_hash, topic_hash
 from magnetar.broker.ownership import OwnerInfo, OwnershipManager
 from magnetar.broker.policies import (
@@ -81,7 +88,7 @@ class BrokerService:
         self.settings = settings
         self.metadata = metadata
         self.ml_factory = ml_factory
-        self.policies = PolicyStore(metadata)
+        self.policies = PolicyStore(metadata, last_known_max=settings.policies_last_known_max)
         self.clock = clock or SystemClock()
         self.security = build_security(settings, self.policies, self.clock)
         self.rng = rng or random.Random()
@@ -92,10 +99,24 @@ class BrokerService:
         self.metrics = BrokerMetrics(
             settings.cluster,
             lambda: list(self.topics.values()),
+            self.metadata_figures,
             topic_level=settings.expose_topic_level_metrics_in_prometheus,
             chunk_bytes=settings.metrics_chunk_bytes,
             step_ms=settings.metrics_step_ms,
         )
+        # -- metadata outages (issue #26) --
+        self.metadata_wait = MetadataWait(
+            metadata.health,
+            timeout_ms=settings.metadata_wait_timeout_ms,
+            waiters_max=settings.metadata_waiters_max,
+        )
+        self._outage_reporter = OutageReporter(
+            metadata.health,
+            self.metadata_figures,
+            metadata_wait_timeout_ms=settings.metadata_wait_timeout_ms,
+            topics=lambda: len(self.topics),
+        )
+        # --
         self._ownership: OwnershipManager | None = None
         self._nursery: trio.Nursery | None = None
         self.http_url = ""
@@ -127,7 +148,14 @@ class BrokerService:
         cancelled (call :meth:`shutdown` first for a clean stop)."""
         self.http_url = http_url
         me = OwnerInfo(httpUrl=http_url, httpUrlTls=http_url_tls)
-        self._ownership = OwnershipManager(self.metadata, self.broker_id, me, self._on_bundles_lost)
+        self._ownership = OwnershipManager(
+            self.metadata,
+            self.broker_id,
+            me,
+            self._on_bundles_lost,
+            serve_without_session_max_s=self.settings.serve_without_session_max_s,
+            claim_retry_interval_s=self.settings.ownership_claim_retry_interval_ms / 1000,
+        )
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -140,6 +168,7 @@ class BrokerService:
         finally:
             self.ready = False
             self._ownership.close()
+            self._outage_reporter.unregister()
 
     async def _update_rates(self) -> None:
         """Every ``stats_update_interval_s``: each loaded topic's stats rates (see :mod:`.rates`)."""
@@ -168,6 +197,26 @@ class BrokerService:
     def _check_ready(self) -> None:
         if not self.ready:
             raise ServiceUnitNotReadyError("the broker is not serving")
+
+    # -- metadata outages (issue #26) ----------------------------------------------------------------
+
+    def metadata_figures(self) -> MetadataFigures:
+        health = self.metadata.health
+        mls = [topic.ml for topic in self.topics.values()]
+        ownership = self._ownership
+        return MetadataFigures(
+            healthy=health.healthy,
+            outages_total=health.outages_total,
+            sessions_lost_total=health.sessions_lost_total,
+            outage_s=health.outage_s(),
+            waiters=self.metadata_wait.waiting,
+            bundles_owned=0 if ownership is None else len(ownership.state.bundles),
+            bundles_unconfirmed=0 if ownership is None else len(ownership.state.unconfirmed),
+            rollovers_deferred=sum(1 for ml in mls if ml.rollover_deferred),
+            entries_past_cap=sum(ml.entries_past_cap for ml in mls),
+            serve_without_session_max_s=self.settings.serve_without_session_max_s,
+            rollover_deferred_entries_max=self.settings.rollover_deferred_entries_max,
+        )
 
     # -- ownership -----------------------------------------------------------------------------
 
@@ -198,6 +247,7 @@ class BrokerService:
         ownership = self.ownership
         if ownership.owns(namespace, bundle):
             return ownership.me
+        await self.metadata_wait.ready(f"acquiring bundle {namespace}/{bundle}")
         for _ in range(3):
             try:
                 return await ownership.acquire(namespace, bundle)
@@ -288,6 +338,14 @@ class BrokerService:
             done.set()
 
     async def _load(self, topic: TopicName, bundle: Bundle, *, create: bool) -> PersistentTopic:
+        await self.metadata_wait.ready(f"loading topic {topic}")
+        wait_s = self.settings.metadata_wait_timeout_ms / 1000
+        if bundle in self.ownership.state.unconfirmed and not await self.ownership.wait_confirmed(
+            *bundle, wait_s
+        ):
+            raise ServiceUnitNotReadyError(
+                f"the ownership of bundle {bundle[0]}/{bundle[1]} is not confirmed"
+            )
         await self._namespace_policies(bundle[0])
         name = topic.managed_ledger_name
         try:
@@ -311,6 +369,7 @@ class BrokerService:
             TopicMetrics(),
             on_fenced=self._on_topic_fenced,
             close_ml=lambda: self.ml_factory.close_ledger(name),
+            metadata_ready=self.metadata_wait.ready,
         )
         assert self._nursery is not None
         await self._nursery.start(loaded.run)

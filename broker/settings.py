@@ -1,6 +1,6 @@
 """Settings of a broker process: one pydantic-settings model, every field also ``MAGNETAR_<NAME>``.
 
-Names follow docs/architecture.md §4 (unit last) and map to Pulsar's ``broker.conf`` where one exists:
+Names carry their unit last and map to Pulsar's ``broker.conf`` where one exists:
 ``allow_auto_topic_creation`` = ``allowAutoTopicCreation``, ``default_number_of_namespace_bundles`` =
 ``defaultNumberOfNamespaceBundles``, ``ensemble_size`` / ``write_quorum`` / ``ack_quorum`` =
 ``managedLedgerDefault{EnsembleSize,WriteQuorum,AckQuorum}``, ``ws_frame_bytes_max`` = Pulsar's
@@ -78,6 +78,26 @@ class BrokerSettings(SecuritySettings, MetadataConnectionSettings, RetentionSett
     entry_cache_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
     add_timeout_ms: PositiveInt = 5_000
     read_timeout_ms: PositiveInt = 5_000
+
+    # -- metadata outages (see broker/metadata_outage.py and docs/metadata-outages.md) -------------
+    serve_without_session_max_s: Annotated[float, Field(ge=0, le=86_400)] = 300
+    """How long the broker keeps serving its bundles without a confirmed metadata session, counted from the
+    loss of its connection to the store until every bundle's ownership node exists again; then it gives
+    them up (0: give every bundle up the moment the session is lost)."""
+    ownership_claim_retry_interval_ms: Annotated[int, Field(ge=10, le=600_000)] = 1_000
+    """Pause between attempts to create a bundle's ownership node again after a lost session."""
+    metadata_wait_timeout_ms: Annotated[int, Field(ge=0, le=600_000)] = 10_000
+    """How long a request that needs the metadata store (loading a topic, creating a subscription,
+    acquiring a bundle) waits for it during an outage before failing with 503."""
+    metadata_waiters_max: Annotated[int, Field(ge=0, le=1_000_000)] = 1_000
+    """Requests that may wait for the metadata store at once; more fail with 503 at once."""
+    rollover_deferred_entries_max: Annotated[int, Field(ge=0, le=10_000_000)] = 50_000
+    """How far past ``max_entries_per_ledger`` a ledger takes entries while no new one can be created (the
+    metadata store is away); beyond it publishes fail (``send-error``) until the rollover happens."""
+    rollover_create_wait_ms: Annotated[int, Field(ge=0, le=60_000)] = 500
+    """How long publishes wait at the ledger cap for the next ledger before the current one takes them."""
+    policies_last_known_max: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
+    """Policy documents (namespaces, tenants, topics) remembered to answer reads during an outage."""
 
     # -- stats and policies (retention, expiry and backlog quotas are RetentionSettings) ---------------
     stats_update_interval_s: Annotated[float, Field(gt=0)] = 60

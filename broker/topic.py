@@ -78,6 +78,7 @@ class PersistentTopic:
         *,
         on_fenced: Callable[[PersistentTopic], None] = lambda topic: None,
         close_ml: Callable[[], Awaitable[None]] | None = None,
+        metadata_ready: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
         self.ml = ml
@@ -86,6 +87,8 @@ class PersistentTopic:
         self.metrics = metrics
         self._on_fenced = on_fenced
         self._close_ml = close_ml or ml.close
+        self._metadata_ready = metadata_ready
+        """Waits (bounded) for the metadata store during an outage; raises 503 if it stays away."""
         self.partition = name.partition_index
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
@@ -405,6 +408,8 @@ class PersistentTopic:
         if subscription is not None:
             return subscription
         if durable:
+            if self._metadata_ready is not None:
+                await self._metadata_ready(f"creating subscription {name} on {self.name}")
             try:
                 cursor = await self.ml.open_cursor(name, start_at_earliest=start_earliest)
             except (ManagedLedgerError, BKError, MetadataStoreError) as exc:

@@ -5,6 +5,9 @@ One pass (every ``gc_wait_time_s``, or at once when triggered):
 
 1. **Ledgers.** Local ledgers whose metadata is gone are deleted locally (:mod:`.ledger_gc`: snapshot first,
    rate-limited reads, re-check before deleting; a ledger that exists in the metadata store is never deleted).
+   Paused while the metadata store is unhealthy (``store.health``): a pass then compares nothing, and a pass
+   during which an outage began deletes nothing - a view read across an outage may be stale or partial, and
+   a ledger is never deleted because its metadata could not be read.
 2. **The log being written.** With ``active_log_roll_garbage_bytes`` set, it is sealed once that many of
    its bytes belong to deleted ledgers (Magnetar's own step: BookKeeper leaves it until it is full), so the
    steps below can reclaim it.
@@ -69,6 +72,8 @@ class GcStats:
 
     runs: int = 0
     failures: int = 0
+    ledger_checks_paused: int = 0
+    """Passes that compared no ledgers: the metadata store was unavailable, or had an outage meanwhile."""
     run_seconds_total: float = 0.0
     last_run_seconds: float = 0.0
     deleted_ledgers: int = 0
@@ -242,11 +247,26 @@ class BookieGarbageCollector:
     async def _collect_ledgers(self, result: GcPassResult) -> None:
         if self.metadata is None:
             return
+        health = self.metadata.health
+        if not health.healthy:
+            self.stats.ledger_checks_paused += 1
+            log.info("GC %s: ledgers not compared: the metadata store is %s", self.name, health.state.value)
+            return
+        generation = health.generation
         local = list(self.store.ledgers())  # the snapshot comes before any metadata read
         try:
             gone = await find_deleted_ledgers(local, self.metadata, self.metadata_limiter)
         except (MetadataStoreError, LedgersRootMissingError) as exc:
             log.warning("GC %s: ledgers not compared with the metadata store this pass: %s", self.name, exc)
+            return
+        if not health.uninterrupted_since(generation):
+            self.stats.ledger_checks_paused += 1
+            log.warning(
+                "GC %s: the metadata store had an outage during the comparison; nothing deleted this pass "
+                "(%d candidates are checked again next time)",
+                self.name,
+                len(gone),
+            )
             return
         for count, ledger_id in enumerate(gone, 1):
             self.store.delete_ledger(ledger_id)
@@ -401,6 +421,7 @@ class BookieGarbageCollector:
             "isMinorGcSuspended": self.suspended[MINOR],
             "gcRuns": stats.runs,
             "gcFailures": stats.failures,
+            "ledgerChecksPaused": stats.ledger_checks_paused,
             "lastGcSeconds": round(stats.last_run_seconds, 3),
             "deletedLedgers": stats.deleted_ledgers,
             "deletedEntryLogs": stats.deleted_logs,

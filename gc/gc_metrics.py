@@ -35,6 +35,12 @@ class GcMetrics(Collector):
             PREFIX + "failures", "Passes that failed (see the log)", value=stats.failures
         )
         yield CounterMetricFamily(
+            PREFIX + "ledger_checks_paused",
+            "Passes that compared no ledgers with the metadata store: it was unavailable, or had an outage "
+            "during the comparison",
+            value=stats.ledger_checks_paused,
+        )
+        yield CounterMetricFamily(
             PREFIX + "deleted_ledgers",
             "Local ledgers deleted because their metadata is gone",
             value=stats.deleted_ledgers,

@@ -1,15 +1,17 @@
 """Which local ledgers the metadata store no longer knows: BookKeeper's ``ScanAndCompareGarbageCollector``.
 
 Theory of operation (docs/upstream.md, BookKeeper §6, invariant 12 of docs/architecture.md §3). A ledger's
-metadata is written before any bookie sees the ledger, and deleting a ledger removes its metadata only. So the
-collector takes the snapshot of the local ledgers *first*, then asks the metadata store about them: a local
-ledger that the store does not list was deleted (one created after the snapshot is not in it). To keep
-metadata reads few, the collector lists only the parent nodes that hold its ledgers (``/ledgers/00/0000``
-holds up to 10,000 of them) instead of walking the whole tree, and it re-reads each candidate's own node
-before reporting it (BookKeeper's ``verifyMetadataOnGc``, always on here): only a ledger that is absent on
-both reads is deleted. Every read goes through a rate limiter (``gcMetadataOpRateLimit``; PR #4645). Any
-metadata error ends the comparison with nothing to delete - never guess. As a guard against a bookie pointed
-at the wrong store or chroot, a store without the ledgers root deletes nothing.
+metadata is written before any bookie sees the ledger, and deleting a ledger
+removes its metadata only. So the collector takes the snapshot of the local ledgers *first*, then asks the
+metadata store about them: a local ledger that the store does not list was deleted (one created after the
+snapshot is not in it). To keep metadata reads few, the collector lists only the parent nodes that hold its
+ledgers (``/ledgers/00/0000`` holds up to 10,000 of them) instead of walking the whole tree, and it re-reads
+each candidate's own node before reporting it (BookKeeper's ``verifyMetadataOnGc``, always on here): only a
+ledger that is absent on both reads is deleted. Every read goes through a rate limiter
+(``gcMetadataOpRateLimit``; PR #4645). Any metadata error ends the comparison with nothing to delete - never
+guess - and the collector does not even start one while the store reports itself unhealthy, nor acts on one
+during which an outage began (``store.health``). As a guard against a bookie pointed at the wrong store or
+chroot, a store without the ledgers root deletes nothing.
 
 Over-replicated ledgers (local ledgers whose metadata no longer names this bookie) are left alone: deleting
 them needs the under-replication lock of AutoRecovery, which Magnetar does not have.

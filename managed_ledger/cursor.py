@@ -44,6 +44,7 @@ class ManagedCursor:
         self._flush_scheduled = False
         self._last_persist_s = -1e9
         self._closed = False
+        self._persist_failing = False
         self.messages_consumed_counter = 0
         self.last_active_ms = 0
 
@@ -173,8 +174,15 @@ class ManagedCursor:
         except ManagedLedgerFencedError as exc:
             self.ml.fence_from_cursor(str(exc))
         except (BKError, ManagedLedgerError) as exc:
-            log.warning("cursor %s/%s: persisting failed: %s", self.ml.name, self.name, exc)
+            # once per run of failures (a metadata outage fails every flush until it ends)
+            level = logging.INFO if self._persist_failing else logging.WARNING
+            log.log(level, "cursor %s/%s: persisting failed (retried): %s", self.ml.name, self.name, exc)
+            self._persist_failing = True
             self._dirty = True
+        else:
+            if self._persist_failing:
+                log.info("cursor %s/%s: persisted again", self.ml.name, self.name)
+            self._persist_failing = False
         self.ml.on_cursor_persisted(self)
 
     async def close(self, *, persist: bool) -> None:

@@ -7,9 +7,17 @@ clean close the final state is written to the metadata node itself (``cursorsLed
 ``unacked_ranges_persist_in_metadata_max``) and the cursor ledger is deleted.
 
 Recovery reads the metadata node; if it names a cursor ledger, that ledger is opened *with recovery* (fencing
-a previous owner) and its last entry wins. Whatever was acknowledged but not persisted - acks newer than the
-last position entry, ranges beyond the caps - is redelivered after a failover, never skipped: every cap drops
-the *newest* ranges, so the persisted state never claims more than was acknowledged.
+a previous owner) and its last entry wins.
+
+While the metadata store is unavailable, position entries go on to the cursor ledger (bookies only): a full
+cursor ledger takes entries past ``cursor_max_entries_per_ledger`` until a new one can be created. Only a
+cursor without a cursor ledger yet (just opened) waits for the store: its flushes fail and it stays dirty. A
+metadata write whose outcome is unknown is settled before the next one (read back: not written, written as
+ours, or someone else's - then the cursor was taken over and the managed ledger fences itself).
+
+Whatever was acknowledged but not persisted - acks newer than the last position entry, ranges beyond the caps
+- is redelivered after a failover, never skipped: every cap drops the *newest* ranges, so the persisted state
+never claims more than was acknowledged.
 """
 
 from __future__ import annotations
@@ -19,7 +27,11 @@ import logging
 from dataclasses import dataclass
 
 from magnetar.bookkeeper.client import BKError, BookKeeper, LedgerHandle, NoSuchLedgerError
-from magnetar.managed_ledger.errors import ManagedLedgerFencedError, MetadataConflictError
+from magnetar.managed_ledger.errors import (
+    ManagedLedgerFencedError,
+    MetadataConflictError,
+    MetadataUnavailableError,
+)
 from magnetar.managed_ledger.info import CursorInfo, MetadataFormatError
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
@@ -74,6 +86,8 @@ class CursorStore:
         self._version = info_version
         self._ledger: LedgerHandle | None = None
         self._now_ms = now_ms
+        self._unsettled: CursorInfo | None = None
+        """A metadata write whose outcome is unknown (the store became unreachable during it)."""
 
     # -- recovery ---------------------------------------------------------------------------------------
 
@@ -147,8 +161,19 @@ class CursorStore:
     async def persist(self, snapshot: CursorSnapshot) -> None:
         """Append a position entry (creating or rolling the cursor ledger as needed)."""
         capped = self._cap(snapshot, self._settings.unacked_ranges_persist_max)
+        if self._ledger is not None and self._ledger_full():
+            try:
+                await self._switch_ledger(capped)
+            except (BKError, MetadataUnavailableError) as exc:
+                log.info(
+                    "cursor %s/%s: no new cursor ledger yet (%s); ledger %d takes the entry past its cap",
+                    self._ml_name,
+                    self._cursor,
+                    exc,
+                    self._ledger.ledger_id,
+                )
         try:
-            if self._ledger is None or self._ledger_full():
+            if self._ledger is None:
                 await self._switch_ledger(capped)
             assert self._ledger is not None
             await self._ledger.add_entry(encode_position_entry(capped))
@@ -195,7 +220,6 @@ class CursorStore:
             password=s.password,
             custom_metadata={"pulsar/cursor": f"{self._ml_name}/{self._cursor}".encode()},
         )
-        old, self._ledger = self._ledger, new
         info = CursorInfo(
             new.ledger_id,
             snapshot.mark_delete,
@@ -203,7 +227,13 @@ class CursorStore:
             snapshot.properties,
             self._now_ms,
         )
-        await self._cas(info)
+        try:
+            await self._cas(info)
+        except MetadataUnavailableError:
+            # The metadata may not name ``new``: entries there could be missed by a recovery. Drop it.
+            await self._delete_ledger(new.ledger_id)
+            raise
+        old, self._ledger = self._ledger, new
         if old is not None:
             try:
                 await old.close()
@@ -218,10 +248,26 @@ class CursorStore:
         )
 
     async def _cas(self, info: CursorInfo) -> None:
+        if self._unsettled is not None:
+            await self._settle(self._unsettled)
         try:
             self._version = await self._meta.put_cursor_info(self._ml_name, self._cursor, info, self._version)
         except MetadataConflictError as exc:
             raise ManagedLedgerFencedError(f"cursor {self._ml_name}/{self._cursor}: {exc}") from exc
+        except MetadataUnavailableError:
+            self._unsettled = info
+            raise
+
+    async def _settle(self, tried: CursorInfo) -> None:
+        """Find out whether ``tried`` was written (raises while the store is still unavailable)."""
+        versioned = await self._meta.get_cursor_info(self._ml_name, self._cursor)
+        if versioned is not None and versioned.version == self._version + 1 and versioned.value == tried:
+            self._version = versioned.version
+        elif versioned is None or versioned.version != self._version:
+            raise ManagedLedgerFencedError(
+                f"cursor {self._ml_name}/{self._cursor} was written by another owner meanwhile"
+            )
+        self._unsettled = None
 
     async def _delete_ledger(self, ledger_id: int) -> None:
         try:

@@ -26,6 +26,12 @@ class ManagedLedgerWriteError(ManagedLedgerError):
     """An add failed; its outcome is unknown (it may or may not be in the ledger)."""
 
 
+class RolloverDeferredError(ManagedLedgerError):
+    """The current ledger reached ``max_entries_per_ledger + rollover_deferred_entries_max`` entries while no
+    new ledger could be created (the metadata store is unavailable): the add was refused, nothing was
+    written. Publishing backs off until the rollover happens."""
+
+
 class ManagedLedgerNotFoundError(ManagedLedgerError):
     pass
 

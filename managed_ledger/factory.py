@@ -125,6 +125,7 @@ async def open_managed_ledger_factory(
         clock=clock or SystemClock(),
         rng=rng or random.Random(),
         on_trim_candidate=on_trim_candidate,
+        health=store.health,
     )
     async with trio.open_nursery() as nursery:
         factory = ManagedLedgerFactory(ctx, nursery)

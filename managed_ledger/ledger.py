@@ -4,10 +4,27 @@ Theory of operation (docs/upstream.md, Pulsar §3, Pulsar's ``ManagedLedgerImpl`
 
 * **Appends.** Adds go to the current ledger, pipelined; the client acknowledges them strictly in entry order,
   so positions ``(ledgerId, entryId)`` are acknowledged in order too. ``last_confirmed`` follows the acks.
-* **Rollover.** After ``max_entries_per_ledger`` adds were *pushed* to the current ledger, further adds queue;
-  when the in-flight ones are acknowledged the ledger is closed, a new one created and the ledger list
-  CAS-written, then the queued adds go to the new ledger in order. Size and age (checked on acks and by the
-  periodic idle check) trigger the same sequence. Nothing is lost or reordered across a rollover.
+* **Rollover.** Once ``max_entries_per_ledger`` adds were *pushed* to the current ledger (or it is due by size
+  or age, checked on acks and by the periodic idle check), the next ledger is created and the ledger list
+  CAS-written to name it, while the current ledger is still written; adds past the entry cap queue meanwhile.
+  In that list the current ledger is listed as *open* (no entry count), so whoever opens the managed ledger
+  recovers it as well as the next one: an entry added to the current ledger is found whether the write
+  happened or not. Then the switch: adds queue, the in-flight ones are acknowledged, the current ledger is
+  closed (a failure to close it is harmless: it is listed as open, and a reader recovers it), the queued adds
+  go to the next ledger in order, and a last list write records the closed ledger's entry count. Nothing is
+  lost or reordered across a rollover.
+* **Deferred rollover** (the metadata store is unavailable). Creating a ledger and writing the list need
+  the metadata store; appending to an open ledger does not. So when the next ledger cannot be created or
+  listed (the store reports itself unhealthy, a call failed, or creating takes longer than
+  ``rollover_create_wait_ms``), the rollover is *deferred*: the current ledger goes on taking entries past its
+  cap, up to ``rollover_deferred_entries_max`` more, and beyond that adds fail at once with
+  :class:`RolloverDeferredError` (the producer's error result; nothing was written). It is retried every
+  ``rollover_retry_interval_ms`` once the store is healthy again, with a random share of that interval first
+  so that the topics of a broker do not all roll at once. A list write whose outcome is unknown (the
+  connection dropped while it was in flight) is settled before the next one (:mod:`.list_writer`); adds go on
+  to the current ledger meanwhile, since both possible lists cover it. Safety does not depend on the store: a
+  broker that took the topic over recovered (fenced) the current ledger, so the adds of this one fail with a
+  fenced error instead of being acknowledged.
 * **Failures.** If the client reports the ledger fenced (another broker recovered it), or a metadata write
   loses a compare-and-set race, this instance is *fenced*: every pending and future add fails with
   :class:`ManagedLedgerFencedError` and it never writes again. Any other add failure fails that add and the
@@ -33,6 +50,7 @@ from dataclasses import dataclass, replace
 import trio
 
 from magnetar.bookkeeper.client import BKError, BookKeeper, LedgerFencedError, LedgerHandle
+from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.cursor_state import CursorState
@@ -47,9 +65,12 @@ from magnetar.managed_ledger.errors import (
     ManagedLedgerTerminatedError,
     ManagedLedgerWriteError,
     MetadataConflictError,
+    MetadataUnavailableError,
+    RolloverDeferredError,
 )
 from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
 from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.list_writer import LedgerListWriter
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.reader import EntryReader
@@ -93,6 +114,8 @@ class Context:
     rng: random.Random
     on_trim_candidate: Callable[[ManagedLedger], None]
     """Called after a rollover and when the slowest cursor enters a new ledger (retention may trim)."""
+    health: MetadataHealth | None = None
+    """The metadata store's health: rollovers are deferred while it is unhealthy (None: no such signal)."""
 
 
 async def create_bk_ledger(ctx: Context, name: str) -> LedgerHandle:
@@ -124,7 +147,9 @@ class ManagedLedger:
         self._ctx = ctx
         self._settings = ctx.settings
         self.ledgers = ledgers
-        self._info_version = info_version
+        self._list_writer = LedgerListWriter(
+            name, ctx.meta, info_version, ctx.settings.metadata_operation_timeout_s
+        )
         self._current = current
         self._properties = properties
         self._terminated_at = terminated_at
@@ -146,6 +171,11 @@ class ManagedLedger:
         self._rolling = False
         self._rollover_done = trio.Event()
         self._rollover_done.set()
+        self._next: LedgerHandle | None = None
+        """The next ledger while a rollover lists it and the current ledger is still written."""
+        self._deferred_since_ms: int | None = None
+        """Set while the rollover is deferred: the current ledger takes entries past its cap."""
+        self.rollovers_deferred_total = 0
         self._undeleted_ledgers: set[int] = set()
         self.cursors: dict[str, ManagedCursor] = {}
         self._cursors_opening: dict[str, trio.Event] = {}
@@ -206,6 +236,16 @@ class ManagedLedger:
     def properties(self) -> dict[str, str]:
         return dict(self._properties)
 
+    @property
+    def rollover_deferred(self) -> bool:
+        """The current ledger takes entries past its cap until the next one can be created."""
+        return self._deferred_since_ms is not None
+
+    @property
+    def entries_past_cap(self) -> int:
+        """Entries pushed to the current ledger beyond ``max_entries_per_ledger``."""
+        return max(0, self._pushed - self._settings.max_entries_per_ledger)
+
     # -- appends --------------------------------------------------------------------------------------------
 
     async def add_entry(self, data: bytes) -> Position:
@@ -243,6 +283,9 @@ class ManagedLedger:
         if self.state is State.LEDGER_OPENED and not self._pending and self._has_room():
             self._send(op)
             return
+        if self.rollover_deferred and self.state is State.LEDGER_OPENED and not self._has_room():
+            callback(self._deferred_cap_error())
+            return
         self._pending.append(op)
         if self.state is State.WRITE_FAILED:
             self._start_new_ledger()  # drains the failed ledger's in-flight adds first
@@ -257,7 +300,18 @@ class ManagedLedger:
         return None
 
     def _has_room(self) -> bool:
-        return self._pushed < self._settings.max_entries_per_ledger
+        limit = self._settings.max_entries_per_ledger
+        if self.rollover_deferred:
+            limit += self._settings.rollover_deferred_entries_max
+        return self._pushed < limit
+
+    def _deferred_cap_error(self) -> RolloverDeferredError:
+        s = self._settings
+        return RolloverDeferredError(
+            f"managed ledger {self.name}: ledger {self.current_ledger_id} holds max_entries_per_ledger + "
+            f"rollover_deferred_entries_max = {s.max_entries_per_ledger + s.rollover_deferred_entries_max} "
+            "entries and no new ledger can be created while the metadata store is unavailable; retry later"
+        )
 
     def _send(self, op: _PendingAdd) -> None:
         handle = self._current
@@ -270,7 +324,7 @@ class ManagedLedger:
             self._on_add_complete(ledger_id, op, result)
 
         handle.add_entry_nowait(op.data, on_complete)
-        if not self._has_room():
+        if self._pushed >= self._settings.max_entries_per_ledger:
             self._start_rollover()
 
     def _on_add_complete(self, ledger_id: int, op: _PendingAdd, result: int | BaseException) -> None:
@@ -347,7 +401,6 @@ class ManagedLedger:
     def _start_rollover(self) -> None:
         if self._rolling or self.state is not State.LEDGER_OPENED:
             return
-        self.state = State.CLOSING_LEDGER
         self._start_new_ledger()
 
     def _start_new_ledger(self) -> None:
@@ -360,12 +413,10 @@ class ManagedLedger:
     async def _rollover(self) -> None:
         failure: ManagedLedgerWriteError | None = None
         try:
-            await self._drain_inflight()
-            closed = await self._close_current()
-            if self.state in (State.FENCED, State.CLOSED, State.TERMINATED):
-                return
-            self.state = State.CREATING_LEDGER
-            await self._create_next_ledger(closed)
+            if self.state is State.LEDGER_OPENED and self._current is not None:
+                await self._roll_current()
+            else:
+                await self._replace_failed_ledger()
         except ManagedLedgerFencedError:
             pass
         except (BKError, ManagedLedgerError, trio.TooSlowError) as exc:
@@ -383,6 +434,145 @@ class ManagedLedger:
         if self.state is State.LEDGER_OPENED:
             self._flush_pending()
             self._ctx.on_trim_candidate(self)
+
+    async def _roll_current(self) -> None:
+        """Create and list the next ledger while the current one is written, then switch (see above)."""
+        handle = await self._create_next()
+        if handle is None:
+            return
+        if self._stopped_writing():
+            await self._delete_bk_ledger(handle.ledger_id)
+            return
+        self._next = handle
+        # From here on the next ledger may be in the stored list: it is never deleted by this instance.
+        if not await self._list_next() or self._stopped_writing():
+            return
+        self.state = State.CLOSING_LEDGER
+        await self._drain_inflight()
+        closed = await self._close_current()
+        if self._stopped_writing():
+            return
+        self._next = None
+        self.ledgers.append(LedgerInfo(handle.ledger_id))
+        self._start_writing(handle, closed)
+        self.spawn(self._record_closed_ledger, "ledger list")
+
+    async def _list_next(self) -> bool:
+        """Write the list naming the next ledger; False if this instance stopped writing meanwhile. While it
+        cannot be written (or its outcome is unknown) the rollover is deferred and the write retried."""
+        async with self._metadata_lock:
+            while True:
+                try:
+                    await self._write_info(list(self.ledgers))
+                    return True
+                except (MetadataUnavailableError, trio.TooSlowError) as exc:
+                    self._defer_rollover(f"writing the ledger list failed: {exc}")
+                await self._pause_before_retry()
+                if self._stopped_writing():
+                    return False
+
+    async def _record_closed_ledger(self) -> None:
+        """Best effort: the list with the closed ledger's entry count (the next list write records it too)."""
+        async with self._metadata_lock:
+            if self._stopped_writing() or self._next is not None:
+                return
+            with contextlib.suppress(ManagedLedgerError, trio.TooSlowError):
+                await self._write_info(list(self.ledgers))
+
+    async def _replace_failed_ledger(self) -> None:
+        """After a failed add: no current ledger to keep writing to, so close it, then create and switch."""
+        await self._drain_inflight()
+        closed = await self._close_current()
+        if self._stopped_writing():
+            return
+        self.state = State.CREATING_LEDGER
+        handle = await self.create_ledger()
+        # A ledger closed with no entries (a failed one) is dropped from the list, as at open.
+        dropped = closed.ledger_id if closed is not None and closed.entries == 0 else None
+        try:
+            async with self._metadata_lock:
+                infos = [i for i in self.ledgers if i.ledger_id != dropped]
+                infos.append(LedgerInfo(handle.ledger_id))
+                await self._write_info_settled(infos)
+                if dropped is not None:
+                    self.ledgers.remove(dropped)
+                self.ledgers.append(LedgerInfo(handle.ledger_id))
+        except ManagedLedgerFencedError:
+            with trio.CancelScope(shield=True):
+                await self._delete_bk_ledger(handle.ledger_id)
+            raise
+        if dropped is not None:
+            await self._delete_bk_ledger(dropped)
+        self._start_writing(handle, closed)
+
+    async def _create_next(self) -> LedgerHandle | None:
+        """Create the next ledger while the current one stays open; None if this instance stopped writing.
+
+        While it cannot be created the rollover is deferred (see the module's docstring) and retried."""
+        while True:
+            health = self._ctx.health
+            if health is not None and not health.healthy and self.state is State.LEDGER_OPENED:
+                self._defer_rollover("the metadata store is unavailable")
+            else:
+                try:
+                    return await self._create_or_defer_when_slow()
+                except (BKError, ManagedLedgerError, trio.TooSlowError) as exc:
+                    if self.state is not State.LEDGER_OPENED:
+                        raise
+                    self._defer_rollover(f"creating the next ledger failed: {exc}")
+            await self._pause_before_retry()
+            if self._stopped_writing():
+                return None
+
+    def _stopped_writing(self) -> bool:
+        """Fenced, closed or terminated (awaits in between may have changed the state)."""
+        return self.state in (State.FENCED, State.CLOSED, State.TERMINATED)
+
+    async def _create_or_defer_when_slow(self) -> LedgerHandle:
+        timer = trio.CancelScope()
+
+        async def defer_when_slow() -> None:
+            with timer:
+                await trio.sleep(self._settings.rollover_create_wait_ms / 1000)
+                if self._rolling and self.state is State.LEDGER_OPENED:
+                    self._defer_rollover(
+                        "creating the next ledger takes longer than rollover_create_wait_ms="
+                        f"{self._settings.rollover_create_wait_ms}"
+                    )
+
+        self.spawn(defer_when_slow, "rollover timer")
+        try:
+            return await self.create_ledger()
+        finally:
+            timer.cancel()
+
+    async def _pause_before_retry(self) -> None:
+        interval_s = self._settings.rollover_retry_interval_ms / 1000
+        health = self._ctx.health
+        if health is not None and not health.healthy:
+            while not await health.wait_healthy(interval_s):
+                if self._stopped_writing():
+                    return
+        # a random share of the interval: the topics of a broker do not all roll at the same instant
+        await trio.sleep(interval_s * (0.1 + 0.9 * self._ctx.rng.random()))
+
+    def _defer_rollover(self, why: str) -> None:
+        if self.rollover_deferred or self.state is not State.LEDGER_OPENED:
+            return
+        self._deferred_since_ms = self._ctx.clock.time_ms()
+        self.rollovers_deferred_total += 1
+        log.info(
+            "managed ledger %s: rollover deferred (%s); ledger %d goes on past its cap of %d entries, up to "
+            "%d more",
+            self.name,
+            why,
+            self.current_ledger_id,
+            self._settings.max_entries_per_ledger,
+            self._settings.rollover_deferred_entries_max,
+        )
+        self._flush_pending()
+        if self._pending:  # beyond the bound too: the producers hear it now instead of waiting
+            self._fail_pending(self._deferred_cap_error())
 
     async def _drain_inflight(self) -> None:
         while self._inflight > 0:
@@ -413,23 +603,20 @@ class ManagedLedger:
         self._current = None
         return closed
 
-    async def _create_next_ledger(self, closed: LedgerInfo | None) -> None:
-        handle = await self.create_ledger()
-        # A ledger closed with no entries (a failed one) is dropped from the list, as at open.
-        dropped = closed.ledger_id if closed is not None and closed.entries == 0 else None
-        async with self._metadata_lock:
-            infos = [i for i in self.ledgers if i.ledger_id != dropped]
-            infos.append(LedgerInfo(handle.ledger_id))
-            try:
-                await self._write_info(infos)
-            except ManagedLedgerFencedError:
-                await self._delete_bk_ledger(handle.ledger_id)
-                raise
-            if dropped is not None:
-                self.ledgers.remove(dropped)
-            self.ledgers.append(LedgerInfo(handle.ledger_id))
-        if dropped is not None:
-            await self._delete_bk_ledger(dropped)
+    def _start_writing(self, handle: LedgerHandle, closed: LedgerInfo | None) -> None:
+        """``handle`` (in the list now) becomes the current ledger."""
+        if self.rollover_deferred and closed is not None:
+            assert self._deferred_since_ms is not None
+            log.info(
+                "managed ledger %s: rolled over after %.1f s deferred: ledger %d closed with %d entries "
+                "(cap %d)",
+                self.name,
+                (self._ctx.clock.time_ms() - self._deferred_since_ms) / 1000,
+                closed.ledger_id,
+                closed.entries,
+                self._settings.max_entries_per_ledger,
+            )
+        self._deferred_since_ms = None
         self._current = handle
         self._pushed = 0
         self._ledger_created_ms = self._ctx.clock.time_ms()
@@ -458,15 +645,45 @@ class ManagedLedger:
 
     # -- metadata -----------------------------------------------------------------------------------------
 
+    def _persisted(self, ledgers: list[LedgerInfo]) -> list[LedgerInfo]:
+        """The list as stored: while a next ledger is listed, the current one is open (no entry count), so an
+        open of the managed ledger recovers both."""
+        if self._next is None:
+            return ledgers
+        current = self.current_ledger_id
+        listed = [LedgerInfo(i.ledger_id) if i.ledger_id == current else i for i in ledgers]
+        return [*listed, LedgerInfo(self._next.ledger_id)]
+
     async def _write_info(self, ledgers: list[LedgerInfo], terminated: Position | None = None) -> None:
-        """CAS-write the ledger list (caller holds the metadata lock); a conflict fences this instance."""
-        info = ManagedLedgerInfo(tuple(ledgers), terminated or self._terminated_at, self._properties)
+        """CAS-write the ledger list (caller holds the metadata lock); a conflict fences this instance. An
+        unknown outcome raises :class:`MetadataUnavailableError` or :class:`trio.TooSlowError`."""
+        info = ManagedLedgerInfo(
+            tuple(self._persisted(ledgers)), terminated or self._terminated_at, self._properties
+        )
         try:
-            with trio.fail_after(self._settings.metadata_operation_timeout_s):
-                self._info_version = await self._ctx.meta.put_ledger_info(self.name, info, self._info_version)
+            await self._list_writer.write(info)
         except MetadataConflictError as exc:
             self._fence(f"metadata version conflict: {exc}")
             raise ManagedLedgerFencedError(f"managed ledger {self.name} is fenced: {exc}") from exc
+
+    async def _write_info_settled(self, ledgers: list[LedgerInfo]) -> None:
+        """As :meth:`_write_info`, retried (the store answering again) for at most
+        ``metadata_operation_timeout_s`` when its outcome is unknown."""
+        deadline = trio.current_time() + self._settings.metadata_operation_timeout_s
+        pause_s = self._settings.rollover_retry_interval_ms / 1000
+        while True:
+            try:
+                await self._write_info(ledgers)
+                return
+            except (MetadataUnavailableError, trio.TooSlowError):
+                if trio.current_time() >= deadline:
+                    raise
+            health = self._ctx.health
+            remaining = max(0.0, deadline - trio.current_time())
+            if health is not None and not health.healthy:
+                await health.wait_healthy(remaining)
+            else:
+                await trio.sleep(min(pause_s, remaining))
 
     def _fence(self, why: str) -> None:
         if self.state is State.FENCED:
@@ -651,6 +868,10 @@ class ManagedLedger:
         if writable and self._current is not None:
             with contextlib.suppress(ManagedLedgerFencedError):
                 await self._close_current()
+        next_ledger, self._next = self._next, None
+        if next_ledger is not None:  # listed by a rollover that did not switch: an empty ledger, closed
+            with contextlib.suppress(BKError):
+                await next_ledger.close()
         self._fail_pending(ManagedLedgerClosedError(f"managed ledger {self.name} is closed"))
         self.state = State.CLOSED
         self._signal_entries_added()

@@ -3,7 +3,9 @@
 1. Read the ledger list (create it if the managed ledger is new).
 2. Open the *last* ledger with recovery: this fences it on the bookies, so a previous owner that is still
    alive can no longer add to it, and fixes its last entry. Record its entry count, size and close time.
-   A ledger that no longer exists is dropped.
+   A ledger that no longer exists is dropped. So is every ledger listed as *open* (no entry count): a
+   rollover lists the next ledger while its writer still writes the current one (see :mod:`.ledger`), so
+   both may hold entries, and both are fenced.
 3. Drop ledgers without entries (deleted from the bookies after the list is written).
 4. Unless the managed ledger is terminated, create a new ledger and CAS-write the list. A version conflict
    means another owner got there first: this open fails and nothing was written.
@@ -44,8 +46,9 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
     else:
         info, version = versioned.value, versioned.version
     ledgers = list(info.ledgers)
-    if ledgers:
-        ledgers[-1] = await _recover_last_ledger(name, ctx, ledgers[-1])
+    for index, listed in enumerate(ledgers):
+        if index == len(ledgers) - 1 or listed.entries == 0:
+            ledgers[index] = await _recover_ledger(name, ctx, listed)
     dropped = [i.ledger_id for i in ledgers if i.entries == 0]
     kept = [i for i in ledgers if i.entries > 0]
     handle = None
@@ -75,14 +78,14 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
     return ml
 
 
-async def _recover_last_ledger(name: str, ctx: Context, last: LedgerInfo) -> LedgerInfo:
+async def _recover_ledger(name: str, ctx: Context, last: LedgerInfo) -> LedgerInfo:
     try:
         with trio.fail_after(ctx.settings.metadata_operation_timeout_s):
             handle = await ctx.bk.open_ledger(
                 last.ledger_id, password=ctx.settings.password, recovery=True, use_stored_password=True
             )
     except NoSuchLedgerError:
-        log.warning("managed ledger %s: last ledger %d no longer exists; dropping it", name, last.ledger_id)
+        log.warning("managed ledger %s: ledger %d no longer exists; dropping it", name, last.ledger_id)
         return replace(last, entries=0, size_bytes=0)
     try:
         recovered = replace(

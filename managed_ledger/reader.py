@@ -4,6 +4,11 @@ A range ``[start, ...]`` is cut at ledger boundaries; each piece is served from 
 entry is there, else from the bookies: the current ledger through the writer's handle, closed ledgers through
 read handles opened *without* recovery (a reader must never fence the writer) and kept in a small LRU so a
 catch-up reader does not re-open a ledger per batch. The client pipelines the reads of one piece.
+
+A ledger of the list other than the current one whose metadata is not closed (its writer moved on to the next
+ledger, but closing this one failed - the metadata store went away at that instant) is opened *with*
+recovery: nobody writes it any more, and recovery closes it at its last entry so it can be read to its end
+(a handle opened without recovery would know no entry of it).
 """
 
 from __future__ import annotations
@@ -83,6 +88,16 @@ class EntryReader:
         handle = await self._bk.open_ledger(
             ledger_id, password=self._password, recovery=False, use_stored_password=True
         )
+        if not handle.is_closed:
+            log.info(
+                "managed ledger %s: ledger %d was left unclosed by its writer: recovering it",
+                self._name,
+                ledger_id,
+            )
+            await handle.close()
+            handle = await self._bk.open_ledger(
+                ledger_id, password=self._password, recovery=True, use_stored_password=True
+            )
         self._handles[ledger_id] = handle
         while len(self._handles) > self._handles_max:
             _, evicted = self._handles.popitem(last=False)

@@ -36,6 +36,18 @@ class ManagedLedgerSettings(BaseModel):
     rollover_check_interval_s: float = Field(60, gt=0)
     """How often idle topics are checked for a due rollover (so retention works on quiet topics)."""
 
+    rollover_deferred_entries_max: int = Field(50_000, ge=0, le=10_000_000)
+    """How far past ``max_entries_per_ledger`` the current ledger may take entries while the next ledger
+    cannot be created (the metadata store is unavailable); beyond it adds fail at once with the producer's
+    error result until the rollover happens (0: none past the cap)."""
+    rollover_create_wait_ms: int = Field(500, ge=0, le=60_000)
+    """How long adds wait at the entry cap for the next ledger to be created before the current ledger takes
+    them past the cap (so a slow metadata store does not stall publishing, and a healthy one keeps ledgers
+    at exactly ``max_entries_per_ledger``)."""
+    rollover_retry_interval_ms: int = Field(1_000, ge=10, le=600_000)
+    """Pause between attempts to create the next ledger while a rollover is deferred (after the metadata store
+    reports itself healthy again, if it was not)."""
+
     pending_adds_max: int = Field(10_000, ge=1)
     """Adds waiting for a ledger (during rollover) or in flight; more adds wait (back-pressure)."""
     metadata_operation_timeout_s: float = Field(60, gt=0)

@@ -10,6 +10,10 @@ new node first and deletes the old one (a reader may briefly see both; ``list_bo
 bookie as read-only). After the metadata session is lost its ephemeral nodes are gone: on
 ``SESSION_REESTABLISHED`` the bookie registers again. On shutdown it deletes its node (the session's end
 would too, later).
+
+A metadata outage changes nothing else: reads and writes need no metadata, so the bookie serves on. A mode
+switch that falls in an outage waits for the store (``store.health``) instead of retrying blindly, and is
+registered as soon as the store is back.
 """
 
 from __future__ import annotations
@@ -75,12 +79,21 @@ class BookieRegistration:
                 try:
                     await self._converge()
                 except (RegistrationError, MetadataStoreError) as exc:
-                    log.error("re-registration failed, retrying in %.1fs: %s", self._retry_s, exc)
-                    await trio.sleep(self._retry_s)
+                    await self._pause_after(exc)
                     self._wakeup.set()
         finally:
             unlisten_session()
             unlisten_mode()
+
+    async def _pause_after(self, failure: Exception) -> None:
+        health = self._store.health
+        if health.healthy:
+            log.error("re-registration failed, retrying in %.1fs: %s", self._retry_s, failure)
+            await trio.sleep(self._retry_s)
+            return
+        log.warning("registration waits for the metadata store (%s): %s", health.state.value, failure)
+        while not await health.wait_healthy(self._retry_s):
+            pass
 
     async def unregister(self) -> None:
         """Delete our node (shielded, bounded): the bookie leaves the available lists at once."""

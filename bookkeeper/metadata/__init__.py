@@ -18,6 +18,7 @@ from magnetar.bookkeeper.metadata.api import (
     ValueTooLargeError,
 )
 from magnetar.bookkeeper.metadata.factory import InvalidMetadataUrlError, open_metadata_store
+from magnetar.bookkeeper.metadata.health import HealthChange, HealthState, MetadataHealth
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 
@@ -26,9 +27,12 @@ __all__ = [
     "METADATA_VALUE_BYTES_MAX",
     "BadVersionError",
     "GetResult",
+    "HealthChange",
+    "HealthState",
     "InvalidMetadataUrlError",
     "InvalidPathError",
     "MemoryMetadataStore",
+    "MetadataHealth",
     "MetadataStore",
     "MetadataStoreError",
     "MetadataStoreSettings",

@@ -22,6 +22,8 @@ a stock ZooKeeper.
 
 Change notifications (:class:`Notification`) and session events (:class:`SessionEvent`) are delivered to
 synchronous listeners on the trio thread. Listeners must not block; to do work, hand the event to a task.
+Every store also keeps its :class:`~.health.MetadataHealth` (``store.health``), updated from the same
+events before any listener sees them: whether the store can be used now, and since when it cannot.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from magnetar.bookkeeper.metadata.health import MetadataHealth
 
 METADATA_PATH_BYTES_MAX = 4 * 1024
 """Longest path accepted (UTF-8 bytes); bounds what a request adds to the value."""
@@ -140,6 +145,11 @@ class MetadataStore(Protocol):
     def register_listener(self, listener: NotificationListener) -> Unregister: ...
 
     def register_session_listener(self, listener: SessionListener) -> Unregister: ...
+
+    @property
+    def health(self) -> MetadataHealth:
+        """Whether the store can be used now (see :mod:`.health`)."""
+        ...
 
     async def aclose(self) -> None: ...
 

@@ -4,6 +4,11 @@
 name in this process, and each store is its own session: ephemeral nodes of a store disappear when it is
 closed or when :meth:`MemoryMetadataStore.expire_session` simulates a ZooKeeper session expiry. That lets a
 test run two "brokers" against one store and kill one of them.
+
+Outages are simulated as ZooKeeper clients see them: :meth:`~MemoryMetadataStore.disconnect` (every operation
+of this store fails with :class:`~.api.StoreUnavailableError`, others go on), :meth:`~MemoryMetadataStore.
+expire_session` while disconnected (the server drops the session's ephemeral nodes at once, so other stores
+see them go; this store learns it only when it reconnects) and :meth:`~MemoryMetadataStore.reconnect`.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from magnetar.bookkeeper.metadata.api import (
     sequential_name,
     validate_path,
 )
+from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.metadata.listeners import ListenerSet
 
 _session_ids = itertools.count(1)
@@ -88,6 +94,10 @@ class MemoryMetadataStore:
         self._closed = False
         self._listeners: ListenerSet[Notification] = ListenerSet()
         self._session_listeners: ListenerSet[SessionEvent] = ListenerSet()
+        self.health = MetadataHealth()
+        self._session_listeners.add(self.health.on_session_event)  # first: listeners see the new health
+        self._connected = True
+        self._expired_while_disconnected = False
         tree.stores.add(self)
 
     # -- reads -------------------------------------------------------------------------------------------
@@ -184,12 +194,38 @@ class MemoryMetadataStore:
         self._listeners.emit(event)
 
     def expire_session(self) -> None:
-        """Simulate a session expiry: drop this session's ephemeral nodes, then start a new session."""
+        """Simulate a session expiry: drop this session's ephemeral nodes, then start a new session.
+
+        While disconnected the nodes are dropped at once but the events wait for :meth:`reconnect`."""
+        if not self._connected:
+            self._drop_ephemerals()
+            self._expired_while_disconnected = True
+            return
         self._session_listeners.emit(SessionEvent.CONNECTION_LOST)
         self._drop_ephemerals()
         self._session_listeners.emit(SessionEvent.SESSION_LOST)
         self._session = next(_session_ids)
         self._session_listeners.emit(SessionEvent.SESSION_REESTABLISHED)
+
+    def disconnect(self) -> None:
+        """Simulate a lost connection: this store's operations fail until :meth:`reconnect`."""
+        if not self._connected:
+            return
+        self._connected = False
+        self._session_listeners.emit(SessionEvent.CONNECTION_LOST)
+
+    def reconnect(self) -> None:
+        """End a simulated disconnection: the same session, or a new one if it expired meanwhile."""
+        if self._connected:
+            return
+        self._connected = True
+        if self._expired_while_disconnected:
+            self._expired_while_disconnected = False
+            self._session_listeners.emit(SessionEvent.SESSION_LOST)
+            self._session = next(_session_ids)
+            self._session_listeners.emit(SessionEvent.SESSION_REESTABLISHED)
+        else:
+            self._session_listeners.emit(SessionEvent.RECONNECTED)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -203,6 +239,8 @@ class MemoryMetadataStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreUnavailableError("metadata store is closed")
+        if not self._connected:
+            raise StoreUnavailableError("not connected to the metadata store (simulated outage)")
 
     def _ensure_parents(self, path: str) -> _Node:
         node = self._tree.nodes.get(path)

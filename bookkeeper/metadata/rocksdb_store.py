@@ -67,6 +67,7 @@ from magnetar.bookkeeper.metadata.api import (
     sequential_name,
     validate_path,
 )
+from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.metadata.listeners import ListenerSet
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ class RocksDbMetadataStore:
         self._sync_writes.sync = True
         self._closed = False
         self._listeners: ListenerSet[Notification] = ListenerSet()
+        self.health = MetadataHealth()
+        """Always healthy: an embedded store has no connection or session to lose."""
 
     @classmethod
     def open(

@@ -86,6 +86,7 @@ from magnetar.bookkeeper.metadata.api import (
     parent_of,
     validate_path,
 )
+from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.metadata.listeners import ListenerSet
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
 
@@ -242,6 +243,8 @@ class ZkMetadataStore:
         self._token = trio.lowlevel.current_trio_token()
         self._listeners: ListenerSet[Notification] = ListenerSet()
         self._session_listeners: ListenerSet[SessionEvent] = ListenerSet()
+        self.health = MetadataHealth()
+        self._session_listeners.add(self.health.on_session_event)  # first: listeners see the new health
         self._ready = trio.Event()
         self._open_error: BaseException | None = None
         self._session_id: int | None = None

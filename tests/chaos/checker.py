@@ -171,6 +171,13 @@ class Checker:
             and any(key in self._seen[s] for s in self.subscriptions)
         )
 
+    def longest_gap_between(self, start: float, end: float) -> float:
+        """The longest time without any acknowledgement within ``[start, end]`` (the window's edges count as
+        acknowledgements: a gap that began before ``start`` is counted from ``start``)."""
+        inside = [t for t in sorted(self._ack_times) if start <= t <= end]
+        edges = [start, *inside, end]
+        return max((b - a for a, b in itertools.pairwise(edges)), default=0.0)
+
     def acks_since(self, since: float) -> int:
         return sum(1 for t in self._ack_times if t >= since)
 

@@ -20,6 +20,7 @@ import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 from chaos.checker import Checker, Verdict, summary_table
@@ -56,6 +57,8 @@ class Scenario:
     exits: ClusterExits = field(default_factory=ClusterExits)
     topic: str = field(default_factory=lambda: f"chaos-{uuid.uuid4().hex[:8]}")
     notes: list[str] = field(default_factory=list)
+    fault_window: tuple[float, float] | None = None
+    """From the start of the fault script to the end of the steady phase after it (trio time)."""
 
     def __post_init__(self) -> None:
         self.checker = Checker(list(self.config.subscriptions), trio.current_time)
@@ -149,10 +152,12 @@ class Scenario:
                     self.phase("warmup")
                     await self.recovered(what="(the cluster never served)")
                     await self.hold(config.warmup_s)
+                    faults_started = trio.current_time()
                     await faults(self)
                     self.phase("steady")
                     await self.recovered(what="(after the faults)")
                     await self.hold(config.steady_s)
+                    self.fault_window = (faults_started, trio.current_time())
                     self.workload.stop_producing.set()
                 self.phase("drain")
                 await self.workload.wait_until(
@@ -165,6 +170,34 @@ class Scenario:
         SUMMARIES.append(table)
         return verdict
 
+    def longest_gap_in_faults(self) -> float:
+        """The longest time without any acknowledgement from the start of the faults to the end of steady."""
+        assert self.fault_window is not None, "the scenario has not run"
+        return self.checker.longest_gap_between(*self.fault_window)
+
+    async def broker_metric(self, broker: str, name: str) -> float:
+        """The sum of the samples of metric ``name`` on ``broker``'s ``/metrics`` (0 when absent)."""
+        url = self.cluster.broker_urls[self.cluster.broker_names.index(broker)] + "/metrics"
+        text = await trio.to_thread.run_sync(_get_text, url)
+        total = 0.0
+        for line in text.splitlines():
+            metric, _, value = line.rpartition(" ")
+            if metric.split("{")[0] == name:
+                total += float(value)
+        return total
+
+    async def ledger_entries(self) -> list[int]:
+        """Entries of each ledger of the topic (its owner's internal stats; the open ledger's live count)."""
+        owner = await self.owner()
+        url = self.cluster.broker_urls[self.cluster.broker_names.index(owner)]
+        stats: dict[str, Any] = await trio.to_thread.run_sync(
+            _get_json, f"{url}/admin/v2/{NAMESPACE}/{self.topic}/internalStats"
+        )
+        entries = [int(ledger["entries"]) for ledger in stats["ledgers"]]
+        if entries:
+            entries[-1] = int(stats.get("currentLedgerEntries", entries[-1]))
+        return entries
+
     def report(self) -> str:
         start = self.checker.phases[0][0]
         timeline = ", ".join(f"{t - start:.1f}s {name}" for t, name in self.checker.phases)
@@ -174,8 +207,14 @@ class Scenario:
             f"connect failures: {self.workload.stats.connect_failures}\nprocess logs:\n{logs}"
         )
 
-    def assert_ok(self, verdict: Verdict) -> None:
+    def assert_ok(self, verdict: Verdict, *, ack_gap_max_s: float | None = None) -> None:
+        """The checker's verdict holds, nothing crashed, something was acknowledged, and (when given) no gap
+        between acknowledgements during the faults reached ``ack_gap_max_s``."""
         problems = []
+        if ack_gap_max_s is not None:
+            gap = self.longest_gap_in_faults()
+            if gap >= ack_gap_max_s:
+                problems.append(f"an ack gap of {gap:.2f} s during the faults (bound {ack_gap_max_s} s)")
         if not verdict.ok:
             problems.append("the checker found violations:\n" + "\n".join(verdict.details))
         if self.exits.exits:
@@ -191,7 +230,13 @@ class Scenario:
             )
 
 
-def _get_json(url: str) -> dict[str, str]:
+def _get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=5) as response:
-        document: dict[str, str] = json.loads(response.read())
+        document: dict[str, Any] = json.loads(response.read())
         return document
+
+
+def _get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text: str = response.read().decode()
+        return text

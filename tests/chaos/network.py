@@ -2,7 +2,8 @@
 
 * every bookie listens on 127.0.0.1:P but registers as ``127.0.1.<i+1>:P``, where a proxy listens and
   forwards to it: all broker -> bookie traffic of bookie *i* crosses ``network.bookies[i]``;
-* every broker reaches ZooKeeper through its own proxy, ``network.zookeeper["broker-<i>"]``.
+* every broker reaches ZooKeeper through its own proxy, ``network.zookeeper["broker-<i>"]``; with
+  ``bookies_through_zookeeper_proxies`` every bookie too, ``network.zookeeper["bookie-<i>"]``.
 
 Clients reach the brokers directly. Why proxies and not network namespaces with ``tc netem``: this machine's
 kernel (and CI's, the same kind) has neither the ``netem`` qdisc nor any tc action (``tc qdisc add ... netem``
@@ -46,7 +47,7 @@ class Network:
 
 @asynccontextmanager
 async def open_proxied_cluster(
-    data_dir: Path, exits: ClusterExits, **overrides: Any
+    data_dir: Path, exits: ClusterExits, *, bookies_through_zookeeper_proxies: bool = False, **overrides: Any
 ) -> AsyncIterator[tuple[DevCluster, Network]]:
     bookies = int(overrides.get("bookies", 3))
     addresses = [f"127.0.1.{index + 1}" for index in range(bookies)]
@@ -64,7 +65,10 @@ async def open_proxied_cluster(
                     proxy = TcpProxy("127.0.0.1", port, listen_host=address, listen_port=port)
                     await proxies.start(proxy.run)
                     network.bookies.append(proxy)
-                for name in cluster.broker_names:
+                zookeeper_clients = list(cluster.broker_names)
+                if bookies_through_zookeeper_proxies:
+                    zookeeper_clients += cluster.bookie_names
+                for name in zookeeper_clients:
                     proxy = TcpProxy("127.0.0.1", zk_port)
                     await proxies.start(proxy.run)
                     network.zookeeper[name] = proxy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from chaos.checker import Checker, payload_for, summary_table
 
 
@@ -126,3 +127,14 @@ def test_messages_sent_in_a_phase_and_delivered_are_found() -> None:
     deliver(checker, "a", "p", [0, 1, 3])
     assert checker.delivered_sent_in("paused", "p") == [("p", 3)]
     assert checker.delivered_sent_in("paused", "other") == []
+
+
+def test_the_longest_gap_within_a_window_counts_from_its_edges() -> None:
+    checker, clock = make()
+    for seq, at in enumerate([1.0, 1.5, 4.0, 4.2, 9.0]):
+        clock.now = at
+        checker.sent("p", seq)
+        checker.acked("p", seq, f"0:{seq}", "broker-0")
+    assert checker.longest_gap_between(1.2, 5.0) == 2.5  # 1.5 -> 4.0
+    assert checker.longest_gap_between(4.1, 6.0) == pytest.approx(1.8)  # 4.2 -> the window's end
+    assert checker.longest_gap_between(2.0, 3.0) == 1.0  # no ack inside: the whole window

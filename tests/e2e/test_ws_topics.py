@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable
@@ -99,7 +100,7 @@ def test_lookup_health_and_metrics(broker: Broker, ws_connect: Connect) -> None:
     assert "magnetar_publish_latency_seconds_bucket" in metrics
 
 
-def test_a_non_owner_redirects_and_a_lost_session_moves_the_topic(
+def test_a_non_owner_redirects_and_a_lost_session_moves_the_topic_only_when_another_broker_takes_it(
     cluster: Cluster, ws_connect: Connect
 ) -> None:
     first = cluster.start_broker()
@@ -112,15 +113,31 @@ def test_a_non_owner_redirects_and_a_lost_session_moves_the_topic(
         assert json.load(answer)["httpUrl"] == first.service.http_url
     redirected = ws_connect(f"{second.ws_url}/ws/v2/reader/{NS}/moving?messageId=earliest")
     assert texts(receive(redirected, 10)) == [f"m{i}" for i in range(10)]
-    # the first broker loses its metadata session: it stops serving at once, the second takes over
+    # the first broker is cut off from the store and its session expires there: it serves on
+    first.call_sync(first.metadata.disconnect)
     first.call_sync(first.metadata.expire_session)
-    opcode, _ = producer.recv_data(control_frame=True)
-    assert opcode == websocket.ABNF.OPCODE_CLOSE
-    assert first.service.topics == {}
+    assert [a["result"] for a in publish_many(producer, ["m10", "m11"])] == ["ok", "ok"]
+    # the second broker reaches the store: a client asking it takes the topic over there (fencing the ledger)
     again = ws_connect(f"{second.ws_url}/ws/v2/producer/{NS}/moving")
-    assert publish_many(again, ["m10"])[0]["result"] == "ok"
+    assert publish_many(again, ["m12"])[0]["result"] == "ok"
+    # the first broker's next write is fenced: never acknowledged; it drops the topic and its clients
+    send_json(producer, {"payload": "bTEz", "context": "13"})  # "m13"
+    answer = producer.recv_data(control_frame=True)
+    if answer[0] == websocket.ABNF.OPCODE_TEXT:
+        assert json.loads(answer[1])["result"].startswith("send-error")
+        answer = producer.recv_data(control_frame=True)
+    assert answer[0] == websocket.ABNF.OPCODE_CLOSE
+    assert first.service.topics == {}
+    # back in touch with the store, the first broker finds the bundle taken and gives it up
+    first.call_sync(first.metadata.reconnect)
+    deadline = time.monotonic() + 5
+    while first.call_sync(lambda: first.service.ownership.owned):
+        assert time.monotonic() < deadline, "the first broker kept the bundle another broker owns"
+        time.sleep(0.05)
+    with urllib.request.urlopen(f"{first.http_url}/lookup/v2/topic/{NS}/moving") as answer_:
+        assert json.load(answer_)["httpUrl"] == second.service.http_url
     reader = ws_connect(f"{second.ws_url}/ws/v2/reader/{NS}/moving?messageId=earliest")
-    assert texts(receive(reader, 11)) == [f"m{i}" for i in range(11)]
+    assert texts(receive(reader, 13)) == [f"m{i}" for i in range(13)]
 
 
 def test_concurrent_first_requests_load_a_topic_once(broker: Broker) -> None:

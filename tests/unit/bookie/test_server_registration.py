@@ -79,6 +79,26 @@ async def test_bookie_registers_again_after_a_session_loss() -> None:
         assert await list_bookies(metadata) == BookieLists(writable=[bk.bookie_id])
 
 
+async def test_a_metadata_outage_changes_nothing_but_waits_to_register_a_mode_switch() -> None:
+    shared = "bookie-outage-test"
+    metadata, observer = MemoryMetadataStore(shared), MemoryMetadataStore(shared)
+    async with running_bookie(metadata=metadata) as bk, open_tcp_transport() as transport:
+        registration = bk.bookie.registration
+        assert registration is not None
+        metadata.disconnect()
+        metadata.expire_session()  # the registration is gone on the server; the bookie learns it later
+        accepted = await call(transport, bk.bookie_id, add_request(7, 0))
+        assert accepted.status is BookieStatus.EOK  # writes need no metadata
+        bk.bookie.state.set(True, "test")  # a mode switch during the outage waits for the store
+        await trio.testing.wait_all_tasks_blocked()
+        assert await list_bookies(observer) == BookieLists()
+        metadata.reconnect()
+        with trio.fail_after(5):
+            while await list_bookies(observer) != BookieLists(readonly=[bk.bookie_id]):
+                await trio.sleep(0.01)
+        assert registration.registrations == 2
+
+
 async def _free_port() -> int:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port: int = listeners[0].socket.getsockname()[1]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from magnetar.bookkeeper.metadata import MemoryMetadataStore
+from magnetar.bookkeeper.metadata import MemoryMetadataStore, StoreUnavailableError
 from magnetar.broker.policies import (
     AlreadyExists,
     ConcurrentModificationError,
@@ -107,3 +107,29 @@ async def test_partitioned_topics_only_grow(policies: PolicyStore) -> None:
 def test_retention_validity_table(time: int, size: int, valid: bool) -> None:
     policy = RetentionPolicies(retentionTimeInMinutes=time, retentionSizeInMB=size)
     assert (policy.validity_error() is None) is valid
+
+
+async def test_during_an_outage_reads_answer_the_last_known_policies() -> None:
+    store = MemoryMetadataStore()
+    policies = PolicyStore(store, last_known_max=2)
+    await policies.create_tenant("acme", TenantInfo(allowedClusters=["standalone"]))
+    await policies.create_namespace("acme/a", Policies(message_ttl_in_seconds=30))
+    await policies.create_namespace("acme/b", Policies())
+    await policies.create_namespace("acme/c", Policies())
+    for namespace in ("acme/a", "acme/b", "acme/c"):
+        assert await policies.get_namespace(namespace) is not None
+    assert await policies.get_partitions("acme/b", "never-partitioned") == 0  # absent is known too
+    store.disconnect()
+    assert await policies.get_partitions("acme/b", "never-partitioned") == 0
+    known = await policies.get_namespace("acme/c")
+    assert known is not None
+    with pytest.raises(StoreUnavailableError):  # beyond last_known_max: forgotten, least recent first
+        await policies.get_namespace("acme/a")
+    with pytest.raises(StoreUnavailableError):  # writes are not answered from memory
+        await policies.update_namespace("acme/c", lambda p: p)
+    store.reconnect()
+    await policies.delete_namespace("acme/c")
+    store.disconnect()
+    with pytest.raises(StoreUnavailableError):  # a deleted document is not remembered
+        await policies.get_namespace("acme/c")
+    store.reconnect()

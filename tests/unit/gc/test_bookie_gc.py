@@ -25,6 +25,7 @@ from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.errors import NoLedgerError
 from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
 from magnetar.bookkeeper.metadata.api import MetadataStore, StoreUnavailableError
+from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.metadata.ledger_paths import ledger_path
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.gc.collector import BookieGarbageCollector, DiskPressure
@@ -63,6 +64,8 @@ class HidingStore:
 
 
 class FailingStore:
+    health = MetadataHealth()  # it says healthy; every read fails all the same
+
     async def exists(self, path: str) -> bool:
         raise StoreUnavailableError("connection lost")
 
@@ -381,6 +384,55 @@ async def test_metadata_unreachable_deletes_nothing(tmp_path: Path) -> None:
         assert result.deleted_ledgers == []
         assert sorted(store.ledgers()) == [1, 2]
         assert_readable(store, (1, 2), 100)
+
+
+async def test_while_the_metadata_store_is_away_the_collector_pauses(tmp_path: Path) -> None:
+    settings = engine_settings(tmp_path / "bookie")
+    metadata = MemoryMetadataStore("gc-outage")
+    async with open_ledger_store(settings) as store:
+        await write_entries(store, [1, 2], 100)
+        await register_ledgers(metadata, [1])
+        metadata.disconnect()
+        gc = BookieGarbageCollector(store, metadata, gc_settings())
+        result = await gc.run_once()
+        assert result is not None
+        assert result.deleted_ledgers == []
+        assert gc.stats.ledger_checks_paused == 1
+        assert gc.details()["ledgerChecksPaused"] == 1
+        metadata.reconnect()
+        result = await gc.run_once()
+        assert result is not None
+        assert result.deleted_ledgers == [2]  # once it is back, the pass acts
+    await metadata.aclose()
+
+
+class OutageDuringListing(MemoryMetadataStore):
+    """The connection drops and comes back while a listing is read, to a server whose view lags: it does
+    not know ledger 3 yet, neither in the listing nor on the re-read (a view assembled across an outage)."""
+
+    async def get_children(self, path: str) -> list[str]:
+        children = await super().get_children(path)
+        self.disconnect()
+        self.reconnect()
+        return [c for c in children if not c.endswith("0003")]
+
+    async def exists(self, path: str) -> bool:
+        return not path.endswith("0003") and await super().exists(path)
+
+
+async def test_a_comparison_an_outage_interrupted_deletes_nothing(tmp_path: Path) -> None:
+    settings = engine_settings(tmp_path / "bookie")
+    metadata = OutageDuringListing("gc-outage-during")
+    async with open_ledger_store(settings) as store:
+        await write_entries(store, [1, 2, 3], 100)
+        await register_ledgers(metadata, [1, 2, 3])
+        gc = BookieGarbageCollector(store, metadata, gc_settings())
+        result = await gc.run_once()
+        assert result is not None
+        assert result.deleted_ledgers == []
+        assert sorted(store.ledgers()) == [1, 2, 3]
+        assert gc.stats.ledger_checks_paused == 1
+    await metadata.aclose()
 
 
 async def test_a_ledger_deleted_later_is_collected_by_the_next_pass(

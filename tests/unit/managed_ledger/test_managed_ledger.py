@@ -224,7 +224,12 @@ async def test_120000_entries_make_ledgers_of_50000_50000_and_20000() -> None:
         update={"max_entries_per_ledger": 50_000, "ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1}
     )
     metadata = MemoryMetadataStore()
-    client_settings = ClientSettings(ensemble_size=1, write_quorum=1, ack_quorum=1)
+    # The rule under test is the rollover, not the add timeout: on a loaded machine the 120,000 adds queued
+    # in this one process can wait longer than the default 5 s, and a timed-out add with no spare bookie
+    # fails the managed ledger.
+    client_settings = ClientSettings(
+        ensemble_size=1, write_quorum=1, ack_quorum=1, add_timeout_ms=120_000, read_timeout_ms=120_000
+    )
     async with (
         open_in_process_bookies(metadata, 1) as bookies,
         open_bookkeeper(metadata, bookies.transport, client_settings) as bk,

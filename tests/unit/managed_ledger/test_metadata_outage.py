@@ -30,6 +30,8 @@ SETTINGS = ManagedLedgerSettings(
     max_entries_per_ledger=20,
     min_ledger_rollover_time_min=0,
     mark_delete_rate_per_s=1000,
+    metadata_operation_timeout_s=0.5,
+    rollover_retry_interval_ms=50,
 )
 
 
@@ -101,36 +103,22 @@ async def test_cursor_flushes_during_an_outage_fail_quietly_and_persist_afterwar
     assert await ml.add_entry(b"after") > positions[-1]
 
 
-async def test_a_rollover_during_an_outage_fails_the_adds_then_recovers(
-    factory: ManagedLedgerFactory, outage: OutageStore
-) -> None:
-    ml = await factory.open("t/ns/persistent/outage-rollover")
-    for i in range(SETTINGS.max_entries_per_ledger):
-        await ml.add_entry(f"m{i}".encode())
-    outage.down = True  # the next add needs a new ledger, which needs a metadata write
-    with pytest.raises(ManagedLedgerError):
-        await ml.add_entry(b"during")
-    outage.down = False
-    with trio.fail_after(10):
-        while True:
-            try:
-                await ml.add_entry(b"after")
-                break
-            except ManagedLedgerError:
-                await trio.sleep(0.05)  # the managed ledger retries its rollover on the next add
-    assert len(ml.ledgers) >= 2
-
-
 async def test_an_add_made_by_the_failure_callback_of_a_rollover_is_not_parked(
-    factory: ManagedLedgerFactory, outage: OutageStore
+    factory: ManagedLedgerFactory, outage: OutageStore, in_process_bookies: InProcessBookies
 ) -> None:
     """A topic writes its next batch from the callback that fails the previous one (its in-flight count drops
     to 0). When that callback ran inside the failed rollover, the new add found the rollover still marked as
     running, queued itself and waited for a retry that nothing started: the topic waited for it forever (the
-    ZooKeeper chaos scenario's "no recovery" once the topic stopped pipelining small batches)."""
+    ZooKeeper chaos scenario's "no recovery" once the topic stopped pipelining small batches). A rollover
+    fails when it must replace a failed ledger and cannot list the new one in metadata_operation_timeout_s."""
     ml = await factory.open("t/ns/persistent/outage-reentrant")
-    for i in range(SETTINGS.max_entries_per_ledger):
+    for i in range(3):
         await ml.add_entry(f"m{i}".encode())
+    crashed = in_process_bookies.ids[0]
+    in_process_bookies.crash(crashed)  # the current ledger fails (no spare bookie to replace it with)
+    with pytest.raises(ManagedLedgerError):
+        await ml.add_entry(b"doomed")
+    in_process_bookies.restart(crashed)
     outcomes: list[object] = []
 
     def add_next(result: object) -> None:
@@ -139,7 +127,7 @@ async def test_an_add_made_by_the_failure_callback_of_a_rollover_is_not_parked(
             outage.down = False  # the store is back by the time the next batch goes out
             ml.add_entry_nowait(b"next batch", outcomes.append)
 
-    outage.down = True
+    outage.down = True  # the failed ledger's replacement cannot be listed: after 0.5 s it fails
     ml.add_entry_nowait(b"first batch", add_next)
     with trio.fail_after(10):
         while len(outcomes) < 2:

@@ -14,6 +14,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.serialization import int_int_struct, write_string
 
 from magnetar.bookkeeper.metadata import (
+    HealthState,
     Notification,
     NotificationType,
     SessionEvent,
@@ -67,6 +68,8 @@ async def test_session_expiry_drops_ephemerals_and_reestablishes(
 
         proxy.partition()
         await sessions.wait_for_all([SessionEvent.CONNECTION_LOST])
+        assert not store.health.healthy
+        assert store.health.state is HealthState.DISCONNECTED
         with pytest.raises(StoreUnavailableError):
             await store.get("/owner")
         # The server expires the session it no longer hears from, and its ephemeral node with it.
@@ -76,6 +79,8 @@ async def test_session_expiry_drops_ephemerals_and_reestablishes(
             [SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST, SessionEvent.SESSION_REESTABLISHED]
         )
         assert SessionEvent.RECONNECTED not in sessions.events
+        assert store.health.healthy
+        assert (store.health.generation, store.health.sessions_lost_total) == (1, 1)
         assert old_session is not None
         assert store.client_id is not None
         assert store.client_id[0] != old_session[0]
@@ -107,6 +112,8 @@ async def test_notifications_and_session_survive_a_server_restart(private_zookee
             [SessionEvent.CONNECTION_LOST, SessionEvent.RECONNECTED], settings.session_timeout_ms / 1000
         )
         assert SessionEvent.SESSION_LOST not in sessions.events
+        assert store.health.healthy
+        assert (store.health.generation, store.health.sessions_lost_total) == (1, 0)
 
         await store.put("/after-restart", b"x", -1)
         await notes.wait_for_all([Notification(NotificationType.CREATED, "/after-restart")])
