@@ -10,6 +10,7 @@ One subpackage per kind:
 - :mod:`.processes`: the composition roots of the long-running processes (bookie, broker, standalone), their
   settings loading, the dev cluster, the supervisor and the ZooKeeper runner.
 
-:mod:`.range_frames` (the framing of range reads) is shared by :mod:`.rest` and :mod:`.spark`, so it sits
-beside them. ``tests/unit/test_architecture.py`` holds which subpackage may import which.
+:mod:`.range_frames` (the framing of range reads, shared by :mod:`.rest` and :mod:`.spark`) and
+:mod:`.pulsar_batch` (Pulsar's batch wire form, shared by :mod:`.rest` and the admin client in :mod:`.cli`)
+sit beside them. ``tests/unit/test_architecture.py`` holds which subpackage may import which.
 """

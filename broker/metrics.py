@@ -1,16 +1,46 @@
-"""The broker's Prometheus metrics, named as Pulsar's topic metrics with a ``magnetar_`` prefix.
+"""The broker's Prometheus metrics, under Pulsar's names, labels and meanings.
 
-Per topic (labels ``cluster``, ``namespace``, ``topic``): ``magnetar_in_messages_total``,
-``magnetar_in_bytes_total``, ``magnetar_out_messages_total``, ``magnetar_out_bytes_total``,
-``magnetar_storage_size``, ``magnetar_msg_backlog``, ``magnetar_producers_count``,
-``magnetar_subscriptions_count``, ``magnetar_consumers_count`` and the publish latency histogram
-``magnetar_publish_latency_seconds`` (message received by the broker -> stored with the ack quorum). Broker-
-wide: ``magnetar_topics_count``. The names are declared once, below (:data:`TOPIC_FAMILIES` and the families
-after it); the layers above declare theirs in their own module (the storage figures:
-:mod:`magnetar.admin.processes.metrics`).
+Pulsar's dashboards and alerts query these names (Pulsar's ``NamespaceStatsAggregator`` / ``TopicStats``), so
+the broker exports them as Pulsar does:
 
-Metadata outages (broker-wide, see :mod:`.metadata_outage`): ``magnetar_metadata_store_healthy`` (1/0),
-``magnetar_metadata_outages_total``, ``magnetar_metadata_sessions_lost_total``,
+* per topic (labels ``cluster``, ``namespace``, ``topic``): ``pulsar_subscriptions_count``,
+  ``pulsar_producers_count``, ``pulsar_consumers_count``, ``pulsar_rate_in`` / ``pulsar_rate_out``
+  (messages per second) and ``pulsar_throughput_in`` / ``pulsar_throughput_out`` (bytes per second) - rates
+  over the last stats period (``stats_update_interval_s``, as Pulsar's ``statsUpdateFrequencyInSecs``), not
+  since start -, ``pulsar_average_msg_size``, ``pulsar_storage_size`` (bytes stored counting every replica:
+  the logical size times the write quorum, as Pulsar) and ``pulsar_storage_logical_size``,
+  ``pulsar_msg_backlog`` (unacknowledged messages over the durable subscriptions),
+  ``pulsar_storage_write_rate`` (entries per second), ``pulsar_in_messages_total`` / ``pulsar_in_bytes_total``
+  (since the topic was loaded) and ``pulsar_storage_write_latency_le_*`` (Pulsar's buckets, 0.5 ms ... 1 s and
+  overflow, with ``_count``, and ``_sum`` in microseconds as Pulsar's: the entries stored during the last
+  stats period by how long they took, from the message's arrival to its acknowledgement by the bookies; each
+  bucket counts its own range, not those below it, as Pulsar's ``StatsBuckets``);
+* per subscription (labels plus ``subscription``): ``pulsar_subscription_back_log`` (and ``_no_delayed``),
+  ``pulsar_subscription_delayed``, ``pulsar_subscription_msg_rate_out``,
+  ``pulsar_subscription_msg_throughput_out``, ``pulsar_subscription_msg_rate_redeliver``,
+  ``pulsar_subscription_unacked_messages``, ``pulsar_subscription_blocked_on_unacked_messages``,
+  ``pulsar_subscription_consumers_count``, ``pulsar_subscription_last_acked_timestamp`` and the delivery
+  counters ``pulsar_out_messages_total`` / ``pulsar_out_bytes_total``;
+* per namespace: ``pulsar_topics_count``; per broker (label ``cluster``): ``pulsar_broker_*`` (topics,
+  subscriptions, producers, consumers, rates, throughputs, storage, backlog), as Pulsar's broker-level stats.
+
+Every sample is typed ``gauge``, the ``_total`` ones included: that is how Pulsar writes them (its
+``PrometheusMetricStreams`` declares every topic metric a gauge), and a dashboard's ``rate()`` works on them
+either way. With ``expose_topic_level_metrics_in_prometheus`` off the rows are summed per namespace
+(:mod:`.exposition`), and as in Pulsar the subscription rows and ``pulsar_average_msg_size`` are not
+written, ``pulsar_out_*_total`` are the namespace's, and ``pulsar_msg_backlog`` carries
+``remote_cluster="local"``. Like Pulsar, the cluster-wide families start with a row that has only the
+``cluster`` label and the value 0 (here: empty ``namespace``/``topic`` labels, which Prometheus treats as
+absent), so a broker without topics still shows in a dashboard.
+
+``magnetar_publish_latency_seconds`` is Magnetar's own: a cumulative Prometheus histogram of the same latency
+(Pulsar's ``le_*`` gauges count one stats period only). The storage layer adds its figures in
+:mod:`magnetar.admin.processes.metrics`. Every name is declared once, in the tables below; docs/metrics.md
+lists them.
+
+Metadata outages (broker-wide, see :mod:`.metadata_outage`; Magnetar's own names, as Pulsar has no such
+figures): ``magnetar_metadata_store_healthy`` (1/0), ``magnetar_metadata_outages_total``,
+``magnetar_metadata_sessions_lost_total``,
 ``magnetar_metadata_outage_seconds`` (the current outage so far, 0 when healthy),
 ``magnetar_metadata_waiters`` (requests waiting for the store), ``magnetar_bundles_owned``,
 ``magnetar_bundles_unconfirmed`` (served without their node, after a lost session),
@@ -21,8 +51,7 @@ Metadata outages (broker-wide, see :mod:`.metadata_outage`): ``magnetar_metadata
 
 The hot path only adds to plain integers (:class:`TopicMetrics`); the figures are read from the live objects
 when ``/metrics`` is scraped, and rendered a little at a time (:mod:`.exposition`), so publishing pays no
-Prometheus client overhead per message and a scrape never holds the event loop for long. With
-``expose_topic_level_metrics_in_prometheus`` off they are summed per namespace.
+Prometheus client overhead per message and a scrape never holds the event loop for long.
 """
 
 from __future__ import annotations
@@ -35,19 +64,166 @@ from typing import TYPE_CHECKING, Protocol
 from magnetar.broker.exposition import Exposition, Family, FamilyRows, Kind, MetricsSource, Row
 
 if TYPE_CHECKING:
+    from magnetar.broker.subscription import Subscription
     from magnetar.broker.topic import PersistentTopic
 
 PUBLISH_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 5.0)
-"""Upper bounds (seconds), close to Pulsar's storage write latency buckets (0.5 ms ... 1 s, overflow)."""
+"""Upper bounds (seconds) of the cumulative histogram; they include every bound of Pulsar's write-latency
+buckets, so those are sums of these."""
+PULSAR_WRITE_LATENCY_BOUNDS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
+PULSAR_WRITE_LATENCY_SUFFIXES = ("0_5", "1", "5", "10", "20", "50", "100", "200", "1000")
 TOPIC_LABELS = ("cluster", "namespace", "topic")
+SUBSCRIPTION_LABELS = (*TOPIC_LABELS, "subscription")
+NAMESPACE_LABELS = ("cluster", "namespace")
+GAUGE = Kind.GAUGE
 
 
-@dataclass(frozen=True, slots=True)
-class TopicFamily:
-    """A per-topic figure: its family and how to read it from a loaded topic."""
+class _Period:
+    """How a histogram's buckets grew during the last stats period (Pulsar's ``StatsBuckets.refresh``)."""
 
-    family: Family
-    read: Callable[[PersistentTopic], float]
+    __slots__ = ("counts", "previous", "previous_sum_s", "sum_s")
+
+    def __init__(self, size: int) -> None:
+        self.previous = [0] * size
+        self.previous_sum_s = 0.0
+        self.counts = [0] * size
+        self.sum_s = 0.0
+
+    def end(self, cumulative: Sequence[int], cumulative_sum_s: float) -> None:
+        self.counts = [now - before for now, before in zip(cumulative, self.previous, strict=True)]
+        self.sum_s = cumulative_sum_s - self.previous_sum_s
+        self.previous = list(cumulative)
+        self.previous_sum_s = cumulative_sum_s
+
+
+class _Received(Protocol):
+    received_at: float
+
+
+def _pulsar_bucket_of(index: int) -> int:
+    """Pulsar's write-latency bucket (0..9, 9 = overflow) of our bucket ``index``."""
+    if index >= len(PUBLISH_LATENCY_BUCKETS_S):
+        return len(PULSAR_WRITE_LATENCY_BOUNDS_MS)
+    bound_ms = PUBLISH_LATENCY_BUCKETS_S[index] * 1000
+    return bisect.bisect_left(PULSAR_WRITE_LATENCY_BOUNDS_MS, bound_ms - 1e-9)
+
+
+_TO_PULSAR_BUCKET = [_pulsar_bucket_of(i) for i in range(len(PUBLISH_LATENCY_BUCKETS_S) + 1)]
+
+
+class TopicMetrics:
+    """Counters of one topic, updated without locks or allocation on the publish path."""
+
+    __slots__ = (
+        "_entries_before",
+        "bytes_in",
+        "entries_in",
+        "entries_per_s",
+        "latency_buckets",
+        "latency_period",
+        "latency_sum_s",
+        "msg_in",
+    )
+
+    def __init__(self) -> None:
+        self.msg_in = 0
+        self.bytes_in = 0
+        self.entries_in = 0
+        self.latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_S) + 1)
+        self.latency_sum_s = 0.0
+        self.latency_period = _Period(len(self.latency_buckets))
+        self.entries_per_s = 0.0
+        self._entries_before = 0
+
+    def on_entry_stored(self, batch: Sequence[_Received], size_bytes: int, now: float) -> None:
+        self.entries_in += 1
+        self.msg_in += len(batch)
+        self.bytes_in += size_bytes
+        buckets = self.latency_buckets
+        total = 0.0
+        for pending in batch:
+            latency = now - pending.received_at
+            total += latency
+            buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency)] += 1
+        self.latency_sum_s += total
+
+    def on_messages_stored(self, count: int, size_bytes: int, latency_s: float) -> None:
+        """``count`` messages received together were stored in one entry of ``size_bytes``."""
+        self.entries_in += 1
+        self.msg_in += count
+        self.bytes_in += size_bytes
+        self.latency_buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency_s)] += count
+        self.latency_sum_s += latency_s * count
+
+    def end_period(self, period_s: float) -> None:
+        """The end of a stats period of ``period_s`` seconds (> 0): the per-period figures."""
+        self.entries_per_s = max(0, self.entries_in - self._entries_before) / period_s
+        self._entries_before = self.entries_in
+        self.latency_period.end(self.latency_buckets, self.latency_sum_s)
+
+    def pulsar_write_latency(self) -> tuple[list[int], int, float]:
+        """The last period's latencies in Pulsar's buckets (9 bounds + overflow), their count and their sum
+        in microseconds."""
+        out = [0] * (len(PULSAR_WRITE_LATENCY_BOUNDS_MS) + 1)
+        for index, count in enumerate(self.latency_period.counts):
+            out[_TO_PULSAR_BUCKET[index]] += count
+        return out, sum(out), self.latency_period.sum_s * 1_000_000
+
+
+# -- what each figure reads --------------------------------------------------------------------------------
+
+
+def _durable(t: PersistentTopic) -> list[Subscription]:
+    return [s for s in t.subscriptions.values() if s.durable]
+
+
+def _subscriptions(t: PersistentTopic) -> float:
+    return len(_durable(t))
+
+
+def _producers(t: PersistentTopic) -> float:
+    return len(t.producers)
+
+
+def _consumers(t: PersistentTopic) -> float:
+    return sum(len(s.consumers) for s in t.subscriptions.values())
+
+
+def _rate_in(t: PersistentTopic) -> float:
+    return t.rate_in.msgs_per_s
+
+
+def _throughput_in(t: PersistentTopic) -> float:
+    return t.rate_in.bytes_per_s
+
+
+def _rate_out(t: PersistentTopic) -> float:
+    return sum(s.rate_out.msgs_per_s for s in t.subscriptions.values())
+
+
+def _throughput_out(t: PersistentTopic) -> float:
+    return sum(s.rate_out.bytes_per_s for s in t.subscriptions.values())
+
+
+def _average_msg_size(t: PersistentTopic) -> float:
+    rate = t.rate_in.msgs_per_s
+    return t.rate_in.bytes_per_s / rate if rate else 0.0
+
+
+def _logical_size(t: PersistentTopic) -> float:
+    return t.ml.total_size()
+
+
+def _storage_size(t: PersistentTopic) -> float:
+    return t.ml.total_size() * t.ml.settings.write_quorum
+
+
+def _backlog(t: PersistentTopic) -> float:
+    return sum(s.backlog() for s in _durable(t))
+
+
+def _write_rate(t: PersistentTopic) -> float:
+    return t.metrics.entries_per_s
 
 
 def _msg_in(t: PersistentTopic) -> float:
@@ -66,53 +242,134 @@ def _bytes_out(t: PersistentTopic) -> float:
     return sum(s.bytes_out_counter for s in t.subscriptions.values())
 
 
-def _storage_size(t: PersistentTopic) -> float:
-    return t.ml.total_size()
+def _sub_backlog(s: Subscription) -> float:
+    return s.backlog()
 
 
-def _backlog(t: PersistentTopic) -> float:
-    return sum(s.backlog() for s in t.subscriptions.values() if s.durable)
+def _sub_none(s: Subscription) -> float:
+    return 0
 
 
-def _producers(t: PersistentTopic) -> float:
-    return len(t.producers)
+def _sub_rate_out(s: Subscription) -> float:
+    return s.rate_out.msgs_per_s
 
 
-def _subscriptions(t: PersistentTopic) -> float:
-    return sum(1 for s in t.subscriptions.values() if s.durable)
+def _sub_throughput_out(s: Subscription) -> float:
+    return s.rate_out.bytes_per_s
 
 
-def _consumers(t: PersistentTopic) -> float:
-    return sum(len(s.consumers) for s in t.subscriptions.values())
+def _sub_rate_redeliver(s: Subscription) -> float:
+    return s.rate_redeliver.msgs_per_s
 
 
-TOPIC_FAMILIES: tuple[TopicFamily, ...] = (
-    TopicFamily(Family("magnetar_in_messages", Kind.COUNTER, "Messages published", TOPIC_LABELS), _msg_in),
-    TopicFamily(
-        Family("magnetar_in_bytes", Kind.COUNTER, "Payload bytes published", TOPIC_LABELS), _bytes_in
-    ),
-    TopicFamily(Family("magnetar_out_messages", Kind.COUNTER, "Messages delivered", TOPIC_LABELS), _msg_out),
-    TopicFamily(
-        Family("magnetar_out_bytes", Kind.COUNTER, "Payload bytes delivered", TOPIC_LABELS), _bytes_out
-    ),
-    TopicFamily(
-        Family("magnetar_storage_size", Kind.GAUGE, "Bytes stored in ledgers", TOPIC_LABELS), _storage_size
-    ),
-    TopicFamily(Family("magnetar_msg_backlog", Kind.GAUGE, "Unacknowledged entries", TOPIC_LABELS), _backlog),
-    TopicFamily(Family("magnetar_producers_count", Kind.GAUGE, "Producers", TOPIC_LABELS), _producers),
-    TopicFamily(
-        Family("magnetar_subscriptions_count", Kind.GAUGE, "Subscriptions", TOPIC_LABELS), _subscriptions
-    ),
-    TopicFamily(Family("magnetar_consumers_count", Kind.GAUGE, "Consumers", TOPIC_LABELS), _consumers),
+def _sub_unacked(s: Subscription) -> float:
+    return sum(len(c.pending) for c in s.consumers)
+
+
+def _sub_consumers(s: Subscription) -> float:
+    return len(s.consumers)
+
+
+def _sub_last_acked(s: Subscription) -> float:
+    return s.last_ack_ms
+
+
+def _sub_msg_out(s: Subscription) -> float:
+    return s.msg_out_counter
+
+
+def _sub_bytes_out(s: Subscription) -> float:
+    return s.bytes_out_counter
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """A figure of a topic: its name, help and how to read it."""
+
+    name: str
+    help: str
+    read: Callable[[PersistentTopic], float]
+    broker_level: bool = False
+    """Also summed over the broker as ``pulsar_broker_<name without pulsar_>`` (Pulsar's broker stats)."""
+    starts_with_zero: bool = False
+    """One of Pulsar's "default broker stats": a ``cluster``-only row with 0 comes first."""
+
+
+PERIOD = " (last stats period)"
+TOPIC_FIGURES: tuple[Figure, ...] = (
+    Figure("pulsar_subscriptions_count", "Durable subscriptions", _subscriptions, True, True),
+    Figure("pulsar_producers_count", "Connected producers", _producers, True, True),
+    Figure("pulsar_consumers_count", "Connected consumers", _consumers, True, True),
+    Figure("pulsar_rate_in", "Messages published per second" + PERIOD, _rate_in, True, True),
+    Figure("pulsar_rate_out", "Messages delivered per second" + PERIOD, _rate_out, True, True),
+    Figure("pulsar_throughput_in", "Bytes published per second" + PERIOD, _throughput_in, True, True),
+    Figure("pulsar_throughput_out", "Bytes delivered per second" + PERIOD, _throughput_out, True, True),
+    Figure("pulsar_storage_size", "Bytes stored, every replica counted", _storage_size, True, True),
+    Figure("pulsar_storage_logical_size", "Bytes stored, one copy", _logical_size, True, True),
+    Figure("pulsar_msg_backlog", "Unacknowledged messages, durable subscriptions", _backlog, True, True),
+    Figure("pulsar_storage_write_rate", "Entries written per second" + PERIOD, _write_rate, True, True),
+    Figure("pulsar_in_messages_total", "Messages published since the topic was loaded", _msg_in),
+    Figure("pulsar_in_bytes_total", "Bytes published since the topic was loaded", _bytes_in),
 )
+AVERAGE_MSG_SIZE = Figure("pulsar_average_msg_size", "Mean message size" + PERIOD, _average_msg_size)
+NAMESPACE_OUT_FIGURES: tuple[Figure, ...] = (
+    Figure("pulsar_out_messages_total", "Messages delivered since loaded", _msg_out),
+    Figure("pulsar_out_bytes_total", "Bytes delivered since loaded", _bytes_out),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionFigure:
+    name: str
+    help: str
+    read: Callable[[Subscription], float]
+
+
+SUBSCRIPTION_FIGURES: tuple[SubscriptionFigure, ...] = (
+    SubscriptionFigure("pulsar_subscription_back_log", "Unacknowledged messages", _sub_backlog),
+    SubscriptionFigure(
+        "pulsar_subscription_back_log_no_delayed", "Unacknowledged messages, delayed excluded", _sub_backlog
+    ),
+    SubscriptionFigure("pulsar_subscription_delayed", "Messages held for delayed delivery (none)", _sub_none),
+    SubscriptionFigure("pulsar_subscription_msg_rate_out", "Messages delivered per second", _sub_rate_out),
+    SubscriptionFigure(
+        "pulsar_subscription_msg_throughput_out", "Bytes delivered per second", _sub_throughput_out
+    ),
+    SubscriptionFigure(
+        "pulsar_subscription_msg_rate_redeliver", "Messages redelivered per second", _sub_rate_redeliver
+    ),
+    SubscriptionFigure("pulsar_subscription_unacked_messages", "Delivered, not acknowledged", _sub_unacked),
+    SubscriptionFigure(
+        "pulsar_subscription_blocked_on_unacked_messages", "1 while blocked on unacked messages", _sub_none
+    ),
+    SubscriptionFigure("pulsar_subscription_consumers_count", "Connected consumers", _sub_consumers),
+    SubscriptionFigure(
+        "pulsar_subscription_last_acked_timestamp", "Last acknowledgement (epoch ms)", _sub_last_acked
+    ),
+    SubscriptionFigure("pulsar_out_messages_total", "Messages delivered since loaded", _sub_msg_out),
+    SubscriptionFigure("pulsar_out_bytes_total", "Bytes delivered since loaded", _sub_bytes_out),
+)
+TOPICS_COUNT = Family("pulsar_topics_count", GAUGE, "Topics loaded", NAMESPACE_LABELS)
+WRITE_LATENCY_FAMILIES: tuple[Family, ...] = (
+    *(
+        Family(f"pulsar_storage_write_latency_le_{suffix}", GAUGE,
+               f"Entries stored within {bound:g} ms in the last stats period", TOPIC_LABELS)
+        for suffix, bound in zip(PULSAR_WRITE_LATENCY_SUFFIXES, PULSAR_WRITE_LATENCY_BOUNDS_MS, strict=True)
+    ),
+    Family("pulsar_storage_write_latency_overflow", GAUGE,
+           "Entries stored in more than 1 s in the last stats period", TOPIC_LABELS),
+    Family("pulsar_storage_write_latency_count", GAUGE, "Entries stored in the last stats period",
+           TOPIC_LABELS),
+    Family("pulsar_storage_write_latency_sum", GAUGE,
+           "Microseconds the entries of the last stats period took to store", TOPIC_LABELS),
+)  # fmt: skip
 PUBLISH_LATENCY = Family(
     "magnetar_publish_latency_seconds",
     Kind.HISTOGRAM,
-    "Publish latency (received -> stored)",
+    "Publish latency (received -> stored), since the topic was loaded",
     TOPIC_LABELS,
     PUBLISH_LATENCY_BUCKETS_S,
 )
-TOPICS_COUNT = Family("magnetar_topics_count", Kind.GAUGE, "Topics loaded", ("cluster",))
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,43 +459,6 @@ METADATA_FAMILIES: tuple[tuple[Family, Callable[[MetadataFigures], float]], ...]
 )
 
 
-class _Received(Protocol):
-    received_at: float
-
-
-class TopicMetrics:
-    """Counters of one topic, updated without locks or allocation on the publish path."""
-
-    __slots__ = ("bytes_in", "entries_in", "latency_buckets", "latency_sum_s", "msg_in")
-
-    def __init__(self) -> None:
-        self.msg_in = 0
-        self.bytes_in = 0
-        self.entries_in = 0
-        self.latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_S) + 1)
-        self.latency_sum_s = 0.0
-
-    def on_entry_stored(self, batch: Sequence[_Received], size_bytes: int, now: float) -> None:
-        self.entries_in += 1
-        self.msg_in += len(batch)
-        self.bytes_in += size_bytes
-        buckets = self.latency_buckets
-        total = 0.0
-        for pending in batch:
-            latency = now - pending.received_at
-            total += latency
-            buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency)] += 1
-        self.latency_sum_s += total
-
-    def on_messages_stored(self, count: int, size_bytes: int, latency_s: float) -> None:
-        """``count`` messages received together were stored in one entry of ``size_bytes``."""
-        self.entries_in += 1
-        self.msg_in += count
-        self.bytes_in += size_bytes
-        self.latency_buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency_s)] += count
-        self.latency_sum_s += latency_s * count
-
-
 class BrokerMetrics:
     """The metrics of one broker: its own topic figures plus the sources the composition root adds; each
     scrape is an :class:`~.exposition.Exposition` over all of them."""
@@ -275,21 +495,75 @@ class BrokerMetrics:
 
     def families(self) -> Iterator[FamilyRows]:
         topics = list(self._topics())  # the topics loaded when the scrape began
-        for figure in TOPIC_FAMILIES:
-            yield figure.family, self._rows(topics, figure.read)
+        for figure in TOPIC_FIGURES:
+            yield self._topic_family(figure, topics)
+        if self.topic_level:
+            yield self._topic_family(AVERAGE_MSG_SIZE, topics)
+            for sub_figure in SUBSCRIPTION_FIGURES:
+                family = Family(sub_figure.name, GAUGE, sub_figure.help, SUBSCRIPTION_LABELS)
+                yield family, self._subscription_rows(topics, sub_figure.read)
+        else:
+            for figure in NAMESPACE_OUT_FIGURES:
+                yield self._topic_family(figure, topics)
+        yield from self._write_latency(topics)
         yield (
             PUBLISH_LATENCY,
             ((self._labels(t), t.metrics.latency_buckets, t.metrics.latency_sum_s) for t in topics),
         )
-        yield TOPICS_COUNT, [((self._cluster,), len(topics))]
+        yield TOPICS_COUNT, self._topics_count(topics)
+        for figure in TOPIC_FIGURES:
+            if figure.broker_level:
+                name = "pulsar_broker_" + figure.name.removeprefix("pulsar_")
+                family = Family(name, GAUGE, f"{figure.help}, over the broker", ("cluster",))
+                yield family, [((self._cluster,), sum(figure.read(t) for t in topics))]
+        yield (
+            Family("pulsar_broker_topics_count", GAUGE, "Topics loaded on this broker", ("cluster",)),
+            [((self._cluster,), len(topics))],
+        )
         if self._metadata is not None:
             figures = self._metadata()
             for family, read in METADATA_FAMILIES:
                 yield family, [((self._cluster,), read(figures))]
 
-    def _rows(self, topics: list[PersistentTopic], read: Callable[[PersistentTopic], float]) -> Iterator[Row]:
+    def _topic_family(self, figure: Figure, topics: list[PersistentTopic]) -> FamilyRows:
+        labels: tuple[str, ...] = TOPIC_LABELS
+        extra: tuple[str, ...] = ()
+        if figure.name == "pulsar_msg_backlog" and not self.topic_level:
+            labels, extra = (*TOPIC_LABELS, "remote_cluster"), ("local",)
+        family = Family(figure.name, GAUGE, figure.help, labels)
+        return family, self._rows(topics, figure, extra)
+
+    def _rows(self, topics: list[PersistentTopic], figure: Figure, extra: tuple[str, ...]) -> Iterator[Row]:
+        if figure.starts_with_zero:
+            yield (self._cluster, "", "", *("" for _ in extra)), 0
         for topic in topics:
-            yield self._labels(topic), read(topic)
+            yield (*self._labels(topic), *extra), figure.read(topic)
+
+    def _subscription_rows(
+        self, topics: list[PersistentTopic], read: Callable[[Subscription], float]
+    ) -> Iterator[Row]:
+        for topic in topics:
+            labels = self._labels(topic)
+            for name, subscription in topic.subscriptions.items():
+                if subscription.durable:
+                    yield (*labels, name), read(subscription)
+
+    def _write_latency(self, topics: list[PersistentTopic]) -> Iterator[FamilyRows]:
+        per_topic = [(self._labels(t), *t.metrics.pulsar_write_latency()) for t in topics]
+        for index, family in enumerate(WRITE_LATENCY_FAMILIES[: len(PULSAR_WRITE_LATENCY_BOUNDS_MS) + 1]):
+            yield family, [(labels, buckets[index]) for labels, buckets, _, _ in per_topic]
+        count_family, sum_family = WRITE_LATENCY_FAMILIES[-2:]
+        yield count_family, [(labels, count) for labels, _, count, _ in per_topic]
+        yield sum_family, [(labels, total_us) for labels, _, _, total_us in per_topic]
+
+    def _topics_count(self, topics: list[PersistentTopic]) -> list[Row]:
+        per_namespace: dict[str, int] = {}
+        for topic in topics:
+            namespace = self._labels(topic)[1]
+            per_namespace[namespace] = per_namespace.get(namespace, 0) + 1
+        rows: list[Row] = [((self._cluster, ""), 0)]
+        rows.extend(((self._cluster, namespace), count) for namespace, count in sorted(per_namespace.items()))
+        return rows
 
     def _labels(self, topic: PersistentTopic) -> tuple[str, str, str]:
         name = topic.name

@@ -136,6 +136,8 @@ class TopicPolicies(_Model):
 
 class PartitionedTopicMetadata(_Model):
     partitions: int = 0
+    properties: dict[str, str] | None = None
+    """The partitioned topic's own properties (Pulsar's ``PartitionedTopicMetadata.properties``)."""
 
 
 M = TypeVar("M", bound=_Model)
@@ -283,6 +285,21 @@ class PolicyStore:
         found = await self._get(self._partitioned_path(namespace, local_name), PartitionedTopicMetadata)
         return 0 if found is None else found[0].partitions
 
+    async def get_partitioned(self, namespace: str, local_name: str) -> PartitionedTopicMetadata | None:
+        found = await self._get(self._partitioned_path(namespace, local_name), PartitionedTopicMetadata)
+        return None if found is None else found[0]
+
+    async def update_partitioned_properties(
+        self, namespace: str, local_name: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> None:
+        """Change a partitioned topic's properties in one compare-and-set of its metadata."""
+
+        def apply(current: PartitionedTopicMetadata) -> PartitionedTopicMetadata:
+            return current.model_copy(update={"properties": change(dict(current.properties or {}))})
+
+        path = self._partitioned_path(namespace, local_name)
+        await self._update(path, PartitionedTopicMetadata, apply, "Partitioned topic")
+
     async def partitioned_topics(self, namespace: str) -> list[str]:
         """Local names of the namespace's partitioned topics (decoded)."""
         return [
@@ -290,10 +307,12 @@ class PolicyStore:
             for name in await self.store.get_children(f"{PARTITIONED}/{namespace}/persistent")
         ]
 
-    async def create_partitioned(self, namespace: str, local_name: str, partitions: int) -> None:
+    async def create_partitioned(
+        self, namespace: str, local_name: str, partitions: int, properties: dict[str, str] | None = None
+    ) -> None:
         await self._create(
             self._partitioned_path(namespace, local_name),
-            PartitionedTopicMetadata(partitions=partitions),
+            PartitionedTopicMetadata(partitions=partitions, properties=properties or None),
             "Partitioned topic",
         )
 
@@ -303,7 +322,7 @@ class PolicyStore:
                 raise PreconditionFailed(
                     f"Number of partitions can only be increased ({current.partitions} -> {partitions})"
                 )
-            return PartitionedTopicMetadata(partitions=partitions)
+            return current.model_copy(update={"partitions": partitions})
 
         await self._update(
             self._partitioned_path(namespace, local_name), PartitionedTopicMetadata, grow, "Partitioned topic"

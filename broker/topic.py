@@ -560,6 +560,7 @@ class PersistentTopic:
     def update_rates(self, period_s: float) -> None:
         """End of a stats period of ``period_s`` seconds (:mod:`.rates`): every rate of this topic."""
         self.rate_in.update(self.metrics.msg_in, self.metrics.bytes_in, period_s)
+        self.metrics.end_period(period_s)
         for producer in self.producers.values():
             producer.rate_in.update(producer.msg_in_counter, producer.bytes_in_counter, period_s)
         for subscription in self.subscriptions.values():

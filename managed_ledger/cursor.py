@@ -18,6 +18,7 @@ from magnetar.managed_ledger.cursor_state import CursorState
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.errors import ManagedLedgerError, ManagedLedgerFencedError
+from magnetar.managed_ledger.message_index import unacknowledged_messages
 from magnetar.managed_ledger.position import Position
 
 if TYPE_CHECKING:
@@ -133,6 +134,16 @@ class ManagedCursor:
 
     def backlog(self) -> int:
         return self._state.backlog()
+
+    def message_backlog(self) -> int:
+        """Unacknowledged messages (an entry holding a batch counts its messages), from the message indexes
+        of the positions, without reading entries (:func:`.message_index.unacknowledged_messages`)."""
+        return unacknowledged_messages(
+            self.ml.message_index,
+            self._state.mark_delete,
+            self.ml.ledgers.last_position(),
+            self._state.acked.ranges(),
+        )
 
     def on_ledgers_trimmed(self) -> None:
         self._state.on_ledgers_trimmed()

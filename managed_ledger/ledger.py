@@ -44,7 +44,7 @@ import enum
 import logging
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import trio
@@ -71,6 +71,7 @@ from magnetar.managed_ledger.errors import (
 from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.list_writer import LedgerListWriter
+from magnetar.managed_ledger.message_index import MessageIndex
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.reader import EntryReader
@@ -100,6 +101,7 @@ WRITABLE = {State.LEDGER_OPENED, State.CLOSING_LEDGER, State.CREATING_LEDGER, St
 class _PendingAdd:
     data: bytes
     callback: AddCallback
+    messages: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,11 @@ class ManagedLedger:
         self._last_slowest_ledger = -1
         self.non_durable_cursors: list[ManagedCursor] = []
         self.entries_added_counter = 0
+        self.message_index = MessageIndex()
+        """The first message index of every stored entry (counts in messages). Entries stored before this
+        instance opened count as one message each: their counts are not persisted yet."""
+        for info in ledgers:
+            self.message_index.append_ledger(info.ledger_id, info.entries)
         self.ledger_switches_counter = 0
         """New ledgers started since this instance opened (rollovers, and recoveries from a failed add)."""
         self.last_ledger_created_ms = self._ledger_created_ms
@@ -248,8 +255,8 @@ class ManagedLedger:
 
     # -- appends --------------------------------------------------------------------------------------------
 
-    async def add_entry(self, data: bytes) -> Position:
-        """Append one entry and wait for its acknowledgement."""
+    async def add_entry(self, data: bytes, messages: int = 1) -> Position:
+        """Append one entry holding ``messages`` messages and wait for its acknowledgement."""
         await self.wait_for_capacity()
         done = trio.Event()
         outcome: list[Position | ManagedLedgerError] = []
@@ -258,7 +265,7 @@ class ManagedLedger:
             outcome.append(result)
             done.set()
 
-        self.add_entry_nowait(data, callback)
+        self.add_entry_nowait(data, callback, messages)
         await done.wait()
         result = outcome[0]
         if isinstance(result, ManagedLedgerError):
@@ -270,8 +277,9 @@ class ManagedLedger:
         while self.pending_adds >= self._settings.pending_adds_max and self.state in WRITABLE:
             await self._capacity_freed.wait()
 
-    def add_entry_nowait(self, data: bytes, callback: AddCallback) -> None:
-        """Append one entry; ``callback`` gets its position or the error, in add order.
+    def add_entry_nowait(self, data: bytes, callback: AddCallback, messages: int = 1) -> None:
+        """Append one entry holding ``messages`` messages (a batch: more than one); ``callback`` gets its
+        position or the error, in add order.
 
         Callers that add without waiting must respect :meth:`wait_for_capacity` themselves.
         """
@@ -279,7 +287,9 @@ class ManagedLedger:
         if error is not None:
             callback(error)
             return
-        op = _PendingAdd(data, callback)
+        if messages < 1:
+            raise ValueError(f"an entry holds at least one message, not {messages}")
+        op = _PendingAdd(data, callback, messages)
         if self.state is State.LEDGER_OPENED and not self._pending and self._has_room():
             self._send(op)
             return
@@ -341,6 +351,7 @@ class ManagedLedger:
             assert position > self.last_confirmed, f"acks out of order: {self.last_confirmed} -> {position}"
             self.last_confirmed = position
             self.entries_added_counter += 1
+            self.message_index.append(position, op.messages)
             self._ctx.cache.put(self.name, position, op.data)
             op.callback(position)
             self._signal_entries_added()
@@ -496,6 +507,7 @@ class ManagedLedger:
                 await self._write_info_settled(infos)
                 if dropped is not None:
                     self.ledgers.remove(dropped)
+                    self.message_index.remove_ledger(dropped)
                 self.ledgers.append(LedgerInfo(handle.ledger_id))
         except ManagedLedgerFencedError:
             with trio.CancelScope(shield=True):
@@ -819,6 +831,7 @@ class ManagedLedger:
             await self._write_info(keep)
             for ledger_id in doomed:
                 self.ledgers.remove(ledger_id)
+                self.message_index.remove_ledger(ledger_id)
                 self._ctx.cache.invalidate_ledger(self.name, ledger_id)
         for cursor in [*self.cursors.values(), *self.non_durable_cursors]:
             cursor.on_ledgers_trimmed()
@@ -845,6 +858,24 @@ class ManagedLedger:
         self._fail_pending(ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated"))
         self._signal_entries_added()
         return self.last_confirmed
+
+    async def set_properties(self, update: Mapping[str, str], remove: Iterable[str] = ()) -> dict[str, str]:
+        """Add or replace ``update`` and drop ``remove`` in the managed ledger's properties (Pulsar's
+        ``asyncSetProperties`` / ``asyncDeleteProperty``, where topic properties live); persisted with the
+        ledger list before this returns. Returns the properties now."""
+        if self.state in (State.FENCED, State.CLOSED):
+            raise ManagedLedgerClosedError(f"managed ledger {self.name} is {self.state.value}")
+        async with self._metadata_lock:
+            previous = self._properties
+            changed = {k: v for k, v in previous.items() if k not in set(remove)} | dict(update)
+            if changed != previous:
+                self._properties = changed
+                try:
+                    await self._write_info(list(self.ledgers))
+                except BaseException:
+                    self._properties = previous
+                    raise
+        return dict(self._properties)
 
     async def delete(self) -> None:
         """Delete the managed ledger: its ledgers, cursors and metadata."""

@@ -13,9 +13,12 @@ provides them from one set of broker settings:
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import SecretStr
 
 from magnetar.admin.processes.metrics import register_storage_metrics
 from magnetar.admin.processes.retention_policies import StoredPolicySource, entry_publish_time
@@ -54,6 +57,32 @@ class BrokerDirectoryAdapter:
 
     async def healthy(self) -> bool:
         return self._service.ready
+
+    def broker_id(self) -> str:
+        return self._service.broker_id
+
+    def owned_bundles(self) -> list[tuple[str, str]]:
+        return sorted(self._service.ownership.owned) if self._service.ready else []
+
+    def runtime_configuration(self) -> dict[str, str]:
+        return runtime_configuration(self._service.settings)
+
+
+SECRET_SETTINGS = frozenset({"token_secret_key", "token_public_key", "bookkeeper_auth_token"})
+"""Settings whose value may be key or token material itself (not only a ``file://`` path)."""
+
+
+def runtime_configuration(settings: BrokerSettings) -> dict[str, str]:
+    """Pulsar's ``brokers/configuration/runtime``: every setting as text (JSON for what is not a string),
+    by Magnetar's names; secrets are left out."""
+    out: dict[str, str] = {}
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if name in SECRET_SETTINGS or isinstance(value, SecretStr):
+            continue
+        dumped = settings.model_dump(mode="json", include={name})[name]
+        out[name] = dumped if isinstance(dumped, str) else json.dumps(dumped)
+    return out
 
 
 class BrokerTopicHost:

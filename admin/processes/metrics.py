@@ -1,13 +1,14 @@
 """Storage metrics for the broker's ``/metrics``: managed ledgers, the BookKeeper client and retention.
 
-They join the broker's own metrics (``magnetar_in_messages_total``, ``magnetar_storage_size``,
-``magnetar_msg_backlog``, publish latency ...) as one more :class:`~magnetar.broker.exposition.MetricsSource`,
-with the same labels (``cluster``, ``namespace``, ``topic``), named as Pulsar's under a ``magnetar_`` prefix:
-``storage_backlog_size``, ``subscription_back_log`` (per subscription), the managed-ledger figures
-``magnetar_ml_*`` (ledgers, entries, entries added, pending adds, rollovers, trims, ledgers deleted), the
-client's add latency and counters, and the retention service's counters. Every name is declared once, in the
-tables below. Everything is read from the live objects when scraped (no per-operation cost), a little at a
-time (see :mod:`magnetar.broker.exposition`).
+They join the broker's own metrics (Pulsar's ``pulsar_*`` names, :mod:`magnetar.broker.metrics`) as one more
+:class:`~magnetar.broker.exposition.MetricsSource`, with the same labels (``cluster``, ``namespace``,
+``topic``). Where Pulsar has the figure, its name: ``pulsar_storage_backlog_size`` (bytes behind the slowest
+subscription, Pulsar's estimated backlog size) and ``pulsar_ml_count`` (managed ledgers open). The rest has
+no Pulsar equivalent and keeps Magnetar's names: the managed-ledger figures ``magnetar_ml_*`` (ledgers,
+entries, entries added, pending adds, rollovers, trims, ledgers deleted), the BookKeeper client's add latency
+and counters ``magnetar_bookkeeper_client_*``, and the retention service's counters. Every name is declared
+once, in the tables below. Everything is read from the live objects when scraped (no per-operation cost), a
+little at a time (see :mod:`magnetar.broker.exposition`).
 """
 
 from __future__ import annotations
@@ -40,9 +41,8 @@ def _single(name: str, kind: Kind, help_text: str) -> Family:
 
 
 COUNTER, GAUGE = Kind.COUNTER, Kind.GAUGE
-STORAGE_BACKLOG_SIZE = _per_topic("storage_backlog_size", GAUGE, "Bytes behind the slowest subscription")
-SUBSCRIPTION_BACKLOG = Family(
-    PREFIX + "subscription_back_log", GAUGE, "Unacknowledged entries", (*TOPIC_LABELS, "subscription")
+STORAGE_BACKLOG_SIZE = Family(
+    "pulsar_storage_backlog_size", GAUGE, "Bytes behind the slowest subscription", TOPIC_LABELS
 )
 ML_FAMILIES: tuple[tuple[Family, Callable[[ManagedLedger], float]], ...] = (
     (_per_topic("ml_ledgers", GAUGE, "Ledgers of the managed ledger"), lambda ml: len(ml.ledgers)),
@@ -60,7 +60,7 @@ ML_FAMILIES: tuple[tuple[Family, Callable[[ManagedLedger], float]], ...] = (
         lambda ml: ml.ledger_switches_counter,
     ),
 )
-ML_OPEN = _single("ml_open", GAUGE, "Open managed ledgers")
+ML_OPEN = Family("pulsar_ml_count", GAUGE, "Open managed ledgers", ("cluster",))
 CLIENT_ADD_LATENCY = Family(
     PREFIX + "bookkeeper_client_add_latency_seconds",
     Kind.HISTOGRAM,
@@ -132,10 +132,9 @@ class StorageMetrics:
         ledgers = self._factory.opened()  # those open when the scrape began
         self._label_cache = {}
         yield STORAGE_BACKLOG_SIZE, ((self._labels(ml), _backlog_size(ml)) for ml in ledgers)
-        yield SUBSCRIPTION_BACKLOG, self._subscription_rows(ledgers)
         for family, read in ML_FAMILIES:
             yield family, self._rows(ledgers, read)
-        yield ML_OPEN, [((), len(ledgers))]
+        yield ML_OPEN, [((self._cluster,), len(ledgers))]
         stats = self._factory.bk.stats
         counts = stats.add_latency_counts
         yield CLIENT_ADD_LATENCY, [((), list(counts), stats.add_latency_sum_s)]
@@ -158,12 +157,6 @@ class StorageMetrics:
         for ml in ledgers:
             yield self._labels(ml), read(ml)
 
-    def _subscription_rows(self, ledgers: list[ManagedLedger]) -> Iterator[Row]:
-        for ml in ledgers:
-            labels = self._labels(ml)
-            for name, cursor in sorted(ml.cursors.items()):
-                yield (*labels, name), cursor.backlog()
-
 
 def _backlog_size(ml: ManagedLedger) -> int:
     slowest = ml.slowest_durable_mark_delete()
@@ -184,7 +177,9 @@ def register_storage_metrics(
 class CollectorSource:
     """A prometheus_client collector (the bookies' metrics, which keep their own registries) as a
     :class:`~magnetar.broker.exposition.MetricsSource`, so it joins the broker's streamed ``/metrics``:
-    counters, gauges and histograms are read back from the collector's samples when scraped."""
+    counters, gauges and histograms are read back from the collector's samples when scraped; a summary
+    (BookKeeper's op-stats) becomes gauges of the same sample names - its quantile rows, ``_count`` and
+    ``_sum`` - so the names a dashboard queries are there."""
 
     def __init__(self, collector: Collector) -> None:
         self._collector = collector
@@ -192,9 +187,12 @@ class CollectorSource:
     def families(self) -> Iterator[FamilyRows]:
         for metric in self._collector.collect():
             samples = list(metric.samples)
+            if metric.type == "summary":
+                yield from _summary_as_gauges(metric.documentation, samples)
+                continue
             kind = _KINDS.get(metric.type)
             if kind is None:
-                continue  # summaries, info, state sets: none of the bookies' metrics is one
+                continue  # info, state sets: none of the bookies' metrics is one
             label_names = tuple(sorted(k for k in samples[0].labels if k != "le")) if samples else ()
             name = metric.name
             if kind is Kind.HISTOGRAM:
@@ -212,6 +210,16 @@ class CollectorSource:
 
 
 _KINDS = {"counter": Kind.COUNTER, "gauge": Kind.GAUGE, "histogram": Kind.HISTOGRAM}
+
+
+def _summary_as_gauges(documentation: str, samples: list[Sample]) -> Iterator[FamilyRows]:
+    by_name: dict[str, list[Sample]] = {}
+    for sample in samples:
+        by_name.setdefault(sample.name, []).append(sample)
+    for name, group in by_name.items():
+        label_names = tuple(sorted(group[0].labels))
+        rows = [(tuple(s.labels.get(k, "") for k in label_names), s.value) for s in group]
+        yield Family(name, Kind.GAUGE, documentation, label_names), rows
 
 
 def _histogram_rows(

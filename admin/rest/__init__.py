@@ -10,6 +10,7 @@ from __future__ import annotations
 from magnetar.admin.rest import (
     clusters,
     namespaces,
+    non_persistent,
     partitioned_stats,
     permissions,
     range_read,
@@ -33,6 +34,7 @@ def admin_endpoints(*, with_topics: bool = False) -> list[Endpoint]:
         *namespaces.endpoints(),
         *permissions.endpoints(),
         *topic_metadata.endpoints(),
+        *non_persistent.endpoints(),
     ]
     if with_topics:
         endpoints += [

@@ -64,6 +64,7 @@ def topic(operation: TopicOperation) -> Access:
 
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"
 TOPIC_PREFIX = "/admin/v2/persistent/{tenant}/{namespace}"
+NON_PERSISTENT_PREFIX = "/admin/v2/non-persistent/{tenant}/{namespace}"
 T = TOPIC_PREFIX + "/{topic}"
 SUB = T + "/subscription/{subscription}"
 _NS_POLICIES = ("retention", "messageTTL", "backlogQuota", "backlogQuotaMap")
@@ -78,6 +79,10 @@ def _rules() -> dict[tuple[str, str], Access]:
         ("GET", "/admin/v2/brokers/health"): OPEN,
         ("GET", "/admin/v2/brokers"): SUPERUSER,
         ("GET", "/admin/v2/brokers/{cluster}"): SUPERUSER,
+        ("GET", "/admin/v2/brokers/version"): AUTHENTICATED,
+        ("GET", "/admin/v2/brokers/ready"): OPEN,
+        ("GET", "/admin/v2/brokers/leaderBroker"): SUPERUSER,
+        ("GET", "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces"): SUPERUSER,
         ("GET", "/admin/v2/clusters"): AUTHENTICATED,
         ("GET", "/admin/v2/clusters/{cluster}"): AUTHENTICATED,
         ("PUT", "/admin/v2/clusters/{cluster}"): SUPERUSER,
@@ -103,6 +108,8 @@ def _rules() -> dict[tuple[str, str], Access]:
         ),
         ("GET", TOPIC_PREFIX): namespace(NO.GET_TOPICS),
         ("GET", f"{TOPIC_PREFIX}/partitioned"): namespace(NO.GET_TOPICS),
+        ("GET", NON_PERSISTENT_PREFIX): namespace(NO.GET_TOPICS),
+        ("GET", f"{NON_PERSISTENT_PREFIX}/partitioned"): namespace(NO.GET_TOPICS),
         ("PUT", T): namespace(NO.CREATE_TOPIC),
         ("DELETE", T): topic(TN.DELETE),
         ("PUT", f"{T}/partitions"): namespace(NO.CREATE_TOPIC),
@@ -115,7 +122,13 @@ def _rules() -> dict[tuple[str, str], Access]:
         ("GET", f"{T}/stats"): topic(TN.GET_STATS),
         ("GET", f"{T}/internalStats"): topic(TN.GET_STATS),
         ("GET", f"{T}/partitioned-stats"): topic(TN.GET_STATS),
-        ("GET", f"{T}/partitioned-internal-stats"): topic(TN.GET_STATS),
+        ("GET", f"{T}/partitioned-internalStats"): topic(TN.GET_STATS),
+        ("GET", f"{T}/properties"): topic(TN.GET_METADATA),
+        ("PUT", f"{T}/properties"): topic(TN.UPDATE_METADATA),
+        ("DELETE", f"{T}/properties"): topic(TN.UPDATE_METADATA),
+        ("PUT", f"{T}/compaction"): topic(TN.COMPACT),
+        ("GET", f"{T}/compaction"): topic(TN.COMPACT),
+        ("POST", f"{SUB}/expireMessages"): topic(TN.EXPIRE_MESSAGES),
         ("GET", f"{T}/lastMessageId"): topic(TN.PEEK_MESSAGES),
         ("GET", f"{T}/subscriptions"): topic(TN.GET_SUBSCRIPTIONS),
         ("GET", f"{T}/ledger/{{ledger}}/entry/{{entry}}"): topic(TN.PEEK_MESSAGES),

@@ -3,9 +3,23 @@
 Pulsar's ``ClustersBase``, ``BrokersBase`` and ``TenantsBase``: a tenant names the clusters it may use
 (``allowedClusters``, which must be non-empty and exist), is deleted only once it has no namespaces (409),
 and a forced delete is refused unless ``force_delete_tenant_allowed`` (405, Pulsar's default).
+
+Brokers, as the Java client's ``BrokersImpl`` calls them: ``brokers/version`` (the version as plain text,
+which the client reads as a ``String``), ``brokers/ready`` (200 ``ok`` once serving, else 500),
+``brokers/leaderBroker`` (``BrokerInfo``: ``serviceUrl``, ``brokerId``), ``brokers/{cluster}`` (active
+brokers), ``brokers/{cluster}/{broker}/ownedNamespaces`` (``NamespaceOwnershipStatus`` per owned bundle; a
+request for another live broker is redirected to it, as Pulsar's ``validateBrokerName`` does),
+``brokers/configuration/runtime`` (the effective settings, by Magnetar's names, secrets left out) and the
+dynamic-configuration calls. Magnetar differs in two places: it elects no leader broker, so ``leaderBroker``
+names the live broker whose id sorts first (the same answer on every broker), and it has no dynamic
+configuration, so the list of dynamic names and their values are empty and setting one is 412, as Pulsar
+answers for a setting that is not dynamic (deleting one, ``DELETE brokers/configuration/{name}``, is not
+routed: it would shadow ``configuration/values`` and ``runtime``).
 """
 
 from __future__ import annotations
+
+import importlib.metadata
 
 from magnetar.admin.rest.framework import (
     AdminError,
@@ -18,7 +32,7 @@ from magnetar.admin.rest.framework import (
 )
 from magnetar.admin.rest.models import ClusterDataBody, TenantInfoBody
 from magnetar.admin.rest.names import tenant_of
-from magnetar.bookkeeper.runtime.http import HttpResponse
+from magnetar.bookkeeper.runtime.http import HttpError, HttpResponse
 from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import AlreadyExists, ClusterData, TenantInfo
 from magnetar.broker.topic_name import check_named_entity
@@ -88,17 +102,75 @@ async def health(call: Call) -> HttpResponse:
 
 
 async def active_brokers(call: Call) -> HttpResponse:
+    await _check_cluster(call)
+    return ok(sorted(await call.context.brokers.active_brokers()))
+
+
+async def local_brokers(call: Call) -> HttpResponse:
+    return ok(sorted(await call.context.brokers.active_brokers()))
+
+
+def magnetar_version() -> str:
+    try:
+        return importlib.metadata.version("magnetar")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
+async def version(call: Call) -> HttpResponse:
+    return plain(magnetar_version())
+
+
+async def ready(call: Call) -> HttpResponse:
+    if not await call.context.brokers.healthy():
+        raise AdminError(500, "Broker is not ready")
+    return plain("ok")
+
+
+async def leader_broker(call: Call) -> HttpResponse:
+    brokers = sorted(await call.context.brokers.active_brokers())
+    if not brokers:
+        raise AdminError(404, "Couldn't find leader broker")
+    return ok({"serviceUrl": f"http://{brokers[0]}", "brokerId": brokers[0]})
+
+
+async def _check_cluster(call: Call) -> None:
     cluster = _cluster_of(call)
     if (
         cluster != call.context.settings.cluster_name
         and await call.context.policies.get_cluster(cluster) is None
     ):
         raise AdminError(404, "Cluster does not exist")
-    return ok(sorted(await call.context.brokers.active_brokers()))
 
 
-async def local_brokers(call: Call) -> HttpResponse:
-    return ok(sorted(await call.context.brokers.active_brokers()))
+async def owned_namespaces(call: Call) -> HttpResponse:
+    await _check_cluster(call)
+    broker = call.param("broker")
+    directory = call.context.brokers
+    if broker != directory.broker_id():
+        if broker not in await directory.active_brokers():
+            raise AdminError(404, f"Broker {broker} is not an active broker")
+        location = f"http://{broker}{call.request.path}"
+        raise HttpError(307, "Redirect to the broker asked about", (("location", location),))
+    status = {"broker_assignment": "shared", "is_controlled": False, "is_active": True}
+    owned = sorted(directory.owned_bundles())
+    return ok({f"{namespace}/{bundle}": dict(status) for namespace, bundle in owned})
+
+
+async def runtime_configuration(call: Call) -> HttpResponse:
+    return ok(dict(sorted(call.context.brokers.runtime_configuration().items())))
+
+
+async def dynamic_configuration_names(call: Call) -> HttpResponse:
+    return ok([])
+
+
+async def dynamic_configuration_values(call: Call) -> HttpResponse:
+    return ok({})
+
+
+async def update_dynamic_configuration(call: Call) -> HttpResponse:
+    raise AdminError(412, " Can't update non-dynamic configuration")
 
 
 # -- tenants -------------------------------------------------------------------------------------------
@@ -179,6 +251,24 @@ def endpoints() -> list[Endpoint]:
                  errors={503: "Broker is not healthy"}),
         Endpoint("GET", "/admin/v2/brokers", local_brokers, "Active brokers of this cluster", TAG_BROKERS,
                  response=list[str], status=200),
+        Endpoint("GET", "/admin/v2/brokers/version", version, "Version of this broker", TAG_BROKERS,
+                 status=200, content_type="text/plain"),
+        Endpoint("GET", "/admin/v2/brokers/ready", ready, "Whether this broker serves", TAG_BROKERS,
+                 status=200, content_type="text/plain", errors={500: "Broker is not ready"}),
+        Endpoint("GET", "/admin/v2/brokers/leaderBroker", leader_broker, "The leader broker", TAG_BROKERS,
+                 response=dict[str, str], status=200, errors={404: "Couldn't find leader broker"}),
+        Endpoint("GET", "/admin/v2/brokers/configuration", dynamic_configuration_names,
+                 "Names of the dynamic settings (none)", TAG_BROKERS, response=list[str], status=200),
+        Endpoint("GET", "/admin/v2/brokers/configuration/values", dynamic_configuration_values,
+                 "Values of the dynamic settings (none)", TAG_BROKERS, response=dict[str, str], status=200),
+        Endpoint("GET", "/admin/v2/brokers/configuration/runtime", runtime_configuration,
+                 "This broker's effective settings", TAG_BROKERS, response=dict[str, str], status=200),
+        Endpoint("POST", "/admin/v2/brokers/configuration/{name}/{value}", update_dynamic_configuration,
+                 "Update a dynamic setting (none exists: 412)", TAG_BROKERS,
+                 errors={412: "Can't update non-dynamic configuration"}),
+        Endpoint("GET", "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces", owned_namespaces,
+                 "Bundles owned by a broker", TAG_BROKERS, response=dict[str, dict[str, object]], status=200,
+                 errors={307: "Redirect to that broker", 404: "Cluster or broker does not exist"}),
         Endpoint("GET", "/admin/v2/brokers/{cluster}", active_brokers, "Active brokers of a cluster",
                  TAG_BROKERS, response=list[str], status=200, errors=not_found),
         Endpoint("GET", "/admin/v2/tenants", list_tenants, "List tenants", TAG_TENANTS,

@@ -20,6 +20,7 @@ from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.broker.namespace_bundle import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security import BrokerSecurity
+from magnetar.broker.topic_name import NamespaceName
 
 
 class AdminSettings(BaseModel):
@@ -57,25 +58,74 @@ PARTITIONS_MAX = 65_536
 
 
 class BrokerDirectory(Protocol):
-    """The broker side of ``/admin/v2/brokers``: live brokers and this broker's health."""
+    """The broker side of ``/admin/v2/brokers``: live brokers, this broker's identity, health, the bundles it
+    owns and its settings."""
 
-    async def active_brokers(self) -> list[str]: ...
+    async def active_brokers(self) -> list[str]:
+        """Every live broker's id (``host:port`` of its HTTP service)."""
+        ...
 
     async def healthy(self) -> bool: ...
+
+    def broker_id(self) -> str:
+        """This broker's id (``host:port``); empty when it serves no topics (a metadata-only tool)."""
+        ...
+
+    def owned_bundles(self) -> list[tuple[str, str]]:
+        """``(namespace, bundle range)`` of every bundle this broker owns."""
+        ...
+
+    def runtime_configuration(self) -> dict[str, str]:
+        """This broker's effective settings as text, secrets left out."""
+        ...
 
 
 @dataclass
 class StaticBrokers:
-    """A :class:`BrokerDirectory` for a single process (tests, tools): one broker, always healthy."""
+    """A :class:`BrokerDirectory` for a single process (tests, tools): fixed brokers (the first is this one),
+    always healthy unless ``health`` says otherwise."""
 
     broker_ids: list[str] = field(default_factory=list)
     health: Callable[[], Awaitable[bool]] | None = None
+    bundles: list[tuple[str, str]] = field(default_factory=list)
+    configuration: dict[str, str] = field(default_factory=dict)
 
     async def active_brokers(self) -> list[str]:
         return list(self.broker_ids)
 
     async def healthy(self) -> bool:
         return True if self.health is None else await self.health()
+
+    def broker_id(self) -> str:
+        return self.broker_ids[0] if self.broker_ids else ""
+
+    def owned_bundles(self) -> list[tuple[str, str]]:
+        return list(self.bundles)
+
+    def runtime_configuration(self) -> dict[str, str]:
+        return dict(self.configuration)
+
+
+class NonPersistentDirectory(Protocol):
+    """The non-persistent topics the ``/admin/v2/non-persistent/...`` listings answer."""
+
+    async def topics(self, namespace: NamespaceName) -> list[str]:
+        """Full names (``non-persistent://...``) of the namespace's non-persistent topics and partitions."""
+        ...
+
+    async def partitioned_topics(self, namespace: NamespaceName) -> list[str]:
+        """Full names of the namespace's partitioned non-persistent topics."""
+        ...
+
+
+class NoNonPersistentTopics:
+    """The directory while Magnetar has no non-persistent topics: every listing is empty."""
+
+    async def topics(self, namespace: NamespaceName) -> list[str]:
+        return []
+
+    async def partitioned_topics(self, namespace: NamespaceName) -> list[str]:
+        return []
 
 
 @dataclass
@@ -89,6 +139,8 @@ class AdminContext:
     """The broker's side of the topic routes; without it only metadata routes are served."""
     security: BrokerSecurity | None = None
     """Authentication, authorization and rate limits (:mod:`.access`); None: every call is allowed."""
+    non_persistent: NonPersistentDirectory = field(default_factory=NoNonPersistentTopics)
+    """The non-persistent topics the ``non-persistent`` listings answer (none yet)."""
     policies: PolicyStore = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,16 +1,19 @@
 """The admin REST framework: declared endpoints, validated inputs, Pulsar's error bodies, one route table.
 
 Theory of operation. Every admin route is an :class:`Endpoint` - method, path pattern, handler and the
-*types* of its inputs and outputs: a pydantic query model (``extra="forbid"``, so an unknown query parameter
-is a 400, not silently ignored), a body type and a response type. :func:`register` turns each endpoint into a
-plain :class:`~magnetar.bookkeeper.runtime.http.Router` handler that validates before the handler runs, and
-:mod:`.openapi` renders the same declarations as the OpenAPI document, so the document cannot drift from
-what is served.
+*types* of its inputs and outputs: a pydantic query model, a body type and a response type. :func:`register`
+turns each endpoint into a plain :class:`~magnetar.bookkeeper.runtime.http.Router` handler that validates
+before the handler runs, and :mod:`.openapi` renders the same declarations as the OpenAPI document, so the
+document cannot drift from what is served.
 
-Validation order, and the status each failure gets (Pulsar / JAX-RS conventions, docs/upstream.md, Pulsar
-§2.1):
+Validation order, and the status each failure gets (Pulsar's JAX-RS conventions, docs/upstream.md,
+Pulsar §2.1):
 
-1. query parameters -> 400 ``Unknown query parameter 'x'`` / ``Invalid query parameter 'x': ...``;
+1. query parameters, read as JAX-RS reads them: a parameter the endpoint does not declare is ignored (Pulsar's
+   clients send some that only newer brokers know); a boolean is true when its value is ``true`` in any case
+   and false for anything else (Java's ``Boolean.valueOf``, so ``includeSystemTopic=<uuid>`` is false, not an
+   error); any other declared parameter that does not parse is 400 ``Invalid query parameter 'x': ...``
+   (Pulsar answers 404 there; Magnetar names the parameter);
 2. body: not JSON -> 400; wrong shape or type -> 400 (Jackson's mapping errors are 400s in Pulsar);
    a missing required body -> 400; the size bound is the HTTP server's ``http_body_bytes_max`` (413);
 3. names in the path (tenant, namespace, topic) -> 412 "... name is not valid", checked by the handler;
@@ -72,7 +75,7 @@ class AdminError(Exception):
 
 
 class QueryModel(BaseModel):
-    """Base of every endpoint's query parameters: unknown names are refused."""
+    """Base of every endpoint's query parameters (see :func:`parse_query` for how they are read)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -174,13 +177,33 @@ def plain(text: str) -> HttpResponse:
 # -- validation ----------------------------------------------------------------------------------------
 
 
+def boolean_query_names(model: type[QueryModel]) -> frozenset[str]:
+    """The query parameters of ``model`` read as Java booleans (by their names on the wire)."""
+    names = _BOOLEAN_NAMES.get(model)
+    if names is None:
+        names = _BOOLEAN_NAMES[model] = frozenset(
+            info.alias or name
+            for name, info in model.model_fields.items()
+            if info.annotation is bool or info.annotation == bool | None
+        )
+    return names
+
+
+_BOOLEAN_NAMES: dict[type[QueryModel], frozenset[str]] = {}
+
+
 def parse_query(endpoint: Endpoint, request: HttpRequest) -> QueryModel:
-    raw = dict(request.query)  # first value of each name, as Pulsar's handlers read it
+    """The declared parameters (first value of each name, as Pulsar's handlers read them); unknown names
+    are ignored and booleans read as Java's ``Boolean.valueOf`` (the module docstring has why)."""
     model = endpoint.query
     known = {info.alias or name for name, info in model.model_fields.items()}
-    for name in raw:
-        if name not in known:
-            raise AdminError(400, f"Unknown query parameter '{name}'")
+    booleans = boolean_query_names(model)
+    raw: dict[str, object] = {}
+    for name, value in request.query.items():
+        if name in booleans:
+            raw[name] = value.lower() == "true"
+        elif name in known:
+            raw[name] = value
     try:
         return model.model_validate(raw)
     except ValidationError as exc:

@@ -1,10 +1,22 @@
 """Reading messages through the admin API: by ledger/entry, examine, peek, id by time, last id.
 
-A stored entry holding one message is answered as Pulsar answers it (``generateResponseWithEntry``): the
-payload as ``application/octet-stream``, the metadata in ``X-Pulsar-*`` headers (``X-Pulsar-Message-ID``,
-``X-Pulsar-publish-time``, ``X-Pulsar-PROPERTY-<name>`` ...). An entry holding a broker-side batch (Magnetar's
-own format, not Pulsar's client batches) is answered as a JSON list of its messages (``messageId``, base64
-``payload``, ``properties``, ``publishTime`` ...) - a deviation: Pulsar's batch framing does not exist here.
+A stored entry is answered as Pulsar's broker answers it (``PersistentTopicsBase.generateResponseWithEntry``),
+which is what the Java admin client parses (``TopicsImpl.getMessagesFromHttpResponse``):
+
+* one message: its payload as the body (``application/octet-stream``), its metadata in headers spelled as
+  Pulsar spells them - ``X-Pulsar-Message-ID`` (``ledger:entry``), ``X-Pulsar-publish-time``,
+  ``X-Pulsar-event-time``, ``X-Pulsar-producer-name``, ``X-Pulsar-sequence-id``, ``X-Pulsar-partition-key``
+  and one ``X-Pulsar-PROPERTY-<name>`` per property (the Java client finds properties by that exact,
+  case-sensitive prefix);
+* an entry holding a broker-side batch: the batch in Pulsar's wire form (:mod:`magnetar.admin.pulsar_batch`:
+  ``SingleMessageMetadata`` + payload per message, carrying each message's properties, key, event time and
+  sequence id) with ``X-Pulsar-num-batch-message: N`` and ``X-Pulsar-batch-size``; the client cuts it into N
+  messages with ids ``ledger:entry:i``. The entry-level headers (publish time, producer name, sequence id)
+  are those of the batch's first message: Pulsar's batch format has one publish time and one producer per
+  entry, Magnetar's broker-side batches may hold several (a difference the README lists).
+
+A header Pulsar would send but HTTP cannot carry (a property name that is not an HTTP token, a value with a
+line break or outside Latin-1) is left out rather than failing the answer.
 
 Message ids by time use the entries' publish times: the first entry published at or after the time
 (binary search, as Pulsar's ``findMessageIdByPublishTime``).
@@ -12,11 +24,11 @@ Message ids by time use the entries' publish times: the first entry published at
 
 from __future__ import annotations
 
-import base64
+import re
 from collections.abc import Callable
-from typing import Any
 
-from magnetar.admin.rest.framework import AdminError, ok
+from magnetar.admin.pulsar_batch import SingleMessage, encode_batch
+from magnetar.admin.rest.framework import AdminError
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.date_format import format_timestamp
 from magnetar.broker.entry_format import CorruptEntryError, StoredMessage, decode_entry
@@ -29,55 +41,80 @@ SEARCH_READS_MAX = 64
 """Entries read by one id-by-time search (a binary search needs ~log2(entries))."""
 
 
-def _headers(message: StoredMessage, message_id: str, batch_size: int) -> list[tuple[str, str]]:
-    headers = [
-        ("content-type", "application/octet-stream"),
-        ("x-pulsar-message-id", message_id),
-        ("x-pulsar-publish-time", format_timestamp(message.publish_time_ms)),
-        ("x-pulsar-producer-name", message.producer_name),
-        ("x-pulsar-sequence-id", str(message.sequence_id)),
+HEADER_MESSAGE_ID = "X-Pulsar-Message-ID"
+HEADER_PUBLISH_TIME = "X-Pulsar-publish-time"
+HEADER_EVENT_TIME = "X-Pulsar-event-time"
+HEADER_PRODUCER_NAME = "X-Pulsar-producer-name"
+HEADER_SEQUENCE_ID = "X-Pulsar-sequence-id"
+HEADER_PARTITION_KEY = "X-Pulsar-partition-key"
+HEADER_BATCH_COUNT = "X-Pulsar-num-batch-message"
+HEADER_BATCH_SIZE = "X-Pulsar-batch-size"
+PROPERTY_HEADER_PREFIX = "X-Pulsar-PROPERTY-"
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+"""An HTTP header name (RFC 9110 ``token``)."""
+
+
+def _sendable(name: str, value: str) -> bool:
+    if not _TOKEN.fullmatch(name) or "\n" in value or "\r" in value:
+        return False
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _entry_headers(message: StoredMessage, message_id: str) -> list[tuple[str, str]]:
+    return [
+        ("Content-Type", "application/octet-stream"),
+        (HEADER_MESSAGE_ID, message_id),
+        (HEADER_PUBLISH_TIME, format_timestamp(message.publish_time_ms)),
+        (HEADER_PRODUCER_NAME, message.producer_name),
+        (HEADER_SEQUENCE_ID, str(message.sequence_id)),
     ]
+
+
+def _single_headers(message: StoredMessage, message_id: str) -> list[tuple[str, str]]:
+    headers = _entry_headers(message, message_id)
     if message.event_time_ms:
-        headers.append(("x-pulsar-event-time", format_timestamp(message.event_time_ms)))
+        headers.append((HEADER_EVENT_TIME, format_timestamp(message.event_time_ms)))
     if message.key is not None:
-        headers.append(("x-pulsar-partition-key", message.key))
-    if batch_size:
-        headers.append(("x-pulsar-num-batch-message", str(batch_size)))
-    headers.extend((f"x-pulsar-property-{name}", value) for name, value in message.properties.items())
-    return [(k, v) for k, v in headers if v.isascii() and "\n" not in v and "\r" not in v]
+        headers.append((HEADER_PARTITION_KEY, message.key))
+    headers.extend((PROPERTY_HEADER_PREFIX + name, value) for name, value in message.properties.items())
+    return headers
 
 
-def message_json(message: StoredMessage, message_id: MessageId) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "messageId": message_id.to_admin_json() | {"batchIndex": message_id.batch_index},
-        "payload": base64.b64encode(message.payload).decode("ascii"),
-        "properties": dict(message.properties),
-        "publishTime": format_timestamp(message.publish_time_ms),
-        "producerName": message.producer_name,
-        "sequenceId": message.sequence_id,
-    }
-    if message.key is not None:
-        body["key"] = message.key
-    if message.event_time_ms:
-        body["eventTime"] = format_timestamp(message.event_time_ms)
-    return body
+def batch_wire_form(messages: list[StoredMessage]) -> bytes:
+    """A broker-side batch in Pulsar's batch wire form (one ``SingleMessageMetadata`` + payload each)."""
+    return encode_batch([
+        SingleMessage(
+            m.payload,
+            dict(m.properties),
+            partition_key=m.key,
+            event_time_ms=m.event_time_ms,
+            sequence_id=m.sequence_id,
+        )
+        for m in messages
+    ])  # fmt: skip
 
 
-def entry_response(entry: Entry, partition: int) -> HttpResponse:
+def entry_response(entry: Entry) -> HttpResponse:
+    """One stored entry as Pulsar's admin API answers it (see the module docstring)."""
     try:
         decoded = decode_entry(entry.data)
     except CorruptEntryError as exc:
         raise AdminError(500, f"Entry {entry.position} cannot be decoded: {exc}") from None
-    ledger, entry_id = entry.position.ledger_id, entry.position.entry_id
+    message_id = f"{entry.position.ledger_id}:{entry.position.entry_id}"
+    first = decoded.messages[0]
     if not decoded.batched:
-        message = decoded.messages[0]
-        message_id = f"{ledger}:{entry_id}"
-        return HttpResponse(200, _headers(message, message_id, 0), message.payload)
-    size = len(decoded.messages)
-    return ok([
-        message_json(m, MessageId(ledger, entry_id, partition, index, size))
-        for index, m in enumerate(decoded.messages)
-    ])  # fmt: skip
+        headers = _single_headers(first, message_id)
+        body = first.payload
+    else:
+        body = batch_wire_form(list(decoded.messages))
+        headers = _entry_headers(first, message_id)
+        headers.append((HEADER_BATCH_COUNT, str(len(decoded.messages))))
+        headers.append((HEADER_BATCH_SIZE, str(len(body))))
+    return HttpResponse(200, [(k, v) for k, v in headers if _sendable(k, v)], body)
 
 
 def last_message_id(ml: ManagedLedger, partition: int) -> dict[str, int]:

@@ -90,6 +90,15 @@ class NamespacePoliciesBody(_Body):
 TopicProperties = Annotated[dict[ShortText, ShortText], Field(max_length=PROPERTIES_MAX)]
 
 
+class PartitionedTopicMetadataBody(_Body):
+    """The body ``createPartitionedTopic(topic, n, properties)`` sends (``PartitionedTopicMetadata``, media
+    type ``application/vnd.partitioned-topic-metadata+json``); without properties the client sends the bare
+    number."""
+
+    partitions: Int32
+    properties: TopicProperties | None = None
+
+
 class PartitionedTopicMetadataOut(BaseModel):
     partitions: int
     deleted: bool = False

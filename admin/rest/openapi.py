@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from magnetar.admin.rest.framework import Endpoint
+from magnetar.admin.rest.framework import Endpoint, boolean_query_names
 from magnetar.broker.topic_name import NAMED_ENTITY_CHARS_MAX, RELATIVE_SEGMENTS
 
 REF_TEMPLATE = "#/components/schemas/{model}"
@@ -56,10 +56,25 @@ def _query_parameters(endpoint: Endpoint, components: dict[str, Any]) -> list[di
     schema = TypeAdapter(endpoint.query).json_schema(ref_template=REF_TEMPLATE)
     props: dict[str, Any] = schema.get("properties", {})
     required = set(schema.get("required", []))
+    booleans = boolean_query_names(endpoint.query)
     return [
-        {"name": name, "in": "query", "required": name in required, "schema": prop}
+        {
+            "name": name,
+            "in": "query",
+            "required": name in required,
+            "schema": _java_boolean(prop) if name in booleans else prop,
+        }
         for name, prop in props.items()
     ]
+
+
+def _java_boolean(prop: dict[str, Any]) -> dict[str, Any]:
+    """A boolean query parameter takes any text, as JAX-RS reads it: ``true`` in any case, else false."""
+    default = prop.get("default")
+    out: dict[str, Any] = {"type": "string", "description": "true (any case); any other value is false"}
+    if isinstance(default, bool):
+        out["default"] = "true" if default else "false"
+    return out
 
 
 def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 ``GET /admin/v2/persistent/{t}/{ns}/{topic}/partitioned-stats?perPartition=true`` answers the topic stats of
 every partition added up (Pulsar's ``PartitionedTopicStatsImpl``: the fields of ``stats``, plus
 ``"metadata": {"partitions": N, ...}`` and ``"partitions": {"<partition name>": <its stats>}`` - empty unless
-``perPartition``, the default). ``.../partitioned-internal-stats`` answers ``{"metadata": ...,
+``perPartition``, the default). ``.../partitioned-internalStats`` answers ``{"metadata": ...,
 "partitions": {"<partition name>": <its internalStats>}}``. A topic that is not partitioned is 404
 "Partitioned Topic not found".
 
@@ -13,7 +13,7 @@ the partition, otherwise the owner's ``stats`` / ``internalStats`` over HTTP (:m
 partition after the other. A partition that has no managed ledger yet (never used) or whose owner does not
 answer is left out, as Pulsar leaves out the partitions whose call failed; when none is left,
 ``partitioned-stats`` answers the partitions as one empty entry under the topic's own name (with
-``perPartition``) and ``partitioned-internal-stats`` 404 "Internal topics have not been generated yet".
+``perPartition``) and ``partitioned-internalStats`` 404 "Internal topics have not been generated yet".
 
 Adding up follows Pulsar's ``TopicStatsImpl.add``: rates, counters, sizes and backlogs are summed,
 ``averageMsgSize`` is the mean over the partitions, per-broker fields (``ownerBroker``,
@@ -259,7 +259,7 @@ def endpoints() -> list[Endpoint]:
         Endpoint("GET", f"{TOPIC}/partitioned-stats", get_partitioned_stats,
                  "Stats of a partitioned topic, added up over its partitions", TAG,
                  query=PartitionedStatsQuery, response=dict[str, Any], status=200, errors=e),
-        Endpoint("GET", f"{TOPIC}/partitioned-internal-stats", get_partitioned_internal_stats,
+        Endpoint("GET", f"{TOPIC}/partitioned-internalStats", get_partitioned_internal_stats,
                  "Internal stats of every partition of a partitioned topic", TAG, query=AuthoritativeQuery,
                  response=dict[str, Any], status=200, errors=e),
     ]  # fmt: skip

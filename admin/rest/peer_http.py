@@ -1,10 +1,11 @@
-"""Reading another broker's admin API: one bounded HTTP/1.1 GET answered with JSON.
+"""Calling another broker's admin API: one bounded HTTP/1.1 request (:func:`request`; :func:`get_json` for
+an answer that must be JSON).
 
-A call that spans partitions (``partitioned-stats``) asks the broker that owns each partition, as Pulsar's
-broker does through its internal admin client. The request goes to the owner's plain HTTP URL with
-``authoritative=true`` (so it is answered there, never redirected again) and the caller's ``Authorization``
-header (the owner checks the same role for the same topic). It is bounded by
-``AdminSettings.peer_request_timeout_ms`` (connect to last byte) and ``peer_response_bytes_max``.
+A call that spans partitions (``partitioned-stats``, a subscription call on a partitioned topic) asks the
+broker that owns each partition, as Pulsar's broker does through its internal admin client. The request goes
+to the owner's plain HTTP URL with ``authoritative=true`` (so it is answered there, never redirected again)
+and the caller's ``Authorization`` header (the owner checks the same role for the same topic). It is bounded
+by ``AdminSettings.peer_request_timeout_ms`` (connect to last byte) and ``peer_response_bytes_max``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,18 @@ class PeerRequestError(Exception):
     """The other broker could not be asked, or did not answer 200 with JSON."""
 
 
-async def get_json(url: str, *, authorization: str | None, timeout_s: float, body_bytes_max: int) -> Any:
-    """GET ``url`` (``http://`` only) and decode its JSON answer; :class:`PeerRequestError` otherwise."""
+async def request(
+    method: str,
+    url: str,
+    *,
+    authorization: str | None,
+    timeout_s: float,
+    body_bytes_max: int,
+    body: bytes = b"",
+    content_type: str | None = None,
+) -> tuple[int, bytes]:
+    """Send one request to ``url`` (``http://`` only): the answer's status and body, whatever the status;
+    :class:`PeerRequestError` when there is no answer."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname:
         raise PeerRequestError(f"cannot ask {url}: only http:// URLs are supported")
@@ -33,13 +44,24 @@ async def get_json(url: str, *, authorization: str | None, timeout_s: float, bod
     headers = [("host", f"{host}:{port}"), ("accept", "application/json"), ("connection", "close")]
     if authorization:
         headers.append(("authorization", authorization))
+    if method not in ("GET", "HEAD"):
+        headers.append(("content-length", str(len(body))))
+        if content_type:
+            headers.append(("content-type", content_type))
     try:
         with trio.fail_after(timeout_s):
-            status, body = await _exchange(host, port, target, headers, body_bytes_max, url)
+            return await _exchange(method, host, port, target, headers, body, body_bytes_max, url)
     except trio.TooSlowError:
         raise PeerRequestError(f"{url} did not answer within {timeout_s:g} s") from None
     except (OSError, h11.ProtocolError) as exc:
         raise PeerRequestError(f"{url}: {type(exc).__name__}: {exc}") from None
+
+
+async def get_json(url: str, *, authorization: str | None, timeout_s: float, body_bytes_max: int) -> Any:
+    """GET ``url`` (``http://`` only) and decode its JSON answer; :class:`PeerRequestError` otherwise."""
+    status, body = await request(
+        "GET", url, authorization=authorization, timeout_s=timeout_s, body_bytes_max=body_bytes_max
+    )
     if status != 200:
         raise PeerRequestError(f"{url} answered {status}: {body[:200].decode(errors='replace')}")
     try:
@@ -49,13 +71,22 @@ async def get_json(url: str, *, authorization: str | None, timeout_s: float, bod
 
 
 async def _exchange(
-    host: str, port: int, target: str, headers: list[tuple[str, str]], body_bytes_max: int, url: str
+    method: str,
+    host: str,
+    port: int,
+    target: str,
+    headers: list[tuple[str, str]],
+    request_body: bytes,
+    body_bytes_max: int,
+    url: str,
 ) -> tuple[int, bytes]:
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
         conn = h11.Connection(h11.CLIENT)
-        request = conn.send(h11.Request(method="GET", target=target, headers=headers))
-        await stream.send_all(request + conn.send(h11.EndOfMessage()))
+        out = conn.send(h11.Request(method=method, target=target, headers=headers))
+        if request_body:
+            out += conn.send(h11.Data(data=request_body))
+        await stream.send_all(out + conn.send(h11.EndOfMessage()))
         status = 0
         body = bytearray()
         while True:

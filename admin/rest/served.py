@@ -42,15 +42,23 @@ async def ensure_served(call: Call, topic: TopicName) -> None:
         )
 
 
-async def served_topic(call: Call, *, create: bool = False) -> tuple[TopicName, ManagedLedger]:
-    topic = topic_of(call)
+async def served_topic(
+    call: Call, *, create: bool = False, partitioned: str | None = None
+) -> tuple[TopicName, ManagedLedger]:
+    """The topic of the call's path, served here (``partitioned``: the 405 reason for a partitioned topic,
+    Pulsar's wording for the operation)."""
     namespace_of(call)
+    return await served_named(call, topic_of(call), create=create, partitioned=partitioned)
+
+
+async def served_named(
+    call: Call, topic: TopicName, *, create: bool = False, partitioned: str | None = None
+) -> tuple[TopicName, ManagedLedger]:
+    """``topic`` (the call's own, or one partition of it) served here, as :func:`served_topic`."""
     await require_namespace(call.context, topic.namespace_name)
     if await partition_count(call.context, topic) > 0:
-        raise AdminError(
-            405,
-            f"Operation not allowed on a partitioned topic; address a partition ({topic}-partition-0, ...)",
-        )
+        address = f"address a partition ({topic}-partition-0, ...)"
+        raise AdminError(405, partitioned or f"Operation not allowed on a partitioned topic; {address}")
     await ensure_served(call, topic)
     ml = await host_of(call).load(topic, create=create)
     if ml is None:

@@ -2,11 +2,17 @@
 
 Pulsar's subscription admin calls over the topic's managed-ledger cursors: create at ``latest`` (default),
 ``earliest`` or a message id (409 when it exists), delete (412 while consumers are connected unless
-``force``), skip N, skip all (clear backlog), expire messages older than T seconds (one subscription or all),
-reset to a publish time or a message id, and peek the n-th unacknowledged message. After a cursor moves,
-the broker's dispatcher is told (``TopicHost.cursor_moved``) so connected consumers continue from the new
-place. Expiring on every subscription at once needs ``consume`` on each of them (or a tenant admin), as each
-per-subscription route does.
+``force``), skip N, skip all (clear backlog), expire messages older than T seconds (one subscription or all)
+or up to a message id (the body of ``POST .../expireMessages``), reset to a publish time or a message id, and
+peek the n-th unacknowledged message. The message-id bodies are Pulsar's ``ResetCursorData`` as the Java
+client's Jackson writes it (``excluded`` for ``isExcluded``; the older spelling is read too) or a bare
+``MessageIdImpl``. After a cursor moves, the broker's dispatcher is told (``TopicHost.cursor_moved``) so
+connected consumers continue from the new place. Expiring on every subscription at once needs ``consume`` on
+each of them (or a tenant admin), as each per-subscription route does.
+
+A partitioned topic addressed by its base name: create, delete, skip all, expire (by time, one subscription
+or all), reset to a time and the subscription list apply to every partition (:mod:`.partitions`); skip N,
+peek, reset to a message id and expire up to a message id are 405, with Pulsar's reasons, as in Pulsar.
 """
 
 from __future__ import annotations
@@ -22,11 +28,19 @@ from magnetar.admin.rest.framework import (
     Endpoint,
     QueryModel,
     no_content,
+    ok,
 )
 from magnetar.admin.rest.messages import entry_response, first_at_or_after, publish_time
 from magnetar.admin.rest.models import Int32, Int64
-from magnetar.admin.rest.names import subscription_of
-from magnetar.admin.rest.served import host_of, served_topic
+from magnetar.admin.rest.names import (
+    namespace_of,
+    partition_count,
+    require_namespace,
+    subscription_of,
+    topic_of,
+)
+from magnetar.admin.rest.partitions import Local, combined, each_partition
+from magnetar.admin.rest.served import host_of, served_named, served_topic
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.topic_name import TopicName
 from magnetar.gc.expiry import expire_cursor
@@ -41,16 +55,22 @@ EXPIRY_SEARCH_READS_MAX = 64
 
 
 class ResetCursorData(BaseModel):
-    """Pulsar's ``ResetCursorData``; ``isExcluded`` starts after the position instead of at it."""
+    """Pulsar's ``ResetCursorData``: ``excluded`` (Jackson's name for Lombok's ``isExcluded``) starts after
+    the position instead of at it; ``isExcluded`` is accepted too."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     ledgerId: Int64
     entryId: Int64
     partitionIndex: Int32 = -1
+    excluded: bool = False
     isExcluded: bool = False
     batchIndex: Int32 = -1
     properties: dict[str, Any] | None = None
+
+    @property
+    def is_excluded(self) -> bool:
+        return self.excluded or self.isExcluded
 
 
 InitialPosition = Literal["latest", "earliest"] | ResetCursorData
@@ -66,13 +86,37 @@ class ForceQuery(QueryModel):
     authoritative: bool = False
 
 
-async def _cursor(call: Call) -> tuple[TopicName, ManagedLedger, ManagedCursor]:
+async def _cursor(
+    call: Call, *, partitioned: str | None = None
+) -> tuple[TopicName, ManagedLedger, ManagedCursor]:
     name = subscription_of(call)
-    topic, ml = await served_topic(call)
+    topic, ml = await served_topic(call, partitioned=partitioned)
+    return topic, ml, _named_cursor(ml, name)
+
+
+def _named_cursor(ml: ManagedLedger, name: str) -> ManagedCursor:
     cursor = ml.cursors.get(name)
     if cursor is None:
         raise AdminError(404, "Subscription not found")
-    return topic, ml, cursor
+    return cursor
+
+
+async def _cursor_on(call: Call, topic: TopicName, name: str) -> tuple[ManagedLedger, ManagedCursor]:
+    _, ml = await served_named(call, topic)
+    return ml, _named_cursor(ml, name)
+
+
+async def _partitions_of(call: Call) -> tuple[TopicName, int]:
+    """The topic of the path and its partition count (0: not partitioned, or a partition itself)."""
+    topic = topic_of(call)
+    namespace_of(call)
+    await require_namespace(call.context, topic.namespace_name)
+    return topic, await partition_count(call.context, topic)
+
+
+async def _on_every_partition(call: Call, base: TopicName, count: int, local: Local) -> HttpResponse:
+    combined(await each_partition(call, base, count, local), "Subscription not found")
+    return no_content()
 
 
 def _position_of(ml: ManagedLedger, data: ResetCursorData) -> Position:
@@ -85,7 +129,7 @@ def _position_of(ml: ManagedLedger, data: ResetCursorData) -> Position:
         position = Position(data.ledgerId, data.entryId)
     except InvalidPositionError:
         raise AdminError(412, "Unable to find position for position specified") from None
-    if data.isExcluded:
+    if data.is_excluded:
         position = ml.ledgers.next_position(position)
     return position
 
@@ -95,10 +139,24 @@ def _position_of(ml: ManagedLedger, data: ResetCursorData) -> Position:
 
 async def create_subscription(call: Call) -> HttpResponse:
     name = subscription_of(call)
-    _, ml = await served_topic(call, create=True)
+    topic, count = await _partitions_of(call)
+    initial: InitialPosition | None = call.body
+    if count == 0:
+        await _create_on(call, topic, name, initial)
+        return no_content()
+    outcomes = await each_partition(call, topic, count, lambda p: _create_on(call, p, name, initial))
+    refused = [o for o in outcomes if not o.ok and o.status != 409]
+    if refused:
+        raise AdminError(refused[0].status, refused[0].reason)
+    if not any(o.ok for o in outcomes):
+        raise AdminError(409, "Subscription already exists for topic")
+    return no_content()
+
+
+async def _create_on(call: Call, topic: TopicName, name: str, initial: InitialPosition | None) -> None:
+    _, ml = await served_named(call, topic, create=True)
     if name in ml.cursors:
         raise AdminError(409, "Subscription already exists for topic")
-    initial: InitialPosition | None = call.body
     if isinstance(initial, ResetCursorData):
         target = _position_of(ml, initial)
         cursor = await ml.open_cursor(name, start_at_earliest=True)
@@ -106,13 +164,38 @@ async def create_subscription(call: Call) -> HttpResponse:
         await cursor.flush()
     else:
         await ml.open_cursor(name, start_at_earliest=initial == "earliest")
-    return no_content()
 
 
 async def delete_subscription(call: Call) -> HttpResponse:
-    topic, _, cursor = await _cursor(call)
-    await host_of(call).delete_subscription(topic, cursor.name, force=call.query_as(ForceQuery).force)
-    return no_content()
+    name = subscription_of(call)
+    force = call.query_as(ForceQuery).force
+    topic, count = await _partitions_of(call)
+
+    async def delete_on(partition: TopicName) -> None:
+        await _cursor_on(call, partition, name)
+        await host_of(call).delete_subscription(partition, name, force=force)
+
+    if count == 0:
+        await delete_on(topic)
+        return no_content()
+    return await _on_every_partition(call, topic, count, delete_on)
+
+
+async def list_subscriptions(call: Call) -> HttpResponse:
+    topic, count = await _partitions_of(call)
+
+    async def names_on(partition: TopicName) -> list[str]:
+        _, ml = await served_named(call, partition)
+        return sorted(ml.cursors)
+
+    if count == 0:
+        return ok(await names_on(topic))
+    outcomes = await each_partition(call, topic, count, names_on)
+    refused = [o for o in outcomes if not o.ok and o.status != 404]
+    if refused:
+        raise AdminError(refused[0].status, refused[0].reason)
+    names = {str(n) for o in outcomes if o.ok and isinstance(o.body, list) for n in o.body}
+    return ok(sorted(names))
 
 
 # -- moving the cursor ---------------------------------------------------------------------------------
@@ -131,16 +214,25 @@ async def skip(call: Call) -> HttpResponse:
         raise AdminError(412, "Invalid number of messages to skip") from None
     if count < 0:
         raise AdminError(412, "Invalid number of messages to skip")
-    topic, _, cursor = await _cursor(call)
+    topic, _, cursor = await _cursor(call, partitioned="Skip messages on a partitioned topic is not allowed")
     if count:
         cursor.skip(count)
     return await _moved(call, topic, cursor)
 
 
 async def skip_all(call: Call) -> HttpResponse:
-    topic, _, cursor = await _cursor(call)
-    cursor.clear_backlog()
-    return await _moved(call, topic, cursor)
+    name = subscription_of(call)
+    topic, count = await _partitions_of(call)
+
+    async def skip_all_on(partition: TopicName) -> None:
+        _, cursor = await _cursor_on(call, partition, name)
+        cursor.clear_backlog()
+        await _moved(call, partition, cursor)
+
+    if count == 0:
+        await skip_all_on(topic)
+        return no_content()
+    return await _on_every_partition(call, topic, count, skip_all_on)
 
 
 def _expire_seconds(call: Call) -> int:
@@ -160,18 +252,55 @@ async def _expire(ml: ManagedLedger, cursor: ManagedCursor, seconds: int) -> int
 
 async def expire_messages(call: Call) -> HttpResponse:
     seconds = _expire_seconds(call)
-    topic, ml, cursor = await _cursor(call)
-    await _expire(ml, cursor, seconds)
+    name = subscription_of(call)
+    topic, count = await _partitions_of(call)
+
+    async def expire_on(partition: TopicName) -> None:
+        ml, cursor = await _cursor_on(call, partition, name)
+        await _expire(ml, cursor, seconds)
+        await _moved(call, partition, cursor)
+
+    if count == 0:
+        await expire_on(topic)
+        return no_content()
+    return await _on_every_partition(call, topic, count, expire_on)
+
+
+async def expire_to_position(call: Call) -> HttpResponse:
+    """``expireMessages(topic, sub, messageId, isExcluded)``: acknowledge every message up to the id
+    (excluded: up to the one before it); a cursor already past it does not move back, and an id beyond the
+    last message expires everything."""
+    data: ResetCursorData = call.body
+    topic, ml, cursor = await _cursor(
+        call, partitioned="Expire message at position is not supported for partitioned-topic"
+    )
+    try:
+        position = Position(data.ledgerId, data.entryId)
+    except InvalidPositionError:
+        raise AdminError(412, "Unable to find position for position specified") from None
+    if data.is_excluded:
+        position = ml.ledgers.previous_position(position)
+    position = min(position, ml.last_confirmed)
+    if position > cursor.mark_delete:
+        cursor.ack_cumulative(position)
     return await _moved(call, topic, cursor)
 
 
 async def expire_all_subscriptions(call: Call) -> HttpResponse:
     seconds = _expire_seconds(call)
-    topic, ml = await served_topic(call)
-    await _check_consume_on_every_subscription(call, topic, list(ml.cursors))
-    for cursor in list(ml.cursors.values()):
-        await _expire(ml, cursor, seconds)
-        await _moved(call, topic, cursor)
+    topic, count = await _partitions_of(call)
+
+    async def expire_all_on(partition: TopicName) -> None:
+        _, ml = await served_named(call, partition)
+        await _check_consume_on_every_subscription(call, partition, list(ml.cursors))
+        for cursor in list(ml.cursors.values()):
+            await _expire(ml, cursor, seconds)
+            await _moved(call, partition, cursor)
+
+    if count == 0:
+        await expire_all_on(topic)
+        return no_content()
+    combined(await each_partition(call, topic, count, expire_all_on), "Topic not found")
     return no_content()
 
 
@@ -202,15 +331,26 @@ async def reset_to_time(call: Call) -> HttpResponse:
         timestamp = int(call.param("timestamp"))
     except ValueError:
         raise AdminError(412, "Unable to find position for timestamp specified") from None
-    topic, ml, cursor = await _cursor(call)
-    position = await first_at_or_after(ml, timestamp)
-    cursor.reset(position if position is not None else ml.ledgers.next_position(ml.last_confirmed))
-    return await _moved(call, topic, cursor)
+    name = subscription_of(call)
+    topic, count = await _partitions_of(call)
+
+    async def reset_on(partition: TopicName) -> None:
+        ml, cursor = await _cursor_on(call, partition, name)
+        position = await first_at_or_after(ml, timestamp)
+        cursor.reset(position if position is not None else ml.ledgers.next_position(ml.last_confirmed))
+        await _moved(call, partition, cursor)
+
+    if count == 0:
+        await reset_on(topic)
+        return no_content()
+    return await _on_every_partition(call, topic, count, reset_on)
 
 
 async def reset_to_position(call: Call) -> HttpResponse:
     data: ResetCursorData = call.body
-    topic, ml, cursor = await _cursor(call)
+    topic, ml, cursor = await _cursor(
+        call, partitioned="Reset-cursor at position is not allowed for partitioned-topic"
+    )
     cursor.reset(_position_of(ml, data))
     return await _moved(call, topic, cursor)
 
@@ -222,20 +362,22 @@ async def peek(call: Call) -> HttpResponse:
         raise AdminError(412, "Invalid message position") from None
     if n < 1:
         raise AdminError(412, "Invalid message position: it must be 1 or more")
-    topic, ml, cursor = await _cursor(call)
+    _, ml, cursor = await _cursor(call, partitioned="Peek messages on a partitioned topic is not allowed")
     if n > cursor.backlog():
         raise AdminError(404, "Message not found")
     position = ml.ledgers.position_after_skipping(cursor.mark_delete, n)
     entry = await ml.read_entry(position)
     if entry is None:
         raise AdminError(404, "Message not found")
-    return entry_response(entry, topic.partition_index)
+    return entry_response(entry)
 
 
 def endpoints() -> list[Endpoint]:
     e = {307: "Redirect to the owning broker", 404: "Topic or subscription not found",
          412: "Name is not valid", 405: "Not allowed on a partitioned topic"}  # fmt: skip
     return [
+        Endpoint("GET", f"{TOPIC}/subscriptions", list_subscriptions, "List subscriptions", TAG,
+                 query=AuthoritativeQuery, response=list[str], status=200, errors=e),
         Endpoint("PUT", SUB, create_subscription, "Create a subscription", TAG, query=CreateQuery,
                  body=InitialPosition, errors={**e, 409: "Subscription already exists for topic"}),
         Endpoint("DELETE", SUB, delete_subscription, "Delete a subscription", TAG, query=ForceQuery,
@@ -246,6 +388,8 @@ def endpoints() -> list[Endpoint]:
                  query=AuthoritativeQuery, errors=e),
         Endpoint("POST", f"{SUB}/expireMessages/{{seconds}}", expire_messages, "Expire old messages", TAG,
                  query=AuthoritativeQuery, errors=e),
+        Endpoint("POST", f"{SUB}/expireMessages", expire_to_position, "Expire messages up to a message id",
+                 TAG, query=AuthoritativeQuery, body=ResetCursorData, body_required=True, errors=e),
         Endpoint("POST", f"{TOPIC}/all_subscription/expireMessages/{{seconds}}", expire_all_subscriptions,
                  "Expire old messages on every subscription", TAG, query=AuthoritativeQuery, errors=e),
         Endpoint("POST", f"{SUB}/resetcursor/{{timestamp}}", reset_to_time, "Reset to a publish time (ms)",

@@ -2,9 +2,13 @@
 
 * ``GET /admin/v2/persistent/{t}/{ns}`` lists the namespace's persistent topics (partitions appear as
   ``x-partition-N``); ``.../partitioned`` lists partitioned topics.
-* ``PUT/GET/POST/DELETE .../{topic}/partitions``: create a partitioned topic (``N`` in the body, 406 when out
-  of range), read its metadata (``{"partitions":0}`` for a non-partitioned or unknown topic, as Pulsar
-  answers with automatic topic creation on), grow it (only increase: 422 otherwise), delete it.
+* ``PUT/GET/POST/DELETE .../{topic}/partitions``: create a partitioned topic (``N`` in the body, or Pulsar's
+  ``PartitionedTopicMetadata`` ``{"partitions": N, "properties": {...}}`` when the Java client passes
+  properties; 406 when out of range), read its metadata (``{"partitions":0}`` for a non-partitioned or
+  unknown topic, as Pulsar answers with automatic topic creation on; ``properties`` when it has some), grow it
+  (only increase: 422 otherwise), delete it: every partition's data first, each by the broker that owns it
+  (412 "Topic has active producers/subscriptions" while clients are connected to one, unless ``force``,
+  which disconnects them), then the metadata.
 * Topic-level retention, message TTL and backlog quota override the namespace's (topic > namespace > broker
   default, ``?applied=true`` answers the effective value); 405 while ``topic_level_policies_enabled`` is off,
   404 for a topic that does not exist. Pulsar applies them asynchronously through a system topic; Magnetar
@@ -27,7 +31,7 @@ from magnetar.admin.rest.models import (
     BacklogQuotaBody,
     BacklogQuotaType,
     Int32,
-    PartitionedTopicMetadataOut,
+    PartitionedTopicMetadataBody,
     RetentionBody,
 )
 from magnetar.admin.rest.names import (
@@ -40,6 +44,7 @@ from magnetar.admin.rest.names import (
     require_topic,
     topic_of,
 )
+from magnetar.admin.rest.partitions import each_partition
 from magnetar.admin.rest.policy_rules import (
     backlog_quota_error,
     quota_within_retention,
@@ -47,6 +52,7 @@ from magnetar.admin.rest.policy_rules import (
     retention_error,
     ttl_error,
 )
+from magnetar.admin.rest.served import served_named
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.errors import InvalidTopicNameError
 from magnetar.broker.policies import (
@@ -139,7 +145,9 @@ def _partition_limit(ctx: AdminContext) -> int:
 
 async def create_partitioned(call: Call) -> HttpResponse:
     topic = topic_of(call)
-    count: int = call.body
+    body: int | PartitionedTopicMetadataBody = call.body
+    count = body if isinstance(body, int) else body.partitions
+    properties = None if isinstance(body, int) else body.properties
     ctx = call.context
     if PARTITIONED_TOPIC_SUFFIX in topic.local_name:
         raise AdminError(412, "Partitioned Topic Name should not contain '-partition-'")
@@ -154,7 +162,7 @@ async def create_partitioned(call: Call) -> HttpResponse:
         existing = len(await list_topics(ctx, topic.namespace_name))
         ctx.security.check_topic_count(str(topic.namespace_name), existing, adding=count)
     try:
-        await ctx.policies.create_partitioned(str(topic.namespace_name), topic.local_name, count)
+        await ctx.policies.create_partitioned(str(topic.namespace_name), topic.local_name, count, properties)
     except AlreadyExists:
         raise AdminError(409, "This topic already exists") from None
     return no_content()
@@ -172,7 +180,11 @@ def _check_partition_names(topic: TopicName, count: int) -> None:
 async def get_partitions(call: Call) -> HttpResponse:
     topic = topic_of(call)
     await require_namespace(call.context, topic.namespace_name)
-    return ok(PartitionedTopicMetadataOut(partitions=await partition_count(call.context, topic)))
+    metadata = await call.context.policies.get_partitioned(str(topic.namespace_name), topic.local_name)
+    answer: dict[str, object] = {"partitions": metadata.partitions if metadata else 0, "deleted": False}
+    if metadata is not None and metadata.properties:
+        answer["properties"] = dict(metadata.properties)
+    return ok(answer)
 
 
 async def update_partitions(call: Call) -> HttpResponse:
@@ -204,15 +216,41 @@ async def delete_partitioned(call: Call) -> HttpResponse:
     count = await partition_count(ctx, topic)
     if count == 0:
         raise AdminError(404, "Partitioned topic does not exist")
-    for index in range(count):
-        if await managed_ledger_exists(ctx.metadata, topic.partition(index)):
-            raise AdminError(412, "Topic has active producers/subscriptions")
+    await _delete_partitions(call, topic, count)
     try:
         await ctx.policies.delete_partitioned(str(topic.namespace_name), topic.local_name)
     except NotFound:
         raise AdminError(404, "Partitioned topic does not exist") from None
     await ctx.policies.delete_topic_policies(str(topic.namespace_name), topic.local_name)
     return no_content()
+
+
+async def _delete_partitions(call: Call, topic: TopicName, count: int) -> None:
+    """Delete every partition's managed ledger, as Pulsar deletes each partition topic (a partition never
+    used has none: nothing to do). Without a topic host (a metadata-only server) partitions holding data
+    cannot be deleted here: 412."""
+    ctx = call.context
+    if ctx.topics is None:
+        for index in range(count):
+            if await managed_ledger_exists(ctx.metadata, topic.partition(index)):
+                raise AdminError(412, "Topic has active producers/subscriptions")
+        return
+    host = ctx.topics
+    force = call.query_as(DeletePartitionedQuery).force
+
+    async def delete_on(partition: TopicName) -> None:
+        if not await managed_ledger_exists(ctx.metadata, partition):
+            return
+        await served_named(call, partition)
+        await host.delete(partition, force=force)
+        await ctx.policies.delete_topic_policies(str(partition.namespace_name), partition.local_name)
+
+    outcomes = await each_partition(call, topic, count, delete_on, suffix="")
+    refused = [o for o in outcomes if not o.ok and o.status != 404]
+    if refused:
+        first = refused[0]
+        reason = "Topic has active producers/subscriptions" if first.status == 412 else first.reason
+        raise AdminError(first.status, reason)
 
 
 # -- topic-level policies ------------------------------------------------------------------------------
@@ -351,10 +389,10 @@ def endpoints() -> list[Endpoint]:
         Endpoint("GET", f"{PREFIX}/partitioned", list_partitioned, "List partitioned topics", TAG,
                  query=ListQuery, response=list[str], status=200, errors={404: "Namespace does not exist"}),
         Endpoint("PUT", f"{TOPIC}/partitions", create_partitioned, "Create a partitioned topic", TAG,
-                 query=CreatePartitionedQuery, body=Int32, body_required=True,
+                 query=CreatePartitionedQuery, body=Int32 | PartitionedTopicMetadataBody, body_required=True,
                  errors={**e404, 406: "Number of partitions out of range", 409: "This topic already exists"}),
         Endpoint("GET", f"{TOPIC}/partitions", get_partitions, "Partitioned-topic metadata", TAG,
-                 query=PartitionsQuery, response=PartitionedTopicMetadataOut, status=200, errors=e404),
+                 query=PartitionsQuery, response=dict[str, object], status=200, errors=e404),
         Endpoint("POST", f"{TOPIC}/partitions", update_partitions, "Increase the number of partitions", TAG,
                  query=UpdatePartitionsQuery, body=Int32, body_required=True,
                  errors={**e404, 406: "Number of partitions out of range", 422: "Partitions can only grow"}),

@@ -1,10 +1,20 @@
 """Topic routes served by the owning broker: ``/admin/v2/persistent/{tenant}/{namespace}/{topic}[/...]``.
 
-Pulsar's ``PersistentTopics`` for one topic: create (non-partitioned), delete (412 while clients are connected
-unless ``force``), unload, terminate (405 for a partitioned topic), truncate, ``stats``, ``internalStats``
-(the open ledger listed with ``entries: 0``, the live count in ``currentLedgerEntries``), ``lastMessageId``,
-the subscription list and the message readers of :mod:`.messages`. Each resolves the topic through
+Pulsar's ``PersistentTopics`` for one topic: create (non-partitioned, with the properties the Java client
+sends as the body), delete (412 while clients are connected unless ``force``), unload (every partition of a
+partitioned topic), terminate (405 for a partitioned topic), truncate, ``stats``, ``internalStats`` (the open
+ledger listed with ``entries: 0``, the live count in ``currentLedgerEntries``), ``lastMessageId``, the message
+readers of :mod:`.messages`, and the topic's properties. Each resolves the topic through
 :func:`.served.served_topic` (412 / 404 / 307).
+
+Properties (``getProperties`` / ``updateProperties`` / ``removeProperties``) live where Pulsar keeps them:
+a topic's in its managed ledger's properties (written with its ledger list), a partitioned topic's in its
+partitioned-topic metadata - and an update of those is applied to every partition's managed ledger too, as
+Pulsar does. An update adds or replaces the given names and keeps the others.
+
+Compaction: Magnetar has no topic compaction. ``PUT .../compaction`` (``triggerCompaction``) is 405 "Topic
+compaction is not supported" - the answer Pulsar gives for an operation a topic does not support - and
+``GET .../compaction`` (``compactionStatus``) answers ``{"status": "NOT_RUN"}``, which is true.
 """
 
 from __future__ import annotations
@@ -31,10 +41,12 @@ from magnetar.admin.rest.names import (
     require_namespace,
     topic_of,
 )
-from magnetar.admin.rest.served import ensure_served, host_of, served_topic
+from magnetar.admin.rest.partitions import combined, each_partition
+from magnetar.admin.rest.served import ensure_served, host_of, served_named, served_topic
 from magnetar.admin.rest.topic_host import TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.message_id import MessageId
+from magnetar.broker.policies import PartitionedTopicMetadata
 from magnetar.broker.topic_name import TopicName
 from magnetar.gc.expiry import backlog_bytes
 from magnetar.managed_ledger.ledger import ManagedLedger
@@ -85,8 +97,12 @@ async def create_topic(call: Call) -> HttpResponse:
         raise AdminError(409, "This topic already exists")
     await _check_partition_in_range(call, topic)
     await ensure_served(call, topic)
-    if await host_of(call).load(topic, create=True) is None:
+    ml = await host_of(call).load(topic, create=True)
+    if ml is None:
         raise AdminError(404, "Topic not found")
+    properties: dict[str, str] | None = call.body
+    if properties:
+        await ml.set_properties(properties)
     return no_content()
 
 
@@ -118,8 +134,19 @@ async def delete_topic(call: Call) -> HttpResponse:
 
 
 async def unload_topic(call: Call) -> HttpResponse:
-    topic, _ = await served_topic(call)
-    await host_of(call).unload(topic)
+    topic = topic_of(call)
+    namespace_of(call)
+    await require_namespace(call.context, topic.namespace_name)
+    count = await partition_count(call.context, topic)
+
+    async def unload_on(partition: TopicName) -> None:
+        await served_named(call, partition)
+        await host_of(call).unload(partition)
+
+    if count == 0:
+        await unload_on(topic)
+    else:
+        combined(await each_partition(call, topic, count, unload_on), "Topic not found")
     return no_content()
 
 
@@ -222,13 +249,8 @@ async def get_internal_stats(call: Call) -> HttpResponse:
 
 
 async def get_last_message_id(call: Call) -> HttpResponse:
-    topic, ml = await served_topic(call)
+    topic, ml = await served_topic(call, partitioned="GetLastMessageId on a partitioned topic is not allowed")
     return ok(await last_message_id_with_batch(ml, topic.partition_index))
-
-
-async def list_subscriptions(call: Call) -> HttpResponse:
-    _, ml = await served_topic(call)
-    return ok(sorted(ml.cursors))
 
 
 # -- messages ------------------------------------------------------------------------------------------
@@ -239,18 +261,18 @@ async def get_message_by_id(call: Call) -> HttpResponse:
         position = Position(int(call.param("ledger")), int(call.param("entry")))
     except ValueError:
         raise AdminError(412, "Invalid ledger or entry id") from None
-    topic, ml = await served_topic(call)
+    _, ml = await served_topic(call, partitioned="Get message by ID on a partitioned topic is not allowed")
     entry = await ml.read_entry(position) if position <= ml.last_confirmed else None
     if entry is None:
         raise AdminError(404, f"Message not found: {position}")
-    return entry_response(entry, topic.partition_index)
+    return entry_response(entry)
 
 
 async def examine_message(call: Call) -> HttpResponse:
     query = call.query_as(ExamineQuery)
     if query.messagePosition < 1:
         raise AdminError(412, "Invalid message position: it must be 1 or more")
-    topic, ml = await served_topic(call)
+    _, ml = await served_topic(call, partitioned="Examine messages on a partitioned topic is not allowed")
     ledgers = ml.ledgers
     first = ledgers.first_position()
     if first is None:
@@ -265,7 +287,7 @@ async def examine_message(call: Call) -> HttpResponse:
     entry = await ml.read_entry(position)
     if entry is None:
         raise AdminError(404, f"Message not found: {position}")
-    return entry_response(entry, topic.partition_index)
+    return entry_response(entry)
 
 
 async def message_id_by_time(call: Call) -> HttpResponse:
@@ -278,6 +300,78 @@ async def message_id_by_time(call: Call) -> HttpResponse:
     if position is None:
         raise AdminError(404, "Message ID not found")
     return ok(MessageId(position.ledger_id, position.entry_id, topic.partition_index).to_admin_json())
+
+
+# -- properties and compaction -------------------------------------------------------------------------
+
+
+class PropertyKeyQuery(QueryModel):
+    key: str | None = None
+    authoritative: bool = False
+
+
+async def _partitioned_metadata(call: Call, topic: TopicName) -> PartitionedTopicMetadata | None:
+    metadata = await call.context.policies.get_partitioned(str(topic.namespace_name), topic.local_name)
+    return metadata if metadata is not None and metadata.partitions > 0 else None
+
+
+async def get_properties(call: Call) -> HttpResponse:
+    topic = topic_of(call)
+    namespace_of(call)
+    await require_namespace(call.context, topic.namespace_name)
+    metadata = await _partitioned_metadata(call, topic)
+    if metadata is not None:
+        return ok(dict(metadata.properties or {}))
+    _, ml = await served_topic(call)
+    return ok(ml.properties)
+
+
+async def _change_properties(call: Call, update: dict[str, str], remove: list[str]) -> HttpResponse:
+    topic = topic_of(call)
+    namespace_of(call)
+    await require_namespace(call.context, topic.namespace_name)
+    metadata = await _partitioned_metadata(call, topic)
+    if metadata is None:
+        _, ml = await served_topic(call)
+        await ml.set_properties(update, remove)
+        return no_content()
+    await call.context.policies.update_partitioned_properties(
+        str(topic.namespace_name),
+        topic.local_name,
+        lambda current: {k: v for k, v in current.items() if k not in remove} | update,
+    )
+
+    async def change_on(partition: TopicName) -> None:
+        _, ml = await served_named(call, partition)
+        await ml.set_properties(update, remove)
+
+    outcomes = await each_partition(call, topic, metadata.partitions, change_on)
+    refused = [o for o in outcomes if not o.ok and o.status != 404]  # a partition never used has no ledger
+    if refused:
+        raise AdminError(refused[0].status, refused[0].reason)
+    return no_content()
+
+
+async def update_properties(call: Call) -> HttpResponse:
+    properties: dict[str, str] | None = call.body
+    return await _change_properties(call, dict(properties or {}), [])
+
+
+async def remove_property(call: Call) -> HttpResponse:
+    key = call.query_as(PropertyKeyQuery).key
+    if not key:
+        raise AdminError(412, "The key of the property to remove is required (query parameter key)")
+    return await _change_properties(call, {}, [key])
+
+
+async def trigger_compaction(call: Call) -> HttpResponse:
+    await served_topic(call)
+    raise AdminError(405, "Topic compaction is not supported")
+
+
+async def compaction_status(call: Call) -> HttpResponse:
+    await served_topic(call)
+    return ok({"status": "NOT_RUN", "lastError": ""})
 
 
 def endpoints() -> list[Endpoint]:
@@ -301,8 +395,6 @@ def endpoints() -> list[Endpoint]:
                  query=InternalStatsQuery, response=dict[str, Any], status=200, errors=e),
         Endpoint("GET", f"{TOPIC}/lastMessageId", get_last_message_id, "Last message id", TAG,
                  query=AuthoritativeQuery, response=msg_id, status=200, errors=e),
-        Endpoint("GET", f"{TOPIC}/subscriptions", list_subscriptions, "List subscriptions", TAG,
-                 query=AuthoritativeQuery, response=list[str], status=200, errors=e),
         Endpoint("GET", f"{TOPIC}/ledger/{{ledger}}/entry/{{entry}}", get_message_by_id,
                  "Get a message by ledger and entry id", TAG, query=AuthoritativeQuery, status=200,
                  content_type="application/octet-stream", errors=e),
@@ -311,4 +403,14 @@ def endpoints() -> list[Endpoint]:
         Endpoint("GET", f"{TOPIC}/messageid/{{timestamp}}", message_id_by_time,
                  "Message id of the first message at or after a time (ms)", TAG, query=AuthoritativeQuery,
                  response=msg_id, status=200, errors=e),
+        Endpoint("GET", f"{TOPIC}/properties", get_properties, "Topic properties", TAG,
+                 query=AuthoritativeQuery, response=dict[str, str], status=200, errors=e),
+        Endpoint("PUT", f"{TOPIC}/properties", update_properties, "Add or replace topic properties", TAG,
+                 query=AuthoritativeQuery, body=TopicProperties, errors=e),
+        Endpoint("DELETE", f"{TOPIC}/properties", remove_property, "Remove a topic property", TAG,
+                 query=PropertyKeyQuery, errors=e),
+        Endpoint("PUT", f"{TOPIC}/compaction", trigger_compaction, "Trigger compaction (not supported: 405)",
+                 TAG, query=AuthoritativeQuery, errors={**e, 405: "Topic compaction is not supported"}),
+        Endpoint("GET", f"{TOPIC}/compaction", compaction_status, "Compaction status (never run)", TAG,
+                 query=AuthoritativeQuery, response=dict[str, str], status=200, errors=e),
     ]  # fmt: skip

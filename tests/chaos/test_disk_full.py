@@ -41,7 +41,7 @@ def bookie_write_bytes(cluster: DevCluster, index: int) -> float:
     url = f"http://127.0.0.1:{cluster.ports.bookies[index]['http']}/metrics"
     with urllib.request.urlopen(url, timeout=5) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith("magnetar_bookie_write_bytes_total "):
+            if line.startswith("bookie_WRITE_BYTES "):
                 return float(line.split()[1])
     return 0.0
 

@@ -80,7 +80,7 @@ def test_topic_admin_on_a_real_broker(
         assert admin.get(f"{ADMIN}/orders/subscriptions").json() == []
 
         metrics = admin.get("/metrics").text
-        assert "magnetar_in_messages_total" in metrics
+        assert "pulsar_in_messages_total" in metrics
         assert "magnetar_ml_ledgers{" in metrics
         assert "magnetar_ml_trims_total" in metrics
 

@@ -38,8 +38,22 @@ VALID = {
     "ledger": "1",
     "entry": "0",
     "domain": "persistent",
+    "broker": "127.0.0.1:8080",
+    "name": "maxProducersPerTopic",
+    "value": "1",
 }
-NAMES = ("cluster", "tenant", "namespace", "topic", "subscription", "role", "domain")
+NAMES = (
+    "cluster",
+    "tenant",
+    "namespace",
+    "topic",
+    "subscription",
+    "role",
+    "domain",
+    "broker",
+    "name",
+    "value",
+)
 BAD_NAMES = (
     ".", "..", "%2E", "%2E%2E", "%2e%2E", "...",
     "a" * 7000, "%41" * 2000, "%C3%A9" * 1000, "%F0%9F%98%80" * 500,

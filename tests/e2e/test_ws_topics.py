@@ -96,7 +96,7 @@ def test_lookup_health_and_metrics(broker: Broker, ws_connect: Connect) -> None:
         producer = ws_connect(f"{broker.ws_url}/ws/v2/producer/{NS}/measured")
         publish_many(producer, ["a", "b"])
         metrics = http.get("/metrics").text
-    assert 'magnetar_in_messages_total{cluster="standalone",namespace="public/default",' in metrics
+    assert 'pulsar_in_messages_total{cluster="standalone",namespace="public/default",' in metrics
     assert "magnetar_publish_latency_seconds_bucket" in metrics
 
 

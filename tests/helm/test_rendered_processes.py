@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives import serialization
 from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.disk import small_filesystem
 from fixtures.helm_chart import (
-    CHART_DIR,
+    DASHBOARD_FILES,
     NAMESPACE,
     RELEASE,
     SCENARIOS,
@@ -47,6 +47,8 @@ from fixtures.helm_chart import (
     Rendered,
     container_environment,
     container_of,
+    dashboard_metric_names,
+    exported_metric_names,
     free_port,
     merged,
     render,
@@ -597,21 +599,14 @@ def run_secure_cluster(
     assert cluster["serviceUrl"] == BROKER_SERVICE_URL
     assert cluster["serviceUrlTls"] == f"https://{RELEASE}-magnetar-broker.{NAMESPACE}.svc.cluster.local:8443"
 
-    # The dashboards name only metrics these processes export.
+    # The dashboards name only metrics these processes export (Pulsar's, BookKeeper's and Magnetar's own).
     exported = set()
     for port in (broker.ready["port"], bookie.ready["httpPort"]):
         page = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=bearer, timeout=10).text
-        exported |= {
-            line.split("{")[0].split(" ")[0] for line in page.splitlines() if line.startswith("magnetar_")
-        }
-    for name in ("magnetar-broker.json", "magnetar-bookie.json"):
-        dashboard = json.loads((CHART_DIR / "dashboards" / name).read_text())
-        named = {
-            m
-            for panel in dashboard["panels"]
-            for t in panel["targets"]
-            for m in re.findall(r"\bmagnetar_[a-z0-9_]+\b", t["expr"])
-        }
+        exported |= exported_metric_names(page)
+    for name in DASHBOARD_FILES:
+        named = dashboard_metric_names(name)
+        assert named, name
         assert named - exported == set(), name
 
 

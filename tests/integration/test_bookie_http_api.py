@@ -103,7 +103,7 @@ def assert_access_matrix(http: httpx.Client, prefixes: list[str], callers: dict[
         assert metrics["none"].status_code == 401
         assert metrics["app"].status_code == 403
         assert metrics["admin"].status_code == 200
-        assert "magnetar_bookie_requests_total" in metrics["admin"].text
+        assert "bookkeeper_server_ADD_ENTRY_REQUEST_count" in metrics["admin"].text
 
 
 def assert_bad_bodies_are_400(http: httpx.Client, prefix: str, headers: dict[str, str]) -> None:
@@ -206,7 +206,7 @@ def test_standalone_serves_each_bookies_http_api_on_its_port(
         assert suspended.json() == {"isMajorGcSuspended": "false", "isMinorGcSuspended": "true"}
         page = http_client.get(f"{prefix}/metrics").text
         families = {family.name for family in text_string_to_metric_families(page)}
-        assert "magnetar_bookie_requests" in families
+        assert "bookkeeper_server_ADD_ENTRY_REQUEST" in families
         assert "bookie=" not in page  # a bookie's own page, as on its own port
     # Suspension reached each bookie on its own; the bare path reports any bookie suspended.
     assert http_client.get("/api/v1/bookie/gc/suspend_compaction").json()["isMinorGcSuspended"] == "true"
@@ -219,7 +219,7 @@ def test_standalone_serves_each_bookies_http_api_on_its_port(
     for family in text_string_to_metric_families(page):
         assert family.name not in seen, f"{family.name} appears twice on /metrics"
         seen[family.name] = {sample.labels.get("bookie", "") for sample in family.samples}
-    assert seen["magnetar_bookie_readonly"] == set(ids)
-    assert seen["magnetar_bookie_gc_deleted_ledgers"] == set(ids)
+    assert seen["bookie_SERVER_STATUS"] == set(ids)
+    assert seen["bookie_DELETED_LEDGER_COUNT"] == set(ids)
     assert any(labels == {""} for labels in seen.values()), "the broker's own metrics are there too"
     assert process.stop() == 0, process.log_tail()

@@ -73,7 +73,7 @@ async def test_bookie_process_serves_and_stops_cleanly_on_sigterm(tmp_path: Path
                 "availableForHighPriorityWrites": True,
             }
             metrics = (await http.get("/metrics")).text
-            assert 'magnetar_bookie_requests_total{op="add_entry",status="EOK"} 1.0' in metrics
+            assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 1.0' in metrics
 
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(30):

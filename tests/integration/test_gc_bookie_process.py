@@ -99,10 +99,10 @@ async def test_bookie_process_reclaims_a_deleted_ledger_over_http(
         assert triggered.json() == {"is_in_force_gc": "true"}
 
         metrics = (await http.get("/metrics")).text
-        assert "magnetar_bookie_gc_deleted_ledgers_total 1.0" in metrics
-        assert "magnetar_bookie_gc_run_seconds_count" in metrics
-        assert 'magnetar_bookie_gc_reclaimed_bytes_total{via="compaction"}' in metrics
-        assert "magnetar_bookie_readonly 0.0" in metrics
+        assert "bookie_DELETED_LEDGER_COUNT 1.0" in metrics
+        assert 'bookie_THREAD_RUNTIME_count{success="true"}' in metrics
+        assert "bookie_RECLAIMED_COMPACTION_SPACE_BYTES" in metrics
+        assert "bookie_SERVER_STATUS 1.0" in metrics
 
         reader = await bk.open_ledger(keep.ledger_id, b"pw")
         entries = await reader.read_entries(0, ENTRIES - 1)

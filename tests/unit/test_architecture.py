@@ -63,10 +63,18 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.managed_ledger",
     },
     # admin, by kind (admin/__init__.py says what each subpackage holds). The package itself holds nothing
-    # but its docstring; range_frames is shared by the REST API and the Spark source.
+    # but its docstring; range_frames (REST API and Spark source) and pulsar_batch (REST API and the admin
+    # client) are wire formats shared by two kinds.
     "magnetar.admin": set(),
     "magnetar.admin.range_frames": {"magnetar.broker"},
-    "magnetar.admin.rest": {*STORAGE, "magnetar.broker", "magnetar.gc", "magnetar.admin.range_frames"},
+    "magnetar.admin.pulsar_batch": set(),
+    "magnetar.admin.rest": {
+        *STORAGE,
+        "magnetar.broker",
+        "magnetar.gc",
+        "magnetar.admin.range_frames",
+        "magnetar.admin.pulsar_batch",
+    },
     # a client of the REST API: only the broker's sans-IO formats (so Spark workers import it cheaply)
     "magnetar.admin.spark": {"magnetar.broker", "magnetar.admin.range_frames"},
     "magnetar.admin.processes": {*STORAGE, "magnetar.broker", "magnetar.gc", "magnetar.admin.rest"},
@@ -80,6 +88,7 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.admin.perf",
         "magnetar.admin.rest",
         "magnetar.admin.spark",
+        "magnetar.admin.pulsar_batch",
     },
 }
 LAYERS = sorted(ALLOWED, key=len, reverse=True)

@@ -1,16 +1,19 @@
 """Messages as ``magnetar admin topics peek-messages|get-message-by-id|examine-message`` print them.
 
-The admin API answers a stored entry in one of two forms, and :func:`parse_message_response` is the one
-place that reads them (a new form of the answer changes this function only):
+The admin API answers a stored entry as Pulsar's does, and :func:`parse_message_response` is the one place
+that reads it (a new form of the answer changes this function only):
 
 * one message: its payload as the body (``application/octet-stream``), its metadata in headers -
   ``X-Pulsar-Message-ID`` (``ledger:entry``), ``X-Pulsar-publish-time``, ``X-Pulsar-event-time``,
   ``X-Pulsar-partition-key``, ``X-Pulsar-producer-name``, ``X-Pulsar-sequence-id`` and one
   ``X-Pulsar-PROPERTY-<name>`` per property (header names compared without case, property names kept as
   sent);
-* an entry holding several messages (a broker-side batch): a JSON list of messages with ``messageId``
-  (``ledgerId``, ``entryId``, ``partitionIndex``, ``batchIndex``), base64 ``payload``, ``properties``,
-  ``publishTime``, ``eventTime``, ``key``, ``producerName``, ``sequenceId``.
+* an entry holding several messages (a batch): the same headers for the entry, ``X-Pulsar-num-batch-message:
+  N``, and the body in Pulsar's batch wire form (:mod:`magnetar.admin.pulsar_batch`), whose
+  ``SingleMessageMetadata`` gives each message its properties, key, event time and sequence id; message
+  ``i`` is ``ledger:entry:i``, as the Java admin client numbers them;
+* the JSON list of messages that Magnetar brokers before this form answered for a batch (``messageId``,
+  base64 ``payload``, ``properties``, ...) is still read, so the command works against them too.
 
 Each message is printed (:func:`message_view`) as pulsar-admin shows it - id ``ledger:entry`` (plus
 ``:batchIndex`` inside a batch), publish time, key, properties, payload - as JSON or a table row. The payload
@@ -28,8 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from magnetar.admin.pulsar_batch import BatchFormatError, SingleMessage, decode_batch
+from magnetar.broker.date_format import format_timestamp
+
 PAYLOAD_FORMATS = ("auto", "text", "base64", "hex")
 PROPERTY_HEADER_PREFIX = "x-pulsar-property-"
+BATCH_COUNT_HEADER = "x-pulsar-num-batch-message"
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 """Control characters that make a payload binary for ``auto`` (tab, line feed, carriage return do not)."""
 
@@ -63,7 +70,31 @@ def parse_message_response(
             raise MessageFormatError(f"the answer is not JSON: {exc}") from None
         items = document if isinstance(document, list) else [document]
         return [_from_json(item) for item in items]
-    return [_from_headers(raw_headers, body)]
+    entry = _from_headers(raw_headers, body)
+    count = next((v for k, v in raw_headers if k.lower() == BATCH_COUNT_HEADER), None)
+    if count is None:
+        return [entry]
+    if not count.strip().isdigit():
+        raise MessageFormatError(f"X-Pulsar-num-batch-message is not a count: {count!r:.50}")
+    try:
+        batch = decode_batch(body, int(count))
+    except BatchFormatError as exc:
+        raise MessageFormatError(f"entry {entry.message_id}: {exc}") from None
+    return [_batch_message(entry, index, message) for index, message in enumerate(batch)]
+
+
+def _batch_message(entry: AdminMessage, index: int, message: SingleMessage) -> AdminMessage:
+    """Message ``index`` of a batch: the entry's publish time and producer, its own metadata."""
+    return AdminMessage(
+        message_id=f"{entry.message_id}:{index}",
+        payload=message.payload,
+        publish_time=entry.publish_time,
+        event_time=format_timestamp(message.event_time_ms) if message.event_time_ms else None,
+        key=message.partition_key,
+        properties=dict(message.properties),
+        producer_name=entry.producer_name,
+        sequence_id=message.sequence_id,
+    )
 
 
 def _from_headers(raw_headers: Sequence[tuple[str, str]], body: bytes) -> AdminMessage:

@@ -258,7 +258,7 @@ TOPICS = [
          combine(TOPIC, option("--per-partition", action="store_true",
                                help="also each partition's own stats"))),
     *[Verb(name, "internal (managed-ledger) stats of every partition of a partitioned topic",
-           lambda c, a: c.get(_t(a, "/partitioned-internal-stats")), TOPIC)
+           lambda c, a: c.get(_t(a, "/partitioned-internalStats")), TOPIC)
       for name in ("partitioned-internal-stats", "partitioned-stats-internal")],
     Verb("last-message-id", "the last message id", lambda c, a: c.get(_t(a, "/lastMessageId")), TOPIC),
     Verb("get-message-by-id", "get the message(s) of an entry by ledger and entry id", _message_by_id,

@@ -1,7 +1,7 @@
 """``magnetar admin topics peek-messages|get-message-by-id|examine-message`` print each message's id, publish
 time, key, properties and payload (UTF-8 text when it is text, else base64; ``--payload-format`` chooses),
-from both forms the admin API answers: one message with ``X-Pulsar-*`` headers, or a JSON list for an entry
-holding a broker-side batch."""
+from the forms the admin API answers: one message with ``X-Pulsar-*`` headers, an entry holding a batch in
+Pulsar's batch wire form with ``X-Pulsar-num-batch-message``, and (older brokers) a JSON list for a batch."""
 
 from __future__ import annotations
 
@@ -16,10 +16,13 @@ from fixtures.admin import TopicServer
 
 from magnetar.admin.cli.admin_client import admin_main
 from magnetar.admin.cli.admin_client.messages import (
+    AdminMessage,
     MessageFormatError,
     parse_message_response,
     render_payload,
 )
+from magnetar.admin.pulsar_batch import SingleMessage
+from magnetar.admin.pulsar_batch import encode_batch as pulsar_batch
 from magnetar.broker.entry_format import StoredMessage, encode_batch, encode_message
 from magnetar.broker.topic_name import TopicName
 from magnetar.managed_ledger.position import Position
@@ -139,3 +142,34 @@ def test_the_header_form_keeps_property_names_as_sent() -> None:
         parse_message_response("application/octet-stream", [], b"p")
     with pytest.raises(MessageFormatError):
         parse_message_response("application/json", [], b'[{"payload": "x"}]')
+
+
+def test_the_batch_form_gives_each_message_its_own_id_and_metadata() -> None:
+    body = pulsar_batch([
+        SingleMessage(b"a", {"n": "0"}, partition_key="k0", sequence_id=7, event_time_ms=T0),
+        SingleMessage(b"bb", {}, sequence_id=8),
+    ])  # fmt: skip
+    headers = [
+        ("X-Pulsar-Message-ID", "4:9"),
+        ("X-Pulsar-publish-time", "2023-11-14T22:13:20Z"),
+        ("X-Pulsar-producer-name", "p"),
+        ("X-Pulsar-sequence-id", "7"),
+        ("X-Pulsar-num-batch-message", "2"),
+        ("X-Pulsar-batch-size", str(len(body))),
+    ]
+    first, second = parse_message_response("application/octet-stream", headers, body)
+    assert first == AdminMessage(
+        "4:9:0", b"a", "2023-11-14T22:13:20Z", "2023-11-14T22:13:20Z", "k0", {"n": "0"}, "p", 7
+    )
+    assert (second.message_id, second.payload, second.key, second.sequence_id) == ("4:9:1", b"bb", None, 8)
+    assert second.properties == {}
+    for bad_count in ("3", "x"):
+        wrong = [(k, bad_count if k == "X-Pulsar-num-batch-message" else v) for k, v in headers]
+        with pytest.raises(MessageFormatError):
+            parse_message_response("application/octet-stream", wrong, body)
+
+
+def test_the_json_list_of_older_brokers_is_still_read() -> None:
+    item = {"messageId": {"ledgerId": 1, "entryId": 2, "batchIndex": 1}, "payload": "eA==", "key": "k"}
+    (message,) = parse_message_response("application/json", [], json.dumps([item]).encode())
+    assert (message.message_id, message.payload, message.key) == ("1:2:1", b"x", "k")

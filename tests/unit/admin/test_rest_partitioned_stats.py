@@ -1,4 +1,4 @@
-"""``partitioned-stats`` and ``partitioned-internal-stats``: a partitioned topic's figures added up over its
+"""``partitioned-stats`` and ``partitioned-internalStats``: a partitioned topic's figures added up over its
 partitions, each from the broker that owns it (here: this one, or a second admin server over HTTP)."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ async def test_stats_are_added_up_over_the_partitions(
     assert flat["partitions"] == {}
     assert flat["subscriptions"]["sub"]["msgBacklog"] == 9
 
-    internal = (await client.get(f"{BASE}/p/partitioned-internal-stats")).json()
+    internal = (await client.get(f"{BASE}/p/partitioned-internalStats")).json()
     assert internal["metadata"]["partitions"] == 3
     assert sorted(internal["partitions"]) == names
     assert internal["partitions"][names[1]]["entriesAddedCounter"] == 7
@@ -69,10 +69,10 @@ async def test_unused_and_unpartitioned_topics(client: httpx.AsyncClient) -> Non
     assert list(fresh["partitions"]) == ["persistent://public/default/fresh"]
     assert fresh["msgInCounter"] == 0
     assert fresh["partitions"]["persistent://public/default/fresh"]["storageSize"] == 0
-    none = await client.get(f"{BASE}/fresh/partitioned-internal-stats")
+    none = await client.get(f"{BASE}/fresh/partitioned-internalStats")
     assert (none.status_code, none.json()["reason"]) == (404, "Internal topics have not been generated yet")
     assert (await client.put(f"{BASE}/plain")).status_code == 204
-    for what in ("partitioned-stats", "partitioned-internal-stats"):
+    for what in ("partitioned-stats", "partitioned-internalStats"):
         plain = await client.get(f"{BASE}/plain/{what}")
         assert (plain.status_code, plain.json()["reason"]) == (404, "Partitioned Topic not found")
     assert (await client.get(f"{BASE}/%00/partitioned-stats")).status_code == 412
@@ -89,7 +89,7 @@ async def test_partitions_owned_elsewhere_are_asked_over_http(
         topic_server.host.foreign["persistent://public/default/spread-partition-1"] = other.server.base_url
         topic_server.host.foreign["persistent://public/default/spread-partition-2"] = "http://127.0.0.1:9"
         stats = (await client.get(f"{BASE}/spread/partitioned-stats")).json()
-        internal = (await client.get(f"{BASE}/spread/partitioned-internal-stats")).json()
+        internal = (await client.get(f"{BASE}/spread/partitioned-internalStats")).json()
     await other_store.aclose()
     remote = stats["partitions"]["persistent://public/default/spread-partition-1"]
     assert remote["storageSize"] > 0

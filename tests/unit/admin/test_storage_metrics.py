@@ -55,12 +55,11 @@ async def test_storage_metrics() -> None:
             await ml.add_entry(b"%04d" % i + b"x" * 96)
         await service.wait_idle()
         text = render_text([source])
-        assert sample(text, "magnetar_subscription_back_log", **TOPIC, subscription="sub") == 250
-        assert sample(text, "magnetar_storage_backlog_size", **TOPIC) == 250 * 100
+        assert sample(text, "pulsar_storage_backlog_size", **TOPIC) == 250 * 100
         assert sample(text, "magnetar_ml_ledgers", **TOPIC) == 3
         assert sample(text, "magnetar_ml_entries_added_total", **TOPIC) == 250
         assert sample(text, "magnetar_ml_rollovers_total", **TOPIC) == 2
-        assert sample(text, "magnetar_ml_open") == 1
+        assert sample(text, "pulsar_ml_count", cluster="standalone") == 1
         assert sample(text, "magnetar_ml_trims_total") >= 2
         assert sample(text, "magnetar_bookkeeper_client_adds_total") == 250
         assert sample(text, "magnetar_bookkeeper_client_add_latency_seconds_count") == 250
@@ -68,6 +67,6 @@ async def test_storage_metrics() -> None:
         assert sample(text, "magnetar_bookkeeper_client_add_failures_total") == 0
         cursor.ack_cumulative(ml.last_confirmed)
         text = render_text([source])
-        assert sample(text, "magnetar_subscription_back_log", **TOPIC, subscription="sub") == 0
+        assert sample(text, "pulsar_storage_backlog_size", **TOPIC) == 0
         nursery.cancel_scope.cancel()
     await metadata.aclose()

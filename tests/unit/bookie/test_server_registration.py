@@ -157,7 +157,7 @@ async def test_disk_full_turns_the_bookie_read_only_until_below_the_low_water_ma
         refused = await call(transport, bk.bookie_id, add_request(1, 0))
         assert isinstance(refused, AddResponse)
         assert refused.status is BookieStatus.EREADONLY
-        assert b"magnetar_bookie_readonly 1.0" in bk.bookie.render_metrics()
+        assert b"bookie_SERVER_STATUS 0.0" in bk.bookie.render_metrics()
         store.used_fraction = 0.92  # between lwm and threshold: stays read-only (no flapping)
         monitor.check()
         assert bk.bookie.state.readonly

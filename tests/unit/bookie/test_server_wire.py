@@ -179,17 +179,18 @@ async def test_metrics_count_requests_by_op_and_status() -> None:
         await call(transport, bk.bookie_id, read_request(13, 0))
         await call(transport, bk.bookie_id, read_request(13, 9))
         text = bk.bookie.render_metrics().decode()
-    assert 'magnetar_bookie_requests_total{op="add_entry",status="EOK"} 3.0' in text
-    assert 'magnetar_bookie_requests_total{op="read_entry",status="ENOENTRY"} 1.0' in text
-    assert 'magnetar_bookie_request_seconds_count{op="add_entry"} 3.0' in text
-    assert "magnetar_bookie_readonly 0.0" in text
-    assert f"magnetar_bookie_write_bytes_total {3 * len(packaged(13, 0))}.0" in text
+    assert 'bookkeeper_server_ADD_ENTRY_REQUEST_count{success="true"} 3.0' in text
+    assert 'bookkeeper_server_ADD_ENTRY_count{success="true"} 3.0' in text
+    assert 'bookkeeper_server_READ_ENTRY_REQUEST_count{success="false"} 1.0' in text
+    assert "# TYPE bookkeeper_server_ADD_ENTRY_REQUEST summary" in text
+    assert "bookie_SERVER_STATUS 1.0" in text
+    assert f"bookie_WRITE_BYTES {3 * len(packaged(13, 0))}.0" in text
     assert "magnetar_bookie_connections 1.0" in text
 
 
 class _StoreWithStats(MemoryLedgerStore):
     def stats(self) -> dict[str, float]:
-        return {"journal_queue_entries": 3, "journal fsyncs": 12}
+        return {"journal_queue_entries": 3, "journal fsyncs": 12, "journal_bytes": 4096}
 
 
 async def test_store_figures_are_exported_when_the_store_offers_them() -> None:
@@ -197,6 +198,7 @@ async def test_store_figures_are_exported_when_the_store_offers_them() -> None:
         text = bk.bookie.render_metrics().decode()
     assert "magnetar_bookie_journal_queue_entries 3.0" in text
     assert "magnetar_bookie_journal_fsyncs 12.0" in text
+    assert "bookie_journal_JOURNAL_WRITE_BYTES 4096.0" in text  # BookKeeper's name where it has one
 
 
 async def test_serve_bookie_serves_a_bare_core() -> None:

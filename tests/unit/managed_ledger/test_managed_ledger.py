@@ -328,3 +328,51 @@ async def test_write_failure_fails_the_add_and_the_next_add_uses_a_new_ledger(
         entries = await ml.read_entries(Position(first, 0), 10)
         assert entries[0].data == b"before"
         assert entries[-1].data == b"after"
+
+
+async def test_message_backlog_counts_the_messages_of_batched_entries(factory: ManagedLedgerFactory) -> None:
+    """Entries of 1..5 messages across rollovers (100 entries a ledger): a cursor's message backlog is what
+    it would be with one entry per message - after individual and cumulative acks, skips and a trim - while
+    ``backlog()`` still counts entries."""
+    ml = await factory.open("t/ns/persistent/batched")
+    cursor = await ml.open_cursor("sub", start_at_earliest=True)
+    sizes = [1 + i % 5 for i in range(250)]  # 750 messages in 250 entries
+    positions = [await ml.add_entry(b"b" * size, messages=size) for size in sizes]
+    assert ml.message_index.next_index == sum(sizes) == 750
+    assert (cursor.backlog(), cursor.message_backlog()) == (250, 750)
+    cursor.ack(positions[10])
+    cursor.ack(positions[120])  # in the second ledger
+    assert cursor.message_backlog() == 750 - sizes[10] - sizes[120]
+    cursor.ack_cumulative(positions[99])  # the whole first ledger
+    assert cursor.message_backlog() == sum(sizes[100:]) - sizes[120]
+    cursor.skip(3)  # entries 100, 101, 102 (120 stays acknowledged)
+    assert cursor.message_backlog() == sum(sizes[103:]) - sizes[120]
+    assert await ml.trim(RetentionPolicy(0, 0)) == [positions[0].ledger_id]
+    assert ml.message_index.locate(0) is None
+    assert cursor.message_backlog() == sum(sizes[103:]) - sizes[120]
+    late = await ml.open_cursor("late")
+    assert late.message_backlog() == 0
+    await ml.add_entry(b"x" * 7, messages=7)
+    assert (late.backlog(), late.message_backlog()) == (1, 7)
+    with pytest.raises(ValueError, match="at least one message"):
+        await ml.add_entry(b"", messages=0)
+
+
+async def test_entries_from_before_a_reopen_count_one_message_each(
+    client_metadata: MemoryMetadataStore, bookkeeper_client: BookKeeper
+) -> None:
+    """The message counts are not persisted yet: after a reopen, the entries stored before count one message
+    each (as ``backlog()`` does), the new ones their messages."""
+    name = "t/ns/persistent/reopened"
+    async with open_managed_ledger_factory(bookkeeper_client, client_metadata, SETTINGS) as first:
+        ml = await first.open(name)
+        cursor = await ml.open_cursor("sub", start_at_earliest=True)
+        for _ in range(3):
+            await ml.add_entry(b"abc", messages=3)
+        assert cursor.message_backlog() == 9
+    async with open_managed_ledger_factory(bookkeeper_client, client_metadata, SETTINGS) as second:
+        ml = await second.open(name)
+        cursor = await ml.open_cursor("sub")
+        assert cursor.message_backlog() == 3
+        await ml.add_entry(b"abcd", messages=4)
+        assert (cursor.backlog(), cursor.message_backlog()) == (4, 7)
