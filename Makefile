@@ -85,7 +85,7 @@ helm-check: venv
 
 ## sim-long: thousands of seeds of the deterministic replication simulation
 sim-long: venv
-	$(BIN)/python -m pytest tests/sim --sim-seeds=5000 -q
+	$(BIN)/python -m pytest tests/sim --sim-seeds=5000 -q --timeout=0
 
 ## chaos: the failure suite's short scenarios on a real local cluster (part of `make test` too)
 chaos: zookeeper venv

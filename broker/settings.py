@@ -78,6 +78,11 @@ class BrokerSettings(SecuritySettings, MetadataConnectionSettings, RetentionSett
     entry_cache_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
     add_timeout_ms: PositiveInt = 5_000
     read_timeout_ms: PositiveInt = 5_000
+    min_num_racks_per_write_quorum: Annotated[int, Field(ge=1, le=64)] = 2
+    """Racks each write set of a new ensemble should span (bookies' ``--rack``; BookKeeper's
+    ``minNumRacksPerWriteQuorum``)."""
+    enforce_min_num_racks_per_write_quorum: bool = False
+    """Refuse ensembles below ``min_num_racks_per_write_quorum`` instead of taking the best available."""
 
     # -- metadata outages (see broker/metadata_outage.py and docs/metadata-outages.md) -------------
     serve_without_session_max_s: Annotated[float, Field(ge=0, le=86_400)] = 300

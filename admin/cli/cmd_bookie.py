@@ -28,6 +28,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port-file", help="when ready, write {bookieId, host, port} as JSON to this file (port discovery)"
     )
+    # AutoRecovery (BEGIN)
+    parser.add_argument("--rack", help="this bookie's rack or zone; placement spreads write sets over racks")
+    parser.add_argument(
+        "--no-autorecovery",
+        dest="autorecovery_enabled",
+        action="store_const",
+        const=False,
+        help="do not run the AutoRecovery daemon in this bookie (run `magnetar autorecovery` instead)",
+    )
+    # AutoRecovery (END)
     identity = parser.add_argument_group("identity (BookKeeper's cookies)")
     identity.add_argument(
         "--format",
@@ -82,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         "super_user_roles", "tls_certificate_file", "tls_key_file", "tls_trust_certs_file",
         "tls_require_trusted_client_cert",
     )  # fmt: skip
-    overrides = {name: getattr(args, name) for name in (*names, *security, "storage", "port_file")}
+    overrides = {name: getattr(args, name) for name in (*names, *security, "storage", "port_file", "rack")}
+    if args.autorecovery_enabled is not None:
+        overrides["autorecovery"] = {"enabled": args.autorecovery_enabled}
     given = {k: v for k, v in overrides.items() if v is not None}
     return bookie_process.main(given, args.config, format_data=args.format_data, force=args.force)

@@ -1,4 +1,4 @@
-"""``magnetar config show bookie|broker|standalone [--config FILE] [--format toml|json]``: effective settings.
+"""``magnetar config show bookie|broker|standalone|autorecovery [--config F] [--format toml|json]``.
 
 Prints what the process would run with - the environment (``MAGNETAR_*``), the config file (``--config`` or
 ``MAGNETAR_CONFIG``) and the defaults merged as :mod:`magnetar.admin.processes.config` does - with where each
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic_settings import BaseSettings
 
-KINDS = ("bookie", "broker", "standalone")
+KINDS = ("bookie", "broker", "standalone", "autorecovery")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,9 +55,13 @@ def run(args: argparse.Namespace) -> int:
 def settings_model(kind: str) -> type[BaseSettings]:
     """The settings model of a process kind (imported on use)."""
     if kind == "bookie":
-        from magnetar.gc.settings import BookieSettings  # noqa: PLC0415
+        from magnetar.admin.processes.autorecovery_wiring import BookieProcessSettings  # noqa: PLC0415
 
-        return BookieSettings
+        return BookieProcessSettings
+    if kind == "autorecovery":
+        from magnetar.admin.processes.autorecovery_wiring import AutoRecoveryProcessSettings  # noqa: PLC0415
+
+        return AutoRecoveryProcessSettings
     if kind == "broker":
         from magnetar.broker.settings import BrokerSettings  # noqa: PLC0415
 

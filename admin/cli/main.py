@@ -30,6 +30,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "admin": ("magnetar.admin.cli.cmd_admin", "manage tenants, namespaces, topics (like pulsar-admin)"),
     "bookie": ("magnetar.admin.cli.cmd_bookie", "run one bookie (storage node) process"),
     "broker": ("magnetar.admin.cli.cmd_broker", "run one broker process (WebSocket API, lookup, metrics)"),
+    "autorecovery": (
+        "magnetar.admin.cli.cmd_autorecovery",
+        "run an AutoRecovery daemon (auditor + replication worker) in its own process",
+    ),
     "initialize-cluster-metadata": (
         "magnetar.admin.cli.cmd_init_cluster",
         "create the cluster, tenant public and namespace public/default (idempotent)",

@@ -4,9 +4,13 @@ It opens the metadata store, builds the ledger store named by ``storage``, serve
 registers the bookie (``/ledgers/available/<host:port>``). With the disk engine it also runs the garbage
 collector and entry-log compactor (``magnetar.gc``; settings ``gc.*``, e.g. ``MAGNETAR_GC__GC_WAIT_TIME_S``),
 whose endpoints (``/api/v1/bookie/gc``, ``gc_details``, ``list_disk_file``, ``entry_log_usage``) join the
-bookie's HTTP endpoints. With ``authentication_enabled`` those need a token of one of ``super_user_roles``
-(``is_ready`` stays open, ``/metrics`` follows ``authenticate_metrics_endpoint``: see
-:mod:`magnetar.bookkeeper.bookie.http_api`).
+bookie's HTTP endpoints. It also runs AutoRecovery (:mod:`.autorecovery_wiring`; settings ``autorecovery.*``,
+e.g. ``MAGNETAR_AUTORECOVERY__ENABLED=false`` to leave it to ``magnetar autorecovery`` processes): a vote in
+the auditor election and a replication worker, plus the AutoRecovery REST API (``/api/v1/autorecovery/...``,
+``/api/v1/bookie/cluster_info``, ``list_bookies``, ``/api/v1/ledger/...``) on the bookie's HTTP port. With
+``authentication_enabled`` those endpoints need a token of one of ``super_user_roles`` (``is_ready`` and
+``/heartbeat`` stay open, ``/metrics`` follows ``authenticate_metrics_endpoint``: see
+:mod:`magnetar.bookkeeper.bookie.http_api`); the AutoRecovery routes are operator endpoints.
 
 Discovering the port (``--port 0``): once the bookie serves and is registered it prints one JSON line on
 stdout, ``{"event": "bookie-ready", "bookieId": ..., "host": ..., "port": ...}``, and, with
@@ -27,12 +31,17 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
+from magnetar.admin.processes.autorecovery_wiring import (
+    BookieProcessSettings,
+    add_autorecovery_http,
+    open_autorecovery,
+)
 from magnetar.admin.processes.config import (
     ConfigError,
     config_file_from,
@@ -49,6 +58,8 @@ from magnetar.admin.processes.process_common import (
     explain,
     first_signal,
 )
+from magnetar.bookkeeper.autorecovery.http_api import BookieRoute
+from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
 from magnetar.bookkeeper.bookie.errors import StorageInUseError
 from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, all_of, bookie_router
 from magnetar.bookkeeper.bookie.identity import (
@@ -64,7 +75,7 @@ from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
-from magnetar.bookkeeper.runtime.http import HttpSettings, serve_http
+from magnetar.bookkeeper.runtime.http import HttpRequest, HttpSettings, Router, serve_http
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
 from magnetar.gc.http_api import add_gc_routes
@@ -89,11 +100,11 @@ def main(
     force: bool = False,
 ) -> int:
     try:
-        settings = load_settings(BookieSettings, overrides, config_file_from(config_file)).settings
+        settings = load_settings(BookieProcessSettings, overrides, config_file_from(config_file)).settings
     except ConfigError as exc:
         log.error("%s", exc)
         return EXIT_USAGE
-    warn_unknown_environment(BookieSettings)
+    warn_unknown_environment(BookieProcessSettings)
     if settings.authentication_enabled and not settings.bookie_client_roles:
         log.error(
             "authentication_enabled needs the roles that may use the bookie protocol: auth_allowed_roles "
@@ -131,7 +142,7 @@ async def format_command(settings: BookieSettings, force: bool) -> int:
     return 0
 
 
-async def serve(settings: BookieSettings) -> int:
+async def serve(settings: BookieProcessSettings) -> int:
     async with open_metadata_store(settings.metadata_url, settings.metadata_settings()) as metadata:
         listener = await open_bookie_listener(settings)  # the bookie id is host:port, known from here on
         try:
@@ -143,18 +154,24 @@ async def serve(settings: BookieSettings) -> int:
 
 
 async def _serve_checked(
-    settings: BookieSettings, metadata: MetadataStore, listener: trio.SocketListener
+    settings: BookieProcessSettings, metadata: MetadataStore, listener: trio.SocketListener
 ) -> int:
     async with open_store(settings) as store:
         bookie = Bookie(settings, store, metadata, listener=listener)
         collector = attach_garbage_collector(bookie, store, metadata)
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
-                http_port = await _start_http(nursery, bookie, collector)
+                access = BookieHttpAccess(settings)
+                router = bookie_router(bookie, access)
+                http_port = await _start_http(nursery, bookie, collector, router, access)
                 endpoint = await nursery.start(bookie.run)
                 if collector is not None:
                     collector.name = endpoint.bookie_id
                     await nursery.start(collector.run)
+                # AutoRecovery (BEGIN): the daemon inside the bookie, and its REST routes on the bookie's port
+                autorecovery = await nursery.start(_run_autorecovery, metadata, settings, endpoint.bookie_id)
+                add_autorecovery_http(router, autorecovery, bookie.metrics.registry, _operator_guard(access))
+                # AutoRecovery (END)
                 announce(
                     {
                         "event": "bookie-ready",
@@ -172,6 +189,28 @@ async def _serve_checked(
             settings.port_file.unlink(missing_ok=True)
     log.info("bookie %s exited cleanly", endpoint.bookie_id)
     return 0
+
+
+def _operator_guard(access: BookieHttpAccess) -> Callable[[HttpRequest, BookieRoute], Awaitable[None]]:
+    """The AutoRecovery routes are operators' endpoints, reading or not (they list ledgers and bookies)."""
+
+    async def guard(request: HttpRequest, route: BookieRoute) -> None:
+        access.check_operator(request)
+
+    return guard
+
+
+async def _run_autorecovery(
+    metadata: MetadataStore,
+    settings: BookieProcessSettings,
+    bookie_id: str,
+    *,
+    task_status: trio.TaskStatus[AutoRecoveryService] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """AutoRecovery while the bookie runs: the daemon if ``autorecovery.enabled``; the REST API always."""
+    async with open_autorecovery(metadata, settings.autorecovery, daemon_id=bookie_id) as service:
+        task_status.started(service)
+        await trio.sleep_forever()
 
 
 @asynccontextmanager
@@ -201,15 +240,18 @@ async def _stop_on_signal(signals: AsyncIterator[int], bookie: Bookie) -> None:
 
 
 async def _start_http(
-    nursery: trio.Nursery, bookie: Bookie, collector: BookieGarbageCollector | None
+    nursery: trio.Nursery,
+    bookie: Bookie,
+    collector: BookieGarbageCollector | None,
+    router: Router,
+    access: BookieHttpAccess,
 ) -> int | None:
-    """Serve the bookie's HTTP endpoints if ``http_port`` is set; the bound port goes in its registration."""
+    """Serve the bookie's HTTP endpoints if ``http_port`` is set; the bound port goes in its registration.
+    Routes added to ``router`` later (AutoRecovery's, once the bookie is registered) are served too."""
     settings = bookie.settings
     if settings.http_port is None:
         return None
     http = HttpSettings(http_bind_address=settings.bind_address, http_port=settings.http_port)
-    access = BookieHttpAccess(settings)
-    router = bookie_router(bookie, access)
     if collector is not None:
         add_gc_routes(router, all_of(lambda: [collector]), access)
     serve = functools.partial(serve_http, router, http, service="bookie HTTP", port_setting="http_port")

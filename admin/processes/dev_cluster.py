@@ -282,11 +282,14 @@ class DevCluster:
             "cluster metadata ready: cluster %s, tenant public, namespace public/default", self.spec.cluster
         )
 
-    async def start_bookies(self) -> None:
+    async def start_bookies(self, names: Sequence[str] | None = None) -> None:
+        """Start the bookies (``names``: only those, e.g. to add a spare later with another call)."""
         self._prepare()
+        chosen = list(self.bookie_names if names is None else names)
         for index, name in enumerate(self.bookie_names):
-            self.processes[name] = self._bookie_process(index)
-        await self._start_all(self.bookie_names)
+            if name in chosen:
+                self.processes[name] = self._bookie_process(index)
+        await self._start_all(chosen)
 
     async def start_brokers(self) -> None:
         self._prepare()

@@ -10,7 +10,8 @@ for its bookie id and the ``VERSION`` file of each directory, and decides (:func
 * **New bookie**: the metadata store has no cookie for this id and every directory is empty (missing, or
   holding only ``lost+found`` and the bookie's other directories nested in it). The cookie is written into
   every directory, then created in the metadata store (create-only: a bookie racing for the same id loses,
-  and its directory cookies are taken back).
+  and its directory cookies are taken back). An id that was decommissioned (its cookie deleted when its
+  data had been moved off) leaves the decommissioning list here, so that new ensembles pick it again.
 * **Data written before cookies existed**: no cookie anywhere, and the non-empty directories hold only what
   a Magnetar bookie writes. The cookie is written as for a new bookie, with a warning. (BookKeeper refuses
   this case and leaves it to an upgrade command; here a bookie upgraded in place keeps serving.)
@@ -42,6 +43,7 @@ bookies' disks with it); :class:`DiskVolumes` runs it in worker threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -61,7 +63,13 @@ from magnetar.bookkeeper.bookie.cookie import (
 from magnetar.bookkeeper.bookie.log_mark import fsync_dir
 from magnetar.bookkeeper.bookie.settings import BookieServerSettings
 from magnetar.bookkeeper.bookie.storage import check_not_in_use
-from magnetar.bookkeeper.metadata.api import BadVersionError, MetadataStore, MetadataStoreError
+from magnetar.bookkeeper.metadata.api import (
+    BadVersionError,
+    MetadataStore,
+    MetadataStoreError,
+    NotFoundError,
+    join,
+)
 from magnetar.bookkeeper.metadata.bookies import (
     cookie_path,
     ensure_instance_id,
@@ -69,6 +77,7 @@ from magnetar.bookkeeper.metadata.bookies import (
     readonly_path,
     writable_path,
 )
+from magnetar.bookkeeper.metadata.underreplication_paths import decommissioning_path
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +273,9 @@ async def check_bookie_identity(
             bookie_id,
             ", ".join(s.path for s in states if not s.empty),
         )
+    # A decommissioned identity may be reused (its cookie was deleted): the new bookie is no longer leaving.
+    with contextlib.suppress(NotFoundError):
+        await metadata.delete(join(decommissioning_path(), bookie_id))
     for path in verdict.stamp:
         await volumes.stamp(path, expected)
     try:

@@ -690,7 +690,12 @@ class Bookie:
         assert self.endpoint is not None
         host = self.settings.advertised_host()
         return BookieServiceInfo(
-            self.endpoint.bookie_id, host, self.endpoint.port, self.settings.http_port, readonly
+            self.endpoint.bookie_id,
+            host,
+            self.endpoint.port,
+            self.settings.http_port,
+            readonly,
+            self.settings.rack,
         )
 
     async def run(self, *, task_status: trio.TaskStatus[BookieEndpoint] = trio.TASK_STATUS_IGNORED) -> None:

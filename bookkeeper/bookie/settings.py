@@ -27,9 +27,9 @@ from __future__ import annotations
 import ipaddress
 import socket
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
@@ -74,6 +74,10 @@ class BookieServerSettings(BaseSettings, MetadataConnectionSettings, TokenKeySet
     0 picks a free one; unset serves no HTTP. Published in the registration."""
     port_file: Path | None = None
     """Once serving and registered, write ``{"bookieId", "host", "port"}`` JSON here (atomically)."""
+    rack: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")] | None = None
+    """The bookie's rack or zone (e.g. Kubernetes' ``topology.kubernetes.io/zone``), published in its
+    registration: rack-aware placement spreads each write set over as many racks as it can. Empty is no
+    rack (the Helm chart passes a pod label that may be absent)."""
 
     frame_bytes_max: Annotated[int, Field(ge=1024)] = FRAME_BYTES_MAX_DEFAULT
     inflight_requests_max: PositiveInt = 10_000
@@ -112,6 +116,11 @@ class BookieServerSettings(BaseSettings, MetadataConnectionSettings, TokenKeySet
     ``authenticateMetricsEndpoint``)."""
 
     tls_handshake_timeout_ms: PositiveInt = 10_000
+
+    @field_validator("rack", mode="before")
+    @classmethod
+    def _empty_rack_is_none(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _check_security(self) -> Self:

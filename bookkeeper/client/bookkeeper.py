@@ -26,7 +26,7 @@ from magnetar.bookkeeper.client.ledger_handle import LedgerHandle
 from magnetar.bookkeeper.client.ledger_manager import LedgerManager
 from magnetar.bookkeeper.client.ledger_open import LedgerOpenOp
 from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.placement import EnsemblePlacement
+from magnetar.bookkeeper.client.placement import EnsemblePlacement, RackPolicy
 from magnetar.bookkeeper.client.read_handle import ReadHandle
 from magnetar.bookkeeper.client.settings import ClientSettings
 from magnetar.bookkeeper.client.stats import ClientStats
@@ -43,6 +43,12 @@ class BookKeeper:
     @property
     def settings(self) -> ClientSettings:
         return self._ctx.settings
+
+    @property
+    def context(self) -> ClientContext:
+        """The client's shared parts (metadata access, placement, bookie requests), for operations built
+        outside this package on the same client - AutoRecovery's fragment copies."""
+        return self._ctx
 
     @property
     def stats(self) -> ClientStats:
@@ -116,6 +122,14 @@ class BookKeeper:
         self._ctx.call_soon.drain()
 
 
+def rack_policy(settings: ClientSettings) -> RackPolicy:
+    return RackPolicy(
+        min_num_racks_per_write_quorum=settings.min_num_racks_per_write_quorum,
+        enforce_min_num_racks_per_write_quorum=settings.enforce_min_num_racks_per_write_quorum,
+        rack_cache_s=settings.rack_cache_ms / 1000,
+    )
+
+
 @asynccontextmanager
 async def open_bookkeeper(
     metadata: MetadataStore,
@@ -134,7 +148,9 @@ async def open_bookkeeper(
         ctx = ClientContext(
             settings=settings,
             manager=LedgerManager(metadata, root),
-            placement=EnsemblePlacement(metadata, root, rng, clock, settings.bookie_quarantine_ms / 1000),
+            placement=EnsemblePlacement(
+                metadata, root, rng, clock, settings.bookie_quarantine_ms / 1000, rack_policy(settings)
+            ),
             rpc=rpc,
             call_soon=call_soon,
             clock=clock,

@@ -52,7 +52,7 @@ class MetadataEnsembleChanger:
             start = writer.last_add_confirmed + 1
             first, last = metadata.last_ensemble
             assert first <= start, "a new ensemble never starts before the last one"
-            new = self._ctx.placement.replace(last, failed, available)
+            new = self._ctx.placement.replace(last, failed, available, write_quorum=metadata.write_quorum)
             return metadata.with_ensemble(start, new)
 
         loop = MetadataUpdateLoop(
@@ -75,7 +75,9 @@ class LocalEnsembleChanger:
 
     async def change(self, writer: LedgerWriter, failed: dict[int, BookieId]) -> tuple[int, list[BookieId]]:
         available = await self._ctx.placement.candidates()
-        new = self._ctx.placement.replace(writer.ensemble, failed, available)
+        new = self._ctx.placement.replace(
+            writer.ensemble, failed, available, write_quorum=writer.write_quorum
+        )
         start = writer.last_add_confirmed + 1
         self.new_ensembles[start] = new
         return start, new

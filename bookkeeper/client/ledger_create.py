@@ -43,7 +43,7 @@ class LedgerCreateOp:
     async def run(self) -> LedgerHandle:
         ctx = self._ctx
         ensemble_size, write_quorum, ack_quorum = self._quorums
-        ensemble = await ctx.placement.new_ensemble(ensemble_size)
+        ensemble = await ctx.placement.new_ensemble(ensemble_size, write_quorum=write_quorum)
         token = ctx.rng.getrandbits(62) + 1
         metadata = LedgerMetadata(
             ensemble_size=ensemble_size,

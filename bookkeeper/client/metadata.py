@@ -122,6 +122,28 @@ class LedgerMetadata:
         kept = self.ensembles[:-1] if first_entry_id == last_first else self.ensembles
         return replace(self, ensembles=(*kept, (first_entry_id, tuple(members))))
 
+    def with_bookies_replaced(
+        self, first_entry_id: int, replacements: Mapping[int, BookieId]
+    ) -> LedgerMetadata:
+        """Re-replication (BookKeeper's ``replaceEnsembleEntry``): the ensemble starting at ``first_entry_id``
+        with the bookies at the given indices replaced; every other ensemble, the state and the end stay."""
+        ensembles = list(self.ensembles)
+        for position, (first, members) in enumerate(ensembles):
+            if first == first_entry_id:
+                new = list(members)
+                for index, bookie in replacements.items():
+                    new[index] = bookie
+                ensembles[position] = (first, tuple(new))
+                return replace(self, ensembles=tuple(ensembles))
+        raise MetadataFormatError(f"no ensemble starts at entry {first_entry_id}")
+
+    def fragment_end(self, position: int) -> int | None:
+        """The last entry of the ``position``-th ensemble's fragment; None for the last ensemble of a ledger
+        that is not closed (its end is not known yet). May be ``first - 1``: an empty fragment."""
+        if position + 1 < len(self.ensembles):
+            return self.ensembles[position + 1][0] - 1
+        return self.last_entry_id if self.is_closed else None
+
     def in_recovery(self) -> LedgerMetadata:
         return replace(self, state=LedgerState.IN_RECOVERY)
 

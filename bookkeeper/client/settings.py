@@ -5,6 +5,8 @@ follow BookKeeper where it has one (``readTimeout`` 5 s, ``addEntryTimeoutSec`` 
 ``recoveryReadBatchSize`` 1, ``bookieQuarantineTimeSeconds`` 1800, ``maxNumEnsembleChanges`` unbounded -
 here 2^31 - 1) and otherwise are sized for one broker process. The default quorum
 (``ensemble_size``/``write_quorum``/``ack_quorum``) is used when ``create_ledger`` is not told otherwise.
+Rack-aware placement: ``min_num_racks_per_write_quorum`` (BookKeeper's ``minNumRacksPerWriteQuorum``, 2) and
+``enforce_min_num_racks_per_write_quorum`` (``enforceMinNumRacksPerWriteQuorum``, false).
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ class ClientSettings(BaseModel):
     ledger_id_retries_max: int = Field(16, ge=1, description="create attempts on a ledger-id collision")
     bookie_quarantine_ms: int = Field(1_800_000, ge=0, description="how long a failed bookie is avoided")
     ledgers_root_path: str = Field("/ledgers", pattern=r"^/[^/].*[^/]$|^/[^/]$")
+    min_num_racks_per_write_quorum: int = Field(
+        2, ge=1, le=64, description="racks each write set should span (capped at WQ and the racks there are)"
+    )
+    enforce_min_num_racks_per_write_quorum: bool = Field(
+        False, description="refuse an ensemble (or replacement) below min_num_racks_per_write_quorum"
+    )
+    rack_cache_ms: int = Field(
+        60_000, ge=0, description="how long a bookie's rack (from its registration) is kept"
+    )
 
     @model_validator(mode="after")
     def _check_quorums(self) -> ClientSettings:

@@ -6,7 +6,9 @@ A bookie registers itself with an *ephemeral* node named after its bookie id (``
 read-only. The node vanishes with the bookie's metadata session, so the lists below are the live bookies.
 ``/ledgers/available/readonly`` itself is a persistent child of ``/ledgers/available`` and is not a bookie.
 The node's value is a small JSON document (:class:`BookieServiceInfo`, as BookKeeper's
-``BookieServiceInfo``) naming the bookie's endpoints, so that tools can find its HTTP port.
+``BookieServiceInfo``) naming the bookie's endpoints, so that tools can find its HTTP port, and its
+properties: ``rack`` is the bookie's rack or zone label (``--rack``), which rack-aware placement spreads
+ensembles across (absent: the default rack).
 
 Two persistent nodes hold the identity of the cluster and of its bookies (BookKeeper's layout):
 ``/ledgers/INSTANCEID`` is the cluster's instance id, a random UUID written once, by whoever needs it first
@@ -94,6 +96,7 @@ class BookieServiceInfo:
     port: int
     http_port: int | None = None
     readonly: bool = False
+    rack: str | None = None
 
     def to_json(self) -> bytes:
         endpoints: list[dict[str, object]] = [
@@ -102,7 +105,13 @@ class BookieServiceInfo:
         if self.http_port is not None:
             http = {"id": "http-server", "protocol": "http", "host": self.host, "port": self.http_port}
             endpoints.append(http)
-        document = {"bookieId": self.bookie_id, "readOnly": self.readonly, "endpoints": endpoints}
+        document: dict[str, object] = {
+            "bookieId": self.bookie_id,
+            "readOnly": self.readonly,
+            "endpoints": endpoints,
+        }
+        if self.rack is not None:
+            document["properties"] = {"rack": self.rack}
         return json.dumps(document, sort_keys=True).encode()
 
     @classmethod
@@ -119,9 +128,17 @@ class BookieServiceInfo:
                 port=int(rpc["port"]),
                 http_port=None if http is None else int(http["port"]),
                 readonly=bool(document.get("readOnly", False)),
+                rack=_rack_of(document),
             )
         except (KeyError, TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a bookie registration: {data[:200]!r}") from exc
+
+
+def _rack_of(document: dict[str, object]) -> str | None:
+    properties = document.get("properties")
+    if isinstance(properties, dict) and isinstance(properties.get("rack"), str):
+        return str(properties["rack"])
+    return None
 
 
 async def read_bookie_info(store: MetadataStore, bookie_id: str) -> BookieServiceInfo | None:

@@ -171,6 +171,14 @@ class Checker:
             and any(key in self._seen[s] for s in self.subscriptions)
         )
 
+    def ack_latencies(self, phase_prefix: str) -> list[float]:
+        """Publish latencies (send to ack, seconds) of the messages acknowledged in ``phase_prefix...``."""
+        return sorted(
+            ack.time - self._sent_time[key][0]
+            for key, ack in self._acked.items()
+            if ack.phase.startswith(phase_prefix)
+        )
+
     def longest_gap_between(self, start: float, end: float) -> float:
         """The longest time without any acknowledgement within ``[start, end]`` (the window's edges count as
         acknowledgements: a gap that began before ``start`` is counted from ``start``)."""

@@ -42,6 +42,9 @@ class ScenarioConfig:
     name: str
     producers: tuple[ProducerSpec, ...] = (ProducerSpec("p0"), ProducerSpec("p1"))
     subscriptions: tuple[str, ...] = ("sub-a", "sub-b")
+    late_subscriptions: tuple[str, ...] = ()
+    """Subscriptions created at the start but read only in the drain phase (from the bookies, after the
+    faults); the checker holds them to the same no-loss rule."""
     warmup_s: float = 2.0
     steady_s: float = 2.0
     recovery_timeout_s: float = 40.0
@@ -61,7 +64,10 @@ class Scenario:
     """From the start of the fault script to the end of the steady phase after it (trio time)."""
 
     def __post_init__(self) -> None:
-        self.checker = Checker(list(self.config.subscriptions), trio.current_time)
+        self.checker = Checker(
+            [*self.config.subscriptions, *self.config.late_subscriptions], trio.current_time
+        )
+        self.draining = trio.Event()
         self.workload = Workload(
             self.checker,
             lambda: self.cluster.broker_urls,
@@ -143,6 +149,8 @@ class Scenario:
             async with trio.open_nursery() as nursery:
                 for subscription in config.subscriptions:
                     nursery.start_soon(self.workload.run_consumer, subscription)
+                for subscription in config.late_subscriptions:
+                    nursery.start_soon(self.workload.run_consumer, subscription, self.draining)
                 with trio.fail_after(config.recovery_timeout_s):
                     for event in self.workload.subscribed.values():
                         await event.wait()
@@ -160,6 +168,7 @@ class Scenario:
                     self.fault_window = (faults_started, trio.current_time())
                     self.workload.stop_producing.set()
                 self.phase("drain")
+                self.draining.set()
                 await self.workload.wait_until(
                     lambda: self.checker.missing_total() == 0, config.drain_timeout_s
                 )

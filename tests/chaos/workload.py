@@ -10,7 +10,9 @@ goes on with the next sequence numbers (nothing is resent, so "unknown" stays un
 A consumer holds one Exclusive durable subscription (created at the earliest position), acknowledges each
 message once it has told the checker, and reconnects whenever its session ends, its subscription is busy
 (the previous session is not yet gone), or no message arrived for ``idle_s`` (its broker may be paused or
-cut off without the connection ending).
+cut off without the connection ending). A *late* consumer creates its subscription at the start and then
+leaves it untouched until ``late`` is set (the drain): it reads everything from the bookies at the end,
+after the faults - what a consumer that fell behind, or a new reader of retained data, does.
 """
 
 from __future__ import annotations
@@ -180,9 +182,12 @@ class Workload:
 
     # -- consumers --------------------------------------------------------------------------------------
 
-    async def run_consumer(self, subscription: str) -> None:
+    async def run_consumer(self, subscription: str, late: trio.Event | None = None) -> None:
         urls = self._urls()
         query = "subscriptionType=Exclusive&subscriptionInitialPosition=Earliest"
+        if late is not None:
+            await self._subscribe_only(subscription, urls, query)
+            await late.wait()
         while True:
             url = f"{next(urls)}/ws/v2/consumer/{NAMESPACE}/{self.topic}/{subscription}?{query}"
             try:
@@ -201,6 +206,22 @@ class Workload:
             finally:
                 with trio.CancelScope(shield=True):
                     await ws.aclose()
+
+    async def _subscribe_only(self, subscription: str, urls: cycle[str], query: str) -> None:
+        """Create the durable subscription (at the earliest position) and leave it without reading."""
+        while True:
+            url = f"{next(urls)}/ws/v2/consumer/{NAMESPACE}/{self.topic}/{subscription}?{query}"
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT_S):
+                    ws = await WsClient.connect(url, timeout_s=CONNECT_TIMEOUT_S)
+            except (*_SESSION_ERRORS, trio.TooSlowError):
+                self.stats.count(self.stats.connect_failures, subscription)
+                await trio.sleep(RETRY_DELAY_S)
+                continue
+            with trio.CancelScope(shield=True):
+                await ws.aclose()
+            self.subscribed[subscription].set()
+            return
 
     async def _consumer_session(self, subscription: str, ws: WsClient) -> None:
         while True:

@@ -40,10 +40,10 @@ from fixtures.helm_chart import (
 )
 from pydantic_settings import BaseSettings
 
+from magnetar.admin.processes.autorecovery_wiring import BookieProcessSettings
 from magnetar.admin.processes.cluster_init import MetadataClientSettings
 from magnetar.admin.processes.config import PROCESS_ENV, load_settings, unknown_environment
 from magnetar.broker.settings import BrokerSettings
-from magnetar.gc.settings import BookieSettings
 
 VALUES_FILES = ["values.yaml", "values-dev.yaml", "values-secure.yaml"]
 CUSTOM_RESOURCE_GROUPS = ("cert-manager.io/", "monitoring.coreos.com/")
@@ -597,7 +597,7 @@ def test_dockerfile_is_multi_stage_non_root_and_runs_magnetar() -> None:
 # process that receives it, and the whole environment must validate through the loader the processes use.
 
 MODELS: dict[str, type[BaseSettings]] = {
-    "bookie": BookieSettings,
+    "bookie": BookieProcessSettings,
     "broker": BrokerSettings,
     "init": MetadataClientSettings,
     "bookie-wait": MetadataClientSettings,

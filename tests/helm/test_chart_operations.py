@@ -34,11 +34,10 @@ from fixtures.helm_chart import (
     render,
 )
 
-from magnetar.admin.cli import main as cli
+from magnetar.admin.processes.autorecovery_wiring import BookieProcessSettings
 from magnetar.admin.processes.cluster_init import retry_budget_s
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.broker.settings import BrokerSettings
-from magnetar.gc.settings import BookieSettings
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -325,6 +324,8 @@ def test_secure_mode_wires_tokens_and_tls_from_secrets(chart: helm_python.Chart)
         "bookie": {
             "/etc/magnetar/tls": f"{RELEASE}-magnetar-bookie-tls",
             "/etc/magnetar/token-key": "magnetar-token-key",
+            # AutoRecovery inside the bookie reaches the other bookies with the brokers' token
+            "/etc/magnetar/broker-token": "magnetar-broker-token",
         },
         "broker": {
             "/etc/magnetar/tls": f"{RELEASE}-magnetar-broker-tls",
@@ -365,6 +366,7 @@ def test_own_secrets_and_a_public_key(chart: helm_python.Chart) -> None:
     assert mounted_files(bookie, only_container(bookie)) == {
         "/etc/magnetar/tls": "bookie-tls",
         "/etc/magnetar/token-key": "keys",
+        "/etc/magnetar/broker-token": "broker-token",
     }
     broker = rendered.get("Deployment", "broker")
     # ZooKeeper's TLS needs the brokers' certificate, though their own port is plain here.
@@ -527,7 +529,7 @@ def test_security_values_that_cannot_work_fail_the_render(chart: helm_python.Cha
 def test_the_security_settings_are_the_processes_own(chart: helm_python.Chart) -> None:
     """Every security variable the chart sets names a setting of the process that receives it."""
     rendered = render(chart, SCENARIOS["secure"])
-    for name, model in (("bookie", BookieSettings), ("broker", BrokerSettings)):
+    for name, model in (("bookie", BookieProcessSettings), ("broker", BrokerSettings)):
         fields = {f"MAGNETAR_{field.upper()}" for field in model.model_fields}
         top_level = {variable.split("__")[0] for variable in container_environment(rendered, name)}
         assert top_level - fields <= {"MAGNETAR_LOG_LEVEL"}, name
@@ -688,18 +690,6 @@ README = (CHART_DIR / "README.md").read_text()
 
 def todo(marker: str) -> bool:
     return any(line.startswith("- [ ] TODO") and marker in line for line in README.splitlines())
-
-
-def test_autorecovery_and_the_zone_label_are_todos_until_they_land() -> None:
-    landed = "autorecovery" in cli.COMMANDS or "rack" in BookieSettings.model_fields
-    assert not landed, (
-        "AutoRecovery or the bookie rack setting has landed: wire it into the chart (its daemon in the "
-        "bookies or a Deployment, the zone label from the node's topology), then replace the README's TODO "
-        "(issue #25)"
-    )
-    assert todo("issue #25")
-    assert "AutoRecovery" in README
-    assert todo("topology.kubernetes.io/zone")
 
 
 def test_the_binary_protocol_port_is_a_todo_until_it_lands() -> None:

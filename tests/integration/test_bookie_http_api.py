@@ -172,6 +172,17 @@ def test_bookie_process_with_authentication_guards_its_http_port(
     callers = tokens(token_keys)
     assert_access_matrix(http_client, [""], callers)
     assert_bad_bodies_are_400(http_client, "", callers["admin"])
+    # AutoRecovery's routes on the same port are operators' endpoints, reading or not
+    for method, path in [
+        ("GET", "/api/v1/autorecovery/who_is_auditor"),
+        ("GET", "/api/v1/bookie/list_bookies"),
+        ("GET", "/api/v1/ledger/list"),
+        ("PUT", "/api/v1/autorecovery/trigger_audit"),
+        ("PUT", "/api/v1/autorecovery/decommission"),
+    ]:
+        assert http_client.request(method, path, headers=callers["none"]).status_code == 401, path
+        assert http_client.request(method, path, headers=callers["app"]).status_code == 403, path
+    assert http_client.get("/api/v1/bookie/list_bookies", headers=callers["admin"]).status_code == 200
     assert process.is_running()
     assert process.stop() == 0, process.log_tail()
 

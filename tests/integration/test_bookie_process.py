@@ -97,5 +97,5 @@ async def test_bookie_process_with_bad_settings_exits_with_a_reason(tmp_path: Pa
     command = [sys.executable, "-m", "magnetar.admin.cli", "bookie", "--port", "70000"]
     result = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False)
     assert result.returncode == 2
-    assert b"invalid BookieSettings" in result.stderr
+    assert b"invalid BookieProcessSettings" in result.stderr  # the bookie's own and its AutoRecovery's
     assert b"port" in result.stderr

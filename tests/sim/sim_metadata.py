@@ -1,7 +1,8 @@
 """The simulation's metadata store: one shared memory tree, seen by each client through a wrapper that adds
 random delays (so metadata operations interleave), injects spurious compare-and-set conflicts, and checks
-every ledger-metadata transition against BookKeeper's state machine (docs/upstream.md, BookKeeper §1.2,
-invariant 4 of docs/architecture.md §3)."""
+every ledger-metadata transition against BookKeeper's state machine (states, closed end, ensembles;
+docs/upstream.md, BookKeeper §1.2, invariant 4 of docs/architecture.md §3) and the rule that only AutoRecovery
+re-writes earlier ensembles."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from magnetar.bookkeeper.metadata.api import (
     Stat,
     Unregister,
 )
+from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 
 _LEGAL = {
@@ -31,8 +33,12 @@ _LEGAL = {
 }
 
 
-def check_transition(old: LedgerMetadata | None, new: LedgerMetadata) -> str | None:
-    """A description of what is illegal about ``old -> new``, or None."""
+def check_transition(old: LedgerMetadata | None, new: LedgerMetadata, client: str = "") -> str | None:
+    """A description of what is illegal about ``old -> new`` written by ``client``, or None.
+
+    Only the writer and recovering clients add or replace the *last* ensemble; only AutoRecovery's daemons
+    (clients named ``daemon*``) change the bookies of an earlier ensemble - or of a closed ledger's last -
+    and they never touch the open last fragment except through a ledger recovery of their own."""
     if old is None:
         return None if new.state is LedgerState.OPEN else f"created in state {new.state.name}"
     if (old.state, new.state) not in _LEGAL:
@@ -40,8 +46,17 @@ def check_transition(old: LedgerMetadata | None, new: LedgerMetadata) -> str | N
     if old.is_closed and (old.last_entry_id, old.length) != (new.last_entry_id, new.length):
         before, after = (old.last_entry_id, old.length), (new.last_entry_id, new.length)
         return f"closed end changed from {before} to {after}"
-    if old.ensembles[:-1] != new.ensembles[: len(old.ensembles) - 1]:
-        return "earlier ensembles were rewritten"
+    old_keys = [first for first, _ in old.ensembles]
+    new_keys = [first for first, _ in new.ensembles]
+    if new_keys[: len(old_keys) - 1] != old_keys[:-1]:
+        return "earlier ensembles were removed or moved"
+    replicator = client.startswith("daemon")
+    for (_, before), (_, after) in zip(old.ensembles[:-1], new.ensembles, strict=False):
+        if before != after and not replicator:
+            return "earlier ensembles were rewritten"
+    open_fragment_changed = new.ensembles[len(old.ensembles) - 1 :] != old.ensembles[-1:]
+    if replicator and not old.is_closed and old.state is new.state and open_fragment_changed:
+        return "re-replication touched the open last fragment"
     return None
 
 
@@ -114,6 +129,11 @@ class SimMetadataStore:
 
     def register_session_listener(self, listener: SessionListener) -> Unregister:
         return self._inner.register_session_listener(listener)
+
+    @property
+    def health(self) -> MetadataHealth:
+        """The shared tree's: the simulation's clients see no outage of their own."""
+        return self._inner.health
 
     async def aclose(self) -> None:
         """The shared tree outlives each client's view of it."""

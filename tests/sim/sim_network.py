@@ -5,8 +5,9 @@ Determinism: every random choice comes from the world's seeded ``random.Random``
 order from one task, so their order does not depend on trio's scheduler (which the test seeds as well).
 A crashed bookie loses its unsynced state (``MemoryLedgerStore.crash``), answers nothing while down, and
 every connection to it breaks (pending requests fail with CLOSED), as a real crash would. A *wiped* bookie
-crashes and comes back on an empty disk (a new store, its cookies gone: :mod:`sim.sim_identity`); a bookie
-its identity check refused is *lost*: no restart (healing included) brings it back.
+crashes and comes back on an empty disk (a new store, its cookies gone: :mod:`sim.sim_identity`). A *lost*
+bookie (:meth:`SimNetwork.lose`: destroyed for good, or a wiped one its identity check refused) crashes and
+never comes back: no restart (healing included) brings it back.
 """
 
 from __future__ import annotations
@@ -114,6 +115,11 @@ class SimNetwork:
     bookies: dict[str, SimBookie] = field(default_factory=dict)
     partitions: set[tuple[str, str]] = field(default_factory=set)
     lost: set[str] = field(default_factory=set)
+    """Bookies lost for good, or wiped and not rejoined yet: never restarted."""
+    on_down: Callable[[str, int], None] | None = None
+    """Called with (bookie, epoch) when a bookie crashes (its registration goes after the session timeout)."""
+    on_up: Callable[[str], None] | None = None
+    """Called when a crashed bookie restarts (it registers again)."""
     _tokens: itertools.count[int] = field(default_factory=itertools.count)
 
     def add_bookie(self, name: str) -> SimBookie:
@@ -161,6 +167,8 @@ class SimNetwork:
             self.scheduler.at(
                 self._delay(), call.answer, TransportFailure(name, FailureReason.CLOSED, "crash")
             )
+        if self.on_down is not None:
+            self.on_down(name, bookie.epoch)
 
     def wipe(self, name: str) -> None:
         """Crash the bookie and give it an empty disk; it stays down (restarts skip it) until
@@ -178,9 +186,12 @@ class SimNetwork:
         self.lost.discard(name)
         self.restart(name)
 
-    def lose(self, name: str, why: str) -> None:
-        """The wiped bookie never comes back (its identity check refused it)."""
+    def lose(self, name: str, why: str = "destroyed for good") -> None:
+        """The bookie never comes back: destroyed with its disk, or wiped and refused by its identity
+        check. Down now (if it was not already), never restarted."""
         self.log(f"lost {name}: {why[:100]}")
+        self.lost.add(name)
+        self.crash(name)
 
     def restart(self, name: str) -> None:
         bookie = self.bookies[name]
@@ -189,6 +200,8 @@ class SimNetwork:
         if not bookie.up:
             self.log(f"restart {name}")
             bookie.up = True
+            if self.on_up is not None:
+                self.on_up(name)
 
     def heal(self) -> None:
         self.config.loss = 0.0

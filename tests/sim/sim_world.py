@@ -25,6 +25,7 @@ import hypothesis  # noqa: F401  - enables trio's deterministic scheduling (its 
 import trio
 import trio._core._run as trio_run
 import trio.testing
+from sim.sim_autorecovery import SESSION_TIMEOUT_S, RecoveryPlan, SimRecovery, capture_errors, draw_plan
 from sim.sim_identity import start_with_identity
 from sim.sim_metadata import SimMetadataStore, check_transition
 from sim.sim_network import NetConfig, Scheduler, SimNetwork, SimTransport
@@ -38,6 +39,7 @@ from magnetar.bookkeeper.client import (
     TooManyRequestsError,
     open_bookkeeper,
 )
+from magnetar.bookkeeper.client.ledger_manager import ledger_path
 from magnetar.bookkeeper.client.metadata import LedgerMetadata
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.runtime.clock import TrioClock
@@ -65,6 +67,8 @@ class Scenario:
     toucher: bool
     duration_s: float
     net: NetConfig
+    recovery: RecoveryPlan | None = None
+    """AutoRecovery daemons, permanent bookie losses, a retention-deleted ledger (sim_autorecovery)."""
     wipe: bool = False
     """One bookie's disk is wiped once the writer is done (the ledger still open), and it restarts under its
     old id - through the identity check (cookies) unless ``cookie_check`` is off (an injected fault)."""
@@ -85,6 +89,9 @@ def draw_scenario(seed: int) -> Scenario:
         slow_sync=rng.choice([0.0, 0.05, 0.2]),
         spike=rng.choice([0.0, 0.02, 0.1, 0.3]),
     )
+    recovery = draw_plan(random.Random(f"recovery-{seed}"), bookies, ensemble)
+    if recovery is not None and recovery.permanent_losses:
+        ack_quorum = max(ack_quorum, 2)  # an entry acknowledged by one bookie dies with it: no protocol helps
     return Scenario(
         seed=seed,
         bookies=bookies,
@@ -106,12 +113,14 @@ def draw_scenario(seed: int) -> Scenario:
         toucher=rng.random() < 0.3,
         duration_s=8.0,
         net=net,
+        recovery=recovery,
     )
 
 
 def draw_wipe_scenario(seed: int, *, cookie_check: bool = True) -> Scenario:
     """A scenario with a wiped bookie: a spare bookie to replace it, A >= 2 (a lost bookie leaves recovery
-    enough answers), and an open ledger for the final recovery to close."""
+    enough answers), and an open ledger for the final recovery to close. No AutoRecovery: the case is the
+    identity check's alone (the permanent losses of a recovery plan would take the spare bookie)."""
     base = draw_scenario(seed)
     rng = random.Random(f"wipe-{seed}")
     ack_quorum = max(2, base.ack_quorum)
@@ -122,6 +131,7 @@ def draw_wipe_scenario(seed: int, *, cookie_check: bool = True) -> Scenario:
         writer_closes=False,
         wipe=True,
         cookie_check=cookie_check,
+        recovery=None,
     )
 
 
@@ -165,12 +175,41 @@ class World:
         self.network = SimNetwork(self.rng, self.scheduler, self.trace, self.scenario.net)
         self.metadata = MemoryMetadataStore(clock_ms=lambda: int(trio.current_time() * 1000))
         self.created = trio.Event()
+        plan = self.scenario.recovery
+        self.recovery = SimRecovery(self, plan) if plan is not None else None
+        self.network.on_down = self._bookie_down
+        self.network.on_up = self._bookie_up
+        self._nursery: trio.Nursery | None = None
         self.writer_done = trio.Event()
 
     # -- helpers -------------------------------------------------------------------------------------------
 
     def log(self, text: str) -> None:
         self.network.log(text)
+
+    # -- registrations follow the bookies' lives -------------------------------------------------------------
+
+    def _bookie_down(self, name: str, epoch: int) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self._unregister_after_session, name, epoch)
+
+    async def _unregister_after_session(self, name: str, epoch: int) -> None:
+        await trio.sleep(SESSION_TIMEOUT_S)
+        bookie = self.network.bookies[name]
+        if (
+            not bookie.up
+            and bookie.epoch == epoch
+            and await self.metadata.exists(f"/ledgers/available/{name}")
+        ):
+            self.log(f"registration of {name} expired")
+            await self.metadata.delete(f"/ledgers/available/{name}")
+
+    def _bookie_up(self, name: str) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(self.metadata.put, f"/ledgers/available/{name}", b"", None)
+
+    def lose(self, name: str) -> None:
+        self.network.lose(name)
 
     def violation(self, text: str) -> None:
         self.log(f"VIOLATION {text}")
@@ -211,16 +250,18 @@ class World:
     ) -> None:
         ensembles = ",".join(f"{f}:{'/'.join(m)}" for f, m in new.ensembles)
         self.log(f"metadata {client} {path} {new.state.name} last={new.last_entry_id} [{ensembles}]")
-        problem = check_transition(old, new)
+        problem = check_transition(old, new, client)
         if problem is not None:
             self.violation(f"metadata write by {client}: {problem}")
-        if new.is_closed:
+        main = self.ledger_id is not None and path == ledger_path("/ledgers", self.ledger_id)
+        if new.is_closed and main:
             self.closes_seen.append((client, new.last_entry_id, new.length))
 
     # -- main --------------------------------------------------------------------------------------------
 
     async def main(self) -> None:
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self.scheduler.run)
             for index in range(self.scenario.bookies):
                 name = f"b{index}"
@@ -228,6 +269,8 @@ class World:
                 if self.scenario.wipe:  # first start: the bookie writes its cookies
                     assert await start_with_identity(self.metadata, bookie.disk, bookie.store) is None
                 await self.metadata.put(f"/ledgers/available/{name}", b"", None)
+            if self.recovery is not None:
+                nursery.start_soon(self.recovery.run_daemons)
             with trio.move_on_after(self.scenario.duration_s):
                 async with trio.open_nursery() as actors:
                     actors.start_soon(self.writer)
@@ -243,7 +286,11 @@ class World:
             self.log("heal")
             self.network.heal()
             await trio.sleep(self.scenario.net.timeout_s + 1.0)
+            if self.recovery is not None:
+                await self.recovery.converge("after healing")
             await self.verify()
+            if self.recovery is not None:
+                await self.recovery.check_replicas()
             nursery.cancel_scope.cancel()
 
     async def _actors_done(self, actors: trio.Nursery, background: trio.CancelScope) -> None:
@@ -258,6 +305,12 @@ class World:
                 nursery.start_soon(self.faults)
                 if self.scenario.toucher:
                     nursery.start_soon(self.toucher)
+                if self.recovery is not None:
+                    nursery.start_soon(self.recovery.losses)
+                    if self.recovery.plan.scratch_ledger:
+                        nursery.start_soon(self.recovery.scratch)
+                    if self.recovery.plan.idle_ledger:
+                        nursery.start_soon(self.recovery.idle_writer)
 
     # -- actors --------------------------------------------------------------------------------------------
 
@@ -499,12 +552,14 @@ def run_seed(seed: int, scenario: Scenario | None = None) -> SimResult:
     errors = _ErrorLog()
     logger = logging.getLogger(CLIENT_LOGGER)
     logger.addHandler(errors)
+    recovery_logger = capture_errors(errors)
     try:
         trio.run(world.main, clock=trio.testing.MockClock(autojump_threshold=0))
     except Exception as exc:  # a crash of the run is a finding too
         world.violation(f"the run crashed: {exc!r} {getattr(exc, 'exceptions', '')}")
     finally:
         logger.removeHandler(errors)
+        recovery_logger.removeHandler(errors)
     for record in errors.records:
         world.violation(f"client logged an error: {record}")
     closed_at = world.closes_seen[-1][1] if world.closes_seen else None

@@ -1,6 +1,10 @@
 """The deterministic replication simulation: many seeds, each a full run with faults, checked against
 BookKeeper's invariants; determinism of one seed; and proof that the checkers catch injected defects.
 
+Seeds draw AutoRecovery too (``sim_autorecovery``): permanent bookie loss, auditor and workers, a ledger
+deleted while marked, a ledger left open by an idle writer; BookKeeper's AutoRecovery bugs (#3316, #2766,
+#2755) are injected the same way as the recovery defects.
+
 A failing seed prints the command that reproduces it: ``pytest tests/sim -k <test> --sim-seed=N``.
 """
 
@@ -14,6 +18,7 @@ from pathlib import Path
 import pytest
 from sim.sim_world import SimResult, repro_command, run_seed, trace_digest
 
+from magnetar.bookkeeper.autorecovery import injected
 from magnetar.bookkeeper.client import recovery
 
 HERE = Path(__file__).resolve().parent
@@ -70,6 +75,30 @@ def test_checkers_catch_an_injected_protocol_defect(
     monkeypatch: pytest.MonkeyPatch, defect: recovery.InjectedBugs, seeds: int
 ) -> None:
     monkeypatch.setattr(recovery, "INJECTED_BUGS", defect)
+    for seed in range(seeds):
+        if run_seed(seed).violations:
+            return
+    pytest.fail(f"{defect} went unnoticed for {seeds} seeds")
+
+
+@pytest.mark.parametrize(
+    ("defect", "seeds"),
+    [
+        (injected.InjectedBugs(keep_marks_of_deleted_ledgers=True), 100),
+        (injected.InjectedBugs(keep_marks_of_returned_bookies=True), 150),
+        (injected.InjectedBugs(read_lac_from_failed_bookie=True), 100),
+    ],
+    ids=[
+        "deleted-ledger-marked-forever-3316",
+        "returned-bookie-stays-marked-2766",
+        "lac-from-failed-bookie-2755",
+    ],
+)
+def test_checkers_catch_an_injected_autorecovery_defect(
+    monkeypatch: pytest.MonkeyPatch, defect: injected.InjectedBugs, seeds: int
+) -> None:
+    """BookKeeper's AutoRecovery bugs, re-introduced one at a time: some seed must show a violation."""
+    monkeypatch.setattr(injected, "INJECTED_BUGS", defect)
     for seed in range(seeds):
         if run_seed(seed).violations:
             return

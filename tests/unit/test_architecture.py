@@ -1,7 +1,8 @@
 """Architecture rules: the `packages` list matches the folders, and imports only run downward.
 
 Layers (docs/architecture.md §1): admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
-bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; gc uses
+bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; AutoRecovery
+(bookkeeper.autorecovery) uses the client, protocol, metadata and runtime; gc uses
 managed_ledger and bookkeeper. Nothing imports admin.
 """
 
@@ -35,6 +36,12 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.runtime",
         "magnetar.bookkeeper.protocol",
         "magnetar.bookkeeper.metadata",
+    },
+    "magnetar.bookkeeper.autorecovery": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.bookkeeper.client",
     },
     "magnetar.bookkeeper": {
         "magnetar.bookkeeper.runtime",

@@ -196,6 +196,16 @@ tls_key_file: tls.broker / tls.bookie
 tls_trust_certs_file: tls.broker / tls.bookie
 tls_require_trusted_client_cert: tls.bookie.requireClientCert
 bookkeeper_tls_enabled: tls.bookie
+rack: bookie.rack
+autorecovery__enabled: autorecovery.mode
+autorecovery__lost_bookie_recovery_delay_s: autorecovery.lostBookieRecoveryDelaySeconds
+autorecovery__rereplication_rate_bytes_per_s: autorecovery.rateBytesPerSecond
+autorecovery__rereplication_rate_entries_per_s: autorecovery.rateEntriesPerSecond
+autorecovery__bookkeeper_auth_token: auth.brokerToken
+autorecovery__bookkeeper_tls_enabled: tls.bookie
+autorecovery__bookkeeper_tls_trust_certs_file: tls.bookie
+autorecovery__bookkeeper_tls_certificate_file: tls.bookie.requireClientCert
+autorecovery__bookkeeper_tls_key_file: tls.bookie.requireClientCert
 bookkeeper_tls_trust_certs_file: tls.bookie
 bookkeeper_tls_certificate_file: tls.bookie
 bookkeeper_tls_key_file: tls.bookie
@@ -352,6 +362,26 @@ install, upgrade or template run stops here with a message naming the value to c
 {{- end -}}
 {{- if lt (int .Values.broker.replicas) 1 -}}
 {{- fail (printf "broker.replicas (%d) must be >= 1" (int .Values.broker.replicas)) -}}
+{{- end -}}
+{{- $ar := .Values.autorecovery -}}
+{{- if not (has $ar.mode (list "bookie" "deployment" "disabled")) -}}
+{{- fail (printf "autorecovery.mode must be bookie, deployment or disabled, not %q" $ar.mode) -}}
+{{- end -}}
+{{- if eq $ar.mode "deployment" -}}
+{{- if or .Values.auth.enabled .Values.tls.bookie.enabled .Values.tls.zookeeper.enabled -}}
+{{- fail "autorecovery.mode=deployment runs `magnetar autorecovery`, which has no authentication on its REST API and no TLS to bookies or ZooKeeper yet: with auth.enabled or TLS use autorecovery.mode=bookie (the daemons run inside the bookies, behind the bookies' own security)" -}}
+{{- end -}}
+{{- if lt (int $ar.deployment.replicas) 1 -}}
+{{- fail (printf "autorecovery.deployment.replicas (%d) must be >= 1 (or set autorecovery.mode)" (int $ar.deployment.replicas)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $setting := list "lostBookieRecoveryDelaySeconds" "rateBytesPerSecond" "rateEntriesPerSecond" -}}
+{{- if lt (int64 (index $ar $setting)) 0 -}}
+{{- fail (printf "autorecovery.%s must be >= 0, not %v" $setting (index $ar $setting)) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (int64 $ar.lostBookieRecoveryDelaySeconds) 86400 -}}
+{{- fail (printf "autorecovery.lostBookieRecoveryDelaySeconds must be <= 86400, not %v" $ar.lostBookieRecoveryDelaySeconds) -}}
 {{- end -}}
 {{- range $component := list "zookeeper" "bookie" "broker" -}}
 {{- $mode := (index $.Values $component).antiAffinity.mode -}}
@@ -522,6 +552,20 @@ MAGNETAR_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
 MAGNETAR_TLS_TRUST_CERTS_FILE: /etc/magnetar/tls/ca.crt
 MAGNETAR_TLS_REQUIRE_TRUSTED_CLIENT_CERT: {{ $tls.bookie.requireClientCert | toString | quote }}
 {{- end }}
+{{- if and (eq .component "bookie") (eq .ctx.Values.autorecovery.mode "bookie") }}
+{{- /* AutoRecovery inside the bookie reaches the other bookies as a client, as the brokers do. */}}
+{{- if $auth.enabled }}
+MAGNETAR_AUTORECOVERY__BOOKKEEPER_AUTH_TOKEN: {{ printf "file:///etc/magnetar/broker-token/%s" $auth.brokerToken.key | quote }}
+{{- end }}
+{{- if $tls.bookie.enabled }}
+MAGNETAR_AUTORECOVERY__BOOKKEEPER_TLS_ENABLED: "true"
+MAGNETAR_AUTORECOVERY__BOOKKEEPER_TLS_TRUST_CERTS_FILE: /etc/magnetar/tls/ca.crt
+{{- if $tls.bookie.requireClientCert }}
+MAGNETAR_AUTORECOVERY__BOOKKEEPER_TLS_CERTIFICATE_FILE: /etc/magnetar/tls/tls.crt
+MAGNETAR_AUTORECOVERY__BOOKKEEPER_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if eq .component "broker" }}
 {{- if $tls.broker.enabled }}
 MAGNETAR_HTTP_PORT_TLS: {{ $tls.broker.port | quote }}
@@ -558,7 +602,7 @@ MAGNETAR_BOOKKEEPER_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
     items:
       - key: {{ $auth.tokenKey.key }}
         path: {{ $auth.tokenKey.key }}
-{{- if eq .component "broker" }}
+{{- if include "magnetar.usesBrokerToken" . }}
 - name: broker-token
   secret:
     secretName: {{ $auth.brokerToken.secretName }}
@@ -579,6 +623,13 @@ MAGNETAR_BOOKKEEPER_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
 {{- end }}
 {{- end -}}
 
+{{/* Whether a component reaches bookies with the brokers' token: brokers, and bookies running AutoRecovery. */}}
+{{- define "magnetar.usesBrokerToken" -}}
+{{- if or (eq .component "broker") (and (eq .component "bookie") (eq .ctx.Values.autorecovery.mode "bookie")) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* Mounts of those volumes (container `volumeMounts` items). */}}
 {{- define "magnetar.securityMounts" -}}
 {{- $auth := .ctx.Values.auth -}}
@@ -591,7 +642,7 @@ MAGNETAR_BOOKKEEPER_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
 - name: token-key
   mountPath: /etc/magnetar/token-key
   readOnly: true
-{{- if eq .component "broker" }}
+{{- if include "magnetar.usesBrokerToken" . }}
 - name: broker-token
   mountPath: /etc/magnetar/broker-token
   readOnly: true
@@ -658,4 +709,12 @@ Call with (dict "ctx" $ "component" "broker").
     {{- with include "magnetar.securityMounts" (dict "ctx" $ctx "component" .component "zookeeperOnly" true) | trim }}
     {{- . | nindent 4 }}
     {{- end }}
+{{- end -}}
+
+{{/* ConfigMap lines of the AutoRecovery values (the bookies' and the autorecovery Deployment's). */}}
+{{- define "magnetar.autorecoverySettings" -}}
+{{- $ar := .Values.autorecovery -}}
+MAGNETAR_AUTORECOVERY__LOST_BOOKIE_RECOVERY_DELAY_S: {{ include "magnetar.scalar" $ar.lostBookieRecoveryDelaySeconds | quote }}
+MAGNETAR_AUTORECOVERY__REREPLICATION_RATE_BYTES_PER_S: {{ include "magnetar.scalar" $ar.rateBytesPerSecond | quote }}
+MAGNETAR_AUTORECOVERY__REREPLICATION_RATE_ENTRIES_PER_S: {{ include "magnetar.scalar" $ar.rateEntriesPerSecond | quote }}
 {{- end -}}

@@ -22,14 +22,15 @@ from pydantic_settings import BaseSettings, NoDecode
 
 from magnetar.admin.cli import main as cli
 from magnetar.admin.cli.subcommands import load_every_subcommand
+from magnetar.admin.processes.autorecovery_wiring import AutoRecoveryProcessSettings, BookieProcessSettings
 from magnetar.admin.processes.cluster_init import MetadataClientSettings
 from magnetar.admin.processes.config import Source, _toml_value, load_settings
 from magnetar.admin.processes.standalone_settings import StandaloneSettings
 from magnetar.broker.settings import BrokerSettings
-from magnetar.gc.settings import BookieSettings
 
 KINDS: dict[str, type[BaseSettings]] = {
-    "bookie": BookieSettings,
+    "bookie": BookieProcessSettings,
+    "autorecovery": AutoRecoveryProcessSettings,
     "broker": BrokerSettings,
     "standalone": StandaloneSettings,
     "initialize-cluster-metadata": MetadataClientSettings,
@@ -40,6 +41,7 @@ COMMAND_ARGUMENTS: dict[str, set[str]] = {
     "bookie": {"format_data", "force"},  # what to do with the cookie at start, not a setting
     "broker": {"port_file"},  # where this run reports its ports
     "standalone": set(),
+    "autorecovery": set(),
     "initialize-cluster-metadata": {
         "web_service_url",
         "web_service_url_tls",
@@ -51,6 +53,9 @@ COMMAND_ARGUMENTS: dict[str, set[str]] = {
     },  # what to write: the command's arguments
 }
 """Flags of a command that are arguments of that one run rather than settings of the process."""
+
+FLAG_SETTINGS: dict[str, str] = {"autorecovery_enabled": "autorecovery.enabled"}
+"""Flags whose destination names a nested setting (``--no-autorecovery``)."""
 
 
 def leaves(model: type[pydantic.BaseModel], prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
@@ -178,7 +183,9 @@ def test_every_flag_names_a_setting_of_its_process() -> None:
     checked = 0
     for kind, model in KINDS.items():
         subparser = commands.choices[kind]
-        known = set(model.model_fields)
+        known = set(model.model_fields) | {
+            flag for flag, dotted in FLAG_SETTINGS.items() if dotted in {leaf[0] for leaf in leaves(model)}
+        }
         parts = getattr(model, "PARTS", None)
         if parts is not None:
             known |= {name for part in parts.models.values() for name in part.model_fields}

@@ -1,0 +1,1 @@
+"""AutoRecovery: an auditor that finds under-replicated ledgers and replication workers that heal them."""

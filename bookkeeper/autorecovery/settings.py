@@ -1,0 +1,122 @@
+"""AutoRecovery settings (BookKeeper's ``autoRecovery*`` / ``auditor*`` / ``rereplication*`` server settings).
+
+One model, nested in the bookie's settings as ``autorecovery`` (``MAGNETAR_AUTORECOVERY__<NAME>``, a
+``[autorecovery]`` table) and used as is by ``magnetar autorecovery``. BookKeeper's names and defaults where
+it has them:
+
+=============================================== ============================================ ==========
+here                                            BookKeeper                                   default
+=============================================== ============================================ ==========
+``enabled``                                     ``autoRecoveryDaemonEnabled``                true (BK false)
+``lost_bookie_recovery_delay_s``                ``lostBookieRecoveryDelay``                  0
+``auditor_periodic_check_interval_s``           ``auditorPeriodicCheckInterval``             604800
+``auditor_periodic_bookie_check_interval_s``    ``auditorPeriodicBookieCheckInterval``       86400
+``auditor_periodic_placement_policy_check_...`` ``auditorPeriodicPlacementPolicyCheck...``   86400 (BK 0)
+``auditor_ledger_verification_percentage``      ``auditorLedgerVerificationPercentage``      0
+``open_ledger_rereplication_grace_period_ms``   ``openLedgerRereplicationGracePeriod``       30000
+``rereplication_entry_batch_size``              ``rereplicationEntryBatchSize``              10
+``rereplicate_backoff_ms``                      ``rwRereplicateBackoffMs``                   5000
+``lock_release_of_failed_ledger_grace_...``     ``lockReleaseOfFailedLedgerGracePeriod``     300000
+=============================================== ============================================ ==========
+
+``lost_bookie_recovery_delay_s`` is only the initial value: the live one is the metadata node
+``/ledgers/underreplication/lostBookieRecoveryDelay``, which any daemon writes when it is absent and
+operators change with the bookie REST API; the auditor follows changes at once. Magnetar's own:
+``rereplication_rate_bytes_per_s`` / ``rereplication_rate_entries_per_s`` (0 = unlimited) cap what one
+process copies, so producers keep their latency while a lost bookie is healed; ``underreplicated_poll_ms``
+bounds how long an idle worker waits before it looks for marks again when no change notification came;
+``lost_bookie_grace_after_outage_s`` holds off declaring bookies lost right after a metadata-store outage
+(the auditor and the workers pause while the store is unhealthy; see the auditor's docstring).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from magnetar.bookkeeper.client.settings import ClientSettings
+
+NonNegativeInt = Annotated[int, Field(ge=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class AutoRecoverySettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    """Run the AutoRecovery daemon (auditor election + a replication worker) inside the bookie."""
+    lost_bookie_recovery_delay_s: Annotated[int, Field(ge=0, le=86_400)] = 0
+    """How long a bookie may be gone before its ledgers are marked under-replicated (initial value)."""
+    lost_bookie_grace_after_outage_s: Annotated[int, Field(ge=0, le=3_600)] = 60
+    """After an outage of the metadata store, a bookie found missing counts as missing only from this long
+    after the store is back: its registration may have vanished with its session and be on its way back."""
+    auditor_periodic_check_interval_s: NonNegativeInt = 604_800
+    """Full check of every ledger's ensembles against the live bookies, plus the read check; 0 = never."""
+    auditor_periodic_bookie_check_interval_s: NonNegativeInt = 86_400
+    """Re-audit of the lost bookies' ledgers even without a change of bookies; 0 = never."""
+    auditor_periodic_placement_policy_check_interval_s: NonNegativeInt = 86_400
+    """Mark closed ledgers whose write sets span fewer racks than the placement policy asks; 0 = never."""
+    auditor_ledger_verification_percentage: Annotated[int, Field(ge=0, le=100)] = 0
+    """Share of each fragment's entries the periodic check reads from every replica (first and last
+    entries of each fragment are always read when above 0)."""
+    open_ledger_rereplication_grace_period_ms: NonNegativeInt = 30_000
+    """An open ledger's last fragment on a lost bookie is left to its writer this long, then the ledger is
+    recovered (fenced and closed) so that it can be replicated."""
+    rereplication_entry_batch_size: Annotated[int, Field(ge=1, le=10_000)] = 10
+    """Entries one fragment copy keeps in flight (read from a survivor, written to the new bookie)."""
+    rereplication_rate_bytes_per_s: NonNegativeInt = 0
+    """Bytes per second one process copies at most (0 = unlimited)."""
+    rereplication_rate_entries_per_s: NonNegativeInt = 0
+    """Entries per second one process copies at most (0 = unlimited)."""
+    rereplicate_backoff_ms: NonNegativeInt = 5_000
+    """Pause of a worker after a ledger it could not replicate."""
+    lock_release_of_failed_ledger_grace_period_ms: NonNegativeInt = 300_000
+    """A ledger whose replication failed stays locked this long, so workers do not spin on it."""
+    underreplicated_poll_ms: PositiveInt = 5_000
+    """An idle worker looks for marks at least this often (changes are normally notified at once)."""
+    metadata_walk_in_flight_max: Annotated[int, Field(ge=1, le=1024)] = 32
+    """Ledger metadata reads the auditor keeps in flight while it scans every ledger."""
+
+    min_num_racks_per_write_quorum: Annotated[int, Field(ge=1, le=64)] = 2
+    """Racks each write set should span when a new bookie is chosen (as the brokers' placement)."""
+    enforce_min_num_racks_per_write_quorum: bool = False
+    """Refuse a new bookie that leaves a write set below ``min_num_racks_per_write_quorum``."""
+    add_timeout_ms: PositiveInt = 10_000
+    """Timeout of one copy written to a new bookie."""
+    read_timeout_ms: PositiveInt = 10_000
+    """Timeout of one read from a surviving bookie."""
+    bookkeeper_auth_token: str | None = None
+    """Token the replication client presents to bookies that require one (``token:<jwt>``, ``file:///``)."""
+    bookkeeper_tls_enabled: bool = False
+    """Reach the bookies over TLS (when they serve it)."""
+    bookkeeper_tls_trust_certs_file: Path | None = None
+    """PEM CA certificates the bookies' certificates are checked against (None: the system's)."""
+    bookkeeper_tls_certificate_file: Path | None = None
+    """PEM certificate the replication client presents to bookies that require client certificates (with
+    ``bookkeeper_tls_key_file``)."""
+    bookkeeper_tls_key_file: Path | None = None
+    """PEM private key of ``bookkeeper_tls_certificate_file``."""
+
+    @model_validator(mode="after")
+    def _certificate_with_its_key(self) -> AutoRecoverySettings:
+        if (self.bookkeeper_tls_certificate_file is None) != (self.bookkeeper_tls_key_file is None):
+            raise ValueError("bookkeeper_tls_certificate_file and bookkeeper_tls_key_file go together")
+        return self
+
+    @property
+    def grace_period_s(self) -> float:
+        return self.open_ledger_rereplication_grace_period_ms / 1000
+
+    def client_settings(self) -> ClientSettings:
+        """The replication client's settings (quorums do not matter: it never creates ledgers)."""
+        return ClientSettings(
+            ensemble_size=1,
+            write_quorum=1,
+            ack_quorum=1,
+            add_timeout_ms=self.add_timeout_ms,
+            read_timeout_ms=self.read_timeout_ms,
+            min_num_racks_per_write_quorum=self.min_num_racks_per_write_quorum,
+            enforce_min_num_racks_per_write_quorum=self.enforce_min_num_racks_per_write_quorum,
+        )
