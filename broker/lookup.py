@@ -1,9 +1,10 @@
 """Topic lookup over HTTP (Pulsar's ``TopicLookup``): which broker serves a topic.
 
 ``GET /lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}`` answers Pulsar's ``LookupData`` with the owning
-broker's URLs. A topic whose bundle nobody owns is assigned to the broker asked (it takes the bundle), so
-the answer always names a live owner. Pulsar may instead answer 307 to another broker chosen by its load
-manager; Magnetar has no load manager, so it never needs to. ``.../bundle`` answers the bundle's range
+broker's URLs. A topic whose bundle nobody owns is placed by the load manager (:mod:`.load_manager`), as
+Pulsar's: the broker asked takes it when it is chosen, else the answer is a 307 to the broker that decides
+(the leader; ``authoritative=false``) or to the one chosen (``authoritative=true``), which takes it. An owner
+whose broker process does not answer is never named (503: retry). ``.../bundle`` answers the bundle's range
 (``"0x00000000_0x40000000"``). A missing namespace is 404, an invalid name 412, a partition beyond its
 partitioned topic's count 404 (it names no topic). With authentication on, both need a token (401) of a role
 that may produce or consume on the topic (403), as Pulsar's lookup operation; :meth:`LookupHandlers.check`
@@ -11,6 +12,8 @@ decides that from the request head, before any body is read.
 """
 
 from __future__ import annotations
+
+from urllib.parse import urlencode
 
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
@@ -54,9 +57,16 @@ class LookupHandlers:
         topic = topic_from_path(request)
         try:
             await self._service.check_partition_exists(topic)
-            owner = await self._service.owner_of(topic)
+            resolution = await self._service.lookup(topic)
         except ServiceError as exc:
             raise HttpError(exc.status, str(exc)) from None
+        owner = resolution.owner
+        if resolution.redirect:
+            base = owner.httpUrlTls if request.head.tls and owner.httpUrlTls else owner.httpUrl
+            pairs = [(k, v) for k, v in request.query.pairs if k != "authoritative"]
+            pairs.append(("authoritative", "true" if resolution.authoritative else "false"))
+            location = f"{base.rstrip('/')}{request.path}?{urlencode(pairs)}"
+            raise HttpError(307, f"Redirect to {owner.httpUrl}", (("location", location),))
         return json_response(self._service.lookup_data(owner))
 
     async def bundle(self, request: HttpRequest) -> HttpResponse:

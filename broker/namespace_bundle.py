@@ -109,3 +109,21 @@ def bundle_for_hash(hash_value: int, boundaries: Sequence[int]) -> NamespaceBund
     index = bisect.bisect_right(boundaries, hash_value) - 1
     index = min(index, len(boundaries) - 2)  # the last bundle includes its upper boundary
     return NamespaceBundle(boundaries[index], boundaries[index + 1])
+
+
+def split_in_half(bundle: NamespaceBundle, boundaries: Sequence[int]) -> list[int]:
+    """``boundaries`` with ``bundle``'s middle added (Pulsar's ``range_equally_divide`` split).
+
+    Raises :class:`ValueError` when ``bundle`` is not one of the bundles of ``boundaries`` (the namespace
+    changed meanwhile) or has no middle."""
+    lower_index = bisect.bisect_left(boundaries, bundle.lower)
+    if (
+        lower_index + 1 >= len(boundaries)
+        or boundaries[lower_index] != bundle.lower
+        or boundaries[lower_index + 1] != bundle.upper
+    ):
+        raise ValueError(f"{bundle} is not a bundle of the namespace")
+    if bundle.upper - bundle.lower < 2:
+        raise ValueError(f"{bundle} is too small to split")
+    middle = bundle.lower + (bundle.upper - bundle.lower) // 2
+    return [*boundaries[: lower_index + 1], middle, *boundaries[lower_index + 1 :]]

@@ -46,9 +46,25 @@ from magnetar.broker.errors import (
     SubscriptionBusyError,
     TopicNotFoundError,
 )
+from magnetar.broker.load_manager import (
+    Handlers,
+    LoadManager,
+    OwnerGoneError,
+    Resolution,
+    bundle_stats,
+    tcp_probe,
+)
+from magnetar.broker.load_report import BundleStats
 from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
 from magnetar.broker.metrics import BrokerMetrics, MetadataFigures, TopicMetrics
-from magnetar.broker.namespace_bundle import bundle_boundaries, bundle_for_hash, topic_hash
+from magnetar.broker.namespace_bundle import (
+    NamespaceBundle,
+    bundle_boundaries,
+    bundle_for_hash,
+    bundles_of,
+    split_in_half,
+    topic_hash,
+)
 from magnetar.broker.ownership import OwnerInfo, OwnershipManager
 from magnetar.broker.policies import (
     AlreadyExists,
@@ -118,6 +134,7 @@ class BrokerService:
         )
         # --
         self._ownership: OwnershipManager | None = None
+        self.load_manager: LoadManager | None = None
         self._nursery: trio.Nursery | None = None
         self.http_url = ""
         self.ready = False
@@ -162,6 +179,10 @@ class BrokerService:
                 await self._ownership.register_broker({"cluster": self.settings.cluster})
                 nursery.start_soon(self._ownership.run)
                 nursery.start_soon(self._update_rates)
+                if self.settings.load_balancer_enabled:
+                    self.load_manager = self._load_manager(self._ownership)
+                    await self.load_manager.report_once(force=True)
+                    nursery.start_soon(self.load_manager.run)
                 self.ready = True
                 task_status.started()
                 await trio.sleep_forever()
@@ -224,10 +245,7 @@ class BrokerService:
         namespace = str(topic.namespace_name)
         boundaries = self._boundaries.get(namespace)
         if boundaries is None:
-            policies = await self._namespace_policies(namespace)
-            boundaries = [int(b, 16) for b in policies.bundles.boundaries] or bundle_boundaries(
-                policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles
-            )
+            boundaries = self._boundaries_of(await self._namespace_policies(namespace))
             self._boundaries[namespace] = boundaries
         return namespace, bundle_for_hash(topic_hash(topic), boundaries).range_name
 
@@ -241,21 +259,59 @@ class BrokerService:
         return policies
 
     async def owner_of(self, topic: TopicName) -> OwnerInfo:
-        """The broker serving ``topic``: this one if it owns the bundle or just took it, else the owner."""
+        """The broker serving ``topic``: this one if it owns the bundle or just took it, else the owner - or,
+        for a bundle nobody owns, the broker that decides where it goes (see :meth:`lookup`)."""
+        return (await self.lookup(topic)).owner
+
+    async def lookup(self, topic: TopicName) -> Resolution:
+        """Where ``topic`` is served: this broker (taking the bundle if it is unowned and the load manager
+        places it here), its live owner, or the broker to redirect to (the leader, or the broker the leader
+        chose). An owner whose broker process does not answer is never named: 503, retry."""
         self._check_ready()
         namespace, bundle = await self.bundle_of(topic)
         ownership = self.ownership
         if ownership.owns(namespace, bundle):
-            return ownership.me
+            return Resolution(ownership.me)
         await self.metadata_wait.ready(f"acquiring bundle {namespace}/{bundle}")
+        try:
+            owner = await ownership.get_owner(namespace, bundle)
+            if owner is None and self.load_manager is not None:
+                # the namespace may have been split since its bundles were read: read them again
+                self._boundaries.pop(namespace, None)
+                namespace, bundle = await self.bundle_of(topic)
+                owner = await ownership.get_owner(namespace, bundle)
+            if owner is None and self.load_manager is not None:
+                resolution = await self.load_manager.resolve(namespace, bundle)
+                if resolution is not None:
+                    return resolution
+            elif owner is not None:
+                await self._check_alive(owner, namespace, bundle)
+                return Resolution(owner)
+        except OwnerGoneError as exc:
+            raise ServiceUnitNotReadyError(str(exc)) from exc
+        except MetadataStoreError as exc:
+            raise ServiceUnitNotReadyError(f"bundle {namespace}/{bundle}: {exc}") from exc
         for _ in range(3):
             try:
-                return await ownership.acquire(namespace, bundle)
+                owner = await ownership.acquire(namespace, bundle)
             except BadVersionError:
                 continue  # the owner vanished between our create and read: try again
             except MetadataStoreError as exc:
                 raise ServiceUnitNotReadyError(f"bundle {namespace}/{bundle}: {exc}") from exc
+            if self.load_manager is not None:  # taken, by us or a faster broker: an assignment is done
+                await self.load_manager.acquired(namespace, bundle)
+            return Resolution(owner)
         raise ServiceUnitNotReadyError(f"bundle {namespace}/{bundle} ownership is changing")
+
+    async def _check_alive(self, owner: OwnerInfo, namespace: str, bundle: str) -> None:
+        if owner.httpUrl == self.http_url:
+            return
+        timeout_s = self.settings.lookup_owner_probe_timeout_ms / 1000
+        if not await tcp_probe(owner.httpUrl, timeout_s):
+            raise OwnerGoneError(
+                f"bundle {namespace}/{bundle} is owned by {owner.httpUrl}, which does not answer; "
+                "its ownership ends when its metadata session expires"
+            )
 
     async def check_owner(self, topic: TopicName) -> Bundle:
         """Raise :class:`NotOwnerError` unless this broker serves ``topic``; returns its bundle."""
@@ -426,12 +482,91 @@ class BrokerService:
         return True
 
     async def unload_bundle(self, namespace: str, bundle: str) -> None:
-        """Close the bundle's topics cleanly and give the bundle up: the next lookup may place it anywhere."""
+        """Close the bundle's topics cleanly - all at once, so the bundle's clients wait for the slowest
+        topic, not for the sum - and give the bundle up: the next lookup may place it anywhere."""
+        closing = []
         for name, owned in list(self._topic_bundles.items()):
             topic = self.topics.pop(name, None) if owned == (namespace, bundle) else None
             if topic is not None:
-                await self._close_topic(topic, "Bundle unloaded")
+                closing.append(topic)
+        async with trio.open_nursery() as nursery:
+            for topic in closing:
+                nursery.start_soon(self._close_topic, topic, "Bundle unloaded")
         await self.ownership.release(namespace, bundle)
+
+    async def split_bundle(self, namespace: str, bundle: str, unload: bool) -> tuple[str, str]:
+        """Split an owned bundle in two equal halves (Pulsar's ``range_equally_divide``): the namespace's
+        boundaries get the middle, the bundle's topics are closed cleanly (their clients look them up again)
+        and the old bundle is given up. Without ``unload`` this broker takes both halves first, so they stay
+        here; with it the halves go through placement. Returns the halves' names."""
+        if not self.ownership.owns(namespace, bundle):
+            raise NotOwnerError(f"bundle {namespace}/{bundle} is not owned by this broker", "", "")
+        old = NamespaceBundle.parse(bundle)
+
+        def insert(policies: Policies) -> Policies:
+            try:
+                bounds = split_in_half(old, self._boundaries_of(policies))
+            except ValueError as exc:
+                raise ServiceUnitNotReadyError(
+                    f"bundle {namespace}/{bundle} cannot be split: {exc}"
+                ) from None
+            data = policies.bundles.model_copy(
+                update={"boundaries": [f"0x{b:08x}" for b in bounds], "numBundles": len(bounds) - 1}
+            )
+            return policies.model_copy(update={"bundles": data})
+
+        try:
+            await self.policies.update_namespace(namespace, insert)
+        except (PolicyError, MetadataStoreError) as exc:
+            raise ServiceUnitNotReadyError(f"splitting {namespace}/{bundle} failed: {exc}") from exc
+        self._boundaries.pop(namespace, None)
+        middle = old.lower + (old.upper - old.lower) // 2
+        halves = (
+            NamespaceBundle(old.lower, middle).range_name,
+            NamespaceBundle(middle, old.upper).range_name,
+        )
+        if not unload:
+            for half in halves:
+                await self.ownership.acquire(namespace, half)
+        await self.unload_bundle(namespace, bundle)
+        log.info("split bundle %s/%s into %s and %s", namespace, bundle, *halves)
+        return halves
+
+    def _boundaries_of(self, policies: Policies) -> list[int]:
+        return [int(b, 16) for b in policies.bundles.boundaries] or bundle_boundaries(
+            policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles
+        )
+
+    async def bundle_count(self, namespace: str) -> int:
+        return len(self._boundaries_of(await self._namespace_policies(namespace))) - 1
+
+    async def bundle_names(self, namespace: str) -> list[str]:
+        """The namespace's bundles as they are now (``0xLOW_0xHIGH``), read from its policies."""
+        bounds = self._boundaries_of(await self._namespace_policies(namespace))
+        return [b.range_name for b in bundles_of(bounds)]
+
+    def bundle_stats(self) -> list[tuple[Bundle, BundleStats]]:
+        """Each owned bundle's traffic (Pulsar's ``NamespaceBundleStats``), from its loaded topics."""
+        loaded = ((bundle, self.topics.get(name)) for name, bundle in self._topic_bundles.items())
+        return bundle_stats((bundle, topic) for bundle, topic in loaded if topic is not None)
+
+    def connections(self) -> int:
+        return sum(stats.sessions for _, stats in self.bundle_stats())
+
+    def _load_manager(self, ownership: OwnershipManager) -> LoadManager:
+        handlers = Handlers(
+            sample=self.bundle_stats,
+            connections=self.connections,
+            unload=self.unload_bundle,
+            split=self._split_for_leader,
+            bundle_count=self.bundle_count,
+        )
+        return LoadManager(
+            self.metadata, ownership, self.settings, handlers, extra={"cluster": self.settings.cluster}
+        )
+
+    async def _split_for_leader(self, namespace: str, bundle: str, unload: bool) -> None:
+        await self.split_bundle(namespace, bundle, unload)
 
     async def delete_topic(self, topic: TopicName, *, force: bool = False) -> None:
         """Delete a (non-partitioned) topic and its data. Refused with 412 while it has producers or

@@ -11,8 +11,9 @@ Names carry their unit last and map to Pulsar's ``broker.conf`` where one exists
 Settings shared with other process kinds or layers are declared once, in their own models, and inherited
 (so each keeps its flat name as a flag, a ``MAGNETAR_<NAME>`` variable and a config key): security
 (:class:`~.security_settings.SecuritySettings`: authentication, authorization, TLS, protective limits; all
-off by default), the way to the metadata store (:class:`MetadataConnectionSettings`, as the bookies'), and
-retention, expiry and backlog quotas (:class:`RetentionSettings`, which the retention service takes).
+off by default), the way to the metadata store (:class:`MetadataConnectionSettings`, as the bookies'),
+retention, expiry and backlog quotas (:class:`RetentionSettings`, which the retention service takes), and the
+load manager's (Pulsar's ``loadBalancer*``: :class:`~.load_balancer_settings.LoadBalancerSettings`).
 
 The HTTP server (:class:`HttpSettings`), the managed ledger (:class:`ManagedLedgerSettings`) and the
 replication client (:class:`ClientSettings`) have settings of their own that a broker does not expose; the
@@ -33,6 +34,7 @@ from pydantic_settings import SettingsConfigDict
 from magnetar.bookkeeper.client import ClientSettings
 from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
 from magnetar.bookkeeper.runtime.http import HttpSettings
+from magnetar.broker.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.namespace_bundle import BUNDLES_MAX
 from magnetar.broker.security_settings import SecuritySettings
 from magnetar.managed_ledger.retention_settings import RetentionSettings
@@ -44,7 +46,7 @@ LEDGER_PASSWORD_BYTES = 20
 """Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
 
-class BrokerSettings(SecuritySettings, MetadataConnectionSettings, RetentionSettings):
+class BrokerSettings(SecuritySettings, MetadataConnectionSettings, RetentionSettings, LoadBalancerSettings):
     model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
 
     # -- identity and addresses -----------------------------------------------------------------

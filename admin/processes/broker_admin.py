@@ -30,13 +30,16 @@ from magnetar.admin.rest import (
     register_admin_routes,
 )
 from magnetar.admin.rest.framework import AdminError
+from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.http import Router
 from magnetar.broker.errors import (
     InvalidTopicNameError,
     NotOwnerError,
+    ServiceError,
     SubscriptionBusyError,
     TopicNotFoundError,
 )
+from magnetar.broker.policies import PolicyError
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic import PersistentTopic
@@ -83,6 +86,83 @@ def runtime_configuration(settings: BrokerSettings) -> dict[str, str]:
         dumped = settings.model_dump(mode="json", include={name})[name]
         out[name] = dumped if isinstance(dumped, str) else json.dumps(dumped)
     return out
+
+
+class BrokerBundleHost:
+    """:class:`~magnetar.admin.rest.bundle_host.BundleHost` over the broker service and its load manager."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+
+    async def owner_url(self, namespace: str, bundle: str) -> str | None:
+        ownership = self._service.ownership
+        if ownership.owns(namespace, bundle):
+            return ""
+        try:
+            owner = await ownership.get_owner(namespace, bundle)
+        except MetadataStoreError as exc:
+            raise AdminError(503, f"reading the owner of {namespace}/{bundle} failed: {exc}") from None
+        return None if owner is None else owner.httpUrl
+
+    async def unload(self, namespace: str, bundle: str) -> None:
+        try:
+            await self._service.unload_bundle(namespace, bundle)
+        except MetadataStoreError as exc:
+            raise AdminError(503, f"unloading {namespace}/{bundle} failed: {exc}") from None
+
+    async def split(self, namespace: str, bundle: str, unload: bool) -> tuple[str, str]:
+        service = self._service
+        try:
+            if not service.ownership.owns(namespace, bundle):
+                await service.ownership.acquire(namespace, bundle)
+            return await service.split_bundle(namespace, bundle, unload)
+        except NotOwnerError as exc:
+            raise AdminError(409, str(exc)) from None
+        except ServiceError as exc:
+            raise AdminError(exc.status, str(exc)) from None
+        except MetadataStoreError as exc:
+            raise AdminError(503, f"splitting {namespace}/{bundle} failed: {exc}") from None
+
+    async def unload_namespace(self, namespace: str) -> int:
+        """Unload every owned bundle of the namespace: here, or by asking its owner through the load manager
+        (the owner is read from the bundle's ownership node, so a bundle taken a moment ago is not missed)."""
+        service = self._service
+        try:
+            policies = await service.policies.get_namespace(namespace)
+            if policies is None:
+                raise AdminError(404, "Namespace does not exist")
+            count = 0
+            for bundle in await service.bundle_names(namespace):
+                owner = await self.owner_url(namespace, bundle)
+                if owner == "":
+                    await self.unload(namespace, bundle)
+                elif owner is not None and service.load_manager is not None:
+                    broker = owner.removeprefix("http://").removeprefix("https://")
+                    await service.load_manager.request(broker, f"{namespace}/{bundle}", {"op": "unload"})
+                else:
+                    continue
+                count += 1
+        except ServiceError as exc:
+            raise AdminError(exc.status, str(exc)) from None
+        except (MetadataStoreError, PolicyError) as exc:
+            raise AdminError(503, f"unloading {namespace} failed: {exc}") from None
+        return count
+
+    async def leader(self) -> dict[str, str] | None:
+        manager = self._service.load_manager
+        if manager is None:
+            return None
+        try:
+            leader = await manager.leader()
+        except MetadataStoreError as exc:
+            raise AdminError(503, f"reading the leader broker failed: {exc}") from None
+        return None if leader is None else {"serviceUrl": leader[1], "brokerId": leader[0]}
+
+    def load_report(self) -> dict[str, Any]:
+        manager = self._service.load_manager
+        if manager is None:
+            raise AdminError(404, "The load manager is off (load_balancer_enabled=false)")
+        return manager.sample().to_json()
 
 
 class BrokerTopicHost:
@@ -209,6 +289,7 @@ class BrokerAdmin:
             admin_settings(self.settings),
             BrokerDirectoryAdapter(service),
             topics=BrokerTopicHost(service),
+            bundles=BrokerBundleHost(service),
             security=service.security,
         )
         register_admin_routes(router, self.context)

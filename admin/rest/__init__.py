@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from magnetar.admin.rest import (
     clusters,
+    load_balance,
     namespaces,
     non_persistent,
     partitioned_stats,
@@ -27,9 +28,12 @@ from magnetar.bookkeeper.runtime.http import HttpResponse, Router
 OPENAPI_PATH = "/admin/v2/openapi.json"
 
 
-def admin_endpoints(*, with_topics: bool = False) -> list[Endpoint]:
-    """Every admin endpoint, in registration order; the topic data routes only ``with_topics``."""
+def admin_endpoints(*, with_topics: bool = False, with_bundles: bool = False) -> list[Endpoint]:
+    """Every admin endpoint, in registration order; the topic data routes only ``with_topics``, the bundle
+    and load-manager routes only ``with_bundles`` (first: ``brokers/leaderBroker`` before
+    ``brokers/{cluster}``)."""
     endpoints = [
+        *(load_balance.endpoints() if with_bundles else []),
         *clusters.endpoints(),
         *namespaces.endpoints(),
         *permissions.endpoints(),
@@ -52,7 +56,10 @@ def register_admin_routes(
     """Register the admin API (plus ``extra`` endpoints, e.g. the broker's topic routes) on ``router``.
 
     Returns the OpenAPI document, which is also served at :data:`OPENAPI_PATH`."""
-    endpoints = [*admin_endpoints(with_topics=context.topics is not None), *(extra or [])]
+    endpoints = [
+        *admin_endpoints(with_topics=context.topics is not None, with_bundles=context.bundles is not None),
+        *(extra or []),
+    ]
     document = build_document(endpoints)
 
     async def openapi(call: Call) -> HttpResponse:

@@ -10,11 +10,12 @@ which the client reads as a ``String``), ``brokers/ready`` (200 ``ok`` once serv
 brokers), ``brokers/{cluster}/{broker}/ownedNamespaces`` (``NamespaceOwnershipStatus`` per owned bundle; a
 request for another live broker is redirected to it, as Pulsar's ``validateBrokerName`` does),
 ``brokers/configuration/runtime`` (the effective settings, by Magnetar's names, secrets left out) and the
-dynamic-configuration calls. Magnetar differs in two places: it elects no leader broker, so ``leaderBroker``
-names the live broker whose id sorts first (the same answer on every broker), and it has no dynamic
-configuration, so the list of dynamic names and their values are empty and setting one is 412, as Pulsar
-answers for a setting that is not dynamic (deleting one, ``DELETE brokers/configuration/{name}``, is not
-routed: it would shadow ``configuration/values`` and ``runtime``).
+dynamic-configuration calls. On a broker, ``leaderBroker`` is answered by the load manager's route
+(``load_balance``, registered first) with the elected leader; an admin API served without the load manager
+answers it here with the live broker whose id sorts first (the same answer on every broker). Magnetar has
+no dynamic configuration, so the list of dynamic names and their values are empty and setting one is 412,
+as Pulsar answers for a setting that is not dynamic (deleting one, ``DELETE brokers/configuration/{name}``,
+is not routed: it would shadow ``configuration/values`` and ``runtime``).
 """
 
 from __future__ import annotations

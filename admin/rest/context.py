@@ -15,6 +15,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from magnetar.admin.rest.bundle_host import BundleHost
 from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.broker.namespace_bundle import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
@@ -137,6 +138,8 @@ class AdminContext:
     brokers: BrokerDirectory = field(default_factory=StaticBrokers)
     topics: TopicHost | None = None
     """The broker's side of the topic routes; without it only metadata routes are served."""
+    bundles: BundleHost | None = None
+    """The broker's side of the bundle and load-manager routes (:mod:`.load_balance`)."""
     security: BrokerSecurity | None = None
     """Authentication, authorization and rate limits (:mod:`.access`); None: every call is allowed."""
     non_persistent: NonPersistentDirectory = field(default_factory=NoNonPersistentTopics)

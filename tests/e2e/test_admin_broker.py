@@ -136,10 +136,13 @@ def test_stats_rates_are_the_last_periods_averages(
 
 
 def test_a_non_owner_redirects_to_the_owner(cluster: Cluster) -> None:
-    owner = cluster.start_broker(extras=admin_extras)
-    other = cluster.start_broker(extras=admin_extras)
+    brokers = [cluster.start_broker(extras=admin_extras) for _ in range(2)]
     with httpx.Client(timeout=30) as admin:
-        assert admin.put(f"{owner.http_url}{ADMIN}/here").status_code == 204
+        # the load manager places the bundle (maybe on the other broker): follow its redirects
+        created = admin.put(f"{brokers[0].http_url}{ADMIN}/here", follow_redirects=True)
+        assert created.status_code == 204
+        lookup = admin.get(f"{brokers[0].http_url}/lookup/v2/topic/{TOPIC}/here", follow_redirects=True)
+        owner, other = sorted(brokers, key=lambda b: b.http_url != lookup.json()["httpUrl"])
         hop = admin.get(f"{other.http_url}{ADMIN}/here/stats")
         assert hop.status_code == 307
         assert hop.headers["location"] == f"{owner.http_url}{ADMIN}/here/stats?authoritative=true"

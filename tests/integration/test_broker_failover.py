@@ -2,9 +2,9 @@
 
 A producer publishes continuously to the broker that owns the topic; that broker is SIGKILLed. Its ZooKeeper
 session expires, the other broker takes the bundle on the next request (the producer reconnects through the
-surviving broker, which redirects while the dead owner's ephemeral node still exists), recovering - and so
-fencing - the managed ledger's last ledger. At the end a fresh subscription reads the topic from the start:
-every acknowledged message is there exactly once, in the order it was produced.
+surviving broker, which answers 503 - never naming the dead owner - while its ephemeral node still exists),
+recovering - and so fencing - the managed ledger's last ledger. At the end a fresh subscription reads the
+topic from the start: every acknowledged message is there exactly once, in the order it was produced.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import websocket
 from fixtures.broker import b64, recv_json, send_json, unb64
@@ -78,6 +79,21 @@ def test_every_acknowledged_message_survives_the_owner_being_killed(
         except (OSError, websocket.WebSocketException, json.JSONDecodeError):
             pass
         producer.close()
+
+        # until the dead owner's session expires its ownership node remains; the survivor's lookup must
+        # never name it (503: retry), then names itself
+        dead_url = urls[0].replace("ws://", "http://")
+        lookup = f"{urls[1].replace('ws://', 'http://')}/lookup/v2/topic/{TOPIC}"
+        answers: list[int] = []
+        while True:
+            answer = httpx.get(lookup, timeout=10)
+            answers.append(answer.status_code)
+            assert answer.status_code in (200, 503), answer.text
+            if answer.status_code == 200:
+                assert answer.json()["httpUrl"] != dead_url, "the lookup named the dead owner"
+                break
+            assert time.monotonic() < deadline, answers
+            time.sleep(0.2)
 
         # reconnect through the survivor and go on publishing
         producer = _connect_producer(urls[1:], deadline)

@@ -61,6 +61,10 @@ BROKERS = [
     Verb("list", "list the active brokers of a cluster",
          lambda c, a: c.get(f"/admin/v2/brokers/{a.cluster}"), positional("cluster", "cluster name")),
     Verb("healthcheck", "run the broker health check", lambda c, a: c.get("/admin/v2/brokers/health")),
+    Verb("leader-broker", "the leader broker (it runs the load manager)",
+         lambda c, a: c.get("/admin/v2/brokers/leaderBroker")),
+    Verb("load-report", "the load report of the broker asked (--admin-url)",
+         lambda c, a: c.get("/admin/v2/broker-stats/load-report")),
 ]  # fmt: skip
 
 # -- tenants --------------------------------------------------------------------------------------------
@@ -156,6 +160,21 @@ def _ns(args: A, tail: str = "") -> str:
     return namespace_path(args.namespace) + tail
 
 
+def _unload(client: C, args: A) -> Any:
+    if args.bundle:
+        return client.put(_ns(args, f"/{args.bundle}/unload"))
+    return client.put(_ns(args, "/unload"))
+
+
+def _split(client: C, args: A) -> Any:
+    return client.put(
+        _ns(args, f"/{args.bundle}/split"),
+        None,
+        unload=str(args.unload).lower(),
+        splitAlgorithmName=args.algorithm,
+    )
+
+
 NAMESPACES = [
     Verb("list", "list the namespaces of a tenant", lambda c, a: c.get(f"/admin/v2/namespaces/{a.tenant}"),
          positional("tenant", "tenant name")),
@@ -180,6 +199,16 @@ NAMESPACES = [
     Verb("remove-backlog-quota", "remove a backlog quota",
          lambda c, a: c.delete(_ns(a, "/backlogQuota"), backlogQuotaType=a.type),
          combine(NS, _quota_type_flag)),
+    Verb("bundles", "get a namespace's bundles (boundaries, count)", lambda c, a: c.get(_ns(a, "/bundles")),
+         NS),
+    Verb("unload", "unload a namespace, or one of its bundles (-b): owners close the topics, lookups place "
+         "the bundles again", _unload, combine(NS, option("-b", "--bundle", help="{start}_{end}, e.g. "
+         "0x00000000_0x40000000"))),
+    Verb("split-bundle", "split a bundle in two halves", _split,
+         combine(NS, option("-b", "--bundle", required=True, help="{start}_{end}"),
+                 option("-u", "--unload", action="store_true", help="unload the halves after the split"),
+                 option("--split-algorithm-name", dest="algorithm", default="range_equally_divide",
+                        help="only range_equally_divide"))),
     Verb("permissions", "get the permissions on a namespace", lambda c, a: c.get(_ns(a, "/permissions")), NS),
     Verb("grant-permission", "grant a role actions (produce, consume, functions ...) on a namespace",
          lambda c, a: c.post(_ns(a, f"/permissions/{quote(a.role, safe='')}"), _csv(a.actions)),
