@@ -39,8 +39,9 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict
 
+from magnetar.bookkeeper.runtime.auth.authentication import Roles
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.broker.policies import NotFound, Policies, PolicyStore, PreconditionFailed
 from magnetar.broker.wire.topic_name import NamespaceName, TopicName
@@ -132,17 +133,10 @@ class AuthorizationSettings(BaseModel):
     authorization_enabled: bool | None = None
     """Pulsar ``authorizationEnabled``; None (default) follows ``authentication_enabled``, so turning
     authentication on turns authorization on with it (one setting)."""
-    super_user_roles: tuple[str, ...] = ()
+    super_user_roles: Roles = ()
     """Pulsar ``superUserRoles`` (comma-separated as a flag or variable)."""
     authorization_allow_wildcards_matching: bool = False
     """Pulsar ``authorizationAllowWildcardsMatching``."""
-
-    @field_validator("super_user_roles", mode="before")
-    @classmethod
-    def _split(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(role.strip() for role in value.split(",") if role.strip())
-        return value
 
     def active(self, authentication_enabled: bool) -> bool:
         """Whether checks run: authorization needs authentication (a role to check)."""

@@ -9,7 +9,7 @@ from the live objects as they are formatted, as any Prometheus client does: a sc
 value is current when it is read (a family's rows for one topic are read together, between two steps).
 
 What is exposed comes from :class:`MetricsSource` objects: the broker's own (:mod:`.metrics`) and those the
-composition root adds (the storage figures of :mod:`magnetar.admin.metrics`). A source yields
+composition root adds (the storage figures of :mod:`magnetar.admin.processes.metrics`). A source yields
 :class:`Family` declarations - name, type, help, label names; the names are declared once, in the module of
 the source's layer - each with an iterable of rows: ``(label values, value)``, or for a histogram
 ``(label values, per-bucket counts, sum)``.

@@ -35,7 +35,8 @@ absent), so a broker without topics still shows in a dashboard.
 
 ``magnetar_publish_latency_seconds`` is Magnetar's own: a cumulative Prometheus histogram of the same latency
 (Pulsar's ``le_*`` gauges count one stats period only). The storage layer adds its figures in
-:mod:`magnetar.admin.metrics`. Every name is declared once, in the tables below; docs/metrics.md lists them.
+:mod:`magnetar.admin.processes.metrics`. Every name is declared once, in the tables below; docs/metrics.md
+lists them.
 
 Metadata outages (broker-wide, see :mod:`.metadata_outage`; Magnetar's own names, as Pulsar has no such
 figures): ``magnetar_metadata_store_healthy`` (1/0), ``magnetar_metadata_outages_total``,

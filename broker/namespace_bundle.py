@@ -32,7 +32,10 @@ from magnetar.broker.wire.topic_name import TopicName
 FULL_LOWER_BOUND = 0x00000000
 FULL_UPPER_BOUND = 0xFFFFFFFF
 DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES = 4
-BUNDLES_MAX = 2**32
+BUNDLES_MAX = 1024
+"""Most bundles a namespace may be split into. Pulsar's ``getBundles`` accepts up to 2^32; every bundle costs
+an ownership node and a boundary held by every broker, so Magnetar bounds it here, for the admin API, the
+broker's ``default_number_of_namespace_bundles`` and ``initialize-cluster-metadata`` alike."""
 
 
 def topic_hash(topic: TopicName) -> int:
@@ -44,7 +47,7 @@ def topic_hash(topic: TopicName) -> int:
 def bundle_boundaries(num_bundles: int = DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES) -> list[int]:
     """The ``num_bundles + 1`` boundaries of an evenly split namespace (Pulsar's ``getBundles``)."""
     if not 0 < num_bundles <= BUNDLES_MAX:
-        raise ValueError("Invalid number of bundles. Number of bundles has to be in the range of (0, 2^32].")
+        raise ValueError(f"Invalid number of bundles: it has to be in the range of (0, {BUNDLES_MAX}].")
     segment = 2**32 // num_bundles
     bounds = [i * segment for i in range(num_bundles)]
     bounds.append(FULL_UPPER_BOUND)

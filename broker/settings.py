@@ -8,13 +8,17 @@ Names carry their unit last and map to Pulsar's ``broker.conf`` where one exists
 ``ws_idle_timeout_ms`` = ``webSocketSessionIdleTimeoutMillis``,
 ``metadata_session_timeout_ms`` = ``metadataStoreSessionTimeoutMillis``.
 
-Security settings (authentication, authorization, TLS, protective limits) are inherited from
-:class:`~.security_settings.SecuritySettings`; all are off by default. The load manager's (Pulsar's
-``loadBalancer*``) from :class:`~.load_balancer_settings.LoadBalancerSettings`.
+Settings shared with other process kinds or layers are declared once, in their own models, and inherited
+(so each keeps its flat name as a flag, a ``MAGNETAR_<NAME>`` variable and a config key): security
+(:class:`~.security_settings.SecuritySettings`: authentication, authorization, TLS, protective limits; all
+off by default), the way to the metadata store (:class:`MetadataConnectionSettings`, as the bookies'),
+retention, expiry and backlog quotas (:class:`RetentionSettings`, which the retention service takes), and the
+load manager's (Pulsar's ``loadBalancer*``: :class:`~.load_balancer_settings.LoadBalancerSettings`).
 
-The model embeds the values of the HTTP server (:class:`HttpSettings`), the managed ledger
-(:class:`ManagedLedgerSettings`) and the replication client (:class:`ClientSettings`); the ``*_settings()``
-methods build those models.
+The HTTP server (:class:`HttpSettings`), the managed ledger (:class:`ManagedLedgerSettings`) and the
+replication client (:class:`ClientSettings`) have settings of their own that a broker does not expose; the
+``*_settings()`` methods build those models from every broker setting of the same name
+(:func:`same_named_fields`), plus the few the broker names differently (``bind_address``).
 """
 
 from __future__ import annotations
@@ -22,16 +26,18 @@ from __future__ import annotations
 import ipaddress
 import random
 import socket
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientSettings
-from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
+from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
 from magnetar.bookkeeper.runtime.http import HttpSettings
 from magnetar.broker.load_balancer_settings import LoadBalancerSettings
+from magnetar.broker.namespace_bundle import BUNDLES_MAX
 from magnetar.broker.security_settings import SecuritySettings
+from magnetar.managed_ledger.retention_settings import RetentionSettings
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -40,7 +46,7 @@ LEDGER_PASSWORD_BYTES = 20
 """Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
 
-class BrokerSettings(SecuritySettings, LoadBalancerSettings):
+class BrokerSettings(SecuritySettings, MetadataConnectionSettings, RetentionSettings, LoadBalancerSettings):
     model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
 
     # -- identity and addresses -----------------------------------------------------------------
@@ -60,7 +66,7 @@ class BrokerSettings(SecuritySettings, LoadBalancerSettings):
 
     # -- topics -----------------------------------------------------------------------------------
     allow_auto_topic_creation: bool = True
-    default_number_of_namespace_bundles: Annotated[int, Field(ge=1, le=1024)] = 4
+    default_number_of_namespace_bundles: Annotated[int, Field(ge=1, le=BUNDLES_MAX)] = 4
     """Bundles of a namespace whose policies name none (Pulsar's default is 4)."""
 
     # -- storage (managed ledger + replication client) ------------------------------------------
@@ -79,8 +85,6 @@ class BrokerSettings(SecuritySettings, LoadBalancerSettings):
     ``minNumRacksPerWriteQuorum``)."""
     enforce_min_num_racks_per_write_quorum: bool = False
     """Refuse ensembles below ``min_num_racks_per_write_quorum`` instead of taking the best available."""
-    metadata_session_timeout_ms: PositiveInt = 30_000
-    metadata_operation_timeout_ms: PositiveInt = 30_000
 
     # -- metadata outages (see broker/metadata_outage.py and docs/metadata-outages.md) -------------
     serve_without_session_max_s: Annotated[float, Field(ge=0, le=86_400)] = 300
@@ -102,19 +106,10 @@ class BrokerSettings(SecuritySettings, LoadBalancerSettings):
     policies_last_known_max: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
     """Policy documents (namespaces, tenants, topics) remembered to answer reads during an outage."""
 
-    # -- retention (applied by the retention service the composition root starts) -----------------
-    retention_check_interval_s: Annotated[float, Field(gt=0)] = 120
-    """Every owned topic is trimmed this often (Pulsar's ``retentionCheckIntervalInSeconds``)."""
-    default_retention_time_min: Annotated[int, Field(ge=-1)] = 0
-    default_retention_size_mb: Annotated[int, Field(ge=-1)] = 0
-    ttl_duration_default_s: Annotated[int, Field(ge=0)] = 0
-    message_expiry_check_interval_s: Annotated[float, Field(gt=0)] = 300
-    backlog_quota_check_interval_s: Annotated[float, Field(gt=0)] = 60
+    # -- stats and policies (retention, expiry and backlog quotas are RetentionSettings) ---------------
     stats_update_interval_s: Annotated[float, Field(gt=0)] = 60
     """statsUpdateFrequencyInSecs: topic stats' rates (``msgRateIn`` ...) are averages over this period,
     recomputed at its end."""
-    delete_inactive_topics_enabled: bool = False
-    """Off, unlike Pulsar's default: idle topics without subscriptions are kept."""
     topic_level_policies_enabled: bool = True
 
     # -- publishing ------------------------------------------------------------------------------
@@ -216,23 +211,9 @@ class BrokerSettings(SecuritySettings, LoadBalancerSettings):
         return self.http_settings().model_copy(update={"http_port": self.http_port_tls or 0})
 
     def http_settings(self) -> HttpSettings:
-        return HttpSettings(
-            http_bind_address=self.bind_address,
-            http_port=self.http_port,
-            http_header_bytes_max=self.http_header_bytes_max,
-            http_body_bytes_max=self.http_body_bytes_max,
-            http_bodies_in_flight_bytes_max=self.http_bodies_in_flight_bytes_max,
-            http_idle_timeout_ms=self.http_idle_timeout_ms,
-            http_connections_max=self.http_connections_max,
-            http_connections_per_ip_max=self.http_connections_per_ip_max,
-            ws_frame_bytes_max=self.ws_frame_bytes_max,
-            ws_message_fragments_max=self.ws_message_fragments_max,
-            ws_idle_timeout_ms=self.ws_idle_timeout_ms,
-            ws_send_queue_bytes_max=self.ws_send_queue_bytes_max,
-            ws_send_queue_messages_max=self.ws_send_queue_messages_max,
-            ws_receive_queue_bytes_max=self.ws_receive_queue_bytes_max,
-            ws_receive_queue_messages_max=self.ws_receive_queue_messages_max,
-            shutdown_grace_ms=self.shutdown_grace_ms,
+        """The HTTP server's settings: every one the broker declares under the same name, and the address."""
+        return HttpSettings.model_validate(
+            {**same_named_fields(HttpSettings, self), "http_bind_address": self.bind_address}
         )
 
     def managed_ledger_settings(self, rng: random.Random | None = None) -> ManagedLedgerSettings:
@@ -243,38 +224,21 @@ class BrokerSettings(SecuritySettings, LoadBalancerSettings):
             password = (rng or random.SystemRandom()).randbytes(LEDGER_PASSWORD_BYTES)
         return ManagedLedgerSettings.model_validate(
             {
+                **same_named_fields(ManagedLedgerSettings, self),
                 "password": password,
                 "digest_type": self.ledger_digest_type(),
-                "ensemble_size": self.ensemble_size,
-                "write_quorum": self.write_quorum,
-                "ack_quorum": self.ack_quorum,
-                "max_entries_per_ledger": self.max_entries_per_ledger,
-                "min_ledger_rollover_time_min": self.min_ledger_rollover_time_min,
-                "max_ledger_rollover_time_min": self.max_ledger_rollover_time_min,
-                "mark_delete_rate_per_s": self.mark_delete_rate_per_s,
-                "entry_cache_bytes_max": self.entry_cache_bytes_max,
                 "metadata_operation_timeout_s": self.metadata_operation_timeout_ms / 1000,
-                "rollover_deferred_entries_max": self.rollover_deferred_entries_max,
-                "rollover_create_wait_ms": self.rollover_create_wait_ms,
             }
         )
 
     def client_settings(self) -> ClientSettings:
-        return ClientSettings.model_validate(
-            {
-                "ensemble_size": self.ensemble_size,
-                "write_quorum": self.write_quorum,
-                "ack_quorum": self.ack_quorum,
-                "add_timeout_ms": self.add_timeout_ms,
-                "read_timeout_ms": self.read_timeout_ms,
-                "min_num_racks_per_write_quorum": self.min_num_racks_per_write_quorum,
-                "enforce_min_num_racks_per_write_quorum": self.enforce_min_num_racks_per_write_quorum,
-            }
-        )
+        """The replication client's settings: every one the broker declares under the same name."""
+        return ClientSettings.model_validate(same_named_fields(ClientSettings, self))
 
-    def metadata_settings(self) -> MetadataStoreSettings:
-        return MetadataStoreSettings(
-            session_timeout_ms=self.metadata_session_timeout_ms,
-            operation_timeout_ms=self.metadata_operation_timeout_ms,
-            **self.zk_tls_options(),
-        )
+
+def same_named_fields(model: type[BaseModel], settings: BaseModel) -> dict[str, Any]:
+    """The values of the fields of ``settings`` that ``model`` declares under the same name: a layer's
+    settings built from a process's, with no list of names to keep in step with either model."""
+    return {
+        name: getattr(settings, name) for name in model.model_fields if name in type(settings).model_fields
+    }

@@ -15,6 +15,7 @@ from magnetar.bookkeeper.bookie.storage import DbLedgerStorage
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.gc.collector import BookieGarbageCollector, DiskPressure
 from magnetar.gc.gc_metrics import GcMetrics
+from magnetar.gc.settings import BookieSettings
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,8 @@ def attach_garbage_collector(
     """A collector for ``bookie`` (not started: ``await nursery.start(gc.run)``), or None when the bookie
     has no disk engine or GC is disabled."""
     settings = bookie.settings
+    if not isinstance(settings, BookieSettings):
+        raise TypeError("a garbage collector needs the bookie's process settings (BookieSettings, with gc)")
     if not settings.gc.gc_enabled:
         log.info("garbage collection is disabled (gc.gc_enabled=false)")
         return None

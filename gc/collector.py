@@ -1,4 +1,5 @@
-"""The bookie's garbage collector: BookKeeper's ``GarbageCollectorThread``.
+"""The bookie's garbage collector: BookKeeper's ``GarbageCollectorThread`` (docs/upstream.md, BookKeeper §6,
+§7, invariant 12 of docs/architecture.md §3).
 
 One pass (every ``gc_wait_time_s``, or at once when triggered):
 
@@ -39,7 +40,6 @@ import trio
 
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.entry_log_gc import StepHook
-from magnetar.bookkeeper.bookie.gc_settings import GcSettings
 from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
 from magnetar.bookkeeper.bookie.storage import DbLedgerStorage
 from magnetar.bookkeeper.metadata.api import MetadataStore, MetadataStoreError
@@ -47,6 +47,7 @@ from magnetar.gc.compactor import CompactionPass, Compactor
 from magnetar.gc.ledger_gc import LedgersRootMissingError, find_deleted_ledgers
 from magnetar.gc.log_usage import UsageTracker
 from magnetar.gc.rate_limiter import RateLimiter
+from magnetar.gc.settings import GcSettings
 
 log = logging.getLogger(__name__)
 

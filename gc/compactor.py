@@ -1,5 +1,6 @@
 """Entry-log compaction policy: which logs, in which order, at what rate (BookKeeper's
-``GarbageCollectorThread.doCompactEntryLogs`` with the ``TransactionalEntryLogCompactor``; reference §6).
+``GarbageCollectorThread.doCompactEntryLogs`` with the ``TransactionalEntryLogCompactor``; docs/upstream.md,
+BookKeeper §6).
 
 A pass (minor or major) takes the logs whose usage is below its threshold, lowest usage first (they free
 the most space per byte copied), and packs them into jobs whose live bytes fit one entry log
@@ -29,9 +30,9 @@ import trio
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, SourceDamagedError, StepHook
 from magnetar.bookkeeper.bookie.errors import BookieError
-from magnetar.bookkeeper.bookie.gc_settings import GcSettings
 from magnetar.gc.log_usage import UsageTracker
 from magnetar.gc.rate_limiter import RateLimiter
+from magnetar.gc.settings import GcSettings
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Which local ledgers the metadata store no longer knows: BookKeeper's ``ScanAndCompareGarbageCollector``.
 
-Theory of operation. A ledger's metadata is written before any bookie sees the ledger, and deleting a ledger
+Theory of operation (docs/upstream.md, BookKeeper §6, invariant 12 of docs/architecture.md §3). A ledger's
+metadata is written before any bookie sees the ledger, and deleting a ledger
 removes its metadata only. So the collector takes the snapshot of the local ledgers *first*, then asks the
 metadata store about them: a local ledger that the store does not list was deleted (one created after the
 snapshot is not in it). To keep metadata reads few, the collector lists only the parent nodes that hold its

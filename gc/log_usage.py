@@ -1,5 +1,5 @@
 """Per entry log: how many bytes each ledger holds and how much of it is still live (BookKeeper's
-``EntryLogMetadata`` map, built by ``extractMetaFromEntryLogs``; reference §6).
+``EntryLogMetadata`` map, built by ``extractMetaFromEntryLogs``; docs/upstream.md, BookKeeper §6).
 
 A sealed log never changes, so its ``ledgerId -> bytes`` is read once - from the ledgers map written when the
 log was rolled, or by a scan when it has none - and kept. What changes is which of those ledgers still exist:

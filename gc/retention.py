@@ -1,7 +1,7 @@
 """The broker's retention service: trimming, message TTL and backlog quotas for every open managed ledger.
 
-Theory of operation (reference/pulsar.md §3.4, Pulsar's ``ManagedLedgerImpl.trimConsumedLedgersInBackground``
-and ``BrokerService``'s periodic tasks):
+Theory of operation (docs/upstream.md, Pulsar §3.4, Pulsar's
+``ManagedLedgerImpl.trimConsumedLedgersInBackground`` and ``BrokerService``'s periodic tasks):
 
 * **Trimming.** ``ml.trim(policy)`` applies the trim rule (:mod:`magnetar.managed_ledger.trim`) with the
   topic's effective retention (topic > namespace > broker default, resolved by the :class:`PolicySource`).

@@ -1,6 +1,6 @@
 """A managed ledger: one topic's storage as a sequence of BookKeeper ledgers plus named cursors.
 
-Theory of operation (Pulsar's ``ManagedLedgerImpl``):
+Theory of operation (docs/upstream.md, Pulsar §3, Pulsar's ``ManagedLedgerImpl``):
 
 * **Appends.** Adds go to the current ledger, pipelined; the client acknowledges them strictly in entry order,
   so positions ``(ledgerId, entryId)`` are acknowledged in order too. ``last_confirmed`` follows the acks.

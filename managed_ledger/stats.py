@@ -1,4 +1,4 @@
-"""Pulsar's ``PersistentTopicInternalStats`` for a managed ledger (reference/pulsar.md §2.6).
+"""Pulsar's ``PersistentTopicInternalStats`` for a managed ledger (docs/upstream.md, Pulsar §2.6).
 
 The open (current) ledger is listed with ``entries: 0, size: 0`` and its live figures are in
 ``currentLedgerEntries`` / ``currentLedgerSize``, as Pulsar reports them (tools such as the Spark connector

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from magnetar.admin.rest.bundle_host import BundleHost
 from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.metadata import MetadataStore
-from magnetar.broker.namespace_bundle import DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
+from magnetar.broker.namespace_bundle import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security import BrokerSecurity
 from magnetar.broker.wire.topic_name import NamespaceName
@@ -31,7 +31,7 @@ class AdminSettings(BaseModel):
 
     cluster_name: str = "standalone"
     default_number_of_namespace_bundles: int = Field(
-        default=DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES, ge=1, le=1024
+        default=DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES, ge=1, le=BUNDLES_MAX
     )
     max_num_partitions_per_partitioned_topic: int = Field(default=0, ge=0)
     """0 = unlimited (Pulsar's ``maxNumPartitionsPerPartitionedTopic``); bounded by :data:`PARTITIONS_MAX`."""

@@ -6,7 +6,8 @@ turns each endpoint into a plain :class:`~magnetar.bookkeeper.runtime.http.Route
 before the handler runs, and :mod:`.openapi` renders the same declarations as the OpenAPI document, so the
 document cannot drift from what is served.
 
-Validation order, and the status each failure gets (Pulsar's JAX-RS conventions):
+Validation order, and the status each failure gets (Pulsar's JAX-RS conventions, docs/upstream.md,
+Pulsar §2.1):
 
 1. query parameters, read as JAX-RS reads them: a parameter the endpoint does not declare is ignored (Pulsar's
    clients send some that only newer brokers know); a boolean is true when its value is ``true`` in any case
@@ -151,7 +152,7 @@ def _adapter(tp: Any) -> TypeAdapter[Any]:
 
 
 def no_content() -> HttpResponse:
-    """JAX-RS ``void`` methods answer 204 (reference/pulsar.md §2.1)."""
+    """JAX-RS ``void`` methods answer 204 (docs/upstream.md, Pulsar §2.1)."""
     return HttpResponse(204)
 
 

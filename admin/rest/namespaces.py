@@ -37,7 +37,7 @@ from magnetar.admin.rest.policy_rules import (
     ttl_error,
 )
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.namespace_bundle import bundle_boundaries
+from magnetar.broker.namespace_bundle import BUNDLES_MAX, bundle_boundaries
 from magnetar.broker.policies import (
     AlreadyExists,
     BacklogQuota,
@@ -49,8 +49,6 @@ from magnetar.managed_ledger.meta_store import ledger_path
 
 TAG = "namespaces"
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"
-BUNDLES_MAX = 1024
-"""Most bundles a namespace may be created with (Pulsar allows 2^32; ownership nodes are per bundle)."""
 
 
 class NamespaceDeleteQuery(QueryModel):

@@ -4,7 +4,7 @@ Spark calls the source from plain threads and worker processes, so this is ``htt
 keep-alive connection per broker, not trio. What it does beyond one request:
 
 * 307 redirects to the owning broker are followed (Pulsar's admin API redirects topic calls to the owner with
-  ``authoritative=true``; ``reference/pulsar.md`` §2.1), at most ``REDIRECTS_MAX`` hops, and the owner is
+  ``authoritative=true``; docs/upstream.md, Pulsar §2.1), at most ``REDIRECTS_MAX`` hops, and the owner is
   remembered per topic so the next call goes straight there;
 * a keep-alive connection the broker closed while idle is reopened once (every call here is idempotent);
 * failures become :class:`MagnetarSourceError` subclasses whose message names the URL and the broker's

@@ -3,7 +3,7 @@
 Spark hands a data source its options as a case-insensitive string map. :func:`parse_options` turns them
 into :class:`SourceOptions` (frozen, picklable: it travels to every executor inside the reader) or raises
 :class:`MagnetarOptionError` naming the option, so a typo fails ``load()`` with one clear sentence instead of
-a stack trace from a worker. The names follow Pulsar's Spark connector (``reference/pulsar.md`` §7.1) where
+a stack trace from a worker. The names follow Pulsar's Spark connector (docs/upstream.md, Pulsar §7.1) where
 it has one; ``serviceUrl`` is the HTTP URL of any broker (the connector's ``admin.url``; Magnetar reads
 through the admin REST API, so no binary-protocol URL is needed).
 

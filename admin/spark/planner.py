@@ -1,6 +1,6 @@
 """Planning micro-batches over a topic partition's ledgers (sans-IO): limits, splits and data-loss checks.
 
-A partition's entries live in a sequence of ledgers (``reference/pulsar.md`` §3.7); ``GET .../internalStats``
+A partition's entries live in a sequence of ledgers (docs/upstream.md, Pulsar §3.7); ``GET .../internalStats``
 lists them oldest first, the open ledger last with ``entries: 0`` and its live count in
 ``currentLedgerEntries`` (patched here as Pulsar's connector does in ``fixLastLedgerInInternalStat``).
 :class:`PartitionState` is that list plus the last confirmed entry and the query's subscription cursor; the

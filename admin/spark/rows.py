@@ -1,6 +1,7 @@
 """The source's row schema, and range-read responses decoded straight into Arrow record batches.
 
-Columns (one row per message; Pulsar's connector names them ``__key``, ``__topic``, ... - §7.3):
+Columns (one row per message; Pulsar's connector names them ``__key``, ``__topic``, ... - docs/upstream.md,
+Pulsar §7.3):
 
 | column | type | content |
 |---|---|---|

@@ -1,6 +1,6 @@
 """``MagnetarDataSource``: Magnetar topics as a PySpark (>= 4.0) Python data source named ``magnetar``.
 
-How a streaming query runs (Pulsar's Spark connector, ``reference/pulsar.md`` §7.2, over the admin REST API):
+How a streaming query runs (Pulsar's Spark connector, docs/upstream.md, Pulsar §7.2, over the admin REST API):
 
 * ``load()`` parses the options and asks the broker about every named topic, so a typo, a missing topic or an
   unreachable broker fails there with a sentence naming the option or topic.

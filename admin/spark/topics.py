@@ -1,6 +1,6 @@
 """Which topic partitions a query reads, and their current state, through the admin REST API.
 
-As Pulsar's connector (``reference/pulsar.md`` §7.2): ``GET .../partitions`` tells a partitioned topic
+As Pulsar's connector (docs/upstream.md, Pulsar §7.2): ``GET .../partitions`` tells a partitioned topic
 (``N > 0``: partitions ``<topic>-partition-0..N-1``) from a plain one (``0``: the topic itself); a
 ``topicsPattern`` lists the namespace's topics (``GET /admin/v2/persistent/{tenant}/{ns}`` and
 ``.../partitioned``), matches the regex against each topic's full name (a partition counts under its

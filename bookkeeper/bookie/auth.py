@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ssl
 
-from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.settings import BookieServerSettings
 from magnetar.bookkeeper.protocol.messages import AUTH_PLUGIN_TOKEN, AuthRequest
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.auth.keys import verification_key
@@ -38,7 +38,7 @@ class BookieAuthenticator:
 
     @classmethod
     def from_settings(
-        cls, settings: BookieSettings, clock: Clock | None = None
+        cls, settings: BookieServerSettings, clock: Clock | None = None
     ) -> BookieAuthenticator | None:
         """None when authentication is off; reads the key now (``KeyConfigError`` at startup)."""
         if not settings.authentication_enabled:
@@ -69,7 +69,7 @@ class BookieAuthenticator:
         return role
 
 
-def bookie_ssl_context(settings: BookieSettings) -> ssl.SSLContext | None:
+def bookie_ssl_context(settings: BookieServerSettings) -> ssl.SSLContext | None:
     """The server TLS context of the bookie protocol, or None when TLS is off."""
     if settings.tls_certificate_file is None or settings.tls_key_file is None:
         return None

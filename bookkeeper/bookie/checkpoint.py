@@ -1,4 +1,5 @@
-"""Flushing a swapped write cache into the entry log and the index (DbLedgerStorage ``flush``, §5.3).
+"""Flushing a swapped write cache into the entry log and the index (DbLedgerStorage ``flush``,
+docs/upstream.md, BookKeeper §5.3).
 
 This is the storage half of a checkpoint; the engine (:mod:`.storage`) takes the journal mark and swaps
 the caches before, and persists the mark after. Order, which makes a crash at any point harmless:
@@ -243,8 +244,8 @@ class _FlushRun:
 async def append_durably(entry_logger: EntryLogger, bodies: list[bytes]) -> list[int]:
     """Append packaged entries to the current entry log, fdatasync it, and return their locations.
 
-    The compactor's write primitive (reference §6: copy, *flush*, then update the index). The caller holds
-    the engine's checkpoint lock, so this never interleaves with a checkpoint's writes.
+    The compactor's write primitive (docs/upstream.md, BookKeeper §6: copy, *flush*, then update the index).
+    The caller holds the engine's checkpoint lock, so this never interleaves with a checkpoint's writes.
     """
     locations: list[int] = []
     try:

@@ -1,6 +1,6 @@
 """The files of a transactional entry-log compaction, without trio (BookKeeper's
-``TransactionalEntryLogCompactor``, reference §6; the issue is BookKeeper #571, "use a separate log for
-compaction").
+``TransactionalEntryLogCompactor``, docs/upstream.md, BookKeeper §6; the issue is BookKeeper #571, "use a
+separate log for compaction").
 
 A compaction copies the live records of one or more *source* logs into a new *target* log and then retires
 the sources. Its files, in the entry-log directory, tell a restarted bookie how far it got:
@@ -17,7 +17,8 @@ the sources. Its files, in the entry-log directory, tell a restarted bookie how 
 
 The index is never pointed at a byte that is not durable, and a source is deleted only after the index no
 longer points into it, durably: at every crash point each live entry is readable through the index (from the
-source or from the target; both may hold it - duplicates are garbage for a later pass) - invariant 12.
+source or from the target; both may hold it - duplicates are garbage for a later pass) - invariant 12 of
+docs/architecture.md §3.
 
 Everything here is blocking file I/O for worker threads. :class:`LogRecordReader` reads a log's records
 sequentially in bounded pieces, with their bytes, for copying and for scans.

@@ -1,6 +1,6 @@
 """The bookie's request logic: BookKeeper's ``BookieImpl`` + request processors, without any I/O.
 
-Theory of operation (reference/bookkeeper.md §3, §4 and invariants 6-8):
+Theory of operation (docs/upstream.md, BookKeeper §3, §4 and invariants 6-8 of docs/architecture.md §3):
 
 * **Adds.** A read-only bookie refuses normal adds with EREADONLY but accepts recovery and high-priority adds
   (ledger recovery must be able to finish on a nearly full bookie). The first add of an unknown ledger records

@@ -1,4 +1,5 @@
-"""The bookie's index in RocksDB: entry locations and ledger records (DbLedgerStorage, reference §5.3).
+"""The bookie's index in RocksDB: entry locations and ledger records (DbLedgerStorage, docs/upstream.md,
+BookKeeper §5.3).
 
 Two column families of one RocksDB (through rocksdict, always ``raw_mode``), so that one write batch updates
 both atomically:
@@ -9,8 +10,8 @@ both atomically:
 * ``ledgers``: key ``[ledgerId:i64]``, value a :class:`LedgerRecord` (BookKeeper ``LedgerMetadataIndex``:
   exists, fenced, masterKey, explicitLac), plus what *this* engine adds: the first and last entry id and the
   number of entries indexed for the ledger. With them a read of an entry the index lacks can tell "never
-  written here" (NoEntry) from "lost" (an I/O error): invariant 8 forbids answering NoEntry for data a bookie
-  should have.
+  written here" (NoEntry) from "lost" (an I/O error): invariant 8 of docs/architecture.md §3 forbids answering
+  NoEntry for data a bookie should have.
 
 Writes reach RocksDB at checkpoints (its WAL synced before the journal mark is persisted) and on ledger
 deletion (unsynced: a deleted ledger that comes back after a crash is deleted again by garbage collection,

@@ -1,10 +1,11 @@
 """Entry logs on disk: the current log being written, reads by location, ledgers maps and scans.
 
-BookKeeper's ``DefaultEntryLogger`` (reference §5.2). Logs are written only by checkpoints (and, later, the
-compactor), which the engine serialises: the checkpoint packs records with :mod:`.entry_log_format` on the
-trio thread, reserving offsets in the current log, and then calls :meth:`EntryLogger.write` and
-:meth:`EntryLogger.flush` from a worker thread. Entries become reachable through the index only after the
-log was flushed (fdatasync), so the index never points at bytes that a crash could lose.
+BookKeeper's ``DefaultEntryLogger`` (docs/upstream.md, BookKeeper §5.2). Logs are written only by checkpoints
+(and, later, the compactor), which the engine serialises: the checkpoint packs records with
+:mod:`.entry_log_format` on the trio thread, reserving offsets in the current log, and then calls
+:meth:`EntryLogger.write` and :meth:`EntryLogger.flush` from a worker thread. Entries become reachable through
+the index only after the log was flushed (fdatasync), so the index never points at bytes that a crash could
+lose.
 
 Each process start writes a new log (a log a crash interrupted keeps its torn tail, where scans stop).
 Ids only grow: the last id used is persisted (``lastId``) because garbage collection may delete the newest

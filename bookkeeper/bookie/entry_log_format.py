@@ -1,4 +1,5 @@
-"""The entry log's on-disk format, without I/O (BookKeeper ``DefaultEntryLogger``, reference §5.2).
+"""The entry log's on-disk format, without I/O (BookKeeper ``DefaultEntryLogger``, docs/upstream.md,
+BookKeeper §5.2).
 
 An entry log ``<id as 8 hex digits>.log`` interleaves the entries of many ledgers, written at checkpoints
 sorted by (ledger, entry). Layout::

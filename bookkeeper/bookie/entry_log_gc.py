@@ -1,7 +1,8 @@
-"""The storage engine's garbage-collection primitives (BookKeeper ``GarbageCollectorThread`` mechanics, §6).
+"""The storage engine's garbage-collection primitives (BookKeeper ``GarbageCollectorThread`` mechanics,
+docs/upstream.md, BookKeeper §6).
 
 The *policy* - which ledgers are gone, which logs to compact, how fast, when - is :mod:`magnetar.gc`'s. This
-module gives it safe operations on the running engine, each keeping invariant 12:
+module gives it safe operations on the running engine, each keeping invariant 12 of docs/architecture.md §3:
 
 * :meth:`EntryLogGc.log_ids` - the logs GC may look at: *sealed* logs only, i.e. not the log being written
   and not a log whose entries a running checkpoint may still be indexing (the ids below the log that was

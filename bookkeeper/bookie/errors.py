@@ -19,7 +19,8 @@ class NoEntryError(BookieError):
     """The ledger exists here but this entry was never written to this bookie.
 
     Only raise this when the bookie *knows* the entry is absent. Data that should exist but cannot be read
-    is a :class:`StorageIOError` (BookKeeper invariant 8: a false "no entry" can truncate acked data).
+    is a :class:`StorageIOError` (invariant 8 of docs/architecture.md §3: a false "no entry" can truncate
+    acked data).
     """
 
     status = BookieStatus.ENOENTRY

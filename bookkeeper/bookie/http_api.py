@@ -40,10 +40,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from magnetar.bookkeeper.bookie.server import Bookie
-from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.settings import BookieServerSettings
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
-    AuthenticationSettings,
     http_reason,
 )
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
@@ -94,16 +93,8 @@ class BookieHttpAccess:
     """The rules of the module docstring with a bookie's settings: tokens of the cluster key, superusers
     ``super_user_roles``."""
 
-    def __init__(self, settings: BookieSettings, clock: Clock | None = None) -> None:
-        self._authentication = AuthenticationService(
-            AuthenticationSettings(
-                authentication_enabled=settings.authentication_enabled,
-                token_secret_key=settings.token_secret_key,
-                token_public_key=settings.token_public_key,
-                token_allowed_clock_skew_seconds=settings.token_allowed_clock_skew_seconds,
-            ),
-            clock,
-        )
+    def __init__(self, settings: BookieServerSettings, clock: Clock | None = None) -> None:
+        self._authentication = AuthenticationService(settings.authentication_settings(), clock)
         self._superusers = frozenset(settings.super_user_roles)
         self._metrics_need_superuser = settings.authenticate_metrics_endpoint
 

@@ -61,7 +61,7 @@ from magnetar.bookkeeper.bookie.cookie import (
     CookieFormatError,
 )
 from magnetar.bookkeeper.bookie.log_mark import fsync_dir
-from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.bookkeeper.bookie.settings import BookieServerSettings
 from magnetar.bookkeeper.bookie.storage import check_not_in_use
 from magnetar.bookkeeper.metadata.api import (
     BadVersionError,
@@ -130,7 +130,7 @@ class BookieDirectories:
         return frozenset(names)
 
 
-def bookie_directories(settings: BookieSettings) -> BookieDirectories | None:
+def bookie_directories(settings: BookieServerSettings) -> BookieDirectories | None:
     """The directories whose cookies identify the bookie, as absolute paths; None for the memory engine."""
     if settings.storage != "disk":
         return None
@@ -427,7 +427,7 @@ def _wipe(path: str, nested: frozenset[str]) -> None:
 
 
 async def verify_bookie_identity(
-    metadata: MetadataStore, settings: BookieSettings, bookie_id: str
+    metadata: MetadataStore, settings: BookieServerSettings, bookie_id: str
 ) -> Cookie | None:
     """:func:`check_bookie_identity` for a bookie configured by ``settings`` (None: the memory engine, which
     keeps nothing across restarts, is not checked)."""

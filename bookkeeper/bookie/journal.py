@@ -1,4 +1,5 @@
-"""The journal: BookKeeper's write-ahead log with group commit (``Journal`` + ``ForceWriteThread``, §5.1).
+"""The journal: BookKeeper's write-ahead log with group commit (``Journal`` + ``ForceWriteThread``,
+docs/upstream.md, BookKeeper §5.1).
 
 Theory of operation. Appends are cheap and synchronous on the trio thread: a record is encoded straight into
 the current batch (a ``bytearray``) and its durability callback queued beside it. One writer task owns the

@@ -1,6 +1,6 @@
 """Journal files on disk: creation, preallocation, write + fdatasync, rolling, replay reading, deletion.
 
-BookKeeper's ``JournalChannel`` and the replay half of ``Journal`` (reference/bookkeeper.md §5.1). Every
+BookKeeper's ``JournalChannel`` and the replay half of ``Journal`` (docs/upstream.md, BookKeeper §5.1). Every
 method here blocks on file I/O and is called from a worker thread, one call at a time (the journal's writer
 task and the checkpoint serialise them).
 

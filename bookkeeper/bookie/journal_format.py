@@ -1,4 +1,5 @@
-"""The journal's on-disk format, without I/O (BookKeeper ``JournalChannel`` + journal records, §5.1).
+"""The journal's on-disk format, without I/O (BookKeeper ``JournalChannel`` + journal records,
+docs/upstream.md, BookKeeper §5.1).
 
 A journal file ``<id as 16 hex digits>.txn`` starts with a :data:`HEADER_BYTES` header (magic ``MGJL``,
 format version, the file's own id, a CRC32C of those fields; zero padding) followed by records::

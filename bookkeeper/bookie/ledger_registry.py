@@ -1,4 +1,5 @@
-"""The ledger records held in memory: BookKeeper's ``LedgerMetadataIndex`` cache (reference §5.3).
+"""The ledger records held in memory: BookKeeper's ``LedgerMetadataIndex`` cache (docs/upstream.md, BookKeeper
+§5.3).
 
 Every ledger this bookie stores has a :class:`LedgerState` (master key, fenced flag, explicit LAC) and, once
 a checkpoint indexed some of its entries, an :class:`EntryRange` (first and last entry id indexed, and how
@@ -8,9 +9,10 @@ next checkpoint; their durability until then comes from the journal.
 
 ``LedgerState`` is immutable: a change replaces it, so a reader never sees half an update.
 
-The entry range is what lets a read miss be classified honestly (invariant 8): an entry outside the range,
-or inside the gaps of a ledger whose index still holds ``count`` entries, was never stored here (NoEntry);
-a missing entry of a contiguous range, or of a range whose index lost entries, is an I/O error.
+The entry range is what lets a read miss be classified honestly (invariant 8 of docs/architecture.md §3): an
+entry outside the range, or inside the gaps of a ledger whose index still holds ``count`` entries, was never
+stored here (NoEntry); a missing entry of a contiguous range, or of a range whose index lost entries, is an
+I/O error.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The read cache: entries read from entry logs, plus the ones read ahead (DbLedgerStorage, §5.3).
+"""The read cache: entries read from entry logs, plus the ones read ahead (DbLedgerStorage, docs/upstream.md,
+BookKeeper §5.3).
 
 A catch-up reader asks for entry after entry of a ledger that is no longer in the write cache. On a miss
 the engine reads the entry *and* the records that follow it in the same entry log while they belong to the

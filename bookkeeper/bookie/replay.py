@@ -1,4 +1,5 @@
-"""Journal replay at startup (BookKeeper ``BookieImpl.readJournal`` / ``replay``, reference §5.1).
+"""Journal replay at startup (BookKeeper ``BookieImpl.readJournal`` / ``replay``, docs/upstream.md, BookKeeper
+§5.1).
 
 Everything journaled after the persisted mark is re-applied to storage, idempotently: entries go back into
 the write cache (re-adding an entry replaces it with the same bytes), master-key records recreate ledgers,

@@ -58,7 +58,7 @@ from magnetar.bookkeeper.bookie.disk_monitor import DiskMonitor, DiskThresholds,
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.metrics import BookieMetrics
 from magnetar.bookkeeper.bookie.registration import BookieRegistration
-from magnetar.bookkeeper.bookie.settings import BookieSettings, bookie_id_for
+from magnetar.bookkeeper.bookie.settings import BookieServerSettings, bookie_id_for
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo
 from magnetar.bookkeeper.protocol.codec import NEED_DATA, BadRequest, ServerProtocol, response_for_status
@@ -122,7 +122,7 @@ class BookieServer:
     def __init__(
         self,
         core: BookieCore,
-        settings: BookieSettings,
+        settings: BookieServerSettings,
         metrics: BookieMetrics,
         *,
         ssl_context: ssl.SSLContext | None = None,
@@ -249,7 +249,7 @@ class BookieServer:
                 connection.abort()
 
 
-async def open_bookie_listener(settings: BookieSettings) -> trio.SocketListener:
+async def open_bookie_listener(settings: BookieServerSettings) -> trio.SocketListener:
     """Bind the bookie's port. A composition root that must know the bookie id (``host:port``) before it
     opens the storage - to check the bookie's cookies with ``--port 0`` - binds first and hands the listener
     to :class:`Bookie`."""
@@ -264,7 +264,7 @@ async def open_bookie_listener(settings: BookieSettings) -> trio.SocketListener:
 
 async def serve_bookie(
     core: BookieCore,
-    settings: BookieSettings,
+    settings: BookieServerSettings,
     *,
     metrics: BookieMetrics | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
@@ -616,7 +616,7 @@ class Bookie:
 
     def __init__(
         self,
-        settings: BookieSettings,
+        settings: BookieServerSettings,
         store: LedgerStore,
         metadata: MetadataStore | None = None,
         *,

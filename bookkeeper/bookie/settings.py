@@ -1,6 +1,6 @@
 """Settings of a bookie process: one pydantic-settings model, every field also ``MAGNETAR_<NAME>``.
 
-Names follow DESIGN.md §4 (unit last) and map to BookKeeper's ``bk_server.conf`` where one exists:
+Names follow docs/architecture.md §4 (unit last) and map to BookKeeper's ``bk_server.conf`` where one exists:
 ``port`` = ``bookiePort``, ``advertised_address`` = ``advertisedAddress``, ``frame_bytes_max`` =
 ``nettyMaxFrameSizeBytes``, ``inflight_requests_max`` ~ ``maxAddsInProgressLimit`` (per connection here),
 ``disk_check_interval_ms`` = ``diskCheckInterval``, ``disk_usage_threshold`` = ``diskUsageThreshold``,
@@ -30,27 +30,28 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from magnetar.bookkeeper.bookie.gc_settings import GcSettings
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
-from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
+from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
+from magnetar.bookkeeper.runtime.auth.authentication import Roles, TokenKeySettings
+from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
-class BookieSettings(BaseSettings):
+class BookieServerSettings(BaseSettings, MetadataConnectionSettings, TokenKeySettings, ServerTlsSettings):
+    """What a bookie server reads. A bookie process's settings (``magnetar.gc.settings.BookieSettings``) add
+    its garbage collector's; the token key, the TLS files and the way to the metadata store are the shared
+    models this one inherits, under the names the brokers use too."""
+
     model_config = SettingsConfigDict(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
 
     metadata_url: str = "memory://"
-    metadata_session_timeout_ms: PositiveInt = 30_000
-    """Metadata-store (ZooKeeper) session timeout: how long a crashed bookie's registration lingers."""
-    metadata_operation_timeout_ms: PositiveInt = 30_000
-    """Bound on one metadata-store request, and on reaching the store at start-up (as the broker's)."""
     data_dir: Path = Path("data/bookie")
     """Entry logs, the RocksDB index and the journal mark (the ledgers volume)."""
     journal_dir: Path | None = None
@@ -60,8 +61,6 @@ class BookieSettings(BaseSettings):
     (everything in RAM, lost on exit: tests and demos only)."""
     storage_engine: BookieStorageSettings = BookieStorageSettings()
     """Tuning of the disk engine, e.g. ``MAGNETAR_STORAGE_ENGINE__JOURNAL_GROUP_WAIT_MS=1``."""
-    gc: GcSettings = GcSettings()
-    """Garbage collection and entry-log compaction (disk storage), e.g. ``MAGNETAR_GC__GC_WAIT_TIME_S=60``."""
     memory_store_bytes_max: PositiveInt = 1024 * 1024 * 1024
     """Capacity of the ``memory`` engine (what ``disk_usage`` reports as the disk size)."""
 
@@ -100,17 +99,10 @@ class BookieSettings(BaseSettings):
     """How long to wait for a stale registration of the same bookie id (a previous session) to expire."""
     registration_retry_ms: PositiveInt = 500
 
-    authentication_enabled: bool = False
-    """Refuse every request of a connection (EUA) until it has presented a valid token with AUTH."""
-    token_secret_key: str | None = None
-    """The cluster's token key (``data:``/``file:``/base64), as the brokers' ``token_secret_key``."""
-    token_public_key: str | None = None
-    """Or the public half of the cluster's key pair."""
-    token_allowed_clock_skew_seconds: Annotated[float, Field(ge=0, le=3600)] = 0.0
-    auth_allowed_roles: Annotated[tuple[str, ...], NoDecode] = ()
+    auth_allowed_roles: Roles = ()
     """The brokers' roles (comma-separated): the subject of the ``bookkeeper_auth_token`` they present.
     With ``super_user_roles`` the only roles admitted; both empty admits nobody."""
-    super_user_roles: Annotated[tuple[str, ...], NoDecode] = ()
+    super_user_roles: Roles = ()
     """Roles allowed everything (comma-separated, as the brokers' ``super_user_roles``); admitted too."""
     auth_timeout_ms: PositiveInt = 10_000
     """A connection that has not authenticated within this is closed (it would hold a connection slot)."""
@@ -123,43 +115,15 @@ class BookieSettings(BaseSettings):
     """``/metrics`` on the HTTP port needs a superuser's token too (Pulsar's
     ``authenticateMetricsEndpoint``)."""
 
-    tls_certificate_file: Path | None = None
-    """PEM certificate chain: with ``tls_key_file``, the bookie protocol is served over TLS only."""
-    tls_key_file: Path | None = None
-    tls_trust_certs_file: Path | None = None
-    """PEM CA certificates that client certificates are checked against."""
-    tls_require_trusted_client_cert: bool = False
-    """Mutual TLS: refuse clients without a certificate signed by ``tls_trust_certs_file``."""
     tls_handshake_timeout_ms: PositiveInt = 10_000
-
-    zk_tls_enabled: bool = False
-    """Reach ZooKeeper over TLS, with the ``zk_tls_*`` files below (see ``MetadataStoreSettings``)."""
-    zk_tls_trust_certs_file: Path | None = None
-    zk_tls_certificate_file: Path | None = None
-    zk_tls_key_file: Path | None = None
 
     @field_validator("rack", mode="before")
     @classmethod
     def _empty_rack_is_none(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("auth_allowed_roles", "super_user_roles", mode="before")
-    @classmethod
-    def _split_roles(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(role.strip() for role in value.split(",") if role.strip())
-        return value
-
     @model_validator(mode="after")
     def _check_security(self) -> Self:
-        if self.authentication_enabled and not (self.token_secret_key or self.token_public_key):
-            raise ValueError("authentication_enabled needs token_secret_key or token_public_key")
-        if self.token_secret_key and self.token_public_key:
-            raise ValueError("set token_secret_key or token_public_key, not both")
-        if (self.tls_certificate_file is None) != (self.tls_key_file is None):
-            raise ValueError("tls_certificate_file and tls_key_file go together")
-        if self.tls_require_trusted_client_cert and self.tls_trust_certs_file is None:
-            raise ValueError("tls_require_trusted_client_cert needs tls_trust_certs_file")
         if self.unauthenticated_bytes_max > self.frame_bytes_max:
             raise ValueError("unauthenticated_bytes_max must be <= frame_bytes_max")
         return self
@@ -180,16 +144,6 @@ class BookieSettings(BaseSettings):
         if self.disk_usage_warn_threshold > self.disk_usage_threshold:
             raise ValueError("disk_usage_warn_threshold must be <= disk_usage_threshold")
         return self
-
-    def metadata_settings(self) -> MetadataStoreSettings:
-        return MetadataStoreSettings(
-            session_timeout_ms=self.metadata_session_timeout_ms,
-            operation_timeout_ms=self.metadata_operation_timeout_ms,
-            zk_tls_enabled=self.zk_tls_enabled,
-            zk_tls_trust_certs_file=self.zk_tls_trust_certs_file,
-            zk_tls_certificate_file=self.zk_tls_certificate_file,
-            zk_tls_key_file=self.zk_tls_key_file,
-        )
 
     def storage_settings(self) -> BookieStorageSettings:
         """The disk engine's settings, with this bookie's directories."""

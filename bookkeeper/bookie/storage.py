@@ -1,6 +1,6 @@
 """The bookie's disk storage engine: BookKeeper's ``DbLedgerStorage`` behind the ``LedgerStore`` contract.
 
-Theory of operation (reference/bookkeeper.md §5, invariants 6, 8, 11, 12):
+Theory of operation (docs/upstream.md, BookKeeper §5, invariants 6, 8, 11, 12 of docs/architecture.md §3):
 
 * **Add.** The entry goes into the active write cache first, then into the journal (BookKeeper's order:
   storage before journal, so a journal roll can never precede the entry in storage). It is readable at once

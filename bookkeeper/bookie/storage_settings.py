@@ -1,4 +1,4 @@
-"""Every limit of the bookie storage engine, named with its unit last (reference/bookkeeper.md §5).
+"""Every limit of the bookie storage engine, named with its unit last (docs/upstream.md, BookKeeper §5).
 
 BookKeeper's names are given where a setting mirrors one (``journalMaxGroupWaitMSec`` ->
 ``journal_group_wait_ms``). The model is frozen and validated: a combination that cannot work (a journal

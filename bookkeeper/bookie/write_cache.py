@@ -1,4 +1,5 @@
-"""The write cache: entries added since the last checkpoint, double-buffered (DbLedgerStorage, §5.3).
+"""The write cache: entries added since the last checkpoint, double-buffered (DbLedgerStorage,
+docs/upstream.md, BookKeeper §5.3).
 
 BookKeeper keeps two write caches of half the configured size: adds go to the *active* one; a checkpoint
 swaps them and writes the full one (*flushing*) to the entry log while adds continue into the fresh one.

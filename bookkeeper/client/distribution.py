@@ -3,10 +3,10 @@
 * The write set of entry ``e`` in an ensemble of E bookies is ``[(e + i) % E for i < WQ]``; only E distinct
   write sets exist (one per starting index).
 * An add succeeds once AQ bookies of its write set acknowledged a durable write.
-* Quorum coverage (``RRQuorumCoverageSet.checkCovered``, reference §3 step 3): a set of answers *covers* the
-  ensemble when, for every one of the E write sets, fewer than AQ of its bookies are unanswered or answered
-  with an error. That guarantees no AQ-subset of any write set is entirely unfenced, so no add of the old
-  writer can still reach AQ. For E == WQ this is "at least E - AQ + 1 answers".
+* Quorum coverage (``RRQuorumCoverageSet.checkCovered``, docs/upstream.md, BookKeeper §3 step 3): a set of
+answers *covers* the ensemble when, for every one of the E write sets, fewer than AQ of its bookies are
+unanswered or answered with an error. That guarantees no AQ-subset of any write set is entirely unfenced, so
+no add of the old writer can still reach AQ. For E == WQ this is "at least E - AQ + 1 answers".
 * Recovery reads declare an entry absent only on ``WQ - AQ + 1`` explicit NoSuchEntry/NoSuchLedger answers
   from its write set (``requiredBookiesMissingEntryForRecovery``).
 """

@@ -1,6 +1,7 @@
 """Ensemble change (BookKeeper's ``LedgerHandle.ensembleChangeLoop`` and recovery's local variant).
 
-:class:`MetadataEnsembleChanger` - the writer's change, a metadata compare-and-set (reference §2.4, §1.2):
+:class:`MetadataEnsembleChanger` - the writer's change, a metadata compare-and-set (docs/upstream.md,
+BookKeeper §2.4, §1.2):
 
 * predicate: the ledger is OPEN and at least one failed bookie is still at its index of the last ensemble;
   CLOSED -> :class:`LedgerClosedError`, IN_RECOVERY -> :class:`LedgerFencedError` (the writer was fenced);

@@ -5,12 +5,13 @@ Adds go through the :class:`~.writer.LedgerWriter` pipeline; ensemble changes wr
 form (the callback gets the entry id or the error, always in entry order); :meth:`LedgerHandle.add_entry`
 awaits the acknowledgement and, when ``pending_adds_max`` adds are already in flight, first waits for room.
 
-Close (``doAsyncCloseInternal``, reference §1.2, invariant 10): pending adds fail with
-:class:`LedgerClosedError` (their outcome is unknown), then a compare-and-set writes CLOSED with
-``lastEntryId = LAC`` and the length acknowledged so far. Finding the ledger already CLOSED with the same end
-is success; CLOSED at another end raises :class:`MetadataVersionError`; IN_RECOVERY (a recovering client owns
-the close) raises :class:`LedgerFencedError`. BookKeeper's code would overwrite IN_RECOVERY with the writer's
-LAC; its protocol document says the writer must fail instead - we follow the document (both are safe).
+Close (``doAsyncCloseInternal``, docs/upstream.md, BookKeeper §1.2, invariant 10 of docs/architecture.md §3):
+pending adds fail with :class:`LedgerClosedError` (their outcome is unknown), then a compare-and-set writes
+CLOSED with ``lastEntryId = LAC`` and the length acknowledged so far. Finding the ledger already CLOSED with
+the same end is success; CLOSED at another end raises :class:`MetadataVersionError`; IN_RECOVERY (a recovering
+client owns the close) raises :class:`LedgerFencedError`. BookKeeper's code would overwrite IN_RECOVERY with
+the writer's LAC; its protocol document says the writer must fail instead - we follow the document (both are
+safe).
 
 After EFENCED the handle is fenced: every later add fails with :class:`LedgerFencedError` and no entry the
 writer could not prove is ever reported as written. When no bookie can replace a failed one the handle

@@ -1,6 +1,6 @@
 """Where ledger metadata lives in the metadata store, and how ledger ids are allocated.
 
-The layout (reference §1.4, BookKeeper's ``HierarchicalLedgerManager``) is defined in
+The layout (docs/upstream.md, BookKeeper §1.4, BookKeeper's ``HierarchicalLedgerManager``) is defined in
 :mod:`magnetar.bookkeeper.metadata.ledger_paths`, which the bookie's garbage collector reads too.
 
 Ledger ids come from the store as in ``ZkLedgerIdGenerator``: create a sequential node under

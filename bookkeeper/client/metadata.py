@@ -1,11 +1,11 @@
 """Ledger metadata: BookKeeper's ``LedgerMetadataFormat``, validated on construction, with its serialization.
 
-Fields and rules (reference §1.1, ``LedgerMetadataBuilder.build``): ``E >= WQ >= AQ >= 1``; at least one
-ensemble, each of exactly E distinct bookies, keyed by the id of its first entry, keys strictly increasing
-from 0; ``last_entry_id`` and ``length`` are meaningful only when CLOSED (``-1``/``0`` otherwise); digest type
-and password are both present or both absent. States move OPEN -> IN_RECOVERY -> CLOSED or OPEN -> CLOSED
-(§1.2); the helpers that derive a new value (:meth:`LedgerMetadata.with_ensemble`, :meth:`closed`, ...) are
-what the metadata update loop's transforms use.
+Fields and rules (docs/upstream.md, BookKeeper §1.1, ``LedgerMetadataBuilder.build``): ``E >= WQ >= AQ >= 1``;
+at least one ensemble, each of exactly E distinct bookies, keyed by the id of its first entry, keys strictly
+increasing from 0; ``last_entry_id`` and ``length`` are meaningful only when CLOSED (``-1``/``0`` otherwise);
+digest type and password are both present or both absent. States move OPEN -> IN_RECOVERY -> CLOSED or OPEN ->
+CLOSED (§1.2); the helpers that derive a new value (:meth:`LedgerMetadata.with_ensemble`, :meth:`closed`, ...)
+are what the metadata update loop's transforms use.
 
 Serialized form (stored at the ledger's path). A header line, then one JSON object::
 

@@ -4,7 +4,7 @@ A :class:`ReadHandle` comes from ``open_ledger``. For a CLOSED ledger its LAC is
 a ledger still OPEN (opened without recovery, e.g. a tailing reader) the LAC starts at -1 and advances with
 :meth:`ReadHandle.read_last_add_confirmed`, which first refreshes the metadata (the writer may have changed
 ensembles) and then asks the last ensemble with the coverage rule - without fencing. Reads never go past
-the handle's LAC (invariant 3).
+the handle's LAC (invariant 3 of docs/architecture.md §3).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 A READ_ENTRY for entry ``-1`` (the last entry each bookie stores) goes to every bookie of the last
 ensemble. With ``fence=True`` it carries the fence flag and the master key: each bookie durably fences the
-ledger before it answers (reference §3 steps 2-3, invariants 6-7).
+ledger before it answers (docs/upstream.md, BookKeeper §3 steps 2-3, invariants 6-7 of docs/architecture.md
+§3).
 
 An answer *covers* its bookie when it is OK (even if the entry's digest is bad: the bookie did fence) or
 NoSuchEntry / NoSuchLedger (the bookie has nothing, e.g. the writer crashed before writing). The op

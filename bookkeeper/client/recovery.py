@@ -1,4 +1,5 @@
-"""Fencing and ledger recovery (BookKeeper's ``LedgerRecoveryOp`` with the 4.14 fixes), reference §3.
+"""Fencing and ledger recovery (BookKeeper's ``LedgerRecoveryOp`` with the 4.14 fixes), docs/upstream.md,
+BookKeeper §3.
 
 1. Compare-and-set OPEN -> IN_RECOVERY (already IN_RECOVERY: a concurrent or crashed recoverer - proceed,
    recovery is idempotent; CLOSED: nothing to do).

@@ -1,6 +1,7 @@
 """The add pipeline of one ledger: BookKeeper's ``PendingAddOp`` + the add half of ``LedgerHandle``.
 
-Theory of operation (reference §2.1-§2.4, invariants 1, 2 and 5):
+Theory of operation (docs/upstream.md, BookKeeper §2.1-§2.4, invariants 1, 2 and 5 of docs/architecture.md
+§3):
 
 * Entry ids are ``lastAddPushed + 1``. A normal add is packaged with the current LAC (piggybacked) and the
   cumulative length, and sent to its write set ``[(e + i) mod E]`` of the *last* ensemble. Every pending

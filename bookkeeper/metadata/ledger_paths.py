@@ -1,4 +1,5 @@
-"""Where a ledger's metadata node lives (BookKeeper's ``HierarchicalLedgerManager`` layout, reference §1.4).
+"""Where a ledger's metadata node lives (BookKeeper's ``HierarchicalLedgerManager`` layout, docs/upstream.md,
+BookKeeper §1.4).
 
 * a ledger id below ``Integer.MAX_VALUE`` is written as 10 digits split 2-4-4:
   ledger 1 -> ``/ledgers/00/0000/L0001`` (``LegacyHierarchicalLedgerManager``);

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +76,33 @@ class MetadataStoreSettings:
             "verify_certs": True,
             "check_hostname": self.zk_tls_hostname_verification,
         }
+
+
+class MetadataConnectionSettings(BaseModel):
+    """How a process reaches the metadata store, under the names every process kind uses (brokers, bookies,
+    the cluster-metadata commands): each process's settings model inherits these fields, so each is a flag
+    name, a ``MAGNETAR_<NAME>`` variable and a config key of that process, declared once here."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metadata_session_timeout_ms: Annotated[int, Field(gt=0)] = 30_000
+    """Metadata-store (ZooKeeper) session timeout: how long a crashed process's ephemeral nodes (a bookie's
+    registration, a broker's bundle ownership) linger (Pulsar's ``metadataStoreSessionTimeoutMillis``)."""
+    metadata_operation_timeout_ms: Annotated[int, Field(gt=0)] = 30_000
+    """Bound on one metadata-store request, and on reaching the store at start-up."""
+    zk_tls_enabled: bool = False
+    """Reach ZooKeeper over TLS, with the ``zk_tls_*`` files below (see :class:`MetadataStoreSettings`)."""
+    zk_tls_trust_certs_file: Path | None = None
+    zk_tls_certificate_file: Path | None = None
+    zk_tls_key_file: Path | None = None
+
+    def metadata_settings(self) -> MetadataStoreSettings:
+        """The backends' settings (:func:`~.factory.open_metadata_store`) for these."""
+        return MetadataStoreSettings(
+            session_timeout_ms=self.metadata_session_timeout_ms,
+            operation_timeout_ms=self.metadata_operation_timeout_ms,
+            zk_tls_enabled=self.zk_tls_enabled,
+            zk_tls_trust_certs_file=self.zk_tls_trust_certs_file,
+            zk_tls_certificate_file=self.zk_tls_certificate_file,
+            zk_tls_key_file=self.zk_tls_key_file,
+        )

@@ -2,8 +2,9 @@
 
 Theory of operation. Framing is :mod:`.frames`: ``[int32 frameLength][uint32 version<<24 | opCode<<16 |
 flags][int64 requestId][body]``, version 3. Bodies follow BookKeeper's v2 binary protocol
-(``BookieProtoEncoding``) and carry the v3-only operations with the v3 fields. All integers are big-endian
-and signed unless noted; ``masterKey`` is 20 bytes (``SHA1("ledger" || password)``).
+(``BookieProtoEncoding``; docs/upstream.md, BookKeeper §4, whose §2.2 is cited below) and carry the v3-only
+operations with the v3 fields. All integers are big-endian and signed unless noted; ``masterKey`` is 20 bytes
+(``SHA1("ledger" || password)``).
 
 Requests (client -> bookie):
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import trio
 
-from magnetar.admin.dev_cluster import DevCluster, DevClusterSpec, open_dev_cluster
+from magnetar.admin.processes.dev_cluster import DevCluster, DevClusterSpec, open_dev_cluster
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import open_tcp_transport
 from magnetar.bookkeeper.metadata.factory import open_metadata_store

@@ -24,7 +24,7 @@ import trio
 from fixtures.dev_cluster import ClusterExits, open_test_cluster
 from fixtures.tcp_proxy import TcpProxy
 
-from magnetar.admin.dev_cluster import CHROOT, DevCluster
+from magnetar.admin.processes.dev_cluster import CHROOT, DevCluster
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from magnetar.admin.dev_cluster import DevCluster
+from magnetar.admin.processes.dev_cluster import DevCluster
 
 
 def bookie_http(cluster: DevCluster, name: str) -> str:

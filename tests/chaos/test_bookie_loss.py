@@ -30,7 +30,7 @@ from chaos.recovery import ClusterView
 from chaos.workload import NAMESPACE, ProducerSpec
 from fixtures.dev_cluster import ClusterExits, open_test_cluster
 
-from magnetar.admin.dev_cluster import DevCluster
+from magnetar.admin.processes.dev_cluster import DevCluster
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.processes]
 

@@ -23,7 +23,7 @@ from chaos.disk import fill_to, free_filler, small_disk
 from chaos.harness import Scenario, ScenarioConfig
 from fixtures.dev_cluster import ClusterExits, open_test_cluster
 
-from magnetar.admin.dev_cluster import DevCluster
+from magnetar.admin.processes.dev_cluster import DevCluster
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.processes]
 

@@ -26,8 +26,8 @@ from chaos.harness import Scenario, ScenarioConfig
 from chaos.network import open_proxied_cluster
 from fixtures.dev_cluster import TEST_SESSION_TIMEOUT_MS, ClusterExits, open_test_cluster
 
-from magnetar.admin import zookeeper as zk
-from magnetar.admin.dev_cluster import DevCluster
+from magnetar.admin.processes import zookeeper as zk
+from magnetar.admin.processes.dev_cluster import DevCluster
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.processes]
 

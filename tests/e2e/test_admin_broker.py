@@ -15,7 +15,7 @@ import websocket
 from fixtures.admin import admin_extras
 from fixtures.broker import Broker, Cluster, b64, publish_many, receive, recv_json, send_json, unb64
 
-from magnetar.admin.cli_admin import admin_main
+from magnetar.admin.cli.admin_client import admin_main
 from magnetar.bookkeeper.client.ledger_manager import ledger_path
 
 TOPIC = "persistent/public/default"

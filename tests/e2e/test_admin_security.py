@@ -24,7 +24,7 @@ from fixtures.admin import admin_extras
 from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.broker import Broker, Cluster, publish
 
-from magnetar.admin.cli_admin import admin_main
+from magnetar.admin.cli.admin_client import admin_main
 from magnetar.admin.rest import OPENAPI_PATH, admin_endpoints
 from magnetar.admin.rest.access import Kind, rule_for
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context

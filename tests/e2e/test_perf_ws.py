@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from fixtures.broker import Broker
 
-from magnetar.admin.cli import main
+from magnetar.admin.cli.main import main
 from magnetar.broker.wire.topic_name import parse_topic_name
 
 

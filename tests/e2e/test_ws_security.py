@@ -309,7 +309,7 @@ def test_a_tls_client_is_redirected_to_the_owners_tls_port(
 def test_perf_tools_authenticate_with_a_token(
     secure_broker: Broker, token_keys: TokenKeys, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from magnetar.admin.cli import main
+    from magnetar.admin.cli.main import main
 
     common = ["perf", "produce", "--url", secure_broker.http_url, "--topic", "persistent://acme/ns/perf"]
     token = ["--auth-token", f"token:{token_keys.token('producer-role')}"]
@@ -336,7 +336,7 @@ def test_perf_tools_stop_at_once_when_refused_for_authentication_or_authorizatio
     status: int,
     reason: str,
 ) -> None:
-    from magnetar.admin.cli import main
+    from magnetar.admin.cli.main import main
 
     argv = ["perf", command, "--url", secure_broker.http_url, "--topic", "persistent://acme/ns/perf"]
     argv += ["--messages", "20", "--duration-s", "120"]

@@ -40,9 +40,9 @@ from fixtures.helm_chart import (
 )
 from pydantic_settings import BaseSettings
 
-from magnetar.admin.autorecovery_wiring import BookieProcessSettings
-from magnetar.admin.cluster_init import MetadataClientSettings
-from magnetar.admin.config import PROCESS_ENV, load_settings, unknown_environment
+from magnetar.admin.processes.autorecovery_wiring import BookieProcessSettings
+from magnetar.admin.processes.cluster_init import MetadataClientSettings
+from magnetar.admin.processes.config import PROCESS_ENV, load_settings, unknown_environment
 from magnetar.broker.settings import BrokerSettings
 
 VALUES_FILES = ["values.yaml", "values-dev.yaml", "values-secure.yaml"]

@@ -21,8 +21,8 @@ from fixtures.helm_chart import (
     render,
 )
 
-from magnetar.admin.autorecovery_wiring import AutoRecoveryProcessSettings, BookieProcessSettings
-from magnetar.admin.config import PROCESS_ENV, load_settings, unknown_environment
+from magnetar.admin.processes.autorecovery_wiring import AutoRecoveryProcessSettings, BookieProcessSettings
+from magnetar.admin.processes.config import PROCESS_ENV, load_settings, unknown_environment
 
 ZONE_LABEL = "metadata.labels['topology.kubernetes.io/zone']"
 

@@ -34,8 +34,8 @@ from fixtures.helm_chart import (
     render,
 )
 
-from magnetar.admin.autorecovery_wiring import BookieProcessSettings
-from magnetar.admin.cluster_init import retry_budget_s
+from magnetar.admin.processes.autorecovery_wiring import BookieProcessSettings
+from magnetar.admin.processes.cluster_init import retry_budget_s
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.broker.settings import BrokerSettings
 

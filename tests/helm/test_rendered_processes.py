@@ -56,7 +56,7 @@ from fixtures.helm_chart import (
 from fixtures.processes import MagnetarProcess, ProcessFailedError, ProcessGroup
 from fixtures.zookeeper import ZooKeeperServer
 
-from magnetar.admin.zookeeper import QUORUM_MAIN
+from magnetar.admin.processes.zookeeper import QUORUM_MAIN
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import open_tcp_transport
 from magnetar.bookkeeper.metadata import open_metadata_store

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import trio
 
-from magnetar.bookkeeper.bookie.gc_settings import GcSettings
 from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType
 from magnetar.gc.collector import BookieGarbageCollector
+from magnetar.gc.settings import GcSettings
 
 LONG = (1, 3, 5)
 SHORT = (2, 4, 6)

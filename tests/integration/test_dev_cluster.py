@@ -16,7 +16,7 @@ from fixtures.broker import b64, recv_json, send_json, unb64
 from fixtures.dev_cluster import start_dev_cluster_command
 from fixtures.processes import ProcessFailedError, ProcessGroup
 
-from magnetar.admin import zookeeper
+from magnetar.admin.processes import zookeeper
 from magnetar.bookkeeper.protocol.codec import NEED_DATA, ClientProtocol
 from magnetar.bookkeeper.protocol.messages import AuthRequest, AuthResponse
 from magnetar.bookkeeper.protocol.status import BookieStatus

@@ -1,4 +1,5 @@
-"""Read-only mode on a full disk, and back to writable once garbage collection freed space (reference §7).
+"""Read-only mode on a full disk, and back to writable once garbage collection freed space (docs/upstream.md,
+BookKeeper §7).
 
 A bookie on a small file system (a size-limited tmpfs when this machine lets the test mount one, otherwise
 an injected disk-usage probe that reports the data directory's real size against a pretend capacity) takes

@@ -40,9 +40,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 from fixtures.processes import MagnetarProcess
 
-from magnetar.admin import cli
-from magnetar.admin.cmd_config import KINDS
-from magnetar.admin.subcommands import load_every_subcommand
+from magnetar.admin.cli import main as cli
+from magnetar.admin.cli.cmd_config import KINDS
+from magnetar.admin.cli.subcommands import load_every_subcommand
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 

@@ -1,7 +1,8 @@
 """The simulation's metadata store: one shared memory tree, seen by each client through a wrapper that adds
 random delays (so metadata operations interleave), injects spurious compare-and-set conflicts, and checks
-every ledger-metadata transition against BookKeeper's state machine (states, closed end, ensembles) and the
-rule that only AutoRecovery re-writes earlier ensembles."""
+every ledger-metadata transition against BookKeeper's state machine (states, closed end, ensembles;
+docs/upstream.md, BookKeeper §1.2, invariant 4 of docs/architecture.md §3) and the rule that only AutoRecovery
+re-writes earlier ensembles."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """One local SparkSession (``local[2]``) for the whole test run, with the ``magnetar`` source registered.
 
-PySpark facts (DESIGN.md §3): workers run ``PYSPARK_PYTHON`` (this interpreter, so they import ``magnetar``
-from the same environment), Spark binds to ``SPARK_LOCAL_IP`` (127.0.0.1), nothing is downloaded
+PySpark facts (docs/upstream.md, PySpark): workers run ``PYSPARK_PYTHON`` (this interpreter, so they import
+``magnetar`` from the same environment), Spark binds to ``SPARK_LOCAL_IP`` (127.0.0.1), nothing is downloaded
 (no ``--packages``). The JVM logs at WARN and shows no progress bars. The session is stopped at the end of the
 run and its JVM process ended (by pid: ``SparkSession.stop`` leaves the gateway JVM running until the Python
 process exits), and the environment restored.

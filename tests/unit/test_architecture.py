@@ -1,6 +1,6 @@
 """Architecture rules: the `packages` list matches the folders, and imports only run downward.
 
-Layers: admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
+Layers (docs/architecture.md §1): admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
 bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; AutoRecovery
 (bookkeeper.autorecovery) uses the client, protocol, metadata and runtime; gc uses
 managed_ledger and bookkeeper. Nothing imports admin.
@@ -14,6 +14,7 @@ core; the rest of the broker (service, HTTP app, ownership, metrics) composes th
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tomllib
@@ -24,7 +25,11 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PACKAGE_DIRS: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
 TOP_FOLDERS = {folder: pkg for pkg, folder in PACKAGE_DIRS.items()}
 
-# layer -> layers it may import (besides itself). Layers are matched by longest prefix.
+STORAGE = {"magnetar.bookkeeper", "magnetar.managed_ledger"}
+"""The storage layers, which everything above them may import."""
+
+# layer -> layers it may import (besides itself and its own sublayers). Layers are matched by longest prefix;
+# a new subpackage gets its own row here.
 ALLOWED: dict[str, set[str]] = {
     "magnetar.bookkeeper.runtime": set(),
     "magnetar.bookkeeper.protocol": {"magnetar.bookkeeper.runtime"},
@@ -84,11 +89,33 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.bookie",
         "magnetar.managed_ledger",
     },
-    "magnetar.admin": {
-        "magnetar.bookkeeper",
-        "magnetar.managed_ledger",
+    # admin, by kind (admin/__init__.py says what each subpackage holds). The package itself holds nothing
+    # but its docstring; range_frames (REST API and Spark source) and pulsar_batch (REST API and the admin
+    # client) are wire formats shared by two kinds.
+    "magnetar.admin": set(),
+    "magnetar.admin.range_frames": {"magnetar.broker.wire"},
+    "magnetar.admin.pulsar_batch": set(),
+    "magnetar.admin.rest": {
+        *STORAGE,
         "magnetar.broker",
         "magnetar.gc",
+        "magnetar.admin.range_frames",
+        "magnetar.admin.pulsar_batch",
+    },
+    # a client of the REST API: only the broker's wire formats (so Spark workers import it cheaply)
+    "magnetar.admin.spark": {"magnetar.broker.wire", "magnetar.admin.range_frames"},
+    "magnetar.admin.processes": {*STORAGE, "magnetar.broker", "magnetar.gc", "magnetar.admin.rest"},
+    "magnetar.admin.perf": {*STORAGE, "magnetar.broker", "magnetar.gc", "magnetar.admin.processes"},
+    # the front door: it may reach every kind, and no other kind may import it
+    "magnetar.admin.cli": {
+        *STORAGE,
+        "magnetar.broker",
+        "magnetar.gc",
+        "magnetar.admin.processes",
+        "magnetar.admin.perf",
+        "magnetar.admin.rest",
+        "magnetar.admin.spark",
+        "magnetar.admin.pulsar_batch",
     },
 }
 LAYERS = sorted(ALLOWED, key=len, reverse=True)
@@ -176,6 +203,37 @@ def test_layer_rule_detects_a_violation() -> None:
     assert layer_of("magnetar.bookkeeper.client.ops") == "magnetar.bookkeeper.client"
     assert layer_of("magnetar.bookkeeper.errors") == "magnetar.bookkeeper"
     assert all("magnetar.admin" not in allowed for allowed in ALLOWED.values())
+    assert layer_of("magnetar.admin.cli.cmd_broker") == "magnetar.admin.cli"
+    assert all(
+        "magnetar.admin.cli" not in allowed
+        for layer, allowed in ALLOWED.items()
+        if layer != "magnetar.admin.cli"
+    )
+
+
+CITED_OUTSIDE = re.compile(r"DESIGN\.md|reference/[a-z]+\.md|\breference §|\.\./shared")
+"""A citation of a document that is not in the repository (the project's working notes)."""
+
+
+def test_comments_cite_only_documents_in_the_repository() -> None:
+    """Code and documents cite docs/ (architecture.md, upstream.md), never notes outside the repository."""
+    folders = [*PACKAGE_DIRS.values(), "tests", "docs", "helm"]
+    paths = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    for folder in folders:
+        paths.extend(
+            p for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".md", ".yaml", ".tpl", ".txt"}
+        )
+    this = Path(__file__).resolve()
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in paths
+        if path.resolve() != this and path.is_file()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if CITED_OUTSIDE.search(line)
+    ]
+    assert not found, found
+    for document in ("architecture.md", "upstream.md"):
+        assert (ROOT / "docs" / document).is_file()
 
 
 def _import_graph(prefix: str) -> dict[str, set[str]]:

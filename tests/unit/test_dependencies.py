@@ -77,6 +77,6 @@ def test_every_import_is_a_declared_dependency() -> None:
 def test_the_scan_sees_lazy_imports_and_the_extras_folder() -> None:
     """The scan finds imports inside functions (the CLI's lazy ones) and the spark extra's imports."""
     imports = third_party_imports()
-    assert "httpx" in imports[Path("admin/cli_admin/client.py")]
+    assert "httpx" in imports[Path("admin/cli/admin_client/client.py")]
     assert "rocksdict" in set().union(*imports.values())
     assert any("pyspark" in names for path, names in imports.items() if path.is_relative_to("admin/spark"))

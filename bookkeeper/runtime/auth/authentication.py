@@ -24,7 +24,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import NoDecode
 
 from magnetar.bookkeeper.runtime.auth.errors import (
     AuthenticationError,
@@ -47,42 +48,72 @@ def split_roles(value: Any) -> Any:
     return value
 
 
-class AuthenticationSettings(BaseModel):
-    """The token settings of a broker or bookie (Pulsar's names in snake case). Embedded in each process's
-    settings model, so each is also a flag and a ``MAGNETAR_<NAME>`` variable."""
+Roles = Annotated[tuple[str, ...], NoDecode, BeforeValidator(split_roles)]
+"""A list of roles: a tuple in a config file, comma-separated as a flag or a variable."""
+
+
+class TokenKeySettings(BaseModel):
+    """The cluster's token key, under the names brokers and bookies share (Pulsar's names in snake case).
+    Each process's settings model inherits these fields, so each is a flag name, a ``MAGNETAR_<NAME>``
+    variable and a config key of that process, declared and checked once here."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     authentication_enabled: bool = False
-    """Pulsar ``authenticationEnabled``: require a valid token on every protected request."""
+    """Pulsar ``authenticationEnabled``: require a valid token on every protected request (a bookie: refuse
+    every request of a connection, EUA, until it has presented one with AUTH)."""
     token_secret_key: str | None = None
     """Pulsar ``tokenSecretKey``: ``data:;base64,...``, ``file:///path`` or base64 (HS256/384/512)."""
     token_public_key: str | None = None
     """Pulsar ``tokenPublicKey``: the public half of a key pair (RS*/PS*/ES*), same forms."""
+    token_allowed_clock_skew_seconds: Annotated[float, Field(ge=0, le=3600)] = 0.0
+    """Leeway on ``exp`` and ``nbf`` (Pulsar's jjwt parser allows none)."""
+
+    @field_validator("token_secret_key", "token_public_key")
+    @classmethod
+    def _blank_key_is_unset(cls, value: str | None) -> str | None:
+        return value if value and value.strip() else None
+
+    @model_validator(mode="after")
+    def _check_key(self) -> Self:
+        if self.authentication_enabled and not (self.token_secret_key or self.token_public_key):
+            raise ValueError("authentication_enabled needs token_secret_key or token_public_key")
+        if self.token_secret_key and self.token_public_key:
+            raise ValueError("set token_secret_key or token_public_key, not both")
+        return self
+
+    def authentication_settings(self) -> AuthenticationSettings:
+        """The full authentication settings of a process that has only the key (a bookie): the other
+        settings keep their defaults."""
+        if isinstance(self, AuthenticationSettings):
+            return self
+        return AuthenticationSettings.model_validate(
+            {name: getattr(self, name) for name in TokenKeySettings.model_fields}
+        )
+
+
+class AuthenticationSettings(TokenKeySettings):
+    """The token settings of a broker: the key (:class:`TokenKeySettings`) and how tokens are read. A
+    broker's settings model inherits them."""
+
     token_auth_claim: str = "sub"
     """Pulsar ``tokenAuthClaim``: the claim holding the role."""
     token_audience_claim: str | None = None
     """Pulsar ``tokenAudienceClaim``: when set, tokens must carry ``token_audience`` in this claim."""
     token_audience: str | None = None
     """Pulsar ``tokenAudience``."""
-    token_allowed_clock_skew_seconds: Annotated[float, Field(ge=0, le=3600)] = 0.0
-    """Leeway on ``exp`` and ``nbf`` (Pulsar's jjwt parser allows none)."""
     token_bytes_max: Annotated[int, Field(ge=64, le=65536)] = TOKEN_BYTES_MAX_DEFAULT
     """Longest token accepted."""
     anonymous_user_role: str | None = None
     """Pulsar ``anonymousUserRole``: the role of a request without a token (None: refuse it with 401)."""
 
-    @field_validator("token_secret_key", "token_public_key", "token_audience_claim", "anonymous_user_role")
+    @field_validator("token_audience_claim", "anonymous_user_role")
     @classmethod
     def _blank_is_unset(cls, value: str | None) -> str | None:
         return value if value and value.strip() else None
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        if self.authentication_enabled and not (self.token_secret_key or self.token_public_key):
-            raise ValueError("authentication_enabled needs token_secret_key or token_public_key")
-        if self.token_secret_key and self.token_public_key:
-            raise ValueError("set token_secret_key or token_public_key, not both")
         if (self.token_audience_claim is None) != (self.token_audience is None):
             raise ValueError("token_audience_claim and token_audience go together")
         return self

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 import trio
+from pydantic import BaseModel, ConfigDict, model_validator
 
 TlsProtocol = Literal["TLSv1.2", "TLSv1.3"]
 _VERSIONS: dict[str, ssl.TLSVersion] = {
@@ -132,3 +133,28 @@ def peer_address(stream: trio.SocketStream) -> tuple[str, int] | None:
         return str(peer[0]), int(peer[1])
     except (OSError, IndexError, TypeError, ValueError):
         return None
+
+
+class ServerTlsSettings(BaseModel):
+    """The TLS files of a server port, under the names brokers and bookies share (Pulsar's
+    ``tlsCertificateFilePath``, ``tlsKeyFilePath``, ``tlsTrustCertsFilePath``,
+    ``tlsRequireTrustedClientCertOnConnect``): the broker's HTTPS port (``http_port_tls``), the bookie's
+    protocol port. Each process's settings model inherits them, declared and checked once here."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tls_certificate_file: Path | None = None
+    """PEM certificate chain, with ``tls_key_file`` (a bookie then serves its protocol over TLS only)."""
+    tls_key_file: Path | None = None
+    tls_trust_certs_file: Path | None = None
+    """PEM CA certificates that client certificates are checked against."""
+    tls_require_trusted_client_cert: bool = False
+    """Mutual TLS: refuse clients without a certificate signed by ``tls_trust_certs_file``."""
+
+    @model_validator(mode="after")
+    def _check_server_tls(self) -> Self:
+        if (self.tls_certificate_file is None) != (self.tls_key_file is None):
+            raise ValueError("tls_certificate_file and tls_key_file go together")
+        if self.tls_require_trusted_client_cert and self.tls_trust_certs_file is None:
+            raise ValueError("tls_require_trusted_client_cert needs tls_trust_certs_file")
+        return self

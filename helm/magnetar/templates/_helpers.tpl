@@ -421,7 +421,7 @@ install, upgrade or template run stops here with a message naming the value to c
 {{/*
 The init job's command retries for at most attempts x (operationTimeoutSeconds + 2 s per ZooKeeper server,
 spent saying why a server gave no session) plus the pauses, which double from retryDelaySeconds up to 30 s
-(magnetar.admin.cluster_init.retry_budget_s); that must fit the Job's activeDeadlineSeconds.
+(magnetar.admin.processes.cluster_init.retry_budget_s); that must fit the Job's activeDeadlineSeconds.
 */}}
 {{- define "magnetar.validateInitJob" -}}
 {{- $job := .Values.initJob -}}

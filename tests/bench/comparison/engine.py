@@ -32,7 +32,7 @@ import anyio
 from bench.comparison.figures import Latency, Throughput
 from bench.comparison.system import System
 
-from magnetar.admin.perf_ws_stats import Histogram
+from magnetar.admin.perf.ws_stats import Histogram
 
 BATCH_MAX = 100
 """Messages handed to a client per call (one socket write where the client can)."""

@@ -6,7 +6,7 @@
   ``magnetar broker`` with E=3 W=3 A=2: ``magnetar dev-cluster`` when the installed Magnetar has it, else
   the same processes started here (ZooKeeper through ``tests/fixtures/zookeeper.py``).
 
-Clients: :class:`magnetar.admin.ws_client.WsClient` (trio), as ``magnetar perf produce|consume`` use it.
+Clients: :class:`magnetar.admin.perf.ws_client.WsClient` (trio), as ``magnetar perf produce|consume`` use it.
 
 * Pulsar's WebSocket API (``magnetar-standalone``, ``magnetar-cluster``): a producer sends JSON frames
   ``{"payload": base64, "context": seq}`` (up to ``BATCH_MAX`` per socket write) and matches the acks by
@@ -32,7 +32,7 @@ import orjson
 from bench.comparison.processes import ServerFailed, ServerProcess, free_port, kill_leftovers, run_tool
 from bench.comparison.system import AckSink, PayloadSink, Publisher
 
-from magnetar.admin.ws_client import WsClient
+from magnetar.admin.perf.ws_client import WsClient
 from magnetar.broker.wire.magnetar_v1 import (
     SUBPROTOCOL,
     FrameType,
@@ -62,7 +62,7 @@ def _magnetar(*args: str) -> list[str]:
 
 
 def _has_dev_cluster() -> bool:
-    from magnetar.admin import cli
+    from magnetar.admin.cli import main as cli
 
     commands: Any = getattr(cli, "COMMANDS", {})
     return "dev-cluster" in commands

@@ -4,7 +4,7 @@ Magnetar speaks Pulsar's WebSocket API, not the binary protocol, so this peer is
 client library (C++ core, Python binding): the figures compare servers *and* client stacks, and the report
 labels it so. Server: the ``pulsar-lite`` binary shipped in the wheel, ``--addr 127.0.0.1:P --db-path D
 --log-level warn``. Durability: RocksDB plus an entry log; its fsync policy is not documented (it survived a
-kill -9 in a quick check, reference/peers.md).
+kill -9 in a quick check, docs/upstream.md, peer systems).
 
 Publisher: ``send_async`` without batching (each message its own entry, as Magnetar's WebSocket producer
 sends them), ``max_pending_messages`` at least the harness's window; the client's callback thread hands each

@@ -1,12 +1,12 @@
 """RabbitMQ streams (Debian's ``rabbitmq-server``) through the stream protocol.
 
-Server (reference/peers.md): ``/usr/lib/rabbitmq/bin/rabbitmq-server`` with ``RABBITMQ_*`` variables putting
-the node name, the ports, the mnesia/log/plugin dirs and the config into the run's temp dir; the only plugin
-is ``rabbitmq_stream``; AMQP, stream and Erlang distribution listeners are on 127.0.0.1 (the distribution
-port through ``-kernel inet_dist_use_interface {127,0,0,1}``). ``epmd`` is started here first, on a port of
-its own bound to 127.0.0.1, so the node uses it instead of spawning a daemon nobody owns; it is stopped by
-pid afterwards. ``HOME`` is the temp dir, so the Erlang cookie is created there. Stop: ``rabbitmqctl stop``,
-then the server's process group by pid if it is still there.
+Server (docs/upstream.md, peer systems): ``/usr/lib/rabbitmq/bin/rabbitmq-server`` with ``RABBITMQ_*``
+variables putting the node name, the ports, the mnesia/log/plugin dirs and the config into the run's temp dir;
+the only plugin is ``rabbitmq_stream``; AMQP, stream and Erlang distribution listeners are on 127.0.0.1 (the
+distribution port through ``-kernel inet_dist_use_interface {127,0,0,1}``). ``epmd`` is started here first, on
+a port of its own bound to 127.0.0.1, so the node uses it instead of spawning a daemon nobody owns; it is
+stopped by pid afterwards. ``HOME`` is the temp dir, so the Erlang cookie is created there. Stop:
+``rabbitmqctl stop``, then the server's process group by pid if it is still there.
 
 An acknowledged message (publish confirm) is written by the stream's leader, not fsynced (one node: no
 replicas either). Publisher: rstream's ``send_batch`` (one publish frame per batch the harness hands over)

@@ -1,9 +1,9 @@
 """Redis streams (Debian's ``redis-server``) with an append-only file: ``appendfsync always`` or ``everysec``.
 
 Server: ``redis-server --port P --bind 127.0.0.1 --dir D --appendonly yes --appendfsync MODE --save ''
---daemonize no`` (reference/peers.md). ``always`` fsyncs the AOF before replying to the commands of one event
-loop iteration (group commit) - the only peer here that makes each acknowledged write durable on disk;
-``everysec`` writes to the page cache and fsyncs once a second.
+--daemonize no`` (docs/upstream.md, peer systems). ``always`` fsyncs the AOF before replying to the commands
+of one event loop iteration (group commit) - the only peer here that makes each acknowledged write durable on
+disk; ``everysec`` writes to the page cache and fsyncs once a second.
 
 Publisher: one connection speaking RESP directly (``XADD topic * d PAYLOAD``), commands written back to back
 without waiting for replies (pipelining) and replies parsed by ``hiredis`` in order, so the harness's window

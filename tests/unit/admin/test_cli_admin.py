@@ -18,8 +18,8 @@ import pytest
 import trio
 from fixtures.admin import AdminServer
 
-from magnetar.admin.cli_admin import admin_main
-from magnetar.admin.cli_admin.units import UnitError, parse_size_bytes, parse_time_s, retention_body
+from magnetar.admin.cli.admin_client import admin_main
+from magnetar.admin.cli.admin_client.units import UnitError, parse_size_bytes, parse_time_s, retention_body
 
 
 async def cli(server: AdminServer, *argv: str) -> tuple[int, str, str]:

@@ -14,8 +14,8 @@ import pytest
 import trio
 from fixtures.admin import TopicServer
 
-from magnetar.admin.cli_admin import admin_main
-from magnetar.admin.cli_admin.messages import (
+from magnetar.admin.cli.admin_client import admin_main
+from magnetar.admin.cli.admin_client.messages import (
     AdminMessage,
     MessageFormatError,
     parse_message_response,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from magnetar.admin.cluster_init import (
+from magnetar.admin.processes.cluster_init import (
     RETRY_DELAY_MAX_S,
     Awaited,
     ClusterInit,
@@ -60,7 +60,7 @@ async def test_missing_metadata_names_what_is_missing_until_everything_is_there(
 
 async def test_the_wait_returns_once_the_init_job_has_run(caplog: pytest.LogCaptureFixture) -> None:
     url, store = store_url()
-    caplog.set_level(logging.INFO, logger="magnetar.admin.cluster_init")
+    caplog.set_level(logging.INFO, logger="magnetar.admin.processes.cluster_init")
     async with trio.open_nursery() as nursery:
         done = trio.Event()
 

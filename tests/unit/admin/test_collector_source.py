@@ -9,7 +9,7 @@ import math
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from magnetar.admin.metrics import CollectorSource
+from magnetar.admin.processes.metrics import CollectorSource
 from magnetar.bookkeeper.bookie.metrics import BookieMetrics, LabelledBookieMetrics
 from magnetar.bookkeeper.protocol.status import BookieStatus
 from magnetar.broker.exposition import render_text

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.admin import cli
-from magnetar.admin.config import (
+from magnetar.admin.cli import main as cli
+from magnetar.admin.processes.config import (
     ConfigError,
     Source,
     config_file_from,
@@ -19,9 +19,9 @@ from magnetar.admin.config import (
     render_toml,
     unknown_environment,
 )
-from magnetar.admin.standalone import ENVIRONMENT_MODELS, StandaloneSettings
-from magnetar.bookkeeper.bookie.settings import BookieSettings
+from magnetar.admin.processes.standalone import ENVIRONMENT_MODELS, StandaloneSettings
 from magnetar.broker.settings import BrokerSettings
+from magnetar.gc.settings import BookieSettings
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,7 @@ from fixtures.metadata import TEST_ZK_SETTINGS
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from magnetar.admin.cluster_init import ClusterInit, initialize_cluster_metadata
+from magnetar.admin.processes.cluster_init import ClusterInit, initialize_cluster_metadata
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from magnetar.admin import cmd_perf
-from magnetar.admin.cli import build_parser
-from magnetar.admin.perf_common import latency_summary_ms
-from magnetar.admin.perf_ws import PerfRun, _duration_s, _quotas
-from magnetar.admin.perf_ws_stats import Histogram, Stats, summary_line
-from magnetar.admin.ws_client import WsRejected
+from magnetar.admin.cli import cmd_perf
+from magnetar.admin.cli.main import build_parser
+from magnetar.admin.perf.common import latency_summary_ms
+from magnetar.admin.perf.ws import PerfRun, _duration_s, _quotas
+from magnetar.admin.perf.ws_client import WsRejected
+from magnetar.admin.perf.ws_stats import Histogram, Stats, summary_line
 
 
 def _strict(text: str) -> Any:

@@ -6,7 +6,7 @@ import time
 
 import trio
 
-from magnetar.admin.perf_common import messages_due
+from magnetar.admin.perf.common import messages_due
 
 
 def test_a_sender_behind_schedule_owes_every_message_due_so_far() -> None:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from fixtures.admin import initialized_store, run_admin_server
 
-from magnetar.admin.broker_admin import runtime_configuration
+from magnetar.admin.processes.broker_admin import runtime_configuration
 from magnetar.admin.rest import AdminSettings, StaticBrokers
 from magnetar.admin.rest.clusters import magnetar_version
 from magnetar.broker.settings import BrokerSettings

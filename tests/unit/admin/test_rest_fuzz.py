@@ -27,7 +27,8 @@ from magnetar.bookkeeper.runtime.http import Router
 EXAMPLES_PER_OPERATION = 15
 
 DOCUMENT = register_admin_routes(Router(), AdminContext(MemoryMetadataStore(), topics=object()))  # type: ignore[arg-type]
-# Pulsar answers an invalid name with 412 (reference/pulsar.md §2.1): a valid rejection of invalid input here.
+# Pulsar answers an invalid name with 412 (docs/upstream.md, Pulsar §2.1): a valid rejection of invalid input
+# here.
 REJECTIONS = ["400", "404", "405", "406", "409", "412", "413", "422"]
 # A schema-valid request may still fail a precondition of the current state (a missing tenant: 404, a
 # cluster that does not exist: 412, a name taken: 409), but never with 400: the schema and the server's

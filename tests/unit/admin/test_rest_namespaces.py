@@ -181,7 +181,7 @@ async def test_namespace_create_with_policies(admin_client: httpx.AsyncClient) -
     assert too_many.status_code == 412
 
 
-# Pulsar's validity table (reference/pulsar.md §2.2).
+# Pulsar's validity table (docs/upstream.md, Pulsar §2.2).
 @pytest.mark.parametrize(
     ("time_min", "size_mb", "valid"),
     [

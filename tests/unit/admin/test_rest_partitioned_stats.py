@@ -12,7 +12,7 @@ import pytest
 import trio
 from fixtures.admin import TOPIC_ML_SETTINGS, TopicServer, initialized_store, run_topic_server
 
-from magnetar.admin.cli_admin import admin_main
+from magnetar.admin.cli.admin_client import admin_main
 from magnetar.broker.wire.entry_format import StoredMessage, encode_message
 from magnetar.broker.wire.topic_name import TopicName
 

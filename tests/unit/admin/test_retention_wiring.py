@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from magnetar.admin.retention_policies import StoredPolicySource, entry_publish_time
+from magnetar.admin.processes.retention_policies import StoredPolicySource, entry_publish_time
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
 from magnetar.broker.policies import BacklogQuota, Policies, PolicyStore, RetentionPolicies, TenantInfo
 from magnetar.broker.wire.entry_format import StoredMessage, encode_batch, encode_message

@@ -16,15 +16,22 @@ from typing import Any
 import pydantic
 import pytest
 
-from magnetar.admin import cli
-from magnetar.admin.config import ConfigError, LoadedSettings, Source, load_settings, render_json, render_toml
-from magnetar.admin.standalone_settings import (
+from magnetar.admin.cli import main as cli
+from magnetar.admin.processes.config import (
+    ConfigError,
+    LoadedSettings,
+    Source,
+    load_settings,
+    render_json,
+    render_toml,
+)
+from magnetar.admin.processes.standalone_settings import (
     SET_BY_STANDALONE,
     STANDALONE_BOOKIE_DEFAULTS,
     StandaloneSettings,
 )
-from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.broker.settings import BrokerSettings
+from magnetar.gc.settings import BookieSettings
 
 PARTS: dict[str, type[pydantic.BaseModel]] = {"broker": BrokerSettings, "bookie": BookieSettings}
 

@@ -6,7 +6,7 @@ import trio
 from fixtures.client import open_in_process_bookies
 from prometheus_client.parser import text_string_to_metric_families
 
-from magnetar.admin.metrics import StorageMetrics
+from magnetar.admin.processes.metrics import StorageMetrics
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
 from magnetar.broker.exposition import render_text

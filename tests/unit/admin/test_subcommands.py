@@ -14,15 +14,16 @@ from collections.abc import Callable
 
 import pytest
 
-from magnetar.admin import cli, cmd_perf
-from magnetar.admin.subcommands import LazySubcommands, load_every_subcommand
+from magnetar.admin.cli import cmd_perf
+from magnetar.admin.cli import main as cli
+from magnetar.admin.cli.subcommands import LazySubcommands, load_every_subcommand
 
 HEAVY = ("trio", "httpx", "pydantic", "kazoo", "rocksdict", "cryptography", "magnetar.broker")
 """Packages that no ``--help`` outside the command that needs them may import."""
 
 PROBE = """
 import json, sys
-from magnetar.admin import cli
+from magnetar.admin.cli import main as cli
 try:
     cli.main(sys.argv[1:])
 except SystemExit:
@@ -48,17 +49,17 @@ def heavy(modules: set[str]) -> set[str]:
 
 def test_top_level_help_imports_no_command() -> None:
     modules = modules_after("--help")
-    assert not {name for name in modules if name.startswith("magnetar.admin.cmd_")}
+    assert not {name for name in modules if name.startswith("magnetar.admin.cli.cmd_")}
     assert not heavy(modules)
 
 
 @pytest.mark.parametrize("command", sorted(cli.COMMANDS))
 def test_a_commands_help_imports_that_command_only(command: str) -> None:
     modules = modules_after(command, "--help")
-    commands = {name for name in modules if name.startswith("magnetar.admin.cmd_")}
+    commands = {name for name in modules if name.startswith("magnetar.admin.cli.cmd_")}
     expected = {cli.COMMANDS[command][0]}
     if command == "standalone":
-        expected.add("magnetar.admin.cmd_broker")  # the security flags both share
+        expected.add("magnetar.admin.cli.cmd_broker")  # the security flags both share
     assert commands == expected
     if command != "admin":  # the admin client's verbs and httpx are what `admin --help` shows
         assert not heavy(modules), f"magnetar {command} --help imported {sorted(heavy(modules))}"
@@ -66,7 +67,7 @@ def test_a_commands_help_imports_that_command_only(command: str) -> None:
 
 def test_perf_help_imports_no_benchmark() -> None:
     modules = modules_after("perf", "--help")
-    assert not {name for name in modules if name.startswith("magnetar.admin.perf_")}
+    assert not {name for name in modules if name.startswith("magnetar.admin.perf.")}
     assert not heavy(modules)
 
 
@@ -74,12 +75,12 @@ def test_a_chosen_subcommand_gets_its_arguments() -> None:
     args = cli.build_parser().parse_args(["standalone", "--http-port", "8081", "--data-dir", "d"])
     assert (args.command, args._module, args.http_port, args.data_dir) == (
         "standalone",
-        "magnetar.admin.cmd_standalone",
+        "magnetar.admin.cli.cmd_standalone",
         8081,
         "d",
     )
     perf = cli.build_parser().parse_args(["perf", "produce", "--topic", "t", "--messages", "5"])
-    assert (perf._bench_module, perf.topic, perf.messages) == ("magnetar.admin.perf_produce", "t", 5)
+    assert (perf._bench_module, perf.topic, perf.messages) == ("magnetar.admin.perf.produce", "t", 5)
 
 
 def test_an_unknown_subcommand_is_still_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

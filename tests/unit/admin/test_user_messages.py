@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-SCANNED = ("admin/rest", "admin/cli_admin", "broker", "managed_ledger", "gc")
+SCANNED = ("admin/rest", "admin/cli/admin_client", "broker", "managed_ledger", "gc")
 REST_ADVICE = re.compile(r"\b(GET|PUT|POST|DELETE) +(/|\.\.\.)")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.admin.cli import main
+from magnetar.admin.cli.main import main
 from magnetar.bookkeeper.runtime.auth.keys import private_key, public_key, secret_key
 from magnetar.bookkeeper.runtime.auth.tokens import TokenVerifier
 from magnetar.bookkeeper.runtime.clock import SystemClock

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.admin.config import load_settings, render_json, render_toml
+from magnetar.admin.processes.config import load_settings, render_json, render_toml
 from magnetar.bookkeeper.protocol.digest import DigestType
 from magnetar.bookkeeper.runtime.auth.errors import KeyConfigError
 from magnetar.broker.settings import LEDGER_PASSWORD_BYTES, BrokerSettings

@@ -12,7 +12,7 @@ import pytest
 import trio
 from fixtures.autorecovery import FAST, Cluster, eventually, open_cluster, running_service
 
-from magnetar.admin.cli_admin import admin_main
+from magnetar.admin.cli.admin_client import admin_main
 from magnetar.bookkeeper.autorecovery.fragments import bookies_of
 from magnetar.bookkeeper.autorecovery.http_api import BookieRoute, add_bookie_routes, autorecovery_routes
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService

@@ -18,7 +18,6 @@ from magnetar.bookkeeper.bookie.identity import (
     format_bookie,
     verify_bookie_identity,
 )
-from magnetar.bookkeeper.bookie.settings import BookieSettings
 from magnetar.bookkeeper.metadata.api import Stat
 from magnetar.bookkeeper.metadata.bookies import (
     INSTANCE_ID_PATH,
@@ -28,6 +27,7 @@ from magnetar.bookkeeper.metadata.bookies import (
     writable_path,
 )
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
+from magnetar.gc.settings import BookieSettings
 
 BOOKIE = "127.0.0.1:3181"
 

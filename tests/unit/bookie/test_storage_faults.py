@@ -1,4 +1,5 @@
-"""Faults: each gives a typed error and a log line - never a crash, never a wrong answer (invariant 8)."""
+"""Faults: each gives a typed error and a log line - never a crash, never a wrong answer (invariant 8 of
+docs/architecture.md §3)."""
 
 from __future__ import annotations
 

@@ -26,9 +26,11 @@ from magnetar.broker.wire.message_id import (
 
 
 def test_pulsar_goldens() -> None:
-    # pulsar.md §1.5/§1.11: "CAAQAw==" = 08 00 10 03 = ledger 0, entry 3 (older Pulsar, no batch_size)
+    # docs/upstream.md, Pulsar §1.5/§1.11: "CAAQAw==" = 08 00 10 03 = ledger 0, entry 3 (older Pulsar, no
+    # batch_size)
     assert MessageId.from_base64("CAAQAw==") == MessageId(0, 3)
-    # pulsar.md §1.7: "CAMQADAA" = 08 03 10 00 30 00 = ledger 3, entry 0, batch_size 0 (current Pulsar)
+    # docs/upstream.md, Pulsar §1.7: "CAMQADAA" = 08 03 10 00 30 00 = ledger 3, entry 0, batch_size 0 (current
+    # Pulsar)
     assert MessageId.from_base64("CAMQADAA") == MessageId(3, 0)
     assert MessageId(3, 0).to_base64() == "CAMQADAA"
     assert MessageId(0, 3).to_bytes() == bytes.fromhex("080010033000")

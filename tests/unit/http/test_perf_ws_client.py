@@ -1,5 +1,6 @@
-"""The tools' WebSocket client (``magnetar.admin.ws_client``, the load generator of ``magnetar perf``) against
-the real server: handshake, subprotocols, redirects, refusals, batches both ways, the server's close."""
+"""The tools' WebSocket client (``magnetar.admin.perf.ws_client``, the load generator of ``magnetar perf``)
+against the real server: handshake, subprotocols, redirects, refusals, batches both ways, the server's
+close."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 import pytest
 import trio
 
-from magnetar.admin.perf_ws_stats import Histogram, bucket_us
-from magnetar.admin.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.admin.perf.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.admin.perf.ws_stats import Histogram, bucket_us
 from magnetar.bookkeeper.runtime.http import Router, WebSocketRequest, error_response
 
 StartServer = Any  # see conftest.py

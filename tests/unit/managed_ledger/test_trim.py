@@ -1,4 +1,4 @@
-"""Table tests of the trim rule (reference/pulsar.md §3.4)."""
+"""Table tests of the trim rule (docs/upstream.md, Pulsar §3.4)."""
 
 from __future__ import annotations
 

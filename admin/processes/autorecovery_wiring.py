@@ -1,0 +1,117 @@
+"""Wiring AutoRecovery into a process (composition root): inside a bookie, or ``magnetar autorecovery``.
+
+:class:`BookieProcessSettings` is the bookie process's settings model: :class:`BookieSettings` plus the
+``autorecovery`` table (``MAGNETAR_AUTORECOVERY__<NAME>``). The two cannot live together lower down - the
+bookie package does not know AutoRecovery, which is a client of bookies.
+
+:func:`open_autorecovery` opens what AutoRecovery needs on a metadata store - a TCP transport to the bookies
+(with ``bookkeeper_auth_token`` / ``bookkeeper_tls_*`` when the bookies require them), a replication client
+- and runs an :class:`~magnetar.bookkeeper.autorecovery.service.AutoRecoveryService` (its daemon only when
+``autorecovery.enabled``) for the block. :func:`add_autorecovery_http` adds its routes and metrics to an HTTP
+router and a Prometheus registry: the one place a route guard (authentication) plugs in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated
+
+import trio
+from prometheus_client import CollectorRegistry
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from magnetar.bookkeeper.autorecovery.http_api import RouteGuard, add_bookie_routes, autorecovery_routes
+from magnetar.bookkeeper.autorecovery.metrics import AutoRecoveryCollector
+from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
+from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
+from magnetar.bookkeeper.client import open_bookkeeper
+from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
+from magnetar.bookkeeper.metadata.api import MetadataStore
+from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
+from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
+from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
+from magnetar.bookkeeper.runtime.http import Router
+from magnetar.gc.settings import BookieSettings
+
+log = logging.getLogger("magnetar.autorecovery")
+
+
+class BookieProcessSettings(BookieSettings):
+    """``magnetar bookie``'s settings: the bookie's own, plus the AutoRecovery daemon it runs."""
+
+    autorecovery: AutoRecoverySettings = AutoRecoverySettings()
+    """AutoRecovery inside this bookie, e.g. ``MAGNETAR_AUTORECOVERY__ENABLED=false``."""
+
+
+class AutoRecoveryProcessSettings(BaseSettings):
+    """``magnetar autorecovery``'s settings (every field also ``MAGNETAR_<NAME>``)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
+
+    metadata_url: str = "memory://"
+    metadata_session_timeout_ms: Annotated[int, Field(gt=0)] = 30_000
+    bind_address: str = "0.0.0.0"
+    http_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    """Port of ``/metrics`` and the AutoRecovery REST API; unset serves no HTTP; 0 picks a free one."""
+    daemon_id: str | None = None
+    """Name in the auditor election and on locks; default ``<hostname>:<pid>``."""
+    port_file: Path | None = None
+    autorecovery: AutoRecoverySettings = AutoRecoverySettings()
+
+    def metadata_settings(self) -> MetadataStoreSettings:
+        return MetadataStoreSettings(session_timeout_ms=self.metadata_session_timeout_ms)
+
+    def resolved_daemon_id(self) -> str:
+        return self.daemon_id or f"{socket.gethostname()}:{os.getpid()}"
+
+
+@asynccontextmanager
+async def open_autorecovery(
+    metadata: MetadataStore, settings: AutoRecoverySettings, *, daemon_id: str
+) -> AsyncIterator[AutoRecoveryService]:
+    """A running :class:`AutoRecoveryService` (and its client and transport) for the block."""
+    transport_settings = TcpTransportSettings(
+        add_timeout_ms=settings.add_timeout_ms, read_timeout_ms=settings.read_timeout_ms
+    )
+    token = None
+    if settings.bookkeeper_auth_token:
+        token = read_token_setting(settings.bookkeeper_auth_token, "autorecovery.bookkeeper_auth_token")
+    tls = None
+    if settings.bookkeeper_tls_enabled:
+        tls = client_ssl_context(
+            trust_certs_file=settings.bookkeeper_tls_trust_certs_file,
+            certificate_file=settings.bookkeeper_tls_certificate_file,
+            key_file=settings.bookkeeper_tls_key_file,
+        )
+    async with (
+        open_tcp_transport(transport_settings, ssl_context=tls, auth_token=token) as transport,
+        open_bookkeeper(metadata, transport, settings.client_settings()) as bk,
+        trio.open_nursery() as nursery,
+    ):
+        service = AutoRecoveryService(bk, settings, daemon_id=daemon_id)
+        await nursery.start(service.run)
+        log.info("AutoRecovery %s (%s)", daemon_id, "daemon running" if settings.enabled else "REST API only")
+        try:
+            yield service
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def add_autorecovery_http(
+    router: Router,
+    service: AutoRecoveryService,
+    registry: CollectorRegistry | None = None,
+    guard: RouteGuard | None = None,
+) -> None:
+    """The AutoRecovery REST routes (through ``guard``, when authentication asks for one) and metrics."""
+    add_bookie_routes(router, autorecovery_routes(service), guard)
+    if registry is not None:
+        registry.register(AutoRecoveryCollector(service.daemon.stats, service.clock.monotonic))
