@@ -38,8 +38,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from magnetar.bookkeeper.client.settings import ClientSettings
 
-NonNegativeInt = Annotated[int, Field(ge=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+IntervalS = Annotated[int, Field(ge=0, le=366 * 86_400)]
+"""A periodic check's interval in seconds (0 = never; at most a year)."""
+TimeoutMs = Annotated[int, Field(gt=0, le=600_000)]
+"""A request timeout in milliseconds (at most 10 minutes)."""
 
 
 class AutoRecoverySettings(BaseModel):
@@ -52,29 +56,29 @@ class AutoRecoverySettings(BaseModel):
     lost_bookie_grace_after_outage_s: Annotated[int, Field(ge=0, le=3_600)] = 60
     """After an outage of the metadata store, a bookie found missing counts as missing only from this long
     after the store is back: its registration may have vanished with its session and be on its way back."""
-    auditor_periodic_check_interval_s: NonNegativeInt = 604_800
+    auditor_periodic_check_interval_s: IntervalS = 604_800
     """Full check of every ledger's ensembles against the live bookies, plus the read check; 0 = never."""
-    auditor_periodic_bookie_check_interval_s: NonNegativeInt = 86_400
+    auditor_periodic_bookie_check_interval_s: IntervalS = 86_400
     """Re-audit of the lost bookies' ledgers even without a change of bookies; 0 = never."""
-    auditor_periodic_placement_policy_check_interval_s: NonNegativeInt = 86_400
+    auditor_periodic_placement_policy_check_interval_s: IntervalS = 86_400
     """Mark closed ledgers whose write sets span fewer racks than the placement policy asks; 0 = never."""
     auditor_ledger_verification_percentage: Annotated[int, Field(ge=0, le=100)] = 0
     """Share of each fragment's entries the periodic check reads from every replica (first and last
     entries of each fragment are always read when above 0)."""
-    open_ledger_rereplication_grace_period_ms: NonNegativeInt = 30_000
+    open_ledger_rereplication_grace_period_ms: Annotated[int, Field(ge=0, le=DAY_MS)] = 30_000
     """An open ledger's last fragment on a lost bookie is left to its writer this long, then the ledger is
     recovered (fenced and closed) so that it can be replicated."""
     rereplication_entry_batch_size: Annotated[int, Field(ge=1, le=10_000)] = 10
     """Entries one fragment copy keeps in flight (read from a survivor, written to the new bookie)."""
-    rereplication_rate_bytes_per_s: NonNegativeInt = 0
+    rereplication_rate_bytes_per_s: Annotated[int, Field(ge=0, le=10 * 2**30)] = 0
     """Bytes per second one process copies at most (0 = unlimited)."""
-    rereplication_rate_entries_per_s: NonNegativeInt = 0
+    rereplication_rate_entries_per_s: Annotated[int, Field(ge=0, le=10_000_000)] = 0
     """Entries per second one process copies at most (0 = unlimited)."""
-    rereplicate_backoff_ms: NonNegativeInt = 5_000
+    rereplicate_backoff_ms: Annotated[int, Field(ge=0, le=HOUR_MS)] = 5_000
     """Pause of a worker after a ledger it could not replicate."""
-    lock_release_of_failed_ledger_grace_period_ms: NonNegativeInt = 300_000
+    lock_release_of_failed_ledger_grace_period_ms: Annotated[int, Field(ge=0, le=DAY_MS)] = 300_000
     """A ledger whose replication failed stays locked this long, so workers do not spin on it."""
-    underreplicated_poll_ms: PositiveInt = 5_000
+    underreplicated_poll_ms: Annotated[int, Field(gt=0, le=HOUR_MS)] = 5_000
     """An idle worker looks for marks at least this often (changes are normally notified at once)."""
     metadata_walk_in_flight_max: Annotated[int, Field(ge=1, le=1024)] = 32
     """Ledger metadata reads the auditor keeps in flight while it scans every ledger."""
@@ -83,9 +87,9 @@ class AutoRecoverySettings(BaseModel):
     """Racks each write set should span when a new bookie is chosen (as the brokers' placement)."""
     enforce_min_num_racks_per_write_quorum: bool = False
     """Refuse a new bookie that leaves a write set below ``min_num_racks_per_write_quorum``."""
-    add_timeout_ms: PositiveInt = 10_000
+    add_timeout_ms: TimeoutMs = 10_000
     """Timeout of one copy written to a new bookie."""
-    read_timeout_ms: PositiveInt = 10_000
+    read_timeout_ms: TimeoutMs = 10_000
     """Timeout of one read from a surviving bookie."""
     bookkeeper_auth_token: str | None = None
     """Token the replication client presents to bookies that require one (``token:<jwt>``, ``file:///``)."""
