@@ -1,5 +1,6 @@
 """The ``magnetar autorecovery`` process: one AutoRecovery daemon (auditor election + replication worker)
-and, with ``--http-port``, ``/metrics`` and the AutoRecovery REST API (the same routes a bookie serves).
+and, with ``--http-port``, ``/metrics`` and the AutoRecovery REST API (the same routes a bookie serves,
+guarded as a bookie guards them: a token of ``super_user_roles`` once ``authentication_enabled``).
 
 Once running it prints ``{"event": "autorecovery-ready", "daemonId": ..., "httpPort": ...}`` on stdout (and
 to ``--port-file``). SIGTERM / SIGINT / SIGHUP stop it: its vote and locks are withdrawn, a copy in progress
@@ -19,6 +20,7 @@ from magnetar.admin.processes.autorecovery_wiring import (
     AutoRecoveryProcessSettings,
     add_autorecovery_http,
     open_autorecovery,
+    operator_guard,
 )
 from magnetar.admin.processes.config import (
     ConfigError,
@@ -34,6 +36,7 @@ from magnetar.admin.processes.process_common import (
     describe,
     first_signal,
 )
+from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, head_check
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.runtime.http import HttpRequest, HttpResponse, HttpSettings, Router, serve_http
 
@@ -76,8 +79,9 @@ async def serve(settings: AutoRecoveryProcessSettings) -> int:
                         headers = (("content-type", PROMETHEUS_CONTENT_TYPE),)
                         return HttpResponse(200, headers, generate_latest(registry))
 
-                    router.get("/metrics", metrics)
-                    add_autorecovery_http(router, service, registry)
+                    access = BookieHttpAccess(settings)
+                    router.get("/metrics", metrics, check=head_check(access.check_metrics))
+                    add_autorecovery_http(router, service, registry, operator_guard(access))
                     http = HttpSettings(http_bind_address=settings.bind_address, http_port=settings.http_port)
                     ports: list[int] = await nursery.start(serve_http, router, http)
                     http_port = ports[0]

@@ -26,17 +26,24 @@ from prometheus_client import CollectorRegistry
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from magnetar.bookkeeper.autorecovery.http_api import RouteGuard, add_bookie_routes, autorecovery_routes
+from magnetar.bookkeeper.autorecovery.http_api import (
+    BookieRoute,
+    RouteGuard,
+    add_bookie_routes,
+    autorecovery_routes,
+)
 from magnetar.bookkeeper.autorecovery.metrics import AutoRecoveryCollector
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
 from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
+from magnetar.bookkeeper.bookie.http_api import HttpAccess
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.bookkeeper.metadata.settings import MetadataStoreSettings
+from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
+from magnetar.bookkeeper.runtime.auth.authentication import Roles, TokenKeySettings
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
-from magnetar.bookkeeper.runtime.http import Router
+from magnetar.bookkeeper.runtime.http import HttpRequest, Router
 from magnetar.gc.settings import BookieSettings
 
 log = logging.getLogger("magnetar.autorecovery")
@@ -49,15 +56,22 @@ class BookieProcessSettings(BookieSettings):
     """AutoRecovery inside this bookie, e.g. ``MAGNETAR_AUTORECOVERY__ENABLED=false``."""
 
 
-class AutoRecoveryProcessSettings(BaseSettings):
-    """``magnetar autorecovery``'s settings (every field also ``MAGNETAR_<NAME>``)."""
+class AutoRecoveryProcessSettings(BaseSettings, MetadataConnectionSettings, TokenKeySettings):
+    """``magnetar autorecovery``'s settings (every field also ``MAGNETAR_<NAME>``): the metadata store as
+    every process reaches it (``zk_tls_*`` included), the cluster's token key and the superusers that guard
+    its HTTP routes as a bookie's guard them (``authentication_enabled``, ``token_*``, ``super_user_roles``,
+    ``authenticate_metrics_endpoint``), and the daemon's own table (its token and TLS towards the bookies
+    are ``autorecovery.bookkeeper_*``)."""
 
     model_config = SettingsConfigDict(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
 
     metadata_url: str = "memory://"
-    metadata_session_timeout_ms: Annotated[int, Field(gt=0)] = 30_000
+    super_user_roles: Roles = ()
+    """Roles allowed the AutoRecovery REST API when authentication is on (as a bookie's)."""
+    authenticate_metrics_endpoint: bool = False
+    """``/metrics`` needs a superuser token too (as a bookie's)."""
     bind_address: str = "0.0.0.0"
     http_port: Annotated[int, Field(ge=0, le=65535)] | None = None
     """Port of ``/metrics`` and the AutoRecovery REST API; unset serves no HTTP; 0 picks a free one."""
@@ -65,9 +79,6 @@ class AutoRecoveryProcessSettings(BaseSettings):
     """Name in the auditor election and on locks; default ``<hostname>:<pid>``."""
     port_file: Path | None = None
     autorecovery: AutoRecoverySettings = AutoRecoverySettings()
-
-    def metadata_settings(self) -> MetadataStoreSettings:
-        return MetadataStoreSettings(session_timeout_ms=self.metadata_session_timeout_ms)
 
     def resolved_daemon_id(self) -> str:
         return self.daemon_id or f"{socket.gethostname()}:{os.getpid()}"
@@ -115,3 +126,12 @@ def add_autorecovery_http(
     add_bookie_routes(router, autorecovery_routes(service), guard)
     if registry is not None:
         registry.register(AutoRecoveryCollector(service.daemon.stats, service.clock.monotonic))
+
+
+def operator_guard(access: HttpAccess) -> RouteGuard:
+    """The AutoRecovery routes are operators' endpoints, reading or not (they list ledgers and bookies)."""
+
+    async def guard(request: HttpRequest, route: BookieRoute) -> None:
+        access.check_operator(request)
+
+    return guard

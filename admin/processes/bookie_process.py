@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -41,6 +41,7 @@ from magnetar.admin.processes.autorecovery_wiring import (
     BookieProcessSettings,
     add_autorecovery_http,
     open_autorecovery,
+    operator_guard,
 )
 from magnetar.admin.processes.config import (
     ConfigError,
@@ -58,7 +59,6 @@ from magnetar.admin.processes.process_common import (
     explain,
     first_signal,
 )
-from magnetar.bookkeeper.autorecovery.http_api import BookieRoute
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
 from magnetar.bookkeeper.bookie.errors import StorageInUseError
 from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, all_of, bookie_router
@@ -75,7 +75,7 @@ from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
-from magnetar.bookkeeper.runtime.http import HttpRequest, HttpSettings, Router, serve_http
+from magnetar.bookkeeper.runtime.http import HttpSettings, Router, serve_http
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
 from magnetar.gc.http_api import add_gc_routes
@@ -170,7 +170,7 @@ async def _serve_checked(
                     await nursery.start(collector.run)
                 # AutoRecovery (BEGIN): the daemon inside the bookie, and its REST routes on the bookie's port
                 autorecovery = await nursery.start(_run_autorecovery, metadata, settings, endpoint.bookie_id)
-                add_autorecovery_http(router, autorecovery, bookie.metrics.registry, _operator_guard(access))
+                add_autorecovery_http(router, autorecovery, bookie.metrics.registry, operator_guard(access))
                 # AutoRecovery (END)
                 announce(
                     {
@@ -189,15 +189,6 @@ async def _serve_checked(
             settings.port_file.unlink(missing_ok=True)
     log.info("bookie %s exited cleanly", endpoint.bookie_id)
     return 0
-
-
-def _operator_guard(access: BookieHttpAccess) -> Callable[[HttpRequest, BookieRoute], Awaitable[None]]:
-    """The AutoRecovery routes are operators' endpoints, reading or not (they list ledgers and bookies)."""
-
-    async def guard(request: HttpRequest, route: BookieRoute) -> None:
-        access.check_operator(request)
-
-    return guard
 
 
 async def _run_autorecovery(

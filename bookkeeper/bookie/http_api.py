@@ -40,9 +40,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from magnetar.bookkeeper.bookie.server import Bookie
-from magnetar.bookkeeper.bookie.settings import BookieServerSettings
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
+    AuthenticationSettings,
     http_reason,
 )
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
@@ -89,11 +89,24 @@ class OpenAccess:
         return None
 
 
-class BookieHttpAccess:
-    """The rules of the module docstring with a bookie's settings: tokens of the cluster key, superusers
-    ``super_user_roles``."""
+class OperatorAccessSettings(Protocol):
+    """What :class:`BookieHttpAccess` reads from a process's settings (a bookie's, or those of
+    ``magnetar autorecovery``)."""
 
-    def __init__(self, settings: BookieServerSettings, clock: Clock | None = None) -> None:
+    @property
+    def super_user_roles(self) -> Sequence[str]: ...
+
+    @property
+    def authenticate_metrics_endpoint(self) -> bool: ...
+
+    def authentication_settings(self) -> AuthenticationSettings: ...
+
+
+class BookieHttpAccess:
+    """The rules of the module docstring with a process's settings: tokens of the cluster key, superusers
+    ``super_user_roles`` (a bookie, or ``magnetar autorecovery`` serving the same operator routes)."""
+
+    def __init__(self, settings: OperatorAccessSettings, clock: Clock | None = None) -> None:
         self._authentication = AuthenticationService(settings.authentication_settings(), clock)
         self._superusers = frozenset(settings.super_user_roles)
         self._metrics_need_superuser = settings.authenticate_metrics_endpoint

@@ -155,7 +155,7 @@ INVALID = {
     "unknown mode": ({"autorecovery": {"mode": "sidecar"}}, r"autorecovery\.mode must be bookie, deployment"),
     "deployment with auth": (
         {**SCENARIOS["secure"], "autorecovery": {"mode": "deployment"}},
-        r"autorecovery\.mode=deployment runs `magnetar autorecovery`, which has no authentication",
+        r"autorecovery\.mode=deployment runs `magnetar autorecovery`, and the chart does not pass",
     ),
     "no replicas": (
         {"autorecovery": {"mode": "deployment", "deployment": {"replicas": 0}}},

@@ -1,6 +1,7 @@
 """The bookies' HTTP API on real processes: served by ``magnetar standalone`` on its own port (all bookies at
 BookKeeper's paths, each under ``/bookies/{bookieId}``, their metrics with the broker's), and who may call it
-with authentication on - on the standalone's port and on a ``magnetar bookie``'s own HTTP port - for every
+with authentication on - on the standalone's port, on a ``magnetar bookie``'s own HTTP port and on a
+``magnetar autorecovery``'s - for every
 endpoint and each of no token, a token of an ordinary role and a superuser's token."""
 
 from __future__ import annotations
@@ -183,6 +184,42 @@ def test_bookie_process_with_authentication_guards_its_http_port(
         assert http_client.request(method, path, headers=callers["none"]).status_code == 401, path
         assert http_client.request(method, path, headers=callers["app"]).status_code == 403, path
     assert http_client.get("/api/v1/bookie/list_bookies", headers=callers["admin"]).status_code == 200
+    assert process.is_running()
+    assert process.stop() == 0, process.log_tail()
+
+
+def test_autorecovery_process_with_authentication_guards_its_http_port(
+    magnetar_processes: ProcessGroup,
+    tmp_path: Path,
+    token_keys: TokenKeys,
+    secret_key: Path,
+    http_client: httpx.Client,
+) -> None:
+    """``magnetar autorecovery`` serves the same operator routes as a bookie: guarded the same way."""
+    process = magnetar_processes.add(
+        "autorecovery",
+        ["autorecovery", "--metadata-url", "memory://", "--http-port", "0", "--bind", "127.0.0.1",
+         "--authentication-enabled", "--token-secret-key", secret_key.as_uri(),
+         "--super-user-roles", "admin"],
+        env={"MAGNETAR_AUTHENTICATE_METRICS_ENDPOINT": "true"},
+    )  # fmt: skip
+    http_client.base_url = httpx.URL(f"http://127.0.0.1:{process.ready['httpPort']}")
+    callers = tokens(token_keys)
+    for method, path in [
+        ("GET", "/api/v1/autorecovery/who_is_auditor"),
+        ("GET", "/api/v1/autorecovery/list_under_replicated_ledger"),
+        ("GET", "/api/v1/bookie/list_bookies"),
+        ("GET", "/api/v1/ledger/list"),
+        ("PUT", "/api/v1/autorecovery/trigger_audit"),
+        ("PUT", "/api/v1/autorecovery/decommission"),
+        ("GET", "/metrics"),
+    ]:
+        assert http_client.request(method, path, headers=callers["none"]).status_code == 401, path
+        assert http_client.request(method, path, headers=callers["app"]).status_code == 403, path
+    assert http_client.get("/api/v1/bookie/list_bookies", headers=callers["admin"]).status_code == 200
+    metrics = http_client.get("/metrics", headers=callers["admin"])
+    assert metrics.status_code == 200
+    assert "magnetar_autorecovery_auditor_elected" in metrics.text
     assert process.is_running()
     assert process.stop() == 0, process.log_tail()
 

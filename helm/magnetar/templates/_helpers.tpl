@@ -369,7 +369,7 @@ install, upgrade or template run stops here with a message naming the value to c
 {{- end -}}
 {{- if eq $ar.mode "deployment" -}}
 {{- if or .Values.auth.enabled .Values.tls.bookie.enabled .Values.tls.zookeeper.enabled -}}
-{{- fail "autorecovery.mode=deployment runs `magnetar autorecovery`, which has no authentication on its REST API and no TLS to bookies or ZooKeeper yet: with auth.enabled or TLS use autorecovery.mode=bookie (the daemons run inside the bookies, behind the bookies' own security)" -}}
+{{- fail "autorecovery.mode=deployment runs `magnetar autorecovery`, and the chart does not pass it the token, keys and certificates yet: with auth.enabled or TLS use autorecovery.mode=bookie (the daemons run inside the bookies, behind the bookies' own security)" -}}
 {{- end -}}
 {{- if lt (int $ar.deployment.replicas) 1 -}}
 {{- fail (printf "autorecovery.deployment.replicas (%d) must be >= 1 (or set autorecovery.mode)" (int $ar.deployment.replicas)) -}}
