@@ -107,6 +107,26 @@ def assert_access_matrix(http: httpx.Client, prefixes: list[str], callers: dict[
         assert "bookkeeper_server_ADD_ENTRY_REQUEST_count" in metrics["admin"].text
 
 
+AUTORECOVERY_ROUTES = [
+    ("GET", "/api/v1/autorecovery/who_is_auditor"),
+    ("GET", "/api/v1/autorecovery/list_under_replicated_ledger"),
+    ("GET", "/api/v1/bookie/list_bookies"),
+    ("GET", "/api/v1/ledger/list"),
+    ("PUT", "/api/v1/autorecovery/trigger_audit"),
+    ("PUT", "/api/v1/autorecovery/decommission"),
+]
+
+
+def assert_operators_only(
+    http: httpx.Client, routes: list[tuple[str, str]], callers: dict[str, dict[str, str]]
+) -> None:
+    """Each route: 401 without a token, 403 for ``app``; a superuser lists the bookies."""
+    for method, path in routes:
+        assert http.request(method, path, headers=callers["none"]).status_code == 401, path
+        assert http.request(method, path, headers=callers["app"]).status_code == 403, path
+    assert http.get("/api/v1/bookie/list_bookies", headers=callers["admin"]).status_code == 200
+
+
 def assert_bad_bodies_are_400(http: httpx.Client, prefix: str, headers: dict[str, str]) -> None:
     for path in ("gc", "gc/suspend_compaction", "gc/resume_compaction"):
         for body in BAD_BODIES:
@@ -174,16 +194,7 @@ def test_bookie_process_with_authentication_guards_its_http_port(
     assert_access_matrix(http_client, [""], callers)
     assert_bad_bodies_are_400(http_client, "", callers["admin"])
     # AutoRecovery's routes on the same port are operators' endpoints, reading or not
-    for method, path in [
-        ("GET", "/api/v1/autorecovery/who_is_auditor"),
-        ("GET", "/api/v1/bookie/list_bookies"),
-        ("GET", "/api/v1/ledger/list"),
-        ("PUT", "/api/v1/autorecovery/trigger_audit"),
-        ("PUT", "/api/v1/autorecovery/decommission"),
-    ]:
-        assert http_client.request(method, path, headers=callers["none"]).status_code == 401, path
-        assert http_client.request(method, path, headers=callers["app"]).status_code == 403, path
-    assert http_client.get("/api/v1/bookie/list_bookies", headers=callers["admin"]).status_code == 200
+    assert_operators_only(http_client, AUTORECOVERY_ROUTES, callers)
     assert process.is_running()
     assert process.stop() == 0, process.log_tail()
 
@@ -205,18 +216,7 @@ def test_autorecovery_process_with_authentication_guards_its_http_port(
     )  # fmt: skip
     http_client.base_url = httpx.URL(f"http://127.0.0.1:{process.ready['httpPort']}")
     callers = tokens(token_keys)
-    for method, path in [
-        ("GET", "/api/v1/autorecovery/who_is_auditor"),
-        ("GET", "/api/v1/autorecovery/list_under_replicated_ledger"),
-        ("GET", "/api/v1/bookie/list_bookies"),
-        ("GET", "/api/v1/ledger/list"),
-        ("PUT", "/api/v1/autorecovery/trigger_audit"),
-        ("PUT", "/api/v1/autorecovery/decommission"),
-        ("GET", "/metrics"),
-    ]:
-        assert http_client.request(method, path, headers=callers["none"]).status_code == 401, path
-        assert http_client.request(method, path, headers=callers["app"]).status_code == 403, path
-    assert http_client.get("/api/v1/bookie/list_bookies", headers=callers["admin"]).status_code == 200
+    assert_operators_only(http_client, [*AUTORECOVERY_ROUTES, ("GET", "/metrics")], callers)
     metrics = http_client.get("/metrics", headers=callers["admin"])
     assert metrics.status_code == 200
     assert "magnetar_autorecovery_auditor_elected" in metrics.text
