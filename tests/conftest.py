@@ -21,6 +21,7 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
   ``FakeClock``
 * ``fixtures.dev_cluster`` - real clusters of processes (``open_test_cluster``, the ``magnetar dev-cluster``
   command), imported by the tests that use them; ``fixtures.tcp_proxy`` - the fault-injecting proxy
+* the Hypothesis profile ``magnetar`` (here): no per-example deadline
 * ``--long`` (here): the long variants of the end-to-end and integration tests (``long_scale(short, long)``
   picks a figure: the short one in the default suite, the long one with ``--long``); the failure suite's
   ``--chaos-long`` option lives in ``tests/chaos/conftest.py``
@@ -32,6 +33,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis's per-example deadline (200 ms) is a timing assertion: on a loaded machine, or next to a second
+# pytest-xdist worker, a slow first run of an example fails the test as flaky. Tests that want a deadline
+# set one with @settings.
+settings.register_profile("magnetar", deadline=None)
+settings.load_profile("magnetar")
 
 pytest_plugins = [
     "fixtures.admin",
