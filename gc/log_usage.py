@@ -21,8 +21,9 @@ import logging
 from dataclasses import dataclass
 
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, LogUsage
 from magnetar.bookkeeper.bookie.errors import BookieError
+from magnetar.bookkeeper.bookie.gc_primitives import LogUsage
+from magnetar.gc.storage_seam import StoragePrimitives
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class LogStatus:
 
 
 class UsageTracker:
-    def __init__(self, engine: EntryLogGc, *, target_log_bytes: int | None = None) -> None:
+    def __init__(self, engine: StoragePrimitives, *, target_log_bytes: int | None = None) -> None:
         """``target_log_bytes``: the least denominator of the usage fraction (None: the log's own total)."""
         self._engine = engine
         self._target_log_bytes = target_log_bytes
