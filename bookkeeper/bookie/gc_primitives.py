@@ -295,37 +295,20 @@ class GcPrimitives:
         self,
         manifest: CompactionManifest,
         *,
-        ledgers: Collection[int],
+        ledgers: Collection[int] | None = None,
         on_step: StepHook | None = None,
         relocate_batch_entries: int = 512,
     ) -> CompactionResult:
-        """Roll a running compaction forward after its commit point (:meth:`write_manifest`). ``ledgers``:
-        those of its sources (the index entries of the ones deleted meanwhile are purged); its count of
-        copied records is trusted (``manifest.entries``)."""
-        return await self._roll_forward(
-            manifest,
-            trusted=True,
-            ledgers=ledgers,
-            on_step=on_step,
-            relocate_batch_entries=relocate_batch_entries,
-        )
+        """Roll a committed compaction forward (after :meth:`write_manifest`): make the target visible,
+        relocate, sync, delete the sources, drop the manifest.
 
-    async def _roll_forward(
-        self,
-        manifest: CompactionManifest,
-        *,
-        trusted: bool = False,
-        ledgers: Collection[int] = (),
-        on_step: StepHook | None = None,
-        relocate_batch_entries: int = 512,
-    ) -> CompactionResult:
-        """Commit steps after the manifest: visible, relocate, sync, delete sources, drop the manifest.
-
-        Shared by a running compaction and by recovery at open. A running compaction (``trusted``) passes
-        the ``ledgers`` of its sources and trusts its count of copied records; recovery trusts nothing in
+        A running compaction and recovery at open share this code. A running compaction passes the
+        ``ledgers`` of its sources (the index entries of those deleted meanwhile are purged) and its count of
+        copied records (``manifest.entries``) is trusted; recovery (``ledgers`` None) trusts nothing in
         memory and proves with one pass over the index that no source is referenced any more before deleting
         it.
         """
+        trusted = ledgers is not None
         step = on_step or _no_step
         directory = self._logger.directory
         target, sources = manifest.target, set(manifest.sources)
@@ -343,7 +326,7 @@ class GcPrimitives:
         result.target_bytes = self._file_size(target)
         seen, result.relocated, clean = await self._relocate(target, sources, relocate_batch_entries, step)
         async with self._lock:
-            await self._purge_and_sync(ledgers)
+            await self._purge_and_sync(ledgers or ())
         step("index-synced")
         if not (trusted and clean and seen == manifest.entries):
             if trusted:
@@ -421,7 +404,7 @@ class GcPrimitives:
                 log.error("compaction manifest %s is damaged; its copy is discarded", manifest_name(target))
                 await run_io("removing a damaged manifest", remove_file, directory / manifest_name(target))
                 continue
-            result = await self._roll_forward(manifest)
+            result = await self.finish_compaction(manifest)
             log.warning(
                 "finished an interrupted compaction into %s: %d entries relocated, sources %s deleted",
                 log_file_name(target),
