@@ -151,17 +151,14 @@ class CompactionJob:
         if read is None:
             return None
         live = _LiveChunk()
-        exists, location, loc_base = (
-            self._storage.ledger_exists,
-            self._storage.location,
-            source << OFFSET_BITS,
-        )
+        existing, locate = self._storage.existing_ledgers, self._storage.locate
+        loc_base = source << OFFSET_BITS
         view, base = memoryview(read.buf), read.base
         run_start = run_end = -1  # contiguous live records are copied with one slice
         for i, e in enumerate(read.entries):
             if i % GIL_YIELD_EVERY == 0:
                 time.sleep(0)
-            if exists(e.ledger_id) and location(e.ledger_id, e.entry_id) == loc_base | e.offset:
+            if e.ledger_id in existing and locate(e.ledger_id, e.entry_id) == loc_base | e.offset:
                 start = e.offset - base
                 if start != run_end:
                     if run_end > run_start:

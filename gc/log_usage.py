@@ -114,8 +114,10 @@ class UsageTracker:
         return self._usage[log_id]
 
     def remaining_bytes(self, log_id: int) -> int:
-        exists = self._engine.ledger_exists
-        return sum(size for ledger_id, size in self._usage[log_id].ledger_bytes.items() if exists(ledger_id))
+        existing = self._engine.existing_ledgers
+        return sum(
+            size for ledger_id, size in self._usage[log_id].ledger_bytes.items() if ledger_id in existing
+        )
 
     def fraction(self, log_id: int) -> float:
         usage = self._usage[log_id]
@@ -138,11 +140,11 @@ class UsageTracker:
         return found
 
     def statuses(self) -> list[LogStatus]:
-        exists = self._engine.ledger_exists
+        existing = self._engine.existing_ledgers
         out = []
         for log_id in sorted(self._usage):
             usage = self._usage[log_id]
-            live = [ledger_id for ledger_id in usage.ledger_bytes if exists(ledger_id)]
+            live = [ledger_id for ledger_id in usage.ledger_bytes if ledger_id in existing]
             out.append(
                 LogStatus(
                     log_id,

@@ -11,7 +11,7 @@ roll back an interrupted compaction before its journal replay, whether or not a 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Container, Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -30,10 +30,14 @@ class StoragePrimitives(Protocol):
         """Sealed logs no compaction claimed, ascending: the only logs GC may delete or compact."""
         ...
 
-    def ledger_exists(self, ledger_id: int) -> bool: ...
+    @property
+    def existing_ledgers(self) -> Container[int]:
+        """The ledgers that exist (read-only)."""
+        ...
 
-    def location(self, ledger_id: int, entry_id: int) -> int | None:
-        """Where the index says the entry is (blocking: call it in a worker thread)."""
+    @property
+    def locate(self) -> Callable[[int, int], int | None]:
+        """The index lookup ``(ledgerId, entryId) -> location`` (blocking: call it in a worker thread)."""
         ...
 
     async def usage(self, log_id: int) -> LogUsage:

@@ -25,7 +25,7 @@ with a Protocol of its own (``magnetar.gc.storage_seam.StoragePrimitives``); thi
 * For a compaction: :meth:`GcPrimitives.allocate_compaction_log` reserves a target id (durably, under the
   lock checkpoints roll logs under) and :meth:`GcPrimitives.claim` / :meth:`GcPrimitives.release` hide a
   compaction's logs from :meth:`GcPrimitives.log_ids` and from recovery while it runs;
-  :meth:`GcPrimitives.ledger_exists` and :meth:`GcPrimitives.location` say whether a record is live (its
+  :attr:`GcPrimitives.existing_ledgers` and :attr:`GcPrimitives.locate` say whether a record is live (its
   ledger exists and the index points exactly at it); :meth:`GcPrimitives.write_manifest` writes the
   compaction's manifest, the commit point (its format is the engine's, :mod:`.compaction_files`, because
   recovery reads it); :meth:`GcPrimitives.finish_compaction` rolls a committed compaction forward.
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,9 +164,15 @@ class GcPrimitives:
     def ledger_exists(self, ledger_id: int) -> bool:
         return ledger_id in self._states
 
-    def location(self, ledger_id: int, entry_id: int) -> int | None:
-        """Where the index says the entry is (blocking: call it in a worker thread)."""
-        return self._index.get_location(ledger_id, entry_id)
+    @property
+    def existing_ledgers(self) -> Container[int]:
+        """The ledgers that exist, read-only (``in`` is cheap enough for a loop over every record)."""
+        return self._states
+
+    @property
+    def locate(self) -> Callable[[int, int], int | None]:
+        """The index lookup: ``(ledgerId, entryId) -> location`` or None (blocking: in a worker thread)."""
+        return self._index.get_location
 
     @property
     def directory(self) -> Path:

@@ -135,7 +135,7 @@ async def test_a_pass_through_the_seam_compacts_and_reclaims(tmp_path: Path) -> 
             "usage",
             "allocate_compaction_log",
             "claim",
-            "location",
+            "locate",
             "write_manifest",
         ):
             assert primitive in seam.calls, primitive
