@@ -1,5 +1,6 @@
-"""The engine's garbage-collection primitives: sealed logs, usage, dead-log deletion and the transactional
-compactor (copy, commit, rollback, recovery at open after an interruption at every step)."""
+"""The engine's garbage-collection primitives (sealed logs, usage, dead-log deletion, recovery at open) and
+gc/'s transactional compaction job on them (copy, commit, rollback, recovery at open after an interruption
+at every step)."""
 
 from __future__ import annotations
 

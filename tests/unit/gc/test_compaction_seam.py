@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from fixtures.gc import engine_settings, entry, entry_log_bytes, gc_settings, write_entries
@@ -76,7 +76,7 @@ class Seam:
 
 async def major_pass(seam: Seam, settings: BookieStorageSettings, on_step: StepHook | None) -> CompactionPass:
     """One major compaction pass of gc/'s compactor, which reaches the engine only through ``seam``."""
-    storage: StoragePrimitives = seam  # type: ignore[assignment]  # a forwarding proxy of the real engine
+    storage = cast(StoragePrimitives, seam)  # a forwarding proxy of the real engine's primitives
     tracker = UsageTracker(storage)
     compactor = Compactor(
         storage,
