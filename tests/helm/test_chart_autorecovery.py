@@ -16,6 +16,7 @@ from fixtures.helm_chart import (
     SCENARIOS,
     Rendered,
     container_environment,
+    container_of,
     merged,
     only_container,
     pod_spec,
@@ -305,6 +306,21 @@ INVALID = {
         {"autorecovery": {"lostBookieRecoveryDelaySeconds": 90000}},
         r"autorecovery\.lostBookieRecoveryDelaySeconds must be <= 86400",
     ),
+    "the daemon's name in autorecovery.deployment.config": (
+        {"autorecovery": {"mode": "deployment", "deployment": {"config": {"daemon_id": "x"}}}},
+        r"autorecovery\.deployment\.config\.daemon_id is managed by the chart; "
+        r"set it through \(the pod's name\)",
+    ),
+    "its token in autorecovery.deployment.config": (
+        {
+            "autorecovery": {
+                "mode": "deployment",
+                "deployment": {"config": {"autorecovery": {"bookkeeper_auth_token": "token:x"}}},
+            }
+        },
+        r"autorecovery\.deployment\.config\.autorecovery__bookkeeper_auth_token is managed by the chart; "
+        r"set it through auth\.brokerToken",
+    ),
     "managed in bookie.config": (
         {"bookie": {"config": {"autorecovery": {"enabled": False}}}},
         r"bookie\.config\.autorecovery__enabled is managed by the chart; set it through autorecovery\.mode",
@@ -321,6 +337,34 @@ def test_autorecovery_values_that_cannot_work_fail_the_render(chart: helm_python
     values, message = INVALID[case]
     with pytest.raises(helm_python.HelmRenderError, match=message):
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_as_a_deployment_other_settings_pass_through_its_config_and_it_waits_for_zookeeper(
+    chart: helm_python.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = {
+        "autorecovery": {"auditor_periodic_check_interval_s": 3600},
+        "metadata_session_timeout_ms": 9000,
+    }
+    values = {"autorecovery": {"mode": "deployment", "deployment": {"config": config}}}
+    rendered = render(chart, merged(SECURED["ZooKeeper TLS"], values))
+    settings = settings_of(deployment_environment(rendered), AutoRecoveryProcessSettings, monkeypatch)
+    assert settings.autorecovery.auditor_periodic_check_interval_s == 3600
+    assert settings.metadata_session_timeout_ms == 9000
+    # Its init container waits for ZooKeeper (over TLS, with the daemons' certificate), as a bookie's does.
+    wait = container_of(rendered, "autorecovery-wait")
+    assert wait["args"][:1] == ["wait-for-metadata"]
+    assert "--cluster" not in wait["args"]
+    environment = container_environment(rendered, "autorecovery-wait")
+    assert environment["MAGNETAR_ZK_TLS_CERTIFICATE_FILE"] == "/etc/magnetar/tls/tls.crt"
+    (deployment,) = autorecovery_deployments(rendered)
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    mounts = {m["name"]: m for m in wait["volumeMounts"]}
+    assert mounts["tls"]["readOnly"] is True
+    assert volumes["tls"]["secret"]["secretName"] == f"{RELEASE}-magnetar-autorecovery-tls"
+    no_wait = render(chart, {**values, "startupWait": {"enabled": False}})
+    (deployment,) = autorecovery_deployments(no_wait)
+    assert "initContainers" not in pod_spec(deployment)
 
 
 def test_other_autorecovery_settings_pass_through_bookie_config(

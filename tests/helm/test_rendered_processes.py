@@ -649,6 +649,12 @@ def test_secure_mode_autorecovery_deployment_heals_a_lost_bookie_over_tls_with_t
             bookie = start(magnetar_processes, f"bookie{ordinal}", ["bookie"], env)
             bookies[bookie.ready["bookieId"]] = bookie
 
+        # Its init container's wait for ZooKeeper, over TLS with the daemons' certificate.
+        wait = container_of(rendered, "autorecovery-wait")
+        done = run(wait["args"], pod.localize(container_environment(rendered, "autorecovery-wait")))
+        assert done.returncode == 0, done.stderr
+        assert "metadata ready at" in done.stderr + done.stdout
+
         container = container_of(rendered, "autorecovery")
         fields = {"MAGNETAR_DAEMON_ID": f"{RELEASE}-magnetar-autorecovery-abc12"}  # the pod's name
         ar_pod = LocalPod(url, secrets=secrets, ports={"MAGNETAR_HTTP_PORT": 0})

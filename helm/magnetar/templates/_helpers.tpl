@@ -172,7 +172,8 @@ bind_address: (always 0.0.0.0)
 advertised_address: (the pod's name or IP)
 log_level: logLevel
 port: bookie.ports.bookie
-http_port: bookie.ports.http / broker.httpPort
+http_port: bookie.ports.http / broker.httpPort / autorecovery.deployment.httpPort
+daemon_id: (the pod's name)
 journal_dir: bookie.journal.mountPath
 data_dir: bookie.ledgers.mountPath
 storage_engine__journal_file_bytes_max: bookie.journal.fileSize
