@@ -227,22 +227,25 @@ def _path(topic: str) -> str:
     return "persistent/" + "/".join(parts)
 
 
+_TO_WS = {"https://": "wss://", "http://": "ws://"}
+_TO_HTTP = {ws: http for http, ws in _TO_WS.items()}
+
+
+def _rescheme(url: str, schemes: dict[str, str]) -> str:
+    for old, new in schemes.items():
+        if url.startswith(old):
+            return new + url.removeprefix(old).rstrip("/")
+    return url.rstrip("/")
+
+
 def _base(url: str) -> str:
     """The WebSocket base of a broker URL: ``http(s)://`` becomes ``ws(s)://``."""
-    if url.startswith("https://"):
-        return "wss://" + url.removeprefix("https://").rstrip("/")
-    if url.startswith("http://"):
-        return "ws://" + url.removeprefix("http://").rstrip("/")
-    return url.rstrip("/")
+    return _rescheme(url, _TO_WS)
 
 
 def _http_base(url: str) -> str:
     """The HTTP base of a broker URL (its WebSocket API and lookup share one port)."""
-    if url.startswith("wss://"):
-        return "https://" + url.removeprefix("wss://").rstrip("/")
-    if url.startswith("ws://"):
-        return "http://" + url.removeprefix("ws://").rstrip("/")
-    return url.rstrip("/")
+    return _rescheme(url, _TO_HTTP)
 
 
 def _topic_paths(args: argparse.Namespace) -> list[str]:
