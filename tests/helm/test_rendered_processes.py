@@ -753,7 +753,9 @@ class Healing:
     def replicated(self, base: str, bearer: dict[str, str]) -> float:
         page = httpx.get(f"{base}/metrics", headers=bearer, timeout=10).text
         (line,) = [
-            x for x in page.splitlines() if x.startswith("magnetar_autorecovery_ledgers_replicated_total")
+            x
+            for x in page.splitlines()
+            if x.startswith("replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED ")
         ]
         return float(line.split()[-1])
 
