@@ -11,6 +11,7 @@ from typing import Any
 import helm_python
 import pytest
 from fixtures.helm_chart import (
+    COMPONENT,
     NAMESPACE,
     RELEASE,
     SCENARIOS,
@@ -258,6 +259,25 @@ def test_as_a_deployment_the_daemons_get_the_token_keys_and_certificates_they_ne
     # The liveness probe asks the open /heartbeat, not /metrics, which may need a token.
     probe = only_container(deployment)["livenessProbe"]["httpGet"]
     assert probe == {"path": "/heartbeat", "port": "http"}
+
+
+def test_a_pod_monitor_scrapes_the_daemons_with_the_scrapers_token(chart: helm_python.Chart) -> None:
+    monitoring = {"podMonitor": {"enabled": True, "tokenSecret": {"name": "scraper", "key": "token"}}}
+    values = {**SCENARIOS["secure"], "monitoring": monitoring, "autorecovery": {"mode": "deployment"}}
+    rendered = render(chart, values)
+    monitor = rendered.get("PodMonitor", "autorecovery")
+    (deployment,) = autorecovery_deployments(rendered)
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": "scraper", "key": "token"}}
+    # no scrape annotations besides (the annotations cannot carry the token)
+    assert "prometheus.io/scrape" not in deployment["spec"]["template"]["metadata"]["annotations"]
+    in_bookies = render(chart, {"monitoring": monitoring})
+    assert "autorecovery" not in {
+        m["metadata"]["labels"][COMPONENT] for m in in_bookies.of_kind("PodMonitor")
+    }
 
 
 def test_every_mounted_certificate_secret_is_made_by_cert_manager(chart: helm_python.Chart) -> None:
