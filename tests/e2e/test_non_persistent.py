@@ -1,0 +1,161 @@
+"""Non-persistent topics on a real broker: Pulsar's WebSocket JSON API and ``magnetar.v1`` on
+``/ws/v2/{producer,consumer,reader}/non-persistent/...``, the admin calls Pulsar's Java client makes for them
+(listings merged by ``topics().getList(ns)``, stats, internal stats, delete), and a bundle unload."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+import websocket
+from fixtures.admin import admin_extras
+from fixtures.broker import Broker, Cluster, nothing_arrives, publish_many, recv_json, send_json, unb64
+
+from magnetar.broker.wire.magnetar_v1 import (
+    SUBPROTOCOL,
+    FrameType,
+    OutgoingMessage,
+    encode_send,
+    parse_messages,
+    parse_receipt,
+)
+from magnetar.broker.wire.message_id import MessageId
+
+Connect = Callable[..., websocket.WebSocket]
+NP = "non-persistent/public/default"
+
+
+@pytest.fixture
+def admin_broker(cluster: Cluster) -> Broker:
+    return cluster.start_broker(extras=admin_extras)
+
+
+def test_json_clients_at_most_once_with_pulsar_ids(admin_broker: Broker, ws_connect: Connect) -> None:
+    url = admin_broker.ws_url
+    producer = ws_connect(f"{url}/ws/v2/producer/{NP}/np-json")
+    # published with no subscription: answered ok, and gone
+    early = publish_many(producer, ["early"])[0]
+    assert early["result"] == "ok"
+    assert MessageId.from_base64(early["messageId"]) == MessageId(0, 0, -1)
+    consumer = ws_connect(f"{url}/ws/v2/consumer/{NP}/np-json/sub?subscriptionInitialPosition=Earliest")
+    reader = ws_connect(f"{url}/ws/v2/reader/{NP}/np-json?messageId=earliest")
+    acks = publish_many(producer, ["one", "two"])
+    assert {a["result"] for a in acks} == {"ok"}
+    got = [recv_json(consumer) for _ in range(2)]
+    assert [unb64(m["payload"]) for m in got] == [b"one", b"two"]
+    assert MessageId.from_base64(got[0]["messageId"]) == MessageId(0, 0, -1)
+    for message in got:
+        send_json(consumer, {"messageId": message["messageId"]})
+    read = [recv_json(reader) for _ in range(2)]
+    assert [unb64(m["payload"]) for m in read] == [b"one", b"two"]
+    # a consumer that reconnects gets nothing of what was sent meanwhile (nothing is stored)
+    consumer.close()
+    publish_many(producer, ["while away"])
+    again = ws_connect.retrying(f"{url}/ws/v2/consumer/{NP}/np-json/sub")  # type: ignore[attr-defined]
+    assert nothing_arrives(again)
+
+
+def test_no_permits_means_dropped_and_counted(admin_broker: Broker, ws_connect: Connect) -> None:
+    url = admin_broker.ws_url
+    consumer = ws_connect(f"{url}/ws/v2/consumer/{NP}/np-drop/sub?receiverQueueSize=2")
+    producer = ws_connect(f"{url}/ws/v2/producer/{NP}/np-drop")
+    publish_many(producer, [f"m{i}" for i in range(5)])
+    got = [recv_json(consumer) for _ in range(2)]
+    assert [unb64(m["payload"]) for m in got] == [b"m0", b"m1"]
+    assert nothing_arrives(consumer)  # m2..m4 were dropped, not queued
+    send_json(consumer, {"messageId": got[0]["messageId"]})  # one window place back
+    publish_many(producer, ["m5"])
+    assert unb64(recv_json(consumer)["payload"]) == b"m5"
+    with httpx.Client(base_url=admin_broker.http_url, timeout=30) as admin:
+        stats = admin.get(f"/admin/v2/{NP}/np-drop/stats").json()
+    assert stats["msgInCounter"] == 6
+    assert stats["msgOutCounter"] == 3
+    assert "msgDropRate" in stats
+    assert "msgDropRate" in stats["subscriptions"]["sub"]
+    assert "msgDropRate" in stats["publishers"][0]
+    assert stats["subscriptions"]["sub"]["msgBacklog"] == 0
+    assert admin_broker.handle is not None
+    service = admin_broker.handle.service
+    topic = admin_broker.call_sync(
+        lambda: service.non_persistent.topics["non-persistent://public/default/np-drop"]
+    )
+    assert topic.msg_drop_counter == 3
+
+
+def test_binary_subprotocol_producer_and_consumer(admin_broker: Broker, ws_connect: Connect) -> None:
+    url = admin_broker.ws_url
+    consumer = ws_connect(f"{url}/ws/v2/consumer/{NP}/np-bin/sub", subprotocols=[SUBPROTOCOL])
+    json_consumer = ws_connect(f"{url}/ws/v2/consumer/{NP}/np-bin/json-sub")
+    producer = ws_connect(f"{url}/ws/v2/producer/{NP}/np-bin", subprotocols=[SUBPROTOCOL])
+    producer.send_binary(encode_send(1, [OutgoingMessage(b"a", key="k"), b"b", b"c"]))
+    frame = producer.recv()
+    assert isinstance(frame, bytes)
+    receipt = parse_receipt(frame)
+    assert receipt.ok
+    assert receipt.message_ids() == [(-1, 0, 0, 0, 3), (-1, 0, 0, 1, 3), (-1, 0, 0, 2, 3)]
+    frame = consumer.recv()
+    assert isinstance(frame, bytes)
+    assert frame[0] == FrameType.MESSAGES
+    got = parse_messages(frame)
+    while len(got) < 3:
+        more = consumer.recv()
+        assert isinstance(more, bytes)
+        got += parse_messages(more)
+    assert [m.payload for m in got] == [b"a", b"b", b"c"]
+    assert got[0].key == "k"
+    from_json = [recv_json(json_consumer) for _ in range(3)]
+    assert [unb64(m["payload"]) for m in from_json] == [b"a", b"b", b"c"]
+    assert MessageId.from_base64(from_json[1]["messageId"]) == MessageId(0, 0, -1, 1, 3)
+
+
+def test_admin_as_the_java_client_calls_it(admin_broker: Broker, ws_connect: Connect) -> None:
+    url = admin_broker.ws_url
+    producer = ws_connect(f"{url}/ws/v2/producer/{NP}/np-admin")
+    publish_many(producer, ["x"])
+    with httpx.Client(base_url=admin_broker.http_url, timeout=30) as admin:
+        assert admin.put("/admin/v2/persistent/public/default/durable").status_code == 204
+        # topics().getList(ns): both domains, merged by the client
+        persistent = admin.get("/admin/v2/persistent/public/default").json()
+        non_persistent = admin.get("/admin/v2/non-persistent/public/default").json()
+        assert "persistent://public/default/durable" in persistent
+        assert non_persistent == ["non-persistent://public/default/np-admin"]
+        assert admin.get("/admin/v2/non-persistent/public/default/partitioned").json() == []
+        modes = admin.get("/admin/v2/namespaces/public/default/topics", params={"mode": "ALL"}).json()
+        assert "non-persistent://public/default/np-admin" in modes
+        assert "persistent://public/default/durable" in modes
+        only = admin.get("/admin/v2/namespaces/public/default/topics", params={"mode": "NON_PERSISTENT"})
+        assert only.json() == ["non-persistent://public/default/np-admin"]
+        stats = admin.get(
+            f"/admin/v2/{NP}/np-admin/stats",
+            params={"getPreciseBacklog": "false", "subscriptionBacklogSize": "false"},
+        )
+        assert stats.status_code == 200
+        assert stats.json()["publishers"][0]["msgInCounter"] == 1
+        internal = admin.get(f"/admin/v2/{NP}/np-admin/internalStats").json()
+        assert internal["ledgers"] == []
+        assert admin.get(f"/admin/v2/{NP}/nowhere/stats").status_code == 404
+        # delete: refused while the producer is connected, forced it ends the session
+        refused = admin.delete(f"/admin/v2/{NP}/np-admin")
+        assert refused.status_code == 412
+        assert admin.delete(f"/admin/v2/{NP}/np-admin", params={"force": "true"}).status_code == 204
+        assert admin.get("/admin/v2/non-persistent/public/default").json() == []
+        assert admin.get("/admin/v2/non-persistent/public/none").status_code == 404
+
+
+def test_bundle_unload_drops_the_topic_and_clients_reconnect(
+    admin_broker: Broker, ws_connect: Connect
+) -> None:
+    url = admin_broker.ws_url
+    consumer = ws_connect(f"{url}/ws/v2/consumer/{NP}/np-unload/sub")
+    with httpx.Client(base_url=admin_broker.http_url, timeout=30) as admin:
+        assert admin.put("/admin/v2/namespaces/public/default/unload").status_code == 204
+        consumer.settimeout(5)
+        opcode, frame = consumer.recv_data_frame(control_frame=True)
+        assert opcode == websocket.ABNF.OPCODE_CLOSE
+        assert int.from_bytes(frame.data[:2], "big") == 1001  # going away: look the topic up again
+        assert admin.get("/admin/v2/non-persistent/public/default").json() == []
+    again = ws_connect(f"{url}/ws/v2/consumer/{NP}/np-unload/sub")
+    producer = ws_connect(f"{url}/ws/v2/producer/{NP}/np-unload")
+    publish_many(producer, ["after"])
+    assert unb64(recv_json(again)["payload"]) == b"after"
