@@ -79,6 +79,12 @@ class NonPersistentTopics:
             if not topic.closed and topic.name.namespace_name == namespace
         )
 
+    def names_in_bundle(self, namespace: NamespaceName, bundle: str) -> list[str]:
+        """Full names of the loaded non-persistent topics of one bundle (``0xLOW_0xHIGH``) of the
+        namespace."""
+        key = (str(namespace), bundle)
+        return sorted(name for name in self.names_in(namespace) if self._bundles.get(name) == key)
+
     def drop(self, name: str, reason: str) -> NonPersistentTopic | None:
         topic = self.topics.pop(name, None)
         self._bundles.pop(name, None)

@@ -119,7 +119,7 @@ class BrokerService:
         self._boundaries: dict[str, list[int]] = {}
         self.metrics = BrokerMetrics(
             settings.cluster,
-            lambda: list(self.topics.values()),
+            lambda: [*self.topics.values(), *self.non_persistent.topics.values()],
             self.metadata_figures,
             topic_level=settings.expose_topic_level_metrics_in_prometheus,
             chunk_bytes=settings.metrics_chunk_bytes,

@@ -311,10 +311,29 @@ class LoadedNonPersistentTopics:
     (:class:`~magnetar.admin.rest.context.NonPersistentDirectory`)."""
 
     def __init__(self, service: BrokerService) -> None:
+        self._service = service
         self._topics = service.non_persistent
 
     async def topics(self, namespace: NamespaceName) -> list[str]:
         return self._topics.names_in(namespace)
+
+    async def bundles(self, namespace: NamespaceName) -> list[tuple[str, str | None]]:
+        service = self._service
+        try:
+            names = await service.bundle_names(str(namespace))
+            out: list[tuple[str, str | None]] = []
+            for bundle in names:
+                owner = await service.ownership.get_owner(str(namespace), bundle)
+                if owner is None:
+                    out.append((bundle, None))
+                else:
+                    out.append((bundle, "" if owner.httpUrl == service.http_url else owner.httpUrl))
+        except (ServiceError, MetadataStoreError) as exc:
+            raise AdminError(503, f"Failed to read the bundles of {namespace}: {exc}") from None
+        return out
+
+    def topics_in_bundle(self, namespace: NamespaceName, bundle: str) -> list[str]:
+        return self._topics.names_in_bundle(namespace, bundle)
 
     async def partitioned_topics(self, namespace: NamespaceName) -> list[str]:
         return []  # Magnetar has no partitioned non-persistent topics

@@ -116,6 +116,7 @@ def _rules() -> dict[tuple[str, str], Access]:
         ("GET", f"{TOPIC_PREFIX}/partitioned"): namespace(NO.GET_TOPICS),
         ("GET", NON_PERSISTENT_PREFIX): namespace(NO.GET_TOPICS),
         ("GET", f"{NON_PERSISTENT_PREFIX}/partitioned"): namespace(NO.GET_TOPICS),
+        ("GET", f"{NON_PERSISTENT_PREFIX}/{{bundle}}"): namespace(NO.GET_TOPICS),
         ("GET", f"{NON_PERSISTENT_PREFIX}/{{topic}}/stats"): topic(TN.GET_STATS),
         ("GET", f"{NON_PERSISTENT_PREFIX}/{{topic}}/internalStats"): topic(TN.GET_STATS),
         ("DELETE", f"{NON_PERSISTENT_PREFIX}/{{topic}}"): topic(TN.DELETE),

@@ -112,7 +112,16 @@ class NonPersistentDirectory(Protocol):
     this broker (:mod:`.non_persistent`)."""
 
     async def topics(self, namespace: NamespaceName) -> list[str]:
-        """Full names (``non-persistent://...``) of the namespace's non-persistent topics and partitions."""
+        """Full names (``non-persistent://...``) of the namespace's non-persistent topics loaded here."""
+        ...
+
+    async def bundles(self, namespace: NamespaceName) -> list[tuple[str, str | None]]:
+        """The namespace's bundles, each with the HTTP URL of the broker owning it - ``""`` for this
+        broker, None when nobody owns it (then it has no topic loaded anywhere)."""
+        ...
+
+    def topics_in_bundle(self, namespace: NamespaceName, bundle: str) -> list[str]:
+        """Full names of the non-persistent topics of one bundle loaded here."""
         ...
 
     async def partitioned_topics(self, namespace: NamespaceName) -> list[str]:
@@ -137,6 +146,12 @@ class NoNonPersistentTopics:
     """The directory of a process that serves no topics (metadata-only admin): nothing is loaded."""
 
     async def topics(self, namespace: NamespaceName) -> list[str]:
+        return []
+
+    async def bundles(self, namespace: NamespaceName) -> list[tuple[str, str | None]]:
+        return []
+
+    def topics_in_bundle(self, namespace: NamespaceName, bundle: str) -> list[str]:
         return []
 
     async def partitioned_topics(self, namespace: NamespaceName) -> list[str]:

@@ -3,10 +3,11 @@
 Listings. Pulsar's Java admin client lists a namespace's topics from both domains: ``topics().getList(ns)``
 and ``getPartitionedTopicList(ns)`` send the ``persistent`` and the ``non-persistent`` request and merge the
 answers (failing as a whole when either fails). A non-persistent topic exists while it is loaded (it has no
-storage to be listed from), so the listing answers the namespace's non-persistent topics loaded on this broker
-(:class:`~.context.NonPersistentDirectory`), and 404 "Namespace does not exist" for a missing namespace, as
-Pulsar's ``NonPersistentTopics`` does. Magnetar has no partitioned non-persistent topics: ``.../partitioned``
-answers ``[]``.
+storage to be listed from), so - as Pulsar's ``NonPersistentTopics.getList`` - the listing asks the owner of
+each of the namespace's bundles for the topics it has loaded there (``getListInBundle``:
+``GET .../non-persistent/{tenant}/{namespace}/{bundle}``, answered by this broker for its own bundles), and
+answers 404 "Namespace does not exist" for a missing namespace. Magnetar has no partitioned non-persistent
+topics: ``.../partitioned`` answers ``[]``.
 
 One topic (Pulsar's ``NonPersistentTopics`` answers the same paths as the persistent domain): ``stats``
 (``NonPersistentTopicStats``: the persistent fields plus ``msgDropRate`` at the topic, each publisher and
@@ -18,18 +19,23 @@ answers 307 to it, as for persistent topics; a topic not loaded there is 404 "To
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pydantic import Field
 
 from magnetar.admin.rest.framework import AdminError, AuthoritativeQuery, Call, Endpoint, no_content, ok
 from magnetar.admin.rest.names import namespace_of, require_namespace
+from magnetar.admin.rest.peer_http import PeerRequestError, get_json
 from magnetar.admin.rest.served import ensure_served
 from magnetar.admin.rest.topic_metadata import ListQuery
 from magnetar.admin.rest.topics import StatsQuery
 from magnetar.bookkeeper.runtime.http import HttpResponse
+from magnetar.broker.namespace_bundle import NamespaceBundle
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.topic_name import TopicDomain, TopicName, url_decode
+
+log = logging.getLogger(__name__)
 
 TAG = "topics"
 PREFIX = "/admin/v2/non-persistent/{tenant}/{namespace}"
@@ -42,9 +48,42 @@ class DeleteQuery(AuthoritativeQuery):
 
 
 async def list_topics(call: Call) -> HttpResponse:
+    """Every bundle's topics: this broker's own, each other owner's asked over HTTP (an owner that does
+    not answer is left out, logged), an unowned bundle has none."""
     namespace = namespace_of(call)
     await require_namespace(call.context, namespace)
-    return ok(sorted(await call.context.non_persistent.topics(namespace)))
+    directory = call.context.non_persistent
+    names: set[str] = set(await directory.topics(namespace))
+    settings = call.context.settings
+    for bundle, owner in await directory.bundles(namespace):
+        if not owner:
+            continue
+        url = f"{owner.rstrip('/')}/admin/v2/non-persistent/{namespace}/{bundle}?authoritative=true"
+        try:
+            answer = await get_json(
+                url,
+                authorization=call.request.head.header("authorization"),
+                timeout_s=settings.peer_request_timeout_ms / 1000,
+                body_bytes_max=settings.peer_response_bytes_max,
+            )
+        except PeerRequestError as exc:
+            log.warning("non-persistent topics of %s/%s left out: %s", namespace, bundle, exc)
+            continue
+        if isinstance(answer, list):
+            names.update(name for name in answer if isinstance(name, str))
+    return ok(sorted(names))
+
+
+async def list_in_bundle(call: Call) -> HttpResponse:
+    """``getListInBundle``: the bundle's non-persistent topics loaded on this broker."""
+    namespace = namespace_of(call)
+    await require_namespace(call.context, namespace)
+    bundle = call.param("bundle")
+    try:
+        NamespaceBundle.parse(bundle)
+    except InvalidTopicNameError as exc:
+        raise AdminError(412, str(exc)) from None
+    return ok(call.context.non_persistent.topics_in_bundle(namespace, bundle))
 
 
 async def list_partitioned(call: Call) -> HttpResponse:
@@ -96,6 +135,9 @@ def endpoints() -> list[Endpoint]:
                  response=list[str], status=200, errors=e404),
         Endpoint("GET", f"{PREFIX}/partitioned", list_partitioned, "List partitioned non-persistent topics",
                  TAG, query=ListQuery, response=list[str], status=200, errors=e404),
+        Endpoint("GET", f"{PREFIX}/{{bundle}}", list_in_bundle, "List a bundle's non-persistent topics", TAG,
+                 query=AuthoritativeQuery, response=list[str], status=200,
+                 errors={**e404, 412: "Invalid bundle range"}),
         Endpoint("GET", f"{TOPIC}/stats", get_stats, "Non-persistent topic stats", TAG, query=StatsQuery,
                  response=dict[str, Any], status=200, errors=topic_errors),
         Endpoint("GET", f"{TOPIC}/internalStats", get_internal_stats, "Non-persistent topic internal stats",

@@ -69,6 +69,9 @@ class NonPersistentSubscription:
         self.msg_drop_counter = 0
         self.rate_out = Rate()
         self.rate_drop = Rate()
+        self.rate_redeliver = Rate()
+        """Always 0: nothing is redelivered (read by ``/metrics`` as a persistent subscription's)."""
+        self.last_ack_ms = 0
         self.last_consumed_ms = 0
 
     # -- consumers ----------------------------------------------------------------------------
@@ -188,6 +191,9 @@ class NonPersistentSubscription:
         self.rate_drop.update(self.msg_drop_counter, 0, period_s)
         for consumer in self.consumers:
             consumer.rate_out.update(consumer.msg_out_counter, consumer.bytes_out_counter, period_s)
+
+    def backlog(self) -> int:
+        return 0  # nothing is kept
 
     def stats(self) -> dict[str, object]:
         """Pulsar's ``NonPersistentSubscriptionStats`` fields Magnetar knows."""

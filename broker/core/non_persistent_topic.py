@@ -39,6 +39,7 @@ from magnetar.broker.core.producer import Producer
 from magnetar.broker.core.publish import PublishRequest
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
 from magnetar.broker.wire.message_id import MessageId
 from magnetar.broker.wire.topic_name import TopicName
@@ -59,8 +60,9 @@ class NonPersistentTopic:
         self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, NonPersistentSubscription] = {}
         self.closed = False
-        self.msg_in = 0
-        self.bytes_in = 0
+        self.metrics = TopicMetrics()
+        """Messages and bytes in, read by ``/metrics`` as a persistent topic's (no entries, no write
+        latency: nothing is written)."""
         self.msg_drop_no_subscription = 0
         """Messages published while the topic had no subscription (they reach nobody)."""
         self.rate_in = Rate()
@@ -137,8 +139,8 @@ class NonPersistentTopic:
             request.producer.on_failed(request, f"Malformed message: {exc}")
             return
         size = len(messages) if batched else 0
-        self.msg_in += len(messages)
-        self.bytes_in += request.payload_bytes
+        self.metrics.msg_in += len(messages)
+        self.metrics.bytes_in += request.payload_bytes
         request.producer.on_stored(
             request, NON_PERSISTENT_LEDGER_ID, NON_PERSISTENT_ENTRY_ID, 0 if batched else -1, size
         )
@@ -235,7 +237,8 @@ class NonPersistentTopic:
         return dropped + self.msg_drop_no_subscription
 
     def update_rates(self, period_s: float) -> None:
-        self.rate_in.update(self.msg_in, self.bytes_in, period_s)
+        self.rate_in.update(self.metrics.msg_in, self.metrics.bytes_in, period_s)
+        self.metrics.end_period(period_s)
         for producer in self.producers.values():
             producer.rate_in.update(producer.msg_in_counter, producer.bytes_in_counter, period_s)
         for subscription in self.subscriptions.values():
@@ -245,6 +248,7 @@ class NonPersistentTopic:
         """Pulsar's ``NonPersistentTopicStats`` fields Magnetar knows (counters since load; rates of the
         last stats period)."""
         subscriptions = self.subscriptions.values()
+        msg_in, bytes_in = self.metrics.msg_in, self.metrics.bytes_in
         publishers = []
         for producer in self.producers.values():
             entry = producer.stats()
@@ -255,11 +259,11 @@ class NonPersistentTopic:
             "msgThroughputIn": self.rate_in.bytes_per_s,
             "msgRateOut": sum(s.rate_out.msgs_per_s for s in subscriptions),
             "msgThroughputOut": sum(s.rate_out.bytes_per_s for s in subscriptions),
-            "bytesInCounter": self.bytes_in,
-            "msgInCounter": self.msg_in,
+            "bytesInCounter": bytes_in,
+            "msgInCounter": msg_in,
             "bytesOutCounter": sum(s.bytes_out_counter for s in subscriptions),
             "msgOutCounter": sum(s.msg_out_counter for s in subscriptions),
-            "averageMsgSize": self.bytes_in / self.msg_in if self.msg_in else 0.0,
+            "averageMsgSize": bytes_in / msg_in if msg_in else 0.0,
             "msgChunkPublished": False,
             "storageSize": 0,
             "backlogSize": 0,
@@ -278,7 +282,7 @@ class NonPersistentTopic:
     def internal_stats(self) -> dict[str, Any]:
         """Pulsar answers a non-persistent topic's internal stats with its (empty) managed-ledger shape."""
         return {
-            "entriesAddedCounter": self.msg_in,
+            "entriesAddedCounter": self.metrics.msg_in,
             "numberOfEntries": 0,
             "totalSize": 0,
             "currentLedgerEntries": 0,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 import websocket
 from fixtures.admin import admin_extras
 from fixtures.broker import Broker, Cluster, nothing_arrives, publish_many, recv_json, send_json, unb64
+from prometheus_client.parser import text_string_to_metric_families
 
 from magnetar.broker.wire.magnetar_v1 import (
     SUBPROTOCOL,
@@ -21,6 +23,7 @@ from magnetar.broker.wire.magnetar_v1 import (
     parse_receipt,
 )
 from magnetar.broker.wire.message_id import MessageId
+from magnetar.broker.wire.topic_name import parse_topic_name
 
 Connect = Callable[..., websocket.WebSocket]
 NP = "non-persistent/public/default"
@@ -159,3 +162,78 @@ def test_bundle_unload_drops_the_topic_and_clients_reconnect(
     producer = ws_connect(f"{url}/ws/v2/producer/{NP}/np-unload")
     publish_many(producer, ["after"])
     assert unb64(recv_json(again)["payload"]) == b"after"
+
+
+def test_metrics_rows_with_pulsars_names(cluster: Cluster, ws_connect: Connect) -> None:
+    broker = cluster.start_broker(extras=admin_extras, stats_update_interval_s=0.5)
+    url = broker.ws_url
+    consumer = ws_connect(f"{url}/ws/v2/consumer/{NP}/np-metrics/sub?receiverQueueSize=1")
+    producer = ws_connect(f"{url}/ws/v2/producer/{NP}/np-metrics")
+    publish_many(producer, ["a", "b", "c"])  # one delivered, two dropped (no permit)
+    assert unb64(recv_json(consumer)["payload"]) == b"a"
+    topic = {
+        "cluster": "standalone",
+        "namespace": "public/default",
+        "topic": "non-persistent://public/default/np-metrics",
+    }
+    sub = {**topic, "subscription": "sub"}
+
+    def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = httpx.get(f"{broker.http_url}/metrics", timeout=30).text
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def sample(
+        samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+    ) -> float:
+        return samples.get((name, tuple(sorted(labels.items()))), -1.0)
+
+    samples = scrape()
+    assert sample(samples, "pulsar_in_messages_total", **topic) == 3
+    assert sample(samples, "pulsar_out_messages_total", **sub) == 1
+    assert sample(samples, "pulsar_storage_size", **topic) == 0
+    assert sample(samples, "pulsar_msg_backlog", **topic) == 0
+    assert sample(samples, "pulsar_consumers_count", **topic) == 1
+    # the drop rate is a per-period rate: within a few periods it shows the drops, then falls back to 0
+    seen: list[float] = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(rate > 0 for rate in seen):
+        seen.append(sample(scrape(), "pulsar_subscription_msg_drop_rate", **sub))
+        time.sleep(0.1)
+    assert max(seen) > 0
+
+
+def test_listing_spans_the_brokers_owning_the_namespaces_bundles(
+    cluster: Cluster, ws_connect: Connect
+) -> None:
+    """``getList`` on any broker names every broker's non-persistent topics: each bundle's owner is asked
+    (``getListInBundle``), as Pulsar's broker does."""
+    first = cluster.start_broker(extras=admin_extras)
+    second = cluster.start_broker(extras=admin_extras)
+
+    def bundle(name: str) -> str:
+        return first.call(
+            first.service.bundle_of,
+            parse_topic_name(f"non-persistent://public/default/{name}", allow_non_persistent=True),
+        )[1]
+
+    names = ["np-one", *(f"np-two-{i}" for i in range(50))]
+    one = names[0]
+    two = next(name for name in names[1:] if bundle(name) != bundle(one))
+    first.call(first.service.ownership.acquire, "public/default", bundle(one))
+    second.call(second.service.ownership.acquire, "public/default", bundle(two))
+    ws_connect(f"{first.ws_url}/ws/v2/producer/{NP}/{one}")
+    ws_connect(f"{second.ws_url}/ws/v2/producer/{NP}/{two}")
+    expected = sorted(f"non-persistent://public/default/{name}" for name in (one, two))
+    for broker in (first, second):
+        listed = httpx.get(f"{broker.http_url}/admin/v2/non-persistent/public/default", timeout=30).json()
+        assert listed == expected
+    in_bundle = httpx.get(
+        f"{second.http_url}/admin/v2/non-persistent/public/default/{bundle(two)}", timeout=30
+    )
+    assert in_bundle.json() == [f"non-persistent://public/default/{two}"]
+    bad = httpx.get(f"{second.http_url}/admin/v2/non-persistent/public/default/not-a-bundle", timeout=30)
+    assert bad.status_code == 412
