@@ -8,11 +8,11 @@ Pulsar's position for a non-persistent message (ledger 0, entry 0) and hands the
 subscription, which gives each to a consumer that has a permit now or drops it
 (:mod:`.non_persistent_subscription`). A message published while no subscription exists goes nowhere.
 
-No backlog, no retention, no cursors: a subscription lives while it has consumers (Pulsar keeps an
-unconsumed non-persistent subscription until it is deleted or the topic goes; here it goes with its last
-consumer, as a subscription holding nothing has nothing to keep), a reader starts from the next message
-published whatever start it asks for, and unloading or losing the topic drops everything (clients look the
-topic up again and reconnect).
+No backlog, no retention, no cursors. A durable subscription stays, as in Pulsar, until it is unsubscribed
+or deleted or the topic goes - while it has no consumer, what is published is dropped on it (and counted);
+a non-durable one (a reader's, ``subscriptionMode=NonDurable``) goes with its last consumer. A reader starts
+from the next message published whatever start it asks for, and unloading or losing the topic drops
+everything (clients look the topic up again and reconnect).
 """
 
 from __future__ import annotations
@@ -199,14 +199,19 @@ class NonPersistentTopic:
 
     def remove_consumer(self, subscription: NonPersistentSubscription, consumer: Consumer) -> None:
         subscription.remove_consumer(consumer)
-        if not subscription.consumers and self.subscriptions.get(subscription.name) is subscription:
-            subscription.close()
+        if not subscription.durable and not subscription.consumers:
+            self._forget(subscription)
+
+    def _forget(self, subscription: NonPersistentSubscription) -> None:
+        subscription.close()
+        if self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
 
     async def unsubscribe(self, subscription: NonPersistentSubscription, consumer: Consumer) -> None:
         if [c for c in subscription.consumers if c is not consumer]:
             raise SubscriptionBusyError("Subscription has active connected consumers")
-        self.remove_consumer(subscription, consumer)
+        subscription.remove_consumer(consumer)
+        self._forget(subscription)
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
         subscription = self.subscriptions.get(name)

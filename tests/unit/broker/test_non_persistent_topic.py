@@ -231,6 +231,21 @@ async def test_unsubscribe_refused_while_others_are_connected() -> None:
     assert "s" not in topic.subscriptions
 
 
+async def test_a_durable_subscription_stays_without_consumers_and_drops_meanwhile() -> None:
+    topic, producer = new_topic()
+    receipts = Receipts()
+    subscriber, _ = await subscribe(topic, "s")
+    subscriber.close()
+    assert "s" in topic.subscriptions
+    publish(producer, receipts, b"nobody")
+    assert topic.subscriptions["s"].msg_drop_counter == 1
+    again, sink = await subscribe(topic, "s")
+    publish(producer, receipts, b"back")
+    assert sink.payloads == [b"back"]
+    await again.unsubscribe()
+    assert "s" not in topic.subscriptions
+
+
 async def test_close_ends_sessions_and_refuses_publishes() -> None:
     topic, producer = new_topic()
     receipts = Receipts()
