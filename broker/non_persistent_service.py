@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from magnetar.bookkeeper.runtime import Clock
-from magnetar.broker.core.errors import SubscriptionBusyError, TopicNotFoundError
+from magnetar.broker.core.errors import SubscriptionBusyError, TooManyTopicsError, TopicNotFoundError
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.wire.topic_name import NamespaceName, TopicName
 
@@ -28,8 +28,10 @@ Bundle = tuple[str, str]
 class NonPersistentTopics:
     """The loaded non-persistent topics of one broker."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, topics_max: int) -> None:
         self._clock = clock
+        self._topics_max = topics_max
+        """``non_persistent_topics_max``: the topics held at once."""
         self.topics: dict[str, NonPersistentTopic] = {}
         self._bundles: dict[str, Bundle] = {}
         self._nursery: trio.Nursery | None = None
@@ -48,8 +50,10 @@ class NonPersistentTopics:
         check_owner: Callable[[TopicName], Awaitable[Bundle]],
         *,
         may_create: bool,
+        check_count: Callable[[int], None] = lambda loaded: None,
     ) -> NonPersistentTopic:
-        """The loaded topic, created on first use (after checking this broker owns its bundle)."""
+        """The loaded topic, created on first use (after checking this broker owns its bundle, and the
+        bounds: ``non_persistent_topics_max`` here, ``check_count`` given the namespace's loaded ones)."""
         loaded = self.loaded(topic)
         if loaded is not None:
             return loaded
@@ -59,6 +63,12 @@ class NonPersistentTopics:
             return loaded
         if not may_create:
             raise TopicNotFoundError(f"Topic {topic} does not exist")
+        if len(self.topics) >= self._topics_max:
+            raise TooManyTopicsError(
+                f"Cannot create {topic}: this broker holds {len(self.topics)} non-persistent topics "
+                f"(non_persistent_topics_max={self._topics_max})"
+            )
+        check_count(len(self.names_in(topic.namespace_name)))
         created = NonPersistentTopic(topic, self._clock)
         assert self._nursery is not None, "the broker is not serving"
         await self._nursery.start(created.run)

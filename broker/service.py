@@ -112,7 +112,7 @@ class BrokerService:
         self.security = build_security(settings, self.policies, self.clock)
         self.rng = rng or random.Random()
         self.topics: dict[str, PersistentTopic] = {}
-        self.non_persistent = NonPersistentTopics(self.clock)
+        self.non_persistent = NonPersistentTopics(self.clock, settings.non_persistent_topics_max)
         """The loaded non-persistent topics (:mod:`.non_persistent_service`), kept apart from ``topics``."""
         self._topic_bundles: dict[str, Bundle] = {}
         self._loading: dict[str, trio.Event] = {}
@@ -391,7 +391,13 @@ class BrokerService:
         self._check_ready()
         await self._namespace_policies(str(topic.namespace_name))
         may_create = create and self.settings.allow_auto_topic_creation
-        return await self.non_persistent.get(topic, self.check_owner, may_create=may_create)
+        namespace = str(topic.namespace_name)
+        return await self.non_persistent.get(
+            topic,
+            self.check_owner,
+            may_create=may_create,
+            check_count=lambda loaded: self.security.check_topic_count(namespace, loaded),
+        )
 
     async def get_topic(self, topic: TopicName, *, create: bool = True) -> PersistentTopic:
         """The loaded topic, loading (and, if allowed, creating) it on first use."""

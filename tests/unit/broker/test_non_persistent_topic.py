@@ -6,19 +6,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+import trio
 
 from magnetar.bookkeeper.runtime.clock import SystemClock
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, FlowControl
 from magnetar.broker.core.dispatcher import SubscriptionType
-from magnetar.broker.core.errors import ConsumerBusyError, SubscriptionBusyError, TopicClosedError
+from magnetar.broker.core.errors import (
+    ConsumerBusyError,
+    SubscriptionBusyError,
+    TooManyTopicsError,
+    TopicClosedError,
+    TopicNotFoundError,
+)
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.publish import MESSAGES, PublishRequest
 from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.non_persistent_service import NonPersistentTopics
 from magnetar.broker.wire.entry_format import StoredMessage
 from magnetar.broker.wire.message_id import MessageId
-from magnetar.broker.wire.topic_name import parse_topic_name
+from magnetar.broker.wire.topic_name import TopicName, parse_topic_name
 
 
 class Sink:
@@ -277,3 +285,34 @@ async def test_partition_ids_and_stats_shape() -> None:
     assert stats["subscriptions"]["s"]["msgDropRate"] == 1.0
     assert stats["publishers"][0]["msgDropRate"] == 0.0
     assert stats["msgRateIn"] == 2.0
+
+
+async def test_the_broker_bounds_its_non_persistent_topics(nursery: trio.Nursery) -> None:
+    topics = NonPersistentTopics(SystemClock(), topics_max=2)
+    topics.bind(nursery)
+
+    async def owned(topic: TopicName) -> tuple[str, str]:
+        return str(topic.namespace_name), "0x00000000_0xffffffff"
+
+    def name(local: str, namespace: str = "default") -> TopicName:
+        return parse_topic_name(f"non-persistent://public/{namespace}/{local}", allow_non_persistent=True)
+
+    first = await topics.get(name("a"), owned, may_create=True)
+    assert await topics.get(name("a"), owned, may_create=True) is first
+    with pytest.raises(TopicNotFoundError):
+        await topics.get(name("b"), owned, may_create=False)
+
+    def one_per_namespace(loaded: int) -> None:
+        if loaded >= 1:
+            raise TooManyTopicsError("namespace full")
+
+    with pytest.raises(TooManyTopicsError, match="namespace full"):
+        await topics.get(name("b"), owned, may_create=True, check_count=one_per_namespace)
+    await topics.get(name("b", "other"), owned, may_create=True, check_count=one_per_namespace)
+    with pytest.raises(TooManyTopicsError, match="non_persistent_topics_max=2"):
+        await topics.get(name("c", "third"), owned, may_create=True)
+    assert topics.names_in_bundle(name("a").namespace_name, "0x00000000_0xffffffff") == [str(name("a"))]
+    topics.drop_bundles({("public/default", "0x00000000_0xffffffff")}, "Bundle unloaded")
+    assert first.closed
+    assert topics.names_in(name("a").namespace_name) == []
+    topics.drop_all("Broker shutting down")
