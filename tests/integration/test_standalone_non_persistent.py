@@ -13,6 +13,7 @@ import base64
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -79,6 +80,18 @@ def node_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (folder / "consumer.js").write_text(CONSUMER_JS)
     (folder / "producer.js").write_text(PRODUCER_JS)
     return folder
+
+
+def magnetar_admin(url: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "magnetar.admin.cli", "admin", "--admin-url", url, "--output", "json", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def start_standalone(group: ProcessGroup, data_dir: Path) -> str:
@@ -157,6 +170,11 @@ def test_node_examples_on_a_non_persistent_topic(
         assert body["subscriptions"]["node-sub"]["consumers"] == []
         assert isinstance(body["msgDropRate"], float)
         assert isinstance(body["subscriptions"]["node-sub"]["msgDropRate"], float)
+        # pulsar-admin's verbs through Magnetar's CLI: `topics list` merges both domains, `topics stats`
+        listed_by_cli = magnetar_admin(http_url, "topics", "list", "public/default")
+        assert "non-persistent://public/default/node-np" in json.loads(listed_by_cli)
+        cli_stats = magnetar_admin(http_url, "topics", "stats", "non-persistent://public/default/node-np")
+        assert json.loads(cli_stats)["msgInCounter"] == count
         deleted = admin.delete(
             "/admin/v2/non-persistent/public/default/node-np",
             params={"force": "false", "deleteSchema": "false"},
