@@ -145,6 +145,11 @@ def test_admin_as_the_java_client_calls_it(admin_broker: Broker, ws_connect: Con
         )
         assert stats.status_code == 200
         assert stats.json()["publishers"][0]["msgInCounter"] == 1
+        lookup = admin.get(f"/lookup/v2/topic/{NP}/np-admin")
+        assert lookup.status_code == 200
+        assert lookup.json()["httpUrl"] == admin_broker.http_url
+        bundle = admin.get(f"/lookup/v2/topic/{NP}/np-admin/bundle")
+        assert bundle.status_code == 200
         internal = admin.get(f"/admin/v2/{NP}/np-admin/internalStats", params={"metadata": "false"}).json()
         assert internal["ledgers"] == []
         assert admin.get(f"/admin/v2/{NP}/nowhere/stats").status_code == 404
