@@ -278,7 +278,8 @@ class DbLedgerStorage:
     def stats(self) -> dict[str, float]:
         """Journal figures for the bookie's metrics (``magnetar_bookie_journal_*``): group commits and how
         long their syncs took, the records and bytes they covered, bytes still waiting for a sync; and the
-        adds that waited for room in the write cache (``magnetar_bookie_write_*``)."""
+        adds that waited for room in the write cache (``bookie_throttled_write_requests``,
+        ``magnetar_bookie_write_waiting_bytes``)."""
         journal = self._journal.stats
         return {
             "journal_syncs": journal.syncs,
