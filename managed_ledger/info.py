@@ -6,6 +6,9 @@ these as protobuf; we encode the same fields as JSON with a ``format`` number (t
 human reading ZooKeeper at 3 a.m. can understand them). Decoding is strict: unknown formats and malformed
 values raise :class:`MetadataFormatError` rather than producing a half-valid object.
 
+``LedgerInfo.first_index`` (``firstIndex``, absent when unknown) is the index of the ledger's first message:
+with it, reopening a topic rebuilds its message indexes without reading entries (:mod:`.message_index`).
+
 ``LedgerInfo.timestamp_ms`` is 0 while the ledger is open and the close time once it is closed; retention
 time is measured from it (Pulsar's ``LedgerInfo.timestamp``).
 """
@@ -31,14 +34,20 @@ class LedgerInfo:
     entries: int = 0
     size_bytes: int = 0
     timestamp_ms: int = 0
+    first_index: int = -1
+    """The index of the ledger's first message (see :mod:`.message_index`); -1: not recorded (a ledger
+    listed before the index existed, or listed by a rollover before its first index was known)."""
 
     def to_json(self) -> dict[str, int]:
-        return {
+        body = {
             "ledgerId": self.ledger_id,
             "entries": self.entries,
             "size": self.size_bytes,
             "timestamp": self.timestamp_ms,
         }
+        if self.first_index >= 0:
+            body["firstIndex"] = self.first_index
+        return body
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LedgerInfo:
@@ -47,6 +56,7 @@ class LedgerInfo:
             _int(data, "entries"),
             _int(data, "size"),
             _int(data, "timestamp"),
+            _int(data, "firstIndex", -1),
         )
 
 
@@ -136,8 +146,8 @@ def _obj(value: Any) -> dict[str, Any]:
     return value
 
 
-def _int(data: dict[str, Any], key: str) -> int:
-    value = data.get(key, 0)
+def _int(data: dict[str, Any], key: str, default: int = 0) -> int:
+    value = data.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool):
         raise MetadataFormatError(f"{key!r} must be an integer, got {value!r}")
     return value
