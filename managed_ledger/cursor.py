@@ -18,7 +18,7 @@ from magnetar.managed_ledger.cursor_state import CursorState
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.errors import ManagedLedgerError, ManagedLedgerFencedError
-from magnetar.managed_ledger.message_index import unacknowledged_messages
+from magnetar.managed_ledger.message_index import MessageLocation, unacknowledged_messages
 from magnetar.managed_ledger.position import Position
 
 if TYPE_CHECKING:
@@ -138,12 +138,71 @@ class ManagedCursor:
     def message_backlog(self) -> int:
         """Unacknowledged messages (an entry holding a batch counts its messages), from the message indexes
         of the positions, without reading entries (:func:`.message_index.unacknowledged_messages`)."""
-        return unacknowledged_messages(
+        unacked = unacknowledged_messages(
             self.ml.message_index,
             self._state.mark_delete,
             self.ml.ledgers.last_position(),
             self._state.acked.ranges(),
         )
+        prefix = self._state.acked_prefix
+        return max(0, unacked - prefix[1]) if prefix is not None else unacked
+
+    def prefix_acked(self, position: Position) -> int:
+        """How many leading messages of the entry at ``position`` a partial skip acknowledged (their batch
+        indexes ``0 .. k-1``: they are not delivered again)."""
+        return self._state.prefix_acked(position)
+
+    def _index_after_skipping(self, count: int) -> int:
+        """The index of the message that follows the next ``count`` unacknowledged ones (the acknowledged
+        ones between them - entries acked individually - are passed over, not counted)."""
+        index = self.ml.message_index
+        state = self._state
+        start = index.index_after(state.mark_delete) + (state.acked_prefix[1] if state.acked_prefix else 0)
+        target, remaining = start, count
+        for ledger_id, first, last in state.acked.ranges():
+            lo = index.index_after(Position(ledger_id, first - 1))
+            hi = index.index_after(Position(ledger_id, last))
+            if hi <= target:
+                continue
+            if target + remaining < lo:
+                break
+            remaining -= max(0, lo - target)
+            target = hi
+        return target + remaining
+
+    async def locate_unacked(self, n: int) -> MessageLocation | None:
+        """Where the ``n``-th unacknowledged message (1 = the first) is stored (Pulsar's peek position n, in
+        messages); None past the end."""
+        if n < 1:
+            return None
+        target = self._index_after_skipping(n - 1)
+        if target >= self.ml.message_index.next_index:
+            return None
+        return await self.ml.locate_message(target)
+
+    async def skip_messages(self, count: int) -> int:
+        """Acknowledge the next ``count`` unacknowledged *messages* (Pulsar's skip N, an entry holding a batch
+        counting its messages); a skip that ends inside an entry acknowledges that entry's first messages by
+        batch index. Returns how many were skipped."""
+        if count <= 0:
+            return 0
+        index = self.ml.message_index
+        state = self._state
+        target = self._index_after_skipping(count)
+        before = self.message_backlog()
+        if target >= index.next_index:
+            self.clear_backlog()
+        else:
+            location = await self.ml.locate_message(target)
+            if location is None:
+                return 0
+            previous = self.ml.ledgers.previous_position(location.position)
+            if previous > state.mark_delete:
+                state.ack_cumulative(previous)
+            if location.offset > 0 and location.position == self.ml.ledgers.next_position(state.mark_delete):
+                state.ack_prefix(location.position, location.offset)
+            self._mark_dirty()
+        return before - self.message_backlog()
 
     def on_ledgers_trimmed(self) -> None:
         self._state.on_ledgers_trimmed()
@@ -151,7 +210,9 @@ class ManagedCursor:
     # -- persistence ------------------------------------------------------------------------------------
 
     def snapshot(self) -> CursorSnapshot:
-        return CursorSnapshot(self._state.mark_delete, self.acked_ranges, dict(self.properties))
+        prefix = self._state.acked_prefix
+        acked_prefix = None if prefix is None else (prefix[0].ledger_id, prefix[0].entry_id, prefix[1])
+        return CursorSnapshot(self._state.mark_delete, self.acked_ranges, dict(self.properties), acked_prefix)
 
     def _mark_dirty(self) -> None:
         self.last_active_ms = self.ml.now_ms()

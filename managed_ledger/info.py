@@ -99,6 +99,9 @@ class CursorInfo:
     acked_ranges: tuple[tuple[int, int, int], ...] = ()  # (ledger, first, last) individually acked
     properties: dict[str, int] = field(default_factory=dict)
     last_active_ms: int = 0
+    acked_prefix: tuple[int, int, int] | None = None
+    """``(ledger, entry, k)``: the first ``k`` messages of the entry after mark-delete are acknowledged by
+    batch index (a skip that ended inside an entry); ``batchAckedPrefix``, absent when None."""
 
     def encode(self) -> bytes:
         body = {
@@ -109,6 +112,8 @@ class CursorInfo:
             "properties": dict(sorted(self.properties.items())),
             "lastActive": self.last_active_ms,
         }
+        if self.acked_prefix is not None:
+            body["batchAckedPrefix"] = list(self.acked_prefix)
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -126,6 +131,7 @@ class CursorInfo:
             tuple(_range(item) for item in ranges),
             {str(k): int(v) for k, v in props.items()},
             _int(data, "lastActive"),
+            None if data.get("batchAckedPrefix") is None else _range(data["batchAckedPrefix"]),
         )
 
 

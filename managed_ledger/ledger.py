@@ -53,7 +53,7 @@ from magnetar.bookkeeper.client import BKError, BookKeeper, LedgerFencedError, L
 from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.managed_ledger.cursor import ManagedCursor
-from magnetar.managed_ledger.cursor_state import CursorState
+from magnetar.managed_ledger.cursor_state import CursorState, InvalidAckError
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.entry_cache import EntryCache
@@ -803,6 +803,10 @@ class ManagedLedger:
         state = CursorState(self.ledgers, snapshot.mark_delete)
         state.restore_acked(snapshot.acked_ranges)
         state.on_ledgers_trimmed()
+        if snapshot.acked_prefix is not None:
+            ledger_id, entry_id, messages = snapshot.acked_prefix
+            with contextlib.suppress(InvalidAckError):
+                state.ack_prefix(Position(ledger_id, entry_id), messages)
         return state
 
     def _initial_mark_delete(self, earliest: bool) -> Position:

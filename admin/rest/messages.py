@@ -64,6 +64,10 @@ def _sendable(name: str, value: str) -> bool:
     return True
 
 
+HEADER_BATCH_INDEX = "X-Pulsar-batch-index"
+"""Magnetar's own: the place in its entry of a message peeked by position (see :func:`message_response`)."""
+
+
 def _entry_headers(message: StoredMessage, message_id: str) -> list[tuple[str, str]]:
     return [
         ("Content-Type", "application/octet-stream"),
@@ -115,6 +119,23 @@ def entry_response(entry: Entry) -> HttpResponse:
         headers.append((HEADER_BATCH_COUNT, str(len(decoded.messages))))
         headers.append((HEADER_BATCH_SIZE, str(len(body))))
     return HttpResponse(200, [(k, v) for k, v in headers if _sendable(k, v)], body)
+
+
+def message_response(entry: Entry, offset: int) -> HttpResponse:
+    """Message ``offset`` of a stored entry as the admin API answers a message peeked by its place in the
+    backlog: counted in messages, the ``n``-th message is answered alone, as Pulsar answers it when every
+    message is its own entry (an entry holding one message: as :func:`entry_response`). Its id names the
+    entry; the header ``X-Pulsar-batch-index`` (Magnetar's own) names its place in the entry."""
+    try:
+        decoded = decode_entry(entry.data)
+    except CorruptEntryError as exc:
+        raise AdminError(500, f"Entry {entry.position} cannot be decoded: {exc}") from None
+    if not decoded.batched or not 0 <= offset < len(decoded.messages):
+        return entry_response(entry)
+    message = decoded.messages[offset]
+    headers = _single_headers(message, f"{entry.position.ledger_id}:{entry.position.entry_id}")
+    headers.append((HEADER_BATCH_INDEX, str(offset)))
+    return HttpResponse(200, [(k, v) for k, v in headers if _sendable(k, v)], message.payload)
 
 
 def last_message_id(ml: ManagedLedger, partition: int) -> dict[str, int]:

@@ -171,7 +171,7 @@ def _subscription_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, A
     out: dict[str, Any] = {}
     for name, cursor in sorted(ml.cursors.items()):
         sub = traffic.subscriptions.get(name)
-        backlog = cursor.backlog()
+        backlog = cursor.message_backlog()
         out[name] = {
             "msgRateOut": sub.msgRateOut if sub else 0.0,
             "msgThroughputOut": sub.msgThroughputOut if sub else 0.0,
