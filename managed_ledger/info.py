@@ -131,7 +131,7 @@ class CursorInfo:
             tuple(_range(item) for item in ranges),
             {str(k): int(v) for k, v in props.items()},
             _int(data, "lastActive"),
-            None if data.get("batchAckedPrefix") is None else _range(data["batchAckedPrefix"]),
+            _prefix(data.get("batchAckedPrefix")),
         )
 
 
@@ -175,4 +175,19 @@ def _range(item: Any) -> tuple[int, int, int]:
         or item[1] > item[2]
     ):
         raise MetadataFormatError(f"bad acknowledged range {item!r}")
+    return item[0], item[1], item[2]
+
+
+def _prefix(item: Any) -> tuple[int, int, int] | None:
+    """A batch-index ack ``[ledger, entry, k]`` (``k`` >= 1 leading messages), or None when absent."""
+    if item is None:
+        return None
+    if (
+        not isinstance(item, list)
+        or len(item) != 3
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in item)
+        or item[1] < 0
+        or item[2] < 1
+    ):
+        raise MetadataFormatError(f"bad batch-index acknowledgement {item!r}")
     return item[0], item[1], item[2]

@@ -199,13 +199,14 @@ class MessageIndex:
         """The entry at ``position`` holds messages ``first ..`` (read from the entry): a coarse ledger
         records it; any other ignores it."""
         ledger = self._ledger(position.ledger_id)
-        if ledger is None or ledger.points is None or not 0 < position.entry_id < ledger.entries:
+        if ledger is None or ledger.points is None or not 0 <= position.entry_id < ledger.entries:
             return
         if not ledger.first <= first < ledger.end:
             raise MessageIndexError(
                 f"entry {position} claims index {first}, outside {ledger.first}..{ledger.end}"
             )
-        ledger.points[position.entry_id] = first
+        if position.entry_id > 0:
+            ledger.points[position.entry_id] = first
         if position.entry_id + 1 < ledger.entries:
             ledger.points[position.entry_id + 1] = first + messages
 
