@@ -55,7 +55,8 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
             if end is not None:
                 ends[listed.ledger_id] = end
     dropped = [i.ledger_id for i in ledgers if i.entries == 0]
-    kept, next_index = _first_indexes([i for i in ledgers if i.entries > 0], ends)
+    indexed, next_index = _first_indexes(ledgers, ends)  # an empty ledger's first index bounds the one before
+    kept = [i for i in indexed if i.entries > 0]
     handle = None
     if info.terminated_position is None:
         handle = await create_bk_ledger(ctx, name)
@@ -90,7 +91,7 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
     return ml
 
 
-def _first_indexes(kept: list[LedgerInfo], ends: dict[int, int]) -> tuple[list[LedgerInfo], int]:
+def _first_indexes(listed: list[LedgerInfo], ends: dict[int, int]) -> tuple[list[LedgerInfo], int]:
     """The ledgers with their first message index filled in, and the index of the next message.
 
     A ledger's first index is the recorded one, else the previous ledger's end (a ledger listed before the
@@ -98,11 +99,11 @@ def _first_indexes(kept: list[LedgerInfo], ends: dict[int, int]) -> tuple[list[L
     index + messages), else the next ledger's recorded first index, else one message per entry."""
     out: list[LedgerInfo] = []
     running = 0
-    for i, info in enumerate(kept):
+    for i, info in enumerate(listed):
         first = info.first_index if info.first_index >= running else running
         end = ends.get(info.ledger_id)
         if end is None:
-            following = kept[i + 1].first_index if i + 1 < len(kept) else -1
+            following = listed[i + 1].first_index if i + 1 < len(listed) else -1
             end = following if following >= first + info.entries else first + info.entries
         out.append(replace(info, first_index=first))
         running = max(end, first + info.entries)

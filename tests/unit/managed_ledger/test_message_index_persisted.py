@@ -95,3 +95,27 @@ async def test_a_new_owner_counts_the_same_after_a_failover(
             taken = await second.open(name)
             assert taken.message_index.next_index == sum(SIZES)
             assert taken.cursors["sub"].message_backlog() == expected
+
+
+async def test_an_empty_ledger_left_by_a_dead_owner_still_bounds_the_one_before(
+    client_metadata: MemoryMetadataStore, bookkeeper_client: BookKeeper
+) -> None:
+    """Reopened cleanly, the topic lists a new empty ledger; its owner dies before adding to it. The next
+    owner drops that ledger, and the ledger before it - closed, not recovered - ends at its first index."""
+    name = "t/ns/persistent/empty-last"
+    async with open_managed_ledger_factory(
+        bookkeeper_client, client_metadata, SETTINGS, entry_indexing=ENTRY_INDEXING
+    ) as first:
+        ml = await first.open(name)
+        await ml.open_cursor("sub", start_at_earliest=True)
+        await fill(ml)
+    async with open_managed_ledger_factory(
+        bookkeeper_client, client_metadata, SETTINGS, entry_indexing=ENTRY_INDEXING
+    ) as second:
+        ml = await second.open(name)  # lists an empty ledger, then "dies" (never closed before the takeover)
+        async with open_managed_ledger_factory(
+            bookkeeper_client, client_metadata, SETTINGS, entry_indexing=ENTRY_INDEXING
+        ) as third:
+            taken = await third.open(name)
+            assert taken.message_index.next_index == sum(SIZES)
+            assert taken.cursors["sub"].message_backlog() == sum(SIZES)
