@@ -369,7 +369,7 @@ async def peek(call: Call) -> HttpResponse:
     entry = await ml.read_entry(location.position)
     if entry is None:
         raise AdminError(404, "Message not found")
-    return message_response(entry, location.offset)
+    return message_response(entry, location.offset, location.messages)
 
 
 def endpoints() -> list[Endpoint]:
