@@ -64,10 +64,6 @@ def _sendable(name: str, value: str) -> bool:
     return True
 
 
-HEADER_BATCH_INDEX = "X-Pulsar-batch-index"
-"""Magnetar's own: the place in its entry of a message peeked by position (see :func:`message_response`)."""
-
-
 def _entry_headers(message: StoredMessage, message_id: str) -> list[tuple[str, str]]:
     return [
         ("Content-Type", "application/octet-stream"),
@@ -124,8 +120,10 @@ def entry_response(entry: Entry) -> HttpResponse:
 def message_response(entry: Entry, offset: int, indexed_messages: int) -> HttpResponse:
     """Message ``offset`` of a stored entry as the admin API answers a message peeked by its place in the
     backlog: counted in messages, the ``n``-th message is answered alone, as Pulsar answers it when every
-    message is its own entry (an entry holding one message: as :func:`entry_response`). Its id names the
-    entry; the header ``X-Pulsar-batch-index`` (Magnetar's own) names its place in the entry.
+    message is its own entry (an entry holding one message: as :func:`entry_response`). Its id
+    ``ledger:entry:batchIndex`` names its place in the entry (the Java client's ``MessageImpl`` reads the
+    third part as the batch index), so a client that peeks positions 1, 2, ... until it has N messages gets
+    the same N messages, with their own ids, whatever the batching.
 
     An entry the message index counts as ``indexed_messages`` other than the messages it holds (a batch
     written before entries carried their index counts as one message) is answered whole."""
@@ -137,8 +135,7 @@ def message_response(entry: Entry, offset: int, indexed_messages: int) -> HttpRe
     if not decoded.batched or count != indexed_messages or not 0 <= offset < count:
         return entry_response(entry)
     message = decoded.messages[offset]
-    headers = _single_headers(message, f"{entry.position.ledger_id}:{entry.position.entry_id}")
-    headers.append((HEADER_BATCH_INDEX, str(offset)))
+    headers = _single_headers(message, f"{entry.position.ledger_id}:{entry.position.entry_id}:{offset}")
     return HttpResponse(200, [(k, v) for k, v in headers if _sendable(k, v)], message.payload)
 
 
