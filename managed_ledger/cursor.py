@@ -48,6 +48,9 @@ class ManagedCursor:
         self._persist_failing = False
         self.messages_consumed_counter = 0
         self.last_active_ms = 0
+        self._batch_unacked: dict[Position, int] = {}
+        """Entries some of whose messages a consumer acknowledged one by one: the messages still unacked
+        (in memory, as the subscription's batch-index acks; the entry is acknowledged once all are)."""
 
     @property
     def durable(self) -> bool:
@@ -145,7 +148,35 @@ class ManagedCursor:
             self._state.acked.ranges(),
         )
         prefix = self._state.acked_prefix
-        return max(0, unacked - prefix[1]) if prefix is not None else unacked
+        if prefix is not None:
+            unacked -= prefix[1]
+        if self._batch_unacked:
+            unacked -= self._batch_acked_messages()
+        return max(0, unacked)
+
+    def note_batch_unacked(self, position: Position, remaining: int) -> None:
+        """A consumer acknowledged some messages of the entry at ``position`` by batch index; ``remaining``
+        of them are not acknowledged yet (the backlog counts only those)."""
+        self._batch_unacked[position] = remaining
+
+    def forget_batch_acks(self) -> None:
+        """The subscription dropped its batch-index acks (a cursor moved or reset): redelivered whole."""
+        self._batch_unacked.clear()
+
+    def _batch_acked_messages(self) -> int:
+        index = self.ml.message_index
+        acked = 0
+        for position, remaining in list(self._batch_unacked.items()):
+            if self._state.is_acked(position):
+                del self._batch_unacked[position]
+                continue
+            try:
+                stored = index.messages_in(position) - self._state.prefix_acked(position)
+            except ValueError:  # trimmed
+                del self._batch_unacked[position]
+                continue
+            acked += max(0, stored - remaining)
+        return acked
 
     def prefix_acked(self, position: Position) -> int:
         """How many leading messages of the entry at ``position`` a partial skip acknowledged (their batch

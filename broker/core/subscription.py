@@ -225,6 +225,7 @@ class Subscription:
             acked = before - len(unacked)
             if unacked:
                 self._batches[entry_key] = unacked
+                self.cursor.note_batch_unacked(position, len(unacked))
                 return acked
             self._batches.pop(entry_key, None)
         try:
@@ -263,6 +264,7 @@ class Subscription:
             unacked.discard(batch_index)
             self._redelivery_counts.pop(key, None)
             if unacked:
+                self.cursor.note_batch_unacked(Position(ledger_id, entry_id), len(unacked))
                 return True
             del self._batches[entry_key]
         self._redelivery_counts.pop(key, None)
@@ -301,6 +303,7 @@ class Subscription:
     def reset_to(self, position: Position) -> None:
         """Make ``position`` the next entry delivered (admin reset cursor)."""
         self._batches.clear()
+        self.cursor.forget_batch_acks()
         self._redelivery_counts.clear()
         self.cursor.reset(position)
         self._drop_in_flight()
@@ -309,6 +312,7 @@ class Subscription:
         """The cursor was moved from outside (admin skip, expiry, backlog eviction): drop what was in
         flight and dispatch again from the cursor's read position."""
         self._batches.clear()
+        self.cursor.forget_batch_acks()
         self._redelivery_counts.clear()
         self._drop_in_flight()
 
@@ -318,6 +322,7 @@ class Subscription:
 
     def clear_backlog(self) -> None:
         self._batches.clear()
+        self.cursor.forget_batch_acks()
         self._redelivery_counts.clear()
         self.cursor.clear_backlog()
         self._drop_in_flight()

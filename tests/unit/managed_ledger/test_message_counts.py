@@ -189,3 +189,20 @@ def test_a_skip_that_ends_inside_an_entry_acknowledges_its_first_messages_only()
         assert cursor.message_backlog() == 0
 
     trio.run(run)
+
+
+def test_messages_acknowledged_one_by_one_inside_an_entry_leave_the_backlog() -> None:
+    """A consumer acknowledges 2 of an entry's 4 messages (the subscription tells the cursor how many are
+    left); the backlog counts the other 2; acknowledging the entry, or the subscription forgetting its
+    batch-index acks (a cursor moved), counts it whole again or not at all."""
+    fake, _ = build(Layout(((4, 4),), (False,)))
+    cursor = ManagedCursor(
+        cast("ManagedLedger", fake), "sub", CursorState(fake.ledgers, Position(10, -1)), None
+    )
+    cursor.note_batch_unacked(Position(10, 1), 2)
+    assert cursor.message_backlog() == 6
+    cursor.forget_batch_acks()
+    assert cursor.message_backlog() == 8
+    cursor.note_batch_unacked(Position(10, 1), 1)
+    cursor.ack(Position(10, 1))
+    assert cursor.message_backlog() == 4
