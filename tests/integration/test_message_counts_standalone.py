@@ -19,6 +19,7 @@ import httpx
 import pytest
 import websocket
 from fixtures.processes import MagnetarProcess, ProcessGroup
+from prometheus_client.parser import text_string_to_metric_families
 
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL, encode_send, parse_receipt
 
@@ -74,6 +75,19 @@ def backlogs(admin: httpx.Client) -> tuple[int, int]:
     return plain["subscriptions"]["sub"]["msgBacklog"], precise["subscriptions"]["sub"]["msgBacklog"]
 
 
+def backlog_metrics(admin: httpx.Client) -> dict[str, float]:
+    """The topic's backlog gauges in the broker's Prometheus exposition."""
+    text = admin.get("/metrics").text
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("topic") == f"persistent://{TOPIC.removeprefix('persistent/')}" and (
+                sample.name in ("pulsar_msg_backlog", "pulsar_subscription_back_log")
+            ):
+                out[sample.name] = sample.value
+    return out
+
+
 def peek(admin: httpx.Client, n: int) -> str:
     response = admin.get(f"/admin/v2/{TOPIC}/subscription/sub/position/{n}")
     assert response.status_code == 200, response.text
@@ -125,6 +139,7 @@ def test_counts_are_messages_and_survive_restarts(magnetar_processes: ProcessGro
         finally:
             consumer.close()
         assert received == payloads()[SKIP:]
+        assert backlog_metrics(admin) == {"pulsar_msg_backlog": left, "pulsar_subscription_back_log": left}
         stats = admin.get(f"/admin/v2/{TOPIC}/stats").json()
         assert stats["subscriptions"]["sub"]["msgOutCounter"] == left
         assert stats["bytesOutCounter"] == sum(len(p) for p in payloads()[SKIP:])
