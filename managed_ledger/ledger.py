@@ -941,9 +941,11 @@ class ManagedLedger:
             return []
         entries = await self.reader.read(self.ledgers, start, self.last_confirmed, max_entries)
         indexing = self._ctx.entry_indexing
-        if indexing is not None and entries and self.message_index.is_coarse(entries[0].position.ledger_id):
-            for entry in entries:
-                self._learn(indexing, entry.position, entry.data)
+        if indexing is not None and entries:
+            coarse = self.message_index.is_coarse
+            for entry in entries:  # the entries of an exact ledger teach nothing: not even parsed
+                if coarse(entry.position.ledger_id):
+                    self._learn(indexing, entry.position, entry.data)
         return entries
 
     def _learn(self, indexing: EntryIndexing, position: Position, data: bytes) -> None:

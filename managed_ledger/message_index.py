@@ -200,7 +200,7 @@ class MessageIndex:
         records it; any other ignores it."""
         ledger = self._ledger(position.ledger_id)
         if ledger is None or ledger.points is None or not 0 <= position.entry_id < ledger.entries:
-            return
+            return  # nothing to learn: an exact ledger (or one trimmed)
         if not ledger.first <= first < ledger.end:
             raise MessageIndexError(
                 f"entry {position} claims index {first}, outside {ledger.first}..{ledger.end}"
