@@ -69,7 +69,7 @@ class MessageLocation:
 
 
 class _Ledger:
-    __slots__ = ("end", "entries", "first", "firsts", "ledger_id", "points")
+    __slots__ = ("end", "entries", "first", "firsts", "ledger_id", "point_ids", "points")
 
     def __init__(self, ledger_id: int, start: int) -> None:
         self.ledger_id = ledger_id
@@ -80,6 +80,8 @@ class _Ledger:
         self.entries = 0
         self.points: dict[int, int] | None = None
         """A coarse ledger's learned first indexes by entry id (None: ``firsts`` holds every entry's)."""
+        self.point_ids: list[int] = []
+        """The entry ids of ``points``, sorted (their indexes increase with them)."""
 
     @property
     def start(self) -> int:
@@ -108,14 +110,19 @@ class _Ledger:
         return self.points is None or entry_id <= 0 or entry_id >= self.entries or entry_id in self.points
 
     def _neighbours(self, entry_id: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The nearest learned entries (or the ledger's bounds) below and above ``entry_id``."""
         assert self.points is not None
-        below, above = (0, self.first), (self.entries, self.end)
-        for known_entry, index in self.points.items():
-            if below[0] < known_entry <= entry_id:
-                below = (known_entry, index)
-            if entry_id <= known_entry < above[0]:
-                above = (known_entry, index)
+        ids = self.point_ids
+        i = bisect.bisect_left(ids, entry_id)
+        below = (ids[i - 1], self.points[ids[i - 1]]) if i > 0 else (0, self.first)
+        above = (ids[i], self.points[ids[i]]) if i < len(ids) else (self.entries, self.end)
         return below, above
+
+    def remember(self, entry_id: int, first: int) -> None:
+        assert self.points is not None
+        if entry_id not in self.points:
+            bisect.insort(self.point_ids, entry_id)
+        self.points[entry_id] = first
 
 
 class MessageIndex:
@@ -206,9 +213,9 @@ class MessageIndex:
                 f"entry {position} claims index {first}, outside {ledger.first}..{ledger.end}"
             )
         if position.entry_id > 0:
-            ledger.points[position.entry_id] = first
+            ledger.remember(position.entry_id, first)
         if position.entry_id + 1 < ledger.entries:
-            ledger.points[position.entry_id + 1] = first + messages
+            ledger.remember(position.entry_id + 1, first + messages)
 
     def ledger_first_index(self, ledger_id: int) -> int | None:
         """The index of ledger ``ledger_id``'s first message (None if the ledger is not recorded)."""
@@ -231,15 +238,13 @@ class MessageIndex:
         ledger = self._holding(index)
         if ledger is None or ledger.points is None:
             return None
-        below, above = (0, ledger.first), (ledger.entries, ledger.end)
-        for known_entry, first in ledger.points.items():
-            if below[1] < first <= index:
-                below = (known_entry, first)
-            if index < first < above[1]:
-                above = (known_entry, first)
-        if above[0] - below[0] <= 1:
+        points, ids = ledger.points, ledger.point_ids
+        i = bisect.bisect_right(ids, index, key=points.__getitem__)  # learned entries starting <= index
+        below = ids[i - 1] if i > 0 else 0
+        above = ids[i] if i < len(ids) else ledger.entries
+        if above - below <= 1:
             return None
-        return Position(ledger.ledger_id, (below[0] + above[0]) // 2)
+        return Position(ledger.ledger_id, (below + above) // 2)
 
     def remove_ledger(self, ledger_id: int) -> None:
         """Forget a ledger that was trimmed (or deleted); the indexes of the others do not change."""
