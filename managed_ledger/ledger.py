@@ -965,30 +965,21 @@ class ManagedLedger:
     async def learn_indexes_after(self, positions: Iterable[Position]) -> None:
         """Read the entries that follow ``positions`` where their message index is not known exactly (in a
         coarse ledger: see :mod:`.message_index`), so counts from those positions are exact."""
-        indexing = self._ctx.entry_indexing
-        if indexing is None:
+        if self._ctx.entry_indexing is None:
             return
         for position in sorted(set(positions)):
-            if self.message_index.is_exact_after(position):
-                continue
-            following = Position(position.ledger_id, position.entry_id + 1)
-            entry = await self.read_entry(following)
-            if entry is not None:
-                self._learn(indexing, following, entry.data)
+            if not self.message_index.is_exact_after(position):
+                # reading an entry of a coarse ledger teaches the index its place (read_entries)
+                await self.read_entry(Position(position.ledger_id, position.entry_id + 1))
 
     async def locate_message(self, index: int) -> MessageLocation | None:
         """Where message ``index`` is stored; in a coarse ledger, found by reading entries (a bisection)."""
-        indexing = self._ctx.entry_indexing
-        while indexing is not None:
+        while self._ctx.entry_indexing is not None:
             position = self.message_index.entry_to_learn(index)
             if position is None:
                 break
-            entry = await self.read_entry(position)
-            if entry is None:
-                break
-            before = self.message_index.entry_to_learn(index)
-            self._learn(indexing, position, entry.data)
-            if self.message_index.entry_to_learn(index) == before:
+            entry = await self.read_entry(position)  # learns the entry's index (read_entries)
+            if entry is None or self.message_index.entry_to_learn(index) == position:
                 break  # nothing learned (an entry without an index): the guess stands
         return self.message_index.locate(index)
 

@@ -9,6 +9,7 @@ from magnetar.broker.run import ENTRY_INDEXING
 from magnetar.broker.wire.entry_format import StoredMessage, encode_batch, encode_message, first_index_of
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
 from magnetar.managed_ledger.ledger import ManagedLedger
+from magnetar.managed_ledger.message_index import EntryIndexing
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
@@ -56,20 +57,39 @@ async def test_counts_are_the_same_after_a_reopen_and_entries_carry_their_index(
     assert info is not None
     assert [i.first_index for i in info.value.ledgers][:3] == [0, sum(SIZES[:100]), sum(SIZES[:200])]
 
+    reads: list[int] = []
+
+    def counted_read(data: bytes) -> tuple[int, int] | None:
+        reads.append(1)
+        return ENTRY_INDEXING.read(data)
+
+    counting = EntryIndexing(ENTRY_INDEXING.stamp, counted_read)
     async with open_managed_ledger_factory(
-        bookkeeper_client, client_metadata, SETTINGS, entry_indexing=ENTRY_INDEXING
+        bookkeeper_client, client_metadata, SETTINGS, entry_indexing=counting
     ) as second:
         ml = await second.open(name)
         assert ml.message_index.next_index == sum(SIZES)
         assert ml.message_index.is_coarse(positions[0].ledger_id)
         cursor = ml.cursors["sub"]
         assert cursor.message_backlog() == expected
+        # read at the open: the last ledger's last entry, the entries after mark-delete and after each end
+        # of the acknowledged range (the range's start is learned with them) - not the 250 entries
+        assert len(reads) <= 4, len(reads)
+        reads.clear()
         assert cursor.prefix_acked(positions[132]) == 2
         location = await cursor.locate_unacked(1)  # the third message of entry 132
         assert location is not None
         assert (location.position, location.offset) == (positions[132], 2)
         assert await cursor.skip_messages(10) == 10
         assert cursor.message_backlog() == expected - 10
+        assert len(reads) <= 8, len(reads)  # a bisection among the ledger's 100 entries
+        # every message found where it is, in ledgers known only by their bounds after the reopen
+        probe = await ml.open_cursor("probe", start_at_earliest=True)
+        truth = [(p, offset) for p, size in zip(positions, SIZES, strict=True) for offset in range(size)]
+        for n in range(1, sum(SIZES) + 1, 37):
+            location = await probe.locate_unacked(n)
+            assert location is not None
+            assert (location.position, location.offset) == truth[n - 1], n
         await ml.add_entry(entry(3, 999), messages=3)
         assert cursor.message_backlog() == expected - 7
 
