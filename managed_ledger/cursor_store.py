@@ -32,7 +32,7 @@ from magnetar.managed_ledger.errors import (
     MetadataConflictError,
     MetadataUnavailableError,
 )
-from magnetar.managed_ledger.info import CursorInfo, MetadataFormatError
+from magnetar.managed_ledger.info import CursorInfo, MetadataFormatError, parse_acked_prefix
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
@@ -65,8 +65,7 @@ def decode_position_entry(raw: bytes, properties: dict[str, int]) -> CursorSnaps
     try:
         data = json.loads(raw)
         ranges = tuple((int(a), int(b), int(c)) for a, b, c in data["ranges"])
-        prefix = data.get("batchAckedPrefix")
-        acked_prefix = None if prefix is None else (int(prefix[0]), int(prefix[1]), int(prefix[2]))
+        acked_prefix = parse_acked_prefix(data.get("batchAckedPrefix"))
         return CursorSnapshot(Position.parse(data["markDelete"]), ranges, properties, acked_prefix)
     except (ValueError, KeyError, TypeError) as exc:
         raise MetadataFormatError(f"bad cursor position entry: {exc}") from exc

@@ -131,7 +131,7 @@ class CursorInfo:
             tuple(_range(item) for item in ranges),
             {str(k): int(v) for k, v in props.items()},
             _int(data, "lastActive"),
-            _prefix(data.get("batchAckedPrefix")),
+            parse_acked_prefix(data.get("batchAckedPrefix")),
         )
 
 
@@ -178,7 +178,7 @@ def _range(item: Any) -> tuple[int, int, int]:
     return item[0], item[1], item[2]
 
 
-def _prefix(item: Any) -> tuple[int, int, int] | None:
+def parse_acked_prefix(item: Any) -> tuple[int, int, int] | None:
     """A batch-index ack ``[ledger, entry, k]`` (``k`` >= 1 leading messages), or None when absent."""
     if item is None:
         return None
