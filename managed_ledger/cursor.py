@@ -110,12 +110,16 @@ class ManagedCursor:
     # -- acknowledgements -------------------------------------------------------------------------------
 
     def ack(self, position: Position) -> None:
+        if self._batch_unacked:
+            self._batch_unacked.pop(position, None)
         if self._state.ack(position) or self._state.acked.range_count:
             self._mark_dirty()
 
     def ack_cumulative(self, position: Position) -> None:
         if self._state.ack_cumulative(position):
             self._mark_dirty()
+            if self._batch_unacked:
+                self._batch_unacked = {p: n for p, n in self._batch_unacked.items() if p > position}
 
     def is_acked(self, position: Position) -> bool:
         return self._state.is_acked(position)
