@@ -41,6 +41,7 @@ from magnetar.bookkeeper.runtime.http.ws_frames import (
 RECEIVE_BYTES = 65536
 CLOSE_LOST = 1006
 _WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+_MASK_POOL_BYTES = 4096
 
 
 class UpstreamRefused(Exception):
@@ -92,6 +93,7 @@ class Upstream:
         self._closed: UpstreamClosed | None = None
         self._control: list[bytes] = []
         self._send_lock = trio.Lock()
+        self._keys = _MaskKeys()
         if initial_data:
             self._absorb(initial_data)
 
@@ -102,21 +104,23 @@ class Upstream:
 
     async def send(self, message: str | bytes) -> None:
         """Send one message; :class:`UpstreamClosed` once the owner closed or the connection dropped."""
-        if isinstance(message, str):
-            await self._send_frame(OPCODE_TEXT, message.encode())
-        else:
-            await self._send_frame(OPCODE_BINARY, message)
+        await self.send_many([message])
 
-    async def _send_frame(self, opcode: int, payload: bytes) -> None:
+    async def send_many(self, messages: Sequence[str | bytes]) -> None:
+        """Send several messages (text or binary each) in one socket write."""
         if self._closed is not None:
             raise self._closed
-        key = os.urandom(4)
-        data = frame_header(opcode, len(payload), masked=True) + key + mask(payload, key)
-        try:
-            async with self._send_lock:
-                await self._stream.send_all(data)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise UpstreamClosed(CLOSE_LOST, f"connection lost: {exc}") from None
+        out = bytearray()
+        for message in messages:
+            if isinstance(message, str):
+                opcode, payload = OPCODE_TEXT, message.encode()
+            else:
+                opcode, payload = OPCODE_BINARY, message
+            key = self._keys.next()
+            out += frame_header(opcode, len(payload), masked=True)
+            out += key
+            out += mask(payload, key)
+        await self._send_raw(bytes(out))
 
     async def receive_batch(self) -> list[str | bytes]:
         """Every message received so far (at least one); :class:`UpstreamClosed` at the end."""
@@ -171,6 +175,22 @@ class Upstream:
                 await self._send_raw(_control_frame(OPCODE_CLOSE, close_payload(code, reason)))
         finally:
             await trio.aclose_forcefully(self._stream)
+
+
+class _MaskKeys:
+    """Masking keys (RFC 6455 §5.3: unpredictable), cut from a pool of ``os.urandom`` bytes."""
+
+    def __init__(self) -> None:
+        self._pool = b""
+        self._pos = 0
+
+    def next(self) -> bytes:
+        if self._pos >= len(self._pool):
+            self._pool = os.urandom(_MASK_POOL_BYTES)
+            self._pos = 0
+        key = self._pool[self._pos : self._pos + 4]
+        self._pos += 4
+        return key
 
 
 def _control_frame(opcode: int, payload: bytes) -> bytes:

@@ -142,6 +142,10 @@ class FakeUpstream:
         elif len(self.received) == self.answer_max + 1:
             self._to_proxy_send.close()
 
+    async def send_many(self, messages: list[str | bytes]) -> None:
+        for message in messages:
+            await self.send(message)
+
     async def receive_batch(self) -> list[str | bytes]:
         try:
             return [await self._to_proxy.receive()]
