@@ -60,6 +60,12 @@ class Cluster:
             f"{url(self.brokers[0])}/admin/v2/namespaces/{NS}", json={"bundles": {"numBundles": 4}}
         )
         assert answer.is_success, answer.text
+        # Retention, so that a reader that follows a move can read on where it was: without it the ledgers
+        # every subscription has consumed are trimmed when the topic is opened again, and a reader - whose
+        # non-durable position does not hold them, as in Pulsar - would find them gone.
+        retention = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
+        answer = self.http.post(f"{url(self.brokers[0])}/admin/v2/namespaces/{NS}/retention", json=retention)
+        assert answer.is_success, answer.text
 
     def owner(self, topic: str) -> str:
         answer = self.http.get(f"{url(self.brokers[0])}/lookup/v2/topic/persistent/{NS}/{topic}")
@@ -153,6 +159,7 @@ class JsonReceiver(threading.Thread):
         super().__init__(daemon=True)
         self.session, self.stop, self.ack = session, stop, ack
         self.received: list[int] = []
+        self.ids: list[str] = []
         self.error: BaseException | None = None
         self.session.settimeout(1.0)
 
@@ -166,6 +173,7 @@ class JsonReceiver(threading.Thread):
                         return
                     continue
                 self.received.append(int(unb64(message["payload"]).decode().removeprefix("p-")))
+                self.ids.append(message["messageId"])
                 if self.ack:
                     self.session.send(json.dumps({"messageId": message["messageId"]}))
         except BaseException as exc:

@@ -3,8 +3,11 @@
 Each upgrade request is checked before it is accepted, as Pulsar's handlers create their producer/consumer
 before the upgrade completes: a bad path or query parameter is answered 400 ``Invalid query params: ...``, a
 missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503,
-and a topic this broker does not serve **307** with ``Location: ws://<owner>/<same path and query>``
-(``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs two tasks: the reader
+and a topic another broker owns is served through this broker's owner proxy
+(:mod:`magnetar.broker.protocols.owner_proxy`: the session is relayed to the owner and follows the topic when
+it moves) - or, for a partitioned topic, with ``ws_proxy_enabled=false``, or for a session that is itself
+proxied, answered **307** with ``Location: ws://<owner>/<same path and query>`` (``websocket-client`` and
+``websockets`` follow it). Once accepted, the session runs two tasks: the reader
 loop below (one frame at a time) and the session's frame sender
 (:class:`~magnetar.broker.protocols.outbound.OutboundFrames`).
 
