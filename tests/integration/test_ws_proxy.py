@@ -155,9 +155,13 @@ class JsonProducer(threading.Thread):
 class JsonReceiver(threading.Thread):
     """Receives (and acks, for a consumer) until ``stop`` is set and nothing came for a while."""
 
-    def __init__(self, session: websocket.WebSocket, stop: threading.Event, *, ack: bool) -> None:
+    def __init__(
+        self, session: websocket.WebSocket, stop: threading.Event, *, ack: bool, pull_permits: int = 0
+    ) -> None:
         super().__init__(daemon=True)
         self.session, self.stop, self.ack = session, stop, ack
+        self.pull_permits = pull_permits
+        """Pull mode: grant this many permits at the start, and as many again each time they are used."""
         self.received: list[int] = []
         self.ids: list[str] = []
         self.error: BaseException | None = None
@@ -165,6 +169,8 @@ class JsonReceiver(threading.Thread):
 
     def run(self) -> None:
         try:
+            if self.pull_permits:
+                self.session.send(json.dumps({"type": "permit", "permitMessages": self.pull_permits}))
             while True:
                 try:
                     message = json.loads(self.session.recv())
@@ -176,6 +182,8 @@ class JsonReceiver(threading.Thread):
                 self.ids.append(message["messageId"])
                 if self.ack:
                     self.session.send(json.dumps({"messageId": message["messageId"]}))
+                if self.pull_permits and len(self.received) % self.pull_permits == 0:
+                    self.session.send(json.dumps({"type": "permit", "permitMessages": self.pull_permits}))
         except BaseException as exc:
             self.error = exc
 
@@ -208,15 +216,23 @@ def assert_open(session: websocket.WebSocket) -> None:
     session.settimeout(10)
 
 
-def test_json_producer_consumer_reader_on_a_non_owner_survive_a_bundle_unload(cluster: Cluster) -> None:
+def test_json_producer_consumers_reader_on_a_non_owner_survive_a_bundle_unload(cluster: Cluster) -> None:
     topic = "unloaded"
     cluster.owner(topic)  # places the bundle
     entry = cluster.non_owner(topic)
     consumer = ws(entry, f"/ws/v2/consumer/persistent/{NS}/{topic}/sub?subscriptionInitialPosition=Earliest")
     reader = ws(entry, f"/ws/v2/reader/persistent/{NS}/{topic}?messageId=earliest")
+    puller = ws(
+        entry,
+        f"/ws/v2/consumer/persistent/{NS}/{topic}/pull?subscriptionInitialPosition=Earliest&pullMode=true",
+    )
     producer_session = ws(entry, f"/ws/v2/producer/persistent/{NS}/{topic}")
     stop = threading.Event()
-    receivers = [JsonReceiver(consumer, stop, ack=True), JsonReceiver(reader, stop, ack=True)]
+    receivers = [
+        JsonReceiver(consumer, stop, ack=True),
+        JsonReceiver(reader, stop, ack=True),
+        JsonReceiver(puller, stop, ack=True, pull_permits=40),  # its permits are granted again after a move
+    ]
     producer = JsonProducer(producer_session, 400, 0.005)
     for thread in (*receivers, producer):
         thread.start()
@@ -237,8 +253,15 @@ def test_json_producer_consumer_reader_on_a_non_owner_survive_a_bundle_unload(cl
     for receiver in receivers:
         assert receiver.error is None, repr(receiver.error)
     print(f"\nunload x2: acked {len(producer.acked)}, failed back {len(producer.failed)}, lost 0")
-    check(producer, {"consumer": receivers[0].received, "reader": receivers[1].received})
-    for session in (consumer, reader, producer_session):
+    check(
+        producer,
+        {
+            "consumer": receivers[0].received,
+            "reader": receivers[1].received,
+            "pull consumer": receivers[2].received,
+        },
+    )
+    for session in (consumer, reader, puller, producer_session):
         assert_open(session)
     log = entry.log_path.read_text()
     assert f"persistent://{NS}/{topic} moved from" in log, "the proxy never followed a move"

@@ -53,10 +53,13 @@ async def connect_with_retry(
     overrides: Callable[[], dict[str, str]],
     settings: ProxySettings,
     what: str,
+    deadline: float | None = None,
 ) -> Upstream:
-    """Attempts until one succeeds or ``ws_proxy_reconnect_deadline_ms`` passes (:class:`GaveUp`). A refusal
-    that retrying cannot cure (400, 401, 403, 404, 412) is raised at once."""
-    deadline = trio.current_time() + settings.ws_proxy_reconnect_deadline_ms / 1000
+    """Attempts until one succeeds or ``deadline`` (trio time; default: ``ws_proxy_reconnect_deadline_ms``
+    from now) passes (:class:`GaveUp`). A refusal that retrying cannot cure (400, 401, 403, 404, 412) is
+    raised at once."""
+    if deadline is None:
+        deadline = trio.current_time() + settings.ws_proxy_reconnect_deadline_ms / 1000
     backoff_s = settings.ws_proxy_reconnect_backoff_initial_ms / 1000
     last = "no attempt"
     while True:
@@ -241,9 +244,10 @@ class Relay:
         return code, reason
 
     async def _reconnect(self, reason: str) -> Upstream:
+        deadline = trio.current_time() + self._settings.ws_proxy_reconnect_deadline_ms / 1000
         while True:
             upstream = await connect_with_retry(
-                self._connect, self._tracker.query_overrides, self._settings, self._topic
+                self._connect, self._tracker.query_overrides, self._settings, self._topic, deadline
             )
             try:
                 for frame in self._tracker.regrant():
@@ -257,7 +261,7 @@ class Relay:
                     await upstream.send_many(held)
                     self._wake()
             except UpstreamClosed:
-                # lost again while flushing: answer what was forwarded, try again (within a new deadline)
+                # lost again while flushing: answer what was forwarded, try again (within the same deadline)
                 await self._to_client(self._tracker.lost(f"Outcome unknown: {self._topic} moved again"))
                 await upstream.aclose()
                 continue
