@@ -234,3 +234,13 @@ async def test_an_owner_that_ends_the_session_for_good_ends_the_clients_too(code
     with trio.fail_after(5):
         await relay.run()
     assert client.close_code == code
+
+
+def test_the_proxy_settings_are_bounded_and_related() -> None:
+    with pytest.raises(ValueError, match="ws_proxy_reconnect_backoff_initial_ms"):
+        BrokerSettings(ws_proxy_reconnect_backoff_initial_ms=5_000, ws_proxy_reconnect_backoff_max_ms=1_000)
+    with pytest.raises(ValueError, match="ws_proxy_reconnect_backoff_max_ms"):
+        BrokerSettings(ws_proxy_reconnect_backoff_max_ms=10_000, ws_proxy_reconnect_deadline_ms=5_000)
+    with pytest.raises(ValueError, match="ws_proxy_buffer_messages_max"):
+        BrokerSettings(ws_proxy_buffer_messages_max=-1)
+    assert BrokerSettings().ws_proxy_reconnect_deadline_ms == 60_000
