@@ -7,16 +7,17 @@ Placement (:class:`Placement`, strategy ``LeastLongTermMessageRate``). An unowne
 broker chosen in two steps, as Pulsar's ``ModularLoadManagerImpl.selectBroker``: first only the brokers that
 serve the fewest bundles of the bundle's namespace stay candidates
 (``removeMostServicingBrokersForNamespace`` - this spreads a namespace's bundles evenly even before any
-traffic is measured); among them the one with the least message rate (in + out, plus the rates of bundles
-assigned to it but not yet in its report) wins, a broker whose highest resource usage is above
+traffic is measured); among them the one with the least long-term message rate wins: the sum over its
+bundles, and over the bundles assigned to it but not yet in its report, of each bundle's long-term average
+rate (in + out; :class:`LongTermRates`, Pulsar's ``TimeAverageMessageData``), a broker whose highest resource
+usage is above
 ``load_balancer_broker_overloaded_threshold_percentage`` scoring worst. (Strategy
 ``LeastResourceUsageWithWeight`` ranks by the highest weighted resource usage instead of the message rate;
 Pulsar's also drops brokers far above the average usage, here the namespace filter comes first.) Ties go to
 the broker with the fewest bundles in total, then to the deciding broker (no redirect needed), then the
-smallest id (Pulsar draws at random; a fixed order makes the choice reproducible). Pulsar averages the rates
-over long-term samples; here the rate of the latest report is used. Assignments the leader made are
-remembered (Pulsar's "preallocated" bundles) until the broker's report lists the bundle or the assignment is
-``assignment_expiry_ms`` old.
+smallest id (Pulsar draws at random; a fixed order makes the choice reproducible). Assignments the leader
+made are remembered (Pulsar's "preallocated" bundles) until the broker's report lists the bundle or the
+assignment is ``assignment_expiry_ms`` old.
 
 Shedding (:class:`ThresholdShedder`, Pulsar's ``ThresholdShedder``). Each broker's usage is its highest
 weighted resource usage, smoothed over rounds (``usage = old * history + new * (1 - history)``). A broker
@@ -51,6 +52,54 @@ def namespace_of(full_bundle: str) -> str:
     return full_bundle.rsplit("/", 1)[0]
 
 
+LONG_TERM_SAMPLES = 1000
+"""Reports a bundle's long-term rate averages over at most (Pulsar's ``NUM_LONG_SAMPLES``): the mean of every
+report until there are this many, then each new report weighs 1/1000."""
+BUNDLE_RATES_TTL_MS = 3_600_000
+"""A bundle no report has listed for this long (deleted, or its namespace split it) is forgotten."""
+
+
+class LongTermRates:
+    """Each bundle's long-term message rate (in + out), averaged over the reports that listed it, whichever
+    broker owned it (the average follows the bundle when it moves, so a bundle shed from a busy broker is
+    placed by what it usually carries, not by the zero of its first report on its new owner).
+
+    A report counts once: only a report newer than the broker's last one seen (``last_update_ms``) adds a
+    sample. Sans-IO; the caller passes the time."""
+
+    def __init__(self, samples_max: int = LONG_TERM_SAMPLES, ttl_ms: int = BUNDLE_RATES_TTL_MS) -> None:
+        self.samples_max = samples_max
+        self.ttl_ms = ttl_ms
+        self._rates: dict[str, tuple[float, int, int]] = {}
+        """Full bundle name -> (average rate, samples, when last listed in ms)."""
+        self._seen: dict[str, int] = {}
+        """Broker id -> ``last_update_ms`` of its last report counted."""
+
+    def observe(self, reports: Mapping[str, LoadReport], now_ms: int) -> None:
+        for broker, report in reports.items():
+            if report.last_update_ms and report.last_update_ms <= self._seen.get(broker, -1):
+                continue
+            self._seen[broker] = report.last_update_ms
+            for bundle, stats in report.bundles.items():
+                average, samples, _ = self._rates.get(bundle, (0.0, 0, now_ms))
+                samples = min(samples + 1, self.samples_max)
+                average += (stats.msg_rate - average) / samples
+                self._rates[bundle] = (average, samples, now_ms)
+        for bundle, (_, _, listed_ms) in list(self._rates.items()):
+            if now_ms - listed_ms > self.ttl_ms:
+                del self._rates[bundle]
+        for gone in set(self._seen) - set(reports):
+            del self._seen[gone]
+
+    def rate(self, bundle: str) -> float:
+        """The bundle's long-term rate (0 for a bundle never listed)."""
+        entry = self._rates.get(bundle)
+        return 0.0 if entry is None else entry[0]
+
+    def __len__(self) -> int:
+        return len(self._rates)
+
+
 @dataclass(frozen=True, slots=True)
 class PlacementSettings:
     overloaded_threshold_percentage: float = 85.0
@@ -64,6 +113,7 @@ class Placement:
 
     def __init__(self, settings: PlacementSettings) -> None:
         self.settings = settings
+        self.rates = LongTermRates()
         self.assigned: dict[str, tuple[str, int]] = {}
         """Full bundle name -> (broker id, when assigned in ms): assignments not yet seen in a report."""
 
@@ -85,6 +135,7 @@ class Placement:
         if not reports:
             return None
         self.forget_seen(reports, now_ms)
+        self.rates.observe(reports, now_ms)
         namespace = namespace_of(full_bundle)
         in_namespace = dict.fromkeys(reports, 0)
         total = {broker: len(report.bundles) for broker, report in reports.items()}
@@ -94,6 +145,7 @@ class Placement:
         for bundle, (broker, _) in self.assigned.items():
             if broker in reports and bundle != full_bundle:
                 total[broker] += 1
+                pending_rate[broker] += self.rates.rate(bundle)
                 if namespace_of(bundle) == namespace:
                     in_namespace[broker] += 1
         fewest = min(in_namespace.values())
@@ -118,7 +170,7 @@ class Placement:
             return math.inf if usage * 100.0 > settings.overloaded_threshold_percentage else usage
         if report.max_resource_usage() * 100.0 > settings.overloaded_threshold_percentage:
             return math.inf
-        return report.msg_rate_in + report.msg_rate_out + pending_rate
+        return sum(self.rates.rate(bundle) for bundle in report.bundles) + pending_rate
 
 
 @dataclass(frozen=True, slots=True)

@@ -342,6 +342,7 @@ class LoadManager:
         """One round of shedding and split checks; the requests made (op, broker, bundle)."""
         reports = await self.reports()
         now_ms = int(time.time() * 1000)
+        self.placement.rates.observe(reports, now_ms)  # every round samples the bundles' long-term rates
         made: list[tuple[str, str, str]] = []
         if self.settings.load_balancer_shedding_enabled and len(reports) > 1:
             for broker, full in self.shedder.find_bundles_for_unloading(reports, now_ms):

@@ -39,15 +39,15 @@ from dataclasses import dataclass, field
 import trio
 
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.entry_log_gc import StepHook
+from magnetar.bookkeeper.bookie.gc_primitives import StepHook
 from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
-from magnetar.bookkeeper.bookie.storage import DbLedgerStorage
 from magnetar.bookkeeper.metadata.api import MetadataStore, MetadataStoreError
 from magnetar.gc.compactor import CompactionPass, Compactor
 from magnetar.gc.ledger_gc import LedgersRootMissingError, find_deleted_ledgers
 from magnetar.gc.log_usage import UsageTracker
 from magnetar.gc.rate_limiter import RateLimiter
 from magnetar.gc.settings import GcSettings
+from magnetar.gc.storage_seam import CollectableStore
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class GcPassResult:
 class BookieGarbageCollector:
     def __init__(
         self,
-        store: DbLedgerStorage,
+        store: CollectableStore,
         metadata: MetadataStore | None,
         settings: GcSettings,
         *,

@@ -5,7 +5,7 @@ BookKeeper §6).
 A pass (minor or major) takes the logs whose usage is below its threshold, lowest usage first (they free
 the most space per byte copied), and packs them into jobs whose live bytes fit one entry log
 (``entry_log_bytes_max``): each job copies the live entries of its logs into one new log and retires them
-(:class:`~magnetar.bookkeeper.bookie.entry_log_gc.CompactionJob`, transactional and crash-safe). Merging
+(:class:`~magnetar.gc.compaction_job.CompactionJob`, transactional and crash-safe). Merging
 several sparse logs into one keeps the number of logs from growing (BookKeeper compacts one log into one).
 Copying is throttled by a token bucket in entries or bytes per second (``compactionRateByEntries`` /
 ``compactionRateByBytes``), so the disk and the event loop stay available to writers.
@@ -28,11 +28,13 @@ from dataclasses import dataclass
 import trio
 
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, SourceDamagedError, StepHook
 from magnetar.bookkeeper.bookie.errors import BookieError
+from magnetar.bookkeeper.bookie.gc_primitives import StepHook
+from magnetar.gc.compaction_job import SourceDamagedError, start_compaction
 from magnetar.gc.log_usage import UsageTracker
 from magnetar.gc.rate_limiter import RateLimiter
 from magnetar.gc.settings import GcSettings
+from magnetar.gc.storage_seam import StoragePrimitives
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,7 @@ class CompactionPass:
 class Compactor:
     def __init__(
         self,
-        engine: EntryLogGc,
+        engine: StoragePrimitives,
         tracker: UsageTracker,
         settings: GcSettings,
         *,
@@ -152,7 +154,8 @@ class Compactor:
 
     async def _run_job(self, logs: list[int], result: CompactionPass) -> None:
         tracker = self._tracker
-        job = await self._engine.start_compaction(
+        job = await start_compaction(
+            self._engine,
             batch_bytes=self._settings.compaction_batch_bytes,
             relocate_batch_entries=self._settings.compaction_relocate_batch_entries,
             sync_bytes=self._settings.compaction_sync_bytes,

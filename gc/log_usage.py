@@ -21,8 +21,9 @@ import logging
 from dataclasses import dataclass
 
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, LogUsage
 from magnetar.bookkeeper.bookie.errors import BookieError
+from magnetar.bookkeeper.bookie.gc_primitives import LogUsage
+from magnetar.gc.storage_seam import StoragePrimitives
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class LogStatus:
 
 
 class UsageTracker:
-    def __init__(self, engine: EntryLogGc, *, target_log_bytes: int | None = None) -> None:
+    def __init__(self, engine: StoragePrimitives, *, target_log_bytes: int | None = None) -> None:
         """``target_log_bytes``: the least denominator of the usage fraction (None: the log's own total)."""
         self._engine = engine
         self._target_log_bytes = target_log_bytes
@@ -113,8 +114,10 @@ class UsageTracker:
         return self._usage[log_id]
 
     def remaining_bytes(self, log_id: int) -> int:
-        exists = self._engine.ledger_exists
-        return sum(size for ledger_id, size in self._usage[log_id].ledger_bytes.items() if exists(ledger_id))
+        existing = self._engine.existing_ledgers
+        return sum(
+            size for ledger_id, size in self._usage[log_id].ledger_bytes.items() if ledger_id in existing
+        )
 
     def fraction(self, log_id: int) -> float:
         usage = self._usage[log_id]
@@ -137,11 +140,11 @@ class UsageTracker:
         return found
 
     def statuses(self) -> list[LogStatus]:
-        exists = self._engine.ledger_exists
+        existing = self._engine.existing_ledgers
         out = []
         for log_id in sorted(self._usage):
             usage = self._usage[log_id]
-            live = [ledger_id for ledger_id in usage.ledger_bytes if exists(ledger_id)]
+            live = [ledger_id for ledger_id in usage.ledger_bytes if ledger_id in existing]
             out.append(
                 LogStatus(
                     log_id,

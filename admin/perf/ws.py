@@ -15,6 +15,12 @@ consume: one consumer (``--subscription``, ``--subscription-type``) acknowledgin
 ``--messages`` were received or ``--duration-s`` passed; latency is end to end, ``publishTime`` -> delivery
 (same machine clock, millisecond resolution).
 
+``--topics N`` spreads the load over N topics named ``<topic>-0`` .. ``<topic>-(N-1)`` (``pulsar-perf``'s
+``--num-topic`` naming): ``--producers`` producers per topic, one consumer per topic; ``--messages`` and
+``--rate`` stay totals. ``--lookup`` connects each session to its topic's owner, found by the broker's lookup
+(``GET /lookup/v2/topic/...``, following its redirects), as a Pulsar client does, instead of to ``--url``
+(which then serves it through itself or redirects); it looks up again on every reconnect.
+
 ``--protocol binary`` runs both over Magnetar's binary subprotocol ``magnetar.v1`` (see
 :mod:`.ws_binary`; ``--batch-size`` messages per SEND frame) instead of Pulsar's JSON API.
 
@@ -39,6 +45,8 @@ import math
 import os
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +72,10 @@ FATAL_UPGRADE_STATUSES = frozenset({101, 400, 401, 403, 404, 405, 412})
 """Refusals of the upgrade that no retry fixes (101: the handshake itself was wrong)."""
 FATAL_CLOSE_CODES = frozenset({4005, 4006})
 """Sessions closed for authentication (Pulsar's code 5) or authorization (6)."""
+TOPICS_MAX = 10_000
+"""``--topics`` at most (one producer or consumer task per topic at least)."""
+LOOKUP_TIMEOUT_S = 10.0
+"""How long one lookup may take before it counts as a failed connection attempt."""
 RETRY_PAUSE_S = 0.2
 RETRY_REPORT_INTERVAL_S = 5.0
 """A connection that keeps failing for the same reason is reported again after this long."""
@@ -76,13 +88,15 @@ EXIT_INTERRUPTED = 130
 # -- arguments -----------------------------------------------------------------------------------------
 
 
-def _number(kind: Callable[[str], Any], low: float, what: str) -> Callable[[str], Any]:
+def _number(
+    kind: Callable[[str], Any], low: float, what: str, high: float = math.inf
+) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not value >= low or (isinstance(value, float) and math.isinf(value)):
+        if not low <= value <= high or (isinstance(value, float) and math.isinf(value)):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
         return value
 
@@ -135,6 +149,18 @@ def add_common(parser: argparse.ArgumentParser) -> None:
         default="json",
         choices=["json", "binary"],
         help="Pulsar's JSON API, or Magnetar's binary subprotocol magnetar.v1 (many messages per frame)",
+    )
+    parser.add_argument(
+        "--topics",
+        type=_number(int, 1, f"a number of topics from 1 to {TOPICS_MAX:,}", TOPICS_MAX),
+        default=1,
+        help="spread the load over this many topics, <topic>-0 .. <topic>-(N-1) (1: --topic itself)",
+    )
+    parser.add_argument(
+        "--lookup",
+        action="store_true",
+        help="connect each session to its topic's owner found by the broker's lookup, as a Pulsar client "
+        "does, instead of to --url",
     )
 
 
@@ -201,8 +227,75 @@ def _path(topic: str) -> str:
     return "persistent/" + "/".join(parts)
 
 
+_TO_WS = {"https://": "wss://", "http://": "ws://"}
+_TO_HTTP = {ws: http for http, ws in _TO_WS.items()}
+
+
+def _rescheme(url: str, schemes: dict[str, str]) -> str:
+    for old, new in schemes.items():
+        if url.startswith(old):
+            return new + url.removeprefix(old).rstrip("/")
+    return url.rstrip("/")
+
+
 def _base(url: str) -> str:
-    return "ws://" + url.split("://", 1)[-1].rstrip("/") if url.startswith("http") else url.rstrip("/")
+    """The WebSocket base of a broker URL: ``http(s)://`` becomes ``ws(s)://``."""
+    return _rescheme(url, _TO_WS)
+
+
+def _http_base(url: str) -> str:
+    """The HTTP base of a broker URL (its WebSocket API and lookup share one port)."""
+    return _rescheme(url, _TO_HTTP)
+
+
+def _topic_paths(args: argparse.Namespace) -> list[str]:
+    """The ``persistent/tenant/ns/topic`` path of each topic of the run (``--topics``)."""
+    if args.topics == 1:
+        return [_path(args.topic)]
+    return [_path(f"{args.topic}-{index}") for index in range(args.topics)]
+
+
+@dataclass(frozen=True)
+class _Session:
+    """What one producer or consumer connects to: its topic and the WebSocket path (with query) after the
+    broker's base URL."""
+
+    topic: str
+    path: str
+
+
+class _LookupFailed(Exception):
+    """A lookup that may succeed when retried (no answer, 5xx, 429)."""
+
+
+def _lookup_blocking(url: str, token: str | None) -> str:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=LOOKUP_TIMEOUT_S) as response:
+            answer = orjson.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        reason = exc.read().decode(errors="replace")[:200]
+        if exc.code in FATAL_UPGRADE_STATUSES:
+            raise PerfFailure(f"lookup {_shown(url)} refused: {exc.code} {reason}") from None
+        raise _LookupFailed(f"lookup answered {exc.code} {reason}") from None
+    except (OSError, ValueError) as exc:
+        raise _LookupFailed(f"lookup failed: {type(exc).__name__}: {exc}") from None
+    owner = answer.get("httpUrlTls") if url.startswith("https://") else None
+    owner = owner or answer.get("httpUrl")
+    if not isinstance(owner, str) or "://" not in owner:
+        raise PerfFailure(f"lookup {_shown(url)} answered no httpUrl: {answer!r}"[:300])
+    return owner
+
+
+async def _session_url(session: _Session, args: argparse.Namespace) -> str:
+    """The URL to connect ``session`` to: through ``--url``, or its topic's owner with ``--lookup``."""
+    base = _base(args.url)
+    if args.lookup:
+        lookup = f"{_http_base(args.url)}/lookup/v2/topic/{session.topic}"
+        owner = await trio.to_thread.run_sync(_lookup_blocking, lookup, _token(args))
+        base = _base(owner)
+    return _with_token(base + session.path, args)
 
 
 def _shown(url: str) -> str:
@@ -214,14 +307,18 @@ def _shown(url: str) -> str:
 # -- connecting ----------------------------------------------------------------------------------------
 
 
-async def _connect(url: str, args: argparse.Namespace, who: str) -> WsClient:
-    """Connect, retrying what may pass (lost connections, 409, 429, 5xx) for ``--reconnect-timeout-s``;
-    :class:`PerfFailure` at once for a refusal no retry fixes."""
+async def _connect(session: _Session, args: argparse.Namespace, who: str) -> WsClient:
+    """Connect, retrying what may pass (lost connections, failed lookups, 409, 429, 5xx) for
+    ``--reconnect-timeout-s``; :class:`PerfFailure` at once for a refusal no retry fixes."""
     deadline = time.monotonic() + args.reconnect_timeout_s
     reported = ("", 0.0)
+    url = _base(args.url) + session.path
     while True:
         try:
+            url = await _session_url(session, args)
             return await WsClient.connect(url, subprotocols=_subprotocols(args))
+        except _LookupFailed as exc:
+            problem = str(exc)
         except WsRejected as exc:
             if exc.status in FATAL_UPGRADE_STATUSES:
                 raise PerfFailure(
@@ -322,25 +419,28 @@ def _quotas(messages: int, producers: int) -> list[int]:
 
 
 async def produce(args: argparse.Namespace, run: PerfRun) -> None:
-    url = _with_token(f"{_base(args.url)}/ws/v2/producer/{_path(args.topic)}", args)
-    rate = args.rate / args.producers if args.rate else 0.0
+    sessions = [_Session(topic, f"/ws/v2/producer/{topic}") for topic in _topic_paths(args)]
+    producers_total = args.producers * len(sessions)
+    rate = args.rate / producers_total if args.rate else 0.0
     run.extra = {
         "size": args.size,
-        "producers": args.producers,
+        "producers": producers_total,
+        "topics": len(sessions),
         "target_rate": args.rate,
         "protocol": args.protocol,
     }
 
     async def producers() -> None:
         async with trio.open_nursery() as nursery:
-            for index, quota in enumerate(_quotas(args.messages, args.producers)):
-                nursery.start_soon(_producer, url, args, quota, rate, run.stats, index)
+            for index, quota in enumerate(_quotas(args.messages, producers_total)):
+                session = sessions[index % len(sessions)]
+                nursery.start_soon(_producer, session, args, quota, rate, run.stats, index)
 
     await _run(run, args, producers)
 
 
 async def _producer(
-    url: str, args: argparse.Namespace, quota: int, rate: float, stats: Stats, index: int
+    session: _Session, args: argparse.Namespace, quota: int, rate: float, stats: Stats, index: int
 ) -> None:
     """One producer: sends ``quota`` messages (0: until cancelled); reconnects when the connection is lost."""
     who = f"producer {index}"
@@ -348,7 +448,7 @@ async def _producer(
     raw = os.urandom(args.size)
     payload = base64.b64encode(raw).decode()
     while True:
-        client = await _connect(url, args, who)
+        client = await _connect(session, args, who)
         try:
             if args.protocol == "binary":
                 await perf_ws_binary.produce_on(client, raw, quota, progress, rate, args.batch_size, stats)
@@ -434,27 +534,33 @@ async def consume(args: argparse.Namespace, run: PerfRun) -> None:
         f"subscriptionType={args.subscription_type}&receiverQueueSize={args.receiver_queue_size}"
         f"&subscriptionInitialPosition={args.initial_position}"
     )
-    url = _with_token(
-        f"{_base(args.url)}/ws/v2/consumer/{_path(args.topic)}/{args.subscription}?{query}", args
-    )
-    run.extra = {"protocol": args.protocol}
+    tail = f"/{args.subscription}?{query}"
+    sessions = [_Session(topic, f"/ws/v2/consumer/{topic}{tail}") for topic in _topic_paths(args)]
+    run.extra = {"protocol": args.protocol, "topics": len(sessions)}
     stats = run.stats
 
-    async def consumer() -> None:
+    async def consumer(session: _Session, who: str, done: trio.CancelScope) -> None:
         while not args.messages or stats.count < args.messages:
-            client = await _connect(url, args, "consumer")
+            client = await _connect(session, args, who)
             try:
                 if args.protocol == "binary":
                     await perf_ws_binary.consume_on(client, args.messages, stats)
                 else:
                     await _consume_on(client, args.messages, stats)
             except (WsClosed, OSError, trio.BrokenResourceError) as exc:
-                _check_close(exc, "consumer")
-                print(f"consumer: connection lost ({exc}); reconnecting", flush=True)
+                _check_close(exc, who)
+                print(f"{who}: connection lost ({exc}); reconnecting", flush=True)
             finally:
                 await client.aclose()
+        done.cancel()  # --messages received in all: the other topics' consumers stop too
 
-    await _run(run, args, consumer)
+    async def consumers() -> None:
+        async with trio.open_nursery() as nursery:
+            for index, session in enumerate(sessions):
+                who = "consumer" if len(sessions) == 1 else f"consumer {index}"
+                nursery.start_soon(consumer, session, who, nursery.cancel_scope)
+
+    await _run(run, args, consumers)
 
 
 async def _consume_on(client: WsClient, messages: int, stats: Stats) -> None:

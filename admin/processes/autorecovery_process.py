@@ -1,6 +1,8 @@
 """The ``magnetar autorecovery`` process: one AutoRecovery daemon (auditor election + replication worker)
 and, with ``--http-port``, ``/metrics`` and the AutoRecovery REST API (the same routes a bookie serves,
-guarded as a bookie guards them: a token of ``super_user_roles`` once ``authentication_enabled``).
+guarded as a bookie guards them: a token of ``super_user_roles`` once ``authentication_enabled``), and
+``GET /heartbeat`` - 200 ``"OK"`` whenever the HTTP server answers, open whatever the authentication, as a
+bookie's: the liveness probe, which must keep working when ``/metrics`` needs a token.
 
 Once running it prints ``{"event": "autorecovery-ready", "daemonId": ..., "httpPort": ...}`` on stdout (and
 to ``--port-file``). SIGTERM / SIGINT / SIGHUP stop it: its vote and locks are withdrawn, a copy in progress
@@ -38,7 +40,14 @@ from magnetar.admin.processes.process_common import (
 )
 from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, head_check
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
-from magnetar.bookkeeper.runtime.http import HttpRequest, HttpResponse, HttpSettings, Router, serve_http
+from magnetar.bookkeeper.runtime.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpSettings,
+    Router,
+    json_response,
+    serve_http,
+)
 
 log = logging.getLogger("magnetar.autorecovery")
 
@@ -79,8 +88,12 @@ async def serve(settings: AutoRecoveryProcessSettings) -> int:
                         headers = (("content-type", PROMETHEUS_CONTENT_TYPE),)
                         return HttpResponse(200, headers, generate_latest(registry))
 
+                    async def heartbeat(request: HttpRequest) -> HttpResponse:
+                        return json_response("OK")
+
                     access = BookieHttpAccess(settings)
                     router.get("/metrics", metrics, check=head_check(access.check_metrics))
+                    router.get("/heartbeat", heartbeat)
                     add_autorecovery_http(router, service, registry, operator_guard(access))
                     http = HttpSettings(http_bind_address=settings.bind_address, http_port=settings.http_port)
                     ports: list[int] = await nursery.start(serve_http, router, http)

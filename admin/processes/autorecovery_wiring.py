@@ -121,11 +121,15 @@ def add_autorecovery_http(
     service: AutoRecoveryService,
     registry: CollectorRegistry | None = None,
     guard: RouteGuard | None = None,
+    *,
+    metrics_scope: str = "",
 ) -> None:
-    """The AutoRecovery REST routes (through ``guard``, when authentication asks for one) and metrics."""
+    """The AutoRecovery REST routes (through ``guard``, when authentication asks for one) and metrics
+    (BookKeeper's names under ``metrics_scope``: ``replication_`` inside a bookie)."""
     add_bookie_routes(router, autorecovery_routes(service), guard)
     if registry is not None:
-        registry.register(AutoRecoveryCollector(service.daemon.stats, service.clock.monotonic))
+        collector = AutoRecoveryCollector(service.daemon.stats, service.clock.monotonic, metrics_scope)
+        registry.register(collector)
 
 
 def operator_guard(access: HttpAccess) -> RouteGuard:

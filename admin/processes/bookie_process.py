@@ -59,6 +59,7 @@ from magnetar.admin.processes.process_common import (
     explain,
     first_signal,
 )
+from magnetar.bookkeeper.autorecovery.metrics import EMBEDDED_SCOPE
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
 from magnetar.bookkeeper.bookie.errors import StorageInUseError
 from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, all_of, bookie_router
@@ -170,7 +171,13 @@ async def _serve_checked(
                     await nursery.start(collector.run)
                 # AutoRecovery (BEGIN): the daemon inside the bookie, and its REST routes on the bookie's port
                 autorecovery = await nursery.start(_run_autorecovery, metadata, settings, endpoint.bookie_id)
-                add_autorecovery_http(router, autorecovery, bookie.metrics.registry, operator_guard(access))
+                add_autorecovery_http(
+                    router,
+                    autorecovery,
+                    bookie.metrics.registry,
+                    operator_guard(access),
+                    metrics_scope=EMBEDDED_SCOPE,
+                )
                 # AutoRecovery (END)
                 announce(
                     {

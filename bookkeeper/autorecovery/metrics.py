@@ -1,13 +1,20 @@
 """AutoRecovery's figures (:class:`AutoRecoveryStats`, plain counters) and their Prometheus collector.
 
-Names (BookKeeper's ``AuditorStats`` / ``ReplicationStats`` in our style), all prefixed
-``magnetar_autorecovery_``:
+Where BookKeeper has the figure, the name is BookKeeper's (``ReplicationStats``: the auditor's scope
+``auditor_``, the replication worker's ``replication_worker_``, both under ``replication_`` when AutoRecovery
+runs inside a bookie, as BookKeeper's embedded AutoRecovery scopes them; BookKeeper's counters are exported
+as gauges with the exact names, as the bookie's are - see docs/metrics.md):
+
+* ``auditor_NUM_UNDER_REPLICATED_LEDGERS`` - marks counted at the auditor's last audit (BookKeeper records
+  the count of each audit in a summary; here a gauge of the last one);
+* ``replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED`` - ledgers this process healed;
+* ``replication_worker_NUM_ENTRIES_WRITTEN``, ``replication_worker_NUM_BYTES_WRITTEN`` - what it copied to new
+  bookies.
+
+BookKeeper has no figure for the rest, prefixed ``magnetar_autorecovery_``:
 
 * ``auditor_elected`` - 1 while this daemon is the auditor;
 * ``lost_bookies`` - bookies the auditor holds lost (0 in the other daemons);
-* ``under_replicated_ledgers`` - marks counted at the auditor's last audit;
-* ``ledgers_replicated_total`` - ledgers this process healed;
-* ``entries_replicated_total``, ``bytes_replicated_total`` - what it copied to new bookies;
 * ``replication_rate_bytes_per_s`` - its copy rate over the last ``RATE_WINDOW_S``;
 * ``replication_failures_total`` - ledger replications that failed (retried later);
 * ``ledgers_marked_total`` - marks this auditor wrote or extended;
@@ -27,6 +34,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 PREFIX = "magnetar_autorecovery_"
+EMBEDDED_SCOPE = "replication_"
+"""BookKeeper's scope of AutoRecovery's figures when it runs inside a bookie."""
 RATE_WINDOW_S = 10.0
 
 
@@ -61,26 +70,42 @@ class AutoRecoveryStats:
 
 
 class AutoRecoveryCollector(Collector):
-    def __init__(self, stats: AutoRecoveryStats, now: Callable[[], float]) -> None:
+    """``scope``: ``""`` for ``magnetar autorecovery``, :data:`EMBEDDED_SCOPE` inside a bookie."""
+
+    def __init__(self, stats: AutoRecoveryStats, now: Callable[[], float], scope: str = "") -> None:
         self._stats = stats
         self._now = now
+        self._scope = scope
 
     def collect(self) -> Iterable[Metric]:
         s = self._stats
+        scope = self._scope
+        bookkeeper = {
+            "auditor_NUM_UNDER_REPLICATED_LEDGERS": (
+                "ledgers marked under-replicated at the auditor's last audit",
+                s.under_replicated_ledgers,
+            ),
+            "replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED": (
+                "ledgers healed by this process",
+                s.ledgers_replicated,
+            ),
+            "replication_worker_NUM_ENTRIES_WRITTEN": ("entries copied to new bookies", s.entries_replicated),
+            "replication_worker_NUM_BYTES_WRITTEN": ("bytes copied to new bookies", s.bytes_replicated),
+        }
         gauges = {
-            "auditor_elected": ("1 while this daemon is the auditor", float(s.auditor_elected)),
-            "lost_bookies": ("bookies the auditor holds lost", s.lost_bookies),
-            "under_replicated_ledgers": ("ledgers marked under-replicated", s.under_replicated_ledgers),
-            "replication_rate_bytes_per_s": ("recent re-replication rate", s.rate_bytes_per_s(self._now())),
+            **{scope + name: figure for name, figure in bookkeeper.items()},
+            PREFIX + "auditor_elected": ("1 while this daemon is the auditor", float(s.auditor_elected)),
+            PREFIX + "lost_bookies": ("bookies the auditor holds lost", s.lost_bookies),
+            PREFIX + "replication_rate_bytes_per_s": (
+                "recent re-replication rate",
+                s.rate_bytes_per_s(self._now()),
+            ),
         }
         for name, (doc, value) in gauges.items():
-            gauge = GaugeMetricFamily(PREFIX + name, doc)
+            gauge = GaugeMetricFamily(name, doc)
             gauge.add_metric([], float(value))
             yield gauge
         counters = {
-            "ledgers_replicated": ("ledgers healed by this process", s.ledgers_replicated),
-            "entries_replicated": ("entries copied to new bookies", s.entries_replicated),
-            "bytes_replicated": ("bytes copied to new bookies", s.bytes_replicated),
             "replication_failures": ("ledger replications that failed", s.replication_failures),
             "ledgers_marked": ("marks written or extended by the auditor", s.ledgers_marked),
             "recoveries": ("open ledgers recovered to replicate them", s.recoveries),

@@ -1,14 +1,17 @@
-"""The files of a transactional entry-log compaction, without trio (BookKeeper's
-``TransactionalEntryLogCompactor``, docs/upstream.md, BookKeeper §6; the issue is BookKeeper #571, "use a
-separate log for compaction").
+"""The on-disk files of a transactional entry-log compaction, and what recovery reads of them, without trio
+(BookKeeper's ``TransactionalEntryLogCompactor``, docs/upstream.md, BookKeeper §6; the issue is BookKeeper
+#571, "use a separate log for compaction").
 
-A compaction copies the live records of one or more *source* logs into a new *target* log and then retires
-the sources. Its files, in the entry-log directory, tell a restarted bookie how far it got:
+A compaction (run by ``magnetar.gc``) copies the live records of one or more *source* logs into a new
+*target* log and then retires the sources. Its files, in the entry-log directory, tell a restarted bookie how
+far it got; the engine reads them when it opens, before its journal replay (:mod:`.gc_primitives`), so their
+format is the engine's:
 
 ``<target>.log.compacting``
     The target while it is written: records copied verbatim (a record is position independent), then the
-    ledgers map, then the header rewritten to point at it, all fdatasynced (``CompactionLogWriter.finish``).
-    Nothing in the index points at it. Alone (without a manifest) it is an interrupted copy: deleted.
+    ledgers map, then the header rewritten to point at it, all fdatasynced (the compaction log writer of
+    ``magnetar.gc``). Nothing in the index points at it. Alone (without a manifest) it is an interrupted
+    copy: deleted.
 ``<target>.compaction``
     The manifest: target id, source ids, records copied. Written durably (temp file, fsync, rename, fsync
     of the directory) only after the target is complete and synced; it is the commit point. From then on
@@ -29,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -41,8 +43,6 @@ from magnetar.bookkeeper.bookie.entry_log_format import (
     HEADER_BYTES,
     ScannedEntry,
     ScanStop,
-    encode_header,
-    encode_ledgers_map,
     scan_records,
 )
 from magnetar.bookkeeper.bookie.log_mark import fsync_dir, write_file_durably
@@ -144,76 +144,6 @@ def make_visible(directory: Path, target: int) -> bool:
         os.replace(staged, final)
         fsync_dir(directory)
     return final.exists()
-
-
-class CompactionLogWriter:
-    """Writes ``<target>.log.compacting``: the header, copied records, the ledgers map (blocking)."""
-
-    def __init__(self, directory: Path, log_id: int, *, offset_limit: int, sync_bytes: int = 0) -> None:
-        """``sync_bytes``: fdatasync whenever this much was written since the last sync (0: only at the end),
-        so that the disk writes a compaction back in small pieces rather than one burst at its commit."""
-        self.directory = directory
-        self.log_id = log_id
-        self.path = directory / compacting_name(log_id)
-        self.offset = HEADER_BYTES
-        self._synced = HEADER_BYTES
-        self._sync_bytes = sync_bytes
-        self.usage: dict[int, int] = {}
-        self._offset_limit = offset_limit
-        self._fd: int | None = None
-
-    def open(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.pwrite(fd, encode_header(), 0)
-        except OSError:
-            os.close(fd)
-            self.path.unlink(missing_ok=True)
-            raise
-        self._fd = fd
-
-    def append(self, raw: bytes | bytearray, ledger_bytes: Iterable[tuple[int, int]]) -> int:
-        """Append whole records (``raw``); ``ledger_bytes`` says whose they are. Returns their offset."""
-        assert self._fd is not None, "the compaction log is not open"
-        start = self.offset
-        if start + len(raw) > self._offset_limit:
-            raise OSError(f"compaction log {self.path.name} would exceed {self._offset_limit} bytes")
-        view = memoryview(raw)
-        offset = start
-        while view:
-            written = os.pwrite(self._fd, view, offset)
-            offset += written
-            view = view[written:]
-        self.offset = offset
-        usage = self.usage
-        for ledger_id, size in ledger_bytes:
-            usage[ledger_id] = usage.get(ledger_id, 0) + size
-        if self._sync_bytes and offset - self._synced >= self._sync_bytes:
-            os.fdatasync(self._fd)
-            self._synced = offset
-        return start
-
-    def finish(self) -> int:
-        """Append the ledgers map, sync, point the header at it, sync, close; the file size."""
-        fd = self._fd
-        assert fd is not None, "the compaction log is not open"
-        map_record = encode_ledgers_map(self.usage)
-        os.pwrite(fd, map_record, self.offset)
-        os.fdatasync(fd)
-        os.pwrite(fd, encode_header(self.offset, len(self.usage)), 0)
-        os.fdatasync(fd)
-        os.close(fd)
-        self._fd = None
-        return self.offset + len(map_record)
-
-    def discard(self) -> None:
-        """Close and delete the unfinished target (rollback)."""
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            finally:
-                self._fd = None
-        remove_file(self.path)
 
 
 @dataclass(frozen=True, slots=True)

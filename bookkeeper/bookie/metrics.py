@@ -54,7 +54,10 @@ PLAIN_OP_TOO = ("add_entry", "read_entry")
 QUANTILES = (0.5, 0.75, 0.95, 0.99, 0.999, 0.9999, 1.0)
 QUANTILE_WINDOW_S = 60.0
 """BookKeeper's quantile roll-over period (its Prometheus provider's latency rollover, 60 s)."""
-STORE_BK_NAMES = {"journal_bytes": "bookie_journal_JOURNAL_WRITE_BYTES"}
+STORE_BK_NAMES = {
+    "journal_bytes": "bookie_journal_JOURNAL_WRITE_BYTES",
+    "write_throttled_adds": "bookie_throttled_write_requests",
+}
 """Figures of the disk store that BookKeeper names (the rest are ``magnetar_bookie_<name>``)."""
 JOURNAL_SYNC_FIGURES = ("journal_syncs", "journal_failed_syncs", "journal_sync_seconds")
 

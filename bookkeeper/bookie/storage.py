@@ -18,9 +18,9 @@ Theory of operation (docs/upstream.md, BookKeeper §5, invariants 6, 8, 11, 12 o
 * **Restart.** Ledger records are loaded from the index; the journal is replayed from the persisted mark,
   idempotently (entries, master keys, fences, explicit LACs, deletions); a checkpoint then makes it all
   durable in the entry logs before the store serves anything.
-* **Garbage collection** (:mod:`.entry_log_gc`, driven by ``magnetar.gc``). Opening first finishes or rolls
-  back a compaction a crash interrupted (before the journal replay); every completed checkpoint *seals* the
-  logs before the current one, which GC may then delete or compact (invariant 12).
+* **Garbage collection** (``magnetar.gc``, through the primitives of :mod:`.gc_primitives`). Opening first
+  finishes or rolls back a compaction a crash interrupted (before the journal replay); every completed
+  checkpoint *seals* the logs before the current one, which GC may then delete or compact (invariant 12).
 * **Read.** Write cache (both halves), read cache, index, entry log - with read-ahead of the following
   entries of the same ledger into the read cache. An entry the index lacks is "no entry" only if the
   ledger's indexed entry range shows it was never stored here; otherwise, and for every unreadable record,
@@ -54,7 +54,6 @@ from magnetar.bookkeeper.bookie.entry_index import (
     decode_ledger_record,
 )
 from magnetar.bookkeeper.bookie.entry_log import EntryLogger
-from magnetar.bookkeeper.bookie.entry_log_gc import EntryLogGc, Relocation
 from magnetar.bookkeeper.bookie.errors import (
     BookieError,
     DiskFullError,
@@ -66,6 +65,7 @@ from magnetar.bookkeeper.bookie.errors import (
     StorageInUseError,
     StorageIOError,
 )
+from magnetar.bookkeeper.bookie.gc_primitives import GcPrimitives, Relocation
 from magnetar.bookkeeper.bookie.journal import Journal
 from magnetar.bookkeeper.bookie.journal_files import (
     JournalWriterFile,
@@ -250,8 +250,8 @@ class DbLedgerStorage:
         self._replay_mark: LogMark | None = None
         self._replaying = False
         self._checkpoint_lock = trio.Lock()
-        self.gc = EntryLogGc(parts.entry_logger, parts.index, self._states, self._checkpoint_lock, settings)
-        """Garbage-collection and compaction primitives (:mod:`.entry_log_gc`); policy: ``magnetar.gc``."""
+        self.gc = GcPrimitives(parts.entry_logger, parts.index, self._states, self._checkpoint_lock, settings)
+        """The primitives garbage collection uses (:mod:`.gc_primitives`); its procedures: ``magnetar.gc``."""
         self._checkpoint_wanted = trio.Event()
         self._flush_done = trio.Event()
         self._accepting = False
@@ -278,7 +278,8 @@ class DbLedgerStorage:
     def stats(self) -> dict[str, float]:
         """Journal figures for the bookie's metrics (``magnetar_bookie_journal_*``): group commits and how
         long their syncs took, the records and bytes they covered, bytes still waiting for a sync; and the
-        adds that waited for room in the write cache (``magnetar_bookie_write_*``)."""
+        adds that waited for room in the write cache (``bookie_throttled_write_requests``,
+        ``magnetar_bookie_write_waiting_bytes``)."""
         journal = self._journal.stats
         return {
             "journal_syncs": journal.syncs,

@@ -11,7 +11,8 @@ directory. Steps, each printed as it ends and all of them as one JSON line at th
 2. baseline: ``magnetar perf produce`` at ``--perf-rate`` msg/s of ``--perf-size`` bytes for ``--perf-s``;
 3. destroy the bookie holding the most ledgers (SIGKILL, data wiped) and time until the cluster is fully
    replicated (no ledger names it, nothing marked), while ``magnetar perf produce`` runs in ``--perf-s``
-   segments; the bytes and entries copied are the bookies' ``magnetar_autorecovery_*_replicated_total``.
+   segments; the bytes and entries copied are the bookies'
+   ``replication_replication_worker_NUM_{BYTES,ENTRIES}_WRITTEN``.
 
 The copy rate limit is the bookies' ``rereplication_rate_bytes_per_s`` (each process's own budget: every
 bookie's worker copies in parallel).
@@ -189,10 +190,10 @@ async def bench(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
                 segments.append((await perf(cluster, args, f"during-{len(segments)}"))["latency_ms"])
         result["heal_s"] = round(healed_at[0] - lost_at, 1)
         copied = await trio.to_thread.run_sync(
-            metric_total, cluster, live, "magnetar_autorecovery_bytes_replicated_total"
+            metric_total, cluster, live, "replication_replication_worker_NUM_BYTES_WRITTEN"
         )
         entries = await trio.to_thread.run_sync(
-            metric_total, cluster, live, "magnetar_autorecovery_entries_replicated_total"
+            metric_total, cluster, live, "replication_replication_worker_NUM_ENTRIES_WRITTEN"
         )
         result.update(
             copied_mb=round(copied / 1e6, 1),

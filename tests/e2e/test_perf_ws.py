@@ -49,6 +49,42 @@ def test_messages_are_all_acknowledged_when_producers_share_them_unevenly(
 
 
 @pytest.mark.parametrize("protocol", ["json", "binary"])
+def test_topics_spread_the_load_and_lookup_finds_each_owner(
+    broker: Broker, capsys: pytest.CaptureFixture[str], protocol: str
+) -> None:
+    common = ["--url", broker.http_url, "--topic", f"spread-{protocol}", "--protocol", protocol,
+              "--topics", "3", "--lookup"]  # fmt: skip
+    code, produced, _, err = _perf(capsys, "produce", *common, "--messages", "900", "--producers", "2")
+    assert code == 0, err
+    assert (produced["messages"], produced["topics"], produced["producers"]) == (900, 3, 6)
+    stored = []
+    for index in range(3):
+        loaded = broker.call_sync(
+            broker.service.topic_if_loaded, parse_topic_name(f"spread-{protocol}-{index}")
+        )
+        assert loaded is not None
+        stored.append(loaded.ml.number_of_entries())
+    assert all(entries > 0 for entries in stored)
+    code, consumed, _, err = _perf(capsys, "consume", *common, "--messages", "900")
+    assert code == 0, err
+    assert (consumed["messages"], consumed["topics"]) == (900, 3)
+
+
+def test_a_lookup_refused_for_good_stops_the_run_at_once(
+    broker: Broker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, produced, out, err = _perf(
+        capsys, "produce", "--url", broker.http_url, "--topic", "public/no-such-namespace/t", "--lookup",
+        "--messages", "10", "--duration-s", "120",
+    )  # fmt: skip
+    assert code == 1
+    assert "lookup" in err
+    assert "404" in err
+    assert "retrying" not in out
+    assert produced["outcome"] == "failed"
+
+
+@pytest.mark.parametrize("protocol", ["json", "binary"])
 def test_a_lost_connection_does_not_lose_messages_from_the_count(
     broker: Broker, capsys: pytest.CaptureFixture[str], protocol: str
 ) -> None:

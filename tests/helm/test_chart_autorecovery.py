@@ -11,11 +11,14 @@ from typing import Any
 import helm_python
 import pytest
 from fixtures.helm_chart import (
+    COMPONENT,
     NAMESPACE,
     RELEASE,
     SCENARIOS,
     Rendered,
     container_environment,
+    container_of,
+    merged,
     only_container,
     pod_spec,
     render,
@@ -23,6 +26,7 @@ from fixtures.helm_chart import (
 
 from magnetar.admin.processes.autorecovery_wiring import AutoRecoveryProcessSettings, BookieProcessSettings
 from magnetar.admin.processes.config import PROCESS_ENV, load_settings, unknown_environment
+from magnetar.broker.settings import BrokerSettings
 
 ZONE_LABEL = "metadata.labels['topology.kubernetes.io/zone']"
 
@@ -151,11 +155,164 @@ def test_under_security_the_bookies_daemons_reach_other_bookies_as_the_brokers_d
     assert "broker-token" in {v["name"] for v in pod_spec(bookie)["volumes"]}
 
 
+# --- the Deployment under authentication and TLS ---------------------------------------------------------
+
+SECRETS = {"tokenKey": {"secretName": "keys"}, "brokerToken": {"secretName": "broker-token"}}
+CERT_MANAGER = {"certManager": {"enabled": True}}
+SECURED: dict[str, dict[str, Any]] = {
+    "auth": {"auth": {"enabled": True, **SECRETS}},
+    "auth, authenticated metrics": {
+        "auth": {"enabled": True, **SECRETS, "authenticateMetricsEndpoint": True}
+    },
+    "bookie TLS": {"tls": {**CERT_MANAGER, "bookie": {"enabled": True}}},
+    "bookie mutual TLS": {"tls": {**CERT_MANAGER, "bookie": {"enabled": True, "requireClientCert": True}}},
+    "ZooKeeper TLS": {"tls": {**CERT_MANAGER, "zookeeper": {"enabled": True}}},
+    "secure": SCENARIOS["secure"],
+}  # fmt: skip
+"""Security values with which autorecovery.mode=deployment renders (each with cert-manager's certificates)."""
+
+
+def secret_mounts(workload: dict[str, Any]) -> dict[str, tuple[str, list[str] | None]]:
+    """Mount path -> (the Secret mounted there, its keys when only some are), for the one container; every
+    Secret mount read-only."""
+    volumes = {v["name"]: v["secret"] for v in pod_spec(workload)["volumes"] if "secret" in v}
+    mounts = {}
+    for mount in only_container(workload)["volumeMounts"]:
+        if mount["name"] in volumes:
+            assert mount["readOnly"] is True, mount
+            secret = volumes[mount["name"]]
+            keys = [item["key"] for item in secret["items"]] if "items" in secret else None
+            mounts[mount["mountPath"]] = (secret["secretName"], keys)
+    return mounts
+
+
+def deployment_environment(rendered: Rendered) -> dict[str, str]:
+    (deployment,) = autorecovery_deployments(rendered)
+    environment: dict[str, str] = {}
+    for source in only_container(deployment)["envFrom"]:
+        environment.update(rendered.config_map_data(source["configMapRef"]["name"]))
+    environment["MAGNETAR_DAEMON_ID"] = f"{RELEASE}-magnetar-autorecovery-abc12"
+    return environment
+
+
+@pytest.mark.parametrize("case", sorted(SECURED))
+def test_as_a_deployment_the_daemons_get_the_token_keys_and_certificates_they_need(
+    chart: helm_python.Chart, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = merged(SECURED[case], {"autorecovery": {"mode": "deployment"}})
+    rendered = render(chart, values)
+    environment = deployment_environment(rendered)
+    settings = settings_of(environment, AutoRecoveryProcessSettings, monkeypatch)
+    broker = settings_of(container_environment(rendered, "broker"), BrokerSettings, monkeypatch)
+    auth, tls = values.get("auth", {}), values.get("tls", {})
+    bookie_tls, zookeeper_tls = tls.get("bookie", {}), tls.get("zookeeper", {})
+    (deployment,) = autorecovery_deployments(rendered)
+    mounts = secret_mounts(deployment)
+    expected_mounts: dict[str, tuple[str, list[str] | None]] = {}
+
+    # Its HTTP port guarded as a bookie's; the bookies reached with the brokers' token.
+    assert settings.authentication_enabled is bool(auth.get("enabled"))
+    assert settings.autorecovery.bookkeeper_auth_token == broker.bookkeeper_auth_token
+    if auth.get("enabled"):
+        key = auth["tokenKey"]["secretName"]
+        assert settings.token_secret_key == "file:///etc/magnetar/token-key/secret.key"
+        assert settings.super_user_roles == ("admin",)
+        assert settings.authenticate_metrics_endpoint is auth.get("authenticateMetricsEndpoint", False)
+        assert settings.autorecovery.bookkeeper_auth_token == "file:///etc/magnetar/broker-token/broker.token"
+        expected_mounts["/etc/magnetar/token-key"] = (key, ["secret.key"])
+        expected_mounts["/etc/magnetar/broker-token"] = (auth["brokerToken"]["secretName"], ["broker.token"])
+    else:
+        assert settings.autorecovery.bookkeeper_auth_token is None
+
+    # The bookies over TLS (checked against the CA), with the daemons' certificate under mutual TLS.
+    ar = settings.autorecovery
+    assert ar.bookkeeper_tls_enabled is bool(bookie_tls.get("enabled"))
+    assert ar.bookkeeper_tls_trust_certs_file == broker.bookkeeper_tls_trust_certs_file
+    assert ar.bookkeeper_tls_certificate_file == broker.bookkeeper_tls_certificate_file
+    assert ar.bookkeeper_tls_key_file == broker.bookkeeper_tls_key_file
+    if bookie_tls.get("requireClientCert"):
+        assert str(ar.bookkeeper_tls_certificate_file) == "/etc/magnetar/tls/tls.crt"
+    # ZooKeeper over TLS with the daemons' certificate, at its secure port.
+    assert settings.zk_tls_enabled is bool(zookeeper_tls.get("enabled"))
+    for setting in ("zk_tls_trust_certs_file", "zk_tls_certificate_file", "zk_tls_key_file"):
+        assert getattr(settings, setting) == getattr(broker, setting), setting
+    assert settings.metadata_url == broker.metadata_url
+    if bookie_tls.get("enabled") or zookeeper_tls.get("enabled"):
+        expected_mounts["/etc/magnetar/tls"] = (f"{RELEASE}-magnetar-autorecovery-tls", None)
+        (certificate,) = [
+            c
+            for c in rendered.of_kind("Certificate")
+            if c["metadata"]["name"] == f"{RELEASE}-magnetar-autorecovery"
+        ]
+        assert certificate["spec"]["secretName"] == f"{RELEASE}-magnetar-autorecovery-tls"
+        assert certificate["spec"]["usages"] == ["client auth"]  # it serves no TLS
+        assert certificate["spec"]["privateKey"]["encoding"] == "PKCS8"  # ZooKeeper's PEM reader's format
+
+    # Exactly these Secrets, read-only, and every file a setting names is in one of them.
+    assert mounts == expected_mounts
+    for name, value in environment.items():
+        path = value.removeprefix("file://")
+        if path.startswith("/etc/magnetar/"):
+            directory, file = path.rsplit("/", 1)
+            assert directory in mounts, name
+            assert mounts[directory][1] in (None, [file]), name
+    # The liveness probe asks the open /heartbeat, not /metrics, which may need a token.
+    probe = only_container(deployment)["livenessProbe"]["httpGet"]
+    assert probe == {"path": "/heartbeat", "port": "http"}
+
+
+def test_a_pod_monitor_scrapes_the_daemons_with_the_scrapers_token(chart: helm_python.Chart) -> None:
+    monitoring = {"podMonitor": {"enabled": True, "tokenSecret": {"name": "scraper", "key": "token"}}}
+    values = {**SCENARIOS["secure"], "monitoring": monitoring, "autorecovery": {"mode": "deployment"}}
+    rendered = render(chart, values)
+    monitor = rendered.get("PodMonitor", "autorecovery")
+    (deployment,) = autorecovery_deployments(rendered)
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("http", "/metrics")
+    assert endpoint["authorization"] == {"type": "Bearer", "credentials": {"name": "scraper", "key": "token"}}
+    # no scrape annotations besides (the annotations cannot carry the token)
+    assert "prometheus.io/scrape" not in deployment["spec"]["template"]["metadata"]["annotations"]
+    in_bookies = render(chart, {"monitoring": monitoring})
+    assert "autorecovery" not in {
+        m["metadata"]["labels"][COMPONENT] for m in in_bookies.of_kind("PodMonitor")
+    }
+
+
+def test_every_mounted_certificate_secret_is_made_by_cert_manager(chart: helm_python.Chart) -> None:
+    """Bookie TLS without mutual TLS: the brokers and the daemons mount their certificate's Secret for its
+    CA; cert-manager must make it (it once made only the Secrets whose certificate was presented)."""
+    values = {"tls": {**CERT_MANAGER, "bookie": {"enabled": True}}, "autorecovery": {"mode": "deployment"}}
+    rendered = render(chart, values)
+    made = {c["spec"]["secretName"] for c in rendered.of_kind("Certificate")}
+    mounted = {
+        volume["secret"]["secretName"]
+        for workload in rendered.workloads()
+        for volume in pod_spec(workload).get("volumes", [])
+        if volume["name"] == "tls"
+    }
+    assert mounted == {f"{RELEASE}-magnetar-{c}-tls" for c in ("bookie", "broker", "autorecovery")}
+    assert mounted <= made
+    # Without cert-manager each of them must be named.
+    own = {"tls": {"bookie": {"enabled": True, "secretName": "bookie-tls"}}}
+    with pytest.raises(helm_python.HelmRenderError, match=r"tls\.broker\.secretName must name"):
+        chart.render(own, name=RELEASE, namespace=NAMESPACE)
+    own = merged(
+        own, {"tls": {"broker": {"secretName": "broker-tls"}}, "autorecovery": {"mode": "deployment"}}
+    )
+    with pytest.raises(helm_python.HelmRenderError, match=r"tls\.autorecovery\.secretName must name"):
+        chart.render(own, name=RELEASE, namespace=NAMESPACE)
+    own = merged(own, {"tls": {"autorecovery": {"secretName": "ar-tls"}}})
+    (deployment,) = autorecovery_deployments(render(chart, own))
+    assert secret_mounts(deployment) == {"/etc/magnetar/tls": ("ar-tls", None)}
+
+
 INVALID = {
     "unknown mode": ({"autorecovery": {"mode": "sidecar"}}, r"autorecovery\.mode must be bookie, deployment"),
-    "deployment with auth": (
-        {**SCENARIOS["secure"], "autorecovery": {"mode": "deployment"}},
-        r"autorecovery\.mode=deployment runs `magnetar autorecovery`, and the chart does not pass",
+    "deployment with own certificates but not the daemons'": (
+        {**SCENARIOS["secure-own-secrets"], "autorecovery": {"mode": "deployment"}},
+        r"tls\.autorecovery\.secretName must name the Secret of the AutoRecovery daemons' certificate",
     ),
     "no replicas": (
         {"autorecovery": {"mode": "deployment", "deployment": {"replicas": 0}}},
@@ -168,6 +325,21 @@ INVALID = {
     "delay too long": (
         {"autorecovery": {"lostBookieRecoveryDelaySeconds": 90000}},
         r"autorecovery\.lostBookieRecoveryDelaySeconds must be <= 86400",
+    ),
+    "the daemon's name in autorecovery.deployment.config": (
+        {"autorecovery": {"mode": "deployment", "deployment": {"config": {"daemon_id": "x"}}}},
+        r"autorecovery\.deployment\.config\.daemon_id is managed by the chart; "
+        r"set it through \(the pod's name\)",
+    ),
+    "its token in autorecovery.deployment.config": (
+        {
+            "autorecovery": {
+                "mode": "deployment",
+                "deployment": {"config": {"autorecovery": {"bookkeeper_auth_token": "token:x"}}},
+            }
+        },
+        r"autorecovery\.deployment\.config\.autorecovery__bookkeeper_auth_token is managed by the chart; "
+        r"set it through auth\.brokerToken",
     ),
     "managed in bookie.config": (
         {"bookie": {"config": {"autorecovery": {"enabled": False}}}},
@@ -185,6 +357,34 @@ def test_autorecovery_values_that_cannot_work_fail_the_render(chart: helm_python
     values, message = INVALID[case]
     with pytest.raises(helm_python.HelmRenderError, match=message):
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_as_a_deployment_other_settings_pass_through_its_config_and_it_waits_for_zookeeper(
+    chart: helm_python.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = {
+        "autorecovery": {"auditor_periodic_check_interval_s": 3600},
+        "metadata_session_timeout_ms": 9000,
+    }
+    values = {"autorecovery": {"mode": "deployment", "deployment": {"config": config}}}
+    rendered = render(chart, merged(SECURED["ZooKeeper TLS"], values))
+    settings = settings_of(deployment_environment(rendered), AutoRecoveryProcessSettings, monkeypatch)
+    assert settings.autorecovery.auditor_periodic_check_interval_s == 3600
+    assert settings.metadata_session_timeout_ms == 9000
+    # Its init container waits for ZooKeeper (over TLS, with the daemons' certificate), as a bookie's does.
+    wait = container_of(rendered, "autorecovery-wait")
+    assert wait["args"][:1] == ["wait-for-metadata"]
+    assert "--cluster" not in wait["args"]
+    environment = container_environment(rendered, "autorecovery-wait")
+    assert environment["MAGNETAR_ZK_TLS_CERTIFICATE_FILE"] == "/etc/magnetar/tls/tls.crt"
+    (deployment,) = autorecovery_deployments(rendered)
+    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
+    mounts = {m["name"]: m for m in wait["volumeMounts"]}
+    assert mounts["tls"]["readOnly"] is True
+    assert volumes["tls"]["secret"]["secretName"] == f"{RELEASE}-magnetar-autorecovery-tls"
+    no_wait = render(chart, {**values, "startupWait": {"enabled": False}})
+    (deployment,) = autorecovery_deployments(no_wait)
+    assert "initContainers" not in pod_spec(deployment)
 
 
 def test_other_autorecovery_settings_pass_through_bookie_config(

@@ -14,6 +14,9 @@ the closest check that the pods would start, find each other and pass their prob
 * the secure mode (``values-dev.yaml`` + ``values-secure.yaml``): ZooKeeper on the rendered ``zoo.cfg`` with
   TLS, the init job, a bookie and a broker with tokens, TLS and authenticated metrics pass every rendered
   probe, while ``/metrics`` - what the probes asked before - answers 401;
+* the secure mode with ``autorecovery.mode=deployment``: the rendered ``magnetar autorecovery`` reaches
+  ZooKeeper over TLS and the bookies with the brokers' token and its certificate, and heals a lost bookie's
+  ledger; its liveness probe passes while its ``/metrics`` and REST API want a superuser's token;
 * the format Job re-identifying a bookie whose volumes were lost.
 """
 
@@ -27,7 +30,8 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +60,15 @@ from fixtures.helm_chart import (
 from fixtures.processes import MagnetarProcess, ProcessFailedError, ProcessGroup
 from fixtures.zookeeper import ZooKeeperServer
 
+from magnetar.admin.processes.autorecovery_wiring import AutoRecoveryProcessSettings
+from magnetar.admin.processes.config import load_settings
 from magnetar.admin.processes.zookeeper import QUORUM_MAIN
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import open_tcp_transport
 from magnetar.bookkeeper.metadata import open_metadata_store
 from magnetar.bookkeeper.metadata.bookies import list_bookies, read_cookie
+from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
+from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.broker.policies import PolicyStore
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper, pytest.mark.slow]
@@ -138,11 +146,12 @@ def background(tmp_path: Path) -> Iterator[Callable[[str, list[str], dict[str, s
 
 
 def probe_status(container: dict[str, Any], kind: str, ports: dict[str, int], **options: Any) -> int:
-    """Send the request a rendered HTTP probe sends (its path, to the local port of the port it names)."""
+    """Send the request a rendered HTTP probe sends (its path, to the local port of the port it names, with
+    its timeout: Kubernetes' default of 1 s when it names none)."""
     probe = container[kind]["httpGet"]
     url = f"http://127.0.0.1:{ports[probe['port']]}{probe['path']}"
     try:
-        return httpx.get(url, timeout=container[kind]["timeoutSeconds"], **options).status_code
+        return httpx.get(url, timeout=container[kind].get("timeoutSeconds", 1), **options).status_code
     except httpx.TransportError:
         return 0
 
@@ -608,6 +617,147 @@ def run_secure_cluster(
         named = dashboard_metric_names(name)
         assert named, name
         assert named - exported == set(), name
+
+
+def test_secure_mode_autorecovery_deployment_heals_a_lost_bookie_over_tls_with_tokens(
+    chart: helm_python.Chart,
+    tmp_path: Path,
+    token_keys: TokenKeys,
+    tls_files: TlsFiles,
+    magnetar_processes: ProcessGroup,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    values = merged(SECURE, {"autorecovery": {"mode": "deployment", "lostBookieRecoveryDelaySeconds": 0}})
+    rendered = render(chart, values)
+    secrets = write_secrets(tmp_path, token_keys, tls_files)
+    zoo_cfg = rendered.config_map_data(f"{RELEASE}-magnetar-zookeeper")["zoo.cfg"]
+    zookeeper = RenderedZooKeeper(
+        tmp_path / "zookeeper", zoo_cfg, container_of_zookeeper(rendered), secrets["tls"]
+    )
+    zookeeper.start()
+    try:
+        url = f"zk:127.0.0.1:{zookeeper.secure_port}"
+        pod = LocalPod(url, secrets=secrets)
+        done = run(
+            container_of(rendered, "init")["args"], pod.localize(container_environment(rendered, "init"))
+        )
+        assert done.returncode == 0, done.stderr
+        bookies = {}
+        for ordinal in range(3):  # bookies of mode "deployment": no daemon of their own
+            env = bookie_env(rendered, bookie_pod(tmp_path, f"bookie{ordinal}", url, **secrets), ordinal)
+            assert env["MAGNETAR_AUTORECOVERY__ENABLED"] == "false"
+            bookie = start(magnetar_processes, f"bookie{ordinal}", ["bookie"], env)
+            bookies[bookie.ready["bookieId"]] = bookie
+
+        # Its init container's wait for ZooKeeper, over TLS with the daemons' certificate.
+        wait = container_of(rendered, "autorecovery-wait")
+        done = run(wait["args"], pod.localize(container_environment(rendered, "autorecovery-wait")))
+        assert done.returncode == 0, done.stderr
+        assert "metadata ready at" in done.stderr + done.stdout
+
+        container = container_of(rendered, "autorecovery")
+        fields = {"MAGNETAR_DAEMON_ID": f"{RELEASE}-magnetar-autorecovery-abc12"}  # the pod's name
+        ar_pod = LocalPod(url, secrets=secrets, ports={"MAGNETAR_HTTP_PORT": 0})
+        ar_env = ar_pod.localize(container_environment(rendered, "autorecovery", fields))
+        daemon = start(magnetar_processes, "autorecovery", container["args"], ar_env)
+        ports = {"http": daemon.ready["httpPort"]}
+        base = f"http://127.0.0.1:{daemon.ready['httpPort']}"
+        bearer = {"Authorization": f"Bearer {token_keys.token('admin')}"}
+        assert probe_status(container, "livenessProbe", ports) == 200
+        for path in ("/metrics", "/api/v1/autorecovery/who_is_auditor"):
+            assert httpx.get(base + path, timeout=10).status_code == 401, path
+        wait_for(
+            lambda: (
+                httpx.get(f"{base}/api/v1/autorecovery/who_is_auditor", headers=bearer, timeout=10).text
+                == f"Auditor: {fields['MAGNETAR_DAEMON_ID']}"
+            ),
+            "the daemon to be elected auditor (through ZooKeeper over TLS)",
+        )
+
+        # A ledger on two of the three bookies, written as the daemon reaches them (its own settings).
+        client = settings_from_environment(ar_env, monkeypatch)
+        healed = Healing(client, bookies)
+        trio.run(healed.write)
+        victim, survivor = healed.ensemble
+        assert bookies[victim].stop() == 0  # gone for good: its registration goes with it
+        wait_for(lambda: healed.replicated(base, bearer) >= 1, "the daemon to heal the ledger", 90)
+        # The copy is on the third bookie: with the survivor gone too, every entry reads from it alone.
+        assert bookies[survivor].stop() == 0
+        trio.run(healed.read_back)
+        assert probe_status(container, "livenessProbe", ports) == 200
+    finally:
+        magnetar_processes.stop_all()
+        zookeeper.stop()
+
+
+def settings_from_environment(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``magnetar autorecovery``'s settings as it loads them from that environment."""
+    for name in list(os.environ):
+        if name.startswith("MAGNETAR_"):
+            monkeypatch.delenv(name)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return load_settings(AutoRecoveryProcessSettings, {}).settings
+
+
+class Healing:
+    """A closed ledger on two bookies, reached with the daemon's TLS files, token and ZooKeeper settings."""
+
+    ENTRIES = 20
+
+    def __init__(self, settings: Any, bookies: dict[str, MagnetarProcess]) -> None:
+        self.settings = settings
+        self.bookies = bookies
+        self.ledger_id = -1
+        self.ensemble: tuple[str, ...] = ()
+
+    @asynccontextmanager
+    async def client(self) -> AsyncIterator[Any]:
+        ar = self.settings.autorecovery
+        assert ar.bookkeeper_tls_enabled
+        assert ar.bookkeeper_tls_certificate_file is not None  # the bookies want a client certificate
+        assert ar.bookkeeper_auth_token is not None
+        tls = client_ssl_context(
+            trust_certs_file=ar.bookkeeper_tls_trust_certs_file,
+            certificate_file=ar.bookkeeper_tls_certificate_file,
+            key_file=ar.bookkeeper_tls_key_file,
+        )
+        token = read_token_setting(ar.bookkeeper_auth_token)
+        options = ClientSettings(ensemble_size=2, write_quorum=2, ack_quorum=2, bookie_quarantine_ms=0)
+        async with (
+            open_metadata_store(self.settings.metadata_url, self.settings.metadata_settings()) as metadata,
+            open_tcp_transport(ssl_context=tls, auth_token=token) as transport,
+            open_bookkeeper(metadata, transport, options) as bk,
+        ):
+            yield bk
+
+    async def write(self) -> None:
+        async with self.client() as bk:
+            ledger = await bk.create_ledger(password=b"pw")
+            for index in range(self.ENTRIES):
+                await ledger.add_entry(b"entry %d" % index)
+            await ledger.close()
+            self.ledger_id = ledger.ledger_id
+            self.ensemble = tuple(ledger.metadata.ensembles[0][1])
+
+    async def read_back(self) -> None:
+        async with self.client() as bk:
+            metadata = await bk.get_ledger_metadata(self.ledger_id)
+            (ensemble,) = [bookies for _, bookies in metadata.ensembles]
+            (third,) = set(self.bookies) - set(self.ensemble)
+            assert set(ensemble) == {self.ensemble[1], third}
+            ledger = await bk.open_ledger(self.ledger_id, b"pw")
+            entries = await ledger.read_entries(0, self.ENTRIES - 1)
+            assert [entry.payload for entry in entries] == [b"entry %d" % i for i in range(self.ENTRIES)]
+
+    def replicated(self, base: str, bearer: dict[str, str]) -> float:
+        page = httpx.get(f"{base}/metrics", headers=bearer, timeout=10).text
+        (line,) = [
+            x
+            for x in page.splitlines()
+            if x.startswith("replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED ")
+        ]
+        return float(line.split()[-1])
 
 
 # --- a bookie whose volumes were lost -------------------------------------------------------------------

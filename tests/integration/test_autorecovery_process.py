@@ -98,5 +98,8 @@ async def test_an_autorecovery_process_audits_and_heals(
         line.split(" ", 1) for line in str(metrics).splitlines() if line and not line.startswith("#")
     )
     assert float(lines["magnetar_autorecovery_auditor_elected"]) == 1.0
-    assert float(lines["magnetar_autorecovery_ledgers_replicated_total"]) >= 2
-    assert float(lines["magnetar_autorecovery_bytes_replicated_total"]) > 0
+    # BookKeeper's names, unscoped in a separate AutoRecovery process (inside a bookie: replication_...)
+    assert float(lines["replication_worker_NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED"]) >= 2
+    assert float(lines["replication_worker_NUM_BYTES_WRITTEN"]) > 0
+    assert float(lines["replication_worker_NUM_ENTRIES_WRITTEN"]) > 0
+    assert "auditor_NUM_UNDER_REPLICATED_LEDGERS" in lines

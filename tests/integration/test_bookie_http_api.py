@@ -220,6 +220,10 @@ def test_autorecovery_process_with_authentication_guards_its_http_port(
     metrics = http_client.get("/metrics", headers=callers["admin"])
     assert metrics.status_code == 200
     assert "magnetar_autorecovery_auditor_elected" in metrics.text
+    # /heartbeat stays open for the liveness probe, whoever asks
+    for headers in callers.values():
+        alive = http_client.get("/heartbeat", headers=headers)
+        assert (alive.status_code, alive.json()) == (200, "OK")
     assert process.is_running()
     assert process.stop() == 0, process.log_tail()
 

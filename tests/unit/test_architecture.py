@@ -3,7 +3,8 @@
 Layers (docs/architecture.md §1): admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
 bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; AutoRecovery
 (bookkeeper.autorecovery) uses the client, protocol, metadata and runtime; gc uses
-managed_ledger and bookkeeper. Nothing imports admin.
+managed_ledger and bookkeeper (the bookie's storage primitives included; no bookkeeper module imports gc).
+Nothing imports admin.
 
 Inside the broker: the wire formats (``broker.wire``) import nothing of the server, so clients import them
 alone; the protocol-neutral core (``broker.core``) imports the wire formats and the storage layers, never a
@@ -203,6 +204,11 @@ def test_layer_rule_detects_a_violation() -> None:
     assert layer_of("magnetar.bookkeeper.client.ops") == "magnetar.bookkeeper.client"
     assert layer_of("magnetar.bookkeeper.errors") == "magnetar.bookkeeper"
     assert all("magnetar.admin" not in allowed for allowed in ALLOWED.values())
+    # garbage collection sits on the storage engine's primitives; the engine never reaches up into gc
+    assert "magnetar.bookkeeper.bookie" in ALLOWED["magnetar.gc"]
+    assert all(
+        "magnetar.gc" not in ALLOWED[layer] for layer in ALLOWED if layer.startswith("magnetar.bookkeeper")
+    )
     assert layer_of("magnetar.admin.cli.cmd_broker") == "magnetar.admin.cli"
     assert all(
         "magnetar.admin.cli" not in allowed

@@ -172,7 +172,8 @@ bind_address: (always 0.0.0.0)
 advertised_address: (the pod's name or IP)
 log_level: logLevel
 port: bookie.ports.bookie
-http_port: bookie.ports.http / broker.httpPort
+http_port: bookie.ports.http / broker.httpPort / autorecovery.deployment.httpPort
+daemon_id: (the pod's name)
 journal_dir: bookie.journal.mountPath
 data_dir: bookie.ledgers.mountPath
 storage_engine__journal_file_bytes_max: bookie.journal.fileSize
@@ -368,9 +369,6 @@ install, upgrade or template run stops here with a message naming the value to c
 {{- fail (printf "autorecovery.mode must be bookie, deployment or disabled, not %q" $ar.mode) -}}
 {{- end -}}
 {{- if eq $ar.mode "deployment" -}}
-{{- if or .Values.auth.enabled .Values.tls.bookie.enabled .Values.tls.zookeeper.enabled -}}
-{{- fail "autorecovery.mode=deployment runs `magnetar autorecovery`, and the chart does not pass it the token, keys and certificates yet: with auth.enabled or TLS use autorecovery.mode=bookie (the daemons run inside the bookies, behind the bookies' own security)" -}}
-{{- end -}}
 {{- if lt (int $ar.deployment.replicas) 1 -}}
 {{- fail (printf "autorecovery.deployment.replicas (%d) must be >= 1 (or set autorecovery.mode)" (int $ar.deployment.replicas)) -}}
 {{- end -}}
@@ -474,10 +472,9 @@ spent saying why a server gave no session) plus the pauses, which double from re
 {{- fail "auth.authenticateMetricsEndpoint needs auth.enabled" -}}
 {{- end -}}
 {{- if not .Values.tls.certManager.enabled -}}
-{{- range $component := list "broker" "bookie" "zookeeper" -}}
-{{- $needed := or (and (eq $component "zookeeper") $.Values.tls.zookeeper.enabled $.Values.zookeeper.enabled) (and (ne $component "zookeeper") (include "magnetar.tlsNeeded" (dict "ctx" $ "component" $component))) -}}
-{{- if and $needed (not (index $.Values.tls $component).secretName) -}}
-{{- fail (printf "tls.%s.secretName must name the Secret of the %ss' certificate (tls.crt, tls.key, ca.crt), or set tls.certManager.enabled" $component $component) -}}
+{{- range $component := list "bookie" "zookeeper" "broker" "autorecovery" -}}
+{{- if and (include "magnetar.tlsSecretUsed" (dict "ctx" $ "component" $component)) (not (index $.Values.tls $component).secretName) -}}
+{{- fail (printf "tls.%s.secretName must name the Secret of the %s certificate (tls.crt, tls.key, ca.crt), or set tls.certManager.enabled" $component (ternary "AutoRecovery daemons'" (printf "%ss'" $component) (eq $component "autorecovery"))) -}}
 {{- end -}}
 {{- end -}}
 {{- else if and (not .Values.tls.certManager.internalIssuer) (not .Values.tls.certManager.issuerRef.name) -}}
@@ -489,7 +486,7 @@ spent saying why a server gave no session) plus the pauses, which double from re
 {{/*
 Security wiring: Secrets mounted as files under /etc/magnetar, the settings that point at them (ConfigMap lines,
 paths only), and the pieces the waiting init containers and the init job need. Call each with
-(dict "ctx" $ "component" "bookie"|"broker"|"init").
+(dict "ctx" $ "component" "bookie"|"broker"|"autorecovery"|"init").
 */}}
 
 {{/* The Secret of a component's certificate ("init" uses the brokers'). */}}
@@ -499,17 +496,36 @@ paths only), and the pieces the waiting init containers and the init job need. C
 {{- default (printf "%s-tls" (include "magnetar.componentName" (dict "ctx" .ctx "component" $component))) $values.secretName -}}
 {{- end -}}
 
-{{/* "true" when the component needs its certificate: its own TLS, mutual TLS to the bookies, ZooKeeper's TLS. */}}
+{{/*
+"true" when the component needs its certificate: its own TLS, mutual TLS to the bookies (brokers, and the
+AutoRecovery Deployment's daemons, clients of the bookies as the brokers are), ZooKeeper's TLS.
+*/}}
 {{- define "magnetar.tlsNeeded" -}}
 {{- $tls := .ctx.Values.tls -}}
-{{- if or $tls.zookeeper.enabled (and (eq .component "bookie") $tls.bookie.enabled) (and (eq .component "broker") (or $tls.broker.enabled (and $tls.bookie.enabled $tls.bookie.requireClientCert))) -}}
+{{- $bookieClient := has .component (list "broker" "autorecovery") -}}
+{{- if or $tls.zookeeper.enabled (and (eq .component "bookie") $tls.bookie.enabled) (and (eq .component "broker") $tls.broker.enabled) (and $bookieClient $tls.bookie.enabled $tls.bookie.requireClientCert) -}}
 true
 {{- end -}}
 {{- end -}}
 
 {{/* "true" when the component needs the CA certificate at least (it talks TLS to someone). */}}
 {{- define "magnetar.tlsMounted" -}}
-{{- if or (include "magnetar.tlsNeeded" .) (and (eq .component "broker") .ctx.Values.tls.bookie.enabled) -}}
+{{- if or (include "magnetar.tlsNeeded" .) (and (has .component (list "broker" "autorecovery")) .ctx.Values.tls.bookie.enabled) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the component's certificate Secret (tls.<component>.secretName, or the one cert-manager makes) is
+mounted somewhere: its Certificate must exist, or its name be given. ZooKeeper's servers use theirs when the
+chart runs them; the AutoRecovery daemons only in mode "deployment".
+*/}}
+{{- define "magnetar.tlsSecretUsed" -}}
+{{- $values := .ctx.Values -}}
+{{- if eq .component "zookeeper" -}}
+{{- if and $values.tls.zookeeper.enabled $values.zookeeper.enabled }}true{{ end -}}
+{{- else if and (eq .component "autorecovery") (ne $values.autorecovery.mode "deployment") -}}
+{{- else if include "magnetar.tlsMounted" . -}}
 true
 {{- end -}}
 {{- end -}}
@@ -524,7 +540,11 @@ MAGNETAR_ZK_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
 {{- end }}
 {{- end -}}
 
-{{/* ConfigMap lines of a bookie's or broker's security settings. */}}
+{{/*
+ConfigMap lines of a bookie's, broker's or AutoRecovery daemon's security settings. `magnetar autorecovery`
+guards its HTTP port as a bookie does (token key, superusers, authenticated /metrics) and reaches the bookies
+with the brokers' token and certificate, through its `autorecovery.bookkeeper_*` settings.
+*/}}
 {{- define "magnetar.securitySettings" -}}
 {{- $auth := .ctx.Values.auth -}}
 {{- $tls := .ctx.Values.tls -}}
@@ -539,7 +559,7 @@ MAGNETAR_SUPER_USER_ROLES: {{ join "," $auth.superUserRoles | quote }}
 MAGNETAR_AUTHENTICATE_METRICS_ENDPOINT: {{ $auth.authenticateMetricsEndpoint | toString | quote }}
 {{- if eq .component "bookie" }}
 MAGNETAR_AUTH_ALLOWED_ROLES: {{ $auth.brokerRole | quote }}
-{{- else }}
+{{- else if eq .component "broker" }}
 MAGNETAR_BOOKKEEPER_AUTH_TOKEN: {{ printf "file:///etc/magnetar/broker-token/%s" $auth.brokerToken.key | quote }}
 {{- end }}
 {{- end }}
@@ -552,8 +572,8 @@ MAGNETAR_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
 MAGNETAR_TLS_TRUST_CERTS_FILE: /etc/magnetar/tls/ca.crt
 MAGNETAR_TLS_REQUIRE_TRUSTED_CLIENT_CERT: {{ $tls.bookie.requireClientCert | toString | quote }}
 {{- end }}
-{{- if and (eq .component "bookie") (eq .ctx.Values.autorecovery.mode "bookie") }}
-{{- /* AutoRecovery inside the bookie reaches the other bookies as a client, as the brokers do. */}}
+{{- if include "magnetar.runsAutorecovery" . }}
+{{- /* AutoRecovery (inside a bookie or on its own) reaches the bookies as a client, as the brokers do. */}}
 {{- if $auth.enabled }}
 MAGNETAR_AUTORECOVERY__BOOKKEEPER_AUTH_TOKEN: {{ printf "file:///etc/magnetar/broker-token/%s" $auth.brokerToken.key | quote }}
 {{- end }}
@@ -623,9 +643,16 @@ MAGNETAR_BOOKKEEPER_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
 {{- end }}
 {{- end -}}
 
-{{/* Whether a component reaches bookies with the brokers' token: brokers, and bookies running AutoRecovery. */}}
+{{/* Whether a component runs the AutoRecovery daemons: bookies in mode "bookie", the autorecovery Deployment. */}}
+{{- define "magnetar.runsAutorecovery" -}}
+{{- if or (eq .component "autorecovery") (and (eq .component "bookie") (eq .ctx.Values.autorecovery.mode "bookie")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Whether a component reaches bookies with the brokers' token: brokers, and where AutoRecovery runs. */}}
 {{- define "magnetar.usesBrokerToken" -}}
-{{- if or (eq .component "broker") (and (eq .component "bookie") (eq .ctx.Values.autorecovery.mode "bookie")) -}}
+{{- if or (eq .component "broker") (include "magnetar.runsAutorecovery" .) -}}
 true
 {{- end -}}
 {{- end -}}

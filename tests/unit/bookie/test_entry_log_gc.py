@@ -1,5 +1,6 @@
-"""The engine's garbage-collection primitives: sealed logs, usage, dead-log deletion and the transactional
-compactor (copy, commit, rollback, recovery at open after an interruption at every step)."""
+"""The engine's garbage-collection primitives (sealed logs, usage, dead-log deletion, recovery at open) and
+gc/'s transactional compaction job on them (copy, commit, rollback, recovery at open after an interruption
+at every step)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from magnetar.bookkeeper.bookie.compaction_files import (
 )
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.entry_log_format import split_location
-from magnetar.bookkeeper.bookie.entry_log_gc import CompactionJob, SourceDamagedError
 from magnetar.bookkeeper.bookie.errors import NoLedgerError
 from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.gc.compaction_job import CompactionJob, SourceDamagedError, start_compaction
 
 KEY = b"k" * 20
 LONG, SHORT = (1, 3), (2, 4)
@@ -72,7 +73,7 @@ async def compact_all(store: DbLedgerStorage, **job_args: Any) -> tuple[Compacti
             break
         logs.append(log_id)
         live += size
-    job = await store.gc.start_compaction(batch_bytes=64 * 1024, **job_args)
+    job = await start_compaction(store.gc, batch_bytes=64 * 1024, **job_args)
     for log_id in logs:
         await job.copy(await store.gc.usage(log_id), no_throttle)
     return job, logs
@@ -207,7 +208,7 @@ async def test_a_source_that_cannot_be_read_to_its_end_aborts_the_copy(
             byte = f.read(1)
             f.seek(usage.records_end // 2)
             f.write(bytes([byte[0] ^ 0xFF]))
-        job = await store.gc.start_compaction(batch_bytes=64 * 1024)
+        job = await start_compaction(store.gc, batch_bytes=64 * 1024)
         with pytest.raises(SourceDamagedError):
             await job.copy(usage, no_throttle)
         await job.abort()

@@ -190,7 +190,13 @@ async def test_metrics_count_requests_by_op_and_status() -> None:
 
 class _StoreWithStats(MemoryLedgerStore):
     def stats(self) -> dict[str, float]:
-        return {"journal_queue_entries": 3, "journal fsyncs": 12, "journal_bytes": 4096}
+        return {
+            "journal_queue_entries": 3,
+            "journal fsyncs": 12,
+            "journal_bytes": 4096,
+            "write_throttled_adds": 5,
+            "write_waiting_bytes": 100,
+        }
 
 
 async def test_store_figures_are_exported_when_the_store_offers_them() -> None:
@@ -199,6 +205,8 @@ async def test_store_figures_are_exported_when_the_store_offers_them() -> None:
     assert "magnetar_bookie_journal_queue_entries 3.0" in text
     assert "magnetar_bookie_journal_fsyncs 12.0" in text
     assert "bookie_journal_JOURNAL_WRITE_BYTES 4096.0" in text  # BookKeeper's name where it has one
+    assert "bookie_throttled_write_requests 5.0" in text
+    assert "magnetar_bookie_write_waiting_bytes 100.0" in text
 
 
 async def test_serve_bookie_serves_a_bare_core() -> None:

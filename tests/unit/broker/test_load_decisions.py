@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from magnetar.broker.load_decisions import (
     MB,
+    LongTermRates,
     Placement,
     PlacementSettings,
     ShedderSettings,
@@ -130,6 +132,60 @@ def test_placement_prefers_the_least_message_rate_and_avoids_overloaded_brokers(
     placement = Placement(PlacementSettings(overloaded_threshold_percentage=85))
     assert placement.select(bundle_name(0), {"busy": busy, "idle": idle, "hot": hot}, 0) == "idle"
     assert placement.select(bundle_name(1), {"busy": busy, "hot": hot}, 0) == "busy"
+
+
+def _at(report_: LoadReport, ms: int) -> LoadReport:
+    return dataclasses.replace(report_, last_update_ms=ms)
+
+
+def test_long_term_rates_count_each_report_once_and_forget_bundles_no_report_lists() -> None:
+    rates = LongTermRates(samples_max=1000, ttl_ms=10_000)
+    first = _at(report("a", {bundle_name(0): BundleStats(msg_rate_in=100)}), 1)
+    rates.observe({"a": first}, 0)
+    rates.observe({"a": first}, 1)  # the same report again: no second sample
+    rates.observe({"a": _at(report("a", {bundle_name(0): BundleStats(msg_rate_in=400)}), 2)}, 2)
+    assert rates.rate(bundle_name(0)) == pytest.approx(250)
+    rates.observe({"a": _at(report("a"), 3)}, 10_003)
+    assert rates.rate(bundle_name(0)) == 0
+    assert len(rates) == 0
+
+
+def test_long_term_rates_weigh_a_new_sample_at_most_one_in_samples_max() -> None:
+    rates = LongTermRates(samples_max=4)
+    for ms in range(1, 9):
+        rates.observe({"a": _at(report("a", {bundle_name(0): BundleStats(msg_rate_in=80)}), ms)}, ms)
+    rates.observe({"a": _at(report("a", {bundle_name(0): BundleStats(msg_rate_in=0)}), 9)}, 9)
+    assert rates.rate(bundle_name(0)) == pytest.approx(60)  # 80 + (0 - 80) / 4
+
+
+def test_placement_ranks_brokers_by_long_term_rates_not_the_last_report() -> None:
+    placement = Placement(PlacementSettings())
+    bursty, steady = bundle_name(100, "x/y"), bundle_name(101, "x/y")
+    for ms in range(1, 10):
+        reports = {
+            "a": _at(report("a", {bursty: BundleStats(msg_rate_in=1000)}), ms),
+            "b": _at(report("b", {steady: BundleStats(msg_rate_in=100)}), ms),
+        }
+        placement.rates.observe(reports, ms)
+    quiet_now = {
+        "a": _at(report("a", {bursty: BundleStats(msg_rate_in=0)}), 10),
+        "b": _at(report("b", {steady: BundleStats(msg_rate_in=100)}), 10),
+    }
+    # a's latest report says 0 msgs/s, but it usually carries 900 more than b
+    assert placement.select(bundle_name(0), quiet_now, 10) == "b"
+
+
+def test_a_moved_bundle_brings_its_long_term_rate_to_the_broker_it_is_assigned_to() -> None:
+    placement = Placement(PlacementSettings())
+    heavy, light = bundle_name(100, "x/y"), bundle_name(101, "x/y")
+    placement.rates.observe({"a": _at(report("a", {heavy: BundleStats(msg_rate_in=1000)}), 1)}, 1)
+    # heavy was unloaded; b is assigned it (not yet in b's report) while a now carries only a light bundle
+    reports = {
+        "a": _at(report("a", {light: BundleStats(msg_rate_in=10)}), 2),
+        "b": _at(report("b"), 2),
+    }
+    placement.assigned[heavy] = ("b", 2)
+    assert placement.select(bundle_name(0, "other/ns"), reports, 3) == "a"
 
 
 def test_placement_forgets_assignments_a_report_shows_and_gone_brokers() -> None:

@@ -1,32 +1,42 @@
-"""The storage engine's garbage-collection primitives (BookKeeper ``GarbageCollectorThread`` mechanics,
-docs/upstream.md, BookKeeper §6).
+"""What the storage engine offers garbage collection: narrow, safe operations on the running engine, and the
+recovery of an interrupted compaction (BookKeeper ``GarbageCollectorThread`` mechanics, docs/upstream.md,
+BookKeeper §6).
 
-The *policy* - which ledgers are gone, which logs to compact, how fast, when - is :mod:`magnetar.gc`'s. This
-module gives it safe operations on the running engine, each keeping invariant 12 of docs/architecture.md §3:
+The procedures - which ledgers are gone, which logs to delete or compact, how fast, when, and the
+transactional copy itself (reading live records, writing ``<target>.log.compacting``, its commit and its
+rollback) - are :mod:`magnetar.gc`'s. It reaches the engine only through :class:`GcPrimitives`, which it types
+with a Protocol of its own (``magnetar.gc.storage_seam.StoragePrimitives``); this package never imports
+``magnetar.gc``. Each primitive keeps invariant 12 of docs/architecture.md §3:
 
-* :meth:`EntryLogGc.log_ids` - the logs GC may look at: *sealed* logs only, i.e. not the log being written
-  and not a log whose entries a running checkpoint may still be indexing (the ids below the log that was
-  current when the last checkpoint completed, and the targets of finished compactions), and not the logs of
-  a compaction in progress. A sealed log never gains an index entry again; it only loses them.
-* :meth:`EntryLogGc.usage` - ``ledgerId -> bytes`` of a log from its ledgers map, or from a scan for a log
+* :meth:`GcPrimitives.log_ids` - the logs GC may look at: *sealed* logs only, i.e. not the log being
+  written and not a log whose entries a running checkpoint may still be indexing (the ids below the log that
+  was current when the last checkpoint completed, and the targets of finished compactions), and not the logs
+  a compaction claimed. A sealed log never gains an index entry again; it only loses them.
+* :meth:`GcPrimitives.usage` - ``ledgerId -> bytes`` of a log from its ledgers map, or from a scan for a log
   without one (a crash interrupted it). A scan that stops early leaves a log GC must not delete until
-  :meth:`EntryLogGc.index_references` proved (one pass over the index) that nothing points past that point.
-* :meth:`EntryLogGc.delete_dead_log` - delete a log none of whose ledgers exists any more. Under the
+  :meth:`GcPrimitives.index_references` proved (one pass over the index) that nothing points past that point.
+* :meth:`GcPrimitives.delete_dead_log` - delete a log none of whose ledgers exists any more. Under the
   checkpoint lock, the index entries of those ledgers are deleted again and RocksDB's WAL is synced (this
   also makes every earlier, unsynced ledger deletion durable) before the file goes.
-* :meth:`EntryLogGc.seal_active_log` - roll the log being written when enough of it belongs to deleted
+* :meth:`GcPrimitives.seal_active_log` - roll the log being written when enough of it belongs to deleted
   ledgers, and count it sealed at once: under the checkpoint lock no checkpoint is writing or indexing it,
   and once rolled nothing writes to it again (a checkpoint that failed and retries writes into the new log).
   Without this a log of deleted ledgers' data waits until it reaches ``entry_log_bytes_max``.
-* :meth:`EntryLogGc.start_compaction` -> :class:`CompactionJob` - the transactional compactor: copy live
-  records into ``<target>.log.compacting`` (:mod:`.compaction_files`), then :meth:`CompactionJob.commit`:
-  sync it, write the manifest (commit point), make it visible as ``<target>.log``, point the index at the
-  copies (only entries whose location is still in a source; checked and written in bounded batches under the
-  checkpoint lock, so a checkpoint never interleaves), sync the index, then delete the sources and the
-  manifest. A record is *live* if its ledger exists and the index points exactly at it.
-* :meth:`EntryLogGc.recover` - at engine open, before journal replay, and before each GC pass: delete
-  copies that never committed and finish committed ones (a crash may leave the target not yet visible or
-  the index half pointed at it).
+* For a compaction: :meth:`GcPrimitives.allocate_compaction_log` reserves a target id (durably, under the
+  lock checkpoints roll logs under) and :meth:`GcPrimitives.claim` / :meth:`GcPrimitives.release` hide a
+  compaction's logs from :meth:`GcPrimitives.log_ids` and from recovery while it runs;
+  :attr:`GcPrimitives.existing_ledgers` and :attr:`GcPrimitives.locate` say whether a record is live (its
+  ledger exists and the index points exactly at it); :meth:`GcPrimitives.write_manifest` writes the
+  compaction's manifest, the commit point (its format is the engine's, :mod:`.compaction_files`, because
+  recovery reads it); :meth:`GcPrimitives.finish_compaction` rolls a committed compaction forward.
+* Rolling forward (after the commit point): make the target visible as ``<target>.log``, point the index at
+  the copies (only entries whose location is still in a source; checked and written in bounded batches under
+  the checkpoint lock, so a checkpoint never interleaves), sync the index, then delete the sources and the
+  manifest. A running compaction and recovery run this same code.
+* :meth:`GcPrimitives.recover` - at engine open, before journal replay (recovery is part of opening the
+  storage, as replay is, whether or not a collector runs), and before each GC pass: delete copies that never
+  committed and roll committed ones forward (a crash may leave the target not yet visible or the index half
+  pointed at it).
 
 Blocking work runs in worker threads; the index is safe to use from them (rocksdict holds the GIL per call,
 which is also why index batches stay small and the loops yield the GIL often).
@@ -36,14 +46,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import trio
 
 from magnetar.bookkeeper.bookie.checkpoint import append_durably, run_io
 from magnetar.bookkeeper.bookie.compaction_files import (
-    CompactionLogWriter,
     CompactionManifest,
     LogRecordReader,
     compacting_name,
@@ -62,14 +72,12 @@ from magnetar.bookkeeper.bookie.entry_log_format import (
     ScanStop,
     decode_header,
 )
-from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
+from magnetar.bookkeeper.bookie.errors import BookieError
 from magnetar.bookkeeper.bookie.ledger_store import LedgerState
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 
 log = logging.getLogger(__name__)
 
-Throttle = Callable[[int, int], Awaitable[None]]
-"""Awaited before each batch is copied with ``(entries, bytes)``: the compactor's rate limit."""
 StepHook = Callable[[str], None]
 """Told each step of a compaction (progress reporting; crash tests kill the process at one)."""
 SCAN_CHUNK_BYTES = 4 * 1024 * 1024
@@ -111,10 +119,6 @@ class LogUsage:
         return self.from_map or self.scan_stop in (ScanStop.END, ScanStop.LEDGERS_MAP)
 
 
-class SourceDamagedError(StorageIOError):
-    """A source log could not be read to where its records end; the compaction was rolled back."""
-
-
 @dataclass(slots=True)
 class CompactionResult:
     target: int
@@ -127,14 +131,7 @@ class CompactionResult:
     relocated: int
 
 
-@dataclass(slots=True)
-class _LiveChunk:
-    raw: bytearray = field(default_factory=bytearray)
-    ledger_bytes: list[tuple[int, int]] = field(default_factory=list)
-    entries: int = 0
-
-
-class EntryLogGc:
+class GcPrimitives:
     def __init__(
         self,
         entry_logger: EntryLogger,
@@ -160,12 +157,37 @@ class EntryLogGc:
         self._sealed_below = current.log_id if current is not None else self._logger.last_id + 1
 
     def log_ids(self) -> list[int]:
-        """Sealed logs that no compaction is working on, ascending."""
+        """Sealed logs that no compaction claimed, ascending."""
         sealed, compacted, busy = self._sealed_below, self._compacted, self._busy
         return [i for i in self._logger.log_ids() if (i < sealed or i in compacted) and i not in busy]
 
     def ledger_exists(self, ledger_id: int) -> bool:
         return ledger_id in self._states
+
+    @property
+    def existing_ledgers(self) -> Container[int]:
+        """The ledgers that exist, read-only (``in`` is cheap enough for a loop over every record)."""
+        return self._states
+
+    @property
+    def locate(self) -> Callable[[int, int], int | None]:
+        """The index lookup: ``(ledgerId, entryId) -> location`` or None (blocking: in a worker thread)."""
+        return self._index.get_location
+
+    @property
+    def directory(self) -> Path:
+        """The entry-log directory (where a compaction writes its target)."""
+        return self._logger.directory
+
+    @property
+    def record_bytes_max(self) -> int:
+        """The largest record a log may hold (the largest entry and its record header)."""
+        return self._record_bytes_max
+
+    @property
+    def compaction_log_bytes_max(self) -> int:
+        """How large a compaction's target may grow (one entry log and one entry more)."""
+        return self._settings.entry_log_bytes_max + self._settings.entry_bytes_max
 
     def active_log_garbage_bytes(self) -> int:
         """Bytes of the log being written that belong to deleted ledgers (as far as checkpoints wrote it)."""
@@ -256,79 +278,43 @@ class EntryLogGc:
 
     # -- compaction ----------------------------------------------------------------------------------------
 
-    async def start_compaction(
-        self,
-        *,
-        batch_bytes: int,
-        relocate_batch_entries: int = 512,
-        sync_bytes: int = 0,
-        on_step: StepHook | None = None,
-    ) -> CompactionJob:
-        """A new compaction job with its target log created (id reserved durably)."""
+    async def allocate_compaction_log(self) -> int:
+        """A new log id for a compaction's target, reserved durably and claimed (:meth:`release` it)."""
         async with self._lock:  # log ids are allocated under the lock checkpoints roll logs under
             target = await run_io("allocating a compaction log id", self._logger.allocate_log_id)
         self._busy.add(target)
-        writer = CompactionLogWriter(
-            self._logger.directory,
-            target,
-            offset_limit=self._settings.entry_log_bytes_max + self._settings.entry_bytes_max,
-            sync_bytes=sync_bytes,
-        )
-        try:
-            await run_io("creating a compaction log", writer.open)
-        except BaseException:
-            self._busy.discard(target)
-            raise
-        log.info("compaction into entry log %s started", compacting_name(target))
-        return CompactionJob(
-            self,
-            writer,
-            batch_bytes=batch_bytes,
-            relocate_batch_entries=relocate_batch_entries,
-            on_step=on_step,
-        )
+        return target
 
-    def _read_live(self, reader: LogRecordReader, source: int) -> _LiveChunk | None:
-        """The next records of ``source`` that are live: their ledger exists and the index points at them."""
-        read = reader.read_chunk()
-        if read is None:
-            return None
-        live = _LiveChunk()
-        states, get_location, loc_base = self._states, self._index.get_location, source << OFFSET_BITS
-        view, base = memoryview(read.buf), read.base
-        run_start = run_end = -1  # contiguous live records are copied with one slice
-        for i, e in enumerate(read.entries):
-            if i % GIL_YIELD_EVERY == 0:
-                time.sleep(0)
-            if e.ledger_id in states and get_location(e.ledger_id, e.entry_id) == loc_base | e.offset:
-                start = e.offset - base
-                if start != run_end:
-                    if run_end > run_start:
-                        live.raw += view[run_start:run_end]
-                    run_start = start
-                run_end = start + e.record_bytes
-                live.ledger_bytes.append((e.ledger_id, e.record_bytes))
-                live.entries += 1
-        if run_end > run_start:
-            live.raw += view[run_start:run_end]
-        return live
+    def claim(self, log_id: int) -> None:
+        """A running compaction works on ``log_id``: GC and recovery leave it alone until it is released."""
+        self._busy.add(log_id)
 
-    async def _complete(
+    def release(self, log_ids: Iterable[int]) -> None:
+        self._busy.difference_update(log_ids)
+
+    async def write_manifest(self, manifest: CompactionManifest) -> None:
+        """Write the compaction's manifest durably: its commit point (the target must be complete and
+        synced); from here on recovery rolls it forward."""
+        await run_io("writing a compaction manifest", write_manifest, self._logger.directory, manifest)
+
+    async def finish_compaction(
         self,
         manifest: CompactionManifest,
         *,
-        trusted: bool = False,
-        ledgers: Collection[int] = (),
+        ledgers: Collection[int] | None = None,
         on_step: StepHook | None = None,
         relocate_batch_entries: int = 512,
     ) -> CompactionResult:
-        """Commit steps after the manifest: visible, relocate, sync, delete sources, drop the manifest.
+        """Roll a committed compaction forward (after :meth:`write_manifest`): make the target visible,
+        relocate, sync, delete the sources, drop the manifest.
 
-        Shared by a running compaction and by recovery at open. A running compaction (``trusted``) passes
-        the ``ledgers`` of its sources (the index entries of those deleted meanwhile are purged) and trusts
-        its count of copied records; recovery trusts nothing in memory and proves with one pass over the
-        index that no source is referenced any more before deleting it.
+        A running compaction and recovery at open share this code. A running compaction passes the
+        ``ledgers`` of its sources (the index entries of those deleted meanwhile are purged) and its count of
+        copied records (``manifest.entries``) is trusted; recovery (``ledgers`` None) trusts nothing in
+        memory and proves with one pass over the index that no source is referenced any more before deleting
+        it.
         """
+        trusted = ledgers is not None
         step = on_step or _no_step
         directory = self._logger.directory
         target, sources = manifest.target, set(manifest.sources)
@@ -346,7 +332,7 @@ class EntryLogGc:
         result.target_bytes = self._file_size(target)
         seen, result.relocated, clean = await self._relocate(target, sources, relocate_batch_entries, step)
         async with self._lock:
-            await self._purge_and_sync(ledgers)
+            await self._purge_and_sync(ledgers or ())
         step("index-synced")
         if not (trusted and clean and seen == manifest.entries):
             if trusted:
@@ -424,7 +410,7 @@ class EntryLogGc:
                 log.error("compaction manifest %s is damaged; its copy is discarded", manifest_name(target))
                 await run_io("removing a damaged manifest", remove_file, directory / manifest_name(target))
                 continue
-            result = await self._complete(manifest)
+            result = await self.finish_compaction(manifest)
             log.warning(
                 "finished an interrupted compaction into %s: %d entries relocated, sources %s deleted",
                 log_file_name(target),
@@ -461,116 +447,6 @@ class EntryLogGc:
         async with self._lock:
             self._logger.forget_log(log_id)
             await run_io("deleting an entry log", self._logger.delete_log_file, log_id)
-
-
-class CompactionJob:
-    """One compaction: sources copied into one target, then committed or rolled back (see the module)."""
-
-    def __init__(
-        self,
-        gc: EntryLogGc,
-        writer: CompactionLogWriter,
-        *,
-        batch_bytes: int,
-        relocate_batch_entries: int,
-        on_step: StepHook | None,
-    ) -> None:
-        self._gc = gc
-        self._writer = writer
-        self._batch_bytes = batch_bytes
-        self._relocate_batch_entries = relocate_batch_entries
-        self._ledgers: set[int] = set()
-        self._step = on_step or _no_step
-        self.sources: list[int] = []
-        self.entries = 0
-        self.copied_bytes = 0
-        self._finished = False
-
-    @property
-    def target(self) -> int:
-        return self._writer.log_id
-
-    @property
-    def target_bytes(self) -> int:
-        """Bytes written to the target so far (header included)."""
-        return self._writer.offset
-
-    async def copy(self, usage: LogUsage, throttle: Throttle) -> None:
-        """Copy the live records of the sealed log ``usage`` describes; :class:`SourceDamagedError` if its
-        records cannot be read to where they end (then the caller aborts the job)."""
-        gc, source = self._gc, usage.log_id
-        gc._busy.add(source)
-        self.sources.append(source)
-        self._ledgers.update(usage.ledger_bytes)
-        reader = LogRecordReader(
-            gc._logger.directory / log_file_name(source),
-            chunk_bytes=self._batch_bytes,
-            record_bytes_max=gc._record_bytes_max,
-        )
-        await run_io("opening an entry log for compaction", reader.open)
-        try:
-            while True:
-                chunk = await run_io("reading for compaction", gc._read_live, reader, source)
-                if chunk is None:
-                    break
-                if not chunk.entries:
-                    continue
-                await throttle(chunk.entries, len(chunk.raw))
-                await run_io("writing a compaction log", self._writer.append, chunk.raw, chunk.ledger_bytes)
-                self.entries += chunk.entries
-                self.copied_bytes += len(chunk.raw)
-                self._step("copy")
-        finally:
-            reader.close()
-        if reader.stop_offset < usage.records_end:
-            raise SourceDamagedError(
-                f"entry log {log_file_name(source)} reads only to offset {reader.stop_offset} of "
-                f"{usage.records_end} ({reader.stop.value if reader.stop else 'stopped'})"
-            )
-
-    async def commit(self) -> CompactionResult:
-        """Sync the target, write the manifest, and finish (shielded: the steps after the commit point are
-        short, and an orderly shutdown should not leave them to recovery)."""
-        gc = self._gc
-        self._finished = True
-        with trio.CancelScope(shield=True):
-            try:
-                await run_io("syncing a compaction log", self._writer.finish)
-                self._step("synced")
-                manifest = CompactionManifest(self.target, tuple(self.sources), self.entries)
-                await run_io("writing a compaction manifest", write_manifest, gc._logger.directory, manifest)
-            except BookieError:
-                await self._discard()
-                raise
-            self._step("manifest")
-            try:
-                result = await gc._complete(
-                    manifest,
-                    trusted=True,
-                    ledgers=self._ledgers,
-                    on_step=self._step,
-                    relocate_batch_entries=self._relocate_batch_entries,
-                )
-            finally:
-                gc._busy.difference_update((self.target, *self.sources))
-        result.copied_bytes = self.copied_bytes
-        return result
-
-    async def abort(self) -> None:
-        """Roll back: delete the unfinished target; the sources stay as they are."""
-        if self._finished:
-            return
-        self._finished = True
-        with trio.CancelScope(shield=True):
-            await self._discard()
-
-    async def _discard(self) -> None:
-        gc = self._gc
-        try:
-            await run_io("discarding a compaction log", self._writer.discard)
-        finally:
-            gc._busy.difference_update((self.target, *self.sources))
-        log.info("compaction into %s rolled back", compacting_name(self.target))
 
 
 def _no_step(_: str) -> None:
