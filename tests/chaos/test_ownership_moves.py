@@ -2,11 +2,11 @@
 short interval (bandwidth the only resource, measured against a tiny NIC speed so the workload's traffic
 counts), and manual unloads of the topic's bundle every few seconds.
 
-The workload's producers and consumers connect to the brokers in turn, so most sessions sit on a broker that
-does not own the topic and are served through its owner proxy; when the bundle moves, the proxy follows it
-and the client's session stays open (a producer's messages whose outcome became unknown get a send-error,
-counted as unknown outcome). The checker finds 0 lost and the order per producer kept; the brokers' logs
-must show the proxies following the topic.
+The workload's producers and consumers open their sessions on the brokers that do not own the topic at the
+start, so every session is served through an owner proxy; when the bundle moves, the proxy follows it and
+the client's session stays open: each client opens exactly one session (a producer's messages whose outcome
+became unknown get a send-error, counted as unknown outcome). The checker finds 0 lost and the order per
+producer kept; the brokers' logs must show the proxies following the topic.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ async def test_shedding_and_unloads_under_load_through_proxying_brokers(
     async with open_test_cluster(tmp_path, exits, brokers=3, broker_env=SHEDDING_ENV) as cluster:
         config = ScenarioConfig("ownership moves through proxies", steady_s=scale(2, 5))
         scenario = Scenario(config, cluster, exits)
+        # every client session starts on a broker that does not own the topic (placed by this lookup)
+        owner = await scenario.owner()
+        entries = [u for n, u in zip(cluster.broker_names, cluster.broker_urls, strict=True) if n != owner]
+        scenario.workload.broker_urls = lambda: entries
 
         async def faults(s: Scenario) -> None:
             for round_number in range(1, unloads + 1):
@@ -71,3 +75,4 @@ async def test_shedding_and_unloads_under_load_through_proxying_brokers(
     scenario.assert_ok(verdict)
     print(f"          proxies followed the topic {moves} times; client sessions opened: {sessions}")
     assert moves >= 1, "no proxied session followed a move: the scenario did not exercise the proxy"
+    assert set(sessions.values()) == {1}, f"a client's session ended (sessions opened per client: {sessions})"
