@@ -1,6 +1,8 @@
 """Ownership moves under load, through proxying brokers: three brokers, the leader's threshold shedder on a
 short interval (bandwidth the only resource, measured against a tiny NIC speed so the workload's traffic
-counts), and manual unloads of the topic's bundle every few seconds.
+counts), and manual unloads of the topic's bundle every few seconds. (The shedder, as Pulsar's threshold
+shedder, leaves a broker's only loaded bundle where it is, so with one topic the moves come from the unloads;
+shedding-driven moves are in ``tests/integration/test_load_balance.py``.)
 
 The workload's producers and consumers open their sessions on the brokers that do not own the topic at the
 start, so every session is served through an owner proxy; when the bundle moves, the proxy follows it and
