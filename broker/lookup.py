@@ -33,8 +33,6 @@ def topic_from_path(request: HttpRequest | RequestHead) -> TopicName:
         topic = TopicName(domain, params["tenant"], params["namespace"], params["topic"])
     except (ValueError, InvalidTopicNameError) as exc:
         raise HttpError(412, f"Topic name is not valid: {exc}") from None
-    if not topic.is_persistent:
-        raise HttpError(412, "non-persistent topics are not supported")
     return topic
 
 

@@ -16,6 +16,8 @@ the broker exports them as Pulsar does:
   stats period by how long they took, from the message's arrival to its acknowledgement by the bookies; each
   bucket counts its own range, not those below it, as Pulsar's ``StatsBuckets``);
 * per subscription (labels plus ``subscription``): ``pulsar_subscription_back_log`` (and ``_no_delayed``),
+  ``pulsar_subscription_msg_drop_rate`` (messages a non-persistent subscription dropped per second, for want
+  of a consumer with a permit; 0 for a persistent one),
   ``pulsar_subscription_delayed``, ``pulsar_subscription_msg_rate_out``,
   ``pulsar_subscription_msg_throughput_out``, ``pulsar_subscription_msg_rate_redeliver``,
   ``pulsar_subscription_unacked_messages``, ``pulsar_subscription_blocked_on_unacked_messages``,
@@ -23,6 +25,9 @@ the broker exports them as Pulsar does:
   counters ``pulsar_out_messages_total`` / ``pulsar_out_bytes_total``;
 * per namespace: ``pulsar_topics_count``; per broker (label ``cluster``): ``pulsar_broker_*`` (topics,
   subscriptions, producers, consumers, rates, throughputs, storage, backlog), as Pulsar's broker-level stats.
+
+Non-persistent topics (:mod:`.core.non_persistent_topic`) have the same rows, as in Pulsar: their storage,
+backlog, write-rate and write-latency figures are 0 (nothing is written).
 
 Every sample is typed ``gauge``, the ``_total`` ones included: that is how Pulsar writes them (its
 ``PrometheusMetricStreams`` declares every topic metric a gauge), and a dashboard's ``rate()`` works on them
@@ -62,12 +67,18 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
+from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.topic_metrics import PUBLISH_LATENCY_BUCKETS_S, TopicMetrics
 from magnetar.broker.exposition import Exposition, Family, FamilyRows, Kind, MetricsSource, Row
 
 if TYPE_CHECKING:
     from magnetar.broker.core.subscription import Subscription
     from magnetar.broker.core.topic import PersistentTopic
+
+    Topic = PersistentTopic | NonPersistentTopic
+    """Both kinds: a non-persistent topic stores nothing (storage, backlog and write figures are 0)."""
+    AnySubscription = Subscription | NonPersistentSubscription
 
 PULSAR_WRITE_LATENCY_BOUNDS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
 PULSAR_WRITE_LATENCY_SUFFIXES = ("0_5", "1", "5", "10", "20", "50", "100", "200", "1000")
@@ -100,112 +111,116 @@ def pulsar_write_latency(metrics: TopicMetrics) -> tuple[list[int], int, float]:
 # -- what each figure reads --------------------------------------------------------------------------------
 
 
-def _durable(t: PersistentTopic) -> list[Subscription]:
+def _durable(t: Topic) -> list[AnySubscription]:
     return [s for s in t.subscriptions.values() if s.durable]
 
 
-def _subscriptions(t: PersistentTopic) -> float:
+def _subscriptions(t: Topic) -> float:
     return len(_durable(t))
 
 
-def _producers(t: PersistentTopic) -> float:
+def _producers(t: Topic) -> float:
     return len(t.producers)
 
 
-def _consumers(t: PersistentTopic) -> float:
+def _consumers(t: Topic) -> float:
     return sum(len(s.consumers) for s in t.subscriptions.values())
 
 
-def _rate_in(t: PersistentTopic) -> float:
+def _rate_in(t: Topic) -> float:
     return t.rate_in.msgs_per_s
 
 
-def _throughput_in(t: PersistentTopic) -> float:
+def _throughput_in(t: Topic) -> float:
     return t.rate_in.bytes_per_s
 
 
-def _rate_out(t: PersistentTopic) -> float:
+def _rate_out(t: Topic) -> float:
     return sum(s.rate_out.msgs_per_s for s in t.subscriptions.values())
 
 
-def _throughput_out(t: PersistentTopic) -> float:
+def _throughput_out(t: Topic) -> float:
     return sum(s.rate_out.bytes_per_s for s in t.subscriptions.values())
 
 
-def _average_msg_size(t: PersistentTopic) -> float:
+def _average_msg_size(t: Topic) -> float:
     rate = t.rate_in.msgs_per_s
     return t.rate_in.bytes_per_s / rate if rate else 0.0
 
 
-def _logical_size(t: PersistentTopic) -> float:
-    return t.ml.total_size()
+def _logical_size(t: Topic) -> float:
+    return 0 if isinstance(t, NonPersistentTopic) else t.ml.total_size()
 
 
-def _storage_size(t: PersistentTopic) -> float:
-    return t.ml.total_size() * t.ml.settings.write_quorum
+def _storage_size(t: Topic) -> float:
+    return 0 if isinstance(t, NonPersistentTopic) else t.ml.total_size() * t.ml.settings.write_quorum
 
 
-def _backlog(t: PersistentTopic) -> float:
+def _backlog(t: Topic) -> float:
     return sum(s.backlog() for s in _durable(t))
 
 
-def _write_rate(t: PersistentTopic) -> float:
+def _write_rate(t: Topic) -> float:
     return t.metrics.entries_per_s
 
 
-def _msg_in(t: PersistentTopic) -> float:
+def _msg_in(t: Topic) -> float:
     return t.metrics.msg_in
 
 
-def _bytes_in(t: PersistentTopic) -> float:
+def _bytes_in(t: Topic) -> float:
     return t.metrics.bytes_in
 
 
-def _msg_out(t: PersistentTopic) -> float:
+def _msg_out(t: Topic) -> float:
     return sum(s.msg_out_counter for s in t.subscriptions.values())
 
 
-def _bytes_out(t: PersistentTopic) -> float:
+def _bytes_out(t: Topic) -> float:
     return sum(s.bytes_out_counter for s in t.subscriptions.values())
 
 
-def _sub_backlog(s: Subscription) -> float:
+def _sub_backlog(s: AnySubscription) -> float:
     return s.backlog()
 
 
-def _sub_none(s: Subscription) -> float:
+def _sub_none(s: AnySubscription) -> float:
     return 0
 
 
-def _sub_rate_out(s: Subscription) -> float:
+def _sub_rate_out(s: AnySubscription) -> float:
     return s.rate_out.msgs_per_s
 
 
-def _sub_throughput_out(s: Subscription) -> float:
+def _sub_throughput_out(s: AnySubscription) -> float:
     return s.rate_out.bytes_per_s
 
 
-def _sub_rate_redeliver(s: Subscription) -> float:
+def _sub_rate_redeliver(s: AnySubscription) -> float:
     return s.rate_redeliver.msgs_per_s
 
 
-def _sub_unacked(s: Subscription) -> float:
+def _sub_unacked(s: AnySubscription) -> float:
     return sum(len(c.pending) for c in s.consumers)
 
 
-def _sub_consumers(s: Subscription) -> float:
+def _sub_consumers(s: AnySubscription) -> float:
     return len(s.consumers)
 
 
-def _sub_last_acked(s: Subscription) -> float:
+def _sub_last_acked(s: AnySubscription) -> float:
     return s.last_ack_ms
 
 
-def _sub_msg_out(s: Subscription) -> float:
+def _sub_drop_rate(s: AnySubscription) -> float:
+    return s.rate_drop.msgs_per_s if isinstance(s, NonPersistentSubscription) else 0
+
+
+def _sub_msg_out(s: AnySubscription) -> float:
     return s.msg_out_counter
 
 
-def _sub_bytes_out(s: Subscription) -> float:
+def _sub_bytes_out(s: AnySubscription) -> float:
     return s.bytes_out_counter
 
 
@@ -215,7 +230,7 @@ class Figure:
 
     name: str
     help: str
-    read: Callable[[PersistentTopic], float]
+    read: Callable[[Topic], float]
     broker_level: bool = False
     """Also summed over the broker as ``pulsar_broker_<name without pulsar_>`` (Pulsar's broker stats)."""
     starts_with_zero: bool = False
@@ -249,7 +264,7 @@ NAMESPACE_OUT_FIGURES: tuple[Figure, ...] = (
 class SubscriptionFigure:
     name: str
     help: str
-    read: Callable[[Subscription], float]
+    read: Callable[[AnySubscription], float]
 
 
 SUBSCRIPTION_FIGURES: tuple[SubscriptionFigure, ...] = (
@@ -270,6 +285,9 @@ SUBSCRIPTION_FIGURES: tuple[SubscriptionFigure, ...] = (
         "pulsar_subscription_blocked_on_unacked_messages", "1 while blocked on unacked messages", _sub_none
     ),
     SubscriptionFigure("pulsar_subscription_consumers_count", "Connected consumers", _sub_consumers),
+    SubscriptionFigure(
+        "pulsar_subscription_msg_drop_rate", "Messages dropped per second (non-persistent)", _sub_drop_rate
+    ),
     SubscriptionFigure(
         "pulsar_subscription_last_acked_timestamp", "Last acknowledgement (epoch ms)", _sub_last_acked
     ),
@@ -393,7 +411,7 @@ class BrokerMetrics:
     def __init__(
         self,
         cluster: str,
-        topics: Callable[[], Iterable[PersistentTopic]],
+        topics: Callable[[], Iterable[Topic]],
         metadata: Callable[[], MetadataFigures] | None = None,
         *,
         topic_level: bool = True,
@@ -452,7 +470,7 @@ class BrokerMetrics:
             for family, read in METADATA_FAMILIES:
                 yield family, [((self._cluster,), read(figures))]
 
-    def _topic_family(self, figure: Figure, topics: list[PersistentTopic]) -> FamilyRows:
+    def _topic_family(self, figure: Figure, topics: list[Topic]) -> FamilyRows:
         labels: tuple[str, ...] = TOPIC_LABELS
         extra: tuple[str, ...] = ()
         if figure.name == "pulsar_msg_backlog" and not self.topic_level:
@@ -460,14 +478,14 @@ class BrokerMetrics:
         family = Family(figure.name, GAUGE, figure.help, labels)
         return family, self._rows(topics, figure, extra)
 
-    def _rows(self, topics: list[PersistentTopic], figure: Figure, extra: tuple[str, ...]) -> Iterator[Row]:
+    def _rows(self, topics: list[Topic], figure: Figure, extra: tuple[str, ...]) -> Iterator[Row]:
         if figure.starts_with_zero:
             yield (self._cluster, "", "", *("" for _ in extra)), 0
         for topic in topics:
             yield (*self._labels(topic), *extra), figure.read(topic)
 
     def _subscription_rows(
-        self, topics: list[PersistentTopic], read: Callable[[Subscription], float]
+        self, topics: list[Topic], read: Callable[[AnySubscription], float]
     ) -> Iterator[Row]:
         for topic in topics:
             labels = self._labels(topic)
@@ -475,7 +493,7 @@ class BrokerMetrics:
                 if subscription.durable:
                     yield (*labels, name), read(subscription)
 
-    def _write_latency(self, topics: list[PersistentTopic]) -> Iterator[FamilyRows]:
+    def _write_latency(self, topics: list[Topic]) -> Iterator[FamilyRows]:
         per_topic = [(self._labels(t), *pulsar_write_latency(t.metrics)) for t in topics]
         for index, family in enumerate(WRITE_LATENCY_FAMILIES[: len(PULSAR_WRITE_LATENCY_BOUNDS_MS) + 1]):
             yield family, [(labels, buckets[index]) for labels, buckets, _, _ in per_topic]
@@ -483,7 +501,7 @@ class BrokerMetrics:
         yield count_family, [(labels, count) for labels, _, count, _ in per_topic]
         yield sum_family, [(labels, total_us) for labels, _, _, total_us in per_topic]
 
-    def _topics_count(self, topics: list[PersistentTopic]) -> list[Row]:
+    def _topics_count(self, topics: list[Topic]) -> list[Row]:
         per_namespace: dict[str, int] = {}
         for topic in topics:
             namespace = self._labels(topic)[1]
@@ -492,6 +510,6 @@ class BrokerMetrics:
         rows.extend(((self._cluster, namespace), count) for namespace, count in sorted(per_namespace.items()))
         return rows
 
-    def _labels(self, topic: PersistentTopic) -> tuple[str, str, str]:
+    def _labels(self, topic: Topic) -> tuple[str, str, str]:
         name = topic.name
         return self._cluster, f"{name.tenant}/{name.namespace}", topic.full_name

@@ -47,6 +47,7 @@ from magnetar.broker.core.errors import (
     SubscriptionBusyError,
     TopicNotFoundError,
 )
+from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.load_manager import (
@@ -68,6 +69,7 @@ from magnetar.broker.namespace_bundle import (
     split_in_half,
     topic_hash,
 )
+from magnetar.broker.non_persistent_service import NonPersistentTopics
 from magnetar.broker.ownership import OwnerInfo, OwnershipManager
 from magnetar.broker.policies import (
     AlreadyExists,
@@ -111,12 +113,14 @@ class BrokerService:
         self.security = build_security(settings, self.policies, self.clock)
         self.rng = rng or random.Random()
         self.topics: dict[str, PersistentTopic] = {}
+        self.non_persistent = NonPersistentTopics(self.clock, settings.non_persistent_topics_max)
+        """The loaded non-persistent topics (:mod:`.non_persistent_service`), kept apart from ``topics``."""
         self._topic_bundles: dict[str, Bundle] = {}
         self._loading: dict[str, trio.Event] = {}
         self._boundaries: dict[str, list[int]] = {}
         self.metrics = BrokerMetrics(
             settings.cluster,
-            lambda: list(self.topics.values()),
+            lambda: [*self.topics.values(), *self.non_persistent.topics.values()],
             self.metadata_figures,
             topic_level=settings.expose_topic_level_metrics_in_prometheus,
             chunk_bytes=settings.metrics_chunk_bytes,
@@ -178,6 +182,7 @@ class BrokerService:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self.non_persistent.bind(nursery)
                 await self._ownership.register_broker({"cluster": self.settings.cluster})
                 nursery.start_soon(self._ownership.run)
                 nursery.start_soon(self._update_rates)
@@ -202,11 +207,14 @@ class BrokerService:
             now = trio.current_time()
             for topic in list(self.topics.values()):
                 topic.update_rates(now - started)
+            for np_topic in list(self.non_persistent.topics.values()):
+                np_topic.update_rates(now - started)
             started = now
 
     async def shutdown(self) -> None:
         """Graceful stop: unload every topic (cursors persisted), then give every bundle up."""
         self.ready = False
+        self.non_persistent.drop_all("Broker shutting down")
         for name in list(self.topics):
             topic = self.topics.pop(name, None)
             if topic is not None:
@@ -323,6 +331,7 @@ class BrokerService:
         return await self.bundle_of(topic)
 
     def _on_bundles_lost(self, bundles: set[Bundle]) -> None:
+        self.non_persistent.drop_bundles(bundles, "Broker lost the ownership of the topic's bundle")
         for name, bundle in list(self._topic_bundles.items()):
             if bundle not in bundles:
                 continue
@@ -353,8 +362,9 @@ class BrokerService:
         return loaded if loaded is not None and not loaded.closed else None
 
     async def partitions(self, topic: TopicName) -> int:
-        """Partitions of a partitioned topic (0: not partitioned)."""
-        if topic.is_partition:
+        """Partitions of a partitioned topic (0: not partitioned; Magnetar has no partitioned non-persistent
+        topics)."""
+        if topic.is_partition or not topic.is_persistent:
             return 0
         try:
             return await self.policies.get_partitions(str(topic.namespace_name), topic.local_name)
@@ -371,6 +381,24 @@ class BrokerService:
             raise TopicNotFoundError(
                 f"Topic {topic} does not exist: {base} has {partitions} partitions (0 to {partitions - 1})"
             )
+
+    async def serve_topic(
+        self, topic: TopicName, *, create: bool = True
+    ) -> PersistentTopic | NonPersistentTopic:
+        """The loaded topic of either domain, loaded (and, if allowed, created) on first use: what the
+        protocol adapters serve."""
+        if topic.is_persistent:
+            return await self.get_topic(topic, create=create)
+        self._check_ready()
+        await self._namespace_policies(str(topic.namespace_name))
+        may_create = create and self.settings.allow_auto_topic_creation
+        namespace = str(topic.namespace_name)
+        return await self.non_persistent.get(
+            topic,
+            self.check_owner,
+            may_create=may_create,
+            check_count=lambda loaded: self.security.check_topic_count(namespace, loaded),
+        )
 
     async def get_topic(self, topic: TopicName, *, create: bool = True) -> PersistentTopic:
         """The loaded topic, loading (and, if allowed, creating) it on first use."""
@@ -477,6 +505,8 @@ class BrokerService:
 
     async def unload_topic(self, topic: TopicName) -> bool:
         """Close a loaded topic cleanly (admin ``unload``); the bundle stays owned. False if not loaded."""
+        if not topic.is_persistent:
+            return self.non_persistent.drop(str(topic), "Topic unloaded") is not None
         loaded = self.topics.pop(str(topic), None)
         if loaded is None:
             return False
@@ -486,6 +516,7 @@ class BrokerService:
     async def unload_bundle(self, namespace: str, bundle: str) -> None:
         """Close the bundle's topics cleanly - all at once, so the bundle's clients wait for the slowest
         topic, not for the sum - and give the bundle up: the next lookup may place it anywhere."""
+        self.non_persistent.drop_bundles({(namespace, bundle)}, "Bundle unloaded")
         closing = []
         for name, owned in list(self._topic_bundles.items()):
             topic = self.topics.pop(name, None) if owned == (namespace, bundle) else None

@@ -70,6 +70,10 @@ class BrokerSettings(
 
     # -- topics -----------------------------------------------------------------------------------
     allow_auto_topic_creation: bool = True
+    non_persistent_topics_max: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+    """Non-persistent topics this broker holds in memory at once; creating one more is refused (412 on the
+    WebSocket upgrade). ``topics_per_namespace_max`` also applies, counting a namespace's loaded
+    non-persistent topics."""
     default_number_of_namespace_bundles: Annotated[int, Field(ge=1, le=BUNDLES_MAX)] = 4
     """Bundles of a namespace whose policies name none (Pulsar's default is 4)."""
 

@@ -43,7 +43,7 @@ from magnetar.broker.policies import PolicyError
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire.topic_name import NamespaceName, TopicName
 from magnetar.gc.backlog_quota import BacklogQuotaMonitor
 from magnetar.gc.policies import TopicRetentionPolicies
 from magnetar.gc.retention import RetentionService
@@ -291,6 +291,7 @@ class BrokerAdmin:
             topics=BrokerTopicHost(service),
             bundles=BrokerBundleHost(service),
             security=service.security,
+            non_persistent=LoadedNonPersistentTopics(service),
         )
         register_admin_routes(router, self.context)
         register_storage_metrics(service.metrics, service.ml_factory, self.retention, self.settings.cluster)
@@ -303,6 +304,56 @@ class BrokerAdmin:
             "on_trim_candidate": self.retention.on_trim_candidate,
             "factory_services": services,
         }
+
+
+class LoadedNonPersistentTopics:
+    """The admin routes' view of the broker's loaded non-persistent topics
+    (:class:`~magnetar.admin.rest.context.NonPersistentDirectory`)."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self._service = service
+        self._topics = service.non_persistent
+
+    async def topics(self, namespace: NamespaceName) -> list[str]:
+        return self._topics.names_in(namespace)
+
+    async def bundles(self, namespace: NamespaceName) -> list[tuple[str, str | None]]:
+        service = self._service
+        try:
+            names = await service.bundle_names(str(namespace))
+            out: list[tuple[str, str | None]] = []
+            for bundle in names:
+                owner = await service.ownership.get_owner(str(namespace), bundle)
+                if owner is None:
+                    out.append((bundle, None))
+                else:
+                    out.append((bundle, "" if owner.httpUrl == service.http_url else owner.httpUrl))
+        except (ServiceError, MetadataStoreError) as exc:
+            raise AdminError(503, f"Failed to read the bundles of {namespace}: {exc}") from None
+        return out
+
+    def topics_in_bundle(self, namespace: NamespaceName, bundle: str) -> list[str]:
+        return self._topics.names_in_bundle(namespace, bundle)
+
+    async def partitioned_topics(self, namespace: NamespaceName) -> list[str]:
+        return []  # Magnetar has no partitioned non-persistent topics
+
+    def stats(self, topic: TopicName) -> dict[str, Any] | None:
+        loaded = self._topics.loaded(topic)
+        return None if loaded is None else loaded.stats()
+
+    def internal_stats(self, topic: TopicName) -> dict[str, Any] | None:
+        loaded = self._topics.loaded(topic)
+        return None if loaded is None else loaded.internal_stats()
+
+    def delete(self, topic: TopicName, *, force: bool) -> bool:
+        try:
+            self._topics.delete(topic, force=force)
+        except SubscriptionBusyError as exc:
+            raise AdminError(412, str(exc)) from None
+        except TopicNotFoundError:
+            return False
+        return True
 
 
 class QuotaGate:

@@ -29,7 +29,13 @@ from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest
 from magnetar.broker.authorization import AuthorizationService, NamespaceOperation, TopicOperation
 from magnetar.broker.security import BrokerSecurity
 from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import NamespaceName, TopicName, check_named_entity, url_decode
+from magnetar.broker.wire.topic_name import (
+    NamespaceName,
+    TopicDomain,
+    TopicName,
+    check_named_entity,
+    url_decode,
+)
 
 
 class Kind(Enum):
@@ -110,6 +116,10 @@ def _rules() -> dict[tuple[str, str], Access]:
         ("GET", f"{TOPIC_PREFIX}/partitioned"): namespace(NO.GET_TOPICS),
         ("GET", NON_PERSISTENT_PREFIX): namespace(NO.GET_TOPICS),
         ("GET", f"{NON_PERSISTENT_PREFIX}/partitioned"): namespace(NO.GET_TOPICS),
+        ("GET", f"{NON_PERSISTENT_PREFIX}/{{bundle}}"): namespace(NO.GET_TOPICS),
+        ("GET", f"{NON_PERSISTENT_PREFIX}/{{topic}}/stats"): topic(TN.GET_STATS),
+        ("GET", f"{NON_PERSISTENT_PREFIX}/{{topic}}/internalStats"): topic(TN.GET_STATS),
+        ("DELETE", f"{NON_PERSISTENT_PREFIX}/{{topic}}"): topic(TN.DELETE),
         ("PUT", T): namespace(NO.CREATE_TOPIC),
         ("DELETE", T): topic(TN.DELETE),
         ("PUT", f"{T}/partitions"): namespace(NO.CREATE_TOPIC),
@@ -185,8 +195,9 @@ def _namespace_of(request: HttpRequest) -> NamespaceName:
 def _topic_of(request: HttpRequest) -> TopicName:
     segments = request.path.split("/")  # the topic segment, still encoded (as the routes read it)
     try:
+        domain = TopicDomain.NON_PERSISTENT if segments[3] == "non-persistent" else TopicDomain.PERSISTENT
         return TopicName.of(
-            request.path_params["tenant"], request.path_params["namespace"], url_decode(segments[6])
+            request.path_params["tenant"], request.path_params["namespace"], url_decode(segments[6]), domain
         )
     except (InvalidTopicNameError, IndexError):
         raise HttpError(412, "Topic name is not valid") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +21,7 @@ from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.broker.namespace_bundle import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security import BrokerSecurity
-from magnetar.broker.wire.topic_name import NamespaceName
+from magnetar.broker.wire.topic_name import NamespaceName, TopicName
 
 
 class AdminSettings(BaseModel):
@@ -108,25 +108,63 @@ class StaticBrokers:
 
 
 class NonPersistentDirectory(Protocol):
-    """The non-persistent topics the ``/admin/v2/non-persistent/...`` listings answer."""
+    """The non-persistent topics the ``/admin/v2/non-persistent/...`` routes answer: the ones loaded on
+    this broker (:mod:`.non_persistent`)."""
 
     async def topics(self, namespace: NamespaceName) -> list[str]:
-        """Full names (``non-persistent://...``) of the namespace's non-persistent topics and partitions."""
+        """Full names (``non-persistent://...``) of the namespace's non-persistent topics loaded here."""
+        ...
+
+    async def bundles(self, namespace: NamespaceName) -> list[tuple[str, str | None]]:
+        """The namespace's bundles, each with the HTTP URL of the broker owning it - ``""`` for this
+        broker, None when nobody owns it (then it has no topic loaded anywhere)."""
+        ...
+
+    def topics_in_bundle(self, namespace: NamespaceName, bundle: str) -> list[str]:
+        """Full names of the non-persistent topics of one bundle loaded here."""
         ...
 
     async def partitioned_topics(self, namespace: NamespaceName) -> list[str]:
         """Full names of the namespace's partitioned non-persistent topics."""
         ...
 
+    def stats(self, topic: TopicName) -> dict[str, Any] | None:
+        """Pulsar's ``NonPersistentTopicStats`` of a loaded topic; None when it is not loaded here."""
+        ...
+
+    def internal_stats(self, topic: TopicName) -> dict[str, Any] | None:
+        """Pulsar's internal stats of a loaded topic (no ledgers); None when it is not loaded here."""
+        ...
+
+    def delete(self, topic: TopicName, *, force: bool) -> bool:
+        """Drop a loaded topic (its sessions end); False when it is not loaded here. Raises
+        ``AdminError`` 412 while it has clients and ``force`` is false."""
+        ...
+
 
 class NoNonPersistentTopics:
-    """The directory while Magnetar has no non-persistent topics: every listing is empty."""
+    """The directory of a process that serves no topics (metadata-only admin): nothing is loaded."""
 
     async def topics(self, namespace: NamespaceName) -> list[str]:
         return []
 
+    async def bundles(self, namespace: NamespaceName) -> list[tuple[str, str | None]]:
+        return []
+
+    def topics_in_bundle(self, namespace: NamespaceName, bundle: str) -> list[str]:
+        return []
+
     async def partitioned_topics(self, namespace: NamespaceName) -> list[str]:
         return []
+
+    def stats(self, topic: TopicName) -> dict[str, Any] | None:
+        return None
+
+    def internal_stats(self, topic: TopicName) -> dict[str, Any] | None:
+        return None
+
+    def delete(self, topic: TopicName, *, force: bool) -> bool:
+        return False
 
 
 @dataclass
@@ -143,7 +181,7 @@ class AdminContext:
     security: BrokerSecurity | None = None
     """Authentication, authorization and rate limits (:mod:`.access`); None: every call is allowed."""
     non_persistent: NonPersistentDirectory = field(default_factory=NoNonPersistentTopics)
-    """The non-persistent topics the ``non-persistent`` listings answer (none yet)."""
+    """The non-persistent topics the ``non-persistent`` routes answer (a broker's loaded ones)."""
     policies: PolicyStore = field(init=False)
 
     def __post_init__(self) -> None:

@@ -160,9 +160,10 @@ async def delete_namespace(call: Call) -> HttpResponse:
 async def get_topics(call: Call) -> HttpResponse:
     namespace = namespace_of(call)
     await require_namespace(call.context, namespace)
-    if call.query_as(TopicsQuery).mode == "NON_PERSISTENT":
-        return ok([])
-    return ok(await list_topics(call.context, namespace))
+    mode = call.query_as(TopicsQuery).mode
+    non_persistent = await call.context.non_persistent.topics(namespace) if mode != "PERSISTENT" else []
+    persistent = await list_topics(call.context, namespace) if mode != "NON_PERSISTENT" else []
+    return ok(persistent + sorted(non_persistent))
 
 
 async def get_bundles(call: Call) -> HttpResponse:

@@ -11,20 +11,50 @@ per partition of its session and parses its frames into these calls; the topic c
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import MsgKey
-from magnetar.broker.core.subscription import Subscription
 from magnetar.broker.wire.message_id import MessageId
 
 
+class EndOfTopic(Protocol):
+    def is_at_end(self) -> bool: ...
+
+
+class SubscriptionPort(Protocol):
+    """What a subscriber needs of its subscription: a persistent one (:class:`~.subscription.Subscription`)
+    or a non-persistent one (:class:`~.non_persistent_subscription.NonPersistentSubscription`)."""
+
+    @property
+    def cursor(self) -> EndOfTopic: ...
+
+    def ack(self, consumer: Consumer, message_id: MessageId) -> bool: ...
+
+    def ack_fields(
+        self,
+        consumer: Consumer,
+        partition: int,
+        ledger_id: int,
+        entry_id: int,
+        batch_index: int,
+        batch_size: int,
+    ) -> bool: ...
+
+    def ack_range(self, consumer: Consumer, first: MsgKey, last: MsgKey) -> int: ...
+
+    def nack(self, consumer: Consumer, message_id: MessageId) -> None: ...
+
+    def redeliver_due(self, consumer: Consumer, now: float) -> None: ...
+
+
 class SubscriberTopic(Protocol):
-    """What a subscriber needs of its topic (:class:`~.topic.PersistentTopic`)."""
+    """What a subscriber needs of its topic (:class:`~.topic.PersistentTopic`,
+    :class:`~.non_persistent_topic.NonPersistentTopic`): each takes back its own kind of subscription."""
 
-    def remove_consumer(self, subscription: Subscription, consumer: Consumer) -> None: ...
+    def remove_consumer(self, subscription: Any, consumer: Consumer) -> None: ...
 
-    async def unsubscribe(self, subscription: Subscription, consumer: Consumer) -> None: ...
+    async def unsubscribe(self, subscription: Any, consumer: Consumer) -> None: ...
 
 
 class Subscriber:
@@ -32,7 +62,7 @@ class Subscriber:
 
     __slots__ = ("_topic", "consumer", "partition", "subscription")
 
-    def __init__(self, topic: SubscriberTopic, subscription: Subscription, consumer: Consumer) -> None:
+    def __init__(self, topic: SubscriberTopic, subscription: SubscriptionPort, consumer: Consumer) -> None:
         self._topic = topic
         self.subscription = subscription
         self.consumer = consumer

@@ -25,7 +25,8 @@ class InvalidSubscriptionNameError(InvalidTopicNameError):
 
 
 class UnsupportedTopicDomainError(InvalidTopicNameError):
-    """A ``non-persistent://`` topic: recognised, but Magnetar only stores persistent topics."""
+    """A ``non-persistent://`` topic where only persistent topics are served (a managed ledger's name, a
+    persistent admin route)."""
 
 
 class InvalidMessageIdError(BrokerError, ValueError):

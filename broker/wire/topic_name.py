@@ -6,8 +6,9 @@ Forms accepted (``TopicName`` constructor):
 * ``tenant/namespace/topic`` — short form, domain ``persistent``;
 * ``topic`` — short form, ``persistent://public/default/topic``.
 
-``non-persistent://`` is recognised (it parses) but Magnetar stores only persistent topics, so
-:func:`parse_topic_name` reports it as :class:`UnsupportedTopicDomainError` unless asked to allow it.
+``non-persistent://`` names in-memory topics, served only where a caller asks for them (the WebSocket API,
+lookup, the ``non-persistent`` admin routes): :func:`parse_topic_name` reports one as
+:class:`UnsupportedTopicDomainError` unless asked to allow it, so the persistent-only paths refuse it.
 Legacy v1 names with a cluster segment (``persistent://tenant/cluster/ns/topic``, and so any v2 local name
 containing ``/``) are refused: Magnetar has no clusters.
 

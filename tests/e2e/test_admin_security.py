@@ -73,6 +73,13 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces"): Case(),
     ("GET", "/admin/v2/non-persistent/{tenant}/{namespace}"): Case(),
     ("GET", "/admin/v2/non-persistent/{tenant}/{namespace}/partitioned"): Case(),
+    ("GET", "/admin/v2/non-persistent/{tenant}/{namespace}/{bundle}"): Case(
+        {"bundle": "0x00000000_0xffffffff"}
+    ),
+    # a non-persistent topic exists while loaded: none is, so the right role gets 404 past authorization
+    ("GET", "/admin/v2/non-persistent/{tenant}/{namespace}/{topic}/stats"): Case(expect=404),
+    ("GET", "/admin/v2/non-persistent/{tenant}/{namespace}/{topic}/internalStats"): Case(expect=404),
+    ("DELETE", "/admin/v2/non-persistent/{tenant}/{namespace}/{topic}"): Case(expect=404),
     ("GET", f"{T}/properties"): Case(),
     ("PUT", f"{T}/properties"): Case(body={"owner": "acme"}),
     ("DELETE", f"{T}/properties"): Case(query={"key": "owner"}),

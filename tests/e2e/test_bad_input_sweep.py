@@ -38,6 +38,7 @@ VALID = {
     "ledger": "1",
     "entry": "0",
     "domain": "persistent",
+    "bundle": "0x00000000_0xffffffff",
     "broker": "127.0.0.1:8080",
     "name": "maxProducersPerTopic",
     "value": "1",

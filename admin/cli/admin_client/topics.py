@@ -39,6 +39,13 @@ def _ns_topics(args: A, tail: str = "") -> str:
     return namespace_path(args.namespace).replace("/namespaces/", "/persistent/", 1) + tail
 
 
+def _list_topics(client: C, args: A) -> list[str]:
+    """pulsar-admin's ``topics list``: both domains, as the Java client's ``getList`` merges them."""
+    persistent = client.get(_ns_topics(args))
+    non_persistent = client.get(_ns_topics(args).replace("/persistent/", "/non-persistent/", 1))
+    return [*persistent, *non_persistent]
+
+
 def _csv(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
@@ -232,7 +239,7 @@ SUBSCRIPTION_VERBS = [
 ]  # fmt: skip
 
 TOPICS = [
-    Verb("list", "list a namespace's topics", lambda c, a: c.get(_ns_topics(a)), NS),
+    Verb("list", "list a namespace's topics (persistent and non-persistent)", _list_topics, NS),
     Verb("list-partitioned-topics", "list partitioned topics",
          lambda c, a: c.get(_ns_topics(a, "/partitioned")),
          NS),

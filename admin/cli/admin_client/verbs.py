@@ -46,7 +46,7 @@ def namespace_path(name: str) -> str:
 
 def topic_path(name: str) -> str:
     try:
-        return f"/admin/v2/{parse_topic_name(name).rest_path}"
+        return f"/admin/v2/{parse_topic_name(name, allow_non_persistent=True).rest_path}"
     except InvalidTopicNameError as exc:
         raise UsageError(str(exc)) from None
 

@@ -61,6 +61,7 @@ from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import FlowControl
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import NotOwnerError, ServiceError
+from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.publish import MESSAGES
 from magnetar.broker.core.routing import PartitionRouter
@@ -101,6 +102,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 INITIAL_POSITIONS = ("Latest", "Earliest")
+
+ServedTopic = PersistentTopic | NonPersistentTopic
+"""Either kind of topic: the handlers use only what both offer (see :mod:`magnetar.broker.core`)."""
 
 
 class _Session:
@@ -240,7 +244,7 @@ class WsHandlers:
 
     async def producer(self, request: WebSocketRequest) -> None:
         session = _Session(request, self._service.settings)
-        producers: list[tuple[PersistentTopic, Producer]] = []
+        producers: list[tuple[ServedTopic, Producer]] = []
         try:
             target = parse_ws_path(request.path)
             if target.kind is not WsKind.PRODUCER:
@@ -256,9 +260,9 @@ class WsHandlers:
             capacity = Capacity(limit)
             name = params.producer_name or self._service.next_producer_name()
             for topic_name in await self._topics(target.topic):
-                topic = await self._service.get_topic(topic_name)
+                topic = await self._service.serve_topic(topic_name)
 
-                def make(topic: PersistentTopic = topic) -> Producer:
+                def make(topic: ServedTopic = topic) -> Producer:
                     return Producer(
                         topic,
                         name,
@@ -305,7 +309,7 @@ class WsHandlers:
         topic: TopicName,
         session: _Session,
         limiter: PublishLimiter,
-        producers: list[tuple[PersistentTopic, Producer]],
+        producers: list[tuple[ServedTopic, Producer]],
         publisher: Producer | PartitionRouter,
         capacity: Capacity,
     ) -> Callable[[str | bytes], Awaitable[None]]:
@@ -345,7 +349,7 @@ class WsHandlers:
         topic: TopicName,
         session: _Session,
         limiter: PublishLimiter,
-        producers: list[tuple[PersistentTopic, Producer]],
+        producers: list[tuple[ServedTopic, Producer]],
         publisher: Producer | PartitionRouter,
         capacity: Capacity,
     ) -> Callable[[str | bytes], Awaitable[None]]:
@@ -364,7 +368,7 @@ class WsHandlers:
         return binary.on_frame
 
     def _publish_refusal(
-        self, topic: TopicName, limiter: PublishLimiter, producers: list[tuple[PersistentTopic, Producer]]
+        self, topic: TopicName, limiter: PublishLimiter, producers: list[tuple[ServedTopic, Producer]]
     ) -> Callable[[int], Awaitable[str | None]]:
         """Why N messages may not be published now (publish rate limits, then backlog quotas, which wait
         while held), or None: the same rules for JSON publishes and binary SEND frames."""
@@ -379,17 +383,17 @@ class WsHandlers:
 
         return refusal
 
-    def _quota_verdict(self, producers: list[tuple[PersistentTopic, Producer]]) -> str:
+    def _quota_verdict(self, producers: list[tuple[ServedTopic, Producer]]) -> str:
         gate = self._service.publish_gate
         if gate is None or not gate.any_exceeded:
             return publish_gate.OK
-        verdicts = {gate.admission(topic.ml.name) for topic, _ in producers}
+        verdicts = {gate.admission(t.ml.name) for t, _ in producers if isinstance(t, PersistentTopic)}
         for verdict in (publish_gate.REJECT, publish_gate.HOLD):
             if verdict in verdicts:
                 return verdict
         return publish_gate.OK
 
-    async def _admitted(self, producers: list[tuple[PersistentTopic, Producer]]) -> bool:
+    async def _admitted(self, producers: list[tuple[ServedTopic, Producer]]) -> bool:
         """Backlog quotas: False to reject the publish; waits while the topic is held."""
         while (verdict := self._quota_verdict(producers)) != publish_gate.OK:
             if verdict == publish_gate.REJECT:
@@ -397,11 +401,12 @@ class WsHandlers:
             gate = self._service.publish_gate
             assert gate is not None
             for topic, _ in producers:
-                await gate.wait_until_within_quota(topic.ml.name)
+                if isinstance(topic, PersistentTopic):  # a non-persistent topic has no backlog
+                    await gate.wait_until_within_quota(topic.ml.name)
         return True
 
     @staticmethod
-    def _remove_producers(producers: list[tuple[PersistentTopic, Producer]]) -> None:
+    def _remove_producers(producers: list[tuple[ServedTopic, Producer]]) -> None:
         for topic, producer in producers:
             topic.remove_producer(producer)
 
@@ -426,9 +431,9 @@ class WsHandlers:
             consumer_name = params.consumer_name or _random_name(self._service)
             sub_type = SubscriptionType(params.subscription_type)
             for topic_name in await self._topics(target.topic):
-                topic = await self._service.get_topic(topic_name)
+                topic = await self._service.serve_topic(topic_name)
 
-                def make(topic: PersistentTopic = topic) -> Consumer:
+                def make(topic: ServedTopic = topic) -> Consumer:
                     consumer = Consumer(
                         name=consumer_name,
                         priority_level=params.priority_level,
@@ -557,9 +562,9 @@ class WsHandlers:
             if len(topics) > 1 and start not in (EARLIEST, LATEST):
                 raise WsUpgradeError.invalid("a reader of a partitioned topic starts at earliest or latest")
             for topic_name in topics:
-                topic = await self._service.get_topic(topic_name)
+                topic = await self._service.serve_topic(topic_name)
 
-                def make(topic: PersistentTopic = topic) -> Consumer:
+                def make(topic: ServedTopic = topic) -> Consumer:
                     consumer = Consumer(
                         name=reader_name,
                         priority_level=0,

@@ -1,8 +1,9 @@
 """What a WebSocket upgrade asks for: the topic (and subscription) in its path, and its query parameters.
 
 Paths (``AbstractWebSocketHandler.extractTopicName``, ``ConsumerHandler.extractSubscription``), v2 only:
-``/ws/v2/producer/persistent/{tenant}/{namespace}/{topic}``, ``/ws/v2/reader/...`` the same, and
-``/ws/v2/consumer/persistent/{tenant}/{namespace}/{topic}/{subscription}``. The raw (percent-encoded) path is
+``/ws/v2/producer/{domain}/{tenant}/{namespace}/{topic}``, ``/ws/v2/reader/...`` the same, and
+``/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic}/{subscription}``, where the domain is ``persistent``
+or ``non-persistent``. The raw (percent-encoded) path is
 split on ``/``; a producer/reader topic is every segment from the 8th on, joined with ``/`` (empty segments
 dropped), a consumer path must have exactly 9 segments; topic and subscription are URL-decoded as Java's
 ``URLDecoder`` does (``+`` is a space). Names are checked as the admin API checks them
@@ -73,8 +74,6 @@ def parse_ws_path(raw_path: str) -> WsTarget:
         topic = TopicName(TopicDomain(parts[4]), parts[5], parts[6], url_decode(local))
     except InvalidTopicNameError as exc:
         raise WsUpgradeError.invalid(str(exc)) from None
-    if not topic.is_persistent:
-        raise WsUpgradeError.of(UpgradeFailure.NOT_FOUND, f"non-persistent topics are not supported: {topic}")
     return WsTarget(kind, topic, subscription)
 
 

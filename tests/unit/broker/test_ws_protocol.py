@@ -77,10 +77,11 @@ def test_malformed_paths_are_400(path: str) -> None:
     assert err.value.reason.startswith("Invalid query params: ")
 
 
-def test_non_persistent_topics_are_404() -> None:
-    with pytest.raises(WsUpgradeError) as err:
-        parse_ws_path("/ws/v2/producer/non-persistent/t/ns/topic")
-    assert err.value.status == 404
+def test_non_persistent_paths_parse() -> None:
+    target = parse_ws_path("/ws/v2/consumer/non-persistent/t/ns/topic/sub")
+    assert str(target.topic) == "non-persistent://t/ns/topic"
+    assert target.subscription == "sub"
+    assert not target.topic.is_persistent
 
 
 # --- query params ----------------------------------------------------------------------------------------
