@@ -32,8 +32,10 @@ from magnetar.bookkeeper.runtime.http import HttpServer, Router
 from magnetar.broker.http_app import build_router
 from magnetar.broker.service import BrokerService, initialize_cluster_metadata
 from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.wire.entry_format import first_index_of, stamp_first_index
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
 from magnetar.managed_ledger.ledger import ManagedLedger
+from magnetar.managed_ledger.message_index import EntryIndexing
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,10 @@ class BrokerHandle:
         self._stop.set()
 
 
+ENTRY_INDEXING = EntryIndexing(stamp_first_index, first_index_of)
+"""Every entry a broker stores carries the index of its first message, in front of the entry."""
+
+
 async def run_broker(
     settings: BrokerSettings,
     metadata: MetadataStore,
@@ -74,7 +80,13 @@ async def run_broker(
     ml_settings = settings.managed_ledger_settings(rng)
     hook = on_trim_candidate or (lambda ml: None)
     async with open_managed_ledger_factory(
-        bk, metadata, ml_settings, clock=clock, rng=rng, on_trim_candidate=hook
+        bk,
+        metadata,
+        ml_settings,
+        clock=clock,
+        rng=rng,
+        on_trim_candidate=hook,
+        entry_indexing=ENTRY_INDEXING,
     ) as factory:
         service = BrokerService(settings, metadata, factory, clock=clock, rng=rng)
         router = build_router(service)

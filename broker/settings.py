@@ -13,7 +13,8 @@ Settings shared with other process kinds or layers are declared once, in their o
 (:class:`~.security_settings.SecuritySettings`: authentication, authorization, TLS, protective limits; all
 off by default), the way to the metadata store (:class:`MetadataConnectionSettings`, as the bookies'),
 retention, expiry and backlog quotas (:class:`RetentionSettings`, which the retention service takes), and the
-load manager's (Pulsar's ``loadBalancer*``: :class:`~.load_balancer_settings.LoadBalancerSettings`).
+load manager's (Pulsar's ``loadBalancer*``: :class:`~.load_balancer_settings.LoadBalancerSettings`), the
+WebSocket owner proxy's (``ws_proxy_*``, ``broker_client_*``: :class:`~.proxy_settings.ProxySettings`).
 
 The HTTP server (:class:`HttpSettings`), the managed ledger (:class:`ManagedLedgerSettings`) and the
 replication client (:class:`ClientSettings`) have settings of their own that a broker does not expose; the
@@ -36,6 +37,7 @@ from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
 from magnetar.bookkeeper.runtime.http import HttpSettings
 from magnetar.broker.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.namespace_bundle import BUNDLES_MAX
+from magnetar.broker.proxy_settings import ProxySettings
 from magnetar.broker.security_settings import SecuritySettings
 from magnetar.managed_ledger.retention_settings import RetentionSettings
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
@@ -46,7 +48,9 @@ LEDGER_PASSWORD_BYTES = 20
 """Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
 
-class BrokerSettings(SecuritySettings, MetadataConnectionSettings, RetentionSettings, LoadBalancerSettings):
+class BrokerSettings(
+    SecuritySettings, MetadataConnectionSettings, RetentionSettings, LoadBalancerSettings, ProxySettings
+):
     model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
 
     # -- identity and addresses -----------------------------------------------------------------

@@ -68,14 +68,15 @@ async def expire_cursor(
     publish_time_of: PublishTimeOf,
     reads_max: int,
 ) -> int:
-    """Acknowledge every entry of ``cursor`` published at or before ``cutoff_ms``; returns how many."""
+    """Acknowledge every entry of ``cursor`` published at or before ``cutoff_ms``; returns how many
+    messages that acknowledged (an entry holding a batch counts its messages)."""
     mark = cursor.mark_delete
     target = await newest_expired(ml, mark, cutoff_ms, publish_time_of, reads_max)
     if target is None or target <= cursor.mark_delete:
         return 0
-    expired = ml.ledgers.entries_between(mark, target)
+    before = cursor.message_backlog()
     cursor.ack_cumulative(target)
-    return expired
+    return before - cursor.message_backlog()
 
 
 def backlog_bytes(ml: ManagedLedger, after: Position) -> int:

@@ -18,7 +18,7 @@ from magnetar.managed_ledger.cursor_state import CursorState
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.errors import ManagedLedgerError, ManagedLedgerFencedError
-from magnetar.managed_ledger.message_index import unacknowledged_messages
+from magnetar.managed_ledger.message_index import MessageLocation, unacknowledged_messages
 from magnetar.managed_ledger.position import Position
 
 if TYPE_CHECKING:
@@ -48,6 +48,9 @@ class ManagedCursor:
         self._persist_failing = False
         self.messages_consumed_counter = 0
         self.last_active_ms = 0
+        self._batch_unacked: dict[Position, int] = {}
+        """Entries some of whose messages a consumer acknowledged one by one: the messages still unacked
+        (in memory, as the subscription's batch-index acks; the entry is acknowledged once all are)."""
 
     @property
     def durable(self) -> bool:
@@ -107,12 +110,16 @@ class ManagedCursor:
     # -- acknowledgements -------------------------------------------------------------------------------
 
     def ack(self, position: Position) -> None:
+        if self._batch_unacked:
+            self._batch_unacked.pop(position, None)
         if self._state.ack(position) or self._state.acked.range_count:
             self._mark_dirty()
 
     def ack_cumulative(self, position: Position) -> None:
         if self._state.ack_cumulative(position):
             self._mark_dirty()
+            if self._batch_unacked:
+                self._batch_unacked = {p: n for p, n in self._batch_unacked.items() if p > position}
 
     def is_acked(self, position: Position) -> bool:
         return self._state.is_acked(position)
@@ -138,12 +145,99 @@ class ManagedCursor:
     def message_backlog(self) -> int:
         """Unacknowledged messages (an entry holding a batch counts its messages), from the message indexes
         of the positions, without reading entries (:func:`.message_index.unacknowledged_messages`)."""
-        return unacknowledged_messages(
+        unacked = unacknowledged_messages(
             self.ml.message_index,
             self._state.mark_delete,
             self.ml.ledgers.last_position(),
             self._state.acked.ranges(),
         )
+        prefix = self._state.acked_prefix
+        if prefix is not None:
+            unacked -= prefix[1]
+        if self._batch_unacked:
+            unacked -= self._batch_acked_messages()
+        return max(0, unacked)
+
+    def note_batch_unacked(self, position: Position, remaining: int) -> None:
+        """A consumer acknowledged some messages of the entry at ``position`` by batch index; ``remaining``
+        of them are not acknowledged yet (the backlog counts only those)."""
+        self._batch_unacked[position] = remaining
+
+    def forget_batch_acks(self) -> None:
+        """The subscription dropped its batch-index acks (a cursor moved or reset): redelivered whole."""
+        self._batch_unacked.clear()
+
+    def _batch_acked_messages(self) -> int:
+        index = self.ml.message_index
+        acked = 0
+        for position, remaining in list(self._batch_unacked.items()):
+            if self._state.is_acked(position):
+                del self._batch_unacked[position]
+                continue
+            try:
+                stored = index.messages_in(position) - self._state.prefix_acked(position)
+            except ValueError:  # trimmed
+                del self._batch_unacked[position]
+                continue
+            acked += max(0, stored - remaining)
+        return acked
+
+    def prefix_acked(self, position: Position) -> int:
+        """How many leading messages of the entry at ``position`` a partial skip acknowledged (their batch
+        indexes ``0 .. k-1``: they are not delivered again)."""
+        return self._state.prefix_acked(position)
+
+    def _index_after_skipping(self, count: int) -> int:
+        """The index of the message that follows the next ``count`` unacknowledged ones (the acknowledged
+        ones between them - entries acked individually - are passed over, not counted)."""
+        index = self.ml.message_index
+        state = self._state
+        start = index.index_after(state.mark_delete) + (state.acked_prefix[1] if state.acked_prefix else 0)
+        target, remaining = start, count
+        for ledger_id, first, last in state.acked.ranges():
+            lo = index.index_after(Position(ledger_id, first - 1))
+            hi = index.index_after(Position(ledger_id, last))
+            if hi <= target:
+                continue
+            if target + remaining < lo:
+                break
+            remaining -= max(0, lo - target)
+            target = hi
+        return target + remaining
+
+    async def locate_unacked(self, n: int) -> MessageLocation | None:
+        """Where the ``n``-th unacknowledged message (1 = the first) is stored (Pulsar's peek position n, in
+        messages); None past the end."""
+        if n < 1:
+            return None
+        target = self._index_after_skipping(n - 1)
+        if target >= self.ml.message_index.next_index:
+            return None
+        return await self.ml.locate_message(target)
+
+    async def skip_messages(self, count: int) -> int:
+        """Acknowledge the next ``count`` unacknowledged *messages* (Pulsar's skip N, an entry holding a batch
+        counting its messages); a skip that ends inside an entry acknowledges that entry's first messages by
+        batch index. Returns how many were skipped."""
+        if count <= 0:
+            return 0
+        index = self.ml.message_index
+        state = self._state
+        target = self._index_after_skipping(count)
+        before = self.message_backlog()
+        if target >= index.next_index:
+            self.clear_backlog()
+        else:
+            location = await self.ml.locate_message(target)
+            if location is None:
+                return 0
+            previous = self.ml.ledgers.previous_position(location.position)
+            if previous > state.mark_delete:
+                state.ack_cumulative(previous)
+            if location.offset > 0 and location.position == self.ml.ledgers.next_position(state.mark_delete):
+                state.ack_prefix(location.position, location.offset)
+            self._mark_dirty()
+        return before - self.message_backlog()
 
     def on_ledgers_trimmed(self) -> None:
         self._state.on_ledgers_trimmed()
@@ -151,7 +245,9 @@ class ManagedCursor:
     # -- persistence ------------------------------------------------------------------------------------
 
     def snapshot(self) -> CursorSnapshot:
-        return CursorSnapshot(self._state.mark_delete, self.acked_ranges, dict(self.properties))
+        prefix = self._state.acked_prefix
+        acked_prefix = None if prefix is None else (prefix[0].ledger_id, prefix[0].entry_id, prefix[1])
+        return CursorSnapshot(self._state.mark_delete, self.acked_ranges, dict(self.properties), acked_prefix)
 
     def _mark_dirty(self) -> None:
         self.last_active_ms = self.ml.now_ms()

@@ -4,6 +4,10 @@
 * ``acked``       - entries after ``mark_delete`` acknowledged individually (the "ack holes" between them are
   the unacknowledged entries).
 * ``read_position`` - the next entry to dispatch.
+* ``acked_prefix`` - a batch-index acknowledgement: the first ``k`` messages of the entry right after
+  ``mark_delete`` are acknowledged (a skip of N messages that ended inside an entry, as Pulsar acknowledges
+  the batch indexes of a partly skipped batch); its other messages are still delivered. Dropped once the
+  entry is acknowledged or mark-delete moves past it.
 
 An individual ack that fills the hole right after ``mark_delete`` moves ``mark_delete`` forward through
 every contiguous acknowledged range, across ledger boundaries (using the ledger list). ``mark_delete`` only
@@ -28,6 +32,20 @@ class CursorState:
         self.mark_delete = mark_delete
         self.acked = AckSet()
         self.read_position = ledgers.next_position(mark_delete)
+        self.acked_prefix: tuple[Position, int] | None = None
+
+    def prefix_acked(self, position: Position) -> int:
+        """How many leading messages of the entry at ``position`` are acknowledged by batch index."""
+        prefix = self.acked_prefix
+        return prefix[1] if prefix is not None and prefix[0] == position else 0
+
+    def ack_prefix(self, position: Position, messages: int) -> None:
+        """Acknowledge the first ``messages`` messages of the entry right after mark-delete (batch indexes
+        ``0 .. messages-1``); it stays unacknowledged as an entry."""
+        if position != self._ledgers.next_position(self.mark_delete) or messages <= 0:
+            raise InvalidAckError(f"a batch-index ack applies to the entry after {self.mark_delete}")
+        self._check_exists(position)
+        self.acked_prefix = (position, messages)
 
     # -- acknowledgements -------------------------------------------------------------------------------
 
@@ -37,6 +55,8 @@ class CursorState:
         if position <= self.mark_delete:
             return False
         self.acked.add(position)
+        if self.acked_prefix is not None and self.acked_prefix[0] == position:
+            self.acked_prefix = None
         return self._advance()
 
     def ack_cumulative(self, position: Position) -> bool:
@@ -68,6 +88,7 @@ class CursorState:
         ``resetCursor``: individually acked state is dropped).
         """
         self.acked = AckSet()
+        self.acked_prefix = None
         self.mark_delete = self._ledgers.previous_position(new_read_position)
         self.read_position = new_read_position
 
@@ -146,6 +167,8 @@ class CursorState:
         )
         self.mark_delete = position
         self.acked.remove_up_to(position)
+        if self.acked_prefix is not None and self.acked_prefix[0] <= position:
+            self.acked_prefix = None
 
     def _check_exists(self, position: Position) -> None:
         info = self._ledgers.get(position.ledger_id)

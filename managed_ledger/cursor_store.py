@@ -32,7 +32,7 @@ from magnetar.managed_ledger.errors import (
     MetadataConflictError,
     MetadataUnavailableError,
 )
-from magnetar.managed_ledger.info import CursorInfo, MetadataFormatError
+from magnetar.managed_ledger.info import CursorInfo, MetadataFormatError, parse_acked_prefix
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
@@ -47,20 +47,26 @@ class CursorSnapshot:
     mark_delete: Position
     acked_ranges: Ranges
     properties: dict[str, int]
+    acked_prefix: tuple[int, int, int] | None = None
+    """``(ledger, entry, k)``: the first ``k`` messages of that entry are acknowledged by batch index."""
 
 
 def encode_position_entry(snapshot: CursorSnapshot) -> bytes:
-    return json.dumps(
-        {"markDelete": str(snapshot.mark_delete), "ranges": [list(r) for r in snapshot.acked_ranges]},
-        separators=(",", ":"),
-    ).encode()
+    body: dict[str, object] = {
+        "markDelete": str(snapshot.mark_delete),
+        "ranges": [list(r) for r in snapshot.acked_ranges],
+    }
+    if snapshot.acked_prefix is not None:
+        body["batchAckedPrefix"] = list(snapshot.acked_prefix)
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def decode_position_entry(raw: bytes, properties: dict[str, int]) -> CursorSnapshot:
     try:
         data = json.loads(raw)
         ranges = tuple((int(a), int(b), int(c)) for a, b, c in data["ranges"])
-        return CursorSnapshot(Position.parse(data["markDelete"]), ranges, properties)
+        acked_prefix = parse_acked_prefix(data.get("batchAckedPrefix"))
+        return CursorSnapshot(Position.parse(data["markDelete"]), ranges, properties, acked_prefix)
     except (ValueError, KeyError, TypeError) as exc:
         raise MetadataFormatError(f"bad cursor position entry: {exc}") from exc
 
@@ -102,7 +108,14 @@ class CursorStore:
         snapshot: CursorSnapshot,
         now_ms: int,
     ) -> CursorStore:
-        info = CursorInfo(-1, snapshot.mark_delete, snapshot.acked_ranges, snapshot.properties, now_ms)
+        info = CursorInfo(
+            -1,
+            snapshot.mark_delete,
+            snapshot.acked_ranges,
+            snapshot.properties,
+            now_ms,
+            snapshot.acked_prefix,
+        )
         version = await meta.put_cursor_info(ml_name, cursor, info, -1)
         return cls(ml_name, cursor, bk, meta, settings, version, now_ms)
 
@@ -120,7 +133,9 @@ class CursorStore:
         if versioned is None:
             return None
         info = versioned.value
-        snapshot = CursorSnapshot(info.mark_delete, info.acked_ranges, dict(info.properties))
+        snapshot = CursorSnapshot(
+            info.mark_delete, info.acked_ranges, dict(info.properties), info.acked_prefix
+        )
         if info.cursor_ledger_id >= 0:
             from_ledger = await cls._read_cursor_ledger(info.cursor_ledger_id, bk, settings, snapshot)
             snapshot = from_ledger or snapshot
@@ -226,6 +241,7 @@ class CursorStore:
             self._cap(snapshot, s.unacked_ranges_persist_in_metadata_max).acked_ranges,
             snapshot.properties,
             self._now_ms,
+            snapshot.acked_prefix,
         )
         try:
             await self._cas(info)
@@ -244,7 +260,14 @@ class CursorStore:
     async def _write_snapshot(self, snapshot: CursorSnapshot) -> None:
         capped = self._cap(snapshot, self._settings.unacked_ranges_persist_in_metadata_max)
         await self._cas(
-            CursorInfo(-1, capped.mark_delete, capped.acked_ranges, capped.properties, self._now_ms)
+            CursorInfo(
+                -1,
+                capped.mark_delete,
+                capped.acked_ranges,
+                capped.properties,
+                self._now_ms,
+                capped.acked_prefix,
+            )
         )
 
     async def _cas(self, info: CursorInfo) -> None:
@@ -279,4 +302,9 @@ class CursorStore:
     def _cap(snapshot: CursorSnapshot, ranges_max: int) -> CursorSnapshot:
         if len(snapshot.acked_ranges) <= ranges_max:
             return snapshot
-        return CursorSnapshot(snapshot.mark_delete, snapshot.acked_ranges[:ranges_max], snapshot.properties)
+        return CursorSnapshot(
+            snapshot.mark_delete,
+            snapshot.acked_ranges[:ranges_max],
+            snapshot.properties,
+            snapshot.acked_prefix,
+        )

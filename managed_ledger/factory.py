@@ -19,6 +19,7 @@ from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.runtime import Clock, SystemClock
 from magnetar.managed_ledger.entry_cache import EntryCache
 from magnetar.managed_ledger.ledger import Context, ManagedLedger, State
+from magnetar.managed_ledger.message_index import EntryIndexing
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.opener import open_managed_ledger
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
@@ -116,6 +117,7 @@ async def open_managed_ledger_factory(
     clock: Clock | None = None,
     rng: random.Random | None = None,
     on_trim_candidate: Callable[[ManagedLedger], None] = lambda ml: None,
+    entry_indexing: EntryIndexing | None = None,
 ) -> AsyncIterator[ManagedLedgerFactory]:
     ctx = Context(
         bk=bk,
@@ -126,6 +128,7 @@ async def open_managed_ledger_factory(
         rng=rng or random.Random(),
         on_trim_candidate=on_trim_candidate,
         health=store.health,
+        entry_indexing=entry_indexing,
     )
     async with trio.open_nursery() as nursery:
         factory = ManagedLedgerFactory(ctx, nursery)

@@ -6,6 +6,9 @@ these as protobuf; we encode the same fields as JSON with a ``format`` number (t
 human reading ZooKeeper at 3 a.m. can understand them). Decoding is strict: unknown formats and malformed
 values raise :class:`MetadataFormatError` rather than producing a half-valid object.
 
+``LedgerInfo.first_index`` (``firstIndex``, absent when unknown) is the index of the ledger's first message:
+with it, reopening a topic rebuilds its message indexes without reading entries (:mod:`.message_index`).
+
 ``LedgerInfo.timestamp_ms`` is 0 while the ledger is open and the close time once it is closed; retention
 time is measured from it (Pulsar's ``LedgerInfo.timestamp``).
 """
@@ -31,14 +34,20 @@ class LedgerInfo:
     entries: int = 0
     size_bytes: int = 0
     timestamp_ms: int = 0
+    first_index: int = -1
+    """The index of the ledger's first message (see :mod:`.message_index`); -1: not recorded (a ledger
+    listed before the index existed, or listed by a rollover before its first index was known)."""
 
     def to_json(self) -> dict[str, int]:
-        return {
+        body = {
             "ledgerId": self.ledger_id,
             "entries": self.entries,
             "size": self.size_bytes,
             "timestamp": self.timestamp_ms,
         }
+        if self.first_index >= 0:
+            body["firstIndex"] = self.first_index
+        return body
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LedgerInfo:
@@ -47,6 +56,7 @@ class LedgerInfo:
             _int(data, "entries"),
             _int(data, "size"),
             _int(data, "timestamp"),
+            _int(data, "firstIndex", -1),
         )
 
 
@@ -89,6 +99,9 @@ class CursorInfo:
     acked_ranges: tuple[tuple[int, int, int], ...] = ()  # (ledger, first, last) individually acked
     properties: dict[str, int] = field(default_factory=dict)
     last_active_ms: int = 0
+    acked_prefix: tuple[int, int, int] | None = None
+    """``(ledger, entry, k)``: the first ``k`` messages of the entry after mark-delete are acknowledged by
+    batch index (a skip that ended inside an entry); ``batchAckedPrefix``, absent when None."""
 
     def encode(self) -> bytes:
         body = {
@@ -99,6 +112,8 @@ class CursorInfo:
             "properties": dict(sorted(self.properties.items())),
             "lastActive": self.last_active_ms,
         }
+        if self.acked_prefix is not None:
+            body["batchAckedPrefix"] = list(self.acked_prefix)
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -116,6 +131,7 @@ class CursorInfo:
             tuple(_range(item) for item in ranges),
             {str(k): int(v) for k, v in props.items()},
             _int(data, "lastActive"),
+            parse_acked_prefix(data.get("batchAckedPrefix")),
         )
 
 
@@ -136,8 +152,8 @@ def _obj(value: Any) -> dict[str, Any]:
     return value
 
 
-def _int(data: dict[str, Any], key: str) -> int:
-    value = data.get(key, 0)
+def _int(data: dict[str, Any], key: str, default: int = 0) -> int:
+    value = data.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool):
         raise MetadataFormatError(f"{key!r} must be an integer, got {value!r}")
     return value
@@ -159,4 +175,19 @@ def _range(item: Any) -> tuple[int, int, int]:
         or item[1] > item[2]
     ):
         raise MetadataFormatError(f"bad acknowledged range {item!r}")
+    return item[0], item[1], item[2]
+
+
+def parse_acked_prefix(item: Any) -> tuple[int, int, int] | None:
+    """A batch-index ack ``[ledger, entry, k]`` (``k`` >= 1 leading messages), or None when absent."""
+    if item is None:
+        return None
+    if (
+        not isinstance(item, list)
+        or len(item) != 3
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in item)
+        or item[1] < 0
+        or item[2] < 1
+    ):
+        raise MetadataFormatError(f"bad batch-index acknowledgement {item!r}")
     return item[0], item[1], item[2]

@@ -53,7 +53,7 @@ from magnetar.bookkeeper.client import BKError, BookKeeper, LedgerFencedError, L
 from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.managed_ledger.cursor import ManagedCursor
-from magnetar.managed_ledger.cursor_state import CursorState
+from magnetar.managed_ledger.cursor_state import CursorState, InvalidAckError
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.entry_cache import EntryCache
@@ -71,7 +71,7 @@ from magnetar.managed_ledger.errors import (
 from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.list_writer import LedgerListWriter
-from magnetar.managed_ledger.message_index import MessageIndex
+from magnetar.managed_ledger.message_index import EntryIndexing, MessageIndex, MessageLocation
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.reader import EntryReader
@@ -118,6 +118,8 @@ class Context:
     """Called after a rollover and when the slowest cursor enters a new ledger (retention may trim)."""
     health: MetadataHealth | None = None
     """The metadata store's health: rollovers are deferred while it is unhealthy (None: no such signal)."""
+    entry_indexing: EntryIndexing | None = None
+    """How entries carry their first message's index (None: they carry none; counts live in memory)."""
 
 
 async def create_bk_ledger(ctx: Context, name: str) -> LedgerHandle:
@@ -144,6 +146,7 @@ class ManagedLedger:
         current: LedgerHandle | None,
         terminated_at: Position | None,
         properties: dict[str, str],
+        next_index: int | None = None,
     ) -> None:
         self.name = name
         self._ctx = ctx
@@ -185,11 +188,13 @@ class ManagedLedger:
         self._last_slowest_ledger = -1
         self.non_durable_cursors: list[ManagedCursor] = []
         self.entries_added_counter = 0
-        self.message_index = MessageIndex()
-        """The first message index of every stored entry (counts in messages). Entries stored before this
-        instance opened count as one message each: their counts are not persisted yet."""
-        for info in ledgers:
-            self.message_index.append_ledger(info.ledger_id, info.entries)
+        self.message_index = _message_index(ledgers, next_index)
+        """The first message index of every stored entry (counts in messages), rebuilt from the ledgers'
+        first indexes in the metadata (a ledger without one counts one message per entry)."""
+        if current is not None:
+            self.message_index.open_ledger(current.ledger_id)
+        self._inflight_messages = 0
+        """Messages of the adds sent and not acknowledged yet: the next add's first index follows them."""
         self.ledger_switches_counter = 0
         """New ledgers started since this instance opened (rollovers, and recoveries from a failed add)."""
         self.last_ledger_created_ms = self._ledger_created_ms
@@ -329,6 +334,10 @@ class ManagedLedger:
         self._pushed += 1
         self._inflight += 1
         ledger_id = handle.ledger_id
+        indexing = self._ctx.entry_indexing
+        if indexing is not None:
+            op.data = indexing.stamp(op.data, self.message_index.next_index + self._inflight_messages)
+        self._inflight_messages += op.messages
 
         def on_complete(result: int | BaseException) -> None:
             self._on_add_complete(ledger_id, op, result)
@@ -339,6 +348,7 @@ class ManagedLedger:
 
     def _on_add_complete(self, ledger_id: int, op: _PendingAdd, result: int | BaseException) -> None:
         self._inflight -= 1
+        self._inflight_messages -= op.messages
         if isinstance(result, BaseException):
             self._on_add_failed(ledger_id, op, result)
         else:
@@ -630,6 +640,7 @@ class ManagedLedger:
             )
         self._deferred_since_ms = None
         self._current = handle
+        self.message_index.open_ledger(handle.ledger_id)
         self._pushed = 0
         self._ledger_created_ms = self._ctx.clock.time_ms()
         self.last_ledger_created_ms = self._ledger_created_ms
@@ -660,11 +671,19 @@ class ManagedLedger:
     def _persisted(self, ledgers: list[LedgerInfo]) -> list[LedgerInfo]:
         """The list as stored: while a next ledger is listed, the current one is open (no entry count), so an
         open of the managed ledger recovers both."""
+        ledgers = [self._with_first_index(info) for info in ledgers]
         if self._next is None:
             return ledgers
         current = self.current_ledger_id
-        listed = [LedgerInfo(i.ledger_id) if i.ledger_id == current else i for i in ledgers]
+        listed = [
+            LedgerInfo(i.ledger_id, first_index=i.first_index) if i.ledger_id == current else i
+            for i in ledgers
+        ]
         return [*listed, LedgerInfo(self._next.ledger_id)]
+
+    def _with_first_index(self, info: LedgerInfo) -> LedgerInfo:
+        first = self.message_index.ledger_first_index(info.ledger_id)
+        return info if first is None or first == info.first_index else replace(info, first_index=first)
 
     async def _write_info(self, ledgers: list[LedgerInfo], terminated: Position | None = None) -> None:
         """CAS-write the ledger list (caller holds the metadata lock); a conflict fences this instance. An
@@ -784,6 +803,10 @@ class ManagedLedger:
         state = CursorState(self.ledgers, snapshot.mark_delete)
         state.restore_acked(snapshot.acked_ranges)
         state.on_ledgers_trimmed()
+        if snapshot.acked_prefix is not None:
+            ledger_id, entry_id, messages = snapshot.acked_prefix
+            with contextlib.suppress(InvalidAckError):
+                state.ack_prefix(Position(ledger_id, entry_id), messages)
         return state
 
     def _initial_mark_delete(self, earliest: bool) -> Position:
@@ -916,7 +939,49 @@ class ManagedLedger:
         """Up to ``max_entries`` confirmed entries from ``start`` on."""
         if max_entries <= 0 or start > self.last_confirmed:
             return []
-        return await self.reader.read(self.ledgers, start, self.last_confirmed, max_entries)
+        entries = await self.reader.read(self.ledgers, start, self.last_confirmed, max_entries)
+        indexing = self._ctx.entry_indexing
+        if indexing is not None and entries:
+            coarse = self.message_index.is_coarse
+            for entry in entries:  # the entries of an exact ledger teach nothing: not even parsed
+                if coarse(entry.position.ledger_id):
+                    self._learn(indexing, entry.position, entry.data)
+        return entries
+
+    def _learn(self, indexing: EntryIndexing, position: Position, data: bytes) -> None:
+        try:
+            indexed = indexing.read(data)
+        except ValueError as exc:
+            log.warning(
+                "managed ledger %s: entry %s has no readable message index: %s", self.name, position, exc
+            )
+            return
+        if indexed is not None:
+            try:
+                self.message_index.learn(position, *indexed)
+            except ValueError as exc:
+                log.warning("managed ledger %s: entry %s: %s", self.name, position, exc)
+
+    async def learn_indexes_after(self, positions: Iterable[Position]) -> None:
+        """Read the entries that follow ``positions`` where their message index is not known exactly (in a
+        coarse ledger: see :mod:`.message_index`), so counts from those positions are exact."""
+        if self._ctx.entry_indexing is None:
+            return
+        for position in sorted(set(positions)):
+            if not self.message_index.is_exact_after(position):
+                # reading an entry of a coarse ledger teaches the index its place (read_entries)
+                await self.read_entry(Position(position.ledger_id, position.entry_id + 1))
+
+    async def locate_message(self, index: int) -> MessageLocation | None:
+        """Where message ``index`` is stored; in a coarse ledger, found by reading entries (a bisection)."""
+        while self._ctx.entry_indexing is not None:
+            position = self.message_index.entry_to_learn(index)
+            if position is None:
+                break
+            entry = await self.read_entry(position)  # learns the entry's index (read_entries)
+            if entry is None or self.message_index.entry_to_learn(index) == position:
+                break  # nothing learned (an entry without an index): the guess stands
+        return self.message_index.locate(index)
 
     async def read_entry(self, position: Position) -> Entry | None:
         entries = await self.read_entries(position, 1)
@@ -927,3 +992,18 @@ class ManagedLedger:
 
     def total_size(self) -> int:
         return self.ledgers.total_size()
+
+
+def _message_index(ledgers: LedgerList, next_index: int | None) -> MessageIndex:
+    """The index of the ledgers listed: each from its recorded first index up to the next one's (the last
+    up to ``next_index``); a ledger without a recorded first index, or all when ``next_index`` is None,
+    counts one message per entry."""
+    index = MessageIndex()
+    infos = list(ledgers)
+    for i, info in enumerate(infos):
+        following = infos[i + 1].first_index if i + 1 < len(infos) else next_index
+        if next_index is None or info.first_index < 0 or following is None or following < 0:
+            index.append_ledger(info.ledger_id, info.entries)
+        else:
+            index.append_closed_ledger(info.ledger_id, info.first_index, following, info.entries)
+    return index

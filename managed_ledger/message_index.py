@@ -19,16 +19,38 @@ The table is per ledger, one 8-byte first index per entry (an ``array('q')``), k
 only: :meth:`MessageIndex.remove_ledger` drops a trimmed ledger. A ledger whose entries each hold one message
 - the common case of producers that do not batch - still costs 8 bytes per entry; the indexes are strictly
 increasing, so every lookup is a bisection. Sans-IO: no reads, no clock.
+
+**After a reopen.** The indexes persist in two places: each entry's own first index (written in front of
+the entry as it is added) and each ledger's first index in the managed ledger's metadata. Reopening a
+topic rebuilds the table from the metadata alone: a ledger whose message count equals its entry count holds
+one message per entry and is known exactly; any other is *coarse* - its first and end index are known, the
+indexes of its entries only where they were learned (:meth:`MessageIndex.learn`, from entries read, whose
+prefix names their index). Counts between a ledger's bounds are exact; a count that starts or ends at an
+unlearned entry inside a coarse ledger is interpolated between the nearest learned entries
+(:meth:`MessageIndex.is_exact_after` tells which), and :meth:`MessageIndex.entry_to_learn` names the entry to
+read to pin a message down (the managed ledger reads a few entries at a cursor's positions when it
+recovers the cursor, and bisects with reads for a skip or peek that ends in a coarse ledger).
 """
 
 from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from magnetar.managed_ledger.position import Position
+
+
+@dataclass(frozen=True, slots=True)
+class EntryIndexing:
+    """How a managed ledger writes and reads the message index each entry carries (the broker's entry
+    format knows where it goes; the managed ledger only calls these)."""
+
+    stamp: Callable[[bytes, int], bytes]
+    """The bytes to store for an entry whose first message has the given index."""
+    read: Callable[[bytes], tuple[int, int] | None]
+    """A stored entry's (first index, message count); None for an entry that carries no index."""
 
 
 class MessageIndexError(ValueError):
@@ -47,17 +69,60 @@ class MessageLocation:
 
 
 class _Ledger:
-    __slots__ = ("end", "firsts", "ledger_id")
+    __slots__ = ("end", "entries", "first", "firsts", "ledger_id", "point_ids", "points")
 
     def __init__(self, ledger_id: int, start: int) -> None:
         self.ledger_id = ledger_id
         self.firsts = array("q")
+        self.first = start
         self.end = start
         """The index the ledger's next entry would get (its first index when it holds no entry)."""
+        self.entries = 0
+        self.points: dict[int, int] | None = None
+        """A coarse ledger's learned first indexes by entry id (None: ``firsts`` holds every entry's)."""
+        self.point_ids: list[int] = []
+        """The entry ids of ``points``, sorted (their indexes increase with them)."""
 
     @property
     def start(self) -> int:
-        return self.firsts[0] if self.firsts else self.end
+        return self.first
+
+    def first_of(self, entry_id: int) -> int:
+        """The first index of entry ``entry_id`` (``entries``: the end) - interpolated if not learned."""
+        if entry_id >= self.entries:
+            return self.end
+        if self.points is None:
+            return self.firsts[entry_id]
+        if entry_id == 0:
+            return self.first
+        known = self.points.get(entry_id)
+        if known is not None:
+            return known
+        below, above = self._neighbours(entry_id)
+        lo_entry, lo = below
+        hi_entry, hi = above
+        return min(
+            hi - (hi_entry - entry_id),
+            max(lo + (entry_id - lo_entry), lo + (hi - lo) * (entry_id - lo_entry) // (hi_entry - lo_entry)),
+        )
+
+    def is_known(self, entry_id: int) -> bool:
+        return self.points is None or entry_id <= 0 or entry_id >= self.entries or entry_id in self.points
+
+    def _neighbours(self, entry_id: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The nearest learned entries (or the ledger's bounds) below and above ``entry_id``."""
+        assert self.points is not None
+        ids = self.point_ids
+        i = bisect.bisect_left(ids, entry_id)
+        below = (ids[i - 1], self.points[ids[i - 1]]) if i > 0 else (0, self.first)
+        above = (ids[i], self.points[ids[i]]) if i < len(ids) else (self.entries, self.end)
+        return below, above
+
+    def remember(self, entry_id: int, first: int) -> None:
+        assert self.points is not None
+        if entry_id not in self.points:
+            bisect.insort(self.point_ids, entry_id)
+        self.points[entry_id] = first
 
 
 class MessageIndex:
@@ -91,8 +156,13 @@ class MessageIndex:
             ledger = self._open(position.ledger_id)
         if position.entry_id != len(ledger.firsts):
             raise MessageIndexError(f"entry {position} is not the next of ledger {ledger.ledger_id}")
+        if ledger.points is not None:
+            raise MessageIndexError(f"ledger {ledger.ledger_id} was recorded whole; no entry is added to it")
         first = self._next
+        if not ledger.firsts:
+            ledger.first = first
         ledger.firsts.append(first)
+        ledger.entries += 1
         self._next = ledger.end = first + messages
         return first
 
@@ -105,7 +175,76 @@ class MessageIndex:
             raise MessageIndexError(f"ledger {ledger_id} cannot hold {entries} entries")
         ledger = self._open(ledger_id)
         ledger.firsts = array("q", range(self._next, self._next + entries))
+        ledger.entries = entries
         self._next = ledger.end = self._next + entries
+
+    def append_closed_ledger(self, ledger_id: int, first: int, end: int, entries: int) -> None:
+        """Record a whole ledger from the managed ledger's metadata: its ``entries`` entries hold the messages
+        ``first`` up to (excluding) ``end``. One message per entry is known exactly; otherwise the ledger is
+        coarse until its entries' indexes are learned (see the module docstring)."""
+        if self._ledgers and ledger_id <= self._ledgers[-1].ledger_id:
+            raise MessageIndexError(f"ledger {ledger_id} is not after ledger {self._ledgers[-1].ledger_id}")
+        if first < self._next or end - first < entries or entries < 0:
+            raise MessageIndexError(
+                f"ledger {ledger_id}: messages {first}..{end} in {entries} entries after index {self._next}"
+            )
+        self._next = first
+        if end - first == entries:
+            self.append_ledger(ledger_id, entries)
+            return
+        ledger = self._open(ledger_id)
+        ledger.entries = entries
+        ledger.points = {}
+        self._next = ledger.end = end
+
+    def open_ledger(self, ledger_id: int) -> None:
+        """Start ledger ``ledger_id`` (the current one, empty): its first index is :attr:`next_index`."""
+        if not self._ledgers or self._ledgers[-1].ledger_id != ledger_id:
+            self._open(ledger_id)
+
+    def learn(self, position: Position, first: int, messages: int) -> None:
+        """The entry at ``position`` holds messages ``first ..`` (read from the entry): a coarse ledger
+        records it; any other ignores it."""
+        ledger = self._ledger(position.ledger_id)
+        if ledger is None or ledger.points is None or not 0 <= position.entry_id < ledger.entries:
+            return  # nothing to learn: an exact ledger (or one trimmed)
+        if not ledger.first <= first < ledger.end:
+            raise MessageIndexError(
+                f"entry {position} claims index {first}, outside {ledger.first}..{ledger.end}"
+            )
+        if position.entry_id > 0:
+            ledger.remember(position.entry_id, first)
+        if position.entry_id + 1 < ledger.entries:
+            ledger.remember(position.entry_id + 1, first + messages)
+
+    def ledger_first_index(self, ledger_id: int) -> int | None:
+        """The index of ledger ``ledger_id``'s first message (None if the ledger is not recorded)."""
+        ledger = self._ledger(ledger_id)
+        return None if ledger is None else ledger.first
+
+    def is_coarse(self, ledger_id: int) -> bool:
+        """Whether ledger ``ledger_id``'s entry indexes are learned one by one (see the module docstring)."""
+        ledger = self._ledger(ledger_id)
+        return ledger is not None and ledger.points is not None
+
+    def is_exact_after(self, position: Position) -> bool:
+        """Whether :meth:`index_after` is exact at ``position`` (not interpolated in a coarse ledger)."""
+        ledger = self._ledger(position.ledger_id)
+        return ledger is None or ledger.is_known(position.entry_id + 1)
+
+    def entry_to_learn(self, index: int) -> Position | None:
+        """The entry to read to locate message ``index`` when it lies in a coarse ledger between learned
+        entries (None when :meth:`locate` is exact)."""
+        ledger = self._holding(index)
+        if ledger is None or ledger.points is None:
+            return None
+        points, ids = ledger.points, ledger.point_ids
+        i = bisect.bisect_right(ids, index, key=points.__getitem__)  # learned entries starting <= index
+        below = ids[i - 1] if i > 0 else 0
+        above = ids[i] if i < len(ids) else ledger.entries
+        if above - below <= 1:
+            return None
+        return Position(ledger.ledger_id, (below + above) // 2)
 
     def remove_ledger(self, ledger_id: int) -> None:
         """Forget a ledger that was trimmed (or deleted); the indexes of the others do not change."""
@@ -113,6 +252,16 @@ class MessageIndex:
         if i < len(self._ids) and self._ids[i] == ledger_id:
             del self._ids[i]
             del self._ledgers[i]
+
+    def _holding(self, index: int) -> _Ledger | None:
+        if not 0 <= index < self._next:
+            return None
+        i = bisect.bisect_right([ledger.start for ledger in self._ledgers], index) - 1
+        while i >= 0 and not self._ledgers[i].entries:
+            i -= 1
+        if i < 0 or index >= self._ledgers[i].end:
+            return None
+        return self._ledgers[i]
 
     def _open(self, ledger_id: int) -> _Ledger:
         ledger = _Ledger(ledger_id, self._next)
@@ -125,17 +274,16 @@ class MessageIndex:
     def first_index(self, position: Position) -> int:
         """The index of the first message of the stored entry at ``position``."""
         ledger = self._ledger(position.ledger_id)
-        if ledger is None or not 0 <= position.entry_id < len(ledger.firsts):
+        if ledger is None or not 0 <= position.entry_id < ledger.entries:
             raise MessageIndexError(f"no entry at {position}")
-        return ledger.firsts[position.entry_id]
+        return ledger.first_of(position.entry_id)
 
     def messages_in(self, position: Position) -> int:
         """How many messages the stored entry at ``position`` holds."""
         first = self.first_index(position)
         ledger = self._ledger(position.ledger_id)
         assert ledger is not None
-        following = position.entry_id + 1
-        return (ledger.firsts[following] if following < len(ledger.firsts) else ledger.end) - first
+        return ledger.first_of(position.entry_id + 1) - first
 
     def index_after(self, position: Position) -> int:
         """The index of the first message stored after ``position`` - or the next one to be stored.
@@ -145,9 +293,7 @@ class MessageIndex:
         """
         i = bisect.bisect_left(self._ids, position.ledger_id)
         if i < len(self._ids) and self._ids[i] == position.ledger_id:
-            ledger = self._ledgers[i]
-            following = position.entry_id + 1
-            return ledger.firsts[following] if following < len(ledger.firsts) else ledger.end
+            return self._ledgers[i].first_of(max(0, position.entry_id + 1))
         if i < len(self._ledgers):
             return self._ledgers[i].start
         return self._next
@@ -157,20 +303,24 @@ class MessageIndex:
         return max(0, self.index_after(up_to) - self.index_after(after))
 
     def locate(self, index: int) -> MessageLocation | None:
-        """The entry that holds message ``index``, or None if it was trimmed or is not stored yet."""
-        if not 0 <= index < self._next:
+        """The entry that holds message ``index``, or None if it was trimmed or is not stored yet (in a coarse
+        ledger, the nearest guess until :meth:`entry_to_learn` says None)."""
+        ledger = self._holding(index)
+        if ledger is None:
             return None
-        i = bisect.bisect_right([ledger.start for ledger in self._ledgers], index) - 1
-        while i >= 0 and not self._ledgers[i].firsts:
-            i -= 1
-        if i < 0:
-            return None
-        ledger = self._ledgers[i]
-        if index >= ledger.end:
-            return None
-        entry = bisect.bisect_right(ledger.firsts, index) - 1
-        following = ledger.firsts[entry + 1] if entry + 1 < len(ledger.firsts) else ledger.end
-        first = ledger.firsts[entry]
+        if ledger.points is None:
+            entry = bisect.bisect_right(ledger.firsts, index) - 1
+        else:
+            lo, hi = 0, ledger.entries - 1
+            while lo < hi:  # the last entry whose first index is <= index
+                mid = (lo + hi + 1) // 2
+                if ledger.first_of(mid) <= index:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            entry = lo
+        first = ledger.first_of(entry)
+        following = ledger.first_of(entry + 1)
         return MessageLocation(Position(ledger.ledger_id, entry), index - first, following - first)
 
     def first_stored_index(self) -> int:

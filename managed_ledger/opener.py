@@ -30,6 +30,7 @@ from magnetar.managed_ledger.errors import (
 from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
 from magnetar.managed_ledger.ledger import Context, ManagedLedger, create_bk_ledger
 from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.position import Position
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,20 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
     else:
         info, version = versioned.value, versioned.version
     ledgers = list(info.ledgers)
+    ends: dict[int, int] = {}
+    """The index after the last message of each recovered ledger whose last entry carries its index."""
     for index, listed in enumerate(ledgers):
         if index == len(ledgers) - 1 or listed.entries == 0:
-            ledgers[index] = await _recover_ledger(name, ctx, listed)
+            ledgers[index], end = await _recover_ledger(name, ctx, listed)
+            if end is not None:
+                ends[listed.ledger_id] = end
     dropped = [i.ledger_id for i in ledgers if i.entries == 0]
-    kept = [i for i in ledgers if i.entries > 0]
+    indexed, next_index = _first_indexes(ledgers, ends)  # an empty ledger's first index bounds the one before
+    kept = [i for i in indexed if i.entries > 0]
     handle = None
     if info.terminated_position is None:
         handle = await create_bk_ledger(ctx, name)
-        kept.append(LedgerInfo(handle.ledger_id))
+        kept.append(LedgerInfo(handle.ledger_id, first_index=next_index))
     new_info = ManagedLedgerInfo(tuple(kept), info.terminated_position, dict(info.properties))
     try:
         version = await meta.put_ledger_info(name, new_info, version)
@@ -65,7 +71,14 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
     for ledger_id in dropped:
         await _delete_quietly(ctx, ledger_id)
     ml = ManagedLedger(
-        name, ctx, LedgerList(kept), version, handle, info.terminated_position, dict(info.properties)
+        name,
+        ctx,
+        LedgerList(kept),
+        version,
+        handle,
+        info.terminated_position,
+        dict(info.properties),
+        next_index,
     )
     await _recover_cursors(ml, ctx)
     log.info(
@@ -78,7 +91,28 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
     return ml
 
 
-async def _recover_ledger(name: str, ctx: Context, last: LedgerInfo) -> LedgerInfo:
+def _first_indexes(listed: list[LedgerInfo], ends: dict[int, int]) -> tuple[list[LedgerInfo], int]:
+    """The ledgers with their first message index filled in, and the index of the next message.
+
+    A ledger's first index is the recorded one, else the previous ledger's end (a ledger listed before the
+    index existed, or by a rollover that did not record it); its end is the recovered end (its last entry's
+    index + messages), else the next ledger's recorded first index, else one message per entry."""
+    out: list[LedgerInfo] = []
+    running = 0
+    for i, info in enumerate(listed):
+        first = info.first_index if info.first_index >= running else running
+        end = ends.get(info.ledger_id)
+        if end is None:
+            following = listed[i + 1].first_index if i + 1 < len(listed) else -1
+            end = following if following >= first + info.entries else first + info.entries
+        out.append(replace(info, first_index=first))
+        running = max(end, first + info.entries)
+    return out, running
+
+
+async def _recover_ledger(name: str, ctx: Context, last: LedgerInfo) -> tuple[LedgerInfo, int | None]:
+    """The ledger recovered (fenced, its entry count fixed), and the index after its last message when its
+    last entry carries one (one entry read)."""
     try:
         with trio.fail_after(ctx.settings.metadata_operation_timeout_s):
             handle = await ctx.bk.open_ledger(
@@ -86,7 +120,8 @@ async def _recover_ledger(name: str, ctx: Context, last: LedgerInfo) -> LedgerIn
             )
     except NoSuchLedgerError:
         log.warning("managed ledger %s: ledger %d no longer exists; dropping it", name, last.ledger_id)
-        return replace(last, entries=0, size_bytes=0)
+        return replace(last, entries=0, size_bytes=0), None
+    end = None
     try:
         recovered = replace(
             last,
@@ -94,12 +129,25 @@ async def _recover_ledger(name: str, ctx: Context, last: LedgerInfo) -> LedgerIn
             size_bytes=handle.length,
             timestamp_ms=last.timestamp_ms or ctx.clock.time_ms(),
         )
+        if recovered.entries > 0 and ctx.entry_indexing is not None:
+            lac = handle.last_add_confirmed
+            with trio.fail_after(ctx.settings.metadata_operation_timeout_s):
+                (entry,) = await handle.read_entries(lac, lac)
+            try:
+                indexed = ctx.entry_indexing.read(entry.payload)
+            except ValueError as exc:
+                log.warning(
+                    "managed ledger %s: ledger %d: last entry unreadable: %s", name, last.ledger_id, exc
+                )
+                indexed = None
+            if indexed is not None:
+                end = indexed[0] + indexed[1]
     finally:
         await handle.close()
     log.info(
         "managed ledger %s: recovered ledger %d with %d entries", name, last.ledger_id, recovered.entries
     )
-    return recovered
+    return recovered, end
 
 
 async def _recover_cursors(ml: ManagedLedger, ctx: Context) -> None:
@@ -114,6 +162,11 @@ async def _recover_cursors(ml: ManagedLedger, ctx: Context) -> None:
             continue
         store, snapshot = recovered
         ml.attach_recovered_cursor(cursor, store, snapshot)
+        # counts from the cursor's positions are exact: read the few entries they need (coarse ledgers)
+        positions = [snapshot.mark_delete]
+        for ledger_id, first, last in snapshot.acked_ranges:
+            positions += [Position(ledger_id, first - 1), Position(ledger_id, last)]
+        await ml.learn_indexes_after(positions)
 
 
 async def _delete_quietly(ctx: Context, ledger_id: int) -> None:

@@ -117,6 +117,28 @@ def entry_response(entry: Entry) -> HttpResponse:
     return HttpResponse(200, [(k, v) for k, v in headers if _sendable(k, v)], body)
 
 
+def message_response(entry: Entry, offset: int, indexed_messages: int) -> HttpResponse:
+    """Message ``offset`` of a stored entry as the admin API answers a message peeked by its place in the
+    backlog: counted in messages, the ``n``-th message is answered alone, as Pulsar answers it when every
+    message is its own entry (an entry holding one message: as :func:`entry_response`). Its id
+    ``ledger:entry:batchIndex`` names its place in the entry (the Java client's ``MessageImpl`` reads the
+    third part as the batch index), so a client that peeks positions 1, 2, ... until it has N messages gets
+    the same N messages, with their own ids, whatever the batching.
+
+    An entry the message index counts as ``indexed_messages`` other than the messages it holds (a batch
+    written before entries carried their index counts as one message) is answered whole."""
+    try:
+        decoded = decode_entry(entry.data)
+    except CorruptEntryError as exc:
+        raise AdminError(500, f"Entry {entry.position} cannot be decoded: {exc}") from None
+    count = len(decoded.messages)
+    if not decoded.batched or count != indexed_messages or not 0 <= offset < count:
+        return entry_response(entry)
+    message = decoded.messages[offset]
+    headers = _single_headers(message, f"{entry.position.ledger_id}:{entry.position.entry_id}:{offset}")
+    return HttpResponse(200, [(k, v) for k, v in headers if _sendable(k, v)], message.payload)
+
+
 def last_message_id(ml: ManagedLedger, partition: int) -> dict[str, int]:
     last = ml.last_confirmed
     return MessageId(last.ledger_id, last.entry_id, partition).to_admin_json()

@@ -30,7 +30,7 @@ from magnetar.admin.rest.framework import (
     no_content,
     ok,
 )
-from magnetar.admin.rest.messages import entry_response, first_at_or_after, publish_time
+from magnetar.admin.rest.messages import first_at_or_after, message_response, publish_time
 from magnetar.admin.rest.models import Int32, Int64
 from magnetar.admin.rest.names import (
     namespace_of,
@@ -216,7 +216,7 @@ async def skip(call: Call) -> HttpResponse:
         raise AdminError(412, "Invalid number of messages to skip")
     topic, _, cursor = await _cursor(call, partitioned="Skip messages on a partitioned topic is not allowed")
     if count:
-        cursor.skip(count)
+        await cursor.skip_messages(count)
     return await _moved(call, topic, cursor)
 
 
@@ -363,13 +363,13 @@ async def peek(call: Call) -> HttpResponse:
     if n < 1:
         raise AdminError(412, "Invalid message position: it must be 1 or more")
     _, ml, cursor = await _cursor(call, partitioned="Peek messages on a partitioned topic is not allowed")
-    if n > cursor.backlog():
+    location = await cursor.locate_unacked(n)
+    if location is None:
         raise AdminError(404, "Message not found")
-    position = ml.ledgers.position_after_skipping(cursor.mark_delete, n)
-    entry = await ml.read_entry(position)
+    entry = await ml.read_entry(location.position)
     if entry is None:
         raise AdminError(404, "Message not found")
-    return entry_response(entry)
+    return message_response(entry, location.offset, location.messages)
 
 
 def endpoints() -> list[Endpoint]:

@@ -32,7 +32,12 @@ from magnetar.admin.rest.framework import (
     no_content,
     ok,
 )
-from magnetar.admin.rest.messages import entry_response, first_at_or_after, last_message_id_with_batch
+from magnetar.admin.rest.messages import (
+    entry_response,
+    first_at_or_after,
+    last_message_id_with_batch,
+    message_response,
+)
 from magnetar.admin.rest.models import TopicProperties
 from magnetar.admin.rest.names import (
     managed_ledger_exists,
@@ -171,7 +176,7 @@ def _subscription_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, A
     out: dict[str, Any] = {}
     for name, cursor in sorted(ml.cursors.items()):
         sub = traffic.subscriptions.get(name)
-        backlog = cursor.backlog()
+        backlog = cursor.message_backlog()
         out[name] = {
             "msgRateOut": sub.msgRateOut if sub else 0.0,
             "msgThroughputOut": sub.msgThroughputOut if sub else 0.0,
@@ -273,21 +278,24 @@ async def examine_message(call: Call) -> HttpResponse:
     if query.messagePosition < 1:
         raise AdminError(412, "Invalid message position: it must be 1 or more")
     _, ml = await served_topic(call, partitioned="Examine messages on a partitioned topic is not allowed")
-    ledgers = ml.ledgers
-    first = ledgers.first_position()
-    if first is None:
+    index = ml.message_index
+    first, end = index.first_stored_index(), index.next_index
+    if ml.ledgers.first_position() is None or end <= first:
         raise AdminError(404, "Could not examine messages due to the topic is empty")
-    total = ledgers.entries_between(ledgers.previous_position(first), ml.last_confirmed)
+    total = end - first  # messages, an entry holding a batch counting its messages
     if query.messagePosition > total:
         raise AdminError(
-            404, f"Message position {query.messagePosition} is beyond the {total} stored entries"
+            404, f"Message position {query.messagePosition} is beyond the {total} stored messages"
         )
-    skip = query.messagePosition if query.initialPosition == "earliest" else total - query.messagePosition + 1
-    position = ledgers.position_after_skipping(ledgers.previous_position(first), skip)
-    entry = await ml.read_entry(position)
-    if entry is None:
-        raise AdminError(404, f"Message not found: {position}")
-    return entry_response(entry)
+    earliest = query.initialPosition == "earliest"
+    wanted = first + query.messagePosition - 1 if earliest else end - query.messagePosition
+    location = await ml.locate_message(wanted)
+    entry = None if location is None else await ml.read_entry(location.position)
+    if location is None or entry is None:
+        raise AdminError(
+            404, f"Message not found: message {query.messagePosition} from the {query.initialPosition}"
+        )
+    return message_response(entry, location.offset, location.messages)
 
 
 async def message_id_by_time(call: Call) -> HttpResponse:

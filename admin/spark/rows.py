@@ -62,6 +62,8 @@ from magnetar.admin.range_frames import (
     RangeEnd,
 )
 from magnetar.broker.wire.entry_format import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY
+from magnetar.broker.wire.entry_format import INDEX_MAGIC as ENTRY_INDEX_MAGIC
+from magnetar.broker.wire.entry_format import INDEX_PREFIX as ENTRY_INDEX_PREFIX
 from magnetar.broker.wire.entry_format import KIND_BATCH as ENTRY_BATCH
 from magnetar.broker.wire.entry_format import KIND_COMPACT as ENTRY_COMPACT
 from magnetar.broker.wire.entry_format import KIND_SINGLE as ENTRY_SINGLE
@@ -294,6 +296,8 @@ class _Decoder:
         place."""
         _, ledger, entry = ENTRY_HEAD.unpack_from(body, start)
         cursor = start + ENTRY_HEAD.size
+        if body[cursor : cursor + 2] == ENTRY_INDEX_MAGIC:  # the message index prefix
+            cursor += ENTRY_INDEX_PREFIX.size
         magic, version, kind, name_count = _ENTRY_HEAD.unpack_from(body, cursor)
         known = (ENTRY_SINGLE, ENTRY_BATCH, ENTRY_COMPACT)
         if magic != ENTRY_MAGIC or version != ENTRY_VERSION or kind not in known:

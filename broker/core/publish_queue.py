@@ -51,7 +51,7 @@ AddCallback = Callable[[Position | ManagedLedgerError], None]
 class EntryLog(Protocol):
     """Where entries go: the topic's managed ledger."""
 
-    def add_entry_nowait(self, data: bytes, callback: AddCallback) -> None: ...
+    def add_entry_nowait(self, data: bytes, callback: AddCallback, messages: int = 1) -> None: ...
 
 
 class PublishSettings(Protocol):
@@ -218,7 +218,7 @@ class PublishQueue:
         def on_added(result: Position | ManagedLedgerError) -> None:
             self._on_added(group, messages, batched, len(data), result)
 
-        self._ml.add_entry_nowait(data, on_added)
+        self._ml.add_entry_nowait(data, on_added, messages)
 
     def _on_added(
         self,

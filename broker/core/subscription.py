@@ -123,8 +123,9 @@ class Subscription:
         else:
             size = len(decoded.messages)
             unacked = self._batches.get((ledger_id, entry_id))
+            skipped = self.cursor.prefix_acked(position)  # acknowledged by a skip that ended in this entry
             for index, message in enumerate(decoded.messages):
-                if unacked is not None and index not in unacked:
+                if (unacked is not None and index not in unacked) or index < skipped:
                     continue
                 slot = sticky_key_slot(message.key) if key_shared else 0
                 out.append(Delivery(ledger_id, entry_id, index, size, message, slot))
@@ -218,12 +219,13 @@ class Subscription:
             if unacked is None:
                 if self.cursor.is_acked(position):
                     return 0
-                unacked = set(range(batch_size))
+                unacked = set(range(self.cursor.prefix_acked(position), batch_size))
             before = len(unacked)
             unacked.difference_update(indexes)
             acked = before - len(unacked)
             if unacked:
                 self._batches[entry_key] = unacked
+                self.cursor.note_batch_unacked(position, len(unacked))
                 return acked
             self._batches.pop(entry_key, None)
         try:
@@ -255,12 +257,14 @@ class Subscription:
                 size = delivery.batch_size if delivery is not None else batch_size
                 if not 0 <= batch_index < size or self.cursor.is_acked(Position(ledger_id, entry_id)):
                     return False
-                unacked = self._batches[entry_key] = set(range(size))
+                skipped = self.cursor.prefix_acked(Position(ledger_id, entry_id))
+                unacked = self._batches[entry_key] = set(range(skipped, size))
             if batch_index not in unacked:
                 return False
             unacked.discard(batch_index)
             self._redelivery_counts.pop(key, None)
             if unacked:
+                self.cursor.note_batch_unacked(Position(ledger_id, entry_id), len(unacked))
                 return True
             del self._batches[entry_key]
         self._redelivery_counts.pop(key, None)
@@ -299,6 +303,7 @@ class Subscription:
     def reset_to(self, position: Position) -> None:
         """Make ``position`` the next entry delivered (admin reset cursor)."""
         self._batches.clear()
+        self.cursor.forget_batch_acks()
         self._redelivery_counts.clear()
         self.cursor.reset(position)
         self._drop_in_flight()
@@ -307,6 +312,7 @@ class Subscription:
         """The cursor was moved from outside (admin skip, expiry, backlog eviction): drop what was in
         flight and dispatch again from the cursor's read position."""
         self._batches.clear()
+        self.cursor.forget_batch_acks()
         self._redelivery_counts.clear()
         self._drop_in_flight()
 
@@ -316,6 +322,7 @@ class Subscription:
 
     def clear_backlog(self) -> None:
         self._batches.clear()
+        self.cursor.forget_batch_acks()
         self._redelivery_counts.clear()
         self.cursor.clear_backlog()
         self._drop_in_flight()
@@ -331,7 +338,8 @@ class Subscription:
     # -- figures --------------------------------------------------------------------------------
 
     def backlog(self) -> int:
-        return self.cursor.backlog()
+        """Unacknowledged messages (an entry holding a batch counts its messages)."""
+        return self.cursor.message_backlog()
 
     def stats(self) -> dict[str, object]:
         """Pulsar's ``SubscriptionStats`` fields Magnetar knows (rates: the last stats period's)."""

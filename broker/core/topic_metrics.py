@@ -25,6 +25,9 @@ class StoredRequest(Protocol):
     @property
     def messages(self) -> int: ...
 
+    @property
+    def payload_bytes(self) -> int: ...
+
 
 class Period:
     """How a histogram's buckets grew during the last stats period (Pulsar's ``StatsBuckets.refresh``)."""
@@ -52,6 +55,7 @@ class TopicMetrics:
         "bytes_in",
         "entries_in",
         "entries_per_s",
+        "entry_bytes_in",
         "latency_buckets",
         "latency_period",
         "latency_sum_s",
@@ -61,6 +65,10 @@ class TopicMetrics:
     def __init__(self) -> None:
         self.msg_in = 0
         self.bytes_in = 0
+        """Message payload bytes published (Pulsar's ``bytesInCounter``; ``bytesOutCounter`` counts the same
+        kind of bytes, delivered)."""
+        self.entry_bytes_in = 0
+        """Bytes of the entries stored (payloads plus the entry format's metadata)."""
         self.entries_in = 0
         self.latency_buckets = [0] * (len(PUBLISH_LATENCY_BUCKETS_S) + 1)
         self.latency_sum_s = 0.0
@@ -72,13 +80,14 @@ class TopicMetrics:
     def on_entry_stored(self, requests: Iterable[StoredRequest], size_bytes: int, now: float) -> None:
         """An entry of ``size_bytes`` holding ``requests`` was stored at ``now`` (``trio.current_time()``)."""
         self.entries_in += 1
-        self.bytes_in += size_bytes
+        self.entry_bytes_in += size_bytes
         buckets = self.latency_buckets
         total = 0.0
         count = 0
         for request in requests:
             latency = now - request.received_at
             messages = request.messages
+            self.bytes_in += request.payload_bytes
             count += messages
             total += latency * messages
             buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency)] += messages

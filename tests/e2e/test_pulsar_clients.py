@@ -131,11 +131,15 @@ def test_messages_read_as_the_java_client_reads_them(admin_broker: Broker, ws_co
             (ledger, entry, i, b"b%d" % i) for i in range(3)
         ]
         assert [(m.key, m.properties.get("n")) for m in batch] == [("ka", "0"), (None, "1"), ("kc", "1")]
-        # peekMessages(topic, "s", 4): position 1, 2, ... until 4 messages are read
+        # peekMessages(topic, "s", 4): position 1, 2, ... until 4 messages are read; positions count
+        # messages, as with one message per entry, each answered alone with its own id
         peeked = []
-        for position in (1, 2):
+        position = 0
+        while len(peeked) < 4:
+            position += 1
             answer = http.get(f"{ADMIN}/mixed/subscription/s/position/{position}")
             peeked += messages_from_response(answer.status_code, raw(answer), answer.content)
+        assert position == 4
         first = peeked[0]
         assert (first.payload, first.key, first.properties, first.batch_index) == (
             b"one",
@@ -144,8 +148,18 @@ def test_messages_read_as_the_java_client_reads_them(admin_broker: Broker, ws_co
             -1,
         )
         assert [m.payload for m in peeked] == [b"one", b"b0", b"b1", b"b2"]
-        # examineMessage(topic, "latest", 1): the first message of the last entry
+        assert [(m.entry_id, m.batch_index) for m in peeked[1:]] == [(entry, 0), (entry, 1), (entry, 2)]
+        assert [(m.key, m.properties.get("n")) for m in peeked[1:]] == [
+            ("ka", "0"),
+            (None, "1"),
+            ("kc", None),
+        ]
+        # examineMessage(topic, "latest", 1): the last message; (topic, "earliest", 2): the second - positions
+        # count messages, as with one message per entry
         answer = http.get(f"{ADMIN}/mixed/examinemessage?initialPosition=latest&messagePosition=1")
+        examined = messages_from_response(answer.status_code, raw(answer), answer.content)[0]
+        assert (examined.entry_id, examined.batch_index, examined.payload) == (entry, 2, b"b2")
+        answer = http.get(f"{ADMIN}/mixed/examinemessage?initialPosition=earliest&messagePosition=2")
         examined = messages_from_response(answer.status_code, raw(answer), answer.content)[0]
         assert (examined.entry_id, examined.batch_index, examined.payload) == (entry, 0, b"b0")
         # getList(namespace): persistent and non-persistent, both must answer

@@ -270,13 +270,14 @@ def test_tls_end_to_end(tls_broker: Broker, token_keys: TokenKeys, tls_files: Tl
         untrusting.get(f"https://{base}/admin/v2/brokers/health")
 
 
-def test_a_tls_client_is_redirected_to_the_owners_tls_port(
+def test_a_tls_client_is_redirected_to_the_owners_tls_port_when_the_proxy_is_off(
     cluster: Cluster, token_keys: TokenKeys, tls_files: TlsFiles
 ) -> None:
     tls = {
         "http_port_tls": 0,
         "tls_certificate_file": tls_files.server_cert,
         "tls_key_file": tls_files.server_key,
+        "ws_proxy_enabled": False,
     }
     first = cluster.start_broker(**secure_settings(token_keys, **tls))
     second = cluster.start_broker(**secure_settings(token_keys, **tls))
@@ -302,6 +303,64 @@ def test_a_tls_client_is_redirected_to_the_owners_tls_port(
             assert not second.service.topics
         finally:
             reader.close()
+        with pytest.raises(websocket.WebSocketException, match="Redirect limit exhausted"):  # a 307
+            websocket.create_connection(
+                f"wss://127.0.0.1:{second.handle.tls_port}/ws/v2/reader/{TOPIC}?token={token}",
+                timeout=10,
+                sslopt=ssl_options,
+                redirect_limit=0,
+            )
+    finally:
+        producer.close()
+
+
+def test_a_session_on_a_non_owner_is_checked_at_the_edge_and_proxied_as_the_broker_over_tls(
+    cluster: Cluster, token_keys: TokenKeys, tls_files: TlsFiles
+) -> None:
+    """The client's role is checked by the broker it reached; the hop to the owner authenticates as the
+    broker's own role (``broker_client_auth_token``) and, with ``broker_client_tls_enabled``, goes over TLS.
+    A broker without a token of its own is refused by the owner, and the client gets that refusal."""
+    tls = {
+        "http_port_tls": 0,
+        "tls_certificate_file": tls_files.server_cert,
+        "tls_key_file": tls_files.server_key,
+        "super_user_roles": "root,broker",
+        "broker_client_auth_token": f"token:{token_keys.token('broker')}",
+        "broker_client_tls_enabled": True,
+        "broker_client_tls_trust_certs_file": tls_files.ca_cert,
+    }
+    first = cluster.start_broker(**secure_settings(token_keys, **tls))
+    second = cluster.start_broker(**secure_settings(token_keys, **tls))
+    tokenless = cluster.start_broker(**secure_settings(token_keys, http_port_tls=None))
+    set_up_tenants(first)
+    assert first.handle is not None
+    assert second.handle is not None
+    producer = websocket.create_connection(
+        f"ws://127.0.0.1:{first.handle.port}/ws/v2/producer/{TOPIC}?token={token_keys.token('producer-role')}",
+        timeout=10,
+    )
+    try:
+        assert publish(producer, "proxied")["result"] == "ok"
+        base = f"ws://127.0.0.1:{second.handle.port}/ws/v2/reader/{TOPIC}?messageId=earliest&token="
+        with pytest.raises(websocket.WebSocketBadStatusException) as caught:  # the edge checks the client
+            websocket.create_connection(
+                base + token_keys.token("producer-role"), timeout=10, redirect_limit=0
+            )
+        assert caught.value.status_code == 403
+        reader = websocket.create_connection(
+            base + token_keys.token("consumer-role"), timeout=10, redirect_limit=0
+        )
+        try:
+            assert recv_json(reader)["payload"] == "cHJveGllZA=="  # relayed from the owner
+            assert not second.service.topics  # not served by the broker the client reached
+        finally:
+            reader.close()
+        tokenless_url = f"{tokenless.http_url.replace('http://', 'ws://')}/ws/v2/reader/{TOPIC}"
+        with pytest.raises(websocket.WebSocketBadStatusException) as caught:
+            websocket.create_connection(
+                f"{tokenless_url}?token={token_keys.token('root')}", timeout=10, redirect_limit=0
+            )
+        assert caught.value.status_code == 401  # the owner's refusal of the tokenless hop, passed through
     finally:
         producer.close()
 

@@ -1,4 +1,4 @@
-"""Partitioned topics, readers, end of topic, lookup, redirects, ownership loss, health and metrics."""
+"""Partitioned topics, readers, end of topic, lookup, proxied sessions, ownership loss, health and metrics."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_lookup_health_and_metrics(broker: Broker, ws_connect: Connect) -> None:
     assert "magnetar_publish_latency_seconds_bucket" in metrics
 
 
-def test_a_non_owner_redirects_and_a_lost_session_moves_the_topic_only_when_another_broker_takes_it(
+def test_a_non_owner_proxies_and_a_lost_session_moves_the_topic_only_when_another_broker_takes_it(
     cluster: Cluster, ws_connect: Connect
 ) -> None:
     first = cluster.start_broker()
@@ -108,11 +108,11 @@ def test_a_non_owner_redirects_and_a_lost_session_moves_the_topic_only_when_anot
     producer = ws_connect(f"{first.ws_url}/ws/v2/producer/{NS}/moving")
     acked = publish_many(producer, [f"m{i}" for i in range(10)])
     assert all(a["result"] == "ok" for a in acked)
-    # the second broker answers with the owner's URL and redirects WebSocket upgrades there
+    # the second broker answers lookups with the owner's URL and serves WebSocket sessions through the owner
     with urllib.request.urlopen(f"{second.http_url}/lookup/v2/topic/{NS}/moving") as answer:
         assert json.load(answer)["httpUrl"] == first.service.http_url
-    redirected = ws_connect(f"{second.ws_url}/ws/v2/reader/{NS}/moving?messageId=earliest")
-    assert texts(receive(redirected, 10)) == [f"m{i}" for i in range(10)]
+    proxied = ws_connect(f"{second.ws_url}/ws/v2/reader/{NS}/moving?messageId=earliest")
+    assert texts(receive(proxied, 10)) == [f"m{i}" for i in range(10)]
     # the first broker is cut off from the store and its session expires there: it serves on
     first.call_sync(first.metadata.disconnect)
     first.call_sync(first.metadata.expire_session)

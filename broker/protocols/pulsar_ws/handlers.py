@@ -3,8 +3,11 @@
 Each upgrade request is checked before it is accepted, as Pulsar's handlers create their producer/consumer
 before the upgrade completes: a bad path or query parameter is answered 400 ``Invalid query params: ...``, a
 missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503,
-and a topic this broker does not serve **307** with ``Location: ws://<owner>/<same path and query>``
-(``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs two tasks: the reader
+and a topic another broker owns is served through this broker's owner proxy
+(:mod:`magnetar.broker.protocols.owner_proxy`: the session is relayed to the owner and follows the topic when
+it moves) - or, for a partitioned topic, with ``ws_proxy_enabled=false``, or for a session that is itself
+proxied, answered **307** with ``Location: ws://<owner>/<same path and query>`` (``websocket-client`` and
+``websockets`` follow it). Once accepted, the session runs two tasks: the reader
 loop below (one frame at a time) and the session's frame sender
 (:class:`~magnetar.broker.protocols.outbound.OutboundFrames`).
 
@@ -67,6 +70,7 @@ from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.protocols.magnetar_v1.consumer import BinaryConsumerCommands, BinaryReaderCommands
 from magnetar.broker.protocols.magnetar_v1.producer import BinaryFrames, BinaryPublisher
 from magnetar.broker.protocols.outbound import OutboundFrames
+from magnetar.broker.protocols.owner_proxy.proxy import OwnerProxy
 from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
     PublishError,
@@ -139,8 +143,25 @@ class _Session:
 class WsHandlers:
     def __init__(self, service: BrokerService) -> None:
         self._service = service
+        self._proxy = OwnerProxy(service)
 
     # -- shared -----------------------------------------------------------------------------------
+
+    async def _proxied(self, request: WebSocketRequest, kind: WsKind, exc: Exception) -> bool:
+        """Serve a session refused with :class:`NotOwnerError` through the owner proxy
+        (:mod:`magnetar.broker.protocols.owner_proxy`); False if it is not for the proxy: another error, the
+        proxy off, a session that is itself proxied, or a partitioned topic (its partitions may have several
+        owners: 307 to the first one's owner, as before)."""
+        if not isinstance(exc, NotOwnerError) or not self._proxy.proxies(request):
+            return False
+        topic = parse_ws_path(request.path).topic
+        try:
+            if await self._service.partitions(topic) != 0:
+                return False
+        except ServiceError:
+            return False
+        await self._proxy.serve(request, kind, topic, exc.http_url, exc.http_url_tls)
+        return True
 
     async def _refuse(self, request: WebSocketRequest, exc: Exception) -> None:
         if isinstance(exc, NotOwnerError):
@@ -263,7 +284,8 @@ class WsHandlers:
                 )
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_producers(producers)
-            await self._refuse(request, exc)
+            if not await self._proxied(request, WsKind.PRODUCER, exc):
+                await self._refuse(request, exc)
             return
         publisher: Producer | PartitionRouter = producers[0][1]
         if target.topic != producers[0][0].name:
@@ -439,7 +461,8 @@ class WsHandlers:
                 )
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_consumers(consumers)
-            await self._refuse(request, exc)
+            if not await self._proxied(request, WsKind.CONSUMER, exc):
+                await self._refuse(request, exc)
             return
         try:
             ws = await session.accept(request)
@@ -557,7 +580,8 @@ class WsHandlers:
                 consumers.append(topic.create_reader(start, make))
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_consumers(consumers)
-            await self._refuse(request, exc)
+            if not await self._proxied(request, WsKind.READER, exc):
+                await self._refuse(request, exc)
             return
         try:
             ws = await session.accept(request)

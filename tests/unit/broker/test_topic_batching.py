@@ -33,7 +33,7 @@ class HeldLedger:
     async def close(self) -> None:
         pass
 
-    def add_entry_nowait(self, data: bytes, callback: AddCallback) -> None:
+    def add_entry_nowait(self, data: bytes, callback: AddCallback, messages: int = 1) -> None:
         self.adds.append((bytes(data), callback))
 
     def complete(self) -> None:

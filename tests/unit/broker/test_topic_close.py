@@ -41,7 +41,7 @@ class HeldLedger:
     async def close(self) -> None:
         self.closed = True
 
-    def add_entry_nowait(self, data: bytes, callback: Any) -> None:
+    def add_entry_nowait(self, data: bytes, callback: Any, messages: int = 1) -> None:
         self.adds.append(callback)
 
     def complete(self, error: Exception | None = None) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from magnetar.managed_ledger.cursor_store import CursorSnapshot, decode_position_entry, encode_position_entry
 from magnetar.managed_ledger.info import (
     CursorInfo,
     LedgerInfo,
@@ -14,16 +15,31 @@ from magnetar.managed_ledger.rollover import RolloverLimits, jittered_max_time_m
 
 def test_managed_ledger_info_round_trip() -> None:
     info = ManagedLedgerInfo(
-        (LedgerInfo(3, 50_000, 5_000_000, 1234), LedgerInfo(9)),
+        (LedgerInfo(3, 50_000, 5_000_000, 1234, first_index=77), LedgerInfo(9)),
         Position(3, 49_999),
         {"k": "v"},
     )
     assert ManagedLedgerInfo.decode(info.encode()) == info
+    # a ledger listed before message indexes existed has no firstIndex: -1, "not recorded"
+    assert ManagedLedgerInfo.decode(b'{"format":1,"ledgers":[{"ledgerId":3}]}').ledgers[0].first_index == -1
+    assert b'"firstIndex":77' in info.encode()
+    assert info.encode().count(b"firstIndex") == 1
 
 
 def test_cursor_info_round_trip() -> None:
     cursor = CursorInfo(12, Position(3, 7), ((3, 9, 11), (4, 0, 0)), {"p": 1}, 99)
     assert CursorInfo.decode(cursor.encode()) == cursor
+    skipped_into = CursorInfo(-1, Position(3, 7), (), {}, 99, acked_prefix=(3, 8, 5))
+    assert CursorInfo.decode(skipped_into.encode()) == skipped_into
+
+
+def test_cursor_position_entries_carry_the_batch_index_ack() -> None:
+    snapshot = CursorSnapshot(Position(3, 7), ((3, 9, 11),), {"p": 1}, (3, 8, 5))
+    assert decode_position_entry(encode_position_entry(snapshot), {"p": 1}) == snapshot
+    older = b'{"markDelete":"3:7","ranges":[]}'  # written before batch-index acks: none
+    assert decode_position_entry(older, {}).acked_prefix is None
+    with pytest.raises(MetadataFormatError):
+        decode_position_entry(b'{"markDelete":"3:7","ranges":[],"batchAckedPrefix":[3,8]}', {})
 
 
 @pytest.mark.parametrize(
@@ -48,6 +64,8 @@ def test_malformed_ledger_info_is_rejected(raw: bytes) -> None:
         b'{"format": 1, "individualDeletedMessages": [[1, 5, 2]]}',
         b'{"format": 1, "individualDeletedMessages": [[1, 2]]}',
         b'{"format": 1, "properties": {"a": "b"}}',
+        b'{"format": 1, "batchAckedPrefix": [3, 8, 0]}',
+        b'{"format": 1, "batchAckedPrefix": [3, 8]}',
     ],
 )
 def test_malformed_cursor_info_is_rejected(raw: bytes) -> None:

@@ -366,8 +366,9 @@ async def test_message_backlog_counts_the_messages_of_batched_entries(factory: M
 async def test_entries_from_before_a_reopen_count_one_message_each(
     client_metadata: MemoryMetadataStore, bookkeeper_client: BookKeeper
 ) -> None:
-    """The message counts are not persisted yet: after a reopen, the entries stored before count one message
-    each (as ``backlog()`` does), the new ones their messages."""
+    """Without entry indexing (entries that carry no message index, as before it existed): after a reopen,
+    the entries stored before count one message each (as ``backlog()`` does), the new ones their messages.
+    With the broker's indexing the counts survive: test_message_index_persisted.py."""
     name = "t/ns/persistent/reopened"
     async with open_managed_ledger_factory(bookkeeper_client, client_metadata, SETTINGS) as first:
         ml = await first.open(name)

@@ -24,6 +24,7 @@ from magnetar.broker.wire.entry_format import (
     encode_batch,
     encode_compact_batch,
     encode_message,
+    stamp_first_index,
 )
 from magnetar.broker.wire.magnetar_v1 import OutgoingMessage, encode_send, parse_send
 from magnetar.broker.wire.message_id import MessageId
@@ -167,7 +168,15 @@ def test_entry_frames_decode_like_the_broker_reads_them(
 ) -> None:
     """Version 3: stored entries forwarded as they are, read in place; the same rows as the broker's own
     decoder (through the reference frame decoder) gives."""
-    frames = [encode_entry_frame(9, entry, stored_entry(*group)) for entry, group in enumerate(groups)]
+    frames = [
+        # even entries carry the message index prefix, as entries stored since it exists; odd ones do not
+        encode_entry_frame(
+            9,
+            entry,
+            stored_entry(*group) if entry % 2 else stamp_first_index(stored_entry(*group), 7 * entry),
+        )
+        for entry, group in enumerate(groups)
+    ]
     body = b"".join(frames) + encode_end_frame(RangeEnd((9, len(groups)), len(groups), True))
     decoded = decode_body(body, partition)
     reference = [m for m in FrameDecoder().feed(body) if isinstance(m, RangeMessage)]

@@ -1,0 +1,288 @@
+"""One proxied session: the client's WebSocket on this broker, relayed to an upstream session on the owner,
+which it follows when the topic moves.
+
+Two tasks per session. The *client reader* classifies each client frame (:mod:`.tracking`) and sends it to
+the current upstream session, or - while there is none - holds it in a bounded buffer (a producer's message
+that finds the buffer full is answered with an error; any other frame waits for room; pull-mode permits are
+counted, not held). The *upstream loop* relays the owner's frames to the client; when the upstream session
+ends it answers what the tracker says is owed (the producer's unanswered messages), then - unless the owner
+ended the session for good (1000 after an unsubscribe, a 4xxx session error) - looks the topic up again
+through the broker's own lookup, reconnects with a doubling back-off bounded by
+``ws_proxy_reconnect_backoff_max_ms``, sends the re-granted permits and the buffered frames in order, and
+goes on. If ``ws_proxy_reconnect_deadline_ms`` passes first, the client's session is closed with 1001 so
+the client looks the topic up itself.
+
+Ordering: the upstream loop marks the session disconnected and collects the owed answers in one step (no
+checkpoint between), and the client reader checks for an upstream session and registers a request in one
+step; so every forwarded request is either answered by the owner or owed by the tracker, exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocket, WebSocketClosed
+from magnetar.broker.protocols.owner_proxy.tracking import FrameKind, Tracker
+from magnetar.broker.protocols.owner_proxy.upstream import Upstream, UpstreamClosed, UpstreamRefused
+
+if TYPE_CHECKING:
+    from magnetar.broker.proxy_settings import ProxySettings
+
+log = logging.getLogger(__name__)
+
+RECONNECTING_CODES = frozenset({1001, 1006, 1011, 1012, 1013, 1014})
+"""Upstream close codes after which the proxy follows the topic: going away (unload, shedding, split,
+shutdown), a dropped connection, a server error or restart. Any other code ends the client's session too."""
+
+Connect = Callable[[dict[str, str]], Awaitable[Upstream]]
+"""Open a new upstream session (looking the topic up first), with these query overrides; one attempt."""
+
+
+class GaveUp(Exception):
+    """The topic's owner could not be reached before the deadline."""
+
+
+async def connect_with_retry(
+    connect: Connect,
+    overrides: Callable[[], dict[str, str]],
+    settings: ProxySettings,
+    what: str,
+    deadline: float | None = None,
+) -> Upstream:
+    """Attempts until one succeeds or ``deadline`` (trio time; default: ``ws_proxy_reconnect_deadline_ms``
+    from now) passes (:class:`GaveUp`). A refusal that retrying cannot cure (400, 401, 403, 404, 412) is
+    raised at once."""
+    if deadline is None:
+        deadline = trio.current_time() + settings.ws_proxy_reconnect_deadline_ms / 1000
+    backoff_s = settings.ws_proxy_reconnect_backoff_initial_ms / 1000
+    last = "no attempt"
+    while True:
+        try:
+            with trio.fail_after(settings.ws_proxy_connect_timeout_ms / 1000):
+                return await connect(overrides())
+        except UpstreamRefused as exc:
+            if exc.status in (400, 401, 403, 404, 412):
+                raise
+            last = f"{exc.status} {exc.reason}"
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        except LookupFailed as exc:
+            last = str(exc)
+        if trio.current_time() + backoff_s > deadline:
+            raise GaveUp(f"{what}: the topic's owner could not be reached ({last})")
+        await trio.sleep(backoff_s)
+        backoff_s = min(backoff_s * 2, settings.ws_proxy_reconnect_backoff_max_ms / 1000)
+
+
+class LookupFailed(Exception):
+    """The broker's lookup could not name an owner now (e.g. 503 while an owner's session expires)."""
+
+
+class Relay:
+    def __init__(
+        self,
+        ws: WebSocket,
+        upstream: Upstream,
+        tracker: Tracker,
+        connect: Connect,
+        settings: ProxySettings,
+        topic: str,
+    ) -> None:
+        self._ws = ws
+        self._upstream: Upstream | None = upstream
+        self._tracker = tracker
+        self._connect = connect
+        self._settings = settings
+        self._topic = topic
+        self._buffer: deque[str | bytes] = deque()
+        self._buffer_bytes = 0
+        self._changed = trio.Event()
+        """Set (and replaced) when an answer came, the buffer drained or an upstream session opened."""
+        self._close: tuple[int, str] = (CLOSE_NORMAL, "")
+        self.moves = 0
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._client_reader, nursery.cancel_scope)
+            nursery.start_soon(self._upstream_loop, nursery.cancel_scope)
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            with trio.CancelScope(shield=True):
+                await upstream.aclose()
+        if not self._ws.closed:
+            with trio.CancelScope(shield=True):
+                await self._ws.close(*self._close)
+
+    # -- client -> owner ----------------------------------------------------------------------------
+
+    async def _client_reader(self, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                await self._from_client(await self._ws.receive_batch())
+        except WebSocketClosed:
+            scope.cancel()  # the client went away: end the upstream session too
+
+    async def _from_client(self, batch: list[str | bytes]) -> None:
+        """Forward a received chunk's frames in one write (or buffer them while there is no upstream)."""
+        tracker = self._tracker
+        out: list[str | bytes] = []
+        target: Upstream | None = None
+        for message in batch:
+            kind = tracker.on_client(message)
+            while True:
+                upstream = self._upstream
+                if upstream is not None:
+                    if (
+                        kind is FrameKind.PUBLISH
+                        and tracker.pending >= self._settings.ws_proxy_pending_messages_max
+                    ):
+                        await self._send(target, out)
+                        out = []
+                        await self._changed.wait()
+                        continue
+                    # registered and queued with no checkpoint in between: if this upstream session ends
+                    # before the write, the upstream loop answers these too (see the module's docstring)
+                    tracker.on_forward(message)
+                    out.append(message)
+                    target = upstream
+                    break
+                out = []  # written to a session that ended meanwhile: already answered as owed
+                if await self._hold(kind, message):
+                    break
+        await self._send(target, out)
+
+    @staticmethod
+    async def _send(upstream: Upstream | None, messages: list[str | bytes]) -> None:
+        if upstream is None or not messages:
+            return
+        # a failed write: the upstream loop sees the end and answers what is owed, these included
+        with contextlib.suppress(UpstreamClosed):
+            await upstream.send_many(messages)
+
+    async def _hold(self, kind: FrameKind, message: str | bytes) -> bool:
+        """No upstream session now: buffer the frame, or answer it; False when it must wait for room."""
+        if kind is FrameKind.PERMIT:
+            return True  # counted by the tracker, granted again to the next upstream session
+        size = len(message)
+        if (
+            len(self._buffer) < self._settings.ws_proxy_buffer_messages_max
+            and self._buffer_bytes + size <= self._settings.ws_proxy_buffer_bytes_max
+        ):
+            self._buffer.append(message)
+            self._buffer_bytes += size
+            return True
+        answer = self._tracker.refused(
+            message, f"{self._topic} is moving to another broker and the proxy's buffer is full"
+        )
+        if answer is not None:
+            await self._to_client([answer])
+            return True
+        await self._changed.wait()
+        return False
+
+    # -- owner -> client ----------------------------------------------------------------------------
+
+    async def _upstream_loop(self, scope: trio.CancelScope) -> None:
+        try:
+            await self._follow(scope)
+        except WebSocketClosed:
+            scope.cancel()  # the client went away
+
+    async def _follow(self, scope: trio.CancelScope) -> None:
+        upstream = self._upstream
+        assert upstream is not None
+        while True:
+            code, reason = await self._pump(upstream)
+            if code not in RECONNECTING_CODES:
+                self._close = (code, reason)
+                scope.cancel()
+                return
+            previous = upstream.broker
+            try:
+                upstream = await self._reconnect(reason)
+            except (GaveUp, UpstreamRefused) as exc:
+                log.warning("proxy: %s: giving the session up: %s", self._topic, exc)
+                self._close = (CLOSE_GOING_AWAY, _close_reason(f"Topic owner unreachable: {exc}"))
+                scope.cancel()
+                return
+            self.moves += 1
+            log.info("proxy: %s moved from %s to %s (owner closed: %s %s)", self._topic, previous,
+                     upstream.broker, code, reason)  # fmt: skip
+
+    async def _pump(self, upstream: Upstream) -> tuple[int, str]:
+        """Relay until the upstream session ends; then answer what is owed. Returns its close code."""
+        try:
+            while True:
+                batch = await upstream.receive_batch()
+                for message in batch:
+                    self._tracker.on_upstream(message)
+                self._wake()
+                await self._to_client(batch)
+        except UpstreamClosed as exc:
+            code, reason = exc.code, exc.reason
+        # no checkpoint from here to the owed answers: see the module's docstring
+        self._upstream = None
+        owed = self._tracker.lost(
+            f"Outcome unknown: the session with the topic's owner ended ({code} {reason})"
+        )
+        await upstream.aclose()
+        if owed:
+            log.info(
+                "proxy: %s: %d requests without an answer failed back to the client", self._topic, len(owed)
+            )
+            await self._to_client(owed)
+        return code, reason
+
+    async def _reconnect(self, reason: str) -> Upstream:
+        deadline = trio.current_time() + self._settings.ws_proxy_reconnect_deadline_ms / 1000
+        while True:
+            upstream = await connect_with_retry(
+                self._connect, self._tracker.query_overrides, self._settings, self._topic, deadline
+            )
+            try:
+                for frame in self._tracker.regrant():
+                    await upstream.send(frame)
+                while self._buffer:
+                    held = list(self._buffer)
+                    self._buffer.clear()
+                    self._buffer_bytes = 0
+                    for message in held:
+                        self._tracker.on_forward(message)
+                    await upstream.send_many(held)
+                    self._wake()
+            except UpstreamClosed:
+                # lost again while flushing: answer what was forwarded, try again (within the same deadline)
+                await self._to_client(self._tracker.lost(f"Outcome unknown: {self._topic} moved again"))
+                await upstream.aclose()
+                continue
+            self._upstream = upstream  # no checkpoint since the buffer was found empty
+            self._wake()
+            return upstream
+
+    async def _to_client(self, messages: list[str | bytes]) -> None:
+        texts = [m.encode() for m in messages if isinstance(m, str)]
+        if len(texts) == len(messages):
+            await self._ws.send_many(texts, text=True)
+            return
+        if not texts:
+            await self._ws.send_many([m for m in messages if isinstance(m, bytes)], text=False)
+            return
+        for message in messages:
+            if isinstance(message, str):
+                await self._ws.send_text(message)
+            else:
+                await self._ws.send_bytes(message)
+
+
+def _close_reason(text: str) -> str:
+    return text.encode()[:120].decode(errors="ignore")

@@ -1,0 +1,69 @@
+"""Settings of the owner proxy (:mod:`magnetar.broker.protocols.owner_proxy`): a WebSocket session opened on
+a broker that does not own its topic is served through that broker, relayed to the owner.
+
+Every bound of the proxy is here, with its unit last. Pulsar's names where Pulsar has the concept: the
+broker's own credentials for broker-to-broker calls are ``brokerClientAuthenticationParameters`` (here
+``broker_client_auth_token``) and ``brokerClientTrustCertsFilePath`` (``broker_client_tls_trust_certs_file``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings
+
+Millis = Annotated[int, Field(ge=1, le=3_600_000)]
+
+
+class ProxySettings(BaseSettings):
+    ws_proxy_enabled: bool = True
+    """Serve a WebSocket session for a topic owned by another broker through this broker (off: answer it
+    307 to the owner, as before)."""
+    ws_proxy_sessions_max: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+    """Proxied sessions this broker serves at once (each holds one connection to an owner); beyond: 503."""
+    ws_proxy_connect_timeout_ms: Millis = 5_000
+    """One attempt to open the session on the owner: TCP connect, TLS, upgrade (redirects included)."""
+    ws_proxy_redirects_max: Annotated[int, Field(ge=0, le=20)] = 5
+    """307s an attempt follows (the lookup may name the leader, which names the broker it chose)."""
+    ws_proxy_reconnect_backoff_initial_ms: Millis = 100
+    """Wait after the first failed attempt to reach the topic's (new) owner; doubled after each failure."""
+    ws_proxy_reconnect_backoff_max_ms: Millis = 2_000
+    """Longest wait between two attempts."""
+    ws_proxy_reconnect_deadline_ms: Millis = 60_000
+    """How long the proxy tries to reach the topic's owner after the owner's session ended (or, for a new
+    session, before answering 503). It must outlast the metadata session timeout: after an owner's crash its
+    bundles are free again only when its session expires. When it passes the client's session is closed
+    with 1001, so the client looks the topic up again."""
+    ws_proxy_buffer_messages_max: Annotated[int, Field(ge=0, le=1_000_000)] = 1_000
+    """Client frames held while the proxy reconnects, forwarded once it has (then in order). A producer's
+    message that finds the buffer full is answered with an error; a consumer's frame waits for room."""
+    ws_proxy_buffer_bytes_max: Annotated[int, Field(ge=0, le=1 << 30)] = 8 << 20
+    """The same buffer's bound in bytes."""
+    ws_proxy_pending_messages_max: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+    """A producer's messages forwarded to the owner and not yet answered; at the bound the proxy reads no
+    more from the client until answers come (TCP carries the back-pressure to the client)."""
+    broker_client_auth_token: str | None = None
+    """The token this broker presents to other brokers (the proxy's upstream sessions) when authentication
+    is on: ``token:<jwt>`` or ``file:///path``. Its role must be allowed on every topic it proxies (a
+    superuser role, as Pulsar's ``brokerClientAuthenticationParameters`` usually is). Unset: the
+    ``bookkeeper_auth_token`` (the brokers' role), if any."""
+    broker_client_tls_enabled: bool = False
+    """Open upstream sessions over TLS (``wss://``, the owner's ``httpUrlTls``) even when the owner also
+    serves plain HTTP. An owner that serves only TLS is always reached over TLS."""
+    broker_client_tls_trust_certs_file: Path | None = None
+    """The CA certificates the upstream sessions trust; unset: ``tls_trust_certs_file``, else the system's."""
+    broker_client_tls_hostname_verification: bool = True
+
+    @model_validator(mode="after")
+    def _check_proxy(self) -> Self:
+        if self.ws_proxy_reconnect_backoff_initial_ms > self.ws_proxy_reconnect_backoff_max_ms:
+            raise ValueError(
+                "ws_proxy_reconnect_backoff_initial_ms must not exceed ws_proxy_reconnect_backoff_max_ms"
+            )
+        if self.ws_proxy_reconnect_backoff_max_ms > self.ws_proxy_reconnect_deadline_ms:
+            raise ValueError(
+                "ws_proxy_reconnect_backoff_max_ms must not exceed ws_proxy_reconnect_deadline_ms"
+            )
+        return self

@@ -1,0 +1,246 @@
+"""The owner proxy's promises, without a network: what the trackers owe the client when the owner's session
+ends, and the relay's reconnection (bounded buffer, order, deadline) against scripted upstream sessions."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any, cast
+
+import pytest
+import trio
+import trio.testing
+
+from magnetar.bookkeeper.runtime.http import WebSocketClosed
+from magnetar.broker.protocols.owner_proxy.relay import Relay
+from magnetar.broker.protocols.owner_proxy.tracking import (
+    BinaryProducerTracker,
+    ConsumerTracker,
+    FrameKind,
+    JsonProducerTracker,
+)
+from magnetar.broker.protocols.owner_proxy.upstream import UpstreamClosed, UpstreamRefused
+from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.wire.entry_format import StoredMessage
+from magnetar.broker.wire.magnetar_v1 import (
+    FrameType,
+    encode_permit,
+    encode_receipt,
+    encode_send,
+    message_record,
+    messages_frame,
+)
+from magnetar.broker.wire.message_id import MessageId
+
+
+def send(context: str) -> str:
+    return json.dumps({"payload": "eA==", "context": context})
+
+
+def ok(context: str) -> str:
+    return json.dumps({"result": "ok", "messageId": "CAEQAg==", "context": context})
+
+
+# -- trackers ----------------------------------------------------------------------------------------------
+
+
+def test_a_json_producer_owes_an_error_with_the_same_context_for_each_unanswered_message() -> None:
+    tracker = JsonProducerTracker()
+    for context in ("1", "2", "3"):
+        assert tracker.on_client(send(context)) is FrameKind.PUBLISH
+        tracker.on_forward(send(context))
+    tracker.on_upstream(ok("2"))  # out of order: still matched by context
+    assert tracker.pending == 2
+    owed = [json.loads(a) for a in tracker.lost("owner gone")]
+    assert [(a["result"], a["context"], a["errorMsg"]) for a in owed] == [
+        ("send-error:8", "1", "owner gone"),
+        ("send-error:8", "3", "owner gone"),
+    ]
+    assert tracker.lost("again") == []  # owed once
+    refused = tracker.refused(send("9"), "buffer full")
+    assert refused is not None
+    assert json.loads(refused)["context"] == "9"
+
+
+def test_a_binary_producer_owes_a_send_error_per_unanswered_send() -> None:
+    tracker = BinaryProducerTracker()
+    for request_id in (7, 8):
+        tracker.on_forward(encode_send(request_id, [b"x"]))
+    tracker.on_upstream(encode_receipt(7, []))
+    owed = tracker.lost("owner gone")
+    assert len(owed) == 1
+    frame = owed[0]
+    assert isinstance(frame, bytes)
+    assert frame[0] == FrameType.SEND_ERROR
+    assert struct.unpack_from("<QH", frame, 1) == (8, 8)
+
+
+def test_a_pull_consumer_gets_its_permits_again_and_a_reader_restarts_after_its_last_message() -> None:
+    json_consumer = ConsumerTracker(binary=False, pull_mode=True, reader=False)
+    assert json_consumer.on_client(json.dumps({"type": "permit", "permitMessages": 5})) is FrameKind.PERMIT
+    json_consumer.on_upstream('{"messageId":"CAEQAg==","payload":"eA=="}')
+    assert json.loads(cast(str, json_consumer.regrant()[0])) == {"type": "permit", "permitMessages": 4}
+
+    binary_consumer = ConsumerTracker(binary=True, pull_mode=True, reader=False)
+    assert binary_consumer.on_client(encode_permit(3)) is FrameKind.PERMIT
+    record = message_record(-1, 4, 9, -1, 0, 0, StoredMessage(b"x", "p", 0, 0, 0, None))
+    binary_consumer.on_upstream(messages_frame([record, record]))
+    assert binary_consumer.regrant() == [encode_permit(1)]
+
+    reader = ConsumerTracker(binary=False, pull_mode=False, reader=True)
+    assert reader.query_overrides() == {}
+    reader.on_upstream('{"messageId":"CAEQAg==","payload":"eA=="}')
+    assert reader.query_overrides() == {"messageId": "CAEQAg=="}
+    binary_reader = ConsumerTracker(binary=True, pull_mode=False, reader=True)
+    binary_reader.on_upstream(messages_frame([record]))
+    started_after = MessageId.from_base64(binary_reader.query_overrides()["messageId"])
+    assert (started_after.ledger_id, started_after.entry_id) == (4, 9)
+
+
+# -- the relay ---------------------------------------------------------------------------------------------
+
+
+class FakeClient:
+    """The client's WebSocket on the proxying broker."""
+
+    def __init__(self) -> None:
+        self.inbox_send, self.inbox = trio.open_memory_channel[str | bytes](100)
+        self.sent: list[str] = []
+        self.closed = False
+        self.close_code: int | None = None
+
+    async def receive_batch(self) -> list[str | bytes]:
+        try:
+            return [await self.inbox.receive()]
+        except trio.EndOfChannel:
+            raise WebSocketClosed(1000) from None
+
+    async def send_many(self, messages: list[bytes], *, text: bool) -> None:
+        self.sent += [m.decode() for m in messages]
+
+    async def send_text(self, text: str) -> None:
+        self.sent.append(text)
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed, self.close_code = True, code
+
+
+class FakeUpstream:
+    """An owner's session: answers every publish, or ends (1001) after ``answer_max`` answers."""
+
+    def __init__(self, name: str, answer_max: int = 1_000) -> None:
+        self.broker = name
+        self.received: list[str] = []
+        self.answer_max = answer_max
+        self._to_proxy_send, self._to_proxy = trio.open_memory_channel[str](100)
+
+    async def send(self, message: str | bytes) -> None:
+        assert isinstance(message, str)
+        self.received.append(message)
+        if len(self.received) <= self.answer_max:
+            await self._to_proxy_send.send(ok(json.loads(message)["context"]))
+        elif len(self.received) == self.answer_max + 1:
+            self._to_proxy_send.close()
+
+    async def send_many(self, messages: list[str | bytes]) -> None:
+        for message in messages:
+            await self.send(message)
+
+    async def receive_batch(self) -> list[str | bytes]:
+        try:
+            return [await self._to_proxy.receive()]
+        except trio.EndOfChannel:
+            raise UpstreamClosed(1001, "Topic unloaded") from None
+
+    async def aclose(self) -> None:
+        pass
+
+
+def settings(**overrides: Any) -> BrokerSettings:
+    values: dict[str, Any] = {
+        "ws_proxy_reconnect_backoff_initial_ms": 10,
+        "ws_proxy_reconnect_backoff_max_ms": 20,
+        "ws_proxy_reconnect_deadline_ms": 500,
+        **overrides,
+    }
+    return BrokerSettings(**values)
+
+
+async def test_the_relay_answers_the_lost_message_and_forwards_what_came_during_the_move_in_order() -> None:
+    client = FakeClient()
+    first = FakeUpstream("owner-a", answer_max=2)
+    second = FakeUpstream("owner-b")
+    gate = trio.Event()
+
+    async def connect(overrides: dict[str, str]) -> Any:
+        await gate.wait()  # the move takes a while: the client's next messages wait in the buffer
+        return second
+
+    relay = Relay(cast(Any, client), cast(Any, first), JsonProducerTracker(), connect, settings(), "t")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay.run)
+        for context in ("0", "1", "2"):  # "2" reaches the owner, which goes away without answering it
+            await client.inbox_send.send(send(context))
+        await trio.testing.wait_all_tasks_blocked()
+        for context in ("3", "4"):
+            await client.inbox_send.send(send(context))
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        await client.inbox_send.aclose()
+    answers = [(json.loads(a)["context"], json.loads(a)["result"]) for a in client.sent]
+    assert answers == [("0", "ok"), ("1", "ok"), ("2", "send-error:8"), ("3", "ok"), ("4", "ok")]
+    assert [json.loads(m)["context"] for m in second.received] == ["3", "4"]
+    assert relay.moves == 1
+
+
+async def test_a_full_buffer_answers_an_error_and_a_passed_deadline_closes_the_client_with_1001() -> None:
+    client = FakeClient()
+    first = FakeUpstream("owner-a", answer_max=0)
+    attempts = 0
+
+    async def connect(overrides: dict[str, str]) -> Any:
+        nonlocal attempts
+        attempts += 1
+        raise UpstreamRefused(503, b'{"reason": "bundle not ready"}')
+
+    proxy_settings = settings(ws_proxy_buffer_messages_max=1, ws_proxy_reconnect_deadline_ms=300)
+    relay = Relay(cast(Any, client), cast(Any, first), JsonProducerTracker(), connect, proxy_settings, "t")
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(relay.run)
+            await client.inbox_send.send(send("0"))  # ends the owner's session unanswered
+            await trio.testing.wait_all_tasks_blocked()
+            await client.inbox_send.send(send("1"))  # buffered
+            await client.inbox_send.send(send("2"))  # the buffer is full: answered at once
+    contexts = [(json.loads(a)["context"], json.loads(a)["result"]) for a in client.sent]
+    assert contexts == [("0", "send-error:8"), ("2", "send-error:8")]
+    assert client.close_code == 1001
+    assert attempts >= 2
+
+
+@pytest.mark.parametrize("code", [1000, 4003])
+async def test_an_owner_that_ends_the_session_for_good_ends_the_clients_too(code: int) -> None:
+    client = FakeClient()
+
+    class Ending(FakeUpstream):
+        async def receive_batch(self) -> list[str | bytes]:
+            raise UpstreamClosed(code, "done")
+
+    async def connect(overrides: dict[str, str]) -> Any:
+        raise AssertionError("no reconnect after a final close")
+
+    relay = Relay(cast(Any, client), cast(Any, Ending("a")), JsonProducerTracker(), connect, settings(), "t")
+    with trio.fail_after(5):
+        await relay.run()
+    assert client.close_code == code
+
+
+def test_the_proxy_settings_are_bounded_and_related() -> None:
+    with pytest.raises(ValueError, match="ws_proxy_reconnect_backoff_initial_ms"):
+        BrokerSettings(ws_proxy_reconnect_backoff_initial_ms=5_000, ws_proxy_reconnect_backoff_max_ms=1_000)
+    with pytest.raises(ValueError, match="ws_proxy_reconnect_backoff_max_ms"):
+        BrokerSettings(ws_proxy_reconnect_backoff_max_ms=10_000, ws_proxy_reconnect_deadline_ms=5_000)
+    with pytest.raises(ValueError, match="ws_proxy_buffer_messages_max"):
+        BrokerSettings(ws_proxy_buffer_messages_max=-1)
+    assert BrokerSettings().ws_proxy_reconnect_deadline_ms == 60_000
