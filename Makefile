@@ -75,8 +75,16 @@ typecheck: venv
 	$(BIN)/mypy
 	cd tests && ../$(BIN)/mypy --config-file ../pyproject.toml bench/compare.py bench/comparison bench/fixed_rate_cpu.py
 
+# The CPU-bound tests (no process clusters, no timing) run on PYTEST_WORKERS pytest-xdist workers; the rest -
+# real process clusters, the failure suite, end-to-end tests whose timing a busy CPU would disturb - runs
+# after them in one process. Both parts always run; the target fails if either failed.
+PYTEST_PARALLEL := tests/unit tests/sim
+PYTEST_WORKERS ?= 2
 pytest: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@status=0; \
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_PARALLEL) $(PYTEST_ARGS) || status=$$?; \
+	$(BIN)/python -m pytest $(addprefix --ignore=,$(PYTEST_PARALLEL)) $(PYTEST_ARGS) || status=$$?; \
+	exit $$status
 
 ## helm-check: the Helm chart's offline checks (yamllint, helm lint, render, Kubernetes schema validation)
 helm-check: venv

@@ -21,11 +21,25 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
   ``FakeClock``
 * ``fixtures.dev_cluster`` - real clusters of processes (``open_test_cluster``, the ``magnetar dev-cluster``
   command), imported by the tests that use them; ``fixtures.tcp_proxy`` - the fault-injecting proxy
-* the failure suite's ``--chaos-long`` option lives in ``tests/chaos/conftest.py``
+* the Hypothesis profile ``magnetar`` (here): no per-example deadline
+* ``--long`` (here): the long variants of the end-to-end and integration tests (``long_scale(short, long)``
+  picks a figure: the short one in the default suite, the long one with ``--long``); the failure suite's
+  ``--chaos-long`` option lives in ``tests/chaos/conftest.py``
 * the simulation's ``--sim-seed`` / ``--sim-seeds`` options live in ``tests/sim/conftest.py``
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from hypothesis import settings
+
+# Hypothesis's per-example deadline (200 ms) is a timing assertion: on a loaded machine, or next to a second
+# pytest-xdist worker, a slow first run of an example fails the test as flaky. Tests that want a deadline
+# set one with @settings.
+settings.register_profile("magnetar", deadline=None)
+settings.load_profile("magnetar")
 
 pytest_plugins = [
     "fixtures.admin",
@@ -36,3 +50,23 @@ pytest_plugins = [
     "fixtures.broker",
     "fixtures.spark",
 ]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--long",
+        action="store_true",
+        default=False,
+        help="run the long variants of the end-to-end and integration tests (more messages, longer runs)",
+    )
+
+
+@pytest.fixture
+def long_scale(request: pytest.FixtureRequest) -> Callable[[int, int], int]:
+    """``long_scale(short, long)``: the short figure in the default suite, the long one with ``--long``."""
+    long_run = bool(request.config.getoption("--long"))
+
+    def pick(short: int, long: int) -> int:
+        return long if long_run else short
+
+    return pick

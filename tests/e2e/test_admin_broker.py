@@ -168,27 +168,30 @@ def _trims(admin: httpx.Client) -> float:
 
 
 @pytest.mark.slow
-def test_retention_deletes_consumed_ledgers_120k_messages(
-    cluster: Cluster, ws_connect: Callable[..., websocket.WebSocket]
+def test_retention_deletes_consumed_ledgers(
+    cluster: Cluster, ws_connect: Callable[..., websocket.WebSocket], long_scale: Callable[[int, int], int]
 ) -> None:
-    """The issue's scenario end to end: 120,000 messages through the WebSocket API (one message per entry:
-    three ledgers of 50,000, 50,000 and 20,000), consumed and acknowledged; retention -1/-1 keeps
-    everything, a size limit deletes the oldest ledger down to the limit, 0/0 deletes both closed ledgers
-    from the metadata store and BookKeeper, and the current ledger stays."""
+    """The issue's scenario end to end: messages through the WebSocket API (one message per entry: three
+    ledgers of N, N and 0.4 N entries), consumed and acknowledged; retention -1/-1 keeps everything, a size
+    limit deletes the oldest ledger down to the limit, 0/0 deletes both closed ledgers from the metadata
+    store and BookKeeper, and the current ledger stays. The issue's scale (120,000 messages of 100 bytes,
+    N = 50,000, 12 MB) runs with ``--long``; the default suite sends 2,400 messages of 1,500 bytes (N = 1,000,
+    3.6 MB: its time goes into the bytes the WebSocket client masks), enough for a size limit in whole MiB."""
+    per_ledger = long_scale(1_000, 50_000)
     broker = cluster.start_broker(
         extras=admin_extras,
         publish_batch_messages_max=1,
-        max_entries_per_ledger=50_000,
+        max_entries_per_ledger=per_ledger,
         retention_check_interval_s=0.5,
     )
     ns = "/admin/v2/namespaces/public/default/retention"
-    total = 120_000
+    total = per_ledger * 12 // 5
     with httpx.Client(base_url=broker.http_url, timeout=60) as admin:
         assert admin.post(ns, json={"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}).status_code == 204
         consumer = ws_connect(f"{broker.ws_url}/ws/v2/consumer/{TOPIC}/big/sub?receiverQueueSize=1000")
         producer = ws_connect(f"{broker.ws_url}/ws/v2/producer/{TOPIC}/big")
-        payload = b64(b"x" * 100)
-        window = 2000
+        payload = b64(b"x" * long_scale(1_500, 100))
+        window = long_scale(400, 2_000)
         received = 0
         for start in range(0, total, window):
             for i in range(start, start + window):
@@ -200,7 +203,7 @@ def test_retention_deletes_consumed_ledgers_120k_messages(
                 send_json(consumer, {"messageId": message["messageId"]})
                 received += 1
         ledgers = _ledgers(admin, "big")
-        assert [lg["entries"] for lg in ledgers] == [50_000, 50_000, 0]  # the open ledger shows 0
+        assert [lg["entries"] for lg in ledgers] == [per_ledger, per_ledger, 0]  # the open ledger shows 0
         first, second, current = (lg["ledgerId"] for lg in ledgers)
         wait_until(lambda: admin.get(f"{ADMIN}/big/stats").json()["subscriptions"]["sub"]["msgBacklog"] == 0)
 

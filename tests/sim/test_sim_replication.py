@@ -36,9 +36,17 @@ def _report(test: str, failures: list[SimResult]) -> str:
     return "\n".join(lines)
 
 
+SHARDS = 4
+"""The seeds are dealt round-robin to this many test cases, so that pytest-xdist's workers share them."""
+
+
 @pytest.mark.slow
-def test_simulation_keeps_bookkeeper_invariants(sim_seeds: list[int]) -> None:
-    failures = [result for result in map(run_seed, sim_seeds) if result.violations]
+@pytest.mark.parametrize("shard", range(SHARDS), ids=lambda shard: f"shard{shard}")
+def test_simulation_keeps_bookkeeper_invariants(sim_seeds: list[int], shard: int) -> None:
+    seeds = sim_seeds[shard::SHARDS]
+    if not seeds:
+        pytest.skip(f"--sim-seed/--sim-seeds left no seed to shard {shard}")
+    failures = [result for result in map(run_seed, seeds) if result.violations]
     assert not failures, _report("test_simulation_keeps_bookkeeper_invariants", failures)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 import trio
@@ -217,11 +217,15 @@ async def test_reopen_after_clean_close_keeps_everything(
 
 
 @pytest.mark.slow
-async def test_120000_entries_make_ledgers_of_50000_50000_and_20000() -> None:
+async def test_entries_make_ledgers_of_n_n_and_two_fifths_of_n(long_scale: Callable[[int, int], int]) -> None:
+    """2.4 N entries with ``max_entries_per_ledger`` N make ledgers of N, N and 0.4 N. The issue's scale (N =
+    50,000: 120,000 entries) runs with ``--long``; the default suite's N = 5,000 (12,000 entries) still
+    queues more adds than ``pending_adds_max`` (10,000), so the producer waits for capacity too."""
+    per_ledger = long_scale(5_000, 50_000)
     # One in-process bookie (E=W=A=1): the rollover rule does not depend on replication, and three
     # replicas in this one process would triple the test's time for nothing.
     settings = SETTINGS.model_copy(
-        update={"max_entries_per_ledger": 50_000, "ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1}
+        update={"max_entries_per_ledger": per_ledger, "ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1}
     )
     metadata = MemoryMetadataStore()
     # The rule under test is the rollover, not the add timeout: on a loaded machine the 120,000 adds queued
@@ -236,7 +240,8 @@ async def test_120000_entries_make_ledgers_of_50000_50000_and_20000() -> None:
         open_managed_ledger_factory(bk, metadata, settings) as factory,
     ):
         ml = await factory.open("t/ns/persistent/big")
-        total = 120_000
+        total = per_ledger * 12 // 5
+        assert total > settings.pending_adds_max
         acked = 0
         errors: list[Exception] = []
         done = trio.Event()
@@ -255,7 +260,7 @@ async def test_120000_entries_make_ledgers_of_50000_50000_and_20000() -> None:
             ml.add_entry_nowait(i.to_bytes(4, "big"), on_ack)
         await done.wait()
         assert errors == []
-        assert [info.entries for info in ml.ledgers] == [50_000, 50_000, 20_000]
+        assert [info.entries for info in ml.ledgers] == [per_ledger, per_ledger, per_ledger * 2 // 5]
         assert ml.number_of_entries() == total
 
 
