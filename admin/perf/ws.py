@@ -57,11 +57,11 @@ import trio
 
 from magnetar.admin.perf import ws_binary as perf_ws_binary
 from magnetar.admin.perf.common import messages_due
-from magnetar.admin.perf.ws_client import WsClient, WsClosed, WsRejected, connection_loss
 from magnetar.admin.perf.ws_stats import PerfFailure, SendProgress, Stats, report_line, summary_line
 from magnetar.admin.processes.process_common import tune_gc
 from magnetar.bookkeeper.runtime.auth.errors import KeyConfigError
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected, connection_loss
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 
 SEND_BATCH_MAX = 100

@@ -27,8 +27,8 @@ from chaos.checker import Checker, Verdict, summary_table
 from chaos.workload import NAMESPACE, ProducerSpec, Workload
 from fixtures.dev_cluster import ClusterExits
 
-from magnetar.admin.perf.ws_client import WsClient, WsRejected
 from magnetar.admin.processes.dev_cluster import DevCluster
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected
 
 log = logging.getLogger("chaos")
 

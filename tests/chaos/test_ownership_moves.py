@@ -27,7 +27,7 @@ from chaos.harness import Scenario, ScenarioConfig
 from chaos.workload import NAMESPACE
 from fixtures.dev_cluster import ClusterExits, open_test_cluster
 
-from magnetar.admin.perf.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.broker.namespace_bundle import bundle_boundaries, bundle_for_hash
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.processes]

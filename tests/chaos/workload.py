@@ -27,7 +27,7 @@ from itertools import cycle
 import trio
 from chaos.checker import Checker, payload_for
 
-from magnetar.admin.perf.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
 
 log = logging.getLogger("chaos.workload")
 

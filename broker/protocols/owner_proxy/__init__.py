@@ -3,16 +3,16 @@ not own its topic is served through that broker, and follows the topic when it m
 WebSocket service serves any topic through its client. Browsers' WebSocket does not follow redirects, so
 answering 307 (what a non-owner did before) left them without a way in.
 
-Design: a **frame-level proxy**. The broker the client reached checks the client exactly as for a session
-it serves itself (authentication, then authorization, then the parameters: the same answers, before
-anything else), and only then, on finding another broker owns the topic, opens an internal WebSocket client
-session to the owner on the same path, query and subprotocols (:mod:`.upstream`), authenticated as the
-broker itself (``broker_client_auth_token``; TLS when the owner only serves TLS, or
-``broker_client_tls_enabled``) and marked with ``x-magnetar-proxied-by`` so the owner never proxies again.
-The owner's answer to the upgrade becomes the answer to the client (a refusal passes through with its status
-and reason). From then on frames are relayed unchanged in both directions (:mod:`.relay`): the owner does
-all the protocol work, and the proxy parses only the little it must to keep its promises when the owner
-changes (:mod:`.tracking`).
+Design: a **frame-level proxy**. The broker the client reached checks the client exactly as for a session it
+serves itself (authentication, then authorization, then the parameters: the same answers, before anything
+else), and only then, on finding another broker owns the topic, opens an internal WebSocket client session to
+the owner on the same path, query and subprotocols (:mod:`magnetar.bookkeeper.runtime.http.ws_client`),
+authenticated as the broker itself (``broker_client_auth_token``; TLS when the owner only serves TLS, or
+``broker_client_tls_enabled``) and marked with ``x-magnetar-proxied-by`` so the owner never proxies again. The
+owner's answer to the upgrade becomes the answer to the client (a refusal passes through with its status and
+reason). From then on frames are relayed unchanged in both directions (:mod:`.relay`): the owner does all the
+protocol work, and the proxy parses only the little it must to keep its promises when the owner changes
+(:mod:`.tracking`).
 
 Why frame-level rather than a second copy of the session logic over a broker-to-broker protocol: one
 implementation of each protocol stays the truth (the owner's), nothing protocol-specific enters the core,

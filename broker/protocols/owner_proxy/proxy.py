@@ -13,6 +13,7 @@ import trio
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
 from magnetar.broker.core.errors import ServiceError
 from magnetar.broker.protocols.owner_proxy.relay import GaveUp, LookupFailed, Relay, connect_with_retry
 from magnetar.broker.protocols.owner_proxy.tracking import (
@@ -21,7 +22,6 @@ from magnetar.broker.protocols.owner_proxy.tracking import (
     JsonProducerTracker,
     Tracker,
 )
-from magnetar.broker.protocols.owner_proxy.upstream import Upstream, UpstreamRefused, open_upstream
 from magnetar.broker.protocols.pulsar_ws.params import WsKind
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 from magnetar.broker.wire.topic_name import TopicName
@@ -94,7 +94,7 @@ class OwnerProxy:
         self._prepare()
         first = [(http_url, http_url_tls)]
 
-        async def connect(overrides: dict[str, str]) -> Upstream:
+        async def connect(overrides: dict[str, str]) -> WsClient:
             if first:
                 owner_url, owner_url_tls = first.pop()
             else:
@@ -107,7 +107,7 @@ class OwnerProxy:
 
         try:
             upstream = await connect_with_retry(connect, dict, self._settings, str(topic))
-        except UpstreamRefused as exc:
+        except WsRejected as exc:
             await request.reject(error_response(exc.status, exc.reason))
             return
         except GaveUp as exc:
@@ -120,7 +120,7 @@ class OwnerProxy:
                 await upstream.aclose()
             raise
         log.info("proxy: %s %s session from %s served through %s", topic, kind.value, request.client,
-                 upstream.broker)  # fmt: skip
+                 upstream.peer)  # fmt: skip
         relay = Relay(
             ws, upstream, _tracker(request, kind, upstream.subprotocol), connect, self._settings, str(topic)
         )
@@ -128,14 +128,14 @@ class OwnerProxy:
 
     async def _open(
         self, request: WebSocketRequest, http_url: str, http_url_tls: str, overrides: dict[str, str]
-    ) -> Upstream:
+    ) -> WsClient:
         pairs = [(k, v) for k, v in request.query.pairs if k not in overrides and k != "token"]
         pairs += list(overrides.items())
         url = self._url(http_url, http_url_tls, request.head.path, urlencode(pairs))
         headers = [(PROXIED_BY_HEADER, self._service.http_url)]
         if self._token is not None and self._settings.authentication_enabled:
             headers.append(("authorization", f"Bearer {self._token}"))
-        return await open_upstream(
+        return await open_ws_client(
             url,
             headers=headers,
             subprotocols=request.subprotocols,

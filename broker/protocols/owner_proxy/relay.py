@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocket, WebSocketClosed
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.broker.protocols.owner_proxy.tracking import FrameKind, Tracker
-from magnetar.broker.protocols.owner_proxy.upstream import Upstream, UpstreamClosed, UpstreamRefused
 
 if TYPE_CHECKING:
     from magnetar.broker.proxy_settings import ProxySettings
@@ -37,10 +37,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECONNECTING_CODES = frozenset({1001, 1006, 1011, 1012, 1013, 1014})
-"""Upstream close codes after which the proxy follows the topic: going away (unload, shedding, split,
+"""WsClient close codes after which the proxy follows the topic: going away (unload, shedding, split,
 shutdown), a dropped connection, a server error or restart. Any other code ends the client's session too."""
 
-Connect = Callable[[dict[str, str]], Awaitable[Upstream]]
+Connect = Callable[[dict[str, str]], Awaitable[WsClient]]
 """Open a new upstream session (looking the topic up first), with these query overrides; one attempt."""
 
 
@@ -54,7 +54,7 @@ async def connect_with_retry(
     settings: ProxySettings,
     what: str,
     deadline: float | None = None,
-) -> Upstream:
+) -> WsClient:
     """Attempts until one succeeds or ``deadline`` (trio time; default: ``ws_proxy_reconnect_deadline_ms``
     from now) passes (:class:`GaveUp`). A refusal that retrying cannot cure (400, 401, 403, 404, 412) is
     raised at once."""
@@ -66,7 +66,7 @@ async def connect_with_retry(
         try:
             with trio.fail_after(settings.ws_proxy_connect_timeout_ms / 1000):
                 return await connect(overrides())
-        except UpstreamRefused as exc:
+        except WsRejected as exc:
             if exc.status in (400, 401, 403, 404, 412):
                 raise
             last = f"{exc.status} {exc.reason}"
@@ -88,14 +88,14 @@ class Relay:
     def __init__(
         self,
         ws: WebSocket,
-        upstream: Upstream,
+        upstream: WsClient,
         tracker: Tracker,
         connect: Connect,
         settings: ProxySettings,
         topic: str,
     ) -> None:
         self._ws = ws
-        self._upstream: Upstream | None = upstream
+        self._upstream: WsClient | None = upstream
         self._tracker = tracker
         self._connect = connect
         self._settings = settings
@@ -136,7 +136,7 @@ class Relay:
         """Forward a received chunk's frames in one write (or buffer them while there is no upstream)."""
         tracker = self._tracker
         out: list[str | bytes] = []
-        target: Upstream | None = None
+        target: WsClient | None = None
         for message in batch:
             kind = tracker.on_client(message)
             while True:
@@ -162,11 +162,11 @@ class Relay:
         await self._send(target, out)
 
     @staticmethod
-    async def _send(upstream: Upstream | None, messages: list[str | bytes]) -> None:
+    async def _send(upstream: WsClient | None, messages: list[str | bytes]) -> None:
         if upstream is None or not messages:
             return
         # a failed write: the upstream loop sees the end and answers what is owed, these included
-        with contextlib.suppress(UpstreamClosed):
+        with contextlib.suppress(WsClosed):
             await upstream.send_many(messages)
 
     async def _hold(self, kind: FrameKind, message: str | bytes) -> bool:
@@ -207,19 +207,19 @@ class Relay:
                 self._close = (code, reason)
                 scope.cancel()
                 return
-            previous = upstream.broker
+            previous = upstream.peer
             try:
                 upstream = await self._reconnect(reason)
-            except (GaveUp, UpstreamRefused) as exc:
+            except (GaveUp, WsRejected) as exc:
                 log.warning("proxy: %s: giving the session up: %s", self._topic, exc)
                 self._close = (CLOSE_GOING_AWAY, _close_reason(f"Topic owner unreachable: {exc}"))
                 scope.cancel()
                 return
             self.moves += 1
             log.info("proxy: %s moved from %s to %s (owner closed: %s %s)", self._topic, previous,
-                     upstream.broker, code, reason)  # fmt: skip
+                     upstream.peer, code, reason)  # fmt: skip
 
-    async def _pump(self, upstream: Upstream) -> tuple[int, str]:
+    async def _pump(self, upstream: WsClient) -> tuple[int, str]:
         """Relay until the upstream session ends; then answer what is owed. Returns its close code."""
         try:
             while True:
@@ -228,7 +228,7 @@ class Relay:
                     self._tracker.on_upstream(message)
                 self._wake()
                 await self._to_client(batch)
-        except UpstreamClosed as exc:
+        except WsClosed as exc:
             code, reason = exc.code, exc.reason
         # no checkpoint from here to the owed answers: see the module's docstring
         self._upstream = None
@@ -243,7 +243,7 @@ class Relay:
             await self._to_client(owed)
         return code, reason
 
-    async def _reconnect(self, reason: str) -> Upstream:
+    async def _reconnect(self, reason: str) -> WsClient:
         deadline = trio.current_time() + self._settings.ws_proxy_reconnect_deadline_ms / 1000
         while True:
             upstream = await connect_with_retry(
@@ -260,7 +260,7 @@ class Relay:
                         self._tracker.on_forward(message)
                     await upstream.send_many(held)
                     self._wake()
-            except UpstreamClosed:
+            except WsClosed:
                 # lost again while flushing: answer what was forwarded, try again (within the same deadline)
                 await self._to_client(self._tracker.lost(f"Outcome unknown: {self._topic} moved again"))
                 await upstream.aclose()

@@ -32,7 +32,7 @@ import orjson
 from bench.comparison.processes import ServerFailed, ServerProcess, free_port, kill_leftovers, run_tool
 from bench.comparison.system import AckSink, PayloadSink, Publisher
 
-from magnetar.admin.perf.ws_client import WsClient
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient
 from magnetar.broker.wire.magnetar_v1 import (
     SUBPROTOCOL,
     FrameType,

@@ -14,8 +14,8 @@ from magnetar.admin.cli import cmd_perf
 from magnetar.admin.cli.main import build_parser
 from magnetar.admin.perf.common import latency_summary_ms
 from magnetar.admin.perf.ws import PerfRun, _duration_s, _quotas
-from magnetar.admin.perf.ws_client import WsRejected
 from magnetar.admin.perf.ws_stats import Histogram, Stats, summary_line
+from magnetar.bookkeeper.runtime.http.ws_client import WsRejected
 
 
 def _strict(text: str) -> Any:

@@ -7,7 +7,7 @@ import gc
 import pytest
 import trio
 
-from magnetar.admin.perf.ws_client import WsClient, WsClosed
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed
 
 
 async def test_a_connect_cancelled_during_the_upgrade_closes_its_socket() -> None:

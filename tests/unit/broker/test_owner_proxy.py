@@ -12,6 +12,7 @@ import trio
 import trio.testing
 
 from magnetar.bookkeeper.runtime.http import WebSocketClosed
+from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
 from magnetar.broker.protocols.owner_proxy.relay import Relay
 from magnetar.broker.protocols.owner_proxy.tracking import (
     BinaryProducerTracker,
@@ -19,7 +20,6 @@ from magnetar.broker.protocols.owner_proxy.tracking import (
     FrameKind,
     JsonProducerTracker,
 )
-from magnetar.broker.protocols.owner_proxy.upstream import UpstreamClosed, UpstreamRefused
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import StoredMessage
 from magnetar.broker.wire.magnetar_v1 import (
@@ -129,7 +129,7 @@ class FakeUpstream:
     """An owner's session: answers every publish, or ends (1001) after ``answer_max`` answers."""
 
     def __init__(self, name: str, answer_max: int = 1_000) -> None:
-        self.broker = name
+        self.peer = name
         self.received: list[str] = []
         self.answer_max = answer_max
         self._to_proxy_send, self._to_proxy = trio.open_memory_channel[str](100)
@@ -150,7 +150,7 @@ class FakeUpstream:
         try:
             return [await self._to_proxy.receive()]
         except trio.EndOfChannel:
-            raise UpstreamClosed(1001, "Topic unloaded") from None
+            raise WsClosed(1001, "Topic unloaded") from None
 
     async def aclose(self) -> None:
         pass
@@ -202,7 +202,7 @@ async def test_a_full_buffer_answers_an_error_and_a_passed_deadline_closes_the_c
     async def connect(overrides: dict[str, str]) -> Any:
         nonlocal attempts
         attempts += 1
-        raise UpstreamRefused(503, b'{"reason": "bundle not ready"}')
+        raise WsRejected(503, b'{"reason": "bundle not ready"}')
 
     proxy_settings = settings(ws_proxy_buffer_messages_max=1, ws_proxy_reconnect_deadline_ms=300)
     relay = Relay(cast(Any, client), cast(Any, first), JsonProducerTracker(), connect, proxy_settings, "t")
@@ -225,7 +225,7 @@ async def test_an_owner_that_ends_the_session_for_good_ends_the_clients_too(code
 
     class Ending(FakeUpstream):
         async def receive_batch(self) -> list[str | bytes]:
-            raise UpstreamClosed(code, "done")
+            raise WsClosed(code, "done")
 
     async def connect(overrides: dict[str, str]) -> Any:
         raise AssertionError("no reconnect after a final close")

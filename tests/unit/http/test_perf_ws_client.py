@@ -1,6 +1,6 @@
-"""The tools' WebSocket client (``magnetar.admin.perf.ws_client``, the load generator of ``magnetar perf``)
-against the real server: handshake, subprotocols, redirects, refusals, batches both ways, the server's
-close."""
+"""The WebSocket client (``magnetar.bookkeeper.runtime.http.ws_client``: the load generator of ``magnetar
+perf``, a proxying broker's hop to the owner) against the real server: handshake, subprotocols, redirects,
+refusals, batches both ways, the server's close."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import trio
 
-from magnetar.admin.perf.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.admin.perf.ws_stats import Histogram, bucket_us
 from magnetar.bookkeeper.runtime.http import Router, WebSocketRequest, error_response
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
 
 StartServer = Any  # see conftest.py
 

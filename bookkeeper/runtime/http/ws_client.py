@@ -1,12 +1,15 @@
-"""The proxy's side of the internal hop: a WebSocket client session from this broker to the topic's owner.
+"""A trio WebSocket client: the internal hop of a broker's proxy to a topic's owner
+(:mod:`magnetar.broker.protocols.owner_proxy`) and the load generator of ``magnetar perf``.
 
-One attempt (:func:`open_upstream`) opens a TCP connection (TLS for ``wss://``), sends the upgrade with the
-client's path, query and subprotocols plus this broker's own headers (its token, the proxy marker), and
-follows 307s up to a bound: the lookup may name the leader, which names the broker it chose. Any other answer
-than 101 is :class:`UpstreamRefused` with the owner's status and body, so the client can be refused with the
-owner's own words. The handshake goes through h11 (RFC 6455 §4.1: key, ``Sec-WebSocket-Accept`` check);
-frames through the sans-IO codec of :mod:`magnetar.bookkeeper.runtime.http.ws_frames`, masked as a client's
-must be. Sends are serialized by a lock: the relay's two directions and the pongs share one stream.
+:func:`open_ws_client` opens a TCP connection (TLS for ``wss://``), sends the upgrade with the path, query,
+subprotocols and any extra headers (a token, a proxy marker), and follows 307s up to a bound (a lookup may
+name the leader, which names the broker it chose). Any answer other than 101 is :class:`WsRejected` with the
+server's status and body, so a proxy can refuse its own client in the server's words. The handshake goes
+through h11 (RFC 6455 §4.1: key, ``Sec-WebSocket-Accept`` check, subprotocol); frames through the sans-IO
+codec of :mod:`.ws_frames`, masked as a client's must be, with keys cut from a pool of ``os.urandom`` bytes
+(the load generator must cost less per message than the broker it measures). Sends are serialized by a lock:
+a proxy's two directions and the pongs share one stream. A lost connection is :class:`WsClosed` with code
+1006, after the messages received before it.
 """
 
 from __future__ import annotations
@@ -40,12 +43,15 @@ from magnetar.bookkeeper.runtime.http.ws_frames import (
 
 RECEIVE_BYTES = 65536
 CLOSE_LOST = 1006
+REDIRECTS_MAX = 5
+MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+"""Largest message accepted from the server unless the caller says otherwise."""
 _WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _MASK_POOL_BYTES = 4096
 
 
-class UpstreamRefused(Exception):
-    """The owner (or the broker a redirect led to) refused the upgrade."""
+class WsRejected(Exception):
+    """The server (or the one a redirect led to) refused the upgrade: its status and body."""
 
     def __init__(self, status: int, body: bytes) -> None:
         super().__init__(f"upgrade refused: {status} {body.decode(errors='replace')[:200]}")
@@ -64,8 +70,8 @@ class UpstreamRefused(Exception):
         return text
 
 
-class UpstreamClosed(Exception):
-    """The upstream session ended: the owner's close code and reason (1006 when the connection dropped)."""
+class WsClosed(Exception):
+    """The session ended: the server's close code and reason (1006 when the connection dropped)."""
 
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(f"closed: {code} {reason}")
@@ -73,8 +79,8 @@ class UpstreamClosed(Exception):
         self.reason = reason
 
 
-class Upstream:
-    """An open client session to an owner."""
+class WsClient:
+    """An open client session (:func:`open_ws_client`, or :meth:`connect` within a time bound)."""
 
     def __init__(
         self,
@@ -82,7 +88,7 @@ class Upstream:
         url: str,
         subprotocol: str | None,
         initial_data: bytes,
-        message_bytes_max: int,
+        message_bytes_max: int = MESSAGE_BYTES_MAX,
     ) -> None:
         self._stream = stream
         self.url = url
@@ -90,20 +96,27 @@ class Upstream:
         self.subprotocol = subprotocol
         self._decoder = FrameDecoder(expect_masked=False, message_bytes_max=message_bytes_max)
         self._messages: deque[str | bytes] = deque()
-        self._closed: UpstreamClosed | None = None
+        self._closed: WsClosed | None = None
         self._control: list[bytes] = []
         self._send_lock = trio.Lock()
         self._keys = _MaskKeys()
         if initial_data:
             self._absorb(initial_data)
 
+    @classmethod
+    async def connect(cls, url: str, timeout_s: float = 10.0, subprotocols: Sequence[str] = ()) -> WsClient:
+        """:func:`open_ws_client` within ``timeout_s`` (``trio.TooSlowError`` past it)."""
+        with trio.fail_after(timeout_s):
+            return await open_ws_client(url, subprotocols=subprotocols)
+
     @property
-    def broker(self) -> str:
-        """``host:port`` of the broker this session is open on (for logs)."""
+    def peer(self) -> str:
+        """``host:port`` of the server this session is open on (for logs)."""
         return urlsplit(self.url).netloc
 
     async def send(self, message: str | bytes) -> None:
-        """Send one message; :class:`UpstreamClosed` once the owner closed or the connection dropped."""
+        """Send one message (text or binary); :class:`WsClosed` once the server closed or the connection
+        dropped."""
         await self.send_many([message])
 
     async def send_many(self, messages: Sequence[str | bytes]) -> None:
@@ -122,8 +135,28 @@ class Upstream:
             out += mask(payload, key)
         await self._send_raw(bytes(out))
 
+    async def send_many_bytes(self, messages: Sequence[bytes]) -> None:
+        """Send several binary messages in one socket write."""
+        await self.send_many(messages)
+
+    async def send_bytes(self, data: bytes) -> None:
+        await self.send_many([data])
+
+    async def receive(self) -> str:
+        """The next text message (binary ones are skipped); :class:`WsClosed` once the server closed and
+        every message before its Close was received."""
+        while True:
+            message = await self.receive_message()
+            if isinstance(message, str):
+                return message
+
+    async def receive_message(self) -> str | bytes:
+        while not self._messages:
+            await self._fill()
+        return self._messages.popleft()
+
     async def receive_batch(self) -> list[str | bytes]:
-        """Every message received so far (at least one); :class:`UpstreamClosed` at the end."""
+        """Every message received so far (at least one); :class:`WsClosed` at the end."""
         while not self._messages:
             await self._fill()
         batch = list(self._messages)
@@ -137,17 +170,17 @@ class Upstream:
             data = bytes(await self._stream.receive_some(RECEIVE_BYTES))
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             data = b""
-            self._closed = UpstreamClosed(CLOSE_LOST, f"connection lost: {exc}")
+            self._closed = WsClosed(CLOSE_LOST, f"connection lost: {exc}")
         if not data:
             if self._closed is None:
-                self._closed = UpstreamClosed(CLOSE_LOST, "connection lost")
+                self._closed = WsClosed(CLOSE_LOST, "connection lost")
             if not self._messages:
                 raise self._closed
             return
         self._absorb(data)
         if self._control:
             control, self._control = b"".join(self._control), []
-            with contextlib.suppress(UpstreamClosed):
+            with contextlib.suppress(WsClosed):
                 await self._send_raw(control)
 
     async def _send_raw(self, data: bytes) -> None:
@@ -155,7 +188,7 @@ class Upstream:
             async with self._send_lock:
                 await self._stream.send_all(data)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise UpstreamClosed(CLOSE_LOST, f"connection lost: {exc}") from None
+            raise WsClosed(CLOSE_LOST, f"connection lost: {exc}") from None
 
     def _absorb(self, data: bytes) -> None:
         for event in self._decoder.feed(data):
@@ -164,9 +197,9 @@ class Upstream:
             elif isinstance(event, Ping):
                 self._control.append(_control_frame(OPCODE_PONG, event.payload))
             elif isinstance(event, Close):
-                self._closed = UpstreamClosed(event.code, event.reason)
+                self._closed = WsClosed(event.code, event.reason)
             elif isinstance(event, ProtocolViolation):
-                self._closed = UpstreamClosed(event.code, f"protocol violation by the owner: {event.reason}")
+                self._closed = WsClosed(event.code, f"protocol violation by the server: {event.reason}")
 
     async def aclose(self, code: int = 1000, reason: str = "") -> None:
         """Send a Close (best effort) and drop the connection; never raises."""
@@ -198,17 +231,17 @@ def _control_frame(opcode: int, payload: bytes) -> bytes:
     return frame_header(opcode, len(payload), masked=True) + key + mask(payload, key)
 
 
-async def open_upstream(
+async def open_ws_client(
     url: str,
     *,
-    headers: Sequence[tuple[str, str]],
-    subprotocols: Sequence[str],
-    ssl_context: ssl.SSLContext | None,
-    redirects_max: int,
-    message_bytes_max: int,
-) -> Upstream:
+    headers: Sequence[tuple[str, str]] = (),
+    subprotocols: Sequence[str] = (),
+    ssl_context: ssl.SSLContext | None = None,
+    redirects_max: int = REDIRECTS_MAX,
+    message_bytes_max: int = MESSAGE_BYTES_MAX,
+) -> WsClient:
     """One attempt: the session on ``url`` (``ws://`` or ``wss://``, path and query included), following at
-    most ``redirects_max`` 307s. Raises :class:`UpstreamRefused`, ``OSError`` or ``ssl.SSLError``; the caller
+    most ``redirects_max`` 307s. Raises :class:`WsRejected`, ``OSError`` or ``ssl.SSLError``; the caller
     bounds it in time (a cancelled attempt closes its socket)."""
     for _ in range(redirects_max + 1):
         upstream, location = await _attempt(url, headers, subprotocols, ssl_context, message_bytes_max)
@@ -216,7 +249,7 @@ async def open_upstream(
             return upstream
         assert location is not None
         url = location
-    raise UpstreamRefused(508, f"more than {redirects_max} redirects (last: {url})".encode())
+    raise WsRejected(508, f"more than {redirects_max} redirects (last: {url})".encode())
 
 
 async def _attempt(
@@ -225,7 +258,7 @@ async def _attempt(
     subprotocols: Sequence[str],
     ssl_context: ssl.SSLContext | None,
     message_bytes_max: int,
-) -> tuple[Upstream | None, str | None]:
+) -> tuple[WsClient | None, str | None]:
     parts = urlsplit(url)
     secure = parts.scheme in ("wss", "https")
     host = parts.hostname or "127.0.0.1"
@@ -254,7 +287,7 @@ async def _handshake(
     extra: Sequence[tuple[str, str]],
     subprotocols: Sequence[str],
     message_bytes_max: int,
-) -> tuple[Upstream | None, str | None]:
+) -> tuple[WsClient | None, str | None]:
     key = base64.b64encode(os.urandom(16))
     headers = [
         (b"host", host.encode()),
@@ -276,11 +309,11 @@ async def _handshake(
             data = bytes(await stream.receive_some(RECEIVE_BYTES))
             if not data:
                 status = response.status_code if response is not None else 502
-                raise UpstreamRefused(status, b"connection closed during the upgrade")
+                raise WsRejected(status, b"connection closed during the upgrade")
             conn.receive_data(data)
         elif isinstance(event, h11.InformationalResponse) and event.status_code == 101:
             subprotocol = _check_accept(event, key, subprotocols)
-            return Upstream(stream, url, subprotocol, conn.trailing_data[0], message_bytes_max), None
+            return WsClient(stream, url, subprotocol, conn.trailing_data[0], message_bytes_max), None
         elif isinstance(event, h11.Response):
             response = event
         elif isinstance(event, h11.Data):
@@ -290,15 +323,28 @@ async def _handshake(
             names = {name.decode().lower(): value.decode() for name, value in response.headers}
             if response.status_code in (301, 302, 307, 308) and "location" in names:
                 return None, names["location"]
-            raise UpstreamRefused(response.status_code, body)
+            raise WsRejected(response.status_code, body)
 
 
 def _check_accept(response: h11.InformationalResponse, key: bytes, offered: Sequence[str]) -> str | None:
     headers = {name.decode().lower(): value.decode() for name, value in response.headers}
     expected = base64.b64encode(hashlib.sha1(key + _WS_GUID).digest()).decode()
     if headers.get("sec-websocket-accept") != expected:
-        raise UpstreamRefused(502, b"bad Sec-WebSocket-Accept from the owner")
+        raise WsRejected(502, b"bad Sec-WebSocket-Accept from the server")
     chosen = headers.get("sec-websocket-protocol")
     if chosen is not None and chosen not in offered:
-        raise UpstreamRefused(502, f"the owner chose a subprotocol not offered: {chosen}".encode())
+        raise WsRejected(502, f"the server chose a subprotocol not offered: {chosen}".encode())
     return chosen
+
+
+def connection_loss(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The lost connection (:class:`WsClosed`, ``OSError``, ``trio.BrokenResourceError``) a nursery of
+    tasks using one client reported - its first such leaf - or None when the group holds anything else too
+    (a cancellation, a bug), which must then propagate as it is."""
+    lost, rest = group.split((WsClosed, OSError, trio.BrokenResourceError))
+    if lost is None or rest is not None:
+        return None
+    leaf: BaseException = lost
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
