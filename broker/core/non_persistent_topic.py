@@ -29,16 +29,14 @@ from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
-    ProducerBusyError,
     SubscriptionBusyError,
-    TopicClosedError,
     TopicNotFoundError,
 )
 from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
-from magnetar.broker.core.producer import Producer
 from magnetar.broker.core.publish import PublishRequest
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.core.topic_base import TopicBase
 from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
 from magnetar.broker.wire.message_id import MessageId
@@ -51,15 +49,11 @@ NON_PERSISTENT_ENTRY_ID = 0
 """Pulsar gives every message of a non-persistent topic the position ``0:0`` (receipts and deliveries)."""
 
 
-class NonPersistentTopic:
+class NonPersistentTopic(TopicBase):
     def __init__(self, name: TopicName, clock: Clock) -> None:
         assert not name.is_persistent
-        self.name = name
-        self._clock = clock
-        self.partition = name.partition_index
-        self.producers: dict[str, Producer] = {}
+        super().__init__(name, clock)
         self.subscriptions: dict[str, NonPersistentSubscription] = {}
-        self.closed = False
         self.metrics = TopicMetrics()
         """Messages and bytes in, read by ``/metrics`` as a persistent topic's (no entries, no write
         latency: nothing is written)."""
@@ -67,17 +61,6 @@ class NonPersistentTopic:
         """Messages published while the topic had no subscription (they reach nobody)."""
         self.rate_in = Rate()
         self._stopped = trio.Event()
-
-    @property
-    def full_name(self) -> str:
-        return str(self.name)
-
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
-    def now_ms(self) -> int:
-        return self._clock.time_ms()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -108,24 +91,7 @@ class NonPersistentTopic:
     def stop(self) -> None:
         self._stopped.set()
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise TopicClosedError(f"Topic {self.name} is being unloaded")
-
     # -- publishing -----------------------------------------------------------------------------
-
-    def add_producer(self, name: str, producer_factory: Callable[[], Producer]) -> Producer:
-        self._check_open()
-        if name in self.producers:
-            raise ProducerBusyError(f"Producer with name '{name}' is already connected to topic")
-        producer = producer_factory()
-        self.producers[name] = producer
-        return producer
-
-    def remove_producer(self, producer: Producer) -> None:
-        producer.close()
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
 
     def publish(self, request: PublishRequest) -> None:
         """Answer ``request`` at once (position ``0:0``) and hand its messages to every subscription."""

@@ -31,19 +31,17 @@ from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import MsgKey
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
-    ProducerBusyError,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
-    TopicClosedError,
     TopicNotFoundError,
     TopicTerminatedError,
 )
-from magnetar.broker.core.producer import Producer
 from magnetar.broker.core.publish import PublishRequest
 from magnetar.broker.core.publish_queue import PublishQueue, PublishSettings
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
+from magnetar.broker.core.topic_base import TopicBase
 from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.wire.entry_format import decode_entry
 from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
@@ -71,7 +69,7 @@ class TopicSettings(PublishSettings, Protocol):
     def metadata_operation_timeout_ms(self) -> int: ...
 
 
-class PersistentTopic:
+class PersistentTopic(TopicBase):
     def __init__(
         self,
         name: TopicName,
@@ -84,17 +82,14 @@ class PersistentTopic:
         close_ml: Callable[[], Awaitable[None]] | None = None,
         metadata_ready: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
-        self.name = name
+        super().__init__(name, clock)
         self.ml = ml
         self._settings = settings
-        self._clock = clock
         self.metrics = metrics
         self._on_fenced = on_fenced
         self._close_ml = close_ml or ml.close
         self._metadata_ready = metadata_ready
         """Waits (bounded) for the metadata store during an outage; raises 503 if it stays away."""
-        self.partition = name.partition_index
-        self.producers: dict[str, Producer] = {}
         self.subscriptions: dict[str, Subscription] = {}
         self.rate_in = Rate()
         self._queue = PublishQueue(
@@ -106,20 +101,8 @@ class PersistentTopic:
             on_stored=self._wake_dispatchers,
             on_fenced=self._fenced,
         )
-        self.closed = False
         self._nursery: trio.Nursery | None = None
         self._stopped = trio.Event()
-
-    @property
-    def full_name(self) -> str:
-        return str(self.name)
-
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
-    def now_ms(self) -> int:
-        return self._clock.time_ms()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -178,26 +161,12 @@ class PersistentTopic:
         """End the topic's dispatcher tasks (after :meth:`fence_now`)."""
         self._stopped.set()
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise TopicClosedError(f"Topic {self.name} is being unloaded")
-
     # -- publishing -----------------------------------------------------------------------------
 
-    def add_producer(self, name: str, producer_factory: Callable[[], Producer]) -> Producer:
-        self._check_open()
+    def _check_can_produce(self) -> None:
+        super()._check_can_produce()
         if self.ml.is_terminated:
             raise TopicTerminatedError(f"Topic {self.name} was terminated")
-        if name in self.producers:
-            raise ProducerBusyError(f"Producer with name '{name}' is already connected to topic")
-        producer = producer_factory()
-        self.producers[name] = producer
-        return producer
-
-    def remove_producer(self, producer: Producer) -> None:
-        producer.close()
-        if self.producers.get(producer.name) is producer:
-            del self.producers[producer.name]
 
     def publish(self, request: PublishRequest) -> None:
         """The one publish path: ``request`` joins the topic's publish queue (:mod:`.publish_queue`) and is
