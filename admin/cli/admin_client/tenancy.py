@@ -103,7 +103,7 @@ def _create_namespace(client: C, args: A) -> Any:
     return client.put(namespace_path(args.namespace), body)
 
 
-def _retention_flags(parser: argparse.ArgumentParser) -> None:
+def retention_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-t", "--time", required=True, help="retention time, e.g. 100m, 3h, 2d, 5w; -1 = infinite"
     )
@@ -125,7 +125,7 @@ def _ttl_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _quota_flags(parser: argparse.ArgumentParser) -> None:
+def quota_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-l", "--limit", help="size limit (e.g. 10M, 16G)")
     parser.add_argument("-lt", "--limitTime", dest="limit_time", help="time limit (e.g. 3h, 2d)")
     parser.add_argument(
@@ -185,7 +185,7 @@ NAMESPACES = [
     Verb("policies", "get a namespace's policies", lambda c, a: c.get(_ns(a)), NS),
     Verb("topics", "list a namespace's topics", lambda c, a: c.get(_ns(a, "/topics")), NS),
     Verb("set-retention", "set the retention policy",
-         lambda c, a: c.post(_ns(a, "/retention"), _retention(a)), combine(NS, _retention_flags)),
+         lambda c, a: c.post(_ns(a, "/retention"), _retention(a)), combine(NS, retention_flags)),
     Verb("get-retention", "get the retention policy", lambda c, a: c.get(_ns(a, "/retention")), NS),
     Verb("remove-retention", "remove the retention policy", lambda c, a: c.delete(_ns(a, "/retention")), NS),
     Verb("set-message-ttl", "set the message TTL",
@@ -194,7 +194,7 @@ NAMESPACES = [
     Verb("remove-message-ttl", "remove the message TTL", lambda c, a: c.delete(_ns(a, "/messageTTL")), NS),
     Verb("set-backlog-quota", "set a backlog quota",
          lambda c, a: c.post(_ns(a, "/backlogQuota"), quota_body(a), backlogQuotaType=a.type),
-         combine(NS, _quota_flags)),
+         combine(NS, quota_flags)),
     Verb("get-backlog-quotas", "get the backlog quotas", lambda c, a: c.get(_ns(a, "/backlogQuotaMap")), NS),
     Verb("remove-backlog-quota", "remove a backlog quota",
          lambda c, a: c.delete(_ns(a, "/backlogQuota"), backlogQuotaType=a.type),

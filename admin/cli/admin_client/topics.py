@@ -16,7 +16,7 @@ from magnetar.admin.cli.admin_client.messages import (
     parse_message_response,
     views,
 )
-from magnetar.admin.cli.admin_client.tenancy import QUOTA_TYPES, quota_body
+from magnetar.admin.cli.admin_client.tenancy import QUOTA_TYPES, quota_body, quota_flags, retention_flags
 from magnetar.admin.cli.admin_client.units import UnitError, parse_time_s, retention_body
 from magnetar.admin.cli.admin_client.verbs import (
     UsageError,
@@ -108,21 +108,6 @@ def _sub_flag(parser: argparse.ArgumentParser) -> None:
 
 def _partitions_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-p", "--partitions", type=int, required=True, help="number of partitions")
-
-
-def _retention_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-t", "--time", required=True, help="retention time (100m, 3h, 2d; -1 = infinite)")
-    parser.add_argument("-s", "--size", required=True, help="retention size (10M, 16G; -1 = infinite)")
-
-
-def _quota_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-l", "--limit", help="size limit (e.g. 10M, 16G)")
-    parser.add_argument("-lt", "--limitTime", dest="limit_time", help="time limit (e.g. 3h)")
-    parser.add_argument(
-        "-p", "--policy", required=True,
-        choices=["producer_request_hold", "producer_exception", "consumer_backlog_eviction"],
-    )  # fmt: skip
-    parser.add_argument("-t", "--type", default="destination_storage", choices=QUOTA_TYPES)
 
 
 def _create_sub_flags(parser: argparse.ArgumentParser) -> None:
@@ -285,7 +270,7 @@ TOPICS = [
          combine(TOPIC, option("-d", "--datetime", required=True, help="epoch ms or ISO"))),
     Verb("subscriptions", "list a topic's subscriptions", lambda c, a: c.get(_t(a, "/subscriptions")), TOPIC),
     *SUBSCRIPTION_VERBS,
-    Verb("set-retention", "set topic retention", _set_topic_retention, combine(TOPIC, _retention_flags)),
+    Verb("set-retention", "set topic retention", _set_topic_retention, combine(TOPIC, retention_flags)),
     Verb("get-retention", "get topic retention", lambda c, a: c.get(_t(a, "/retention"), applied=a.applied),
          combine(TOPIC, option("--applied", action="store_true"))),
     Verb("remove-retention", "remove topic retention", lambda c, a: c.delete(_t(a, "/retention")), TOPIC),
@@ -298,7 +283,7 @@ TOPICS = [
          lambda c, a: c.delete(_t(a, "/messageTTL")), TOPIC),
     Verb("set-backlog-quota", "set a topic backlog quota",
          lambda c, a: c.post(_t(a, "/backlogQuota"), quota_body(a), backlogQuotaType=a.type),
-         combine(TOPIC, _quota_flags)),
+         combine(TOPIC, quota_flags)),
     Verb("get-backlog-quotas", "get topic backlog quotas",
          lambda c, a: c.get(_t(a, "/backlogQuotaMap")), TOPIC),
     Verb("remove-backlog-quota", "remove a topic backlog quota",
