@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocket, WebSocketClosed
+from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.broker.protocols.owner_proxy.tracking import FrameKind, Tracker
 
@@ -42,6 +42,25 @@ shutdown), a dropped connection, a server error or restart. Any other code ends 
 
 Connect = Callable[[dict[str, str]], Awaitable[WsClient]]
 """Open a new upstream session (looking the topic up first), with these query overrides; one attempt."""
+
+
+class ClientSide(Protocol):
+    """What the relay uses of the client's session: the broker's server-side WebSocket, or - for one
+    partition of a partitioned topic - the fan-out's port (:class:`.fanout.PartitionPort`). Receiving raises
+    ``WebSocketClosed`` once the client is gone."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def receive_batch(self) -> list[str | bytes]: ...
+
+    async def send_many(self, messages: Sequence[bytes], *, text: bool) -> None: ...
+
+    async def send_text(self, text: str) -> None: ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None: ...
 
 
 class GaveUp(Exception):
@@ -87,7 +106,7 @@ class LookupFailed(Exception):
 class Relay:
     def __init__(
         self,
-        ws: WebSocket,
+        ws: ClientSide,
         upstream: WsClient,
         tracker: Tracker,
         connect: Connect,
