@@ -546,6 +546,34 @@ def test_magnetar_v1_sessions_on_a_partitioned_topic_get_one_receipt_per_frame(c
     assert_open(consumer)
 
 
+def test_a_partitioned_session_passes_an_owners_refusal_on_and_ends_1000_after_unsubscribe(
+    cluster: Cluster,
+) -> None:
+    topic = "partserr"
+    owners = create_partitioned(cluster, topic)
+    entry = next(
+        b for b in cluster.brokers if url(b) != owners[0]
+    )  # partition 0 is remote: its owner refuses
+    path = f"/ws/v2/consumer/persistent/{NS}/{topic}/only?subscriptionType=Exclusive"
+    first = ws(entry, path)
+    second = websocket.WebSocket()
+    try:
+        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+            second.connect(url(entry).replace("http://", "ws://") + path, timeout=30, redirect_limit=0)
+    finally:
+        second.close()
+    assert refused.value.status_code == 409, refused.value
+    first.send(json.dumps({"type": "isEndOfTopic"}))
+    assert json.loads(first.recv()) == {"endOfTopic": False}
+    first.send(json.dumps({"type": "unsubscribe"}))
+    first.settimeout(30)
+    opcode, frame = first.recv_data(control_frame=True)
+    assert opcode == websocket.ABNF.OPCODE_CLOSE
+    assert struct.unpack("!H", frame[:2])[0] == 1000, frame
+    again = ws(entry, path)  # the subscription is gone from every partition: a new one may be made
+    assert_open(again)
+
+
 def test_owner_sigkill_under_a_proxied_producer_and_consumer_loses_nothing(cluster: Cluster) -> None:
     topic = "killed"
     owner_url = cluster.owner(topic)

@@ -25,6 +25,7 @@ from magnetar.broker.protocols.owner_proxy.fanout import (
     JsonProducerFan,
 )
 from magnetar.broker.protocols.owner_proxy.relay import (
+    OPEN_FINAL_STATUSES,
     Connect,
     GaveUp,
     LookupFailed,
@@ -138,7 +139,9 @@ class OwnerProxy:
             return await self._open(request, owner_url, owner_url_tls, overrides)
 
         try:
-            upstream = await connect_with_retry(connect, dict, self._settings, str(topic))
+            upstream = await connect_with_retry(
+                connect, dict, self._settings, str(topic), final_statuses=OPEN_FINAL_STATUSES
+            )
         except WsRejected as exc:
             await request.reject(error_response(exc.status, exc.reason))
             return
@@ -182,7 +185,9 @@ class OwnerProxy:
 
         async def open_one(index: int, cancel: trio.CancelScope) -> None:
             try:
-                upstreams[index] = await connect_with_retry(connects[index], dict, self._settings, str(topic))
+                upstreams[index] = await connect_with_retry(
+                    connects[index], dict, self._settings, str(topic), final_statuses=OPEN_FINAL_STATUSES
+                )
             except (WsRejected, GaveUp) as exc:
                 failures.append(exc)
                 cancel.cancel()  # the first refusal answers the client: stop opening the others

@@ -67,16 +67,25 @@ class GaveUp(Exception):
     """The topic's owner could not be reached before the deadline."""
 
 
+FINAL_STATUSES = frozenset({400, 401, 403, 404, 412})
+"""Refusals of an upstream session that retrying cannot cure."""
+OPEN_FINAL_STATUSES = FINAL_STATUSES | {409}
+"""The same when the client's session is being opened: a conflict (a busy producer name, an exclusive
+subscription taken) is the client's answer too. Once the session runs, a 409 after a move is retried: the
+session's previous owner may still hold the subscription for a moment."""
+
+
 async def connect_with_retry(
     connect: Connect,
     overrides: Callable[[], dict[str, str]],
     settings: ProxySettings,
     what: str,
     deadline: float | None = None,
+    final_statuses: frozenset[int] = FINAL_STATUSES,
 ) -> WsClient:
     """Attempts until one succeeds or ``deadline`` (trio time; default: ``ws_proxy_reconnect_deadline_ms``
-    from now) passes (:class:`GaveUp`). A refusal that retrying cannot cure (400, 401, 403, 404, 412) is
-    raised at once."""
+    from now) passes (:class:`GaveUp`). A refusal that retrying cannot cure (``final_statuses``) is raised
+    at once."""
     if deadline is None:
         deadline = trio.current_time() + settings.ws_proxy_reconnect_deadline_ms / 1000
     backoff_s = settings.ws_proxy_reconnect_backoff_initial_ms / 1000
@@ -86,7 +95,7 @@ async def connect_with_retry(
             with trio.fail_after(settings.ws_proxy_connect_timeout_ms / 1000):
                 return await connect(overrides())
         except WsRejected as exc:
-            if exc.status in (400, 401, 403, 404, 412):
+            if exc.status in final_statuses:
                 raise
             last = f"{exc.status} {exc.reason}"
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
