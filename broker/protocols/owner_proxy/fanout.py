@@ -570,14 +570,17 @@ class FanOutSession:
         ]
         self._close: tuple[int, str] | None = None
         self._ended = 0
+        self._reader_scope = trio.CancelScope()
 
     async def run(self) -> None:
+        """Until the client leaves or the session ends: then every port is shut, so each relay closes its
+        upstream session and ends by itself (none is cancelled midway)."""
         try:
             async with trio.open_nursery() as nursery:
                 self._apply(self.fan.opening())
                 for index, relay in enumerate(self.relays):
-                    nursery.start_soon(self._partition, index, relay, nursery.cancel_scope)
-                nursery.start_soon(self._client_reader, nursery.cancel_scope)
+                    nursery.start_soon(self._partition, index, relay)
+                nursery.start_soon(self._client_reader)
         finally:
             for port in self.ports:
                 port.shut()
@@ -586,36 +589,43 @@ class FanOutSession:
             with trio.CancelScope(shield=True):
                 await self._ws.close(code, reason)
 
-    async def _partition(self, index: int, relay: Relay, scope: trio.CancelScope) -> None:
+    def _finish(self, close: tuple[int, str] | None) -> None:
+        """End the session (``close``: how, unless the client left): stop reading the client, shut every
+        port."""
+        if self._close is None:
+            self._close = close
+        self._reader_scope.cancel()
+        for port in self.ports:
+            port.shut()
+
+    async def _partition(self, index: int, relay: Relay) -> None:
         await relay.run()
         code, reason = self.ports[index].ended or (CLOSE_GOING_AWAY, "")
-        if self._close is not None or self._ws.closed:
-            scope.cancel()
+        if self.ports[index].ended is None or self._ws.closed:
+            self._finish(None)  # shut by the fan-out: the session is ending already
             return
         if code == CLOSE_NORMAL and self.fan.unsubscribing:
             self._ended += 1
             if self._ended == len(self.relays):
-                self._close = (code, reason)
-                scope.cancel()
+                self._finish((code, reason))
             return
         log.info("proxy: %s partition %d ended (%s %s): closing the client's session", self._topic, index,
                  code, reason)  # fmt: skip
-        self._close = (code, reason)
-        scope.cancel()
+        self._finish((code, reason))
 
-    async def _client_reader(self, scope: trio.CancelScope) -> None:
-        try:
-            while True:
-                for message in await self._ws.receive_batch():
-                    try:
-                        routed = self.fan.from_client(message)
-                    except WsSessionError as exc:
-                        self._close = (exc.close_code, exc.reason)
-                        scope.cancel()
-                        return
-                    await self._deliver(routed)
-        except WebSocketClosed:
-            scope.cancel()  # the client went away: end every upstream session too
+    async def _client_reader(self) -> None:
+        with self._reader_scope:
+            try:
+                while True:
+                    for message in await self._ws.receive_batch():
+                        try:
+                            routed = self.fan.from_client(message)
+                        except WsSessionError as exc:
+                            self._finish((exc.close_code, exc.reason))
+                            return
+                        await self._deliver(routed)
+            except WebSocketClosed:
+                self._finish(None)  # the client went away: end every upstream session too
 
     async def from_partition(self, index: int, messages: list[Frame]) -> None:
         await self._deliver(self.fan.from_partition(index, messages))

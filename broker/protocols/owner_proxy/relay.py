@@ -140,16 +140,17 @@ class Relay:
         self._changed = trio.Event()
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._client_reader, nursery.cancel_scope)
-            nursery.start_soon(self._upstream_loop, nursery.cancel_scope)
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._client_reader, nursery.cancel_scope)
+                nursery.start_soon(self._upstream_loop, nursery.cancel_scope)
+        finally:  # also when cancelled from outside: the upstream session never outlives the relay
+            upstream, self._upstream = self._upstream, None
             with trio.CancelScope(shield=True):
-                await upstream.aclose()
-        if not self._ws.closed:
-            with trio.CancelScope(shield=True):
-                await self._ws.close(*self._close)
+                if upstream is not None:
+                    await upstream.aclose()
+                if not self._ws.closed:
+                    await self._ws.close(*self._close)
 
     # -- client -> owner ----------------------------------------------------------------------------
 

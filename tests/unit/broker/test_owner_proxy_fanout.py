@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any, cast
 
 import pytest
 import trio
 import trio.testing
 
 from magnetar.bookkeeper.runtime.http import WebSocketClosed
+from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
 from magnetar.broker.core.key_hash import partition_for_key
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
@@ -22,7 +24,9 @@ from magnetar.broker.protocols.owner_proxy.fanout import (
     JsonProducerFan,
     PartitionPort,
 )
+from magnetar.broker.protocols.owner_proxy.tracking import JsonProducerTracker
 from magnetar.broker.protocols.ws_errors import WsSessionError
+from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import StoredMessage
 from magnetar.broker.wire.magnetar_v1 import (
     FrameType,
@@ -297,3 +301,124 @@ async def test_a_port_sends_the_permits_granted_meanwhile_before_the_frames_and_
     port.shut()
     with pytest.raises(WebSocketClosed):
         await port.receive_batch()
+
+
+# -- the session, against scripted upstream sessions ----------------------------------------------------
+
+
+class FakeClient:
+    """The client's WebSocket on the proxying broker."""
+
+    def __init__(self) -> None:
+        self.inbox_send, self.inbox = trio.open_memory_channel[str | bytes](100)
+        self.sent: list[str] = []
+        self.closed = False
+        self.close_code: int | None = None
+
+    async def receive_batch(self) -> list[str | bytes]:
+        try:
+            return [await self.inbox.receive()]
+        except trio.EndOfChannel:
+            raise WebSocketClosed(1000) from None
+
+    async def send_many(self, messages: list[bytes], *, text: bool) -> None:
+        self.sent += [m.decode() for m in messages]
+
+    async def send_text(self, text: str) -> None:
+        self.sent.append(text)
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        self.closed, self.close_code = True, code
+
+
+class FakeUpstream:
+    """A partition owner's session: answers each publish with an ack naming its partition, or ends (1001)
+    on the publish after ``answer_max`` answers, without answering it."""
+
+    def __init__(self, partition: int, answer_max: int = 1_000) -> None:
+        self.peer = f"owner-{partition}"
+        self.partition = partition
+        self.received: list[str] = []
+        self.answer_max = answer_max
+        self.closed = False
+        self._to_proxy_send, self._to_proxy = trio.open_memory_channel[str](100)
+
+    async def send(self, message: str | bytes) -> None:
+        assert isinstance(message, str)
+        self.received.append(message)
+        if len(self.received) <= self.answer_max:
+            context = json.loads(message)["context"]
+            answer = {
+                "result": "ok",
+                "messageId": json_id(self.partition, len(self.received)),
+                "context": context,
+            }
+            await self._to_proxy_send.send(json.dumps(answer))
+        elif len(self.received) == self.answer_max + 1:
+            self._to_proxy_send.close()
+
+    async def send_many(self, messages: list[str | bytes]) -> None:
+        for message in messages:
+            await self.send(message)
+
+    async def receive_batch(self) -> list[str | bytes]:
+        try:
+            return [await self._to_proxy.receive()]
+        except trio.EndOfChannel:
+            raise WsClosed(1001, "Topic unloaded") from None
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def key_for(partition: int, partitions: int, n: int = 0) -> str:
+    keys = (f"key-{i}" for i in range(1000))
+    matching = [k for k in keys if partition_for_key(k, partitions, None) == partition]
+    return matching[n]
+
+
+async def test_a_partition_that_ends_fails_back_only_its_own_messages_then_closes_the_session_1001() -> None:
+    client = FakeClient()
+    upstreams = [FakeUpstream(0, answer_max=1), FakeUpstream(1)]
+    attempts = 0
+
+    async def unreachable(overrides: dict[str, str]) -> Any:
+        nonlocal attempts
+        attempts += 1
+        raise WsRejected(503, b'{"reason": "bundle not ready"}')
+
+    proxy_settings = BrokerSettings(
+        ws_proxy_reconnect_backoff_initial_ms=10,
+        ws_proxy_reconnect_backoff_max_ms=20,
+        ws_proxy_reconnect_deadline_ms=300,
+    )
+    fan = JsonProducerFan(
+        PartitionRouter([0, 1], routing_mode="SinglePartition", hashing_scheme=None, rng=random.Random(1))
+    )
+    session = FanOutSession(
+        cast(Any, client),
+        fan,
+        cast(Any, upstreams),
+        [JsonProducerTracker(), JsonProducerTracker()],
+        [unreachable, unreachable],
+        proxy_settings,
+        "persistent://t/ns/parts",
+    )
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(session.run)
+            for context, (partition, n) in enumerate([(0, 0), (1, 0), (1, 1), (0, 1), (1, 2)]):
+                await client.inbox_send.send(publish(key_for(partition, 2, n), str(context)))
+                await trio.testing.wait_all_tasks_blocked()
+    answers = {json.loads(a)["context"]: json.loads(a) for a in client.sent}
+    assert {c: a["result"] for c, a in answers.items()} == {
+        "0": "ok",
+        "1": "ok",
+        "2": "ok",
+        "3": "send-error:8",  # partition 0's session ended with it unanswered
+        "4": "ok",  # partition 1 went on
+    }
+    assert {MessageId.from_base64(answers[c]["messageId"]).partition for c in "124"} == {1}
+    assert client.close_code == 1001  # partition 0 unreachable past the deadline
+    assert attempts >= 2
+    assert all(u.closed for u in upstreams)  # every upstream session closed with the client's
