@@ -65,6 +65,7 @@ from magnetar.bookkeeper.runtime.http import (
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
+from magnetar.broker.protocols.outbound import RECORDS_FRAME_BYTES_MAX
 from magnetar.broker.protocols.owner_proxy.relay import Connect, Relay
 from magnetar.broker.protocols.owner_proxy.tracking import Tracker
 from magnetar.broker.protocols.pulsar_ws.messages import (
@@ -267,9 +268,13 @@ class ConsumerFan(Fan):
         self._answered = [0] * partitions
         """Per partition: how many of the questions in ``_queries`` it has answered."""
         self._delivered: deque[list[int]] = deque()
-        """A reader's deliveries not yet released, oldest first: [partition, messages]."""
-        self._released_by_id = [0] * partitions
-        """A JSON reader: releases that named their partition, not yet taken off ``_delivered``."""
+        """A reader's deliveries not yet released, oldest first: [partition, messages] (at most its windows'
+        worth: each partition's session delivers no more until released)."""
+
+    @property
+    def unreleased(self) -> int:
+        """A reader's deliveries the client has not released yet."""
+        return sum(count for _, count in self._delivered)
 
     def opening(self) -> Routed:
         routed = Routed()
@@ -374,16 +379,18 @@ class ConsumerFan(Fan):
         except (orjson.JSONDecodeError, TypeError, KeyError, ValueError):
             pass
         if 0 <= partition < self.partitions:
-            self._released_by_id[partition] += 1
+            for run in self._delivered:  # its oldest unreleased delivery: near the head when read in order
+                if run[0] == partition:
+                    run[1] -= 1
+                    if run[1] == 0:
+                        self._delivered.remove(run)
+                    break
             return Routed(partitions=[(partition, message)])
-        while self._delivered:
+        if self._delivered:
             head = self._delivered[0]
             head[1] -= 1
             if head[1] == 0:
                 self._delivered.popleft()
-            if self._released_by_id[head[0]] > 0:
-                self._released_by_id[head[0]] -= 1  # released earlier by its id
-                continue
             return Routed(partitions=[(head[0], message)])
         return Routed(partitions=[(0, message)])  # nothing delivered: the partition's session ignores it
 
@@ -456,14 +463,19 @@ class ConsumerFan(Fan):
     def _hand_on(self, routed: Routed) -> Routed:
         """Pull mode: hand held deliveries on while the client has permits; grant each again upstream."""
         records: list[bytes] = []
+        size = 0
         while self.held and self.client_permits > 0:
             partition, message = self.held.popleft()
             self.client_permits -= 1
             routed.grant(partition, 1)
-            if isinstance(message, bytes):
-                records.append(message)
-            else:
+            if isinstance(message, str):
                 routed.client.append(message)
+                continue
+            if records and size + len(message) > RECORDS_FRAME_BYTES_MAX:
+                routed.client.append(messages_frame(records))  # frames as large as a local session's
+                records, size = [], 0
+            records.append(message)
+            size += len(message)
         if records:
             routed.client.append(messages_frame(records))
         return routed

@@ -269,9 +269,15 @@ def test_a_readers_releases_go_to_the_partitions_of_its_oldest_deliveries() -> N
     json_reader = ConsumerFan(3, binary=False, pull_mode=False, reader=True, prefetch=10)
     json_reader.from_partition(1, [delivery(1, 1)])
     json_reader.from_partition(0, [delivery(0, 1)])
+    json_reader.from_partition(2, [delivery(2, 1)])
     release = json.dumps({"messageId": json_id(0, 1)})
     assert json_reader.from_client(release).partitions == [(0, release)]
     assert json_reader.from_client("{}").partitions == [(1, "{}")]  # no id: the oldest delivery's partition
+    assert json_reader.from_client("{}").partitions == [(2, "{}")]  # partition 0's was released by its id
+    for entry in range(2, 500):  # releases by id keep nothing behind
+        json_reader.from_partition(entry % 3, [delivery(entry % 3, entry)])
+        json_reader.from_client(json.dumps({"messageId": json_id(entry % 3, entry)}))
+    assert json_reader.unreleased == 0
 
 
 def test_message_records_split_a_messages_frame_and_join_again() -> None:
