@@ -30,6 +30,7 @@ from magnetar.broker.wire.magnetar_v1 import (
     SUBPROTOCOL,
     OutgoingMessage,
     encode_ack_ranges,
+    encode_permit,
     encode_send,
     parse_messages,
     parse_receipt,
@@ -554,6 +555,27 @@ def test_magnetar_v1_sessions_on_a_partitioned_topic_get_one_answer_per_frame_ac
     assert not set(acked) - set(received)
     check_per_key(set(acked), received)
     assert f"persistent://{NS}/{topic}-partition-0 moved from" in entry.log_path.read_text()
+    # a pull-mode consumer gets at most what it permitted, however many partitions have messages
+    puller = ws(
+        entry,
+        f"/ws/v2/consumer/persistent/{NS}/{topic}/pull?subscriptionInitialPosition=Earliest&pullMode=true",
+        **options,
+    )
+    puller.settimeout(10)
+    pulled: list[int] = []
+    for permits in (1, 5, 3, 40, 2):
+        puller.send_binary(encode_permit(permits))
+        got = 0
+        while got < permits:
+            frame = puller.recv()
+            assert isinstance(frame, bytes)
+            got += len(parse_messages(frame))
+            pulled += [int(m.payload.decode().removeprefix("p-")) for m in parse_messages(frame)]
+        assert got == permits, f"{got} delivered for {permits} permits"
+    puller.settimeout(0.5)
+    with pytest.raises(websocket.WebSocketTimeoutException):
+        puller.recv()  # nothing beyond the permits
+    check_per_key(set(acked), pulled)
     assert_open(producer)
     assert_open(consumer)
 
