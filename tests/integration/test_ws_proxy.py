@@ -604,6 +604,7 @@ def test_a_partitioned_session_passes_an_owners_refusal_on_and_ends_1000_after_u
     opcode, frame = first.recv_data(control_frame=True)
     assert opcode == websocket.ABNF.OPCODE_CLOSE
     assert struct.unpack("!H", frame[:2])[0] == 1000, frame
+    first.shutdown()  # closed by the server: websocket-client's close() would leave the socket open
     again = ws(entry, path)  # the subscription is gone from every partition: a new one may be made
     assert_open(again)
 
