@@ -27,7 +27,8 @@ What the fan-out changes between the client and the partitions (the sans-IO core
 * **consumer** (:class:`ConsumerFan`, JSON and binary): deliveries of every partition go to the client;
   acks and negative acks go to the partition their message id names (a binary ACK / ACK_RANGE / NACK is
   split per partition); ``unsubscribe`` goes to every partition and the session ends 1000 once all have
-  ended; ``isEndOfTopic`` asks every partition and answers true only if all are at their end. Pull mode
+  ended; ``isEndOfTopic`` asks every partition and answers true only if all are at their end (a partition
+  that moves meanwhile answers false: :mod:`.tracking`). Pull mode
   (``pullMode=true``): the proxy keeps ``ws_proxy_partition_prefetch_messages`` permits granted to each
   partition and holds deliveries beyond the client's own permits (at most that many per partition), so the
   client never gets more than it permitted; each message handed on is granted again to its partition.
@@ -35,14 +36,16 @@ What the fan-out changes between the client and the partitions (the sans-IO core
   in; a JSON reader's per-message release goes to the partition its message id names (else to the partition
   of the oldest unreleased delivery); a binary PERMIT releases the oldest deliveries, split per partition.
 
-Errors: an upstream refusal at open (401, 403, 404, 409, ...) refuses the client's upgrade with the same
-status and reason; a partition unreachable within ``ws_proxy_reconnect_deadline_ms`` closes the client's
-session with 1001; any partition session ending for good (a 4xxx session error, or 1000 other than after
-an unsubscribe) closes the client's session with that code. The client leaving closes every upstream
-session. Bounds: the session counts once in ``ws_proxy_sessions_max``; its upstream sessions are one per
-partition (partitions are bounded by ``max_num_partitions_per_partitioned_topic``, at most 65,536); each
-port holds at most
-``ws_proxy_buffer_messages_max`` client frames (at least one) waiting for its relay.
+Errors: the upstream sessions are opened concurrently; the first refusal that retrying cannot cure (400,
+401, 403, 404, 409, 412: :data:`~.relay.OPEN_FINAL_STATUSES`) refuses the client's upgrade with the same
+status and reason, and a partition whose owner cannot be reached within ``ws_proxy_reconnect_deadline_ms``
+makes it 503; either way the sessions already open are closed. Once running, a partition unreachable
+within the deadline closes the client's session with 1001, and any partition session ending for good (a
+4xxx session error, or 1000 other than after an unsubscribe) closes it with that code. The client leaving
+closes every upstream session. Bounds: the session counts once in ``ws_proxy_sessions_max``; its upstream
+sessions are one per partition (partitions are bounded by ``max_num_partitions_per_partitioned_topic``, at
+most 65,536); each port holds at most ``ws_proxy_buffer_messages_max`` client frames (at least one) waiting
+for its relay.
 """
 
 from __future__ import annotations
