@@ -108,6 +108,9 @@ Frame = str | bytes
 
 _JSON_DELIVERY_PREFIX = '{"messageId":"'
 _JSON_END_OF_TOPIC_PREFIX = '{"endOfTopic":'
+_PLAIN_ACK_TAIL = '"}'
+DELIVERED_IDS_MAX = 4096
+"""Delivered message ids a JSON consumer's fan-out remembers to route their acks (about 100 bytes each)."""
 
 
 @dataclass
@@ -273,6 +276,14 @@ class ConsumerFan(Fan):
         self._delivered: deque[list[int]] = deque()
         """A reader's deliveries not yet released, oldest first: [partition, messages] (at most its windows'
         worth: each partition's session delivers no more until released)."""
+        self._delivered_ids: dict[str, int] = {}
+        """A JSON consumer: the partition of each message id delivered and not acked yet, the newest
+        ``DELIVERED_IDS_MAX`` (so an ack needs no JSON or id decoding)."""
+
+    @property
+    def remembered_ids(self) -> int:
+        """A JSON consumer: delivered message ids remembered for routing their acks."""
+        return len(self._delivered_ids)
 
     @property
     def unreleased(self) -> int:
@@ -302,6 +313,10 @@ class ConsumerFan(Fan):
             if parse_reader_command(message):
                 return self._ask_end_of_topic(message)
             return self._release_json(message)
+        if message.startswith(_JSON_DELIVERY_PREFIX) and message.endswith(_PLAIN_ACK_TAIL):
+            partition = self._delivered_ids.pop(message[len(_JSON_DELIVERY_PREFIX) : -2], None)
+            if partition is not None:  # the common frame: an ack of an id delivered through this session
+                return Routed(partitions=[(partition, message)])
         fields = plain_ack_fields(message)
         if fields is not None:
             return self._to_partition(fields[2], message)
@@ -437,6 +452,12 @@ class ConsumerFan(Fan):
         return self._hand_on(routed)
 
     def _delivery(self, partition: int, message: Frame, count: int, routed: Routed) -> None:
+        if isinstance(message, str) and not self._reader:
+            ids = self._delivered_ids
+            start = len(_JSON_DELIVERY_PREFIX)
+            ids[message[start : message.find('"', start)]] = partition
+            if len(ids) > DELIVERED_IDS_MAX:
+                del ids[next(iter(ids))]  # the oldest: its ack, if it comes, takes the full parse
         if self._pull:
             self.held.append((partition, message))
             return

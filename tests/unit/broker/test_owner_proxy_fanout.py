@@ -18,6 +18,7 @@ from magnetar.broker.core.key_hash import partition_for_key
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
 from magnetar.broker.protocols.owner_proxy.fanout import (
+    DELIVERED_IDS_MAX,
     BinaryProducerFan,
     ConsumerFan,
     FanOutSession,
@@ -447,3 +448,16 @@ def test_an_is_end_of_topic_question_lost_in_a_move_is_answered_false() -> None:
     fan.from_client(question)
     assert fan.from_partition(0, ['{"endOfTopic":true}']).client == []
     assert fan.from_partition(1, ['{"endOfTopic":false}']).client == ['{"endOfTopic":false}']
+
+
+def test_a_json_consumers_acks_of_delivered_ids_are_routed_from_memory_within_a_bound() -> None:
+    fan = ConsumerFan(PARTITIONS, binary=False, pull_mode=False, reader=False, prefetch=10)
+    assert fan.from_partition(3, [delivery(3, 1)]).client == [delivery(3, 1)]
+    ack = '{"messageId":"' + json_id(3, 1) + '"}'
+    assert fan.from_client(ack).partitions == [(3, ack)]
+    assert fan.from_client(ack).partitions == [(3, ack)]  # again (forgotten): by the full parse, the same
+    for entry in range(DELIVERED_IDS_MAX + 10):
+        fan.from_partition(entry % PARTITIONS, [delivery(entry % PARTITIONS, entry)])
+    assert fan.remembered_ids == DELIVERED_IDS_MAX
+    oldest = '{"messageId":"' + json_id(1, 1) + '"}'  # forgotten: routed by its id's partition all the same
+    assert fan.from_client(oldest).partitions == [(1, oldest)]
