@@ -36,16 +36,17 @@ What the fan-out changes between the client and the partitions (the sans-IO core
   in; a JSON reader's per-message release goes to the partition its message id names (else to the partition
   of the oldest unreleased delivery); a binary PERMIT releases the oldest deliveries, split per partition.
 
-Errors: the upstream sessions are opened concurrently; the first refusal that retrying cannot cure (400,
-401, 403, 404, 409, 412: :data:`~.relay.OPEN_FINAL_STATUSES`) refuses the client's upgrade with the same
-status and reason, and a partition whose owner cannot be reached within ``ws_proxy_reconnect_deadline_ms``
-makes it 503; either way the sessions already open are closed. Once running, a partition unreachable
-within the deadline closes the client's session with 1001, and any partition session ending for good (a
-4xxx session error, or 1000 other than after an unsubscribe) closes it with that code. The client leaving
-closes every upstream session. Bounds: the session counts once in ``ws_proxy_sessions_max``; its upstream
-sessions are one per partition (partitions are bounded by ``max_num_partitions_per_partitioned_topic``, at
-most 65,536); each port holds at most ``ws_proxy_buffer_messages_max`` client frames (at least one) waiting
-for its relay.
+Errors: the upstream sessions are opened concurrently, ``ws_proxy_partition_opens_max`` at a time; the
+first refusal that retrying cannot cure (400, 401, 403, 404, 409, 412:
+:data:`~.relay.OPEN_FINAL_STATUSES`) refuses the client's upgrade with the same status and reason, and a
+partition whose owner cannot be reached within ``ws_proxy_reconnect_deadline_ms`` makes it 503; either way
+the sessions already open are closed. Once running, a partition unreachable within the deadline closes the
+client's session with 1001, and any partition session ending for good (a 4xxx session error, or 1000 other
+than after an unsubscribe) closes it with that code. The client leaving closes every upstream session.
+Bounds: the session counts once in ``ws_proxy_sessions_max``; its upstream sessions are one per partition
+(partitions are bounded by ``max_num_partitions_per_partitioned_topic``, at most 65,536); each port holds
+at most ``ws_proxy_buffer_messages_max`` client frames (at least one) waiting for its relay; a JSON
+consumer remembers at most ``DELIVERED_IDS_MAX`` delivered ids.
 """
 
 from __future__ import annotations

@@ -183,11 +183,18 @@ class OwnerProxy:
         upstreams: list[WsClient | None] = [None] * partitions
         failures: list[BaseException] = []
 
+        limiter = trio.CapacityLimiter(self._settings.ws_proxy_partition_opens_max)
+
         async def open_one(index: int, cancel: trio.CancelScope) -> None:
             try:
-                upstreams[index] = await connect_with_retry(
-                    connects[index], dict, self._settings, str(topic), final_statuses=OPEN_FINAL_STATUSES
-                )
+                async with limiter:
+                    upstreams[index] = await connect_with_retry(
+                        connects[index],
+                        dict,
+                        self._settings,
+                        str(topic.partition(index)),
+                        final_statuses=OPEN_FINAL_STATUSES,
+                    )
             except (WsRejected, GaveUp) as exc:
                 failures.append(exc)
                 cancel.cancel()  # the first refusal answers the client: stop opening the others

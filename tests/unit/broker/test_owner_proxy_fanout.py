@@ -461,3 +461,16 @@ def test_a_json_consumers_acks_of_delivered_ids_are_routed_from_memory_within_a_
     assert fan.remembered_ids == DELIVERED_IDS_MAX
     oldest = '{"messageId":"' + json_id(1, 1) + '"}'  # forgotten: routed by its id's partition all the same
     assert fan.from_client(oldest).partitions == [(1, oldest)]
+
+
+def test_the_fan_out_settings_are_bounded() -> None:
+    for name, bad in (
+        ("ws_proxy_partition_prefetch_messages", 0),
+        ("ws_proxy_partition_prefetch_messages", 100_001),
+        ("ws_proxy_partition_opens_max", 0),
+        ("ws_proxy_partition_opens_max", 1_001),
+    ):
+        with pytest.raises(ValueError, match=name):
+            BrokerSettings(**{name: bad})
+    settings = BrokerSettings()
+    assert (settings.ws_proxy_partition_prefetch_messages, settings.ws_proxy_partition_opens_max) == (100, 16)
