@@ -15,6 +15,7 @@ from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
 from magnetar.broker.core.errors import ServiceError
+from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
 from magnetar.broker.protocols.owner_proxy.relay import GaveUp, LookupFailed, Relay, connect_with_retry
 from magnetar.broker.protocols.owner_proxy.tracking import (
     BinaryProducerTracker,
@@ -40,7 +41,9 @@ class OwnerProxy:
     def __init__(self, service: BrokerService) -> None:
         self._service = service
         self._settings = service.settings
-        self.sessions = 0
+        self.counters = ProxyCounters()
+        self.metrics = ProxyMetrics(service.settings.cluster, self.counters)
+        """The proxy's ``/metrics`` families (:mod:`.metrics`), added by the broker's HTTP application."""
         self._ssl_context: ssl.SSLContext | None = None
         self._token: str | None = None
         self._prepared = False
@@ -77,16 +80,18 @@ class OwnerProxy:
         with the subprotocol the owner chose and relay until either side ends it. A refusal by the owner is
         passed to the client as it is (status and reason); an owner unreachable within the deadline is 503."""
         settings = self._settings
-        if self.sessions >= settings.ws_proxy_sessions_max:
+        counters = self.counters
+        if counters.sessions >= settings.ws_proxy_sessions_max:
             bound = settings.ws_proxy_sessions_max
             reason = f"Too many proxied sessions on this broker (ws_proxy_sessions_max={bound})"
+            counters.sessions_refused += 1
             await request.reject(error_response(503, reason))
             return
-        self.sessions += 1
+        counters.sessions += 1
         try:
             await self._serve(request, kind, topic, http_url, http_url_tls)
         finally:
-            self.sessions -= 1
+            counters.sessions -= 1
 
     async def _serve(
         self, request: WebSocketRequest, kind: WsKind, topic: TopicName, http_url: str, http_url_tls: str
@@ -111,6 +116,7 @@ class OwnerProxy:
             await request.reject(error_response(exc.status, exc.reason))
             return
         except GaveUp as exc:
+            self.counters.sessions_refused += 1
             await request.reject(error_response(503, str(exc)))
             return
         try:
@@ -121,9 +127,9 @@ class OwnerProxy:
             raise
         log.info("proxy: %s %s session from %s served through %s", topic, kind.value, request.client,
                  upstream.peer)  # fmt: skip
-        relay = Relay(
-            ws, upstream, _tracker(request, kind, upstream.subprotocol), connect, self._settings, str(topic)
-        )
+        self.counters.sessions_opened += 1
+        tracker = _tracker(request, kind, upstream.subprotocol)
+        relay = Relay(ws, upstream, tracker, connect, self._settings, str(topic), self.counters)
         await relay.run()
 
     async def _open(
