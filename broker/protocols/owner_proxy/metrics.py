@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from magnetar.broker.exposition import Family, FamilyRows, Kind
+from magnetar.broker.metrics import broker_wide
 
 
 @dataclass(slots=True)
@@ -39,21 +40,17 @@ class ProxyCounters:
     frames_to_client: int = 0
 
 
-def _family(name: str, kind: Kind, help_text: str) -> Family:
-    return Family(name, kind, help_text, ("cluster",))
-
-
 PROXY_FAMILIES: tuple[tuple[Family, Callable[[ProxyCounters], int]], ...] = (
     (
-        _family("magnetar_ws_proxy_sessions", Kind.GAUGE, "WebSocket sessions served through this broker"),
+        broker_wide("magnetar_ws_proxy_sessions", Kind.GAUGE, "Sessions served through this broker"),
         lambda c: c.sessions,
     ),
     (
-        _family("magnetar_ws_proxy_sessions_opened", Kind.COUNTER, "Sessions accepted through the proxy"),
+        broker_wide("magnetar_ws_proxy_sessions_opened", Kind.COUNTER, "Sessions accepted through the proxy"),
         lambda c: c.sessions_opened,
     ),
     (
-        _family(
+        broker_wide(
             "magnetar_ws_proxy_sessions_refused",
             Kind.COUNTER,
             "Upgrades the proxy refused itself (session bound reached, no owner reachable)",
@@ -61,11 +58,11 @@ PROXY_FAMILIES: tuple[tuple[Family, Callable[[ProxyCounters], int]], ...] = (
         lambda c: c.sessions_refused,
     ),
     (
-        _family("magnetar_ws_proxy_moves", Kind.COUNTER, "Sessions that followed their topic to a new owner"),
+        broker_wide("magnetar_ws_proxy_moves", Kind.COUNTER, "Sessions that followed their topic"),
         lambda c: c.moves,
     ),
     (
-        _family(
+        broker_wide(
             "magnetar_ws_proxy_gave_up",
             Kind.COUNTER,
             "Sessions closed 1001: no owner reachable within ws_proxy_reconnect_deadline_ms",
@@ -73,7 +70,7 @@ PROXY_FAMILIES: tuple[tuple[Family, Callable[[ProxyCounters], int]], ...] = (
         lambda c: c.gave_up,
     ),
     (
-        _family(
+        broker_wide(
             "magnetar_ws_proxy_failed_back",
             Kind.COUNTER,
             "Requests answered with an error by the proxy (outcome unknown, or reconnect buffer full)",
@@ -81,11 +78,11 @@ PROXY_FAMILIES: tuple[tuple[Family, Callable[[ProxyCounters], int]], ...] = (
         lambda c: c.failed_back,
     ),
     (
-        _family("magnetar_ws_proxy_frames_to_owner", Kind.COUNTER, "Client frames relayed to the owner"),
+        broker_wide("magnetar_ws_proxy_frames_to_owner", Kind.COUNTER, "Client frames relayed to the owner"),
         lambda c: c.frames_to_owner,
     ),
     (
-        _family("magnetar_ws_proxy_frames_to_client", Kind.COUNTER, "Owner frames relayed to the client"),
+        broker_wide("magnetar_ws_proxy_frames_to_client", Kind.COUNTER, "Owner frames relayed to the client"),
         lambda c: c.frames_to_client,
     ),
 )
