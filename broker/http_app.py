@@ -33,6 +33,7 @@ PROMETHEUS_CONTENT_TYPE = CONTENT_TYPE
 def build_router(service: BrokerService) -> Router:
     router = Router()
     ws = WsHandlers(service)
+    service.metrics.add_source(ws.proxy_metrics)
     router.websocket("/ws/v2/producer/{domain}/{tenant}/{namespace}/{topic:path}", ws.producer)
     router.websocket("/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic:path}/{subscription}", ws.consumer)
     router.websocket("/ws/v2/reader/{domain}/{tenant}/{namespace}/{topic:path}", ws.reader)

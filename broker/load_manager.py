@@ -40,6 +40,7 @@ from urllib.parse import quote, unquote, urlsplit
 import trio
 
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError
+from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.load_decisions import (
@@ -396,9 +397,13 @@ class LoadManager:
         return len(names)
 
 
-def bundle_stats(loaded: Iterable[tuple[Bundle, PersistentTopic]]) -> list[tuple[Bundle, BundleStats]]:
-    """Each bundle's traffic (Pulsar's ``NamespaceBundleStats``) from its loaded topics' stats rates."""
-    per_bundle: dict[Bundle, list[PersistentTopic]] = {}
+def bundle_stats(
+    loaded: Iterable[tuple[Bundle, PersistentTopic | NonPersistentTopic]],
+) -> list[tuple[Bundle, BundleStats]]:
+    """Each bundle's traffic (Pulsar's ``NamespaceBundleStats``) from its loaded topics' stats rates, both
+    kinds: a non-persistent topic's traffic loads its broker as much as a persistent one's (as in Pulsar,
+    whose bundle stats count every topic of the bundle)."""
+    per_bundle: dict[Bundle, list[PersistentTopic | NonPersistentTopic]] = {}
     for bundle, topic in loaded:
         per_bundle.setdefault(bundle, []).append(topic)
     out = []

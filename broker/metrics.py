@@ -334,39 +334,39 @@ class MetadataFigures:
     rollover_deferred_entries_max: int
 
 
-def _broker_wide(name: str, kind: Kind, help_text: str) -> Family:
+def broker_wide(name: str, kind: Kind, help_text: str) -> Family:
     return Family(name, kind, help_text, ("cluster",))
 
 
 METADATA_FAMILIES: tuple[tuple[Family, Callable[[MetadataFigures], float]], ...] = (
     (
-        _broker_wide("magnetar_metadata_outages", Kind.COUNTER, "Metadata store outages seen"),
+        broker_wide("magnetar_metadata_outages", Kind.COUNTER, "Metadata store outages seen"),
         lambda f: f.outages_total,
     ),
     (
-        _broker_wide("magnetar_metadata_sessions_lost", Kind.COUNTER, "Metadata sessions lost (expired)"),
+        broker_wide("magnetar_metadata_sessions_lost", Kind.COUNTER, "Metadata sessions lost (expired)"),
         lambda f: f.sessions_lost_total,
     ),
     (
-        _broker_wide("magnetar_metadata_store_healthy", Kind.GAUGE, "1 while the metadata store is usable"),
+        broker_wide("magnetar_metadata_store_healthy", Kind.GAUGE, "1 while the metadata store is usable"),
         lambda f: int(f.healthy),
     ),
     (
-        _broker_wide(
+        broker_wide(
             "magnetar_metadata_outage_seconds", Kind.GAUGE, "Length of the current metadata outage so far"
         ),
         lambda f: f.outage_s,
     ),
     (
-        _broker_wide("magnetar_metadata_waiters", Kind.GAUGE, "Requests waiting for the metadata store"),
+        broker_wide("magnetar_metadata_waiters", Kind.GAUGE, "Requests waiting for the metadata store"),
         lambda f: f.waiters,
     ),
     (
-        _broker_wide("magnetar_bundles_owned", Kind.GAUGE, "Namespace bundles this broker serves"),
+        broker_wide("magnetar_bundles_owned", Kind.GAUGE, "Namespace bundles this broker serves"),
         lambda f: f.bundles_owned,
     ),
     (
-        _broker_wide(
+        broker_wide(
             "magnetar_bundles_unconfirmed",
             Kind.GAUGE,
             "Bundles served without their ownership node (after a lost session)",
@@ -374,7 +374,7 @@ METADATA_FAMILIES: tuple[tuple[Family, Callable[[MetadataFigures], float]], ...]
         lambda f: f.bundles_unconfirmed,
     ),
     (
-        _broker_wide(
+        broker_wide(
             "magnetar_ledger_rollovers_deferred",
             Kind.GAUGE,
             "Topics whose current ledger takes entries past its cap",
@@ -382,11 +382,11 @@ METADATA_FAMILIES: tuple[tuple[Family, Callable[[MetadataFigures], float]], ...]
         lambda f: f.rollovers_deferred,
     ),
     (
-        _broker_wide("magnetar_ledger_entries_past_cap", Kind.GAUGE, "Entries written past the ledger cap"),
+        broker_wide("magnetar_ledger_entries_past_cap", Kind.GAUGE, "Entries written past the ledger cap"),
         lambda f: f.entries_past_cap,
     ),
     (
-        _broker_wide(
+        broker_wide(
             "magnetar_serve_without_session_max_seconds",
             Kind.GAUGE,
             "Bound: serving without a confirmed metadata session (serve_without_session_max_s)",
@@ -394,7 +394,7 @@ METADATA_FAMILIES: tuple[tuple[Family, Callable[[MetadataFigures], float]], ...]
         lambda f: f.serve_without_session_max_s,
     ),
     (
-        _broker_wide(
+        broker_wide(
             "magnetar_rollover_deferred_entries_max",
             Kind.GAUGE,
             "Bound: entries past the ledger cap while a rollover is deferred",

@@ -11,7 +11,7 @@ whichever broker owns the bundle next, which starts the topic afresh.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import trio
 
@@ -80,6 +80,13 @@ class NonPersistentTopics:
         self._bundles[str(topic)] = bundle
         log.info("loaded non-persistent topic %s", topic)
         return created
+
+    def by_bundle(self) -> Iterator[tuple[Bundle, NonPersistentTopic]]:
+        """Each open topic with its bundle (for the load reports)."""
+        for name, bundle in self._bundles.items():
+            topic = self.topics.get(name)
+            if topic is not None and not topic.closed:
+                yield bundle, topic
 
     def names_in(self, namespace: NamespaceName) -> list[str]:
         """Full names of the namespace's loaded non-persistent topics (partitions included)."""

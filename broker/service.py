@@ -32,6 +32,7 @@ the last known policies; everything else goes on.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import random
 from typing import Any
@@ -579,9 +580,11 @@ class BrokerService:
         return [b.range_name for b in bundles_of(bounds)]
 
     def bundle_stats(self) -> list[tuple[Bundle, BundleStats]]:
-        """Each owned bundle's traffic (Pulsar's ``NamespaceBundleStats``), from its loaded topics."""
+        """Each owned bundle's traffic (Pulsar's ``NamespaceBundleStats``), from its loaded topics of both
+        kinds."""
         loaded = ((bundle, self.topics.get(name)) for name, bundle in self._topic_bundles.items())
-        return bundle_stats((bundle, topic) for bundle, topic in loaded if topic is not None)
+        persistent = ((bundle, topic) for bundle, topic in loaded if topic is not None)
+        return bundle_stats(itertools.chain(persistent, self.non_persistent.by_bundle()))
 
     def connections(self) -> int:
         return sum(stats.sessions for _, stats in self.bundle_stats())

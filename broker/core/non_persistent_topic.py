@@ -30,13 +30,12 @@ from magnetar.broker.core.delivery import Delivery
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
     SubscriptionBusyError,
-    TopicNotFoundError,
 )
 from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
 from magnetar.broker.core.publish import PublishRequest
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
-from magnetar.broker.core.topic_base import TopicBase
+from magnetar.broker.core.topic_base import TopicBase, detach_subscription
 from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
 from magnetar.broker.wire.message_id import MessageId
@@ -180,17 +179,7 @@ class NonPersistentTopic(TopicBase):
         self._forget(subscription)
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
-        subscription = self.subscriptions.get(name)
-        if subscription is None:
-            raise TopicNotFoundError("Subscription not found")
-        if subscription.consumers and not force:
-            raise SubscriptionBusyError("Subscription has active connected consumers")
-        for consumer in list(subscription.consumers):
-            if consumer.disconnect is not None:
-                consumer.disconnect("Subscription deleted")
-            subscription.remove_consumer(consumer)
-        subscription.close()
-        del self.subscriptions[name]
+        detach_subscription(self.subscriptions, name, force=force)
 
     def is_end_of_topic(self, subscription: NonPersistentSubscription) -> bool:
         return False

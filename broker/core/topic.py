@@ -41,7 +41,7 @@ from magnetar.broker.core.publish_queue import PublishQueue, PublishSettings
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
-from magnetar.broker.core.topic_base import TopicBase
+from magnetar.broker.core.topic_base import TopicBase, detach_subscription
 from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.wire.entry_format import decode_entry
 from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
@@ -288,17 +288,7 @@ class PersistentTopic(TopicBase):
         await self.delete_subscription(subscription.name, force=True)
 
     async def delete_subscription(self, name: str, *, force: bool = False) -> None:
-        subscription = self.subscriptions.get(name)
-        if subscription is None:
-            raise TopicNotFoundError("Subscription not found")
-        if subscription.consumers and not force:
-            raise SubscriptionBusyError("Subscription has active connected consumers")
-        for consumer in list(subscription.consumers):
-            if consumer.disconnect is not None:
-                consumer.disconnect("Subscription deleted")
-            subscription.remove_consumer(consumer)
-        subscription.close()
-        del self.subscriptions[name]
+        subscription = detach_subscription(self.subscriptions, name, force=force)
         if subscription.durable:
             await self.ml.delete_cursor(name)
         else:

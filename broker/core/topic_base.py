@@ -1,15 +1,52 @@
 """What both topic kinds share (:class:`~.topic.PersistentTopic`,
-:class:`~.non_persistent_topic.NonPersistentTopic`): their name and clock, the open check, and their producers
-by name."""
+:class:`~.non_persistent_topic.NonPersistentTopic`): their name and clock, the open check, their producers
+by name, and how a subscription is taken out for deletion."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from magnetar.bookkeeper.runtime import Clock
-from magnetar.broker.core.errors import ProducerBusyError, TopicClosedError
+from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.errors import (
+    ProducerBusyError,
+    SubscriptionBusyError,
+    TopicClosedError,
+    TopicNotFoundError,
+)
 from magnetar.broker.core.producer import Producer
 from magnetar.broker.wire.topic_name import TopicName
+
+
+class _Detachable(Protocol):
+    @property
+    def consumers(self) -> list[Consumer]: ...
+
+    def remove_consumer(self, consumer: Consumer) -> None: ...
+
+    def close(self) -> None: ...
+
+
+SubscriptionT = TypeVar("SubscriptionT", bound=_Detachable)
+
+
+def detach_subscription(subscriptions: dict[str, SubscriptionT], name: str, *, force: bool) -> SubscriptionT:
+    """Take subscription ``name`` out for deletion: 404 if there is none, 412 while it has consumers unless
+    ``force`` (they are then told ``Subscription deleted`` and removed), and closed. The topic kind then
+    drops what it keeps for it (a persistent topic: its cursor)."""
+    subscription = subscriptions.get(name)
+    if subscription is None:
+        raise TopicNotFoundError("Subscription not found")
+    if subscription.consumers and not force:
+        raise SubscriptionBusyError("Subscription has active connected consumers")
+    for consumer in list(subscription.consumers):
+        if consumer.disconnect is not None:
+            consumer.disconnect("Subscription deleted")
+        subscription.remove_consumer(consumer)
+    subscription.close()
+    del subscriptions[name]
+    return subscription
 
 
 class TopicBase:

@@ -126,6 +126,9 @@ def test_admin_as_the_java_client_calls_it(admin_broker: Broker, ws_connect: Con
     producer = ws_connect(f"{url}/ws/v2/producer/{NP}/np-admin")
     publish_many(producer, ["x"])
     with httpx.Client(base_url=admin_broker.http_url, timeout=30) as admin:
+        # the load report counts the non-persistent topic and its producer (brokerStats().getLoadReport())
+        report = admin.get("/admin/v2/broker-stats/load-report").json()
+        assert (report["numTopics"], report["numProducers"]) == (1, 1), report
         assert admin.put("/admin/v2/persistent/public/default/durable").status_code == 204
         # topics().getList(ns): both domains, merged by the client
         listing = {"includeSystemTopic": "false"}

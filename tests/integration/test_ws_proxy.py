@@ -120,6 +120,17 @@ def ws(broker: MagnetarProcess, path: str, **options: Any) -> websocket.WebSocke
     return session
 
 
+def proxy_figures(broker: MagnetarProcess) -> dict[str, float]:
+    """The broker's ``magnetar_ws_proxy_*`` samples from its ``/metrics``."""
+    text = httpx.get(f"{url(broker)}/metrics", timeout=10).text
+    figures: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("magnetar_ws_proxy_"):
+            sample, value = line.rsplit(" ", 1)
+            figures[sample.split("{", 1)[0]] = float(value)
+    return figures
+
+
 class JsonProducer(threading.Thread):
     """Sends ``count`` messages ``p-<i>`` with up to ``WINDOW`` in flight; records each answer."""
 
@@ -231,6 +242,7 @@ def test_json_producer_consumers_reader_on_a_non_owner_survive_a_bundle_unload(c
         f"/ws/v2/consumer/persistent/{NS}/{topic}/pull?subscriptionInitialPosition=Earliest&pullMode=true",
     )
     producer_session = ws(entry, f"/ws/v2/producer/persistent/{NS}/{topic}")
+    before = proxy_figures(entry)
     stop = threading.Event()
     receivers = [
         JsonReceiver(consumer, stop, ack=True),
@@ -269,6 +281,13 @@ def test_json_producer_consumers_reader_on_a_non_owner_survive_a_bundle_unload(c
         assert_open(session)
     log = entry.log_path.read_text()
     assert f"persistent://{NS}/{topic} moved from" in log, "the proxy never followed a move"
+    after = proxy_figures(entry)
+    delta = {name.removeprefix("magnetar_ws_proxy_"): after[name] - before[name] for name in after}
+    print(f"proxy metrics on {url(entry)}: {delta}")
+    assert after["magnetar_ws_proxy_sessions"] >= 4  # the four sessions, still open
+    assert delta["moves_total"] >= 4
+    assert delta["failed_back_total"] <= len(producer.failed)  # among the error results the producer got
+    assert delta["frames_to_client_total"] >= len(producer.acked) * 4  # acks + 3 receivers' deliveries
 
 
 def test_magnetar_v1_producer_and_consumer_on_a_non_owner_survive_a_bundle_unload(cluster: Cluster) -> None:

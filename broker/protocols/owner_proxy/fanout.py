@@ -101,6 +101,7 @@ from magnetar.broker.wire.magnetar_v1 import (
 from magnetar.broker.wire.message_id import MessageId
 
 if TYPE_CHECKING:
+    from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters
     from magnetar.broker.proxy_settings import ProxySettings
 
 log = logging.getLogger(__name__)
@@ -593,6 +594,7 @@ class FanOutSession:
         connects: list[Connect],
         settings: ProxySettings,
         topic: str,
+        counters: ProxyCounters | None = None,
     ) -> None:
         self._ws = ws
         self.fan = fan
@@ -600,7 +602,7 @@ class FanOutSession:
         frames_max = settings.ws_proxy_buffer_messages_max
         self.ports = [PartitionPort(i, self, frames_max) for i in range(len(upstreams))]
         self.relays = [
-            Relay(port, upstream, tracker, connect, settings, f"{topic}-partition-{i}")
+            Relay(port, upstream, tracker, connect, settings, f"{topic}-partition-{i}", counters)
             for i, (port, upstream, tracker, connect) in enumerate(
                 zip(self.ports, upstreams, trackers, connects, strict=True)
             )

@@ -24,6 +24,7 @@ from magnetar.broker.protocols.owner_proxy.fanout import (
     FanOutSession,
     JsonProducerFan,
 )
+from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
 from magnetar.broker.protocols.owner_proxy.relay import (
     OPEN_FINAL_STATUSES,
     Connect,
@@ -56,7 +57,9 @@ class OwnerProxy:
     def __init__(self, service: BrokerService) -> None:
         self._service = service
         self._settings = service.settings
-        self.sessions = 0
+        self.counters = ProxyCounters()
+        self.metrics = ProxyMetrics(service.settings.cluster, self.counters)
+        """The proxy's ``/metrics`` families (:mod:`.metrics`), added by the broker's HTTP application."""
         self._ssl_context: ssl.SSLContext | None = None
         self._token: str | None = None
         self._prepared = False
@@ -96,7 +99,7 @@ class OwnerProxy:
             try:
                 await self._serve(request, kind, topic, http_url, http_url_tls)
             finally:
-                self.sessions -= 1
+                self.counters.sessions -= 1
 
     async def serve_partitioned(
         self, request: WebSocketRequest, kind: WsKind, topic: TopicName, partitions: int
@@ -109,16 +112,18 @@ class OwnerProxy:
             try:
                 await self._serve_partitioned(request, kind, topic, partitions)
             finally:
-                self.sessions -= 1
+                self.counters.sessions -= 1
 
     async def _admit(self, request: WebSocketRequest) -> bool:
         settings = self._settings
-        if self.sessions >= settings.ws_proxy_sessions_max:
+        counters = self.counters
+        if counters.sessions >= settings.ws_proxy_sessions_max:
             bound = settings.ws_proxy_sessions_max
             reason = f"Too many proxied sessions on this broker (ws_proxy_sessions_max={bound})"
+            counters.sessions_refused += 1
             await request.reject(error_response(503, reason))
             return False
-        self.sessions += 1
+        counters.sessions += 1
         return True
 
     async def _serve(
@@ -146,6 +151,7 @@ class OwnerProxy:
             await request.reject(error_response(exc.status, exc.reason))
             return
         except GaveUp as exc:
+            self.counters.sessions_refused += 1
             await request.reject(error_response(503, str(exc)))
             return
         try:
@@ -156,9 +162,9 @@ class OwnerProxy:
             raise
         log.info("proxy: %s %s session from %s served through %s", topic, kind.value, request.client,
                  upstream.peer)  # fmt: skip
-        relay = Relay(
-            ws, upstream, _tracker(request, kind, upstream.subprotocol), connect, self._settings, str(topic)
-        )
+        self.counters.sessions_opened += 1
+        tracker = _tracker(request, kind, upstream.subprotocol)
+        relay = Relay(ws, upstream, tracker, connect, self._settings, str(topic), self.counters)
         await relay.run()
 
     async def _serve_partitioned(
@@ -213,6 +219,7 @@ class OwnerProxy:
             if isinstance(failure, WsRejected):
                 await request.reject(error_response(failure.status, failure.reason))
             else:
+                self.counters.sessions_refused += 1
                 await request.reject(error_response(503, str(failure)))
             return
         subprotocol = opened[0].subprotocol
@@ -223,6 +230,7 @@ class OwnerProxy:
             raise
         log.info("proxy: %s %s session from %s served through %d partition sessions", topic, kind.value,
                  request.client, partitions)  # fmt: skip
+        self.counters.sessions_opened += 1
         trackers = [_tracker(request, kind, subprotocol) for _ in range(partitions)]
         session = FanOutSession(
             ws,
@@ -232,6 +240,7 @@ class OwnerProxy:
             connects,
             self._settings,
             str(topic),
+            self.counters,
         )
         await session.run()
 

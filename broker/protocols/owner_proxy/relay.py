@@ -29,6 +29,7 @@ import trio
 
 from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters
 from magnetar.broker.protocols.owner_proxy.tracking import FrameKind, Tracker
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ class Relay:
         connect: Connect,
         settings: ProxySettings,
         topic: str,
+        counters: ProxyCounters | None = None,
     ) -> None:
         self._ws = ws
         self._upstream: WsClient | None = upstream
@@ -133,6 +135,8 @@ class Relay:
         self._changed = trio.Event()
         """Set (and replaced) when an answer came, the buffer drained or an upstream session opened."""
         self._close: tuple[int, str] = (CLOSE_NORMAL, "")
+        self.counters = counters if counters is not None else ProxyCounters()
+        """Shared by the proxy's sessions (:mod:`.metrics`); a relay of its own by default."""
         self.moves = 0
 
     def _wake(self) -> None:
@@ -190,10 +194,10 @@ class Relay:
                     break
         await self._send(target, out)
 
-    @staticmethod
-    async def _send(upstream: WsClient | None, messages: list[str | bytes]) -> None:
+    async def _send(self, upstream: WsClient | None, messages: list[str | bytes]) -> None:
         if upstream is None or not messages:
             return
+        self.counters.frames_to_owner += len(messages)
         # a failed write: the upstream loop sees the end and answers what is owed, these included
         with contextlib.suppress(WsClosed):
             await upstream.send_many(messages)
@@ -214,6 +218,7 @@ class Relay:
             message, f"{self._topic} is moving to another broker and the proxy's buffer is full"
         )
         if answer is not None:
+            self.counters.failed_back += 1
             await self._to_client([answer])
             return True
         await self._changed.wait()
@@ -241,10 +246,12 @@ class Relay:
                 upstream = await self._reconnect(reason)
             except (GaveUp, WsRejected) as exc:
                 log.warning("proxy: %s: giving the session up: %s", self._topic, exc)
+                self.counters.gave_up += 1
                 self._close = (CLOSE_GOING_AWAY, _close_reason(f"Topic owner unreachable: {exc}"))
                 scope.cancel()
                 return
             self.moves += 1
+            self.counters.moves += 1
             log.info("proxy: %s moved from %s to %s (owner closed: %s %s)", self._topic, previous,
                      upstream.peer, code, reason)  # fmt: skip
 
@@ -266,6 +273,7 @@ class Relay:
         )
         await upstream.aclose()
         if owed:
+            self.counters.failed_back += len(owed)
             log.info(
                 "proxy: %s: %d requests without an answer failed back to the client", self._topic, len(owed)
             )
@@ -287,11 +295,14 @@ class Relay:
                     self._buffer_bytes = 0
                     for message in held:
                         self._tracker.on_forward(message)
+                    self.counters.frames_to_owner += len(held)
                     await upstream.send_many(held)
                     self._wake()
             except WsClosed:
                 # lost again while flushing: answer what was forwarded, try again (within the same deadline)
-                await self._to_client(self._tracker.lost(f"Outcome unknown: {self._topic} moved again"))
+                owed = self._tracker.lost(f"Outcome unknown: {self._topic} moved again")
+                self.counters.failed_back += len(owed)
+                await self._to_client(owed)
                 await upstream.aclose()
                 continue
             self._upstream = upstream  # no checkpoint since the buffer was found empty
@@ -299,6 +310,7 @@ class Relay:
             return upstream
 
     async def _to_client(self, messages: list[str | bytes]) -> None:
+        self.counters.frames_to_client += len(messages)
         texts = [m.encode() for m in messages if isinstance(m, str)]
         if len(texts) == len(messages):
             await self._ws.send_many(texts, text=True)

@@ -144,6 +144,8 @@ class WsHandlers:
     def __init__(self, service: BrokerService) -> None:
         self._service = service
         self._proxy = OwnerProxy(service)
+        self.proxy_metrics = self._proxy.metrics
+        """The owner proxy's ``/metrics`` families, for the broker's HTTP application to add."""
 
     # -- shared -----------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.publish import MESSAGES, PublishRequest
 from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.load_manager import bundle_stats
 from magnetar.broker.non_persistent_service import NonPersistentTopics
 from magnetar.broker.wire.entry_format import StoredMessage
 from magnetar.broker.wire.message_id import MessageId
@@ -316,3 +317,33 @@ async def test_the_broker_bounds_its_non_persistent_topics(nursery: trio.Nursery
     assert first.closed
     assert topics.names_in(name("a").namespace_name) == []
     topics.drop_all("Broker shutting down")
+
+
+async def test_non_persistent_traffic_counts_in_its_bundles_load(nursery: trio.Nursery) -> None:
+    """The load reports see a non-persistent topic's rates, topics, producers and consumers, as a persistent
+    topic's: a broker busy with non-persistent traffic does not look idle to the load manager."""
+    topics = NonPersistentTopics(SystemClock(), topics_max=4)
+    topics.bind(nursery)
+    bundle = ("public/default", "0x00000000_0xffffffff")
+
+    async def owned(topic: TopicName) -> tuple[str, str]:
+        return bundle
+
+    loaded = await topics.get(
+        parse_topic_name("non-persistent://public/default/busy", allow_non_persistent=True),
+        owned,
+        may_create=True,
+    )
+    producer = loaded.add_producer(
+        "p", lambda: Producer(loaded, "p", Capacity(100), partition=loaded.partition, clock=SystemClock())
+    )
+    await subscribe(loaded, "s", window=100)
+    publish(producer, Receipts(), *[b"x" * 10] * 20)
+    loaded.update_rates(2.0)
+    [(reported_bundle, stats)] = bundle_stats(topics.by_bundle())
+    assert reported_bundle == bundle
+    assert (stats.topics, stats.producer_count, stats.consumer_count) == (1, 1, 1)
+    assert (stats.msg_rate_in, stats.msg_throughput_in) == (10.0, 100.0)
+    assert (stats.msg_rate_out, stats.msg_throughput_out) == (10.0, 100.0)
+    topics.drop_all("done")
+    assert bundle_stats(topics.by_bundle()) == []

@@ -13,6 +13,8 @@ import trio.testing
 
 from magnetar.bookkeeper.runtime.http import WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
+from magnetar.broker.exposition import render_text
+from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
 from magnetar.broker.protocols.owner_proxy.relay import Relay
 from magnetar.broker.protocols.owner_proxy.tracking import (
     BinaryProducerTracker,
@@ -176,7 +178,10 @@ async def test_the_relay_answers_the_lost_message_and_forwards_what_came_during_
         await gate.wait()  # the move takes a while: the client's next messages wait in the buffer
         return second
 
-    relay = Relay(cast(Any, client), cast(Any, first), JsonProducerTracker(), connect, settings(), "t")
+    counters = ProxyCounters()
+    relay = Relay(
+        cast(Any, client), cast(Any, first), JsonProducerTracker(), connect, settings(), "t", counters
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(relay.run)
         for context in ("0", "1", "2"):  # "2" reaches the owner, which goes away without answering it
@@ -192,6 +197,8 @@ async def test_the_relay_answers_the_lost_message_and_forwards_what_came_during_
     assert answers == [("0", "ok"), ("1", "ok"), ("2", "send-error:8"), ("3", "ok"), ("4", "ok")]
     assert [json.loads(m)["context"] for m in second.received] == ["3", "4"]
     assert relay.moves == 1
+    assert (counters.moves, counters.failed_back, counters.gave_up) == (1, 1, 0)
+    assert (counters.frames_to_owner, counters.frames_to_client) == (5, 5)
 
 
 async def test_a_full_buffer_answers_an_error_and_a_passed_deadline_closes_the_client_with_1001() -> None:
@@ -205,7 +212,10 @@ async def test_a_full_buffer_answers_an_error_and_a_passed_deadline_closes_the_c
         raise WsRejected(503, b'{"reason": "bundle not ready"}')
 
     proxy_settings = settings(ws_proxy_buffer_messages_max=1, ws_proxy_reconnect_deadline_ms=300)
-    relay = Relay(cast(Any, client), cast(Any, first), JsonProducerTracker(), connect, proxy_settings, "t")
+    counters = ProxyCounters()
+    relay = Relay(
+        cast(Any, client), cast(Any, first), JsonProducerTracker(), connect, proxy_settings, "t", counters
+    )
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(relay.run)
@@ -217,6 +227,19 @@ async def test_a_full_buffer_answers_an_error_and_a_passed_deadline_closes_the_c
     assert contexts == [("0", "send-error:8"), ("2", "send-error:8")]
     assert client.close_code == 1001
     assert attempts >= 2
+    assert (counters.moves, counters.failed_back, counters.gave_up) == (0, 2, 1)
+
+
+def test_the_proxy_counters_are_exposed_under_their_metric_names() -> None:
+    counters = ProxyCounters(sessions=2, sessions_opened=5, moves=3, failed_back=1, frames_to_client=40)
+    text = render_text([ProxyMetrics("c1", counters)])
+    lines = {line for line in text.splitlines() if not line.startswith("#")}
+    assert 'magnetar_ws_proxy_sessions{cluster="c1"} 2.0' in lines
+    assert 'magnetar_ws_proxy_sessions_opened_total{cluster="c1"} 5.0' in lines
+    assert 'magnetar_ws_proxy_moves_total{cluster="c1"} 3.0' in lines
+    assert 'magnetar_ws_proxy_failed_back_total{cluster="c1"} 1.0' in lines
+    assert 'magnetar_ws_proxy_frames_to_client_total{cluster="c1"} 40.0' in lines
+    assert 'magnetar_ws_proxy_gave_up_total{cluster="c1"} 0.0' in lines
 
 
 @pytest.mark.parametrize("code", [1000, 4003])
