@@ -454,6 +454,7 @@ def test_json_sessions_on_a_partitioned_topic_with_several_owners_survive_a_part
     print(f"\npartition owners: {owners}")
     assert len(set(owners.values())) >= 2, f"the partitions have one owner: {owners}"
     entry = cluster.brokers[0]  # owns at most some of the partitions: the others are remote
+    before = proxy_figures(entry)
     consumer = ws(entry, f"/ws/v2/consumer/persistent/{NS}/{topic}/sub?subscriptionInitialPosition=Earliest")
     puller = ws(
         entry,
@@ -513,6 +514,12 @@ def test_json_sessions_on_a_partitioned_topic_with_several_owners_survive_a_part
         check_per_key(set(producer.acked), receiver.received)
     for session in (consumer, puller, reader, producer_session):
         assert_open(session)
+    after = proxy_figures(entry)
+    delta = {name.removeprefix("magnetar_ws_proxy_"): after[name] - before[name] for name in after}
+    print(f"proxy metrics on {url(entry)}: {delta}")
+    assert delta["sessions_opened_total"] == 4  # a partitioned session counts once, not once per partition
+    assert delta["moves_total"] >= 4  # the moved partition, in each of the four sessions
+    assert delta["failed_back_total"] <= len(producer.failed)
     log = entry.log_path.read_text()
     assert f"persistent://{NS}/{topic}-partition-{moved} moved from" in log, (
         "the proxy never followed the move"
