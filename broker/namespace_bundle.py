@@ -12,10 +12,12 @@ CRC an unsigned value. That is exactly ``zlib.crc32(name.encode())`` (CRC-32/ISO
 not the CRC32C used for entry digests). A bundle is named ``0x%08x_0x%08x`` (lower_upper), e.g. the full range
 ``0x00000000_0xffffffff`` answered by the lookup ``.../bundle`` endpoint.
 
-Deviation: a partition (``x-partition-i``) hashes as its partitioned topic ``x``, so all partitions of a topic
-share one bundle and one owner. Pulsar spreads partitions over brokers and lets its WebSocket proxy connect to
-each owner; Magnetar's brokers serve the WebSocket API themselves, and a consumer of a partitioned topic reads
-every partition through the broker it is connected to, which therefore must own them all.
+A partition (``x-partition-i``) hashes by its own full name, as in Pulsar: the partitions of a topic fall
+into different bundles and, with the load manager spreading bundles, onto different brokers. A WebSocket
+session on a partitioned topic is served by whichever broker the client reached, through one upstream
+session per partition on that partition's owner
+(:mod:`magnetar.broker.protocols.owner_proxy.fanout`); admin calls on a partitioned topic ask each
+partition's owner (:mod:`magnetar.admin.rest.partitions`).
 """
 
 from __future__ import annotations
@@ -39,9 +41,8 @@ broker's ``default_number_of_namespace_bundles`` and ``initialize-cluster-metada
 
 
 def topic_hash(topic: TopicName) -> int:
-    """The topic's position on the bundle ring: CRC-32 of its full name; a partition hashes as its
-    partitioned topic (see the module docstring)."""
-    return zlib.crc32(str(topic.partitioned_topic).encode("utf-8"))
+    """The topic's position on the bundle ring: CRC-32 of its full name (a partition's own name)."""
+    return zlib.crc32(str(topic).encode("utf-8"))
 
 
 def bundle_boundaries(num_bundles: int = DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES) -> list[int]:

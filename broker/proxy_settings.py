@@ -44,6 +44,14 @@ class ProxySettings(BaseSettings):
     ws_proxy_pending_messages_max: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
     """A producer's messages forwarded to the owner and not yet answered; at the bound the proxy reads no
     more from the client until answers come (TCP carries the back-pressure to the client)."""
+    ws_proxy_partition_prefetch_messages: Annotated[int, Field(ge=1, le=100_000)] = 100
+    """A pull-mode consumer of a partitioned topic served through the proxy (one upstream session per
+    partition): the permits the proxy keeps granted to each partition's session, as Pulsar's multi-topic
+    consumer prefetches per partition. Deliveries beyond the client's own permits wait in the proxy, so it
+    holds at most this many messages per partition."""
+    ws_proxy_partition_opens_max: Annotated[int, Field(ge=1, le=1_000)] = 16
+    """A session on a partitioned topic opens its upstream sessions (one per partition) this many at a
+    time."""
     broker_client_auth_token: str | None = None
     """The token this broker presents to other brokers (the proxy's upstream sessions) when authentication
     is on: ``token:<jwt>`` or ``file:///path``. Its role must be allowed on every topic it proxies (a

@@ -210,6 +210,12 @@ def sub_run(run: SendRun, messages: Sequence[SendMessage]) -> SendRun:
     return SendRun(len(messages), payload_bytes, run.body[messages[0].start : messages[-1].end])
 
 
+def encode_send_run(request_id: int, run: SendRun) -> bytes:
+    """A SEND frame carrying ``run``'s messages as they arrived (the owner proxy splits a client's SEND per
+    partition with it)."""
+    return _SEND_HEAD.pack(FrameType.SEND, request_id, run.messages) + bytes(run.body)
+
+
 @dataclass(frozen=True, slots=True)
 class OutgoingMessage:
     """What a producer sends (client side of SEND)."""
@@ -426,6 +432,30 @@ def parse_messages(frame: bytes) -> list[ReceivedMessage]:
             out.append(ReceivedMessage(fields[:5], fields[5], fields[6], fields[7], key, properties, payload))
     except (struct.error, UnicodeDecodeError) as exc:
         raise BinaryFrameError(f"malformed MESSAGES frame: {exc}") from None
+    return out
+
+
+def message_records(frame: bytes) -> list[bytes]:
+    """The records of a MESSAGES frame, each as its bytes (:func:`messages_frame` joins them again): the owner
+    proxy hands a client at most the messages it permitted."""
+    try:
+        kind, count = _TYPE_COUNT.unpack_from(frame)
+        if kind != FrameType.MESSAGES:
+            raise BinaryFrameError(f"not a MESSAGES frame: type {kind:#x}")
+        pos = _TYPE_COUNT.size
+        out: list[bytes] = []
+        for _ in range(count):
+            start = pos
+            key_len, props, payload_len = _RECORD.unpack_from(frame, pos)[8:]
+            pos += _RECORD.size + (0 if key_len == NO_KEY else key_len)
+            for _ in range(props * 2):
+                pos += 2 + _U16.unpack_from(frame, pos)[0]
+            pos += payload_len
+            out.append(frame[start:pos])
+    except struct.error as exc:
+        raise BinaryFrameError(f"malformed MESSAGES frame: {exc}") from None
+    if pos != len(frame):
+        raise BinaryFrameError("MESSAGES frame of the wrong size")
     return out
 
 

@@ -8,6 +8,12 @@ Each round publishes ``--messages`` to a fresh topic, direct then proxied (then 
 in time does not favour one side), and consumes them back from the earliest position the same way, for the
 JSON API and ``magnetar.v1``. Prints one line per run (perf's summary) and a table of medians. Every process
 started here is stopped (by pid) on exit.
+
+With ``--partitions N`` each round also runs a third path, ``fan-out``: the same through a fresh N-partition
+topic whose partitions the two brokers share, opened on the broker that owns fewer of them (the session is
+served through one upstream session per partition: ``broker/protocols/owner_proxy/fanout.py``). ``magnetar
+perf`` publishes without keys, so its messages go to one partition (``SinglePartition``, as Pulsar routes
+keyless messages by default); the consumer reads every partition.
 """
 
 from __future__ import annotations
@@ -46,10 +52,26 @@ def perf(kind: str, url: str, topic: str, protocol: str, messages: int) -> dict[
     return figures
 
 
+def fan_out_entry(urls: list[str], protocol: str, partitions: int) -> tuple[str, str]:
+    """Create an N-partition topic, look its partitions up (placing them), and answer the broker that owns
+    the fewest of them, and the topic."""
+    topic = f"persistent://public/default/fanout-{protocol}-{uuid.uuid4().hex[:6]}"
+    path = topic.replace("://", "/")
+    answer = httpx.put(f"{urls[0]}/admin/v2/{path}/partitions", json=partitions)
+    answer.raise_for_status()
+    owners = [
+        httpx.get(f"{urls[0]}/lookup/v2/topic/{path}-partition-{i}", follow_redirects=True).json()["httpUrl"]
+        for i in range(partitions)
+    ]
+    print(f"{topic}: partition owners {owners}", flush=True)
+    return min(urls, key=owners.count), topic
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=0, help="also a fan-out path over N partitions")
     args = parser.parse_args()
     results: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
@@ -68,12 +90,14 @@ def main() -> int:
                             f"{urls[0]}/lookup/v2/topic/{topic.replace('://', '/')}", follow_redirects=True
                         ).json()["httpUrl"]
                         other = next(u for u in urls if u != owner)
-                        order = [("direct", owner), ("proxied", other)]
+                        order = [("direct", owner, topic), ("proxied", other, topic)]
                         if round_number % 2:
                             order.reverse()
+                        if args.partitions:
+                            order.append(("fan-out", *fan_out_entry(urls, protocol, args.partitions)))
                         for kind in ("produce", "consume"):
-                            for path, url in order:
-                                figures = perf(kind, url, topic, protocol, args.messages)
+                            for path, url, target in order:
+                                figures = perf(kind, url, target, protocol, args.messages)
                                 results.setdefault((kind, protocol, path), []).append(figures)
                                 print(kind, protocol, path, json.dumps(figures), flush=True)
             finally:

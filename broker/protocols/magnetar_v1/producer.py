@@ -21,6 +21,7 @@ SEND_ERROR with code 8).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import trio
 
@@ -50,6 +51,7 @@ from magnetar.broker.wire.magnetar_v1 import (
 )
 
 _NOT_YET = ReceiptRange(0, 0, 0, 0, 0, 0)
+T = TypeVar("T")
 
 
 class BinaryFrames(OutboundFrames):
@@ -128,7 +130,7 @@ class BinaryPublisher:
 
     def __init__(
         self,
-        publisher: Producer | PartitionRouter,
+        publisher: Producer | PartitionRouter[Producer],
         frames: OutboundFrames,
         capacity: Capacity,
         refusal: Callable[[int], Awaitable[str | None]],
@@ -201,17 +203,17 @@ class BinaryPublisher:
         return groups
 
 
-def route_frame(router: PartitionRouter, frame: SendFrame) -> list[tuple[Producer, SendRun]]:
+def route_frame(router: PartitionRouter[T], frame: SendFrame) -> list[tuple[T, SendRun]]:
     """Runs of consecutive messages of a SEND frame for the same partition: a message with a key goes to its
     key's partition, the others of the frame to one partition picked for the whole frame (as Pulsar's
     batching producer routes batches)."""
     keyless = router.route(None)
     if not frame.keyed:
         return [(keyless, frame.run)]
-    runs: list[tuple[Producer, list[SendMessage]]] = []
+    runs: list[tuple[T, list[SendMessage]]] = []
     for message in send_messages(frame.run):
         producer = keyless if message.key is None else router.for_key(message.key)
-        if runs and runs[-1][0] is producer:
+        if runs and runs[-1][0] == producer:
             runs[-1][1].append(message)
         else:
             runs.append((producer, [message]))

@@ -32,7 +32,13 @@ Any other close by the owner (1000 after an unsubscribe, a 4xxx session error) i
 Limits (:mod:`magnetar.broker.proxy_settings`): ``ws_proxy_sessions_max``, ``ws_proxy_connect_timeout_ms``,
 ``ws_proxy_redirects_max``, ``ws_proxy_reconnect_backoff_initial_ms`` / ``..._max_ms``,
 ``ws_proxy_reconnect_deadline_ms``, ``ws_proxy_buffer_messages_max`` / ``..._bytes_max`` and
-``ws_proxy_pending_messages_max``. What the proxy did is counted for ``/metrics`` (:mod:`.metrics`).
-Partitioned topics are not proxied (their partitions may have different owners): such a session is still
-answered 307.
+``ws_proxy_pending_messages_max``. What the proxy did is counted for ``/metrics`` (:mod:`.metrics`; a
+partitioned session counts once as a session, its partitions' moves and failed-back requests each).
+
+Partitioned topics (:mod:`.fanout`): partitions hash to bundles by their own names, so a topic's partitions
+may have several owners. A session on a partitioned topic with any partition not served here is served
+through one upstream session per partition (this broker's own partitions through a loopback session), each
+an ordinary relay following its partition's moves; the fan-out routes publishes by key, acks by the
+partition in their message id, merges a split SEND's receipts into one and keeps pull-mode permits
+(``ws_proxy_partition_prefetch_messages`` per partition) so the client never gets more than it permitted.
 """

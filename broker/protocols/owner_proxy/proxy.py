@@ -1,5 +1,6 @@
 """The broker's owner proxy: serves a WebSocket session whose topic another broker owns (see the package's
-docstring for the design), within ``ws_proxy_sessions_max`` sessions."""
+docstring for the design), within ``ws_proxy_sessions_max`` sessions - on a partitioned topic, one upstream
+session per partition (:mod:`.fanout`)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,30 @@ from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
 from magnetar.broker.core.errors import ServiceError
+from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.protocols.owner_proxy.fanout import (
+    BinaryProducerFan,
+    ConsumerFan,
+    Fan,
+    FanOutSession,
+    JsonProducerFan,
+)
 from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
-from magnetar.broker.protocols.owner_proxy.relay import GaveUp, LookupFailed, Relay, connect_with_retry
+from magnetar.broker.protocols.owner_proxy.relay import (
+    OPEN_FINAL_STATUSES,
+    Connect,
+    GaveUp,
+    LookupFailed,
+    Relay,
+    connect_with_retry,
+)
 from magnetar.broker.protocols.owner_proxy.tracking import (
     BinaryProducerTracker,
     ConsumerTracker,
     JsonProducerTracker,
     Tracker,
 )
-from magnetar.broker.protocols.pulsar_ws.params import WsKind
+from magnetar.broker.protocols.pulsar_ws.params import ProducerParams, WsKind
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 from magnetar.broker.wire.topic_name import TopicName
 
@@ -79,6 +95,26 @@ class OwnerProxy:
         """Open the session on the owner (``http_url`` first, then wherever lookups say), accept the client
         with the subprotocol the owner chose and relay until either side ends it. A refusal by the owner is
         passed to the client as it is (status and reason); an owner unreachable within the deadline is 503."""
+        if await self._admit(request):
+            try:
+                await self._serve(request, kind, topic, http_url, http_url_tls)
+            finally:
+                self.counters.sessions -= 1
+
+    async def serve_partitioned(
+        self, request: WebSocketRequest, kind: WsKind, topic: TopicName, partitions: int
+    ) -> None:
+        """Serve a session on a partitioned topic through one upstream session per partition, each on the
+        partition's owner (this broker included: a loopback session), fanned out and in (:mod:`.fanout`).
+        Counts once in ``ws_proxy_sessions_max``. The first refusal by an owner is passed to the client as
+        it is; a partition unreachable within the deadline is 503."""
+        if await self._admit(request):
+            try:
+                await self._serve_partitioned(request, kind, topic, partitions)
+            finally:
+                self.counters.sessions -= 1
+
+    async def _admit(self, request: WebSocketRequest) -> bool:
         settings = self._settings
         counters = self.counters
         if counters.sessions >= settings.ws_proxy_sessions_max:
@@ -86,12 +122,9 @@ class OwnerProxy:
             reason = f"Too many proxied sessions on this broker (ws_proxy_sessions_max={bound})"
             counters.sessions_refused += 1
             await request.reject(error_response(503, reason))
-            return
+            return False
         counters.sessions += 1
-        try:
-            await self._serve(request, kind, topic, http_url, http_url_tls)
-        finally:
-            counters.sessions -= 1
+        return True
 
     async def _serve(
         self, request: WebSocketRequest, kind: WsKind, topic: TopicName, http_url: str, http_url_tls: str
@@ -111,7 +144,9 @@ class OwnerProxy:
             return await self._open(request, owner_url, owner_url_tls, overrides)
 
         try:
-            upstream = await connect_with_retry(connect, dict, self._settings, str(topic))
+            upstream = await connect_with_retry(
+                connect, dict, self._settings, str(topic), final_statuses=OPEN_FINAL_STATUSES
+            )
         except WsRejected as exc:
             await request.reject(error_response(exc.status, exc.reason))
             return
@@ -132,12 +167,114 @@ class OwnerProxy:
         relay = Relay(ws, upstream, tracker, connect, self._settings, str(topic), self.counters)
         await relay.run()
 
+    async def _serve_partitioned(
+        self, request: WebSocketRequest, kind: WsKind, topic: TopicName, partitions: int
+    ) -> None:
+        self._prepare()
+
+        def connector(index: int) -> Connect:
+            partition = topic.partition(index)
+            path = _partition_path(request.head.path, kind, index)
+
+            async def connect(overrides: dict[str, str]) -> WsClient:
+                try:
+                    owner = (await self._service.lookup(partition)).owner
+                except ServiceError as exc:
+                    raise LookupFailed(f"lookup of {partition}: {exc}") from None
+                return await self._open(request, owner.httpUrl, owner.httpUrlTls, overrides, path)
+
+            return connect
+
+        connects = [connector(index) for index in range(partitions)]
+        upstreams: list[WsClient | None] = [None] * partitions
+        failures: list[BaseException] = []
+
+        limiter = trio.CapacityLimiter(self._settings.ws_proxy_partition_opens_max)
+
+        async def open_one(index: int, cancel: trio.CancelScope) -> None:
+            try:
+                async with limiter:
+                    upstreams[index] = await connect_with_retry(
+                        connects[index],
+                        dict,
+                        self._settings,
+                        str(topic.partition(index)),
+                        final_statuses=OPEN_FINAL_STATUSES,
+                    )
+            except (WsRejected, GaveUp) as exc:
+                failures.append(exc)
+                cancel.cancel()  # the first refusal answers the client: stop opening the others
+
+        try:
+            async with trio.open_nursery() as nursery:
+                for index in range(partitions):
+                    nursery.start_soon(open_one, index, nursery.cancel_scope)
+        except BaseException:
+            await _close_all(upstreams)
+            raise
+        opened = [upstream for upstream in upstreams if upstream is not None]
+        if failures or len(opened) != partitions:
+            await _close_all(upstreams)
+            failure = failures[0] if failures else GaveUp(f"{topic}: a partition's owner is unreachable")
+            if isinstance(failure, WsRejected):
+                await request.reject(error_response(failure.status, failure.reason))
+            else:
+                self.counters.sessions_refused += 1
+                await request.reject(error_response(503, str(failure)))
+            return
+        subprotocol = opened[0].subprotocol
+        try:
+            ws = await request.accept(subprotocol)
+        except BaseException:
+            await _close_all(upstreams)
+            raise
+        log.info("proxy: %s %s session from %s served through %d partition sessions", topic, kind.value,
+                 request.client, partitions)  # fmt: skip
+        self.counters.sessions_opened += 1
+        trackers = [_tracker(request, kind, subprotocol) for _ in range(partitions)]
+        session = FanOutSession(
+            ws,
+            self._fan(request, kind, subprotocol, partitions),
+            opened,
+            trackers,
+            connects,
+            self._settings,
+            str(topic),
+            self.counters,
+        )
+        await session.run()
+
+    def _fan(self, request: WebSocketRequest, kind: WsKind, subprotocol: str | None, partitions: int) -> Fan:
+        binary = subprotocol == SUBPROTOCOL
+        if kind is WsKind.PRODUCER:
+            params = ProducerParams.parse(request.query)  # checked before the session came to the proxy
+            router = PartitionRouter(
+                list(range(partitions)),
+                routing_mode=params.message_routing_mode,
+                hashing_scheme=params.hashing_scheme,
+                rng=self._service.rng,
+            )
+            return BinaryProducerFan(router) if binary else JsonProducerFan(router)
+        pull_mode = kind is WsKind.CONSUMER and request.query.get("pullMode", "false").lower() == "true"
+        return ConsumerFan(
+            partitions,
+            binary=binary,
+            pull_mode=pull_mode,
+            reader=kind is WsKind.READER,
+            prefetch=self._settings.ws_proxy_partition_prefetch_messages,
+        )
+
     async def _open(
-        self, request: WebSocketRequest, http_url: str, http_url_tls: str, overrides: dict[str, str]
+        self,
+        request: WebSocketRequest,
+        http_url: str,
+        http_url_tls: str,
+        overrides: dict[str, str],
+        path: str | None = None,
     ) -> WsClient:
         pairs = [(k, v) for k, v in request.query.pairs if k not in overrides and k != "token"]
         pairs += list(overrides.items())
-        url = self._url(http_url, http_url_tls, request.head.path, urlencode(pairs))
+        url = self._url(http_url, http_url_tls, path or request.head.path, urlencode(pairs))
         headers = [(PROXIED_BY_HEADER, self._service.http_url)]
         if self._token is not None and self._settings.authentication_enabled:
             headers.append(("authorization", f"Bearer {self._token}"))
@@ -157,3 +294,20 @@ def _tracker(request: WebSocketRequest, kind: WsKind, subprotocol: str | None) -
         return BinaryProducerTracker() if binary else JsonProducerTracker()
     pull_mode = request.query.get("pullMode", "false").lower() == "true"
     return ConsumerTracker(binary=binary, pull_mode=pull_mode, reader=kind is WsKind.READER)
+
+
+def _partition_path(path: str, kind: WsKind, index: int) -> str:
+    """The path of partition ``index``'s session: ``-partition-<i>`` after the topic's name (before a
+    consumer's subscription)."""
+    suffix = f"-partition-{index}"
+    if kind is WsKind.CONSUMER:
+        head, _, subscription = path.rpartition("/")
+        return f"{head}{suffix}/{subscription}"
+    return path.rstrip("/") + suffix
+
+
+async def _close_all(upstreams: list[WsClient | None]) -> None:
+    with trio.CancelScope(shield=True):
+        for upstream in upstreams:
+            if upstream is not None:
+                await upstream.aclose()

@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocket, WebSocketClosed
+from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters
 from magnetar.broker.protocols.owner_proxy.tracking import FrameKind, Tracker
@@ -45,8 +45,35 @@ Connect = Callable[[dict[str, str]], Awaitable[WsClient]]
 """Open a new upstream session (looking the topic up first), with these query overrides; one attempt."""
 
 
+class ClientSide(Protocol):
+    """What the relay uses of the client's session: the broker's server-side WebSocket, or - for one
+    partition of a partitioned topic - the fan-out's port (:class:`.fanout.PartitionPort`). Receiving raises
+    ``WebSocketClosed`` once the client is gone."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def receive_batch(self) -> list[str | bytes]: ...
+
+    async def send_many(self, messages: Sequence[bytes], *, text: bool) -> None: ...
+
+    async def send_text(self, text: str) -> None: ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None: ...
+
+
 class GaveUp(Exception):
     """The topic's owner could not be reached before the deadline."""
+
+
+FINAL_STATUSES = frozenset({400, 401, 403, 404, 412})
+"""Refusals of an upstream session that retrying cannot cure."""
+OPEN_FINAL_STATUSES = FINAL_STATUSES | {409}
+"""The same when the client's session is being opened: a conflict (a busy producer name, an exclusive
+subscription taken) is the client's answer too. Once the session runs, a 409 after a move is retried: the
+session's previous owner may still hold the subscription for a moment."""
 
 
 async def connect_with_retry(
@@ -55,10 +82,11 @@ async def connect_with_retry(
     settings: ProxySettings,
     what: str,
     deadline: float | None = None,
+    final_statuses: frozenset[int] = FINAL_STATUSES,
 ) -> WsClient:
     """Attempts until one succeeds or ``deadline`` (trio time; default: ``ws_proxy_reconnect_deadline_ms``
-    from now) passes (:class:`GaveUp`). A refusal that retrying cannot cure (400, 401, 403, 404, 412) is
-    raised at once."""
+    from now) passes (:class:`GaveUp`). A refusal that retrying cannot cure (``final_statuses``) is raised
+    at once."""
     if deadline is None:
         deadline = trio.current_time() + settings.ws_proxy_reconnect_deadline_ms / 1000
     backoff_s = settings.ws_proxy_reconnect_backoff_initial_ms / 1000
@@ -68,7 +96,7 @@ async def connect_with_retry(
             with trio.fail_after(settings.ws_proxy_connect_timeout_ms / 1000):
                 return await connect(overrides())
         except WsRejected as exc:
-            if exc.status in (400, 401, 403, 404, 412):
+            if exc.status in final_statuses:
                 raise
             last = f"{exc.status} {exc.reason}"
         except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
@@ -88,7 +116,7 @@ class LookupFailed(Exception):
 class Relay:
     def __init__(
         self,
-        ws: WebSocket,
+        ws: ClientSide,
         upstream: WsClient,
         tracker: Tracker,
         connect: Connect,
@@ -116,16 +144,17 @@ class Relay:
         self._changed = trio.Event()
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._client_reader, nursery.cancel_scope)
-            nursery.start_soon(self._upstream_loop, nursery.cancel_scope)
-        upstream, self._upstream = self._upstream, None
-        if upstream is not None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._client_reader, nursery.cancel_scope)
+                nursery.start_soon(self._upstream_loop, nursery.cancel_scope)
+        finally:  # also when cancelled from outside: the upstream session never outlives the relay
+            upstream, self._upstream = self._upstream, None
             with trio.CancelScope(shield=True):
-                await upstream.aclose()
-        if not self._ws.closed:
-            with trio.CancelScope(shield=True):
-                await self._ws.close(*self._close)
+                if upstream is not None:
+                    await upstream.aclose()
+                if not self._ws.closed:
+                    await self._ws.close(*self._close)
 
     # -- client -> owner ----------------------------------------------------------------------------
 

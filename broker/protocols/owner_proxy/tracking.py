@@ -12,6 +12,8 @@ The relay (:mod:`.relay`) passes every frame through unchanged; a tracker only w
   ledger positions, valid on any owner); what was not acked is redelivered by the new owner (at least once).
 * a **reader** remembers the id of the last message delivered to the client: the new upstream session
   starts after it (``messageId=<that id>``: a reader starts after the id it is given).
+* a consumer's or reader's ``isEndOfTopic`` questions forwarded and not yet answered are answered
+  ``false`` when the upstream session ends (not known to be at its end: the client asks again).
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from enum import Enum, auto
 
 import orjson
 
-from magnetar.broker.protocols.pulsar_ws.messages import producer_ack_error
+from magnetar.broker.protocols.pulsar_ws.messages import end_of_topic_json, producer_ack_error
 from magnetar.broker.protocols.ws_errors import WsErrorCode
 from magnetar.broker.wire.magnetar_v1 import (
     FrameType,
     encode_permit,
     encode_send_error,
+    end_of_topic_frame,
     parse_messages,
 )
 from magnetar.broker.wire.message_id import encode_message_id
@@ -36,6 +39,9 @@ from magnetar.broker.wire.message_id import encode_message_id
 _U64_AT_1 = struct.Struct("<Q")
 _U32_AT_1 = struct.Struct("<I")
 _JSON_DELIVERY_PREFIX = '{"messageId":"'
+_JSON_END_OF_TOPIC = '{"endOfTopic":'
+_IS_END_OF_TOPIC = bytes([FrameType.IS_END_OF_TOPIC])
+_END_OF_TOPIC = bytes([FrameType.END_OF_TOPIC])
 
 
 class FrameKind(Enum):
@@ -190,6 +196,23 @@ class ConsumerTracker(Tracker):
         """Pull mode: permits granted by the client and not yet used by a delivery."""
         self.last_delivered: bytes | None = None
         """A reader's last delivered message id (base64 text)."""
+        self._questions = 0
+        """``isEndOfTopic`` questions forwarded and not answered yet."""
+
+    def on_forward(self, message: str | bytes) -> None:
+        if isinstance(message, bytes):
+            if message == _IS_END_OF_TOPIC:
+                self._questions += 1
+        elif '"isEndOfTopic"' in message:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                document = orjson.loads(message)
+                if isinstance(document, dict) and document.get("type") == "isEndOfTopic":
+                    self._questions += 1
+
+    def lost(self, reason: str) -> list[str | bytes]:
+        questions, self._questions = self._questions, 0
+        answer: str | bytes = end_of_topic_frame(False) if self._binary else end_of_topic_json(False).decode()
+        return [answer] * questions
 
     def on_client(self, message: str | bytes) -> FrameKind:
         if not self._pull_mode or self._reader:
@@ -211,6 +234,13 @@ class ConsumerTracker(Tracker):
         return FrameKind.OTHER
 
     def on_upstream(self, message: str | bytes) -> None:
+        if isinstance(message, bytes):
+            answers = message[:1] == _END_OF_TOPIC
+        else:
+            answers = message.startswith(_JSON_END_OF_TOPIC)
+        if answers and self._questions:
+            self._questions -= 1
+            return
         if self._binary:
             if (
                 isinstance(message, bytes)

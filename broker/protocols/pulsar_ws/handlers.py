@@ -5,11 +5,11 @@ before the upgrade completes: a bad path or query parameter is answered 400 ``In
 missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503,
 and a topic another broker owns is served through this broker's owner proxy
 (:mod:`magnetar.broker.protocols.owner_proxy`: the session is relayed to the owner and follows the topic when
-it moves) - or, for a partitioned topic, with ``ws_proxy_enabled=false``, or for a session that is itself
-proxied, answered **307** with ``Location: ws://<owner>/<same path and query>`` (``websocket-client`` and
-``websockets`` follow it). Once accepted, the session runs two tasks: the reader
-loop below (one frame at a time) and the session's frame sender
-(:class:`~magnetar.broker.protocols.outbound.OutboundFrames`).
+it moves; a partitioned topic with any partition owned elsewhere through one upstream session per
+partition) - or, with ``ws_proxy_enabled=false`` or for a session that is itself proxied, answered **307**
+with ``Location: ws://<owner>/<same path and query>`` (``websocket-client`` and ``websockets`` follow it).
+Once accepted, the session runs two tasks: the reader loop below (one frame at a time) and the session's
+frame sender (:class:`~magnetar.broker.protocols.outbound.OutboundFrames`).
 
 Runtime errors follow Pulsar: a producer's bad request gets a ``send-error:N`` ack and the session goes on; a
 consumer's or reader's frame that is not a JSON command closes the session with Pulsar's code 3, sent as
@@ -152,17 +152,20 @@ class WsHandlers:
     async def _proxied(self, request: WebSocketRequest, kind: WsKind, exc: Exception) -> bool:
         """Serve a session refused with :class:`NotOwnerError` through the owner proxy
         (:mod:`magnetar.broker.protocols.owner_proxy`); False if it is not for the proxy: another error, the
-        proxy off, a session that is itself proxied, or a partitioned topic (its partitions may have several
-        owners: 307 to the first one's owner, as before)."""
+        proxy off, or a session that is itself proxied. A partitioned topic of which some partition is not
+        served here is served through one upstream session per partition (every partition, this broker's own
+        through a loopback session: :mod:`magnetar.broker.protocols.owner_proxy.fanout`)."""
         if not isinstance(exc, NotOwnerError) or not self._proxy.proxies(request):
             return False
         topic = parse_ws_path(request.path).topic
         try:
-            if await self._service.partitions(topic) != 0:
-                return False
+            partitions = await self._service.partitions(topic)
         except ServiceError:
             return False
-        await self._proxy.serve(request, kind, topic, exc.http_url, exc.http_url_tls)
+        if partitions > 0:
+            await self._proxy.serve_partitioned(request, kind, topic, partitions)
+        else:
+            await self._proxy.serve(request, kind, topic, exc.http_url, exc.http_url_tls)
         return True
 
     async def _refuse(self, request: WebSocketRequest, exc: Exception) -> None:
@@ -289,7 +292,7 @@ class WsHandlers:
             if not await self._proxied(request, WsKind.PRODUCER, exc):
                 await self._refuse(request, exc)
             return
-        publisher: Producer | PartitionRouter = producers[0][1]
+        publisher: Producer | PartitionRouter[Producer] = producers[0][1]
         if target.topic != producers[0][0].name:
             publisher = PartitionRouter(
                 [producer for _, producer in producers],
@@ -312,7 +315,7 @@ class WsHandlers:
         session: _Session,
         limiter: PublishLimiter,
         producers: list[tuple[ServedTopic, Producer]],
-        publisher: Producer | PartitionRouter,
+        publisher: Producer | PartitionRouter[Producer],
         capacity: Capacity,
     ) -> Callable[[str | bytes], Awaitable[None]]:
         """The frame handler of a Pulsar JSON producer: one publish request per text frame, its message
@@ -352,7 +355,7 @@ class WsHandlers:
         session: _Session,
         limiter: PublishLimiter,
         producers: list[tuple[ServedTopic, Producer]],
-        publisher: Producer | PartitionRouter,
+        publisher: Producer | PartitionRouter[Producer],
         capacity: Capacity,
     ) -> Callable[[str | bytes], Awaitable[None]]:
         """The frame handler of a ``magnetar.v1`` producer: the same rate limits and backlog quotas as JSON
