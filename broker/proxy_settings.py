@@ -22,7 +22,8 @@ class ProxySettings(BaseSettings):
     """Serve a WebSocket session for a topic owned by another broker through this broker (off: answer it
     307 to the owner, as before)."""
     ws_proxy_sessions_max: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
-    """Proxied sessions this broker serves at once (each holds one connection to an owner); beyond: 503."""
+    """Upstream sessions (connections to owners) this broker's proxy holds at once: one per proxied session,
+    one per partition for a session on a partitioned topic; a session that would pass it is answered 503."""
     ws_proxy_connect_timeout_ms: Millis = 5_000
     """One attempt to open the session on the owner: TCP connect, TLS, upgrade (redirects included)."""
     ws_proxy_redirects_max: Annotated[int, Field(ge=0, le=20)] = 5

@@ -6,6 +6,8 @@ broker is scraped (:class:`ProxyMetrics`, a :class:`~magnetar.broker.exposition.
 HTTP application adds). Every row carries the broker's ``cluster`` label, as the broker-wide families do.
 
 * ``magnetar_ws_proxy_sessions`` - client sessions being served through this broker now;
+* ``magnetar_ws_proxy_upstreams`` - upstream sessions held to owners now: one per session, one per partition
+  of a partitioned topic's session (what ``ws_proxy_sessions_max`` bounds);
 * ``magnetar_ws_proxy_sessions_opened_total`` - client sessions accepted through the proxy;
 * ``magnetar_ws_proxy_sessions_refused_total`` - client upgrades the proxy answered with an error itself
   (``ws_proxy_sessions_max`` reached, or no owner reachable before the deadline); a refusal by the owner
@@ -31,6 +33,9 @@ from magnetar.broker.metrics import broker_wide
 @dataclass(slots=True)
 class ProxyCounters:
     sessions: int = 0
+    upstreams: int = 0
+    """Upstream sessions held (one per proxied session, one per partition of a partitioned one): what
+    ``ws_proxy_sessions_max`` bounds."""
     sessions_opened: int = 0
     sessions_refused: int = 0
     moves: int = 0
@@ -44,6 +49,10 @@ PROXY_FAMILIES: tuple[tuple[Family, Callable[[ProxyCounters], int]], ...] = (
     (
         broker_wide("magnetar_ws_proxy_sessions", Kind.GAUGE, "Sessions served through this broker"),
         lambda c: c.sessions,
+    ),
+    (
+        broker_wide("magnetar_ws_proxy_upstreams", Kind.GAUGE, "Upstream sessions held to owners"),
+        lambda c: c.upstreams,
     ),
     (
         broker_wide("magnetar_ws_proxy_sessions_opened", Kind.COUNTER, "Sessions accepted through the proxy"),

@@ -1,6 +1,6 @@
 """The broker's owner proxy: serves a WebSocket session whose topic another broker owns (see the package's
-docstring for the design), within ``ws_proxy_sessions_max`` sessions - on a partitioned topic, one upstream
-session per partition (:mod:`.fanout`)."""
+docstring for the design), within ``ws_proxy_sessions_max`` upstream sessions - on a partitioned topic, one
+per partition (:mod:`.fanout`)."""
 
 from __future__ import annotations
 
@@ -95,36 +95,45 @@ class OwnerProxy:
         """Open the session on the owner (``http_url`` first, then wherever lookups say), accept the client
         with the subprotocol the owner chose and relay until either side ends it. A refusal by the owner is
         passed to the client as it is (status and reason); an owner unreachable within the deadline is 503."""
-        if await self._admit(request):
+        if await self._admit(request, 1):
             try:
                 await self._serve(request, kind, topic, http_url, http_url_tls)
             finally:
-                self.counters.sessions -= 1
+                self._release(1)
 
     async def serve_partitioned(
         self, request: WebSocketRequest, kind: WsKind, topic: TopicName, partitions: int
     ) -> None:
         """Serve a session on a partitioned topic through one upstream session per partition, each on the
         partition's owner (this broker included: a loopback session), fanned out and in (:mod:`.fanout`).
-        Counts once in ``ws_proxy_sessions_max``. The first refusal by an owner is passed to the client as
+        Holds one of ``ws_proxy_sessions_max`` per partition (each is a connection to an owner); counts once
+        in the sessions metric. The first refusal by an owner is passed to the client as
         it is; a partition unreachable within the deadline is 503."""
-        if await self._admit(request):
+        if await self._admit(request, partitions):
             try:
                 await self._serve_partitioned(request, kind, topic, partitions)
             finally:
-                self.counters.sessions -= 1
+                self._release(partitions)
 
-    async def _admit(self, request: WebSocketRequest) -> bool:
-        settings = self._settings
+    async def _admit(self, request: WebSocketRequest, upstreams: int) -> bool:
+        """Take ``upstreams`` of the ``ws_proxy_sessions_max`` upstream sessions, or answer 503."""
+        bound = self._settings.ws_proxy_sessions_max
         counters = self.counters
-        if counters.sessions >= settings.ws_proxy_sessions_max:
-            bound = settings.ws_proxy_sessions_max
-            reason = f"Too many proxied sessions on this broker (ws_proxy_sessions_max={bound})"
+        if counters.upstreams + upstreams > bound:
+            reason = (
+                f"Too many proxied sessions on this broker: {counters.upstreams} upstream sessions held, "
+                f"{upstreams} more needed (ws_proxy_sessions_max={bound})"
+            )
             counters.sessions_refused += 1
             await request.reject(error_response(503, reason))
             return False
+        counters.upstreams += upstreams
         counters.sessions += 1
         return True
+
+    def _release(self, upstreams: int) -> None:
+        self.counters.upstreams -= upstreams
+        self.counters.sessions -= 1
 
     async def _serve(
         self, request: WebSocketRequest, kind: WsKind, topic: TopicName, http_url: str, http_url_tls: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -15,6 +16,7 @@ from magnetar.bookkeeper.runtime.http import WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
 from magnetar.broker.exposition import render_text
 from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
+from magnetar.broker.protocols.owner_proxy.proxy import OwnerProxy
 from magnetar.broker.protocols.owner_proxy.relay import Relay
 from magnetar.broker.protocols.owner_proxy.tracking import (
     BinaryProducerTracker,
@@ -267,3 +269,30 @@ def test_the_proxy_settings_are_bounded_and_related() -> None:
     with pytest.raises(ValueError, match="ws_proxy_buffer_messages_max"):
         BrokerSettings(ws_proxy_buffer_messages_max=-1)
     assert BrokerSettings().ws_proxy_reconnect_deadline_ms == 60_000
+
+
+async def test_ws_proxy_sessions_max_bounds_upstream_sessions_one_per_partition() -> None:
+    """A session on a partitioned topic holds one upstream session per partition: each counts in the bound,
+    and a session that would pass it is answered 503 naming the setting (the client session counts once in
+    the sessions metric)."""
+
+    class Request:
+        def __init__(self) -> None:
+            self.rejected: list[Any] = []
+
+        async def reject(self, response: Any) -> None:
+            self.rejected.append(response)
+
+    service = SimpleNamespace(settings=settings(ws_proxy_sessions_max=5))
+    proxy = OwnerProxy(cast(Any, service))
+    request = Request()
+    assert await proxy._admit(cast(Any, request), 4)  # a 4-partition session
+    assert not await proxy._admit(cast(Any, request), 2)  # 4 + 2 > 5
+    [refusal] = request.rejected
+    assert refusal.status == 503
+    assert b"ws_proxy_sessions_max=5" in refusal.body
+    assert (proxy.counters.sessions, proxy.counters.upstreams, proxy.counters.sessions_refused) == (1, 4, 1)
+    assert await proxy._admit(cast(Any, request), 1)
+    proxy._release(4)
+    proxy._release(1)
+    assert (proxy.counters.sessions, proxy.counters.upstreams) == (0, 0)
