@@ -43,8 +43,8 @@ partition whose owner cannot be reached within ``ws_proxy_reconnect_deadline_ms`
 the sessions already open are closed. Once running, a partition unreachable within the deadline closes the
 client's session with 1001, and any partition session ending for good (a 4xxx session error, or 1000 other
 than after an unsubscribe) closes it with that code. The client leaving closes every upstream session.
-Bounds: the session counts once in ``ws_proxy_sessions_max``; its upstream sessions are one per partition
-(partitions are bounded by ``max_num_partitions_per_partitioned_topic``, at most 65,536); each port holds
+Bounds: the session's upstream sessions, one per partition, each count in ``ws_proxy_sessions_max`` (a
+session that would pass it is refused 503 before any is opened); each port holds
 at most ``ws_proxy_buffer_messages_max`` client frames (at least one) waiting for its relay; a JSON
 consumer remembers at most ``DELIVERED_IDS_MAX`` delivered ids.
 """
