@@ -11,6 +11,7 @@ from typing import Any, cast
 import pytest
 import trio
 import trio.testing
+from fixtures.ws_fakes import FakeClient
 
 from magnetar.bookkeeper.runtime.http import WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
@@ -311,31 +312,6 @@ async def test_a_port_sends_the_permits_granted_meanwhile_before_the_frames_and_
 
 
 # -- the session, against scripted upstream sessions ----------------------------------------------------
-
-
-class FakeClient:
-    """The client's WebSocket on the proxying broker."""
-
-    def __init__(self) -> None:
-        self.inbox_send, self.inbox = trio.open_memory_channel[str | bytes](100)
-        self.sent: list[str] = []
-        self.closed = False
-        self.close_code: int | None = None
-
-    async def receive_batch(self) -> list[str | bytes]:
-        try:
-            return [await self.inbox.receive()]
-        except trio.EndOfChannel:
-            raise WebSocketClosed(1000) from None
-
-    async def send_many(self, messages: list[bytes], *, text: bool) -> None:
-        self.sent += [m.decode() for m in messages]
-
-    async def send_text(self, text: str) -> None:
-        self.sent.append(text)
-
-    async def close(self, code: int = 1000, reason: str = "") -> None:
-        self.closed, self.close_code = True, code
 
 
 class FakeUpstream:
