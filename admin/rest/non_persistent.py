@@ -26,7 +26,7 @@ from pydantic import Field
 
 from magnetar.admin.rest.framework import AdminError, AuthoritativeQuery, Call, Endpoint, no_content, ok
 from magnetar.admin.rest.names import namespace_of, require_namespace
-from magnetar.admin.rest.peer_http import PeerRequestError, get_json
+from magnetar.admin.rest.peer_http import PeerRequestError, get_json_for
 from magnetar.admin.rest.served import ensure_served
 from magnetar.admin.rest.topic_metadata import ListQuery
 from magnetar.admin.rest.topics import StatsQuery
@@ -54,18 +54,12 @@ async def list_topics(call: Call) -> HttpResponse:
     await require_namespace(call.context, namespace)
     directory = call.context.non_persistent
     names: set[str] = set(await directory.topics(namespace))
-    settings = call.context.settings
     for bundle, owner in await directory.bundles(namespace):
         if not owner:
             continue
         url = f"{owner.rstrip('/')}/admin/v2/non-persistent/{namespace}/{bundle}?authoritative=true"
         try:
-            answer = await get_json(
-                url,
-                authorization=call.request.head.header("authorization"),
-                timeout_s=settings.peer_request_timeout_ms / 1000,
-                body_bytes_max=settings.peer_response_bytes_max,
-            )
+            answer = await get_json_for(call, url)
         except PeerRequestError as exc:
             log.warning("non-persistent topics of %s/%s left out: %s", namespace, bundle, exc)
             continue

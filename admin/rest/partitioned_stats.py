@@ -30,7 +30,7 @@ from typing import Any
 
 from magnetar.admin.rest.framework import AdminError, AuthoritativeQuery, Call, Endpoint, QueryModel, ok
 from magnetar.admin.rest.names import namespace_of, partition_count, require_namespace, topic_of
-from magnetar.admin.rest.peer_http import PeerRequestError, get_json
+from magnetar.admin.rest.peer_http import PeerRequestError, get_json_for
 from magnetar.admin.rest.served import host_of
 from magnetar.admin.rest.topics import topic_stats
 from magnetar.bookkeeper.runtime.http import HttpResponse
@@ -196,15 +196,9 @@ async def _partition_figures(call: Call, partition: TopicName, what: str) -> dic
         if ml is None:
             return None
         return topic_stats(ml, host.traffic(partition)) if what == "stats" else internal_stats(ml)
-    settings = call.context.settings
     url = f"{owner.rstrip('/')}/admin/v2/{partition.rest_path}/{what}?authoritative=true"
     try:
-        answer = await get_json(
-            url,
-            authorization=call.request.head.header("authorization"),
-            timeout_s=settings.peer_request_timeout_ms / 1000,
-            body_bytes_max=settings.peer_response_bytes_max,
-        )
+        answer = await get_json_for(call, url)
     except PeerRequestError as exc:
         log.warning("%s of %s left out: %s", what, partition, exc)
         return None

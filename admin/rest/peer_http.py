@@ -11,11 +11,14 @@ by ``AdminSettings.peer_request_timeout_ms`` (connect to last byte) and ``peer_r
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import h11
 import trio
+
+if TYPE_CHECKING:
+    from magnetar.admin.rest.framework import Call
 
 RECEIVE_BYTES = 65536
 
@@ -101,3 +104,15 @@ async def _exchange(
                     raise PeerRequestError(f"{url} answered more than {body_bytes_max} bytes")
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 return status, bytes(body)
+
+
+async def get_json_for(call: Call, url: str) -> Any:
+    """:func:`get_json` on behalf of an admin call: its ``Authorization`` header, within the admin settings'
+    ``peer_request_timeout_ms`` and ``peer_response_bytes_max``."""
+    settings = call.context.settings
+    return await get_json(
+        url,
+        authorization=call.request.head.header("authorization"),
+        timeout_s=settings.peer_request_timeout_ms / 1000,
+        body_bytes_max=settings.peer_response_bytes_max,
+    )

@@ -67,6 +67,17 @@ class SubscriptionType(StrEnum):
         return self in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
 
 
+def pick_active(consumers: list[Consumer], partition: int) -> Consumer | None:
+    """The active consumer of a Failover (or Exclusive) subscription, as Pulsar picks it: among the
+    consumers of the best (lowest) priority level, sorted by name, the one at the partition index modulo
+    their number (a non-partitioned topic: the first); None without consumers."""
+    if not consumers:
+        return None
+    best = min(c.priority_level for c in consumers)
+    candidates = sorted((c for c in consumers if c.priority_level == best), key=lambda c: c.name)
+    return candidates[max(partition, 0) % len(candidates)]
+
+
 class DispatchSource(Protocol):
     """What a dispatcher needs of its subscription: the cursor it reads, the messages of an entry still to
     deliver, and the push that counts and sends one."""
@@ -138,12 +149,10 @@ class Dispatcher:
         self.wake()
 
     def _pick_active(self) -> None:
-        if not self.consumers:
+        chosen = pick_active(self.consumers, self._partition)
+        if chosen is None:
             self.active = None
             return
-        best = min(c.priority_level for c in self.consumers)
-        candidates = sorted((c for c in self.consumers if c.priority_level == best), key=lambda c: c.name)
-        chosen = candidates[max(self._partition, 0) % len(candidates)]
         if chosen is self.active:
             return
         previous, self.active = self.active, chosen

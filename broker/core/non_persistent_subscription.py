@@ -29,7 +29,7 @@ import trio
 
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, MsgKey
-from magnetar.broker.core.dispatcher import SubscriptionType
+from magnetar.broker.core.dispatcher import SubscriptionType, pick_active
 from magnetar.broker.core.errors import ConsumerBusyError
 from magnetar.broker.core.key_hash import HashRing, sticky_key_slot
 from magnetar.broker.core.rates import Rate
@@ -100,12 +100,7 @@ class NonPersistentSubscription:
             self._pick_active()
 
     def _pick_active(self) -> None:
-        if not self.consumers:
-            self.active = None
-            return
-        best = min(c.priority_level for c in self.consumers)
-        candidates = sorted((c for c in self.consumers if c.priority_level == best), key=lambda c: c.name)
-        self.active = candidates[max(self.partition, 0) % len(candidates)]
+        self.active = pick_active(self.consumers, self.partition)
 
     def close(self) -> None:
         self.closed = True

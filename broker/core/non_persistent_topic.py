@@ -74,13 +74,7 @@ class NonPersistentTopic(TopicBase):
             return
         self.closed = True
         log.info("topic %s closing: %s", self.name, reason)
-        for producer in list(self.producers.values()):
-            producer.go_away(reason)
-        for subscription in list(self.subscriptions.values()):
-            subscription.close()
-            for consumer in list(subscription.consumers):
-                if consumer.disconnect is not None:
-                    consumer.disconnect(reason)
+        self._end_sessions(self.subscriptions.values(), reason)
 
     async def close(self, reason: str = "Topic unloaded") -> None:
         """Unload: nothing to write or persist - end the sessions and stop."""

@@ -123,18 +123,7 @@ class PersistentTopic(TopicBase):
         self.closed = self._queue.closed = True
         log.info("topic %s closing: %s", self.name, reason)
         self._queue.fail_waiting(reason)
-        self._disconnect(reason)
-
-    def _disconnect(self, reason: str) -> None:
-        """Close every producer and subscription and end their sessions (the clients look the topic up
-        again)."""
-        for producer in list(self.producers.values()):
-            producer.go_away(reason)
-        for subscription in list(self.subscriptions.values()):
-            subscription.close()
-            for consumer in list(subscription.consumers):
-                if consumer.disconnect is not None:
-                    consumer.disconnect(reason)
+        self._end_sessions(self.subscriptions.values(), reason)
 
     async def close(self, reason: str = "Topic unloaded") -> None:
         """Clean close: write what was accepted and wait for it (each message answered, see the module doc),
@@ -148,7 +137,7 @@ class PersistentTopic(TopicBase):
             with trio.move_on_after(timeout_s):
                 await queue.drained.wait()
             queue.fail_waiting(reason)  # nothing, unless a write could not even be started
-            self._disconnect(reason)
+            self._end_sessions(self.subscriptions.values(), reason)
         with trio.move_on_after(timeout_s):
             await queue.drained.wait()
         try:

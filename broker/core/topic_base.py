@@ -1,10 +1,10 @@
 """What both topic kinds share (:class:`~.topic.PersistentTopic`,
 :class:`~.non_persistent_topic.NonPersistentTopic`): their name and clock, the open check, their producers
-by name, and how a subscription is taken out for deletion."""
+by name, how their sessions are ended, and how a subscription is taken out for deletion."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol, TypeVar
 
 from magnetar.bookkeeper.runtime import Clock
@@ -83,6 +83,17 @@ class TopicBase:
         producer = producer_factory()
         self.producers[name] = producer
         return producer
+
+    def _end_sessions(self, subscriptions: Iterable[_Detachable], reason: str) -> None:
+        """Close every producer and the given subscriptions and end their sessions (the clients look the
+        topic up again)."""
+        for producer in list(self.producers.values()):
+            producer.go_away(reason)
+        for subscription in list(subscriptions):
+            subscription.close()
+            for consumer in list(subscription.consumers):
+                if consumer.disconnect is not None:
+                    consumer.disconnect(reason)
 
     def remove_producer(self, producer: Producer) -> None:
         producer.close()

@@ -138,14 +138,19 @@ class JsonProducer(threading.Thread):
         super().__init__(daemon=True)
         self.session, self.count, self.interval_s = session, count, interval_s
         self.acked: list[int] = []
+        self.ack_ids: dict[int, str] = {}
+        """The message id of each acknowledged message."""
         self.failed: list[int] = []
         self.error: BaseException | None = None
+
+    def request(self, index: int) -> dict[str, str]:
+        return {"payload": b64(f"p-{index}"), "context": str(index)}
 
     def run(self) -> None:
         try:
             in_flight = 0
             for index in range(self.count):
-                self.session.send(json.dumps({"payload": b64(f"p-{index}"), "context": str(index)}))
+                self.session.send(json.dumps(self.request(index)))
                 in_flight += 1
                 while in_flight >= WINDOW:
                     self._answer()
@@ -161,6 +166,7 @@ class JsonProducer(threading.Thread):
         index = int(answer["context"])
         if answer["result"] == "ok":
             self.acked.append(index)
+            self.ack_ids[index] = answer["messageId"]
         else:
             assert answer["result"].startswith("send-error"), answer
             assert answer.get("errorMsg"), answer
@@ -213,6 +219,36 @@ def first_deliveries(received: list[int]) -> list[int]:
     return order
 
 
+def run_with_unloads(
+    cluster: Cluster,
+    producer: JsonProducer,
+    receivers: list[JsonReceiver],
+    stop: threading.Event,
+    unloads: list[tuple[int, str]],
+) -> None:
+    """Start the producer and receivers; when the producer has ``n`` answers, unload the bundle of ``topic``
+    (each ``(n, topic)`` in turn); then wait (30 s at most) until every receiver got every acknowledged
+    message, stop them and check that none failed."""
+    for thread in (*receivers, producer):
+        thread.start()
+    try:
+        for answers, topic in unloads:
+            while len(producer.acked) + len(producer.failed) < answers and producer.is_alive():
+                time.sleep(0.05)
+            cluster.unload_bundle(topic)
+        producer.join(60)
+        assert not producer.is_alive()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(set(producer.acked) - set(r.received) for r in receivers):
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        for receiver in receivers:
+            receiver.join(10)
+    for receiver in receivers:
+        assert receiver.error is None, repr(receiver.error)
+
+
 def check(producer: JsonProducer, receivers: dict[str, list[int]]) -> None:
     assert producer.error is None, repr(producer.error)
     assert sorted(producer.acked + producer.failed) == list(range(producer.count)), (
@@ -250,24 +286,7 @@ def test_json_producer_consumers_reader_on_a_non_owner_survive_a_bundle_unload(c
         JsonReceiver(puller, stop, ack=True, pull_permits=40),  # its permits are granted again after a move
     ]
     producer = JsonProducer(producer_session, 400, 0.005)
-    for thread in (*receivers, producer):
-        thread.start()
-    try:
-        for _ in range(2):
-            while len(producer.acked) + len(producer.failed) < 120 * (_ + 1) and producer.is_alive():
-                time.sleep(0.05)
-            cluster.unload_bundle(topic)
-        producer.join(60)
-        assert not producer.is_alive()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(set(producer.acked) - set(r.received) for r in receivers):
-            time.sleep(0.2)
-    finally:
-        stop.set()
-        for receiver in receivers:
-            receiver.join(10)
-    for receiver in receivers:
-        assert receiver.error is None, repr(receiver.error)
+    run_with_unloads(cluster, producer, receivers, stop, [(120, topic), (240, topic)])
     print(f"\nunload x2: acked {len(producer.acked)}, failed back {len(producer.failed)}, lost 0")
     check(
         producer,
@@ -380,38 +399,10 @@ def bundle_of(cluster: Cluster, topic: str) -> str:
 
 
 class KeyedProducer(JsonProducer):
-    """A JSON producer whose message ``i`` has the key ``k<i % 12>``; records the acks' message ids."""
+    """A JSON producer whose message ``i`` has the key ``k<i % 12>``."""
 
-    def __init__(self, session: websocket.WebSocket, count: int, interval_s: float) -> None:
-        super().__init__(session, count, interval_s)
-        self.ack_ids: dict[int, str] = {}
-
-    def run(self) -> None:
-        try:
-            in_flight = 0
-            for index in range(self.count):
-                request = {"payload": b64(f"p-{index}"), "context": str(index), "key": key_of(index)}
-                self.session.send(json.dumps(request))
-                in_flight += 1
-                while in_flight >= WINDOW:
-                    self._answer()
-                    in_flight -= 1
-                time.sleep(self.interval_s)
-            for _ in range(in_flight):
-                self._answer()
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def _answer(self) -> None:
-        answer = json.loads(self.session.recv())
-        index = int(answer["context"])
-        if answer["result"] == "ok":
-            self.acked.append(index)
-            self.ack_ids[index] = answer["messageId"]
-        else:
-            assert answer["result"].startswith("send-error"), answer
-            assert answer.get("errorMsg"), answer
-            self.failed.append(index)
+    def request(self, index: int) -> dict[str, str]:
+        return {**super().request(index), "key": key_of(index)}
 
 
 class PullReceiver(JsonReceiver):
@@ -474,23 +465,7 @@ def test_json_sessions_on_a_partitioned_topic_with_several_owners_survive_a_part
     same_bundle = {
         i for i in range(PARTITIONS) if bundle_of(cluster, f"{topic}-partition-{i}") == moved_bundle
     }
-    for thread in (*receivers, producer):
-        thread.start()
-    try:
-        while len(producer.acked) + len(producer.failed) < 120 and producer.is_alive():
-            time.sleep(0.05)
-        cluster.unload_bundle(f"{topic}-partition-{moved}")
-        producer.join(60)
-        assert not producer.is_alive()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(set(producer.acked) - set(r.received) for r in receivers):
-            time.sleep(0.2)
-    finally:
-        stop.set()
-        for receiver in receivers:
-            receiver.join(10)
-    for receiver in receivers:
-        assert receiver.error is None, repr(receiver.error)
+    run_with_unloads(cluster, producer, receivers, stop, [(120, f"{topic}-partition-{moved}")])
     partitions_acked = {MessageId.from_base64(i).partition for i in producer.ack_ids.values()}
     for index, message_id in producer.ack_ids.items():
         assert MessageId.from_base64(message_id).partition == partition_for_key(
