@@ -70,7 +70,7 @@ from magnetar.bookkeeper.runtime.http.ws_client import WsClient
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
 from magnetar.broker.protocols.outbound import RECORDS_FRAME_BYTES_MAX
-from magnetar.broker.protocols.owner_proxy.relay import Connect, Relay
+from magnetar.broker.protocols.owner_proxy.relay import Connect, Relay, send_frames
 from magnetar.broker.protocols.owner_proxy.tracking import Tracker
 from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
@@ -674,22 +674,8 @@ class FanOutSession:
         for partition, frame in routed.partitions:
             await self.ports[partition].put(frame)
         if routed.client:
-            await _send(self._ws, routed.client)
+            await send_frames(self._ws, routed.client)
 
     def _apply(self, routed: Routed) -> None:
         for partition, count in routed.permits.items():
             self.ports[partition].grant(count)
-
-
-async def _send(ws: WebSocket, messages: list[Frame]) -> None:
-    texts = [m.encode() for m in messages if isinstance(m, str)]
-    if len(texts) == len(messages):
-        await ws.send_many(texts, text=True)
-    elif not texts:
-        await ws.send_many([m for m in messages if isinstance(m, bytes)], text=False)
-    else:
-        for message in messages:
-            if isinstance(message, str):
-                await ws.send_text(message)
-            else:
-                await ws.send_bytes(message)

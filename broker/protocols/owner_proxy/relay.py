@@ -311,18 +311,22 @@ class Relay:
 
     async def _to_client(self, messages: list[str | bytes]) -> None:
         self.counters.frames_to_client += len(messages)
-        texts = [m.encode() for m in messages if isinstance(m, str)]
-        if len(texts) == len(messages):
-            await self._ws.send_many(texts, text=True)
-            return
-        if not texts:
-            await self._ws.send_many([m for m in messages if isinstance(m, bytes)], text=False)
-            return
+        await send_frames(self._ws, messages)
+
+
+async def send_frames(ws: ClientSide, messages: Sequence[str | bytes]) -> None:
+    """Text and binary frames to the client in order: one write when they are all of one kind."""
+    texts = [m.encode() for m in messages if isinstance(m, str)]
+    if len(texts) == len(messages):
+        await ws.send_many(texts, text=True)
+    elif not texts:
+        await ws.send_many([m for m in messages if isinstance(m, bytes)], text=False)
+    else:
         for message in messages:
             if isinstance(message, str):
-                await self._ws.send_text(message)
+                await ws.send_text(message)
             else:
-                await self._ws.send_bytes(message)
+                await ws.send_bytes(message)
 
 
 def _close_reason(text: str) -> str:
