@@ -32,6 +32,8 @@ from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected
 
 log = logging.getLogger("chaos")
 
+POLL_S = 0.2
+"""How often :meth:`Scenario.wait_for` looks at its condition."""
 SUMMARIES: list[str] = []
 """Every scenario's summary table, printed again at the end of the pytest run (tests/chaos/conftest.py), so
 the figures show even when pytest captures the output of passing tests."""
@@ -91,6 +93,18 @@ class Scenario:
     async def hold(self, seconds: float) -> None:
         """Let the workload run for ``seconds`` (the scenario's timeline, not a synchronization)."""
         await trio.sleep(seconds)
+
+    async def wait_for(self, condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+        """Wait until ``condition()`` holds (polled every ``POLL_S``); how long it took. After ``timeout_s``
+        the scenario fails naming ``what`` - say there where the deadline comes from."""
+        started = trio.current_time()
+        with trio.move_on_after(timeout_s):
+            while not condition():
+                await trio.sleep(POLL_S)
+            return trio.current_time() - started
+        raise AssertionError(
+            f"waited {timeout_s:.0f} s in phase {self.checker.phase} for {what}\n{self.report()}"
+        )
 
     async def recovered(self, acks: int = 20, what: str = "") -> float:
         """Wait until ``acks`` new acknowledgements arrive (bounded); returns how long it took."""
