@@ -230,14 +230,18 @@ class Scenario:
             f"connect failures: {self.workload.stats.connect_failures}\nprocess logs:\n{logs}"
         )
 
-    def assert_ok(self, verdict: Verdict, *, ack_gap_max_s: float | None = None) -> None:
+    def assert_ok(
+        self, verdict: Verdict, *, ack_gap_max_s: float | None = None, ack_gap_basis: str = ""
+    ) -> None:
         """The checker's verdict holds, nothing crashed, something was acknowledged, and (when given) no gap
-        between acknowledgements during the faults reached ``ack_gap_max_s``."""
+        between acknowledgements during the faults reached ``ack_gap_max_s`` - a bound derived from the
+        scenario's own faults or settings, which ``ack_gap_basis`` names."""
         problems = []
         if ack_gap_max_s is not None:
             gap = self.longest_gap_in_faults()
             if gap >= ack_gap_max_s:
-                problems.append(f"an ack gap of {gap:.2f} s during the faults (bound {ack_gap_max_s} s)")
+                bound = f"bound {ack_gap_max_s:g} s: {ack_gap_basis}"
+                problems.append(f"an ack gap of {gap:.2f} s during the faults ({bound})")
         if not verdict.ok:
             problems.append("the checker found violations:\n" + "\n".join(verdict.details))
         if self.exits.exits:
