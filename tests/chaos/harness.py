@@ -95,11 +95,12 @@ class Scenario:
         await trio.sleep(seconds)
 
     async def wait_for(self, condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-        """Wait until ``condition()`` holds (polled every ``POLL_S``); how long it took. After ``timeout_s``
-        the scenario fails naming ``what`` - say there where the deadline comes from."""
+        """Wait until ``condition()`` holds (polled every ``POLL_S``, in a thread: it may read files or ask a
+        server, and the workload runs in this loop); how long it took. After ``timeout_s`` the scenario fails
+        naming ``what`` - say there where the deadline comes from."""
         started = trio.current_time()
         with trio.move_on_after(timeout_s):
-            while not condition():
+            while not await trio.to_thread.run_sync(condition):
                 await trio.sleep(POLL_S)
             return trio.current_time() - started
         raise AssertionError(

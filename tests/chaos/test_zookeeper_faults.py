@@ -20,6 +20,7 @@ few hundred milliseconds) are benchmark figures, recorded in ``tests/bench/RESUL
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,15 @@ async def test_zookeeper_killed_while_ledgers_roll_over(
     assert all(past > 0 for past in past_cap), f"a rollover was due in every outage: {past_cap}"
 
 
+def _ephemerals_gone(client_port: int) -> bool:
+    """Whether ZooKeeper holds no ephemeral node (``zk_ephemerals_count`` in ``mntr``)."""
+    for line in zk.four_letter_word(client_port, "mntr").splitlines():
+        name, _, value = line.partition("\t")
+        if name == "zk_ephemerals_count":
+            return int(value) == 0
+    raise AssertionError("ZooKeeper's mntr has no zk_ephemerals_count")
+
+
 def _gap_bound(fault_s: float, fault: str) -> dict[str, Any]:
     """``assert_ok``'s ack-gap arguments: ``FAULT_SHARE_MAX`` of a fault of ``fault_s``, named."""
     return {
@@ -141,7 +151,15 @@ async def test_sessions_expire_during_a_zookeeper_outage(
                 await s.hold(OUTAGE_S)
                 s.phase(f"zookeeper back, every session expiring #{number}")
                 await cluster.restart("zookeeper-1")
-                await s.hold(SESSION_S + scale(3, 5))
+                await s.hold(scale(3, 5))
+                deadline_s = LOADED_MACHINE_FACTOR * (SESSION_S + zk.ZooKeeperSettings().tick_time_ms / 1000)
+                await s.wait_for(  # ZooKeeper deleted every ephemeral node: every client's session expired
+                    functools.partial(_ephemerals_gone, cluster.zk_nodes[0].client_port),
+                    deadline_s,
+                    f"every session to expire (no ephemeral node left, mntr): {deadline_s:g} s = "
+                    f"{LOADED_MACHINE_FACTOR} x (metadata_session_timeout_ms {SESSION_S * 1000:g} + one "
+                    "ZooKeeper tick, when it looks for expired sessions)",
+                )
                 await _past_the_cap(s, cluster, past_cap)
                 s.phase(f"links to zookeeper healed #{number}")
                 network.heal_all()
