@@ -201,8 +201,12 @@ class Scenario:
 
     async def broker_metric(self, broker: str, name: str) -> float:
         """The sum of the samples of metric ``name`` on ``broker``'s ``/metrics`` (0 when absent)."""
+        return await trio.to_thread.run_sync(self.broker_metric_blocking, broker, name)
+
+    def broker_metric_blocking(self, broker: str, name: str) -> float:
+        """:meth:`broker_metric` for a thread (a :meth:`wait_for` condition)."""
         url = self.cluster.broker_urls[self.cluster.broker_names.index(broker)] + "/metrics"
-        text = await trio.to_thread.run_sync(_get_text, url)
+        text = _get_text(url)
         total = 0.0
         for line in text.splitlines():
             metric, _, value = line.rpartition(" ")

@@ -112,6 +112,12 @@ async def test_zookeeper_killed_while_ledgers_roll_over(
     assert all(past > 0 for past in past_cap), f"a rollover was due in every outage: {past_cap}"
 
 
+def _sessions_lost_since(s: Scenario, before: list[float]) -> bool:
+    """Whether every broker counts more lost metadata sessions than ``before`` (blocking)."""
+    now = [s.broker_metric_blocking(b, SESSIONS_LOST) for b in s.cluster.broker_names]
+    return all(after > earlier for after, earlier in zip(now, before, strict=True))
+
+
 def _ephemerals_gone(client_port: int) -> bool:
     """Whether ZooKeeper holds no ephemeral node (``zk_ephemerals_count`` in ``mntr``)."""
     for line in zk.four_letter_word(client_port, "mntr").splitlines():
@@ -144,6 +150,7 @@ async def test_sessions_expire_during_a_zookeeper_outage(
         async def faults(s: Scenario) -> None:
             sessions_lost["before"] = [await s.broker_metric(b, SESSIONS_LOST) for b in cluster.broker_names]
             for number in range(1, int(scale(1, 2)) + 1):
+                lost_before = [await s.broker_metric(b, SESSIONS_LOST) for b in cluster.broker_names]
                 s.phase(f"zookeeper down {OUTAGE_S:g} s #{number}")
                 await cluster.kill("zookeeper-1")
                 for proxy in network.zookeeper.values():
@@ -163,6 +170,13 @@ async def test_sessions_expire_during_a_zookeeper_outage(
                 await _past_the_cap(s, cluster, past_cap)
                 s.phase(f"links to zookeeper healed #{number}")
                 network.heal_all()
+                deadline_s = LOADED_MACHINE_FACTOR * SESSION_S
+                await s.wait_for(  # each broker reconnects, learns that its session expired, and counts it
+                    functools.partial(_sessions_lost_since, s, lost_before),
+                    deadline_s,
+                    f"every broker to count its lost session: {deadline_s:g} s = {LOADED_MACHINE_FACTOR} x "
+                    f"metadata_session_timeout_ms {SESSION_S * 1000:g} (paces reconnections)",
+                )
                 await s.hold(scale(4, 6))
             sessions_lost["after"] = [await s.broker_metric(b, SESSIONS_LOST) for b in cluster.broker_names]
             s.note(f"metadata sessions lost per broker: {sessions_lost}")
