@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import trio
 
+from magnetar.bookkeeper.runtime.memory import process_trimmer
+
 
 class BodyBudget:
     """A count of bytes taken by the bodies being read or handled, bounded by ``bytes_max``."""
@@ -44,4 +46,5 @@ class BodyBudget:
         if size:
             self.taken -= size
             assert self.taken >= 0, "a body budget gave back more than it took"
+            process_trimmer().freed(size)
             self._freed.set()

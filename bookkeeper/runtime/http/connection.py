@@ -55,6 +55,7 @@ from magnetar.bookkeeper.runtime.http.types import (
     status_phrase,
 )
 from magnetar.bookkeeper.runtime.http.websocket import RECEIVE_CHUNK_BYTES, WebSocket, WebSocketRequest
+from magnetar.bookkeeper.runtime.http.ws_budget import ReceiveBudget
 from magnetar.bookkeeper.runtime.http.ws_frames import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL
 
 log = logging.getLogger(__name__)
@@ -101,12 +102,15 @@ class HttpConnection:
         *,
         client: tuple[str, int] | None = None,
         body_budget: BodyBudget | None = None,
+        ws_budget: ReceiveBudget | None = None,
     ) -> None:
         self._stream = stream
         self._router = router
         self._settings = settings
         self._budget = body_budget or BodyBudget(settings.http_bodies_in_flight_bytes_max)
         """Shared by the server's connections (a connection made alone gets its own)."""
+        self._ws_budget = ws_budget
+        """Received WebSocket bytes, shared by the server's sessions (None: the session gets its own)."""
         self._body_taken = 0
         """Bytes of the current request's body taken from the budget."""
         self._body_unread = False
@@ -509,7 +513,14 @@ class HttpConnection:
         data = self._ws_conn.send(AcceptConnection(subprotocol=subprotocol, extra_headers=extra))
         await self._send(data)
         trailing, _ = self._h11.trailing_data
-        ws = WebSocket(self._stream, self._settings, self._ws_head, subprotocol, initial_data=trailing)
+        ws = WebSocket(
+            self._stream,
+            self._settings,
+            self._ws_head,
+            subprotocol,
+            initial_data=trailing,
+            receive_budget=self._ws_budget,
+        )
         self.websocket = ws
         self._ws_nursery.start_soon(ws.run)
         if self._shutting_down:

@@ -8,7 +8,8 @@ Pulsar's ``maxHttpServerConnections`` — the refusal itself runs in a small, bo
 connections cannot pile up tasks. With ``http_connections_per_ip_max`` set, one client address holding that
 many connections gets ``429`` for the next one (Pulsar's ``brokerMaxConnectionsPerIp``); other addresses are
 unaffected. The request bodies being read or handled at once, across all connections, hold at most
-``http_bodies_in_flight_bytes_max`` bytes (:mod:`.body_budget`).
+``http_bodies_in_flight_bytes_max`` bytes (:mod:`.body_budget`), and the received WebSocket data not
+handled yet, across all sessions, about ``ws_received_bytes_in_flight_max`` (:mod:`.ws_budget`).
 
 TLS. Given an ``ssl_context`` (see :mod:`magnetar.bookkeeper.runtime.auth.tls`), every accepted connection
 is wrapped in :class:`trio.SSLStream` and its handshake runs in the connection's own task within
@@ -34,6 +35,7 @@ from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
 from magnetar.bookkeeper.runtime.http.connection import HttpConnection
 from magnetar.bookkeeper.runtime.http.router import Router
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
+from magnetar.bookkeeper.runtime.http.ws_budget import ReceiveBudget
 from magnetar.bookkeeper.runtime.http.types import json_bytes, status_phrase
 from magnetar.bookkeeper.runtime.listen import open_listeners
 from magnetar.bookkeeper.runtime.rate_limit import ConnectionCounter
@@ -82,6 +84,7 @@ class HttpServer:
         self._connections: set[HttpConnection] = set()
         self._per_ip = ConnectionCounter(settings.http_connections_per_ip_max)
         self._body_budget = BodyBudget(settings.http_bodies_in_flight_bytes_max)
+        self._ws_budget = ReceiveBudget(settings.ws_received_bytes_in_flight_max)
         self._refusing = 0
         self._shutdown = trio.Event()
         self.ports: list[int] = []
@@ -144,7 +147,12 @@ class HttpServer:
             if self._ssl_context is not None:
                 served = trio.SSLStream(stream, self._ssl_context, server_side=True, https_compatible=True)
             conn = HttpConnection(
-                served, self._app, self._settings, client=client, body_budget=self._body_budget
+                served,
+                self._app,
+                self._settings,
+                client=client,
+                body_budget=self._body_budget,
+                ws_budget=self._ws_budget,
             )
             self._connections.add(conn)
             connections.start_soon(self._run_connection, conn, address)

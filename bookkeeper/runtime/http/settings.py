@@ -50,6 +50,14 @@ class HttpSettings(BaseModel):
     ws_message_fragments_max: int = Field(default=4096, ge=1, le=1 << 20)
     """Frames one received WebSocket message may arrive in; more closes with 1008 (a 5 MiB message still
     fits in fragments of 1,280 bytes)."""
+    ws_received_bytes_in_flight_max: int = Field(default=128 * MIB, ge=125)
+    """Received WebSocket bytes not handled yet (unfinished messages and receive queues), across the sessions
+    of a server (a port); over it the session holding the largest unfinished message is closed with 1013 and
+    its message dropped, and when complete messages alone fill it every session stops reading until the
+    broker has taken some (:mod:`.ws_budget`). At least ``ws_frame_bytes_max``."""
+    ws_message_timeout_ms: int = Field(default=30_000, gt=0)
+    """A received WebSocket message (or frame) that has started arriving must be complete within this, else
+    the session is closed with 1008; the time the broker makes it wait (reading paused) does not count."""
     ws_idle_timeout_ms: int = Field(default=300_000, gt=0)
     """A WebSocket with no frame received or sent for this long is closed with 1001."""
     ws_send_queue_bytes_max: int = Field(default=1 * MIB, ge=1)
@@ -75,4 +83,6 @@ class HttpSettings(BaseModel):
             raise ValueError("ws_close_timeout_ms must not exceed ws_idle_timeout_ms")
         if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
             raise ValueError("http_bodies_in_flight_bytes_max must be at least http_body_bytes_max")
+        if self.ws_received_bytes_in_flight_max < self.ws_frame_bytes_max:
+            raise ValueError("ws_received_bytes_in_flight_max must be at least ws_frame_bytes_max")
         return self
