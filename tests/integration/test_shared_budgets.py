@@ -53,17 +53,22 @@ class Secured:
         return int(self.process.ready["port"])
 
 
-def start_secured(group: ProcessGroup, tmp: Path, keys: TokenKeys, name: str) -> Secured:
+def start_secured(
+    group: ProcessGroup, tmp: Path, keys: TokenKeys, name: str, limit: Callable[[], None] | None = None
+) -> Secured:
+    """A standalone with authentication, tenants ``acme`` (namespace ``acme/orders``, role ``reader`` may
+    consume there) and ``beta`` (admin ``beta-admin``, namespace ``beta/ns``); ``limit`` runs in the child
+    before it starts (a lower ``ulimit -n``)."""
     key = tmp / "secret.key"
     key.write_bytes(keys.secret)
-    process = group.add(
-        name,
-        [
-            "standalone", "--data-dir", str(tmp / name), "--http-port", "0",
-            "--bookie-port", str(free_port()),
-            "--authentication-enabled", "--token-secret-key", key.as_uri(), "--super-user-roles", "admin",
-        ],
-    )  # fmt: skip
+    args = [
+        "standalone", "--data-dir", str(tmp / name), "--http-port", "0",
+        "--bookie-port", str(free_port()),
+        "--authentication-enabled", "--token-secret-key", key.as_uri(), "--super-user-roles", "admin",
+    ]  # fmt: skip
+    process = MagnetarProcess(name, args, tmp, preexec_fn=limit)
+    group.processes.append(process)
+    process.start(timeout_s=60)
     secured = Secured(
         process,
         str(process.ready["httpUrl"]),
@@ -230,29 +235,7 @@ def open_files_limit(soft: int, hard: int) -> Callable[[], None]:
 
 
 def start_limited(group: ProcessGroup, tmp: Path, keys: TokenKeys, soft: int, hard: int) -> Secured:
-    key = tmp / "secret.key"
-    key.write_bytes(keys.secret)
-    args = [
-        "standalone", "--data-dir", str(tmp / "limited"), "--http-port", "0",
-        "--bookie-port", str(free_port()),
-        "--authentication-enabled", "--token-secret-key", key.as_uri(), "--super-user-roles", "admin",
-    ]  # fmt: skip
-    process = MagnetarProcess("limited", args, tmp, preexec_fn=open_files_limit(soft, hard))
-    group.processes.append(process)
-    process.start(timeout_s=60)
-    secured = Secured(
-        process,
-        str(process.ready["httpUrl"]),
-        keys.token("admin"),
-        keys.token("reader"),
-        keys.token("beta-admin"),
-    )
-    bearer = {"Authorization": f"Bearer {secured.admin}"}
-    with httpx.Client(base_url=secured.url, headers=bearer, timeout=10) as http:
-        body = {"adminRoles": ["beta-admin"], "allowedClusters": ["standalone"]}
-        http.put("/admin/v2/tenants/beta", json=body).raise_for_status()
-        http.put("/admin/v2/namespaces/beta/ns").raise_for_status()
-    return secured
+    return start_secured(group, tmp, keys, "limited", open_files_limit(soft, hard))
 
 
 def idle_connections(port: int, source: str, count: int) -> tuple[list[socket.socket], dict[str, int]]:
