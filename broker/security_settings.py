@@ -39,6 +39,7 @@ from magnetar.bookkeeper.runtime.auth.authentication import AuthenticationServic
 from magnetar.bookkeeper.runtime.auth.keys import read_secret_setting, read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings, client_ssl_context, server_ssl_context
 from magnetar.bookkeeper.runtime.clock import Clock
+from magnetar.bookkeeper.runtime.http import HttpSettings
 from magnetar.broker.authorization import AuthorizationService, AuthorizationSettings
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security import BrokerSecurity, SecurityLimits
@@ -62,7 +63,10 @@ class SecuritySettings(
     """Serve the same routes over TLS on this port too (0: any free port); needs the certificate files."""
 
     # -- limits (the others: SecurityLimits) ----------------------------------------------------------
-    http_connections_per_ip_max: Annotated[int, Field(ge=0)] = 0
+    http_connections_per_ip_max: Annotated[int, Field(ge=0)] = HttpSettings.model_fields[
+        "http_connections_per_ip_max"
+    ].default
+    """Declared (with its default and why) in :class:`HttpSettings`; on by default, unlike Pulsar."""
 
     # -- as a client of the bookies and of ZooKeeper -------------------------------------------------
     bookkeeper_auth_token: str | None = None

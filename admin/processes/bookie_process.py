@@ -76,6 +76,7 @@ from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
 from magnetar.bookkeeper.runtime.http import HttpSettings, Router, serve_http
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
@@ -144,6 +145,9 @@ async def format_command(settings: BookieSettings, force: bool) -> int:
 
 
 async def serve(settings: BookieProcessSettings) -> int:
+    raise_nofile_limit()
+    if settings.http_port is not None:
+        check_connection_limits(HttpSettings().http_connections_max)
     async with open_metadata_store(settings.metadata_url, settings.metadata_settings()) as metadata:
         listener = await open_bookie_listener(settings)  # the bookie id is host:port, known from here on
         try:

@@ -66,6 +66,7 @@ from magnetar.bookkeeper.client.local_transport import LocalTransport
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.metadata.rocksdb_store import StoreInUseError
+from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
 from magnetar.bookkeeper.runtime.http import Router
 from magnetar.bookkeeper.runtime.listen import ListenError
 from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
@@ -206,6 +207,10 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
     except OSError as exc:
         raise DataDirError(f"cannot use {data_dir} as the data directory: {exc.strerror}") from exc
     broker_settings = settings.broker_settings()
+    raise_nofile_limit()
+    check_connection_limits(
+        broker_settings.http_connections_max, 2 if broker_settings.http_port_tls is not None else 1
+    )
     async with (
         open_metadata_store(f"rocksdb://{data_dir / 'metadata'}") as metadata,
         open_bookies(settings, metadata) as running,

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from magnetar.bookkeeper.runtime.http.websocket import WebSocketRequest
 
 WebSocketHandler = Callable[["WebSocketRequest"], Awaitable[None]]
-HeadCheck = Callable[[RequestHead], Awaitable[None]]
-"""Decides on a request from its head (path parameters filled in); raises :class:`HttpError` to refuse."""
+HeadCheck = Callable[[RequestHead], Awaitable[str | None]]
+"""Decides on a request from its head (path parameters filled in); raises :class:`HttpError` to refuse.
+May return the caller's role: its body then counts against that role's share of the body budget."""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(path))?\}")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
