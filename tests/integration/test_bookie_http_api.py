@@ -275,3 +275,54 @@ def test_standalone_serves_each_bookies_http_api_on_its_port(
     assert seen["bookie_DELETED_LEDGER_COUNT"] == set(ids)
     assert any(labels == {""} for labels in seen.values()), "the broker's own metrics are there too"
     assert process.stop() == 0, process.log_tail()
+
+
+def assert_metrics_open_and_operators_guarded(
+    http: httpx.Client, prefixes: list[str], callers: dict[str, dict[str, str]]
+) -> None:
+    """With the shipped ``authenticate_metrics_endpoint`` (off, as Pulsar's): every caller scrapes
+    ``/metrics``, tokenless included, while the operator endpoints still need a superuser."""
+    for prefix in prefixes:
+        for who, headers in callers.items():
+            scraped = http.get(f"{prefix}/metrics", headers=headers)
+            assert scraped.status_code == 200, (prefix, who, scraped.text[:200])
+            assert "bookkeeper_server_ADD_ENTRY_REQUEST_count" in scraped.text
+        assert http.get(f"{prefix}/api/v1/bookie/info", headers=callers["none"]).status_code == 401
+        assert http.get(f"{prefix}/api/v1/bookie/info", headers=callers["app"]).status_code == 403
+
+
+def test_standalone_metrics_follow_the_shipped_setting_open(
+    magnetar_processes: ProcessGroup,
+    tmp_path: Path,
+    token_keys: TokenKeys,
+    secret_key: Path,
+    http_client: httpx.Client,
+) -> None:
+    process = start_standalone(
+        magnetar_processes, tmp_path,
+        "--authentication-enabled", "--token-secret-key", secret_key.as_uri(), "--super-user-roles", "admin",
+    )  # fmt: skip
+    http_client.base_url = httpx.URL(str(process.ready["httpUrl"]))
+    callers = tokens(token_keys)
+    bookie_id = http_client.get("/api/v1/bookie/info", headers=callers["admin"]).json()["bookieId"]
+    assert_metrics_open_and_operators_guarded(http_client, [f"/bookies/{bookie_id}"], callers)
+    broker_metrics = http_client.get("/metrics")  # the broker's page, with the bookies' samples labelled
+    assert broker_metrics.status_code == 200
+    assert f'bookie="{bookie_id}"' in broker_metrics.text
+    assert process.stop() == 0, process.log_tail()
+
+
+def test_bookie_process_metrics_follow_the_shipped_setting_open(
+    magnetar_processes: ProcessGroup,
+    tmp_path: Path,
+    token_keys: TokenKeys,
+    secret_key: Path,
+    http_client: httpx.Client,
+) -> None:
+    process = magnetar_processes.bookie(
+        "bookie", "memory://", tmp_path / "bookie", "--http-port", "0",
+        "--authentication-enabled", "--token-secret-key", secret_key.as_uri(), "--super-user-roles", "admin",
+    )  # fmt: skip
+    http_client.base_url = httpx.URL(f"http://127.0.0.1:{process.ready['httpPort']}")
+    assert_metrics_open_and_operators_guarded(http_client, [""], tokens(token_keys))
+    assert process.stop() == 0, process.log_tail()
