@@ -146,6 +146,19 @@ def start_standalone(group: ProcessGroup, tmp_path: Path, *args: str, bookies: i
     )  # fmt: skip
 
 
+def start_secure_bookie(
+    group: ProcessGroup, tmp_path: Path, secret_key: Path, *, closed_metrics: bool = False
+) -> MagnetarProcess:
+    """A bookie process with authentication on, ``admin`` its superuser, and ``authenticate_metrics_endpoint``
+    as shipped (off) unless ``closed_metrics``."""
+    env = {"MAGNETAR_AUTHENTICATE_METRICS_ENDPOINT": "true"} if closed_metrics else None
+    return group.bookie(
+        "bookie", "memory://", tmp_path / "bookie", "--http-port", "0",
+        "--authentication-enabled", "--token-secret-key", secret_key.as_uri(), "--super-user-roles", "admin",
+        env=env,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def http_client() -> Iterator[httpx.Client]:
     with httpx.Client(timeout=60) as client:
@@ -184,11 +197,7 @@ def test_bookie_process_with_authentication_guards_its_http_port(
     secret_key: Path,
     http_client: httpx.Client,
 ) -> None:
-    process = magnetar_processes.bookie(
-        "bookie", "memory://", tmp_path / "bookie", "--http-port", "0",
-        "--authentication-enabled", "--token-secret-key", secret_key.as_uri(), "--super-user-roles", "admin",
-        env={"MAGNETAR_AUTHENTICATE_METRICS_ENDPOINT": "true"},
-    )  # fmt: skip
+    process = start_secure_bookie(magnetar_processes, tmp_path, secret_key, closed_metrics=True)
     http_client.base_url = httpx.URL(f"http://127.0.0.1:{process.ready['httpPort']}")
     callers = tokens(token_keys)
     assert_access_matrix(http_client, [""], callers)
@@ -319,10 +328,7 @@ def test_bookie_process_metrics_follow_the_shipped_setting_open(
     secret_key: Path,
     http_client: httpx.Client,
 ) -> None:
-    process = magnetar_processes.bookie(
-        "bookie", "memory://", tmp_path / "bookie", "--http-port", "0",
-        "--authentication-enabled", "--token-secret-key", secret_key.as_uri(), "--super-user-roles", "admin",
-    )  # fmt: skip
+    process = start_secure_bookie(magnetar_processes, tmp_path, secret_key)
     http_client.base_url = httpx.URL(f"http://127.0.0.1:{process.ready['httpPort']}")
     assert_metrics_open_and_operators_guarded(http_client, [""], tokens(token_keys))
     assert process.stop() == 0, process.log_tail()
