@@ -15,8 +15,15 @@ for its bookie id and the ``VERSION`` file of each directory, and decides (:func
 * **Data written before cookies existed**: no cookie anywhere, and the non-empty directories hold only what
   a Magnetar bookie writes. The cookie is written as for a new bookie, with a warning. (BookKeeper refuses
   this case and leaves it to an upgrade command; here a bookie upgraded in place keeps serving.)
+* **A changed id on directories that hold no ledger data**: every directory's cookie differs from the
+  configuration in the bookie id alone (a changed address or port - a first start that failed on a taken
+  port left such cookies in older versions), none holds an entry, a fence or a ledger key, and the metadata
+  store has no cookie for the new id (or one equal to the configuration's). Nothing can be lost, so the
+  directories take the new id with a warning (see :func:`_renamed_unused` for BookKeeper's precedent); the
+  old id's cookie stays in the metadata store, refused as any retired identity until it is decommissioned.
 * Everything else is refused with :class:`BookieIdentityError`, whose message names what disagrees and what
-  to do:
+  to do (the id it names to retire is the one in the cookie, whose data it is; directories that hold no
+  ledger data say so, and how to start fresh):
 
   - the stored cookie exists but a directory has none: the bookie's data is gone (a wiped disk, a new
     volume). Under its old id it would answer "no such entry" for entries it acknowledged, and ledger
