@@ -35,7 +35,11 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.bookkeeper.protocol.digest import DigestType
-from magnetar.bookkeeper.runtime.auth.authentication import AuthenticationService, AuthenticationSettings
+from magnetar.bookkeeper.runtime.auth.authentication import (
+    AuthenticationService,
+    AuthenticationSettings,
+    MetricsAccessSettings,
+)
 from magnetar.bookkeeper.runtime.auth.keys import read_secret_setting, read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings, client_ssl_context, server_ssl_context
 from magnetar.bookkeeper.runtime.clock import Clock
@@ -46,7 +50,12 @@ from magnetar.broker.security import BrokerSecurity, SecurityLimits
 
 
 class SecuritySettings(
-    BaseSettings, AuthenticationSettings, AuthorizationSettings, SecurityLimits, ServerTlsSettings
+    BaseSettings,
+    AuthenticationSettings,
+    MetricsAccessSettings,
+    AuthorizationSettings,
+    SecurityLimits,
+    ServerTlsSettings,
 ):
     """A broker's security settings. The token settings (:class:`AuthenticationSettings`), authorization
     (:class:`AuthorizationSettings`), the limits (:class:`SecurityLimits`) and the TLS files of the HTTPS port
@@ -54,9 +63,6 @@ class SecuritySettings(
     inherits; the services take this model itself (it *is* each of them), so nothing is copied."""
 
     model_config = SettingsConfigDict(frozen=True, extra="forbid")
-
-    authenticate_metrics_endpoint: bool = False
-    """Pulsar ``authenticateMetricsEndpoint``: require a token on ``/metrics`` too."""
 
     # -- TLS of the HTTP/WebSocket port (the files: ServerTlsSettings) --------------------------------
     http_port_tls: Annotated[int, Field(ge=0, le=65535)] | None = None

@@ -42,7 +42,7 @@ from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
 
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
-from magnetar.bookkeeper.runtime.http.router import HttpMatch, Router, WebSocketHandler
+from magnetar.bookkeeper.runtime.http.router import HttpMatch, Router, WebSocketHandler, shown_path
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import (
     HttpError,
@@ -321,7 +321,12 @@ class HttpConnection:
             return self._router.match(head.method, head.path), None
         except HttpError as exc:
             if exc.status == 404 and self._router.match_websocket(head.path) is not None:
-                return None, HttpError(426, "Upgrade Required", (("upgrade", "websocket"),))
+                return None, HttpError(
+                    426,
+                    f"Upgrade Required: {shown_path(head.path)} is a WebSocket endpoint; connect with a "
+                    "WebSocket client (a GET with 'Upgrade: websocket', e.g. ws://host:port/ws/v2/...)",
+                    (("upgrade", "websocket"),),
+                )
             return None, exc
 
     @staticmethod
