@@ -110,7 +110,29 @@ def test_a_taken_http_port_fails_the_standalone_before_its_bookies_are_created(
     assert not (data_dir / "bookie-0").exists()
 
 
-def test_standalone_says_how_a_second_bookie_port_is_derived(busy_port: int, tmp_path: Path) -> None:
+@pytest.fixture
+def busy_port_after_a_free_one() -> Iterator[int]:
+    """A port this test listens on whose predecessor is free when the test starts (for bookie 0's port;
+    bound and let go here, so it is not one another process on this machine happens to hold)."""
+    for _ in range(100):
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            port: int = holder.getsockname()[1]
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port - 1))
+                except OSError:
+                    continue
+            holder.listen()
+            yield port
+            return
+    raise AssertionError("no listening port with a free predecessor in 100 tries")
+
+
+def test_standalone_says_how_a_second_bookie_port_is_derived(
+    busy_port_after_a_free_one: int, tmp_path: Path
+) -> None:
+    busy_port = busy_port_after_a_free_one
     done = magnetar(*standalone(tmp_path, "--bookies", "2", bookie_port=busy_port - 1))
     message = failure(done, "standalone")
     assert message.startswith(f"bookie 1 (bookie protocol) cannot listen on 127.0.0.1:{busy_port}:")
