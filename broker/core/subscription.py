@@ -11,9 +11,10 @@ Batch sizes come from what the broker stored, never from the client: the batch s
 id is not read. An ack of one message of a batch entry takes the entry's size from the delivery it
 acknowledges (pending at one of the subscription's consumers) or, for a message delivered before (to a
 session that is gone), from the entry's message count in the managed ledger's message index; where that
-count is not known exactly (an entry of a coarse ledger not read since the topic was opened) the ack is
-ignored and the message is delivered again, as an unknown id would be. Pulsar's broker does the same: it takes
-a batch size from its pending acks, never from the id.
+count is not known exactly (an entry of a coarse ledger not read since the topic was opened) or is one (a
+message stored alone has no batch index; an entry written before entries carried their count counts one)
+the ack is ignored and the message is delivered again, as an unknown id would be. Pulsar's broker does the
+same: it takes a batch size from its pending acks, never from the id.
 
 Acks (Magnetar's decision, close to Pulsar's broker): an ack is applied when its id names a message stored in
 this topic/partition - whichever consumer of the subscription it was delivered to, so a client that
@@ -172,10 +173,12 @@ class Subscription:
         info = self.cursor.ml.ledgers.get(ledger_id)
         return info is not None and 0 <= entry_id < info.entries
 
-    def _stored_messages(self, position: Position) -> int:
-        """How many messages the stored entry at ``position`` holds, from the message index; 0 when the index
-        does not know it exactly (see the module docstring)."""
-        return self.cursor.ml.message_index.known_messages_in(position) or 0
+    def _stored_batch_size(self, position: Position) -> int:
+        """How many messages the stored batch entry at ``position`` holds, from the message index; 0 when the
+        index does not know it exactly (see the module docstring) or counts one message: an entry stored
+        alone (batch index -1), or written before entries carried their message count."""
+        count = self.cursor.ml.message_index.known_messages_in(position) or 0
+        return count if count > 1 else 0
 
     def ack(self, consumer: Consumer, message_id: MessageId) -> bool:
         """Acknowledge one message (see the module docstring); False when the id was ignored."""
@@ -267,7 +270,7 @@ class Subscription:
             unacked = self._batches.get(entry_key)
             if unacked is None:
                 position = Position(ledger_id, entry_id)
-                size = delivery.batch_size if delivery is not None else self._stored_messages(position)
+                size = delivery.batch_size if delivery is not None else self._stored_batch_size(position)
                 if not 0 <= batch_index < size or self.cursor.is_acked(position):
                     return False
                 unacked = UnackedIndexes(size, self.cursor.prefix_acked(position))

@@ -149,6 +149,7 @@ def test_an_entry_of_unknown_size_is_not_acknowledged_by_batch_index() -> None:
     assert not sub.ack_fields(consumer, -1, COARSE, 1, 0)  # coarse, never read: size unknown
     assert not sub.ack_fields(consumer, -1, 99, 0, 0)  # no such ledger
     assert not sub.ack_fields(consumer, -1, EXACT, 3, 0)  # no such entry
+    assert not sub.ack_fields(consumer, -1, EXACT, 0, 0)  # a message stored alone has no batch index
     assert not sub.ack_fields(consumer, 4, EXACT, 1, 0)  # another partition
     assert not sub._batches and sub.backlog() == STORED
 
