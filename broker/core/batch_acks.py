@@ -38,7 +38,8 @@ class UnackedIndexes:
         return bool(self._bits[index >> 3] >> (index & 7) & 1)
 
     def discard(self, index: int) -> bool:
-        """Mark batch index ``index`` acknowledged; False if it was not unacknowledged (or not in the entry)."""
+        """Mark batch index ``index`` acknowledged; False if it was not unacknowledged (or is not in the
+        entry)."""
         if index not in self:
             return False
         self._bits[index >> 3] &= ~(1 << (index & 7)) & 0xFF

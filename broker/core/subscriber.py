@@ -72,7 +72,7 @@ class Subscriber:
         return self.subscription.ack(self.consumer, message_id)
 
     def ack_fields(self, partition: int, ledger_id: int, entry_id: int, batch_index: int) -> bool:
-        """:meth:`ack` given the id's fields (a client's batch size is never used: see :mod:`.subscription`)."""
+        """:meth:`ack` given the id's fields (a client's batch size is never used: :mod:`.subscription`)."""
         return self.subscription.ack_fields(self.consumer, partition, ledger_id, entry_id, batch_index)
 
     def ack_range(self, first: MsgKey, last: MsgKey) -> int:

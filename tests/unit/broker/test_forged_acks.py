@@ -61,7 +61,9 @@ class FakeLedger:
 
     def read(self, position: Position) -> None:
         """Reading an entry teaches a coarse ledger its index (as the managed ledger's reads do)."""
-        self.message_index.learn(position, self.firsts[position], SIZES[position.ledger_id][position.entry_id])
+        self.message_index.learn(
+            position, self.firsts[position], SIZES[position.ledger_id][position.entry_id]
+        )
 
 
 class Sink:
@@ -110,10 +112,19 @@ def deliver(sub: Subscription, consumer: Consumer, ledger_id: int, entry_id: int
 
 def test_an_entry_of_unacked_indexes_is_a_bitmap_of_the_stored_size() -> None:
     unacked = UnackedIndexes(65_535, acked_prefix=2)
-    assert len(unacked) == 65_533 and 1 not in unacked and 2 in unacked and 65_534 in unacked
-    assert 65_535 not in unacked and -1 not in unacked and INT32_MAX not in unacked
-    assert not unacked.discard(65_535) and not unacked.discard(-1) and not unacked.discard(1)
-    assert unacked.discard(2) and not unacked.discard(2) and len(unacked) == 65_532
+    assert len(unacked) == 65_533
+    assert 1 not in unacked
+    assert 2 in unacked
+    assert 65_534 in unacked
+    assert 65_535 not in unacked
+    assert -1 not in unacked
+    assert INT32_MAX not in unacked
+    assert not unacked.discard(65_535)
+    assert not unacked.discard(-1)
+    assert not unacked.discard(1)
+    assert unacked.discard(2)
+    assert not unacked.discard(2)
+    assert len(unacked) == 65_532
     assert unacked.discard_all([3, 3, 4, 10**9]) == 2
 
 
@@ -128,9 +139,11 @@ def test_a_forged_batch_size_is_never_read() -> None:
     assert not sub.ack_fields(consumer, -1, EXACT, 1, 0)  # already acked
     assert sub.backlog() == STORED - 2
     unacked = sub._batches[(EXACT, 1)]
-    assert unacked.size == 3 and len(unacked) == 1
+    assert unacked.size == 3
+    assert len(unacked) == 1
     assert sub.ack_fields(consumer, -1, EXACT, 1, 1)
-    assert sub.cursor.is_acked(Position(EXACT, 1)) and sub.backlog() == STORED - 3
+    assert sub.cursor.is_acked(Position(EXACT, 1))
+    assert sub.backlog() == STORED - 3
     assert not sub._batches
 
 
@@ -140,7 +153,8 @@ def test_a_pending_delivery_gives_the_size() -> None:
     assert sub.ack_fields(consumer, -1, COARSE, 1, 2)
     assert sub._batches[(COARSE, 1)].size == 3
     # the same entry's other messages, no longer pending: the subscription's bitmap answers
-    assert sub.ack_fields(consumer, -1, COARSE, 1, 0) and sub.ack_fields(consumer, -1, COARSE, 1, 1)
+    assert sub.ack_fields(consumer, -1, COARSE, 1, 0)
+    assert sub.ack_fields(consumer, -1, COARSE, 1, 1)
     assert sub.cursor.is_acked(Position(COARSE, 1))
 
 
@@ -151,7 +165,8 @@ def test_an_entry_of_unknown_size_is_not_acknowledged_by_batch_index() -> None:
     assert not sub.ack_fields(consumer, -1, EXACT, 3, 0)  # no such entry
     assert not sub.ack_fields(consumer, -1, EXACT, 0, 0)  # a message stored alone has no batch index
     assert not sub.ack_fields(consumer, 4, EXACT, 1, 0)  # another partition
-    assert not sub._batches and sub.backlog() == STORED
+    assert not sub._batches
+    assert sub.backlog() == STORED
 
 
 forged_ids = st.tuples(
@@ -162,7 +177,9 @@ forged_ids = st.tuples(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(forged_ids, max_size=40), st.lists(st.tuples(st.integers(0, 1), st.integers(0, 2)), max_size=6))
+@given(
+    st.lists(forged_ids, max_size=40), st.lists(st.tuples(st.integers(0, 1), st.integers(0, 2)), max_size=6)
+)
 def test_forged_ids_never_allocate_beyond_the_stored_entries_nor_break_the_backlog(
     acks: list[tuple[int, int, int]], delivered: list[tuple[int, int]]
 ) -> None:
@@ -174,7 +191,8 @@ def test_forged_ids_never_allocate_beyond_the_stored_entries_nor_break_the_backl
     acked: set[tuple[int, int, int]] = set()
     for ledger_id, entry_id, index in acks:
         if sub.ack_fields(consumer, -1, ledger_id, entry_id, index):
-            assert ledger_id in SIZES and 0 <= entry_id < 3
+            assert ledger_id in SIZES
+            assert 0 <= entry_id < 3
             size = SIZES[ledger_id][entry_id]
             assert index < size if index >= 0 else True
             assert index < 0 or (ledger_id, entry_id, index) not in acked  # a whole ack may be repeated
