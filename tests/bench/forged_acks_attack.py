@@ -34,7 +34,9 @@ def free_port() -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", nargs="*", type=int, default=list(forged_acks.FORGED_SIZES))
     parser.add_argument("--targets", type=int, default=4)
     parser.add_argument("--pythonpath", default="", help="another build's package (before figures)")
