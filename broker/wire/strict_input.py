@@ -49,9 +49,15 @@ def shown(text: str) -> str:
     return escaped if len(escaped) <= SHOWN_CHARS_MAX else escaped[:SHOWN_CHARS_MAX] + "..."
 
 
+def is_decimal_integer(text: str) -> bool:
+    """Whether ``text`` is written as Java writes an integer (an optional ASCII sign, ASCII digits), of any
+    size: for a caller that words an out-of-range number its own way."""
+    return _JAVA_LONG.fullmatch(text) is not None
+
+
 def parse_long(name: str, text: str, *, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
     """``text`` as Java's ``Long.parseLong`` reads it, in ``low .. high``; :class:`NumberFormatError` else."""
-    if not _JAVA_LONG.fullmatch(text):
+    if not is_decimal_integer(text):
         raise NumberFormatError(
             f'Invalid {name} "{shown(text)}": not a decimal integer (an optional sign and ASCII digits only)'
         )

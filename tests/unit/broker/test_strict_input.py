@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 
@@ -9,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from magnetar.broker.protocols.pulsar_ws.messages import parse_consumer_command
+from magnetar.broker.protocols.ws_errors import WsSessionError
 from magnetar.broker.wire.strict_input import (
     INT32_MAX,
     INT64_MAX,
@@ -117,3 +120,11 @@ def test_a_name_is_refused_exactly_when_it_holds_an_unsafe_character(name: str) 
     else:
         with pytest.raises(UnsafeNameError, match=f"U\\+{ord(expected):04X}"):
             check_name_characters("producer", name)
+
+
+@pytest.mark.parametrize("text", ["1_0", "\u0661\u0660", "\uff11\uff10", "0x10", "9223372036854775808"])
+def test_numbers_in_websocket_json_strings_are_java_longs(text: str) -> None:
+    with pytest.raises(WsSessionError):
+        parse_consumer_command(json.dumps({"type": "permit", "permitMessages": text}))
+    command = parse_consumer_command(json.dumps({"type": "permit", "permitMessages": " 10 "}))
+    assert command.permit_messages == 10  # Jackson trims a string it reads as a number
