@@ -37,12 +37,12 @@ PROPERTIES_MAX = 1000
 
 
 def _java_number(value: object, info: ValidationInfo) -> object:
-    """A number in a JSON string is read as Java's ``Long.parseLong`` reads it (Jackson coerces strings to
-    numbers, but ``"1_0"``, ``" 10"`` or non-ASCII digits are no number to it); a boolean is no number."""
+    """A number in a JSON string is read as Jackson reads it: trimmed, then as Java's ``Long.parseLong``
+    (``"1_0"`` or digits of other scripts are no number); a boolean is no number."""
     if isinstance(value, bool):
         raise ValueError(f"Invalid {info.field_name or 'number'} {str(value).lower()}: a number is expected")
     if isinstance(value, str):
-        return parse_long(info.field_name or "number", value)
+        return parse_long(info.field_name or "number", value.strip())
     return value
 
 

@@ -103,7 +103,7 @@ def client_name(params: Mapping[str, str], key: str) -> str | None:
     name = params.get(key)
     if name is not None:
         try:
-            check_name_characters(key, name)
+            check_name_characters(key.removesuffix("Name") if key.endswith("Name") else key, name)
         except UnsafeNameError as exc:
             raise WsUpgradeError.invalid(str(exc)) from None
     return name
