@@ -12,7 +12,6 @@ here is stopped by pid.
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -26,13 +25,6 @@ from fixtures.processes import MagnetarProcess
 from magnetar.bookkeeper.runtime.auth.keys import create_secret_key
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -43,21 +35,12 @@ def main() -> int:
     args = parser.parse_args()
     keys = TokenKeys(create_secret_key("HS256"), b"", b"", b"", b"")  # secret-key tokens only
     with tempfile.TemporaryDirectory(prefix="forged-acks-") as tmp:
-        key = Path(tmp) / "secret.key"
-        key.write_bytes(keys.secret)
-        args_ = [
-            "standalone", "--data-dir", f"{tmp}/data", "--http-port", "0", "--bookie-port", str(free_port()),
-            "--authentication-enabled", "--token-secret-key", key.as_uri(), "--super-user-roles", "admin",
-        ]  # fmt: skip
+        args_ = forged_acks.secure_standalone_args(Path(tmp), keys.secret)
         process = MagnetarProcess("standalone", args_, Path(tmp), {"PYTHONPATH": args.pythonpath})
         process.start(timeout_s=60)
         try:
-            http_url = str(process.ready["httpUrl"])
-            setup = forged_acks.Setup(
-                http_url=http_url,
-                ws_url=http_url.replace("http://", "ws://"),
-                admin_token=keys.token("admin"),
-                consumer_token=keys.token(forged_acks.CONSUMER_ROLE),
+            setup = forged_acks.Setup.of(
+                process.ready, keys.token("admin"), keys.token(forged_acks.CONSUMER_ROLE)
             )
             result, figures = forged_acks.attack(setup, process.pid, tuple(args.sizes), args.targets)
             result.notes.update(figures)

@@ -10,7 +10,6 @@ figures before. Every process started here is stopped by pid.
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +20,7 @@ import websocket
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fixtures.auth import TokenKeys
+from fixtures.forged_acks import secure_standalone_args
 from fixtures.processes import MagnetarProcess
 
 from magnetar.bookkeeper.runtime.auth.keys import create_secret_key
@@ -34,13 +34,6 @@ NAMES = [
     ("producer", f"/ws/v2/producer/{TOPIC}?producerName=evil%E2%80%AEgnp"),
     ("subscription", f"/ws/v2/consumer/{TOPIC}/x%E2%80%AEy"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def upgrade(url: str, token: str) -> str:
@@ -59,12 +52,7 @@ def main() -> int:
     args = parser.parse_args()
     keys = TokenKeys(create_secret_key("HS256"), b"", b"", b"", b"")  # secret-key tokens only
     with tempfile.TemporaryDirectory(prefix="strict-input-") as tmp:
-        key = Path(tmp) / "secret.key"
-        key.write_bytes(keys.secret)
-        argv = [
-            "standalone", "--data-dir", f"{tmp}/data", "--http-port", "0", "--bookie-port", str(free_port()),
-            "--authentication-enabled", "--token-secret-key", key.as_uri(), "--super-user-roles", "admin",
-        ]  # fmt: skip
+        argv = secure_standalone_args(Path(tmp), keys.secret)
         process = MagnetarProcess("standalone", argv, Path(tmp), {"PYTHONPATH": args.pythonpath})
         process.start(timeout_s=60)
         try:

@@ -10,7 +10,6 @@ and the server stays up (tests/bench/RESULTS.md has the figures).
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -25,32 +24,14 @@ GROWTH_MIB_MAX = 20
 """What the attack may add to the server's RSS (sessions, the stats requests, allocator noise)."""
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def test_forged_batch_sizes_cost_no_memory_and_acknowledge_only_stored_messages(
     magnetar_processes: ProcessGroup, tmp_path: Path, token_keys: TokenKeys
 ) -> None:
-    key = tmp_path / "secret.key"
-    key.write_bytes(token_keys.secret)
     process = magnetar_processes.add(
-        "standalone",
-        [
-            "standalone", "--data-dir", str(tmp_path / "data"), "--http-port", "0",
-            "--bookie-port", str(free_port()),
-            "--authentication-enabled", "--token-secret-key", key.as_uri(), "--super-user-roles", "admin",
-        ],
-    )  # fmt: skip
-    http_url = str(process.ready["httpUrl"])
-    setup = forged_acks.Setup(
-        http_url=http_url,
-        ws_url=http_url.replace("http://", "ws://"),
-        admin_token=token_keys.token("admin"),
-        consumer_token=token_keys.token(forged_acks.CONSUMER_ROLE),
+        "standalone", forged_acks.secure_standalone_args(tmp_path, token_keys.secret)
+    )
+    setup = forged_acks.Setup.of(
+        process.ready, token_keys.token("admin"), token_keys.token(forged_acks.CONSUMER_ROLE)
     )
     result, figures = forged_acks.attack(setup, process.pid)
     print(result.line(), figures)
