@@ -345,14 +345,16 @@ def error_for(exc: Exception) -> HttpError | None:
     return None
 
 
-def make_check(endpoint: Endpoint, context: AdminContext) -> Callable[[RequestHead], Awaitable[None]]:
-    """The route's head check: authentication, rate limits and the route's rule, decided from the head."""
+def make_check(endpoint: Endpoint, context: AdminContext) -> Callable[[RequestHead], Awaitable[str | None]]:
+    """The route's head check: authentication, rate limits and the route's rule, decided from the head. It
+    names the caller's role, whose share of the body budget the request's body then counts against."""
     access = rule_for(endpoint.method, endpoint.path)
 
-    async def check(head: RequestHead) -> None:
+    async def check(head: RequestHead) -> str | None:
         request = HttpRequest(head)
         try:
-            await check_access(access, request, context.security)
+            principal = await check_access(access, request, context.security)
+            return None if principal is None else principal.role
         except HttpError:
             raise
         except Exception as exc:

@@ -7,9 +7,10 @@ or ``non-persistent``. The raw (percent-encoded) path is
 split on ``/``; a producer/reader topic is every segment from the 8th on, joined with ``/`` (empty segments
 dropped), a consumer path must have exactly 9 segments; topic and subscription are URL-decoded as Java's
 ``URLDecoder`` does (``+`` is a space). Names are checked as the admin API checks them
-(:mod:`magnetar.broker.wire.topic_name`: no control characters, bounded lengths); a refused name is a 400, as
-Pulsar answers an
-upgrade whose topic name does not parse (``IllegalArgumentException``).
+(:mod:`magnetar.broker.wire.topic_name`: no control characters, bounded lengths). A malformed path or a
+refused name is a 400 ``"Invalid WebSocket path: ..."`` that says what is wrong (a missing subscription, an
+unknown endpoint or domain, a v1 path) and shows the path the endpoint expects (:data:`PATH_FORMS`), where
+Pulsar says ``Invalid topic name format`` (as a 500: its path checks run outside its error mapping).
 
 Query parameters are read as Pulsar's handlers read them (first value of each name) with Pulsar's defaults and
 checks; numbers parse like Java's ``Integer.parseInt``/``Long.parseLong`` (ASCII sign and digits only,
@@ -22,6 +23,9 @@ topic) hold no control or bidirectional formatting character, booleans like
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -55,33 +59,85 @@ class WsTarget:
     subscription: str | None = None
 
 
+PATH_FORMS = {
+    WsKind.PRODUCER: "/ws/v2/producer/persistent/{tenant}/{namespace}/{topic}",
+    WsKind.CONSUMER: "/ws/v2/consumer/persistent/{tenant}/{namespace}/{topic}/{subscription}",
+    WsKind.READER: "/ws/v2/reader/persistent/{tenant}/{namespace}/{topic}",
+}
+"""Each endpoint's path, as a refusal shows it (``non-persistent`` in place of ``persistent`` too)."""
+ALL_PATH_FORMS = "; ".join(PATH_FORMS.values())
+
+
 def parse_ws_path(raw_path: str) -> WsTarget:
-    """The topic (and subscription) of a ``/ws/v2/...`` path; :class:`WsUpgradeError` 400 when malformed."""
+    """The topic (and subscription) of a ``/ws/v2/...`` path; :class:`WsUpgradeError` 400 when malformed.
+
+    Each refusal names what is wrong (the missing subscription, an unknown endpoint or domain, a v1 path)
+    and shows the path the endpoint expects (:data:`PATH_FORMS`): Pulsar's own checks say
+    ``Invalid topic name format`` for all of them, which does not tell a newcomer what to change."""
     parts = raw_path.split("/")
     try:
-        if len(parts) < 8 or parts[1] != "ws" or parts[2] != "v2":
-            raise InvalidTopicNameError("Invalid topic name format")
-        try:
-            kind = WsKind(parts[3])
-        except ValueError:
-            raise InvalidTopicNameError(f"Unknown WebSocket endpoint {parts[3]!r}") from None
+        kind = _path_kind(parts)
         if parts[4] not in (TopicDomain.PERSISTENT, TopicDomain.NON_PERSISTENT):
-            raise InvalidTopicNameError(f"Invalid topic domain {parts[4]!r}")
+            raise InvalidTopicNameError(
+                f"Invalid topic domain {parts[4]!r}: persistent or non-persistent; the {kind.value} path is "
+                f"{PATH_FORMS[kind]}"
+            )
+        if len(parts) < 8:
+            raise InvalidTopicNameError(
+                f"Too few path segments (tenant, namespace or topic missing): the {kind.value} path is "
+                f"{PATH_FORMS[kind]}"
+            )
+        if not "".join(parts[7:]):
+            raise InvalidTopicNameError(f"Missing topic name: the {kind.value} path is {PATH_FORMS[kind]}")
         subscription = None
         end = len(parts)
         if kind is WsKind.CONSUMER:
+            if len(parts) == 8 or (len(parts) == 9 and not parts[8]):
+                raise InvalidTopicNameError(
+                    f"Missing subscription name: the consumer path is {PATH_FORMS[kind]} (a reader needs "
+                    f"no subscription: {PATH_FORMS[WsKind.READER]})"
+                )
             if len(parts) != 9:
-                raise InvalidTopicNameError("Invalid topic name format")
-            if not parts[8]:
-                raise InvalidTopicNameError("Empty subscription name")
+                raise InvalidTopicNameError(
+                    f"Too many path segments for a consumer ({len(parts) - 4} after /ws/v2/consumer/, "
+                    f"expected 5): the consumer path is {PATH_FORMS[kind]}; a '/' in a topic or "
+                    f"subscription name is written %2F"
+                )
             subscription = url_decode(parts[8])
             check_subscription_name(subscription)
             end = 8
         local = "/".join([parts[7], *(p for p in parts[8:end] if p)])
         topic = TopicName(TopicDomain(parts[4]), parts[5], parts[6], url_decode(local))
     except InvalidTopicNameError as exc:
-        raise WsUpgradeError.invalid(str(exc)) from None
+        raise WsUpgradeError.invalid_path(str(exc)) from None
     return WsTarget(kind, topic, subscription)
+
+
+def _path_kind(parts: list[str]) -> WsKind:
+    """The endpoint of a path split on ``/``, with at least its domain segment; else a refusal that says
+    which part of the path is wrong."""
+    if len(parts) < 3 or parts[1] != "ws":
+        raise InvalidTopicNameError(f"Not a WebSocket API path: the paths are {ALL_PATH_FORMS}")
+    if parts[2] != "v2":
+        if parts[2] in {kind.value for kind in WsKind}:
+            raise InvalidTopicNameError(
+                f"Only the v2 WebSocket paths are served (/ws/v2/{parts[2]}/..., not /ws/{parts[2]}/...): "
+                f"{PATH_FORMS[WsKind(parts[2])]}"
+            )
+        raise InvalidTopicNameError(
+            f"Unknown WebSocket API version {parts[2]!r}: the paths are {ALL_PATH_FORMS}"
+        )
+    endpoint = parts[3] if len(parts) > 3 else ""
+    try:
+        kind = WsKind(endpoint)
+    except ValueError:
+        raise InvalidTopicNameError(
+            f"Unknown WebSocket endpoint {endpoint!r} (producer, consumer or reader): the paths are "
+            f"{ALL_PATH_FORMS}"
+        ) from None
+    if len(parts) < 5 or not parts[4]:
+        raise InvalidTopicNameError(f"Missing topic: the {kind.value} path is {PATH_FORMS[kind]}")
+    return kind
 
 
 # --- Java-style scalar parsing ------------------------------------------------------------------------------
@@ -165,12 +221,8 @@ class ProducerParams:
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> ProducerParams:
-        if params.get("encryptionKeys"):
-            # Pulsar needs a CryptoKeyReader for this (IllegalStateException -> 500); Magnetar has none.
-            raise WsUpgradeError.of(
-                UpgradeFailure.OTHER,
-                "Can't add encryption key without configuring cryptoKeyReaderFactoryClassName",
-            )
+        if "encryptionKeys" in params:
+            raise WsUpgradeError.of(UpgradeFailure.OTHER, encryption_refusal(params["encryptionKeys"]))
         routing = _enum_param(params, "messageRoutingMode", ROUTING_MODES, "SinglePartition")
         initial = params.get("initialSequenceId")
         compression = params.get("compressionType")
@@ -193,6 +245,39 @@ class ProducerParams:
             hashing_scheme=hashing,
             token=params.get("token"),
         )
+
+
+ENCRYPTION_REFUSAL = "Can't add encryption key without configuring cryptoKeyReaderFactoryClassName"
+"""Pulsar's answer (500) to ``encryptionKeys`` when its WebSocket service has no key reader."""
+
+
+def encryption_refusal(value: str) -> str:
+    """Why a producer with ``encryptionKeys`` is refused (a 500, as Pulsar answers it without a key reader).
+
+    Pulsar's WebSocket producer takes the parameter in two forms. A comma-separated list of key names asks
+    the service to encrypt each message (needs ``cryptoKeyReaderFactoryClassName``, else
+    :data:`ENCRYPTION_REFUSAL`, an ``IllegalStateException``: 500). A base64 JSON object of named keys whose
+    values carry ``keyValue`` (Pulsar 3.x) declares client-side encryption: the payloads arrive encrypted
+    and the service stores the keys and each message's ``encryptionParam`` in the message metadata, with
+    batching and compression off. Magnetar has no key reader and stores no encryption metadata, so both
+    forms are refused with Pulsar's status; the reason keeps Pulsar's words and says what to do."""
+    form = "client-side encryption (a base64 JSON map of keys)" if _is_key_map(value) else "encryption"
+    return (
+        f"{ENCRYPTION_REFUSAL}: Magnetar has no such setting and does not support {form}; "
+        "publish without encryptionKeys (encrypt payloads in the application if needed)"
+    )
+
+
+def _is_key_map(value: str) -> bool:
+    """The client-side form: base64 of a JSON object whose first value has a ``keyValue``."""
+    try:
+        decoded = json.loads(base64.b64decode(value.strip(), validate=True))
+    except (ValueError, binascii.Error):
+        return False
+    if not isinstance(decoded, dict) or not decoded:
+        return False
+    first = next(iter(decoded.values()))
+    return isinstance(first, dict) and first.get("keyValue") is not None
 
 
 # --- consumer -----------------------------------------------------------------------------------------------

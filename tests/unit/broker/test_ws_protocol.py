@@ -74,7 +74,7 @@ def test_malformed_paths_are_400(path: str) -> None:
     with pytest.raises(WsUpgradeError) as err:
         parse_ws_path(path)
     assert err.value.status == 400
-    assert err.value.reason.startswith("Invalid query params: ")
+    assert err.value.reason.startswith("Invalid WebSocket path: ")
 
 
 def test_non_persistent_paths_parse() -> None:
