@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -27,7 +26,6 @@ from magnetar.broker.wire.strict_input import (
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
-    check_name_characters,
     parse_long,
 )
 
@@ -50,14 +48,6 @@ Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX), BeforeValidator(_java_
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), BeforeValidator(_java_number)]
 ShortText = Annotated[str, StringConstraints(max_length=STRING_CHARS_MAX)]
 
-
-def _role_name(value: str) -> str:
-    check_name_characters("role", value)
-    return value
-
-
-RoleName = Annotated[ShortText, AfterValidator(_role_name)]
-"""A role a body names: no control or bidirectional formatting character (as ``check_role_name``)."""
 BacklogPolicyName = Literal["producer_request_hold", "producer_exception", "consumer_backlog_eviction"]
 BacklogQuotaType = Literal["destination_storage", "message_age"]
 
@@ -67,7 +57,7 @@ class _Body(BaseModel):
 
 
 class TenantInfoBody(_Body):
-    adminRoles: list[RoleName] | None = Field(default=None, max_length=LIST_ITEMS_MAX)
+    adminRoles: list[ShortText] | None = Field(default=None, max_length=LIST_ITEMS_MAX)
     allowedClusters: list[ShortText] | None = Field(default=None, max_length=LIST_ITEMS_MAX)
 
     def to_info(self) -> TenantInfo:

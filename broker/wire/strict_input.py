@@ -31,7 +31,7 @@ SHOWN_CHARS_MAX = 40
 """Longest part of a refused value shown in an error message."""
 
 _JAVA_LONG = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE = re.compile(r"[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 """Cc, the bidirectional formatting characters, and surrogates (see the module docstring)."""
 
 

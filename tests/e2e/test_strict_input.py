@@ -152,6 +152,9 @@ def test_client_names_with_control_or_bidi_characters_are_refused(
     )
     assert "role" in reason
     assert "U+200F" in reason
+    tenant = {"adminRoles": ["a\u202eb"], "allowedClusters": ["standalone"]}
+    reason = refusal(admin(secure_broker, token_keys, "PUT", "/admin/v2/tenants/spoof", json=tenant), 412)
+    assert 'Invalid role name "a\\u202eb": it holds the bidirectional formatting character U+202E' in reason
     # the names without those characters still work
     consumer = websocket.create_connection(
         f"{ws}/ws/v2/consumer/{TOPIC}/sub?consumerName=plain-name", timeout=10,
