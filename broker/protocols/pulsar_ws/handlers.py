@@ -500,10 +500,10 @@ class WsHandlers:
     ) -> None:
         fields = plain_ack_fields(text)
         if fields is not None:  # the common frame, without JSON parsing and id decoding
-            ledger_id, entry_id, partition, batch_index, batch_size = fields
+            ledger_id, entry_id, partition, batch_index, _ = fields
             subscriber = by_partition.get(partition)
             if subscriber is not None:
-                subscriber.ack_fields(partition, ledger_id, entry_id, batch_index, batch_size)
+                subscriber.ack_fields(partition, ledger_id, entry_id, batch_index)
             return
         command = parse_consumer_command(text)
         kind = command.type

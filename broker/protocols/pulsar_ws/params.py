@@ -13,7 +13,9 @@ unknown endpoint or domain, a v1 path) and shows the path the endpoint expects (
 Pulsar says ``Invalid topic name format`` (as a 500: its path checks run outside its error mapping).
 
 Query parameters are read as Pulsar's handlers read them (first value of each name) with Pulsar's defaults and
-checks; numbers parse like Java's ``Integer.parseInt``/``Long.parseLong``, booleans like
+checks; numbers parse like Java's ``Integer.parseInt``/``Long.parseLong`` (ASCII sign and digits only,
+:mod:`magnetar.broker.wire.strict_input`), the names a client gives (producer, consumer, reader, dead-letter
+topic) hold no control or bidirectional formatting character, booleans like
 ``Boolean.parseBoolean`` (only ``true``, any case, is true), enums by exact constant name. Every failure is a
 :class:`WsUpgradeError` 400 ``"Invalid query params: ..."``. ``receiverQueueSize`` is capped with
 ``min(value, 1000)`` and sets the push-mode window (``0`` means 1).
@@ -24,7 +26,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -32,11 +33,17 @@ from enum import Enum
 from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsUpgradeError
 from magnetar.broker.wire.errors import InvalidMessageIdError, InvalidTopicNameError
 from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
+from magnetar.broker.wire.strict_input import (
+    NumberFormatError,
+    UnsafeNameError,
+    check_name_characters,
+    parse_int,
+    parse_long,
+)
 from magnetar.broker.wire.topic_name import TopicDomain, TopicName, check_subscription_name, url_decode
 
 RECEIVER_QUEUE_SIZE_MAX = 1000
 MIN_ACK_TIMEOUT_MS = 1000
-_JAVA_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 class WsKind(Enum):
@@ -137,12 +144,25 @@ def _path_kind(parts: list[str]) -> WsKind:
 
 
 def java_int(name: str, text: str, bits: int = 32) -> int:
-    """``Integer.parseInt`` (``bits=32``) / ``Long.parseLong`` (64): optional sign, ASCII digits, in range."""
-    if _JAVA_INT.fullmatch(text):
-        value = int(text)
-        if -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
-            return value
-    raise WsUpgradeError.invalid(f'For input string: "{text}" ({name})')
+    """``Integer.parseInt`` (``bits=32``) / ``Long.parseLong`` (64): :func:`~.strict_input.parse_long`."""
+    try:
+        if bits == 32:
+            return parse_int(name, text)
+        return parse_long(name, text)
+    except NumberFormatError as exc:
+        raise WsUpgradeError.invalid(str(exc)) from None
+
+
+def client_name(params: Mapping[str, str], key: str) -> str | None:
+    """A name the client gives itself (``producerName``, ``consumerName``, ``readerName``): no control or
+    bidirectional formatting character (:func:`~.strict_input.check_name_characters`)."""
+    name = params.get(key)
+    if name is not None:
+        try:
+            check_name_characters(key.removesuffix("Name") if key.endswith("Name") else key, name)
+        except UnsafeNameError as exc:
+            raise WsUpgradeError.invalid(str(exc)) from None
+    return name
 
 
 def java_bool(text: str | None) -> bool:
@@ -212,7 +232,7 @@ class ProducerParams:
         if hashing is not None:
             _enum_param(params, "hashingScheme", HASHING_SCHEMES, "JavaStringHash")
         return cls(
-            producer_name=params.get("producerName"),
+            producer_name=client_name(params, "producerName"),
             initial_sequence_id=None if initial is None else java_int("initialSequenceId", initial, 64),
             send_timeout_ms=_int_param(params, "sendTimeoutMillis", 30_000, low=0),
             batching_enabled=java_bool(params.get("batchingEnabled")),
@@ -304,7 +324,7 @@ class ConsumerParams:
         if ack_timeout != 0 and ack_timeout < MIN_ACK_TIMEOUT_MS:
             raise WsUpgradeError.invalid(f"Ack timeout should be greater than {MIN_ACK_TIMEOUT_MS} ms")
         max_redeliver = params.get("maxRedeliverCount")
-        dead_letter = params.get("deadLetterTopic")
+        dead_letter = client_name(params, "deadLetterTopic")
         redeliver_count = None
         if max_redeliver is not None:
             redeliver_count = java_int("maxRedeliverCount", max_redeliver)
@@ -317,7 +337,7 @@ class ConsumerParams:
             subscription_mode=_enum_param(params, "subscriptionMode", SUBSCRIPTION_MODES, "Durable"),
             receiver_queue_size=_receiver_queue_size(params),
             ack_timeout_ms=ack_timeout,
-            consumer_name=params.get("consumerName"),
+            consumer_name=client_name(params, "consumerName"),
             priority_level=_int_param(params, "priorityLevel", 0, low=0),
             negative_ack_redelivery_delay_ms=_int_param(params, "negativeAckRedeliveryDelay", 60_000, low=0),
             max_redeliver_count=redeliver_count,
@@ -367,7 +387,7 @@ class ReaderParams:
         return cls(
             start_message_id=start,
             receiver_queue_size=_receiver_queue_size(params),
-            reader_name=params.get("readerName"),
+            reader_name=client_name(params, "readerName"),
             crypto_failure_action=_crypto_failure_action(params),
             token=params.get("token"),
         )

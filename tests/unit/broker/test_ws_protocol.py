@@ -172,7 +172,11 @@ def test_consumer_defaults_caps_and_window() -> None:
         ({"subscriptionType": "shared"}, "Invalid query params: Invalid subscriptionType shared"),
         ({"subscriptionMode": "Forever"}, "Invalid query params: Invalid subscriptionMode Forever"),
         ({"receiverQueueSize": "-1"}, "Invalid query params: receiverQueueSize needs to be >= 0"),
-        ({"receiverQueueSize": "x"}, 'Invalid query params: For input string: "x" (receiverQueueSize)'),
+        (
+            {"receiverQueueSize": "x"},
+            'Invalid query params: Invalid receiverQueueSize "x": not a decimal integer '
+            "(an optional sign and ASCII digits only)",
+        ),
         ({"ackTimeoutMillis": "999"}, "Invalid query params: Ack timeout should be greater than 1000 ms"),
         ({"maxRedeliverCount": "0"}, "Invalid query params: MaxRedeliverCount must be > 0."),
         ({"priorityLevel": "-1"}, "Invalid query params: priorityLevel needs to be >= 0"),
