@@ -23,5 +23,6 @@ def test_the_source_imports_only_the_broker_formats() -> None:
         "magnetar.broker.wire.entry_format",
         "magnetar.broker.wire.errors",
         "magnetar.broker.wire.message_id",
+        "magnetar.broker.wire.strict_input",
         "magnetar.broker.wire.topic_name",
     ]
