@@ -3,8 +3,7 @@
 Numbers. Python's ``int()`` reads much more than a number a Java server takes: ``"1_0"`` (10), Arabic-Indic
 (U+0660-U+0669) and fullwidth (U+FF10-U+FF19) digits, surrounding spaces, and any size. A number a client
 sends - in a path, a query parameter or a string in a body - is read as Java's ``Long.parseLong`` reads it: an
-optional
-ASCII ``+`` or ``-`` and one or more ASCII digits, nothing else, within the signed 64-bit range
+optional ASCII ``+`` or ``-`` and one or more ASCII digits, nothing else, within the signed 64-bit range
 (:func:`parse_long`); then within the parameter's own range (``low`` / ``high``: a Java ``int`` is
 :data:`INT32_MIN` .. :data:`INT32_MAX`). A refusal is a :class:`NumberFormatError` whose message names the
 parameter and shows the value as sent (escaped, and shortened past :data:`SHOWN_CHARS_MAX` characters);
