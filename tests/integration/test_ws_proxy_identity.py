@@ -29,6 +29,7 @@ from fixtures.proxy_identity import (
     attack,
     consumer_target,
     open_raw,
+    publish,
     set_up,
 )
 
@@ -154,15 +155,7 @@ def test_sessions_on_a_non_owner_work_with_the_shipped_settings_and_survive_a_mo
         received: list[str] = []
 
         def send(first: int, count: int) -> None:
-            for index in range(first, first + count):
-                payload = base64.b64encode(f"m-{index}".encode()).decode()
-                producer.send_text(json.dumps({"payload": payload, "context": str(index)}))
-            answers: list[str] = []
-            while len(answers) < count:
-                more, closed = producer.read(30)
-                assert closed is None, closed
-                answers += more
-            assert [json.loads(a)["result"] for a in answers] == ["ok"] * count
+            publish(producer, [f"m-{index}" for index in range(first, first + count)])
 
         def receive(total: int) -> None:
             deadline = time.monotonic() + 60

@@ -47,6 +47,13 @@ async def session(request: WebSocketRequest) -> None:
     await ws.close()
 
 
+def make_router() -> Router:
+    router = Router()
+    router.get("/echo/{name}", echo)
+    router.websocket("/ws/{name}", session)
+    return router
+
+
 def exchange(port: int, request: bytes) -> bytes:
     """Send ``request`` and read the answer until the server closes (or its head and body are in)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
@@ -69,10 +76,7 @@ def parse(answer: bytes) -> tuple[int, str, bytes]:
 async def test_fuzzed_targets_and_upgrade_paths_never_get_a_5xx_and_bad_characters_get_400_with_a_reason(
     start_server: StartServer,
 ) -> None:
-    router = Router()
-    router.get("/echo/{name}", echo)
-    router.websocket("/ws/{name}", session)
-    server = await start_server(router)
+    server = await start_server(make_router())
 
     @settings(max_examples=400, suppress_health_check=list(HealthCheck))
     @given(target=targets, upgrade=st.booleans())
@@ -111,10 +115,7 @@ async def test_fuzzed_targets_and_upgrade_paths_never_get_a_5xx_and_bad_characte
 async def test_a_raw_space_and_a_fragment_are_answered_as_a_newcomer_can_read_them(
     start_server: StartServer,
 ) -> None:
-    router = Router()
-    router.get("/echo/{name}", echo)
-    router.websocket("/ws/{name}", session)
-    server = await start_server(router)
+    server = await start_server(make_router())
 
     def run() -> list[bytes]:
         return [
