@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,9 @@ from fixtures.proxy_identity import (
 pytestmark = [pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.processes, pytest.mark.timeout(300)]
 
 
+BOOKIE_HTTP_PORTS: list[int] = []
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
     root = tmp_path_factory.mktemp("proxy-identity")
@@ -49,6 +53,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]
             admin_token=Path(str(ready["adminTokenFile"])).read_text().strip(),
             key_file=str(root / "dev" / "security" / "secret.key"),
         )
+        BOOKIE_HTTP_PORTS[:] = [int(b["httpPort"]) for b in ready["bookies"]]
         set_up(secure, "identity", messages=5)
         yield secure
     finally:
@@ -176,3 +181,34 @@ def test_sessions_on_a_non_owner_work_with_the_shipped_settings_and_survive_a_mo
     finally:
         consumer.close()
         producer.close()
+
+
+@pytest.mark.parametrize("port_kind", ["broker", "bookie HTTP"])
+def test_every_port_answers_a_raw_space_or_a_fragment_400_naming_the_character(
+    cluster: SecureCluster, port_kind: str
+) -> None:
+    """Plain requests and upgrades alike, before authentication (the target is wrong whoever asks)."""
+    port = cluster.brokers[0] if port_kind == "broker" else f"http://127.0.0.1:{BOOKIE_HTTP_PORTS[0]}"
+    for target, named in (("/metrics x", "a space (%20) at offset 8"), ("/ws/v2/consumer/a#b", "'#' (%23)")):
+        for upgrade in (False, True):
+            answer = raw_request(port, target, upgrade)
+            assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer
+            reason = json.loads(answer.partition(b"\r\n\r\n")[2])["reason"]
+            assert reason.startswith("Invalid request target: "), reason
+            assert named in reason, reason
+            assert "percent-encode it" in reason
+
+
+def raw_request(url: str, target: str, upgrade: bool) -> bytes:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    head = f"GET {target} HTTP/1.1\r\nHost: {host}\r\n"
+    if upgrade:
+        head += "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+        head += "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall((head + "\r\n").encode())
+        sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
