@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, quote
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from magnetar.bookkeeper.runtime.http import QueryParams, RequestHead
 from magnetar.bookkeeper.runtime.http.request_target import target_error
 from magnetar.broker.protocols.owner_proxy.upstream import client_credentials, upstream_target
+from magnetar.broker.settings import BrokerSettings
 
 names = st.text(min_size=1, max_size=12)
 values = st.text(max_size=12)
@@ -56,3 +59,18 @@ def test_the_credentials_forwarded_are_the_clients_own_and_nothing_else() -> Non
     bearer = ("authorization", "Bearer client-token")
     assert client_credentials(head("/ws/x", (bearer, ("authorization", "Bearer second")))) == [bearer]
     assert client_credentials(head("/ws/x?token=t", (("cookie", "c"),))) == []
+
+
+def test_a_broker_whose_proxy_could_not_reach_the_owners_refuses_to_start_naming_the_settings() -> None:
+    mutual = {
+        "http_port_tls": 0,
+        "tls_certificate_file": "/c.pem",
+        "tls_key_file": "/k.pem",
+        "tls_trust_certs_file": "/ca.pem",
+        "tls_require_trusted_client_cert": True,
+    }
+    with pytest.raises(ValidationError, match="broker_client_tls_enabled=false") as refused:
+        BrokerSettings(**mutual, broker_client_tls_enabled=True)
+    assert "tls_require_trusted_client_cert" in str(refused.value)
+    BrokerSettings(**mutual)  # the hop uses the owners' plain port
+    BrokerSettings(**mutual, broker_client_tls_enabled=True, ws_proxy_enabled=False)
