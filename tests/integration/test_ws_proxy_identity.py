@@ -183,6 +183,35 @@ def test_sessions_on_a_non_owner_work_with_the_shipped_settings_and_survive_a_mo
         producer.close()
 
 
+def test_partitioned_sessions_are_fanned_out_with_the_clients_own_token(cluster: SecureCluster) -> None:
+    """A partitioned topic of 4 partitions on two brokers: whichever broker owns which partitions, the producer
+    or the consumer (or both) is fanned out. Each partition's upstream session (this
+    broker's own through a loopback session) carries the client's token, so the client's grants decide."""
+    topic = "fanned"
+    answer = cluster.admin("PUT", f"/admin/v2/persistent/{TENANT_NS}/{topic}/partitions", 4)
+    assert answer.status_code == 204, answer.text
+    for index in range(4):
+        cluster.owner(f"{topic}-partition-{index}")  # placed now, by the leader
+    token = cluster.token("app")
+    consumer = open_raw(cluster.brokers[1], consumer_target(topic, "fan-sub"), token)
+    producer = open_raw(cluster.brokers[0], f"/ws/v2/producer/persistent/{TENANT_NS}/{topic}", token)
+    thief = open_raw(cluster.brokers[1], consumer_target(topic, VICTIM_SUBSCRIPTION), cluster.token("thief"))
+    try:
+        assert (consumer.status, producer.status) == (101, 101), (consumer.reason, producer.reason)
+        assert thief.status == 403, thief.reason
+        publish(producer, [f"p-{index}" for index in range(12)])
+        received: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(received) < 12 and time.monotonic() < deadline:
+            more, closed = consumer.read(1)
+            assert closed is None, closed
+            received += [base64.b64decode(json.loads(text)["payload"]).decode() for text in more]
+        assert sorted(received) == sorted(f"p-{index}" for index in range(12))
+    finally:
+        consumer.close()
+        producer.close()
+
+
 @pytest.mark.parametrize("port_kind", ["broker", "bookie HTTP"])
 def test_every_port_answers_a_raw_space_or_a_fragment_400_naming_the_character(
     cluster: SecureCluster, port_kind: str
