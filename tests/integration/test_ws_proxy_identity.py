@@ -184,9 +184,9 @@ def test_sessions_on_a_non_owner_work_with_the_shipped_settings_and_survive_a_mo
 
 
 def test_partitioned_sessions_are_fanned_out_with_the_clients_own_token(cluster: SecureCluster) -> None:
-    """A partitioned topic of 4 partitions on two brokers: whichever broker owns which partitions, the producer
-    or the consumer (or both) is fanned out. Each partition's upstream session (this
-    broker's own through a loopback session) carries the client's token, so the client's grants decide."""
+    """A partitioned topic of 4 partitions on two brokers: whichever broker owns which partitions, the
+    producer or the consumer (or both) is fanned out. Each partition's upstream session (this broker's own
+    through a loopback session) carries the client's token, so the client's grants decide."""
     topic = "fanned"
     answer = cluster.admin("PUT", f"/admin/v2/persistent/{TENANT_NS}/{topic}/partitions", 4)
     assert answer.status_code == 204, answer.text
