@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict
 from magnetar.bookkeeper.runtime.auth.authentication import Roles
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.broker.policies import NotFound, Policies, PolicyStore, PreconditionFailed
+from magnetar.broker.wire.strict_input import UnsafeNameError, check_name_characters
 from magnetar.broker.wire.topic_name import NamespaceName, TopicName
 
 ROLE_BYTES_MAX = 1024
@@ -145,8 +146,14 @@ class AuthorizationSettings(BaseModel):
 
 
 def check_role_name(role: str) -> None:
+    """1 to :data:`ROLE_BYTES_MAX` bytes, and no control or bidirectional formatting character (a role is
+    listed with the permissions: :mod:`~magnetar.broker.wire.strict_input`)."""
     if not role or len(role.encode("utf-8", errors="replace")) > ROLE_BYTES_MAX:
         raise PreconditionFailed(f"Invalid role name: it must have 1 to {ROLE_BYTES_MAX} bytes")
+    try:
+        check_name_characters("role", role)
+    except UnsafeNameError as exc:
+        raise PreconditionFailed(str(exc)) from None
 
 
 def parse_actions(values: Iterable[Any]) -> frozenset[AuthAction]:

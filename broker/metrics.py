@@ -460,7 +460,7 @@ class BrokerMetrics:
             if figure.broker_level:
                 name = "pulsar_broker_" + figure.name.removeprefix("pulsar_")
                 family = Family(name, GAUGE, f"{figure.help}, over the broker", ("cluster",))
-                yield family, [((self._cluster,), sum(figure.read(t) for t in topics))]
+                yield family, self._broker_sum(topics, figure.read)
         yield (
             Family("pulsar_broker_topics_count", GAUGE, "Topics loaded on this broker", ("cluster",)),
             [((self._cluster,), len(topics))],
@@ -484,6 +484,15 @@ class BrokerMetrics:
         for topic in topics:
             yield (*self._labels(topic), *extra), figure.read(topic)
 
+    def _broker_sum(self, topics: list[Topic], read: Callable[[Topic], float]) -> Iterator[Row | None]:
+        """One row, the figure summed over the topics; ``None`` after each topic, so a scrape's step can end
+        between two topics (a sum over thousands of topics is far longer than a step)."""
+        total = 0.0
+        for topic in topics:
+            total += read(topic)
+            yield None
+        yield (self._cluster,), total
+
     def _subscription_rows(
         self, topics: list[Topic], read: Callable[[AnySubscription], float]
     ) -> Iterator[Row]:
@@ -494,8 +503,21 @@ class BrokerMetrics:
                     yield (*labels, name), read(subscription)
 
     def _write_latency(self, topics: list[Topic]) -> Iterator[FamilyRows]:
-        per_topic = [(self._labels(t), *pulsar_write_latency(t.metrics)) for t in topics]
-        for index, family in enumerate(WRITE_LATENCY_FAMILIES[: len(PULSAR_WRITE_LATENCY_BOUNDS_MS) + 1]):
+        """Pulsar's write-latency families. Each topic's buckets are computed once, while the first family's
+        rows are read (one topic per row, so a scrape's step can end between two topics), and kept for the
+        others: a renderer reads one family's rows to the end before it asks for the next family."""
+        per_topic: list[tuple[tuple[str, str, str], list[int], int, float]] = []
+
+        def first_bucket() -> Iterator[Row]:
+            for topic in topics:
+                labels = self._labels(topic)
+                buckets, count, total_us = pulsar_write_latency(topic.metrics)
+                per_topic.append((labels, buckets, count, total_us))
+                yield labels, buckets[0]
+
+        bucket_families = WRITE_LATENCY_FAMILIES[: len(PULSAR_WRITE_LATENCY_BOUNDS_MS) + 1]
+        yield bucket_families[0], first_bucket()
+        for index, family in enumerate(bucket_families[1:], 1):
             yield family, [(labels, buckets[index]) for labels, buckets, _, _ in per_topic]
         count_family, sum_family = WRITE_LATENCY_FAMILIES[-2:]
         yield count_family, [(labels, count) for labels, _, count, _ in per_topic]

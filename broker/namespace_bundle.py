@@ -24,12 +24,17 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.topic_name import TopicName
+
+_HEX_BOUND = re.compile(r"0[xX][0-9a-fA-F]{1,8}", re.ASCII)
+"""A bundle bound as a range name spells it: ``0x`` and at most 8 ASCII hex digits (``int(text, 16)`` alone
+would also take ``0x_1``, spaces and non-ASCII digits)."""
 
 FULL_LOWER_BOUND = 0x00000000
 FULL_UPPER_BOUND = 0xFFFFFFFF
@@ -82,7 +87,7 @@ class NamespaceBundle:
         """``0x00000000_0x40000000`` -> bundle (Pulsar's ``NamespaceBundleFactory.getBundle``)."""
         lower, sep, upper = range_name.partition("_")
         try:
-            if not sep:
+            if not (sep and _HEX_BOUND.fullmatch(lower) and _HEX_BOUND.fullmatch(upper)):
                 raise ValueError
             return cls(int(lower, 16), int(upper, 16))
         except ValueError:

@@ -60,6 +60,19 @@ class BrokerHandle:
         self._stop.set()
 
 
+HTTP_SERVICE = "broker HTTP"
+HTTPS_SERVICE = "broker HTTPS"
+
+
+def broker_ports(settings: BrokerSettings) -> list[tuple[int, str, str, str]]:
+    """The ports :func:`run_broker` binds, as ``(port, host, server, setting)``: for a process that checks
+    them (:func:`~magnetar.bookkeeper.runtime.listen.check_ports_free`) before it writes anything."""
+    ports = [(settings.http_port, settings.bind_address, HTTP_SERVICE, "http_port")]
+    if settings.http_port_tls is not None and settings.web_ssl_context() is not None:
+        ports.append((settings.http_port_tls, settings.bind_address, HTTPS_SERVICE, "http_port_tls"))
+    return ports
+
+
 ENTRY_INDEXING = EntryIndexing(stamp_first_index, first_index_of)
 """Every entry a broker stores carries the index of its first message, in front of the entry."""
 
@@ -92,7 +105,7 @@ async def run_broker(
         router = build_router(service)
         if register_routes is not None:
             register_routes(router, service)
-        server = HttpServer(router, settings.http_settings(), service="broker HTTP", port_setting="http_port")
+        server = HttpServer(router, settings.http_settings(), service=HTTP_SERVICE, port_setting="http_port")
         ssl_context = settings.web_ssl_context()
         tls_server = None
         if ssl_context is not None:
@@ -100,7 +113,7 @@ async def run_broker(
                 router,
                 settings.http_tls_settings(),
                 ssl_context=ssl_context,
-                service="broker HTTPS",
+                service=HTTPS_SERVICE,
                 port_setting="http_port_tls",
             )
         async with trio.open_nursery() as nursery:

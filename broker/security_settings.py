@@ -35,17 +35,27 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.bookkeeper.protocol.digest import DigestType
-from magnetar.bookkeeper.runtime.auth.authentication import AuthenticationService, AuthenticationSettings
+from magnetar.bookkeeper.runtime.auth.authentication import (
+    AuthenticationService,
+    AuthenticationSettings,
+    MetricsAccessSettings,
+)
 from magnetar.bookkeeper.runtime.auth.keys import read_secret_setting, read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings, client_ssl_context, server_ssl_context
 from magnetar.bookkeeper.runtime.clock import Clock
+from magnetar.bookkeeper.runtime.http import HttpSettings
 from magnetar.broker.authorization import AuthorizationService, AuthorizationSettings
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security import BrokerSecurity, SecurityLimits
 
 
 class SecuritySettings(
-    BaseSettings, AuthenticationSettings, AuthorizationSettings, SecurityLimits, ServerTlsSettings
+    BaseSettings,
+    AuthenticationSettings,
+    MetricsAccessSettings,
+    AuthorizationSettings,
+    SecurityLimits,
+    ServerTlsSettings,
 ):
     """A broker's security settings. The token settings (:class:`AuthenticationSettings`), authorization
     (:class:`AuthorizationSettings`), the limits (:class:`SecurityLimits`) and the TLS files of the HTTPS port
@@ -54,15 +64,15 @@ class SecuritySettings(
 
     model_config = SettingsConfigDict(frozen=True, extra="forbid")
 
-    authenticate_metrics_endpoint: bool = False
-    """Pulsar ``authenticateMetricsEndpoint``: require a token on ``/metrics`` too."""
-
     # -- TLS of the HTTP/WebSocket port (the files: ServerTlsSettings) --------------------------------
     http_port_tls: Annotated[int, Field(ge=0, le=65535)] | None = None
     """Serve the same routes over TLS on this port too (0: any free port); needs the certificate files."""
 
     # -- limits (the others: SecurityLimits) ----------------------------------------------------------
-    http_connections_per_ip_max: Annotated[int, Field(ge=0)] = 0
+    http_connections_per_ip_max: Annotated[int, Field(ge=0)] = HttpSettings.model_fields[
+        "http_connections_per_ip_max"
+    ].default
+    """Declared (with its default and why) in :class:`HttpSettings`; on by default, unlike Pulsar."""
 
     # -- as a client of the bookies and of ZooKeeper -------------------------------------------------
     bookkeeper_auth_token: str | None = None

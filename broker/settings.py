@@ -44,6 +44,13 @@ from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
 PositiveInt = Annotated[int, Field(gt=0)]
 MIB = 1024 * 1024
+
+
+def _http_default(name: str) -> Any:
+    """The default :class:`HttpSettings` declares for ``name`` (declared, and documented, there once)."""
+    return HttpSettings.model_fields[name].default
+
+
 LEDGER_PASSWORD_BYTES = 20
 """Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
@@ -160,11 +167,21 @@ class BrokerSettings(
     http_bodies_in_flight_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
     """Request bodies read or handled at once across a port's connections; beyond it a request waits
     (unread) until its deadline, then gets 503. At least ``http_body_bytes_max``."""
+    http_bodies_in_flight_bytes_per_role_max: Annotated[int, Field(ge=0)] = _http_default(
+        "http_bodies_in_flight_bytes_per_role_max"
+    )
+    """One caller's (role's, or address's) share of ``http_bodies_in_flight_bytes_max``."""
     http_idle_timeout_ms: PositiveInt = 30_000
     http_connections_max: PositiveInt = 2048
     ws_frame_bytes_max: Annotated[int, Field(ge=125)] = 5 * MIB
     ws_message_fragments_max: Annotated[int, Field(ge=1, le=1 << 20)] = 4096
     """Frames one received WebSocket message may arrive in; more closes the session with 1008."""
+    ws_received_bytes_in_flight_max: Annotated[int, Field(ge=125)] = _http_default(
+        "ws_received_bytes_in_flight_max"
+    )
+    """Received WebSocket bytes not handled yet, across a port's sessions (see :class:`HttpSettings`)."""
+    ws_message_timeout_ms: PositiveInt = _http_default("ws_message_timeout_ms")
+    """A started WebSocket message must be complete within this, else 1008."""
     ws_idle_timeout_ms: PositiveInt = 300_000
     ws_send_queue_bytes_max: PositiveInt = 1 * MIB
     """Per session, twice: messages waiting in the session's outbound queue (dispatchers stop, handlers

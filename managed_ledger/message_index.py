@@ -285,6 +285,17 @@ class MessageIndex:
         assert ledger is not None
         return ledger.first_of(position.entry_id + 1) - first
 
+    def known_messages_in(self, position: Position) -> int | None:
+        """How many messages the stored entry at ``position`` holds, when the table knows it exactly (None
+        for an entry it does not hold, or one inside a coarse ledger whose bounds are not learned yet)."""
+        ledger = self._ledger(position.ledger_id)
+        entry_id = position.entry_id
+        if ledger is None or not 0 <= entry_id < ledger.entries:
+            return None
+        if not (ledger.is_known(entry_id) and ledger.is_known(entry_id + 1)):
+            return None
+        return ledger.first_of(entry_id + 1) - ledger.first_of(entry_id)
+
     def index_after(self, position: Position) -> int:
         """The index of the first message stored after ``position`` - or the next one to be stored.
 

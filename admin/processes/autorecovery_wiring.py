@@ -40,7 +40,7 @@ from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
-from magnetar.bookkeeper.runtime.auth.authentication import Roles, TokenKeySettings
+from magnetar.bookkeeper.runtime.auth.authentication import MetricsAccessSettings, Roles, TokenKeySettings
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.bookkeeper.runtime.http import HttpRequest, Router
@@ -56,7 +56,9 @@ class BookieProcessSettings(BookieSettings):
     """AutoRecovery inside this bookie, e.g. ``MAGNETAR_AUTORECOVERY__ENABLED=false``."""
 
 
-class AutoRecoveryProcessSettings(BaseSettings, MetadataConnectionSettings, TokenKeySettings):
+class AutoRecoveryProcessSettings(
+    BaseSettings, MetadataConnectionSettings, TokenKeySettings, MetricsAccessSettings
+):
     """``magnetar autorecovery``'s settings (every field also ``MAGNETAR_<NAME>``): the metadata store as
     every process reaches it (``zk_tls_*`` included), the cluster's token key and the superusers that guard
     its HTTP routes as a bookie's guard them (``authentication_enabled``, ``token_*``, ``super_user_roles``,
@@ -70,8 +72,6 @@ class AutoRecoveryProcessSettings(BaseSettings, MetadataConnectionSettings, Toke
     metadata_url: str = "memory://"
     super_user_roles: Roles = ()
     """Roles allowed the AutoRecovery REST API when authentication is on (as a bookie's)."""
-    authenticate_metrics_endpoint: bool = False
-    """``/metrics`` needs a superuser token too (as a bookie's)."""
     bind_address: str = "0.0.0.0"
     http_port: Annotated[int, Field(ge=0, le=65535)] | None = None
     """Port of ``/metrics`` and the AutoRecovery REST API; unset serves no HTTP; 0 picks a free one."""

@@ -76,13 +76,17 @@ from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
 from magnetar.bookkeeper.runtime.http import HttpSettings, Router, serve_http
+from magnetar.bookkeeper.runtime.listen import check_ports_free
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
 from magnetar.gc.http_api import add_gc_routes
 from magnetar.gc.settings import BookieSettings
 
 log = logging.getLogger("magnetar.bookie")
+
+HTTP_SERVICE = "bookie HTTP"
 
 HINTS: Hints = {
     StorageInUseError: (
@@ -144,9 +148,16 @@ async def format_command(settings: BookieSettings, force: bool) -> int:
 
 
 async def serve(settings: BookieProcessSettings) -> int:
+    raise_nofile_limit()
+    if settings.http_port is not None:
+        check_connection_limits(HttpSettings().http_connections_max)
     async with open_metadata_store(settings.metadata_url, settings.metadata_settings()) as metadata:
         listener = await open_bookie_listener(settings)  # the bookie id is host:port, known from here on
         try:
+            if settings.http_port is not None:  # every port before the identity is written
+                await check_ports_free(
+                    [(settings.http_port, settings.bind_address, HTTP_SERVICE, "http_port")]
+                )
             port = listener.socket.getsockname()[1]
             await verify_bookie_identity(metadata, settings, bookie_id_for(settings.advertised_host(), port))
             return await _serve_checked(settings, metadata, listener)
@@ -252,7 +263,7 @@ async def _start_http(
     http = HttpSettings(http_bind_address=settings.bind_address, http_port=settings.http_port)
     if collector is not None:
         add_gc_routes(router, all_of(lambda: [collector]), access)
-    serve = functools.partial(serve_http, router, http, service="bookie HTTP", port_setting="http_port")
+    serve = functools.partial(serve_http, router, http, service=HTTP_SERVICE, port_setting="http_port")
     ports: list[int] = await nursery.start(serve)
     bookie.settings = settings.model_copy(update={"http_port": ports[0]})
     log.info("bookie HTTP endpoints on port %d", ports[0])

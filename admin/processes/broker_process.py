@@ -45,6 +45,7 @@ from magnetar.admin.processes.process_common import (
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
 from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.settings import BrokerSettings
@@ -67,6 +68,8 @@ def main(overrides: dict[str, Any], *, port_file: str | None = None, config_file
 
 
 async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
+    raise_nofile_limit()
+    check_connection_limits(settings.http_connections_max, 2 if settings.http_port_tls is not None else 1)
     transport_settings = TcpTransportSettings(
         add_timeout_ms=settings.add_timeout_ms, read_timeout_ms=settings.read_timeout_ms
     )

@@ -57,8 +57,8 @@ from magnetar.admin.processes.process_common import (
 )
 from magnetar.admin.processes.standalone_http import add_standalone_bookie_routes
 from magnetar.admin.processes.standalone_settings import StandaloneSettings
-from magnetar.bookkeeper.bookie.identity import verify_bookie_identity
-from magnetar.bookkeeper.bookie.server import Bookie
+from magnetar.bookkeeper.bookie.identity import BookieIdentityError, verify_bookie_identity
+from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
 from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.client import open_bookkeeper
@@ -66,10 +66,11 @@ from magnetar.bookkeeper.client.local_transport import LocalTransport
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.metadata.rocksdb_store import StoreInUseError
+from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
 from magnetar.bookkeeper.runtime.http import Router
-from magnetar.bookkeeper.runtime.listen import ListenError
+from magnetar.bookkeeper.runtime.listen import ListenError, check_ports_free
 from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
-from magnetar.broker.run import BrokerHandle, run_broker
+from magnetar.broker.run import BrokerHandle, broker_ports, run_broker
 from magnetar.broker.service import BrokerService
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
@@ -88,6 +89,11 @@ class DataDirError(Exception):
 
 HINTS: Hints = {
     DataDirError: "choose another directory with --data-dir or MAGNETAR_DATA_DIR",
+    BookieIdentityError: (
+        "in a standalone, bookie i keeps its data in DATA_DIR/bookie-<i> and its id is "
+        "127.0.0.1:<bookie_port + i>: start it with the --bookie-port its data directory was created with, "
+        "or with a new --data-dir to start fresh"
+    ),
     StoreInUseError: (
         "is another magnetar standalone running on this data directory? Stop it, or start this one with "
         "another directory: --data-dir or MAGNETAR_DATA_DIR"
@@ -139,6 +145,13 @@ async def open_bookies(
     running = StandaloneBookies(transport)
     bookies = running.bookies
     async with AsyncExitStack() as stack:
+        # Every port is bound before any bookie's identity (its cookie, bound to its port) is written: a
+        # start that fails on a taken port leaves the directories as they were, and the retry with another
+        # --bookie-port is a new bookie, not a changed one.
+        listeners = [
+            await _bind_bookie_port(stack, settings.bookie_settings(index), index)
+            for index in range(settings.bookies)
+        ]
         for index in range(settings.bookies):  # cookies: refuse a bookie whose data is gone (identity.py)
             own = settings.bookie_settings(index)
             await verify_bookie_identity(metadata, own, bookie_id_for(own.advertised_host(), own.port))
@@ -152,11 +165,8 @@ async def open_bookies(
             await nursery.start(transport.run)
             for index, store in enumerate(stores):
                 bookie_settings = settings.bookie_settings(index)
-                bookie = Bookie(bookie_settings, store, metadata)
-                try:
-                    endpoint = await nursery.start(bookie.run)
-                except* ListenError as group:  # the bookie's port is the standalone's bookie_port + index
-                    raise _bookie_listen_error(group, index) from None
+                bookie = Bookie(bookie_settings, store, metadata, listener=listeners[index])
+                endpoint = await nursery.start(bookie.run)
                 transport.add_bookie(endpoint.bookie_id, bookie.core)
                 bookies.append(bookie)
                 collector = attach_garbage_collector(bookie, store, metadata)
@@ -181,15 +191,20 @@ async def open_bookies(
                 nursery.cancel_scope.cancel()
 
 
-def _bookie_listen_error(group: BaseExceptionGroup[ListenError], index: int) -> ListenError:
-    first: BaseException = group
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    assert isinstance(first, ListenError)
-    if first.setting != "port":
-        return first
-    note = f"bookie {index} listens on bookie_port + {index}" if index else ""
-    return first.renamed(f"bookie {index} (bookie protocol)", "bookie_port", note)
+async def _bind_bookie_port(
+    stack: AsyncExitStack, settings: BookieSettings, index: int
+) -> trio.SocketListener:
+    """Bind bookie ``index``'s port (the standalone's ``bookie_port + index``), closed when ``stack`` exits
+    (the bookie's server closes it first once it runs); a failure names the standalone's setting."""
+    try:
+        listener = await open_bookie_listener(settings)
+    except ListenError as exc:
+        if exc.setting != "port":
+            raise
+        note = f"bookie {index} listens on bookie_port + {index}" if index else ""
+        raise exc.renamed(f"bookie {index} (bookie protocol)", "bookie_port", note) from None
+    stack.push_async_callback(listener.aclose)
+    return listener
 
 
 def _bookie_port_access(settings: BookieSettings) -> str:
@@ -206,6 +221,11 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
     except OSError as exc:
         raise DataDirError(f"cannot use {data_dir} as the data directory: {exc.strerror}") from exc
     broker_settings = settings.broker_settings()
+    raise_nofile_limit()
+    check_connection_limits(
+        broker_settings.http_connections_max, 2 if broker_settings.http_port_tls is not None else 1
+    )
+    await check_ports_free(broker_ports(broker_settings))  # before anything is written (see open_bookies)
     async with (
         open_metadata_store(f"rocksdb://{data_dir / 'metadata'}") as metadata,
         open_bookies(settings, metadata) as running,

@@ -36,6 +36,7 @@ from magnetar.admin.rest.names import tenant_of
 from magnetar.bookkeeper.runtime.http import HttpError, HttpResponse
 from magnetar.broker.policies import AlreadyExists, ClusterData, TenantInfo
 from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.strict_input import UnsafeNameError, check_name_characters
 from magnetar.broker.wire.topic_name import check_named_entity
 
 TAG_CLUSTERS = "clusters"
@@ -191,6 +192,11 @@ async def get_tenant(call: Call) -> HttpResponse:
 async def _validated_info(call: Call) -> TenantInfo:
     body: TenantInfoBody | None = call.body
     info = body.to_info() if body is not None else TenantInfo()
+    for role in info.adminRoles:
+        try:
+            check_name_characters("role", role)
+        except UnsafeNameError as exc:
+            raise AdminError(412, str(exc)) from None
     if not info.allowedClusters:
         raise AdminError(412, "Clusters can not be empty")
     known = set(await call.context.policies.clusters())

@@ -12,11 +12,16 @@ Pulsar §2.1):
 1. query parameters, read as JAX-RS reads them: a parameter the endpoint does not declare is ignored (Pulsar's
    clients send some that only newer brokers know); a boolean is true when its value is ``true`` in any case
    and false for anything else (Java's ``Boolean.valueOf``, so ``includeSystemTopic=<uuid>`` is false, not an
-   error); any other declared parameter that does not parse is 400 ``Invalid query parameter 'x': ...``
-   (Pulsar answers 404 there; Magnetar names the parameter);
-2. body: not JSON -> 400; wrong shape or type -> 400 (Jackson's mapping errors are 400s in Pulsar);
-   a missing required body -> 400; the size bound is the HTTP server's ``http_body_bytes_max`` (413);
+   error); a number is read as Java's ``Long.parseLong`` reads it (ASCII sign and digits, within 64 bits:
+   :mod:`magnetar.broker.wire.strict_input`), then checked against the parameter's range; any other declared
+   parameter that does not parse is 400 ``Invalid query parameter 'x': ...`` naming the value (Pulsar
+   answers 404 there; Magnetar names the parameter);
+2. body: not JSON -> 400; wrong shape or type -> 400 (Jackson's mapping errors are 400s in Pulsar), a
+   number in a string read as in 1. (:data:`~.models.Int32`); a missing required body -> 400; the size
+   bound is the HTTP server's ``http_body_bytes_max`` (413);
 3. names in the path (tenant, namespace, topic) -> 412 "... name is not valid", checked by the handler;
+   numbers in the path (``skip/{count}``, ``resetcursor/{timestamp}`` ...) are read by
+   :func:`number_param` as in 1. -> 400 naming the parameter and the value;
 0. before all of these, :func:`~.access.check_access`: 401 without a valid token, 429 beyond the admin
    rate limits, 403 when the role may not call the route (:mod:`.access` has the table). It runs as the
    route's head check, on the request head before the body is read: a refused request costs no more than
@@ -35,7 +40,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -54,6 +59,7 @@ from magnetar.bookkeeper.runtime.http import (
 from magnetar.broker.core.errors import NotOwnerError, ServiceError
 from magnetar.broker.policies import PolicyError
 from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire.strict_input import INT64_MAX, INT64_MIN, NumberFormatError, parse_long, shown
 
 if TYPE_CHECKING:
     from magnetar.admin.rest.context import AdminContext
@@ -117,6 +123,29 @@ class Call:
 Handler = Callable[[Call], Awaitable[HttpResponse]]
 
 
+NUMBER_PATH_PARAMETERS: Mapping[str, tuple[int, int]] = {
+    "count": (INT64_MIN, INT64_MAX),
+    "seconds": (INT64_MIN, INT64_MAX),
+    "timestamp": (INT64_MIN, INT64_MAX),
+    "n": (INT64_MIN, INT64_MAX),
+    "ledger": (-1, INT64_MAX),
+    "entry": (-1, INT64_MAX),
+}
+"""The path parameters that are numbers (Java ``long``s) and their ranges: read by :func:`number_param`,
+declared as integers in the OpenAPI document. (A negative ``count``, ``seconds`` or ``n`` is a ``long``, which
+the handler refuses with Pulsar's 412.)"""
+
+
+def number_param(call: Call, name: str) -> int:
+    """The number in path parameter ``name``, read as Java's ``Long.parseLong`` (see the module docstring)
+    within its range (:data:`NUMBER_PATH_PARAMETERS`); 400 naming the parameter and the value otherwise."""
+    low, high = NUMBER_PATH_PARAMETERS[name]
+    try:
+        return parse_long(name, call.param(name), low=low, high=high)
+    except NumberFormatError as exc:
+        raise AdminError(400, str(exc)) from None
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     method: str
@@ -178,6 +207,29 @@ def plain(text: str) -> HttpResponse:
 # -- validation ----------------------------------------------------------------------------------------
 
 
+def integer_query_names(model: type[QueryModel]) -> frozenset[str]:
+    """The query parameters of ``model`` read as Java ``long`` numbers (by their names on the wire)."""
+    names = _INTEGER_NAMES.get(model)
+    if names is None:
+        names = _INTEGER_NAMES[model] = frozenset(
+            info.alias or name for name, info in model.model_fields.items() if _is_integer(info.annotation)
+        )
+    return names
+
+
+def _is_integer(annotation: Any) -> bool:
+    """``int``, ``Int32`` (``Annotated[int, ...]``), or either ``| None``."""
+    if annotation is int:
+        return True
+    if get_origin(annotation) is Annotated:
+        return _is_integer(get_args(annotation)[0])
+    args = get_args(annotation)
+    return bool(args) and type(None) in args and all(a is type(None) or _is_integer(a) for a in args)
+
+
+_INTEGER_NAMES: dict[type[QueryModel], frozenset[str]] = {}
+
+
 def boolean_query_names(model: type[QueryModel]) -> frozenset[str]:
     """The query parameters of ``model`` read as Java booleans (by their names on the wire)."""
     names = _BOOLEAN_NAMES.get(model)
@@ -199,10 +251,16 @@ def parse_query(endpoint: Endpoint, request: HttpRequest) -> QueryModel:
     model = endpoint.query
     known = {info.alias or name for name, info in model.model_fields.items()}
     booleans = boolean_query_names(model)
+    integers = integer_query_names(model)
     raw: dict[str, object] = {}
     for name, value in request.query.items():
         if name in booleans:
             raw[name] = value.lower() == "true"
+        elif name in integers:
+            try:
+                raw[name] = parse_long(name, value)
+            except NumberFormatError as exc:
+                raise AdminError(400, f"Invalid query parameter '{name}': {exc}") from None
         elif name in known:
             raw[name] = value
     try:
@@ -210,7 +268,7 @@ def parse_query(endpoint: Endpoint, request: HttpRequest) -> QueryModel:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "query"
-        raise AdminError(400, f"Invalid query parameter '{where}': {first['msg']}") from None
+        raise AdminError(400, f"Invalid query parameter '{where}': {_what(first)}") from None
 
 
 def _depth(value: Any, limit: int) -> int:
@@ -251,9 +309,18 @@ def parse_body(endpoint: Endpoint, request: HttpRequest) -> Any:
 
 
 def describe(exc: ValidationError) -> str:
+    """The first error: where, what, and the value refused (:func:`_what`)."""
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
-    return f"{where}: {first['msg']}" if where else str(first["msg"])
+    return f"{where}: {_what(first)}" if where else _what(first)
+
+
+def _what(error: Mapping[str, Any]) -> str:
+    """An error's message with the value refused, unless the message shows it already."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] != "value_error" and isinstance(error.get("input"), int | float | str):
+        message = f"{message} (got {shown(json.dumps(error['input']))})"
+    return message
 
 
 # -- error mapping -------------------------------------------------------------------------------------
@@ -278,14 +345,16 @@ def error_for(exc: Exception) -> HttpError | None:
     return None
 
 
-def make_check(endpoint: Endpoint, context: AdminContext) -> Callable[[RequestHead], Awaitable[None]]:
-    """The route's head check: authentication, rate limits and the route's rule, decided from the head."""
+def make_check(endpoint: Endpoint, context: AdminContext) -> Callable[[RequestHead], Awaitable[str | None]]:
+    """The route's head check: authentication, rate limits and the route's rule, decided from the head. It
+    names the caller's role, whose share of the body budget the request's body then counts against."""
     access = rule_for(endpoint.method, endpoint.path)
 
-    async def check(head: RequestHead) -> None:
+    async def check(head: RequestHead) -> str | None:
         request = HttpRequest(head)
         try:
-            await check_access(access, request, context.security)
+            principal = await check_access(access, request, context.security)
+            return None if principal is None else principal.role
         except HttpError:
             raise
         except Exception as exc:

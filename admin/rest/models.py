@@ -11,19 +11,43 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+)
 
 from magnetar.broker.policies import BacklogQuota, ClusterData, RetentionPolicies, TenantInfo
+from magnetar.broker.wire.strict_input import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    parse_long,
+)
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 LIST_ITEMS_MAX = 1000
 STRING_CHARS_MAX = 1024
 PROPERTIES_MAX = 1000
 
-Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
-Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+
+def _java_number(value: object, info: ValidationInfo) -> object:
+    """A number in a JSON string is read as Jackson reads it: trimmed, then as Java's ``Long.parseLong``
+    (``"1_0"`` or digits of other scripts are no number); a boolean is no number."""
+    if isinstance(value, bool):
+        raise ValueError(f"Invalid {info.field_name or 'number'} {str(value).lower()}: a number is expected")
+    if isinstance(value, str):
+        return parse_long(info.field_name or "number", value.strip())
+    return value
+
+
+Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX), BeforeValidator(_java_number)]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), BeforeValidator(_java_number)]
 ShortText = Annotated[str, StringConstraints(max_length=STRING_CHARS_MAX)]
+
 BacklogPolicyName = Literal["producer_request_hold", "producer_exception", "consumer_backlog_eviction"]
 BacklogQuotaType = Literal["destination_storage", "message_age"]
 
@@ -80,7 +104,7 @@ class NamespacePoliciesBody(_Body):
     """The optional body of a namespace create: the policies a user may set at creation."""
 
     replication_clusters: list[ShortText] | None = Field(default=None, max_length=LIST_ITEMS_MAX)
-    bundles: dict[str, int | list[ShortText]] | None = None
+    bundles: dict[str, Int32 | list[ShortText]] | None = None
     backlog_quota_map: dict[BacklogQuotaType, BacklogQuotaBody] | None = None
     message_ttl_in_seconds: Int32 | None = None
     retention_policies: RetentionBody | None = None

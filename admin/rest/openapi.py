@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from magnetar.admin.rest.framework import Endpoint, boolean_query_names
+from magnetar.admin.rest.framework import NUMBER_PATH_PARAMETERS, Endpoint, boolean_query_names
 from magnetar.broker.wire.topic_name import NAMED_ENTITY_CHARS_MAX, RELATIVE_SEGMENTS
 
 REF_TEMPLATE = "#/components/schemas/{model}"
@@ -44,7 +44,10 @@ def _path_parameters(pattern: str) -> list[dict[str, Any]]:
     out = []
     for name in _PLACEHOLDER.findall(pattern):
         schema: dict[str, Any] = {"type": "string", "minLength": 1}
-        if name in ("tenant", "namespace", "cluster"):
+        if name in NUMBER_PATH_PARAMETERS:
+            low, high = NUMBER_PATH_PARAMETERS[name]
+            schema = {"type": "integer", "format": "int64", "minimum": low, "maximum": high}
+        elif name in ("tenant", "namespace", "cluster"):
             schema["pattern"] = NAME_PATTERN
             schema["maxLength"] = NAMED_ENTITY_CHARS_MAX
             schema["not"] = {"enum": sorted(RELATIVE_SEGMENTS)}

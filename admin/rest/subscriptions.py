@@ -28,6 +28,7 @@ from magnetar.admin.rest.framework import (
     Endpoint,
     QueryModel,
     no_content,
+    number_param,
     ok,
 )
 from magnetar.admin.rest.messages import first_at_or_after, message_response, publish_time
@@ -208,10 +209,7 @@ async def _moved(call: Call, topic: TopicName, cursor: ManagedCursor) -> HttpRes
 
 
 async def skip(call: Call) -> HttpResponse:
-    try:
-        count = int(call.param("count"))
-    except ValueError:
-        raise AdminError(412, "Invalid number of messages to skip") from None
+    count = number_param(call, "count")
     if count < 0:
         raise AdminError(412, "Invalid number of messages to skip")
     topic, _, cursor = await _cursor(call, partitioned="Skip messages on a partitioned topic is not allowed")
@@ -236,10 +234,7 @@ async def skip_all(call: Call) -> HttpResponse:
 
 
 def _expire_seconds(call: Call) -> int:
-    try:
-        seconds = int(call.param("seconds"))
-    except ValueError:
-        raise AdminError(412, "Invalid expire time") from None
+    seconds = number_param(call, "seconds")
     if seconds < 0:
         raise AdminError(412, "Invalid expire time")
     return seconds
@@ -327,10 +322,7 @@ async def _check_consume_on_every_subscription(call: Call, topic: TopicName, nam
 
 
 async def reset_to_time(call: Call) -> HttpResponse:
-    try:
-        timestamp = int(call.param("timestamp"))
-    except ValueError:
-        raise AdminError(412, "Unable to find position for timestamp specified") from None
+    timestamp = number_param(call, "timestamp")
     name = subscription_of(call)
     topic, count = await _partitions_of(call)
 
@@ -356,10 +348,7 @@ async def reset_to_position(call: Call) -> HttpResponse:
 
 
 async def peek(call: Call) -> HttpResponse:
-    try:
-        n = int(call.param("n"))
-    except ValueError:
-        raise AdminError(412, "Invalid message position") from None
+    n = number_param(call, "n")
     if n < 1:
         raise AdminError(412, "Invalid message position: it must be 1 or more")
     _, ml, cursor = await _cursor(call, partitioned="Peek messages on a partitioned topic is not allowed")

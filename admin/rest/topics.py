@@ -30,6 +30,7 @@ from magnetar.admin.rest.framework import (
     Endpoint,
     QueryModel,
     no_content,
+    number_param,
     ok,
 )
 from magnetar.admin.rest.messages import (
@@ -262,10 +263,7 @@ async def get_last_message_id(call: Call) -> HttpResponse:
 
 
 async def get_message_by_id(call: Call) -> HttpResponse:
-    try:
-        position = Position(int(call.param("ledger")), int(call.param("entry")))
-    except ValueError:
-        raise AdminError(412, "Invalid ledger or entry id") from None
+    position = Position(number_param(call, "ledger"), number_param(call, "entry"))
     _, ml = await served_topic(call, partitioned="Get message by ID on a partitioned topic is not allowed")
     entry = await ml.read_entry(position) if position <= ml.last_confirmed else None
     if entry is None:
@@ -299,10 +297,7 @@ async def examine_message(call: Call) -> HttpResponse:
 
 
 async def message_id_by_time(call: Call) -> HttpResponse:
-    try:
-        timestamp = int(call.param("timestamp"))
-    except ValueError:
-        raise AdminError(412, "Invalid timestamp") from None
+    timestamp = number_param(call, "timestamp")
     topic, ml = await served_topic(call)
     position = await first_at_or_after(ml, timestamp)
     if position is None:

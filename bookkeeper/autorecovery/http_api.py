@@ -58,10 +58,12 @@ from magnetar.bookkeeper.runtime.http import (
     HttpHandler,
     HttpRequest,
     HttpResponse,
+    RequestHead,
     Router,
     json_response,
     text_response,
 )
+from magnetar.bookkeeper.runtime.http.router import HeadCheck
 
 AUTORECOVERY = "/api/v1/autorecovery"
 _BOOKIE_ID = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
@@ -83,18 +85,18 @@ RouteGuard = Callable[[HttpRequest, BookieRoute], Awaitable[None]]
 
 
 def add_bookie_routes(router: Router, routes: Sequence[BookieRoute], guard: RouteGuard | None = None) -> None:
-    """Register ``routes``; with ``guard``, every request passes it first (it raises to refuse)."""
+    """Register ``routes``; with ``guard``, every request passes it first (it raises to refuse). The guard is
+    the route's head check: it decides on the request head, so a refused caller's body is never read."""
     for route in routes:
-        handler = route.handler if guard is None else _guarded(route, guard)
-        router.route(route.method, route.path, handler)
+        check = None if guard is None else _head_check(route, guard)
+        router.route(route.method, route.path, route.handler, check=check)
 
 
-def _guarded(route: BookieRoute, guard: RouteGuard) -> HttpHandler:
-    async def handler(request: HttpRequest) -> HttpResponse:
-        await guard(request, route)
-        return await route.handler(request)
+def _head_check(route: BookieRoute, guard: RouteGuard) -> HeadCheck:
+    async def check(head: RequestHead) -> None:
+        await guard(HttpRequest(head), route)
 
-    return handler
+    return check
 
 
 def bookie_id_param(value: Any, name: str = "bookie_src") -> str:

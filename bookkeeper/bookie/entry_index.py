@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import ColumnFamily, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import AccessType, ColumnFamily, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from magnetar.bookkeeper.bookie.ledger_store import LedgerState
 
@@ -168,6 +168,33 @@ class IndexBatch:
         batch, _ = self._parts()
         self._batch = None
         return batch
+
+
+def index_is_empty(path: Path) -> bool:
+    """The index at ``path`` holds no entry location and no ledger record (or does not exist). Opens it
+    read-only: for a caller that checks a bookie's directories before the engine opens them. Anything
+    that is not a readable index (a file, a damaged database) is not known to be empty: False."""
+    if not path.exists():
+        return True
+    if not path.is_dir():
+        return False
+    if not (path / "CURRENT").exists():
+        return not any(path.iterdir())
+    families = {LOCATIONS_CF: Options(raw_mode=True), LEDGERS_CF: Options(raw_mode=True)}
+    read_only = AccessType.read_only()
+    try:
+        db = Rdict(str(path), Options(raw_mode=True), column_families=families, access_type=read_only)
+    except Exception:  # rocksdict raises plain Exceptions
+        return False
+    try:
+        for family in (LOCATIONS_CF, LEDGERS_CF):
+            keys = db.get_column_family(family).keys()
+            if next(iter(keys), None) is not None:
+                return False
+            del keys
+        return True
+    finally:
+        db.close()
 
 
 class EntryIndex:

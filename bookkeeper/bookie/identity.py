@@ -15,8 +15,15 @@ for its bookie id and the ``VERSION`` file of each directory, and decides (:func
 * **Data written before cookies existed**: no cookie anywhere, and the non-empty directories hold only what
   a Magnetar bookie writes. The cookie is written as for a new bookie, with a warning. (BookKeeper refuses
   this case and leaves it to an upgrade command; here a bookie upgraded in place keeps serving.)
+* **A changed id on directories that hold no ledger data**: every directory's cookie differs from the
+  configuration in the bookie id alone (a changed address or port - a first start that failed on a taken
+  port left such cookies in older versions), none holds an entry, a fence or a ledger key, and the metadata
+  store has no cookie for the new id (or one equal to the configuration's). Nothing can be lost, so the
+  directories take the new id with a warning (see :func:`_renamed_unused` for BookKeeper's precedent); the
+  old id's cookie stays in the metadata store, refused as any retired identity until it is decommissioned.
 * Everything else is refused with :class:`BookieIdentityError`, whose message names what disagrees and what
-  to do:
+  to do (the id it names to retire is the one in the cookie, whose data it is; directories that hold no
+  ledger data say so, and how to start fresh):
 
   - the stored cookie exists but a directory has none: the bookie's data is gone (a wiped disk, a new
     volume). Under its old id it would answer "no such entry" for entries it acknowledged, and ledger
@@ -60,6 +67,8 @@ from magnetar.bookkeeper.bookie.cookie import (
     Cookie,
     CookieFormatError,
 )
+from magnetar.bookkeeper.bookie.entry_index import index_is_empty
+from magnetar.bookkeeper.bookie.journal_format import HEADER_BYTES, RECORD_HEADER_BYTES
 from magnetar.bookkeeper.bookie.log_mark import fsync_dir
 from magnetar.bookkeeper.bookie.settings import BookieServerSettings
 from magnetar.bookkeeper.bookie.storage import check_not_in_use
@@ -91,6 +100,8 @@ LEDGER_DIR_FILES = frozenset({"lastMark", "lastMark.tmp", "index", "ledgers"})
 """What the disk engine keeps in its ledger directory (journal mark and its temporary, RocksDB index, entry
 logs)."""
 JOURNAL_FILE_SUFFIX = ".txn"
+ENTRY_LOG_DIR_NAME = "ledgers"
+INDEX_DIR_NAME = "index"
 COOKIE_TEMPORARY_NAME = COOKIE_FILE_NAME + ".tmp"
 
 DECOMMISSION_HINT = (
@@ -149,6 +160,11 @@ class DirectoryState:
     """Nothing in it but :data:`KEPT_NAMES` and the bookie's nested directories (or it does not exist)."""
     bookie_data: bool
     """Everything in it is what the disk engine writes there (data of a bookie from before cookies)."""
+    never_written: bool = False
+    """It holds no ledger data: nothing but its cookie and what a storage engine creates when it opens -
+    journal files without a record, an empty entry-log directory, an index without an entry location or a
+    ledger record, the journal mark. Every entry, fence and ledger key is journaled first and reaches the
+    entry logs or the index at a checkpoint before its journal file is deleted, so none was ever stored."""
 
 
 class Volumes(Protocol):
@@ -179,12 +195,17 @@ class Verdict:
     """Directories to write the cookie into; non-empty only for a new (or adopted) bookie, whose cookie is
     then created in the metadata store as well."""
     adopted: bool = False
+    renamed_from: str | None = None
+    """The bookie id in the directories' cookies when they are re-stamped for a new id: they never held
+    ledger data (see :func:`decide`)."""
 
 
 def decide(expected: Cookie, stored: Cookie | None, dirs: Sequence[DirectoryState]) -> Verdict:
     """Known, new or refused (see the module's docstring). Pure: no I/O."""
     bookie_id = expected.bookie_id
     hint = DECOMMISSION_HINT.format(bookie_id=bookie_id)
+    if (old_id := _renamed_unused(expected, stored, dirs)) is not None:
+        return Verdict(stamp=tuple(s.path for s in dirs), renamed_from=old_id)
     if stored is not None and (diffs := expected.differences(stored)):
         raise BookieIdentityError(
             f"the metadata store's cookie of bookie {bookie_id} ({cookie_path(bookie_id)}) does not match "
@@ -193,10 +214,19 @@ def decide(expected: Cookie, stored: Cookie | None, dirs: Sequence[DirectoryStat
         )
     for state in dirs:
         if state.cookie is not None and (diffs := expected.differences(state.cookie)):
+            if all(s.never_written for s in dirs):
+                raise BookieIdentityError(
+                    f"the cookie in {state.role} directory {state.path} does not match this bookie: "
+                    f"{'; '.join(diffs)} - {_cause(diffs)}. The directories hold no ledger data (nothing was "
+                    f"ever stored there): to start fresh, delete {_listing(dirs)} (or run `magnetar bookie "
+                    f"--format --force` with the same settings), or start the bookie with the settings it "
+                    f"was created with."
+                )
+            old_hint = DECOMMISSION_HINT.format(bookie_id=state.cookie.bookie_id)
             raise BookieIdentityError(
                 f"the cookie in {state.role} directory {state.path} does not match this bookie: "
                 f"{'; '.join(diffs)} - {_cause(diffs)}. Start the bookie with the settings it was created "
-                f"with, or mount the right volume there. {hint}"
+                f"with, or mount the right volume there. {old_hint}"
             )
     missing = [state for state in dirs if state.cookie is None]
     if stored is not None:
@@ -228,6 +258,33 @@ def decide(expected: Cookie, stored: Cookie | None, dirs: Sequence[DirectoryStat
         )
     everything = tuple(s.path for s in dirs)
     return Verdict(stamp=everything, adopted=any(not s.empty for s in dirs))
+
+
+def _renamed_unused(expected: Cookie, stored: Cookie | None, dirs: Sequence[DirectoryState]) -> str | None:
+    """The old bookie id when the directories may simply take ``expected``'s id, else None.
+
+    That is when every directory holds a cookie that differs from ``expected`` in the bookie id alone (the
+    same old id in each: the bookie's address or port changed), every directory never held ledger data, and
+    the metadata store has no cookie for the new id, or one equal to ``expected`` (a return to an id these
+    directories had before). Nothing stored can then be lost or answered for under the wrong id: no entry,
+    fence or ledger key is stored here. BookKeeper's ``allowStorageExpansion`` follows the same rule - a
+    change to a bookie's identity that cannot lose data (adding empty directories) is accepted at start-up,
+    anything else needs an operator - and its ``bookieformat`` is what an operator would otherwise run."""
+    if not dirs or (stored is not None and expected.differences(stored)):
+        return None
+    old_ids = set()
+    for state in dirs:
+        if state.cookie is None or not state.never_written:
+            return None
+        diffs = expected.differences(state.cookie)
+        if len(diffs) != 1 or not diffs[0].startswith("bookie id"):
+            return None
+        old_ids.add(state.cookie.bookie_id)
+    return old_ids.pop() if len(old_ids) == 1 else None
+
+
+def _listing(dirs: Sequence[DirectoryState]) -> str:
+    return ", ".join(s.path for s in dirs)
 
 
 def _cause(diffs: list[str]) -> str:
@@ -266,6 +323,20 @@ async def check_bookie_identity(
     if not verdict.stamp:
         log.info("bookie %s: cookies match (instance %s)", bookie_id, instance_id)
         return expected
+    if verdict.renamed_from is not None:
+        log.warning(
+            "bookie %s: %s hold the cookie of bookie %s but never held ledger data: taking them as bookie %s "
+            "(the metadata store keeps the cookie of %s; decommission that id if it is not coming back)",
+            bookie_id,
+            _listing(states),
+            verdict.renamed_from,
+            bookie_id,
+            verdict.renamed_from,
+        )
+        if stored is not None:  # a return to this id: its cookie is in the metadata store already
+            for path in verdict.stamp:
+                await volumes.stamp(path, expected)
+            return expected
     if verdict.adopted:
         log.warning(
             "bookie %s: no cookie anywhere, and %s hold bookie data written before cookies existed: "
@@ -395,7 +466,36 @@ def _inspect(path: str, role: Role, nested: frozenset[str]) -> DirectoryState:
         bookie_data = all(name in LEDGER_DIR_FILES for name in names)
     else:
         bookie_data = all(name.endswith(JOURNAL_FILE_SUFFIX) for name in names)
-    return DirectoryState(path, role, cookie, empty=not names, bookie_data=bool(names) and bookie_data)
+    return DirectoryState(
+        path,
+        role,
+        cookie,
+        empty=not names,
+        bookie_data=bool(names) and bookie_data,
+        never_written=_never_written(Path(path), role, names),
+    )
+
+
+def _never_written(directory: Path, role: Role, names: list[str]) -> bool:
+    """No entry, fence or ledger key is stored here (see :attr:`DirectoryState.never_written`)."""
+    if role == "ledger":
+        if not set(names) <= LEDGER_DIR_FILES | {COOKIE_FILE_NAME}:
+            return False
+        entry_logs = directory / ENTRY_LOG_DIR_NAME
+        if entry_logs.is_dir() and any(entry_logs.iterdir()):
+            return False
+        return index_is_empty(directory / INDEX_DIR_NAME)
+    journals = [name for name in names if name != COOKIE_FILE_NAME]
+    return all(name.endswith(JOURNAL_FILE_SUFFIX) and _no_record(directory / name) for name in journals)
+
+
+def _no_record(journal: Path) -> bool:
+    """The journal file holds no record: the word after its header is zero (files are preallocated with
+    zeros, and a zero word ends the records)."""
+    with open(journal, "rb") as f:
+        f.seek(HEADER_BYTES)
+        first_word = f.read(RECORD_HEADER_BYTES)
+    return not first_word.strip(b"\0")
 
 
 def _stamp(path: str, cookie: Cookie) -> None:

@@ -35,14 +35,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
-from magnetar.bookkeeper.runtime.auth.authentication import Roles, TokenKeySettings
+from magnetar.bookkeeper.runtime.auth.authentication import MetricsAccessSettings, Roles, TokenKeySettings
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
-class BookieServerSettings(BaseSettings, MetadataConnectionSettings, TokenKeySettings, ServerTlsSettings):
+class BookieServerSettings(
+    BaseSettings, MetadataConnectionSettings, TokenKeySettings, MetricsAccessSettings, ServerTlsSettings
+):
     """What a bookie server reads. A bookie process's settings (``magnetar.gc.settings.BookieSettings``) add
     its garbage collector's; the token key, the TLS files and the way to the metadata store are the shared
     models this one inherits, under the names the brokers use too."""
@@ -111,9 +113,6 @@ class BookieServerSettings(BaseSettings, MetadataConnectionSettings, TokenKeySet
     brokers' default ``token_bytes_max`` fits); one that needs to send more is answered EUA and closed."""
     unauthenticated_connections_max: Annotated[int, Field(ge=1, le=65536)] = 128
     """Connections waiting for their AUTH at once; a new one closes the oldest of them."""
-    authenticate_metrics_endpoint: bool = False
-    """``/metrics`` on the HTTP port needs a superuser's token too (Pulsar's
-    ``authenticateMetricsEndpoint``)."""
 
     tls_handshake_timeout_ms: PositiveInt = 10_000
 

@@ -156,7 +156,6 @@ class NonPersistentSubscription:
         ledger_id: int,
         entry_id: int,
         batch_index: int,
-        batch_size: int,
     ) -> bool:
         return self._release(consumer, partition, 1)
 

@@ -3,7 +3,7 @@
 The core hands messages to the :class:`~.consumer.Consumer` under flow control (:mod:`.delivery`); whatever
 the
 client says back arrives here, in positions - an acknowledgement of ``(ledgerId, entryId, batchIndex)`` with
-its partition and batch size, a range of positions, a negative acknowledgement - plus the end-of-topic query,
+its partition, a range of positions, a negative acknowledgement - plus the end-of-topic query,
 the ack-timeout tick, ``unsubscribe`` and the session's end. A protocol adapter keeps one :class:`Subscriber`
 per partition of its session and parses its frames into these calls; the topic creates them
 (:meth:`~.topic.PersistentTopic.subscribe`, :meth:`~.topic.PersistentTopic.create_reader`).
@@ -38,7 +38,6 @@ class SubscriptionPort(Protocol):
         ledger_id: int,
         entry_id: int,
         batch_index: int,
-        batch_size: int,
     ) -> bool: ...
 
     def ack_range(self, consumer: Consumer, first: MsgKey, last: MsgKey) -> int: ...
@@ -72,13 +71,9 @@ class Subscriber:
         """Acknowledge one message (see :mod:`.subscription`); False when the id was ignored."""
         return self.subscription.ack(self.consumer, message_id)
 
-    def ack_fields(
-        self, partition: int, ledger_id: int, entry_id: int, batch_index: int, batch_size: int
-    ) -> bool:
-        """:meth:`ack` given the id's fields."""
-        return self.subscription.ack_fields(
-            self.consumer, partition, ledger_id, entry_id, batch_index, batch_size
-        )
+    def ack_fields(self, partition: int, ledger_id: int, entry_id: int, batch_index: int) -> bool:
+        """:meth:`ack` given the id's fields (a client's batch size is never used: :mod:`.subscription`)."""
+        return self.subscription.ack_fields(self.consumer, partition, ledger_id, entry_id, batch_index)
 
     def ack_range(self, first: MsgKey, last: MsgKey) -> int:
         """Acknowledge every message pending at this consumer from ``first`` to ``last``."""

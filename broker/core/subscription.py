@@ -4,7 +4,17 @@ Message ids. Every message is addressed by ``(ledgerId, entryId, batchIndex)`` i
 Pulsar; a message stored alone has batch index -1, message ``i`` of a broker-made batch entry has index ``i``
 and carries the batch size in its id. An entry is acknowledged in the cursor once every message in it is
 acknowledged: the subscription keeps, for each partly acknowledged batch entry, the indexes still
-unacknowledged, and a redelivered batch entry delivers only those (Pulsar's batch-index acknowledgement).
+unacknowledged (:mod:`.batch_acks`, one bit per message), and a redelivered batch entry delivers only those
+(Pulsar's batch-index acknowledgement).
+
+Batch sizes come from what the broker stored, never from the client: the batch size inside an acknowledged
+id is not read. An ack of one message of a batch entry takes the entry's size from the delivery it
+acknowledges (pending at one of the subscription's consumers) or, for a message delivered before (to a
+session that is gone), from the entry's message count in the managed ledger's message index; where that
+count is not known exactly (an entry of a coarse ledger not read since the topic was opened) or is one (a
+message stored alone has no batch index; an entry written before entries carried their count counts one)
+the ack is ignored and the message is delivered again, as an unknown id would be. Pulsar's broker does the
+same: it takes a batch size from its pending acks, never from the id.
 
 Acks (Magnetar's decision, close to Pulsar's broker): an ack is applied when its id names a message stored in
 this topic/partition - whichever consumer of the subscription it was delivered to, so a client that
@@ -20,6 +30,7 @@ from __future__ import annotations
 import logging
 
 from magnetar.bookkeeper.runtime import Clock
+from magnetar.broker.core.batch_acks import UnackedIndexes
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, MsgKey
 from magnetar.broker.core.dispatcher import Dispatcher, SubscriptionType
@@ -66,7 +77,7 @@ class Subscription:
         )
         self._start_after = start_after
         """Reader started at a message id: skip messages up to and including it."""
-        self._batches: dict[tuple[int, int], set[int]] = {}
+        self._batches: dict[tuple[int, int], UnackedIndexes] = {}
         self._redelivery_counts: dict[MsgKey, int] = {}
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
@@ -162,10 +173,17 @@ class Subscription:
         info = self.cursor.ml.ledgers.get(ledger_id)
         return info is not None and 0 <= entry_id < info.entries
 
+    def _stored_batch_size(self, position: Position) -> int:
+        """How many messages the stored batch entry at ``position`` holds, from the message index; 0 when the
+        index does not know it exactly (see the module docstring) or counts one message: an entry stored
+        alone (batch index -1), or written before entries carried their message count."""
+        count = self.cursor.ml.message_index.known_messages_in(position) or 0
+        return count if count > 1 else 0
+
     def ack(self, consumer: Consumer, message_id: MessageId) -> bool:
         """Acknowledge one message (see the module docstring); False when the id was ignored."""
         m = message_id
-        return self.ack_fields(consumer, m.partition, m.ledger_id, m.entry_id, m.batch_index, m.batch_size)
+        return self.ack_fields(consumer, m.partition, m.ledger_id, m.entry_id, m.batch_index)
 
     def ack_range(self, consumer: Consumer, first: MsgKey, last: MsgKey) -> int:
         """Acknowledge every message pending at ``consumer`` whose position is in ``[first, last]`` (the
@@ -219,10 +237,8 @@ class Subscription:
             if unacked is None:
                 if self.cursor.is_acked(position):
                     return 0
-                unacked = set(range(self.cursor.prefix_acked(position), batch_size))
-            before = len(unacked)
-            unacked.difference_update(indexes)
-            acked = before - len(unacked)
+                unacked = UnackedIndexes(batch_size, self.cursor.prefix_acked(position))
+            acked = unacked.discard_all(indexes)
             if unacked:
                 self._batches[entry_key] = unacked
                 self.cursor.note_batch_unacked(position, len(unacked))
@@ -242,9 +258,8 @@ class Subscription:
         ledger_id: int,
         entry_id: int,
         batch_index: int,
-        batch_size: int,
     ) -> bool:
-        """:meth:`ack` given the id's fields."""
+        """:meth:`ack` given the id's fields (its batch size is not among them: see the module docstring)."""
         if partition != consumer.partition or not self._stored(ledger_id, entry_id):
             return False
         key = (ledger_id, entry_id, batch_index)
@@ -254,19 +269,23 @@ class Subscription:
             entry_key = (ledger_id, entry_id)
             unacked = self._batches.get(entry_key)
             if unacked is None:
-                size = delivery.batch_size if delivery is not None else batch_size
-                if not 0 <= batch_index < size or self.cursor.is_acked(Position(ledger_id, entry_id)):
+                position = Position(ledger_id, entry_id)
+                size = delivery.batch_size if delivery is not None else self._stored_batch_size(position)
+                if not 0 <= batch_index < size or self.cursor.is_acked(position):
                     return False
-                skipped = self.cursor.prefix_acked(Position(ledger_id, entry_id))
-                unacked = self._batches[entry_key] = set(range(skipped, size))
-            if batch_index not in unacked:
+                unacked = UnackedIndexes(size, self.cursor.prefix_acked(position))
+                if not unacked.discard(batch_index):
+                    return False
+                self._batches[entry_key] = unacked
+            elif not unacked.discard(batch_index):
                 return False
-            unacked.discard(batch_index)
             self._redelivery_counts.pop(key, None)
             if unacked:
                 self.cursor.note_batch_unacked(Position(ledger_id, entry_id), len(unacked))
                 return True
             del self._batches[entry_key]
+        elif self._batches:  # the whole entry: no batch index of it stays unacknowledged
+            self._batches.pop((ledger_id, entry_id), None)
         self._redelivery_counts.pop(key, None)
         try:
             self.cursor.ack(Position(ledger_id, entry_id))

@@ -5,8 +5,8 @@ Upgrade failures. Pulsar answers a failed producer/consumer/reader creation on t
 The reason is ``"Invalid query params: <detail>"`` for a bad argument (400) and
 ``"Failed to create producer/consumer: <detail>"`` otherwise (Pulsar's wording, "producer/consumer" included);
 authentication and authorization failures have fixed reasons. Pulsar threw path-parsing errors outside its
-try/catch, so users saw a 500 for a malformed URL (apache/pulsar#3375, #11067); Magnetar maps them, like every
-other ``IllegalArgumentException``, to 400.
+try/catch, so users saw a 500 for a malformed URL (apache/pulsar#3375, #11067); Magnetar answers them 400
+``"Invalid WebSocket path: <what is wrong and the path the endpoint expects>"``.
 
 Runtime errors. ``WebSocketError`` codes 1-8 appear in ``"send-error:N"`` producer acks and as the close code
 of a session Pulsar closes. RFC 6455 §7.4 reserves close codes 0-999 (unusable) and 4000-4999 for private use,
@@ -121,6 +121,14 @@ class WsUpgradeError(BrokerError):
     @classmethod
     def invalid(cls, detail: str) -> WsUpgradeError:
         return cls.of(UpgradeFailure.INVALID_ARGUMENT, detail)
+
+    @classmethod
+    def invalid_path(cls, detail: str) -> WsUpgradeError:
+        """A malformed upgrade path (400 ``"Invalid WebSocket path: ..."``): the reason says what is wrong
+        with the path, not with query parameters."""
+        return cls(
+            UPGRADE_FAILURE_STATUS[UpgradeFailure.INVALID_ARGUMENT], f"Invalid WebSocket path: {detail}"
+        )
 
 
 class WsSessionError(BrokerError):

@@ -17,7 +17,8 @@ Rules: tenant and namespace match ``NamedEntity`` — ASCII letters, digits, ``_
 neither ``.`` nor ``..`` (a metadata path cannot hold a relative segment; Pulsar's ZooKeeper refuses them
 too). The local name is free text (Pulsar does not check it) except that it must be non-empty, hold no
 control character (:func:`check_no_control_characters`: NUL and the other C0 controls, DEL, the C1 controls,
-and unpaired surrogates, which have no UTF-8 form), be neither ``.`` nor ``..``, and, as Magnetar bounds, be
+the bidirectional formatting characters that reorder how a listing displays it, and unpaired surrogates,
+which have no UTF-8 form), be neither ``.`` nor ``..``, and, as Magnetar bounds, be
 at most :data:`LOCAL_NAME_CHARS_MAX` characters and :data:`LOCAL_NAME_ENCODED_CHARS_MAX` once encoded. Where
 it appears in a path (REST paths, the managed-ledger name) it is encoded like Java's ``URLEncoder``
 (``Codec.encode``): letters, digits and ``. - * _`` stay, space becomes ``+``, every other byte of the UTF-8
@@ -53,6 +54,7 @@ from magnetar.broker.wire.errors import (
     InvalidTopicNameError,
     UnsupportedTopicDomainError,
 )
+from magnetar.broker.wire.strict_input import describe_character, unsafe_character
 
 PUBLIC_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
@@ -70,8 +72,6 @@ SUBSCRIPTION_NAME_ENCODED_CHARS_MAX = 1536
 INT32_MAX = 2**31 - 1
 
 _NAMED_ENTITY = re.compile(r"[-=:.A-Za-z0-9_]+")
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-"""C0 controls, DEL, C1 controls, and surrogates (a lone surrogate has no UTF-8 form)."""
 RELATIVE_SEGMENTS = frozenset({".", ".."})
 """Names a metadata path (and a URL) would read as "this" or "the parent": never names."""
 _URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-*_")
@@ -97,10 +97,11 @@ def check_named_entity(kind: str, name: str) -> None:
 def check_no_control_characters(
     kind: str, name: str, error: type[InvalidTopicNameError] = InvalidTopicNameError
 ) -> None:
-    """Refuse a name holding a control character (C0, DEL, C1) or a lone surrogate, naming the first one."""
-    found = _CONTROL.search(name)
+    """Refuse a name holding a control character (C0, DEL, C1), a bidirectional formatting character or a
+    lone surrogate, naming the first one (:mod:`.strict_input` has why)."""
+    found = unsafe_character(name)
     if found is not None:
-        raise error(f"Invalid {kind} name: {name!r} holds the control character U+{ord(found.group()):04X}")
+        raise error(f"Invalid {kind} name: {name!r} holds {describe_character(found)}")
 
 
 def check_subscription_name(name: str) -> None:

@@ -32,6 +32,8 @@ from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected
 
 log = logging.getLogger("chaos")
 
+POLL_S = 0.2
+"""How often :meth:`Scenario.wait_for` looks at its condition."""
 SUMMARIES: list[str] = []
 """Every scenario's summary table, printed again at the end of the pytest run (tests/chaos/conftest.py), so
 the figures show even when pytest captures the output of passing tests."""
@@ -91,6 +93,19 @@ class Scenario:
     async def hold(self, seconds: float) -> None:
         """Let the workload run for ``seconds`` (the scenario's timeline, not a synchronization)."""
         await trio.sleep(seconds)
+
+    async def wait_for(self, condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+        """Wait until ``condition()`` holds (polled every ``POLL_S``, in a thread: it may read files or ask a
+        server, and the workload runs in this loop); how long it took. After ``timeout_s`` the scenario fails
+        naming ``what`` - say there where the deadline comes from."""
+        started = trio.current_time()
+        with trio.move_on_after(timeout_s):
+            while not await trio.to_thread.run_sync(condition):
+                await trio.sleep(POLL_S)
+            return trio.current_time() - started
+        raise AssertionError(
+            f"waited {timeout_s:.0f} s in phase {self.checker.phase} for {what}\n{self.report()}"
+        )
 
     async def recovered(self, acks: int = 20, what: str = "") -> float:
         """Wait until ``acks`` new acknowledgements arrive (bounded); returns how long it took."""
@@ -186,8 +201,12 @@ class Scenario:
 
     async def broker_metric(self, broker: str, name: str) -> float:
         """The sum of the samples of metric ``name`` on ``broker``'s ``/metrics`` (0 when absent)."""
+        return await trio.to_thread.run_sync(self.broker_metric_blocking, broker, name)
+
+    def broker_metric_blocking(self, broker: str, name: str) -> float:
+        """:meth:`broker_metric` for a thread (a :meth:`wait_for` condition)."""
         url = self.cluster.broker_urls[self.cluster.broker_names.index(broker)] + "/metrics"
-        text = await trio.to_thread.run_sync(_get_text, url)
+        text = _get_text(url)
         total = 0.0
         for line in text.splitlines():
             metric, _, value = line.rpartition(" ")
@@ -216,14 +235,18 @@ class Scenario:
             f"connect failures: {self.workload.stats.connect_failures}\nprocess logs:\n{logs}"
         )
 
-    def assert_ok(self, verdict: Verdict, *, ack_gap_max_s: float | None = None) -> None:
+    def assert_ok(
+        self, verdict: Verdict, *, ack_gap_max_s: float | None = None, ack_gap_basis: str = ""
+    ) -> None:
         """The checker's verdict holds, nothing crashed, something was acknowledged, and (when given) no gap
-        between acknowledgements during the faults reached ``ack_gap_max_s``."""
+        between acknowledgements during the faults reached ``ack_gap_max_s`` - a bound derived from the
+        scenario's own faults or settings, which ``ack_gap_basis`` names."""
         problems = []
         if ack_gap_max_s is not None:
             gap = self.longest_gap_in_faults()
             if gap >= ack_gap_max_s:
-                problems.append(f"an ack gap of {gap:.2f} s during the faults (bound {ack_gap_max_s} s)")
+                bound = f"bound {ack_gap_max_s:g} s: {ack_gap_basis}"
+                problems.append(f"an ack gap of {gap:.2f} s during the faults ({bound})")
         if not verdict.ok:
             problems.append("the checker found violations:\n" + "\n".join(verdict.details))
         if self.exits.exits:

@@ -12,6 +12,7 @@ gone), which the checker sees as lost, reordered or phantom messages if it did.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,15 @@ from fixtures.dev_cluster import TEST_SESSION_TIMEOUT_MS, ClusterExits, open_tes
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.processes]
 
 SESSION_S = TEST_SESSION_TIMEOUT_MS / 1000
+STOP_LANDS_S = 10.0
+"""How long a SIGSTOP may take to stop a process: at once, unless a thread is in uninterruptible I/O (then
+when the I/O ends); only a process that never stops waits this long."""
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped (state ``T`` in ``/proc/<pid>/stat``)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] in "Tt"
 
 
 async def test_owner_killed_repeatedly(tmp_path: Path, scale: Callable[[float, float], float]) -> None:
@@ -63,9 +73,11 @@ async def test_owner_paused_past_its_session(tmp_path: Path, scale: Callable[[fl
                 owner = await s.owner()
                 s.phase(f"pausing {owner} #{round_number}")
                 cluster.pause(owner)
-                await s.hold(
-                    0.2
-                )  # SIGSTOP lands: what is sent from here on waits in the paused owner's sockets
+                pid = cluster.process(owner).pid
+                assert pid is not None
+                await s.wait_for(  # what is sent from here on waits in the paused owner's sockets
+                    functools.partial(_stopped, pid), STOP_LANDS_S, f"{owner} (pid {pid}) to stop on SIGSTOP"
+                )
                 s.phase(f"paused {owner} #{round_number}")
                 took = await s.recovered(what=f"(nobody took the topic over from the paused {owner})")
                 s.note(f"{await s.owner()} took over {took:.1f} s into the pause")

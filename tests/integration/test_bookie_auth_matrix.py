@@ -27,6 +27,7 @@ broker role checks that no refused cell changed anything: no entry added, no led
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,15 @@ def operation(name: str, ledger_id: int) -> Request:
 
 
 OK, EUA = BookieStatus.EOK.name, BookieStatus.EUA.name
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 REFUSED = "AUTH EUA, closed"
 """The AUTH was answered EUA and the connection closed: the operation never reached the bookie."""
 ADMITTED = {
@@ -216,3 +226,54 @@ def test_each_role_against_each_bookie_operation(
     log = bookie.log_tail(200)
     assert "roles admitted: admin, broker" in log
     assert "role 'app' may not connect" in log
+
+
+async def fence_unknown(port: int, tokens: dict[str, str | None], ledger_id: int) -> dict[str, str]:
+    """What a fencing read of a ledger id the bookie has never seen does, and what follows from it."""
+    return {
+        "app: fencing READ": await cell(port, tokens["app"], "fencing READ", ledger_id),
+        "broker: fencing READ, unknown ledger": await cell(port, tokens["broker"], "fencing READ", ledger_id),
+        "broker: ADD": await cell(port, tokens["broker"], "ADD", ledger_id),
+        "broker: ADD, empty-password key": await cell(
+            port, tokens["broker"], "ADD, empty-password key", ledger_id
+        ),
+        "broker: fencing READ, empty-password key": await cell(
+            port, tokens["broker"], "fencing READ, empty-password key", ledger_id
+        ),
+        "broker: READ": await cell(port, tokens["broker"], "READ", ledger_id),
+    }
+
+
+def test_a_fencing_read_of_an_unknown_ledger_creates_it_fenced_as_bookkeeper_does(
+    zookeeper_url: str, magnetar_processes: ProcessGroup, tmp_path: Path, token_keys: TokenKeys
+) -> None:
+    """BookKeeper's bookie records an unknown ledger on a fencing read (with the request's master key),
+    fences it durably and answers the read (no entry); so does Magnetar's. Only the roles the bookie admits
+    can do it, the ledger then refuses adds (EFENCED) and any other master key (EUA), across a restart;
+    garbage collection removes it later, as the metadata store does not list it."""
+    key_file = tmp_path / "secret.key"
+    key_file.write_bytes(token_keys.secret)
+    args = (
+        "--storage", "disk", "--port", str(free_port()),
+        "--authentication-enabled", "--token-secret-key", key_file.as_uri(),
+        "--auth-allowed-roles", "broker", "--super-user-roles", "admin",
+    )  # fmt: skip
+    tokens: dict[str, str | None] = {role: token_keys.token(name) for role, name in TOKEN_ROLE.items()}
+    after_fence = {
+        "broker: ADD": "EFENCED",
+        "broker: ADD, empty-password key": EUA,
+        "broker: fencing READ, empty-password key": EUA,
+        "broker: READ": "ENOENTRY",
+    }
+    bookie = magnetar_processes.bookie("fence-bookie", zookeeper_url, tmp_path / "data", *args)
+    seen = trio.run(fence_unknown, int(bookie.ready["port"]), tokens, 777_000_001)
+    assert seen == {
+        "app: fencing READ": REFUSED,
+        "broker: fencing READ, unknown ledger": "ENOENTRY",
+        **after_fence,
+    }
+    assert bookie.stop() == 0
+    again = magnetar_processes.bookie("fence-bookie-restarted", zookeeper_url, tmp_path / "data", *args)
+    seen = trio.run(fence_unknown, int(again.ready["port"]), tokens, 777_000_001)
+    assert {op: seen[op] for op in after_fence} == after_fence  # the fence and the key were durable
+    assert again.stop() == 0

@@ -146,6 +146,19 @@ def start_standalone(group: ProcessGroup, tmp_path: Path, *args: str, bookies: i
     )  # fmt: skip
 
 
+def start_secure_bookie(
+    group: ProcessGroup, tmp_path: Path, secret_key: Path, *, closed_metrics: bool = False
+) -> MagnetarProcess:
+    """A bookie process with authentication on, ``admin`` its superuser, and ``authenticate_metrics_endpoint``
+    as shipped (off) unless ``closed_metrics``."""
+    env = {"MAGNETAR_AUTHENTICATE_METRICS_ENDPOINT": "true"} if closed_metrics else None
+    return group.bookie(
+        "bookie", "memory://", tmp_path / "bookie", "--http-port", "0",
+        "--authentication-enabled", "--token-secret-key", secret_key.as_uri(), "--super-user-roles", "admin",
+        env=env,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def http_client() -> Iterator[httpx.Client]:
     with httpx.Client(timeout=60) as client:
@@ -184,11 +197,7 @@ def test_bookie_process_with_authentication_guards_its_http_port(
     secret_key: Path,
     http_client: httpx.Client,
 ) -> None:
-    process = magnetar_processes.bookie(
-        "bookie", "memory://", tmp_path / "bookie", "--http-port", "0",
-        "--authentication-enabled", "--token-secret-key", secret_key.as_uri(), "--super-user-roles", "admin",
-        env={"MAGNETAR_AUTHENTICATE_METRICS_ENDPOINT": "true"},
-    )  # fmt: skip
+    process = start_secure_bookie(magnetar_processes, tmp_path, secret_key, closed_metrics=True)
     http_client.base_url = httpx.URL(f"http://127.0.0.1:{process.ready['httpPort']}")
     callers = tokens(token_keys)
     assert_access_matrix(http_client, [""], callers)
@@ -274,4 +283,52 @@ def test_standalone_serves_each_bookies_http_api_on_its_port(
     assert seen["bookie_SERVER_STATUS"] == set(ids)
     assert seen["bookie_DELETED_LEDGER_COUNT"] == set(ids)
     assert any(labels == {""} for labels in seen.values()), "the broker's own metrics are there too"
+    assert process.stop() == 0, process.log_tail()
+
+
+def assert_metrics_open_and_operators_guarded(
+    http: httpx.Client, prefixes: list[str], callers: dict[str, dict[str, str]]
+) -> None:
+    """With the shipped ``authenticate_metrics_endpoint`` (off, as Pulsar's): every caller scrapes
+    ``/metrics``, tokenless included, while the operator endpoints still need a superuser."""
+    for prefix in prefixes:
+        for who, headers in callers.items():
+            scraped = http.get(f"{prefix}/metrics", headers=headers)
+            assert scraped.status_code == 200, (prefix, who, scraped.text[:200])
+            assert "bookkeeper_server_ADD_ENTRY_REQUEST_count" in scraped.text
+        assert http.get(f"{prefix}/api/v1/bookie/info", headers=callers["none"]).status_code == 401
+        assert http.get(f"{prefix}/api/v1/bookie/info", headers=callers["app"]).status_code == 403
+
+
+def test_standalone_metrics_follow_the_shipped_setting_open(
+    magnetar_processes: ProcessGroup,
+    tmp_path: Path,
+    token_keys: TokenKeys,
+    secret_key: Path,
+    http_client: httpx.Client,
+) -> None:
+    process = start_standalone(
+        magnetar_processes, tmp_path,
+        "--authentication-enabled", "--token-secret-key", secret_key.as_uri(), "--super-user-roles", "admin",
+    )  # fmt: skip
+    http_client.base_url = httpx.URL(str(process.ready["httpUrl"]))
+    callers = tokens(token_keys)
+    bookie_id = http_client.get("/api/v1/bookie/info", headers=callers["admin"]).json()["bookieId"]
+    assert_metrics_open_and_operators_guarded(http_client, [f"/bookies/{bookie_id}"], callers)
+    broker_metrics = http_client.get("/metrics")  # the broker's page, with the bookies' samples labelled
+    assert broker_metrics.status_code == 200
+    assert f'bookie="{bookie_id}"' in broker_metrics.text
+    assert process.stop() == 0, process.log_tail()
+
+
+def test_bookie_process_metrics_follow_the_shipped_setting_open(
+    magnetar_processes: ProcessGroup,
+    tmp_path: Path,
+    token_keys: TokenKeys,
+    secret_key: Path,
+    http_client: httpx.Client,
+) -> None:
+    process = start_secure_bookie(magnetar_processes, tmp_path, secret_key)
+    http_client.base_url = httpx.URL(f"http://127.0.0.1:{process.ready['httpPort']}")
+    assert_metrics_open_and_operators_guarded(http_client, [""], tokens(token_keys))
     assert process.stop() == 0, process.log_tail()

@@ -137,17 +137,27 @@ class Producer(threading.Thread):
                 ws.shutdown()  # close() leaves the socket open when the broker closed the session first
 
 
-def read_all(entry: str, topic: str, expected: int) -> set[str]:
+READ_BACK_DEADLINE_S = 30.0
+"""How long :func:`read_all` may take to read a topic back (it stops as soon as it has what it expects)."""
+
+
+def read_all(entry: str, topic: str, expected: set[str]) -> set[str]:
+    """What a reader from the earliest position finds on ``topic``: until it has every message of
+    ``expected`` (more may be stored: messages whose outcome the producer never learnt), or
+    ``READ_BACK_DEADLINE_S`` passes (a silence is not the end: loading the topic may take long
+    on a busy machine)."""
     with httpx.Client(follow_redirects=True, timeout=10) as http:
         owner = http.get(f"{entry}/lookup/v2/topic/persistent/{topic}").json()["httpUrl"]
     ws = websocket.WebSocket()
     seen: set[str] = set()
+    deadline = time.monotonic() + READ_BACK_DEADLINE_S
     try:
         ws.connect(
             f"{owner.replace('http://', 'ws://')}/ws/v2/reader/persistent/{topic}?messageId=earliest",
-            timeout=5,
+            timeout=READ_BACK_DEADLINE_S,
         )
-        while len(seen) < expected:
+        while not expected <= seen and (left_s := deadline - time.monotonic()) > 0:
+            ws.settimeout(left_s)
             message = recv_json(ws)
             seen.add(unb64(message["payload"]).decode().split(":", 1)[0])
             send_json(ws, {"messageId": message["messageId"]})
@@ -222,8 +232,10 @@ def test_bundles_spread_shed_to_a_new_broker_and_split(zookeeper_url: str, tmp_p
 
         # -- shedding: a fourth broker takes a fair share from the loaded ones
         brokers.append(cluster.start_broker(3, env=ENV))
+        interval_s = float(ENV["MAGNETAR_LOAD_BALANCER_SHEDDING_INTERVAL_MIN"]) * 60
         wait_for(
-            "the new broker to own a fair share",
+            f"the new broker to own a fair share within 60 s, {60 / interval_s:.0f} rounds of "
+            f"load_balancer_shedding_interval_min ({interval_s:g} s)",
             lambda: len(owned(http, brokers[3], NS)) >= BUNDLES // 4 - 1,
             60,
         )
@@ -253,7 +265,7 @@ def test_bundles_spread_shed_to_a_new_broker_and_split(zookeeper_url: str, tmp_p
         assert entry, "the cluster did not start"
         lost = {}
         for producer in producers:
-            seen = read_all(entry, producer.topic, len(producer.acked))
+            seen = read_all(entry, producer.topic, set(producer.acked))
             missing = set(producer.acked) - seen
             if missing:
                 lost[producer.topic] = sorted(missing, key=int)[:5]

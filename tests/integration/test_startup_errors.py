@@ -22,7 +22,8 @@ from fixtures.processes import ProcessGroup
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
 EXIT_FAILED = 1
-IN_USE = "the port is already in use by another process"
+IN_USE = f"the port is already in use by pid {os.getpid()} ("
+"""The test process holds the busy port, and the error names it."""
 FAST_METADATA = {"MAGNETAR_METADATA_OPERATION_TIMEOUT_MS": "2000"}
 """A missing store is reported after this wait (30 s by default)."""
 
@@ -85,7 +86,53 @@ def test_standalone_names_its_busy_bookie_port(busy_port: int, tmp_path: Path) -
     assert message.endswith("choose another port with --bookie-port or MAGNETAR_BOOKIE_PORT")
 
 
-def test_standalone_says_how_a_second_bookie_port_is_derived(busy_port: int, tmp_path: Path) -> None:
+def test_a_standalone_retried_with_another_bookie_port_after_a_taken_one_starts(
+    busy_port: int, tmp_path: Path, magnetar_processes: ProcessGroup
+) -> None:
+    """The failed start wrote no bookie identity (cookie): the retry on the same data directory with
+    --bookie-port is a new bookie, not one whose port changed."""
+    data_dir = tmp_path / "data"
+    message = failure(magnetar(*standalone(data_dir, bookie_port=busy_port)), "standalone")
+    assert f"cannot listen on 127.0.0.1:{busy_port}: {IN_USE}" in message
+    assert not (data_dir / "bookie-0").exists()
+    retry = magnetar_processes.add("retry", standalone(data_dir))
+    assert retry.ready["event"] == "standalone-ready"
+    assert "BookieIdentityError" not in retry.log_path.read_text()
+    assert retry.stop() == 0
+
+
+def test_a_taken_http_port_fails_the_standalone_before_its_bookies_are_created(
+    busy_port: int, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    message = failure(magnetar(*standalone(data_dir, http_port=str(busy_port))), "standalone")
+    assert message.startswith(f"broker HTTP cannot listen on 127.0.0.1:{busy_port}: {IN_USE}")
+    assert not (data_dir / "bookie-0").exists()
+
+
+@pytest.fixture
+def busy_port_after_a_free_one() -> Iterator[int]:
+    """A port this test listens on whose predecessor is free when the test starts (for bookie 0's port;
+    bound and let go here, so it is not one another process on this machine happens to hold)."""
+    for _ in range(100):
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            port: int = holder.getsockname()[1]
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port - 1))
+                except OSError:
+                    continue
+            holder.listen()
+            yield port
+            return
+    raise AssertionError("no listening port with a free predecessor in 100 tries")
+
+
+def test_standalone_says_how_a_second_bookie_port_is_derived(
+    busy_port_after_a_free_one: int, tmp_path: Path
+) -> None:
+    busy_port = busy_port_after_a_free_one
     done = magnetar(*standalone(tmp_path, "--bookies", "2", bookie_port=busy_port - 1))
     message = failure(done, "standalone")
     assert message.startswith(f"bookie 1 (bookie protocol) cannot listen on 127.0.0.1:{busy_port}:")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
 
 import pytest
@@ -20,8 +21,8 @@ async def test_a_busy_port_names_the_server_the_port_and_the_setting() -> None:
     failure = caught.value
     assert (failure.errno, failure.port, failure.setting) == (errno.EADDRINUSE, port, "http_port")
     assert str(failure) == (
-        f"broker HTTP cannot listen on 127.0.0.1:{port}: the port is already in use by another process "
-        f"[errno {errno.EADDRINUSE}]"
+        f"broker HTTP cannot listen on 127.0.0.1:{port}: the port is already in use by this process itself "
+        f"(pid {os.getpid()}): two of its servers were given the same port [errno {errno.EADDRINUSE}]"
     )
     assert isinstance(failure, OSError)  # callers that handled OSError still do
 

@@ -92,6 +92,18 @@ class TokenKeySettings(BaseModel):
         )
 
 
+class MetricsAccessSettings(BaseModel):
+    """Who may read ``/metrics``, declared once for every process that serves it: a broker, a standalone
+    (its ``/metrics`` and each bookie's ``/bookies/<id>/metrics``), a bookie's own HTTP port and
+    ``magnetar autorecovery``'s."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    authenticate_metrics_endpoint: bool = False
+    """Pulsar ``authenticateMetricsEndpoint``: ``/metrics`` needs a superuser's token too (with
+    ``authentication_enabled``). Off by default, as in Pulsar: a Prometheus scraper needs no token."""
+
+
 class AuthenticationSettings(TokenKeySettings):
     """The token settings of a broker: the key (:class:`TokenKeySettings`) and how tokens are read. A
     broker's settings model inherits them."""

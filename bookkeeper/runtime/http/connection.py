@@ -46,7 +46,7 @@ from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
 from magnetar.bookkeeper.runtime.http.request_target import RequestLine, h11_reason, target_error
-from magnetar.bookkeeper.runtime.http.router import HttpMatch, Router, WebSocketHandler
+from magnetar.bookkeeper.runtime.http.router import HttpMatch, Router, WebSocketHandler, shown_path
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import (
     HttpError,
@@ -59,6 +59,7 @@ from magnetar.bookkeeper.runtime.http.types import (
     status_phrase,
 )
 from magnetar.bookkeeper.runtime.http.websocket import RECEIVE_CHUNK_BYTES, WebSocket, WebSocketRequest
+from magnetar.bookkeeper.runtime.http.ws_budget import ReceiveBudget
 from magnetar.bookkeeper.runtime.http.ws_frames import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,11 @@ class _CloseConnection(Exception):
 
 
 class _BudgetShort(Exception):
-    """Internal: a chunked body did not fit the server's body budget."""
+    """Internal: a chunk of ``size`` bytes of a chunked body did not fit the server's body budget."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
 
 
 class _DateCache:
@@ -105,14 +110,21 @@ class HttpConnection:
         *,
         client: tuple[str, int] | None = None,
         body_budget: BodyBudget | None = None,
+        ws_budget: ReceiveBudget | None = None,
     ) -> None:
         self._stream = stream
         self._router = router
         self._settings = settings
-        self._budget = body_budget or BodyBudget(settings.http_bodies_in_flight_bytes_max)
+        self._budget = body_budget or BodyBudget(
+            settings.http_bodies_in_flight_bytes_max, settings.body_share_bytes()
+        )
         """Shared by the server's connections (a connection made alone gets its own)."""
+        self._ws_budget = ws_budget
+        """Received WebSocket bytes, shared by the server's sessions (None: the session gets its own)."""
         self._body_taken = 0
         """Bytes of the current request's body taken from the budget."""
+        self._body_caller = ""
+        """Whose share of the budget the current body counts against (``role:`` or ``address:``)."""
         self._body_unread = False
         """A body was left unread: drop the rest of it before closing (see :data:`LINGER_S`)."""
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.http_header_bytes_max)
@@ -289,8 +301,11 @@ class HttpConnection:
         length = _content_length(head)
         if length is not None and length > limit:
             return self._refuse_unread(HttpError(413, f"request body exceeds {limit} bytes"))
+        self._body_caller = f"address:{self._client[0] if self._client else '?'}"
         if found is not None and found.check is not None:
-            error = await self._check_head(found, head)
+            error, role = await self._check_head(found, head)
+            if role is not None:
+                self._body_caller = f"role:{role}"
         if error is not None or found is None:
             error = error or HttpError(500, INTERNAL_ERROR_REASON)
             if length == 0 or (length is None and head.header("transfer-encoding") is None):
@@ -299,8 +314,8 @@ class HttpConnection:
                 return error_response(error.status, error.reason, error.headers)
             return self._refuse_unread(error)
         try:
-            if length and not await self._budget.take(length, deadline):
-                return self._refuse_unread(self._budget_short())
+            if length and not await self._budget.take(length, deadline, self._body_caller):
+                return self._refuse_unread(self._budget_short(length))
             self._body_taken = length or 0
             body = await self._read_body(deadline, metered=length is None)
             if body is None:
@@ -309,8 +324,8 @@ class HttpConnection:
             return await self._call_handler(
                 found.handler, HttpRequest(_with_params(head, found.params), body)
             )
-        except _BudgetShort:
-            return self._refuse_unread(self._budget_short())
+        except _BudgetShort as short:
+            return self._refuse_unread(self._budget_short(short.size))
         finally:
             self._give_back_body()
 
@@ -323,21 +338,26 @@ class HttpConnection:
             return self._router.match(head.method, head.path), None
         except HttpError as exc:
             if exc.status == 404 and self._router.match_websocket(head.path) is not None:
-                return None, HttpError(426, "Upgrade Required", (("upgrade", "websocket"),))
+                return None, HttpError(
+                    426,
+                    f"Upgrade Required: {shown_path(head.path)} is a WebSocket endpoint; connect with a "
+                    "WebSocket client (a GET with 'Upgrade: websocket', e.g. ws://host:port/ws/v2/...)",
+                    (("upgrade", "websocket"),),
+                )
             return None, exc
 
     @staticmethod
-    async def _check_head(found: HttpMatch, head: RequestHead) -> HttpError | None:
-        """Run the route's head check; the refusal it raised, or None to go on."""
+    async def _check_head(found: HttpMatch, head: RequestHead) -> tuple[HttpError | None, str | None]:
+        """Run the route's head check: the refusal it raised (or None to go on), and the role it named."""
         assert found.check is not None
         try:
-            await found.check(_with_params(head, found.params))
+            role = await found.check(_with_params(head, found.params))
         except HttpError as exc:
-            return exc
+            return exc, None
         except Exception:
             log.exception("head check of %s %s failed", head.method, head.path)
-            return HttpError(500, INTERNAL_ERROR_REASON)
-        return None
+            return HttpError(500, INTERNAL_ERROR_REASON), None
+        return None, role
 
     def _refuse_unread(self, error: HttpError) -> HttpResponse:
         """Answer ``error`` without reading the body, then close (after dropping the body briefly)."""
@@ -345,12 +365,23 @@ class HttpConnection:
         self._body_unread = True
         return error_response(error.status, error.reason, error.headers)
 
-    def _budget_short(self) -> HttpError:
-        budget = self._settings.http_bodies_in_flight_bytes_max
+    def _budget_short(self, size: int) -> HttpError:
+        """The 503 for a body of which ``size`` bytes did not fit: the caller's share, or the budget."""
+        settings = self._settings
+        budget_full = self._budget.taken + size > self._budget.bytes_max
+        if not budget_full and self._budget.held_by(self._body_caller) + size > self._budget.share_max:
+            share = settings.http_bodies_in_flight_bytes_per_role_max
+            caller = self._body_caller.partition(":")[2]
+            return HttpError(
+                503,
+                f"request bodies in flight of {caller} exceed "
+                f"http_bodies_in_flight_bytes_per_role_max={share}",
+            )
+        budget = settings.http_bodies_in_flight_bytes_max
         return HttpError(503, f"request bodies in flight exceed http_bodies_in_flight_bytes_max={budget}")
 
     def _give_back_body(self) -> None:
-        self._budget.give_back(self._body_taken)
+        self._budget.give_back(self._body_taken, self._body_caller)
         self._body_taken = 0
 
     async def _read_body(self, deadline: float, *, metered: bool = False) -> bytes | None:
@@ -368,8 +399,8 @@ class HttpConnection:
                 if size > limit:
                     return None
                 if metered:
-                    if not self._budget.try_take(len(event.data)):
-                        raise _BudgetShort
+                    if not self._budget.try_take(len(event.data), self._body_caller):
+                        raise _BudgetShort(len(event.data))
                     self._body_taken += len(event.data)
                 chunks.append(bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
@@ -528,7 +559,14 @@ class HttpConnection:
         data = self._ws_conn.send(AcceptConnection(subprotocol=subprotocol, extra_headers=extra))
         await self._send(data)
         trailing, _ = self._h11.trailing_data
-        ws = WebSocket(self._stream, self._settings, self._ws_head, subprotocol, initial_data=trailing)
+        ws = WebSocket(
+            self._stream,
+            self._settings,
+            self._ws_head,
+            subprotocol,
+            initial_data=trailing,
+            receive_budget=self._ws_budget,
+        )
         self.websocket = ws
         self._ws_nursery.start_soon(ws.run)
         if self._shutting_down:

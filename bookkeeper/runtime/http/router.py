@@ -4,7 +4,8 @@ Patterns are paths with ``{name}`` placeholders matching one segment, or ``{name
 segments (slashes included), e.g. Pulsar's consumer path
 ``/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic:path}/{subscription}``. Matching runs on the
 percent-encoded path, so ``%2F`` inside a segment stays inside it; captured values are then percent-decoded
-(UTF-8). A path that matches no pattern is 404; one that matches with another method is 405 with ``Allow``.
+(UTF-8). A path that matches no pattern is 404; one that matches with another method is 405 with ``Allow``;
+both reasons quote the path (:func:`shown_path`) and the 405's names the methods it takes.
 ``HEAD`` falls back to the ``GET`` handler (the body is not sent). All lookups are pure: the router does no
 I/O, so it is unit-testable without sockets.
 
@@ -26,9 +27,21 @@ from magnetar.bookkeeper.runtime.http.types import HttpError, HttpHandler, Reque
 if TYPE_CHECKING:
     from magnetar.bookkeeper.runtime.http.websocket import WebSocketRequest
 
+SHOWN_PATH_CHARS_MAX = 200
+
+
+def shown_path(path: str) -> str:
+    """A request path as a refusal quotes it: at most :data:`SHOWN_PATH_CHARS_MAX` characters, anything but
+    printable ASCII escaped, so a reason never carries control or bidirectional characters."""
+    clipped = path[:SHOWN_PATH_CHARS_MAX]
+    text = "".join(ch if " " <= ch <= "~" else ch.encode("unicode_escape").decode("ascii") for ch in clipped)
+    return text + ("..." if len(path) > SHOWN_PATH_CHARS_MAX else "")
+
+
 WebSocketHandler = Callable[["WebSocketRequest"], Awaitable[None]]
-HeadCheck = Callable[[RequestHead], Awaitable[None]]
-"""Decides on a request from its head (path parameters filled in); raises :class:`HttpError` to refuse."""
+HeadCheck = Callable[[RequestHead], Awaitable[str | None]]
+"""Decides on a request from its head (path parameters filled in); raises :class:`HttpError` to refuse.
+May return the caller's role: its body then counts against that role's share of the body budget."""
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::(path))?\}")
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
@@ -155,8 +168,13 @@ class Router:
         if allowed:
             if "GET" in allowed:
                 allowed.add("HEAD")
-            raise HttpError(405, "Method Not Allowed", (("allow", ", ".join(sorted(allowed))),))
-        raise HttpError(404, "Not Found")
+            methods = ", ".join(sorted(allowed))
+            raise HttpError(
+                405,
+                f"Method Not Allowed: {method} {shown_path(path)} - it takes {methods}",
+                (("allow", methods),),
+            )
+        raise HttpError(404, f"Not Found: nothing is served at {shown_path(path)}")
 
     def match_websocket(self, path: str) -> tuple[WebSocketHandler, dict[str, str]] | None:
         """The WebSocket handler for ``path``, or None when no WebSocket route matches."""

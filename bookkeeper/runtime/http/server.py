@@ -7,8 +7,11 @@ connections are served; one more is answered ``503 {"reason": ...}`` and closed,
 Pulsar's ``maxHttpServerConnections`` — the refusal itself runs in a small, bounded pool so a flood of
 connections cannot pile up tasks. With ``http_connections_per_ip_max`` set, one client address holding that
 many connections gets ``429`` for the next one (Pulsar's ``brokerMaxConnectionsPerIp``); other addresses are
-unaffected. The request bodies being read or handled at once, across all connections, hold at most
-``http_bodies_in_flight_bytes_max`` bytes (:mod:`.body_budget`).
+unaffected. All servers of the process together accept no more connections than the open-files limit
+leaves after the descriptors kept for storage (:mod:`..descriptors`): beyond it, 503 too. The request
+bodies being read or handled at once, across all connections, hold at most
+``http_bodies_in_flight_bytes_max`` bytes (:mod:`.body_budget`), and the received WebSocket data not
+handled yet, across all sessions, about ``ws_received_bytes_in_flight_max`` (:mod:`.ws_budget`).
 
 TLS. Given an ``ssl_context`` (see :mod:`magnetar.bookkeeper.runtime.auth.tls`), every accepted connection
 is wrapped in :class:`trio.SSLStream` and its handshake runs in the connection's own task within
@@ -30,11 +33,13 @@ import ssl
 import trio
 
 from magnetar.bookkeeper.runtime.auth.tls import peer_address
+from magnetar.bookkeeper.runtime.descriptors import process_connection_slots
 from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
 from magnetar.bookkeeper.runtime.http.connection import HttpConnection
 from magnetar.bookkeeper.runtime.http.router import Router
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import json_bytes, status_phrase
+from magnetar.bookkeeper.runtime.http.ws_budget import ReceiveBudget
 from magnetar.bookkeeper.runtime.listen import open_listeners
 from magnetar.bookkeeper.runtime.rate_limit import ConnectionCounter
 
@@ -47,6 +52,7 @@ REFUSAL_TIMEOUT_S = 1.0
 ACCEPT_RETRY_DELAY_S = 0.1
 """Pause before accepting again after the process ran out of file descriptors or memory."""
 _ACCEPT_RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+_OUT_OF_DESCRIPTORS = "too many connections for the process's open-files limit (ulimit -n)"
 
 
 def _refusal_bytes(status: int = 503, reason: str = "too many connections") -> bytes:
@@ -81,8 +87,10 @@ class HttpServer:
         """The setting that chose the port (``http_port``, ``http_port_tls``)."""
         self._connections: set[HttpConnection] = set()
         self._per_ip = ConnectionCounter(settings.http_connections_per_ip_max)
-        self._body_budget = BodyBudget(settings.http_bodies_in_flight_bytes_max)
+        self._body_budget = BodyBudget(settings.http_bodies_in_flight_bytes_max, settings.body_share_bytes())
+        self._ws_budget = ReceiveBudget(settings.ws_received_bytes_in_flight_max)
         self._refusing = 0
+        self._slots = process_connection_slots()
         self._shutdown = trio.Event()
         self.ports: list[int] = []
 
@@ -140,11 +148,20 @@ class HttpServer:
                 reason = f"too many connections from {address} (http_connections_per_ip_max={limit})"
                 await self._refuse_soon(connections, stream, _refusal_bytes(429, reason))
                 continue
+            if not self._slots.try_take():
+                self._per_ip.release(address)
+                await self._refuse_soon(connections, stream, _refusal_bytes(503, _OUT_OF_DESCRIPTORS))
+                continue
             served: trio.abc.Stream = stream
             if self._ssl_context is not None:
                 served = trio.SSLStream(stream, self._ssl_context, server_side=True, https_compatible=True)
             conn = HttpConnection(
-                served, self._app, self._settings, client=client, body_budget=self._body_budget
+                served,
+                self._app,
+                self._settings,
+                client=client,
+                body_budget=self._body_budget,
+                ws_budget=self._ws_budget,
             )
             self._connections.add(conn)
             connections.start_soon(self._run_connection, conn, address)
@@ -155,6 +172,7 @@ class HttpServer:
         finally:
             self._connections.discard(conn)
             self._per_ip.release(address)
+            self._slots.give_back()
 
     async def _refuse_soon(self, connections: trio.Nursery, stream: trio.SocketStream, answer: bytes) -> None:
         if self._refusing < REFUSALS_IN_FLIGHT_MAX:

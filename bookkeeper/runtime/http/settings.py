@@ -31,6 +31,11 @@ class HttpSettings(BaseModel):
     """Request bodies being read or handled at once, across the connections of a server (a port); a body
     that does not fit waits (unread) until its request's deadline, then is answered 503. At least
     ``http_body_bytes_max``."""
+    http_bodies_in_flight_bytes_per_role_max: int = Field(default=16 * MIB, ge=0)
+    """The share of ``http_bodies_in_flight_bytes_max`` one caller may hold: the role its token names, or
+    its address when the route takes no token; beyond it the caller's next body waits like one that does not
+    fit the budget. Taken as at least ``http_body_bytes_max`` (a caller can always send one body) and at most
+    ``http_bodies_in_flight_bytes_max`` (:meth:`body_share_bytes`)."""
     http_idle_timeout_ms: int = Field(default=30_000, gt=0)
     """A keep-alive connection with no request in progress is closed after this long."""
     http_request_timeout_ms: int = Field(default=30_000, gt=0)
@@ -39,9 +44,11 @@ class HttpSettings(BaseModel):
     """One write to a peer's socket; a peer that reads nothing for this long is disconnected."""
     http_connections_max: int = Field(default=2048, ge=1)
     """Open connections (HTTP and WebSocket); beyond it a new connection is answered 503 and closed."""
-    http_connections_per_ip_max: int = Field(default=0, ge=0)
+    http_connections_per_ip_max: int = Field(default=256, ge=0)
     """Open connections from one client address; beyond it a new one is answered 429 and closed. 0: no
-    limit (Pulsar's ``brokerMaxConnectionsPerIp`` default)."""
+    limit (Pulsar's ``brokerMaxConnectionsPerIp`` default, under which one address could hold every
+    connection and every descriptor). 256 leaves an eighth of the default ``http_connections_max`` to one
+    address: raise it for a proxy or load balancer that brings many clients from one address."""
     http_tls_handshake_timeout_ms: int = Field(default=10_000, gt=0)
     """When serving TLS, a new connection must complete its handshake within this, else it is closed."""
 
@@ -50,6 +57,14 @@ class HttpSettings(BaseModel):
     ws_message_fragments_max: int = Field(default=4096, ge=1, le=1 << 20)
     """Frames one received WebSocket message may arrive in; more closes with 1008 (a 5 MiB message still
     fits in fragments of 1,280 bytes)."""
+    ws_received_bytes_in_flight_max: int = Field(default=128 * MIB, ge=125)
+    """Received WebSocket bytes not handled yet (unfinished messages and receive queues), across the sessions
+    of a server (a port); over it the session holding the largest unfinished message is closed with 1013 and
+    its message dropped, and when complete messages alone fill it every session stops reading until the
+    broker has taken some (:mod:`.ws_budget`). At least ``ws_frame_bytes_max``."""
+    ws_message_timeout_ms: int = Field(default=30_000, gt=0)
+    """A received WebSocket message (or frame) that has started arriving must be complete within this, else
+    the session is closed with 1008; the time the broker makes it wait (reading paused) does not count."""
     ws_idle_timeout_ms: int = Field(default=300_000, gt=0)
     """A WebSocket with no frame received or sent for this long is closed with 1001."""
     ws_send_queue_bytes_max: int = Field(default=1 * MIB, ge=1)
@@ -69,10 +84,17 @@ class HttpSettings(BaseModel):
     shutdown_grace_ms: int = Field(default=10_000, ge=0)
     """On shutdown, in-flight requests and WebSocket closing handshakes get this long before cancellation."""
 
+    def body_share_bytes(self) -> int:
+        """The share of the body budget one caller may hold, as applied."""
+        share = max(self.http_bodies_in_flight_bytes_per_role_max, self.http_body_bytes_max)
+        return min(share, self.http_bodies_in_flight_bytes_max)
+
     @model_validator(mode="after")
     def _check_relations(self) -> HttpSettings:
         if self.ws_close_timeout_ms > self.ws_idle_timeout_ms:
             raise ValueError("ws_close_timeout_ms must not exceed ws_idle_timeout_ms")
         if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
             raise ValueError("http_bodies_in_flight_bytes_max must be at least http_body_bytes_max")
+        if self.ws_received_bytes_in_flight_max < self.ws_frame_bytes_max:
+            raise ValueError("ws_received_bytes_in_flight_max must be at least ws_frame_bytes_max")
         return self

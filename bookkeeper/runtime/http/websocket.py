@@ -26,7 +26,12 @@ disconnected.
 
 Memory of one session is thus bounded by the settings: received, at most ``ws_receive_queue_bytes_max`` plus
 one chunk's messages (``RECEIVE_CHUNK_BYTES``) plus a message being reassembled and the frame being read
-(``ws_frame_bytes_max`` each); to send, ``ws_send_queue_bytes_max`` plus the last message queued.
+(``ws_frame_bytes_max`` each); to send, ``ws_send_queue_bytes_max`` plus the last message queued. What the
+sessions of a port hold received together is bounded by ``ws_received_bytes_in_flight_max``
+(:mod:`.ws_budget`): each session reports what it holds after every read and every hand-over, and one
+evicted there drops its unfinished message and closes with 1013. A message that has started arriving must be
+complete within ``ws_message_timeout_ms`` (time spent with reading paused does not count), else 1008: a
+client cannot park an unfinished message for the session's lifetime.
 
 Idle sessions (no frame in either direction for ``ws_idle_timeout_ms``) are closed with 1001, like Jetty's
 idle timeout behind Pulsar's ``webSocketSessionIdleTimeoutMillis``. After we send a Close frame the peer has
@@ -46,10 +51,13 @@ import trio
 
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import HttpResponse, QueryParams, RequestHead
+from magnetar.bookkeeper.runtime.http.ws_budget import ReceiveBudget
 from magnetar.bookkeeper.runtime.http.ws_frames import (
     CLOSE_ABNORMAL,
     CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
+    CLOSE_TRY_AGAIN_LATER,
     OPCODE_BINARY,
     OPCODE_CLOSE,
     OPCODE_PONG,
@@ -94,6 +102,7 @@ class WebSocket:
         subprotocol: str | None,
         *,
         initial_data: bytes = b"",
+        receive_budget: ReceiveBudget | None = None,
     ) -> None:
         self._stream = stream
         self._decoder = FrameDecoder(
@@ -116,6 +125,13 @@ class WebSocket:
         self._in_bytes = 0
         self._in_event = trio.Event()
         self._space_event = trio.Event()
+        self._budget = receive_budget or ReceiveBudget(settings.ws_received_bytes_in_flight_max)
+        """Shared by the sessions of a server (a session made alone gets its own)."""
+        self._message_started = math.inf
+        """When the message (or frame) now unfinished started arriving; inf when none is."""
+        self._message_timeout_s = settings.ws_message_timeout_ms / 1000
+        self._budget_wait = trio.CancelScope()
+        """The reader's wait for room in the budget: cancelled when the session closes."""
         # lifecycle: the closing handshake is over once a Close went each way
         self._close_sent = False
         self._close_received = False
@@ -168,6 +184,7 @@ class WebSocket:
         message = self._in.popleft()
         self._in_bytes -= len(message)
         self._space_event.set()
+        self._account()
         await trio.lowlevel.checkpoint()
         return message
 
@@ -181,8 +198,25 @@ class WebSocket:
         self._in.clear()
         self._in_bytes = 0
         self._space_event.set()
+        self._account()
         await trio.lowlevel.checkpoint()
         return batch
+
+    @property
+    def unfinished_bytes(self) -> int:
+        """:class:`~.ws_budget.ReceiveHolder`: bytes of a message not received whole yet."""
+        return self._decoder.unfinished_bytes
+
+    def evict(self, reason: str) -> None:
+        """:class:`~.ws_budget.ReceiveHolder`: drop the unfinished message, close with 1013."""
+        log.info("websocket %s evicted: %s", self.head.client, reason)
+        self._decoder.abandon()
+        self._message_started = math.inf
+        self._start_close(CLOSE_TRY_AGAIN_LATER, reason)
+
+    def _account(self) -> None:
+        """Tell the port's budget what this session holds received (unfinished and queued messages)."""
+        self._budget.hold(self, self._decoder.unfinished_bytes + self._in_bytes)
 
     async def _wait_for_messages(self) -> None:
         while not self._in:
@@ -287,6 +321,7 @@ class WebSocket:
         self._in_event.set()
         self._drain_event.set()
         self._space_event.set()
+        self._budget_wait.cancel()
 
     async def run(self) -> None:
         """Run the reader and writer until the session is over, then close the socket."""
@@ -302,6 +337,9 @@ class WebSocket:
             if self._close_code is None:
                 self._close_code = CLOSE_ABNORMAL
             self._reading_done = True
+            self._budget.release(self)
+            self._in.clear()  # nobody receives them any more: they must not outlive the budget's count
+            self._in_bytes = 0
             self._wake_all()
             await trio.aclose_forcefully(self._stream)
             self._finished.set()
@@ -335,9 +373,11 @@ class WebSocket:
         """The session's deadlines, kept by one task instead of a cancel scope around every read and send
         (10-12 µs each, see :mod:`..send_timer`): a send that stalls for ``http_send_timeout_ms``, or a
         peer that has not answered our Close by the close deadline, aborts the session; no traffic either
-        way for ``ws_idle_timeout_ms`` starts the closing handshake (1001 "Idle timeout")."""
+        way for ``ws_idle_timeout_ms`` starts the closing handshake (1001 "Idle timeout"), and a message not
+        complete ``ws_message_timeout_ms`` after it started (reading not paused) closes with 1008."""
         timer = self._send_timer
         idle_s = self._settings.ws_idle_timeout_ms / 1000
+        message_s = self._message_timeout_s
         while True:
             now = trio.current_time()
             if now >= timer.deadline:
@@ -348,14 +388,22 @@ class WebSocket:
                 log.debug("websocket peer did not answer our Close in time")
                 self._abort()
                 return
-            idle_at = math.inf
+            idle_at = message_at = math.inf
             if self._close_deadline == math.inf:  # once closing, only the close deadline counts
                 # While the application is behind (reading paused) the peer is not idle: look again later.
                 idle_at = (now if self._reading_paused else self._last_activity) + idle_s
                 if now >= idle_at:
                     self._start_close(CLOSE_GOING_AWAY, "Idle timeout")
                     continue
-            wake_at = min(timer.next_check(now), idle_at, self._close_deadline)
+                # A message starting while this task sleeps is seen at the latest one timeout later.
+                message_at = (now if self._reading_paused else min(now, self._message_started)) + message_s
+                if now >= message_at:
+                    timeout_ms = self._settings.ws_message_timeout_ms
+                    self._decoder.abandon()
+                    self._account()
+                    self._start_close(CLOSE_POLICY_VIOLATION, f"message not complete within {timeout_ms} ms")
+                    continue
+            wake_at = min(timer.next_check(now), idle_at, message_at, self._close_deadline)
             with trio.CancelScope(deadline=wake_at) as self._watch_sleep:
                 await trio.sleep_forever()
 
@@ -365,26 +413,32 @@ class WebSocket:
         self._scope.cancel()
 
     def _must_pause(self) -> bool:
-        """Whether to stop reading: the handler is behind (receive queue over a bound), or the peer does not
-        read what we send (send buffer over its bound)."""
+        """Whether to stop reading: the handler is behind (receive queue over a bound), the peer does not
+        read what we send (send buffer over its bound), or the port's sessions hold their received budget."""
         settings = self._settings
         return self._close_code is None and (
             self._in_bytes > settings.ws_receive_queue_bytes_max
             or len(self._in) > settings.ws_receive_queue_messages_max
             or len(self._out) > settings.ws_send_queue_bytes_max
+            or self._budget.full
         )
 
     async def _pause_reading(self) -> None:
         self._reading_paused = True  # the application or the send side is behind: no idle timeout
+        paused_at = trio.current_time()
         while self._must_pause():
             if len(self._out) > self._settings.ws_send_queue_bytes_max:
                 self._drain_event = _fresh(self._drain_event)
                 await self._drain_event.wait()
+            elif self._budget.full:
+                with trio.CancelScope() as self._budget_wait:
+                    await self._budget.wait_for_room()
             else:
                 self._space_event = _fresh(self._space_event)
                 await self._space_event.wait()
         self._reading_paused = False
         self._last_activity = trio.current_time()
+        self._message_started += self._last_activity - paused_at  # waiting for us is not the peer's time
 
     async def _reader(self) -> None:
         while not self._reading_done:
@@ -399,7 +453,13 @@ class WebSocket:
                 self._reading_done = True
                 self._abort()
                 return
+            queued = len(self._in)
             self._handle_events(self._decoder.feed(data))
+            if not self._decoder.unfinished_bytes:
+                self._message_started = math.inf
+            elif self._message_started == math.inf or len(self._in) > queued:  # a message began in `data`
+                self._message_started = trio.current_time()
+            self._account()
 
     def _handle_events(self, events: list[str | bytes | Ping | Pong | Close | ProtocolViolation]) -> None:
         queue = self._in

@@ -43,6 +43,8 @@ OPCODE_PONG = 0xA
 
 CONTROL_PAYLOAD_BYTES_MAX = 125
 CLOSE_REASON_BYTES_MAX = CONTROL_PAYLOAD_BYTES_MAX - 2
+_CONTROL_FRAME_BYTES_MAX = 14 + CONTROL_PAYLOAD_BYTES_MAX
+"""The largest control frame with its header (a longest header is 14 bytes with the mask)."""
 
 CLOSE_NORMAL = 1000
 CLOSE_GOING_AWAY = 1001
@@ -55,6 +57,7 @@ CLOSE_INVALID_PAYLOAD = 1007
 CLOSE_POLICY_VIOLATION = 1008
 CLOSE_MESSAGE_TOO_BIG = 1009
 CLOSE_INTERNAL_ERROR = 1011
+CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_TLS_FAILED = 1015
 LOCAL_ONLY_CLOSE_CODES = frozenset((CLOSE_NO_STATUS, CLOSE_ABNORMAL, CLOSE_TLS_FAILED))
 """Codes that describe a close locally and must never appear in a Close frame (RFC 6455 §7.4.1)."""
@@ -210,6 +213,25 @@ class FrameDecoder:
     @property
     def buffered_bytes(self) -> int:
         return self._pending_bytes
+
+    @property
+    def unfinished_bytes(self) -> int:
+        """Bytes held for what is not complete yet: a message's fragments and a frame being read."""
+        return self._pending_bytes + self._fragments_bytes
+
+    def abandon(self) -> None:
+        """Drop the message being reassembled and the data frame being read, and skip every later data
+        frame, as after a refused message (the session is closing); control frames - the peer's Close - are
+        still decoded. A frame whose header is not complete yet (a few bytes) is kept to stay in step."""
+        self._oversized = True
+        self._fragments = bytearray()
+        self._fragments_bytes = 0
+        self._fragment_count = 0
+        self._fragmented_opcode = 0
+        if self._pending_bytes and self._needed > _CONTROL_FRAME_BYTES_MAX:  # a data frame, header read
+            self._skip = self._needed - self._pending_bytes
+            self._pending = []
+            self._pending_bytes = 0
 
     def feed(self, data: bytes) -> list[Event]:
         """Decode what ``data`` completes (together with what earlier calls left unfinished)."""

@@ -74,10 +74,10 @@ class BinaryConsumerCommands:
                 if subscriber is not None:
                     subscriber.ack_range(first, last)
         elif kind is FrameType.ACK:
-            for partition, ledger_id, entry_id, batch_index, batch_size in frame.ids:
+            for partition, ledger_id, entry_id, batch_index, _ in frame.ids:
                 subscriber = self._by_partition.get(partition)
                 if subscriber is not None:
-                    subscriber.ack_fields(partition, ledger_id, entry_id, batch_index, batch_size)
+                    subscriber.ack_fields(partition, ledger_id, entry_id, batch_index)
         elif kind is FrameType.NACK:
             self._nack(frame)
         elif kind is FrameType.PERMIT:

@@ -82,6 +82,7 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
     producer_ack_error,
 )
 from magnetar.broker.protocols.pulsar_ws.params import (
+    ALL_PATH_FORMS,
     ConsumerParams,
     ProducerParams,
     ReaderParams,
@@ -499,10 +500,10 @@ class WsHandlers:
     ) -> None:
         fields = plain_ack_fields(text)
         if fields is not None:  # the common frame, without JSON parsing and id decoding
-            ledger_id, entry_id, partition, batch_index, batch_size = fields
+            ledger_id, entry_id, partition, batch_index, _ = fields
             subscriber = by_partition.get(partition)
             if subscriber is not None:
-                subscriber.ack_fields(partition, ledger_id, entry_id, batch_index, batch_size)
+                subscriber.ack_fields(partition, ledger_id, entry_id, batch_index)
             return
         command = parse_consumer_command(text)
         kind = command.type
@@ -611,7 +612,7 @@ class WsHandlers:
         """A ``/ws/...`` path that is none of the three endpoints: 400, as Pulsar's path checks."""
         try:
             parse_ws_path(request.path)
-            raise WsUpgradeError.invalid("Invalid topic name format")
+            raise WsUpgradeError.invalid_path(f"not a WebSocket endpoint: the paths are {ALL_PATH_FORMS}")
         except WsUpgradeError as exc:
             await self._refuse(request, exc)
 

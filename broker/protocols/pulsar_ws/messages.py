@@ -57,6 +57,7 @@ from magnetar.broker.wire.message_id import (
     decode_base64_java,
     delivered_id_fields,
 )
+from magnetar.broker.wire.strict_input import is_decimal_integer
 
 # --- publish request ----------------------------------------------------------------------------------------
 
@@ -118,13 +119,12 @@ def _as_long(value: Any) -> int:
     if isinstance(value, float):
         value = int(value)  # Jackson ACCEPT_FLOAT_AS_INT: truncates
     elif isinstance(value, str):
-        text = value.strip()
+        text = value.strip()  # Jackson trims a string it coerces to a number
         if not text:
             return 0
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise _Coercion(f"Cannot deserialize value of type `long` from String {value!r}") from None
+        if not is_decimal_integer(text):  # ASCII digits only: no "1_0", no other scripts' digits
+            raise _Coercion(f"Cannot deserialize value of type `long` from String {value!r}")
+        value = int(text)
     if not isinstance(value, int):
         raise _Coercion(f"Cannot deserialize value of type `long` from {_kind(value)}")
     if not INT64_MIN <= value <= INT64_MAX:

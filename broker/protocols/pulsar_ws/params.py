@@ -7,12 +7,15 @@ or ``non-persistent``. The raw (percent-encoded) path is
 split on ``/``; a producer/reader topic is every segment from the 8th on, joined with ``/`` (empty segments
 dropped), a consumer path must have exactly 9 segments; topic and subscription are URL-decoded as Java's
 ``URLDecoder`` does (``+`` is a space). Names are checked as the admin API checks them
-(:mod:`magnetar.broker.wire.topic_name`: no control characters, bounded lengths); a refused name is a 400, as
-Pulsar answers an
-upgrade whose topic name does not parse (``IllegalArgumentException``).
+(:mod:`magnetar.broker.wire.topic_name`: no control characters, bounded lengths). A malformed path or a
+refused name is a 400 ``"Invalid WebSocket path: ..."`` that says what is wrong (a missing subscription, an
+unknown endpoint or domain, a v1 path) and shows the path the endpoint expects (:data:`PATH_FORMS`), where
+Pulsar says ``Invalid topic name format`` (as a 500: its path checks run outside its error mapping).
 
 Query parameters are read as Pulsar's handlers read them (first value of each name) with Pulsar's defaults and
-checks; numbers parse like Java's ``Integer.parseInt``/``Long.parseLong``, booleans like
+checks; numbers parse like Java's ``Integer.parseInt``/``Long.parseLong`` (ASCII sign and digits only,
+:mod:`magnetar.broker.wire.strict_input`), the names a client gives (producer, consumer, reader, dead-letter
+topic) hold no control or bidirectional formatting character, booleans like
 ``Boolean.parseBoolean`` (only ``true``, any case, is true), enums by exact constant name. Every failure is a
 :class:`WsUpgradeError` 400 ``"Invalid query params: ..."``. ``receiverQueueSize`` is capped with
 ``min(value, 1000)`` and sets the push-mode window (``0`` means 1).
@@ -20,7 +23,9 @@ checks; numbers parse like Java's ``Integer.parseInt``/``Long.parseLong``, boole
 
 from __future__ import annotations
 
-import re
+import base64
+import binascii
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -28,11 +33,17 @@ from enum import Enum
 from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsUpgradeError
 from magnetar.broker.wire.errors import InvalidMessageIdError, InvalidTopicNameError
 from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
+from magnetar.broker.wire.strict_input import (
+    NumberFormatError,
+    UnsafeNameError,
+    check_name_characters,
+    parse_int,
+    parse_long,
+)
 from magnetar.broker.wire.topic_name import TopicDomain, TopicName, check_subscription_name, url_decode
 
 RECEIVER_QUEUE_SIZE_MAX = 1000
 MIN_ACK_TIMEOUT_MS = 1000
-_JAVA_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
 class WsKind(Enum):
@@ -48,45 +59,110 @@ class WsTarget:
     subscription: str | None = None
 
 
+PATH_FORMS = {
+    WsKind.PRODUCER: "/ws/v2/producer/persistent/{tenant}/{namespace}/{topic}",
+    WsKind.CONSUMER: "/ws/v2/consumer/persistent/{tenant}/{namespace}/{topic}/{subscription}",
+    WsKind.READER: "/ws/v2/reader/persistent/{tenant}/{namespace}/{topic}",
+}
+"""Each endpoint's path, as a refusal shows it (``non-persistent`` in place of ``persistent`` too)."""
+ALL_PATH_FORMS = "; ".join(PATH_FORMS.values())
+
+
 def parse_ws_path(raw_path: str) -> WsTarget:
-    """The topic (and subscription) of a ``/ws/v2/...`` path; :class:`WsUpgradeError` 400 when malformed."""
+    """The topic (and subscription) of a ``/ws/v2/...`` path; :class:`WsUpgradeError` 400 when malformed.
+
+    Each refusal names what is wrong (the missing subscription, an unknown endpoint or domain, a v1 path)
+    and shows the path the endpoint expects (:data:`PATH_FORMS`): Pulsar's own checks say
+    ``Invalid topic name format`` for all of them, which does not tell a newcomer what to change."""
     parts = raw_path.split("/")
     try:
-        if len(parts) < 8 or parts[1] != "ws" or parts[2] != "v2":
-            raise InvalidTopicNameError("Invalid topic name format")
-        try:
-            kind = WsKind(parts[3])
-        except ValueError:
-            raise InvalidTopicNameError(f"Unknown WebSocket endpoint {parts[3]!r}") from None
+        kind = _path_kind(parts)
         if parts[4] not in (TopicDomain.PERSISTENT, TopicDomain.NON_PERSISTENT):
-            raise InvalidTopicNameError(f"Invalid topic domain {parts[4]!r}")
+            raise InvalidTopicNameError(
+                f"Invalid topic domain {parts[4]!r}: persistent or non-persistent; the {kind.value} path is "
+                f"{PATH_FORMS[kind]}"
+            )
+        if len(parts) < 8:
+            raise InvalidTopicNameError(
+                f"Too few path segments (tenant, namespace or topic missing): the {kind.value} path is "
+                f"{PATH_FORMS[kind]}"
+            )
+        if not "".join(parts[7:]):
+            raise InvalidTopicNameError(f"Missing topic name: the {kind.value} path is {PATH_FORMS[kind]}")
         subscription = None
         end = len(parts)
         if kind is WsKind.CONSUMER:
+            if len(parts) == 8 or (len(parts) == 9 and not parts[8]):
+                raise InvalidTopicNameError(
+                    f"Missing subscription name: the consumer path is {PATH_FORMS[kind]} (a reader needs "
+                    f"no subscription: {PATH_FORMS[WsKind.READER]})"
+                )
             if len(parts) != 9:
-                raise InvalidTopicNameError("Invalid topic name format")
-            if not parts[8]:
-                raise InvalidTopicNameError("Empty subscription name")
+                raise InvalidTopicNameError(
+                    f"Too many path segments for a consumer ({len(parts) - 4} after /ws/v2/consumer/, "
+                    f"expected 5): the consumer path is {PATH_FORMS[kind]}; a '/' in a topic or "
+                    f"subscription name is written %2F"
+                )
             subscription = url_decode(parts[8])
             check_subscription_name(subscription)
             end = 8
         local = "/".join([parts[7], *(p for p in parts[8:end] if p)])
         topic = TopicName(TopicDomain(parts[4]), parts[5], parts[6], url_decode(local))
     except InvalidTopicNameError as exc:
-        raise WsUpgradeError.invalid(str(exc)) from None
+        raise WsUpgradeError.invalid_path(str(exc)) from None
     return WsTarget(kind, topic, subscription)
+
+
+def _path_kind(parts: list[str]) -> WsKind:
+    """The endpoint of a path split on ``/``, with at least its domain segment; else a refusal that says
+    which part of the path is wrong."""
+    if len(parts) < 3 or parts[1] != "ws":
+        raise InvalidTopicNameError(f"Not a WebSocket API path: the paths are {ALL_PATH_FORMS}")
+    if parts[2] != "v2":
+        if parts[2] in {kind.value for kind in WsKind}:
+            raise InvalidTopicNameError(
+                f"Only the v2 WebSocket paths are served (/ws/v2/{parts[2]}/..., not /ws/{parts[2]}/...): "
+                f"{PATH_FORMS[WsKind(parts[2])]}"
+            )
+        raise InvalidTopicNameError(
+            f"Unknown WebSocket API version {parts[2]!r}: the paths are {ALL_PATH_FORMS}"
+        )
+    endpoint = parts[3] if len(parts) > 3 else ""
+    try:
+        kind = WsKind(endpoint)
+    except ValueError:
+        raise InvalidTopicNameError(
+            f"Unknown WebSocket endpoint {endpoint!r} (producer, consumer or reader): the paths are "
+            f"{ALL_PATH_FORMS}"
+        ) from None
+    if len(parts) < 5 or not parts[4]:
+        raise InvalidTopicNameError(f"Missing topic: the {kind.value} path is {PATH_FORMS[kind]}")
+    return kind
 
 
 # --- Java-style scalar parsing ------------------------------------------------------------------------------
 
 
 def java_int(name: str, text: str, bits: int = 32) -> int:
-    """``Integer.parseInt`` (``bits=32``) / ``Long.parseLong`` (64): optional sign, ASCII digits, in range."""
-    if _JAVA_INT.fullmatch(text):
-        value = int(text)
-        if -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
-            return value
-    raise WsUpgradeError.invalid(f'For input string: "{text}" ({name})')
+    """``Integer.parseInt`` (``bits=32``) / ``Long.parseLong`` (64): :func:`~.strict_input.parse_long`."""
+    try:
+        if bits == 32:
+            return parse_int(name, text)
+        return parse_long(name, text)
+    except NumberFormatError as exc:
+        raise WsUpgradeError.invalid(str(exc)) from None
+
+
+def client_name(params: Mapping[str, str], key: str) -> str | None:
+    """A name the client gives itself (``producerName``, ``consumerName``, ``readerName``): no control or
+    bidirectional formatting character (:func:`~.strict_input.check_name_characters`)."""
+    name = params.get(key)
+    if name is not None:
+        try:
+            check_name_characters(key.removesuffix("Name") if key.endswith("Name") else key, name)
+        except UnsafeNameError as exc:
+            raise WsUpgradeError.invalid(str(exc)) from None
+    return name
 
 
 def java_bool(text: str | None) -> bool:
@@ -145,12 +221,8 @@ class ProducerParams:
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> ProducerParams:
-        if params.get("encryptionKeys"):
-            # Pulsar needs a CryptoKeyReader for this (IllegalStateException -> 500); Magnetar has none.
-            raise WsUpgradeError.of(
-                UpgradeFailure.OTHER,
-                "Can't add encryption key without configuring cryptoKeyReaderFactoryClassName",
-            )
+        if "encryptionKeys" in params:
+            raise WsUpgradeError.of(UpgradeFailure.OTHER, encryption_refusal(params["encryptionKeys"]))
         routing = _enum_param(params, "messageRoutingMode", ROUTING_MODES, "SinglePartition")
         initial = params.get("initialSequenceId")
         compression = params.get("compressionType")
@@ -160,7 +232,7 @@ class ProducerParams:
         if hashing is not None:
             _enum_param(params, "hashingScheme", HASHING_SCHEMES, "JavaStringHash")
         return cls(
-            producer_name=params.get("producerName"),
+            producer_name=client_name(params, "producerName"),
             initial_sequence_id=None if initial is None else java_int("initialSequenceId", initial, 64),
             send_timeout_ms=_int_param(params, "sendTimeoutMillis", 30_000, low=0),
             batching_enabled=java_bool(params.get("batchingEnabled")),
@@ -173,6 +245,39 @@ class ProducerParams:
             hashing_scheme=hashing,
             token=params.get("token"),
         )
+
+
+ENCRYPTION_REFUSAL = "Can't add encryption key without configuring cryptoKeyReaderFactoryClassName"
+"""Pulsar's answer (500) to ``encryptionKeys`` when its WebSocket service has no key reader."""
+
+
+def encryption_refusal(value: str) -> str:
+    """Why a producer with ``encryptionKeys`` is refused (a 500, as Pulsar answers it without a key reader).
+
+    Pulsar's WebSocket producer takes the parameter in two forms. A comma-separated list of key names asks
+    the service to encrypt each message (needs ``cryptoKeyReaderFactoryClassName``, else
+    :data:`ENCRYPTION_REFUSAL`, an ``IllegalStateException``: 500). A base64 JSON object of named keys whose
+    values carry ``keyValue`` (Pulsar 3.x) declares client-side encryption: the payloads arrive encrypted
+    and the service stores the keys and each message's ``encryptionParam`` in the message metadata, with
+    batching and compression off. Magnetar has no key reader and stores no encryption metadata, so both
+    forms are refused with Pulsar's status; the reason keeps Pulsar's words and says what to do."""
+    form = "client-side encryption (a base64 JSON map of keys)" if _is_key_map(value) else "encryption"
+    return (
+        f"{ENCRYPTION_REFUSAL}: Magnetar has no such setting and does not support {form}; "
+        "publish without encryptionKeys (encrypt payloads in the application if needed)"
+    )
+
+
+def _is_key_map(value: str) -> bool:
+    """The client-side form: base64 of a JSON object whose first value has a ``keyValue``."""
+    try:
+        decoded = json.loads(base64.b64decode(value.strip(), validate=True))
+    except (ValueError, binascii.Error):
+        return False
+    if not isinstance(decoded, dict) or not decoded:
+        return False
+    first = next(iter(decoded.values()))
+    return isinstance(first, dict) and first.get("keyValue") is not None
 
 
 # --- consumer -----------------------------------------------------------------------------------------------
@@ -219,7 +324,7 @@ class ConsumerParams:
         if ack_timeout != 0 and ack_timeout < MIN_ACK_TIMEOUT_MS:
             raise WsUpgradeError.invalid(f"Ack timeout should be greater than {MIN_ACK_TIMEOUT_MS} ms")
         max_redeliver = params.get("maxRedeliverCount")
-        dead_letter = params.get("deadLetterTopic")
+        dead_letter = client_name(params, "deadLetterTopic")
         redeliver_count = None
         if max_redeliver is not None:
             redeliver_count = java_int("maxRedeliverCount", max_redeliver)
@@ -232,7 +337,7 @@ class ConsumerParams:
             subscription_mode=_enum_param(params, "subscriptionMode", SUBSCRIPTION_MODES, "Durable"),
             receiver_queue_size=_receiver_queue_size(params),
             ack_timeout_ms=ack_timeout,
-            consumer_name=params.get("consumerName"),
+            consumer_name=client_name(params, "consumerName"),
             priority_level=_int_param(params, "priorityLevel", 0, low=0),
             negative_ack_redelivery_delay_ms=_int_param(params, "negativeAckRedeliveryDelay", 60_000, low=0),
             max_redeliver_count=redeliver_count,
@@ -282,7 +387,7 @@ class ReaderParams:
         return cls(
             start_message_id=start,
             receiver_queue_size=_receiver_queue_size(params),
-            reader_name=params.get("readerName"),
+            reader_name=client_name(params, "readerName"),
             crypto_failure_action=_crypto_failure_action(params),
             token=params.get("token"),
         )

@@ -118,7 +118,9 @@ async def test_messages_by_id_examine_and_time(topic_server: TopicServer, client
         (batch_position.entry_id, 1, b"b1", "k", 11),
     ]
     assert (await client.get(f"{BASE}/m/ledger/{first.ledger_id}/entry/99")).status_code == 404
-    assert (await client.get(f"{BASE}/m/ledger/x/entry/1")).status_code == 412
+    bad = await client.get(f"{BASE}/m/ledger/x/entry/1")
+    assert bad.status_code == 400
+    assert bad.json()["reason"].startswith('Invalid ledger "x": not a decimal integer')
 
     earliest = await client.get(f"{BASE}/m/examinemessage", params={"initialPosition": "earliest"})
     assert earliest.content == b"m0"

@@ -193,3 +193,22 @@ def _service_stub() -> Any:
         clock = None
 
     return Stub()
+
+
+async def test_the_guard_refuses_on_the_head_before_a_body_is_read() -> None:
+    """The guard is the routes' head check: a refused caller is answered on its head, the 10 MiB body it
+    announced never sent (and never read)."""
+
+    async def guard(request: HttpRequest, route: BookieRoute) -> None:
+        if request.header("authorization") != "Bearer admin":
+            raise HttpError(401, "Authentication required")
+
+    async with open_cluster(3) as cluster, api(cluster, guard=guard) as (url, _):
+        port = int(url.rsplit(":", 1)[1])
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            head = f"PUT {AR}/decommission HTTP/1.1\r\nhost: x\r\ncontent-length: {10 << 20}\r\n\r\n"
+            await stream.send_all(head.encode())
+            with trio.fail_after(10):
+                answer = await stream.receive_some(65536)
+        assert answer.startswith(b"HTTP/1.1 401 "), answer

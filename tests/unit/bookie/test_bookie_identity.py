@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from magnetar.bookkeeper.bookie.cookie import COOKIE_FILE_NAME, Cookie, CookieFormatError
+from magnetar.bookkeeper.bookie.entry_index import EntryIndex, LedgerRecord
 from magnetar.bookkeeper.bookie.identity import (
     BookieDirectories,
     BookieIdentityError,
@@ -18,6 +19,9 @@ from magnetar.bookkeeper.bookie.identity import (
     format_bookie,
     verify_bookie_identity,
 )
+from magnetar.bookkeeper.bookie.journal_files import journal_file_name
+from magnetar.bookkeeper.bookie.journal_format import HEADER_BYTES
+from magnetar.bookkeeper.bookie.ledger_store import LedgerState
 from magnetar.bookkeeper.metadata.api import Stat
 from magnetar.bookkeeper.metadata.bookies import (
     INSTANCE_ID_PATH,
@@ -172,15 +176,88 @@ async def test_a_bookie_whose_every_directory_is_new_is_refused_under_an_existin
         await check_bookie_identity(store, BOOKIE, dirs_of(tmp_path, "elsewhere"))  # new volumes, new paths
 
 
+def store_an_entry_log(dirs: BookieDirectories) -> None:
+    """The ledger directory holds an entry log: the bookie stored ledger data."""
+    write(str(Path(dirs.ledger[0]) / "ledgers"), "0.log")
+
+
+def journal_a_record(dirs: BookieDirectories) -> None:
+    """The first journal file, as a storage engine preallocates it, with one record after its header."""
+    journal = Path(dirs.journal[0]) / journal_file_name(7)
+    journal.write_bytes(bytes(HEADER_BYTES) + b"\x10\x00\x00\x08" + bytes(4096))
+
+
 async def test_a_changed_address_is_refused(tmp_path: Path) -> None:
     store = MemoryMetadataStore()
     dirs = dirs_of(tmp_path)
     await check_bookie_identity(store, BOOKIE, dirs)
+    store_an_entry_log(dirs)
     with pytest.raises(BookieIdentityError) as refused:
         await check_bookie_identity(store, "127.0.0.1:3999", dirs)
     message = str(refused.value)
     assert "bookie id '127.0.0.1:3181' in the cookie, '127.0.0.1:3999' now" in message
     assert "address or port changed" in message
+    assert f"magnetar admin bookies decommission {BOOKIE}`" in message  # the id the data belongs to
+    assert "decommission 127.0.0.1:3999" not in message
+
+
+async def test_a_fence_in_the_index_is_ledger_data_too(tmp_path: Path) -> None:
+    """A fence (or ledger key) checkpointed into the index, its journal file since deleted."""
+    store = MemoryMetadataStore()
+    dirs = dirs_of(tmp_path)
+    await check_bookie_identity(store, BOOKIE, dirs)
+    index = EntryIndex(Path(dirs.ledger[0]) / "index")
+    batch = index.batch()
+    batch.put_ledger(7, LedgerRecord(LedgerState(master_key=b"k", fenced=True)))
+    index.write_sync(batch)
+    index.close()
+    with pytest.raises(BookieIdentityError, match="address or port changed"):
+        await check_bookie_identity(store, "127.0.0.1:3999", dirs)
+
+
+async def test_a_journal_record_is_ledger_data_too(tmp_path: Path) -> None:
+    store = MemoryMetadataStore()
+    dirs = dirs_of(tmp_path)
+    await check_bookie_identity(store, BOOKIE, dirs)
+    journal_a_record(dirs)
+    with pytest.raises(BookieIdentityError, match="address or port changed"):
+        await check_bookie_identity(store, "127.0.0.1:3999", dirs)
+
+
+async def test_a_changed_address_of_a_bookie_that_never_held_data_takes_the_new_id(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A first start whose port then failed (or a bookie stopped before any client wrote to it): its
+    directories hold a cookie, a journal file without a record, an empty index, the mark, an empty
+    entry-log directory - nothing to lose, so the new id takes them."""
+    store = MemoryMetadataStore()
+    dirs = dirs_of(tmp_path)
+    await check_bookie_identity(store, BOOKIE, dirs)
+    (Path(dirs.journal[0]) / journal_file_name(2)).write_bytes(bytes(HEADER_BYTES + 4096))  # a restart's
+    write(dirs.ledger[0], "lastMark")
+    (Path(dirs.ledger[0]) / "ledgers").mkdir()
+    EntryIndex(Path(dirs.ledger[0]) / "index").close()
+    with caplog.at_level(logging.WARNING):
+        await check_bookie_identity(store, "127.0.0.1:3999", dirs)
+    assert "hold the cookie of bookie 127.0.0.1:3181 but never held ledger data" in caplog.text
+    for _, path in dirs.all():
+        assert cookie_in(path).bookie_id == "127.0.0.1:3999"
+    assert await read_cookie(store, "127.0.0.1:3999") is not None
+    assert await read_cookie(store, BOOKIE) is not None  # kept: the old id stays refused unless retired
+    await check_bookie_identity(store, BOOKIE, dirs)  # and back: its stored cookie is the one expected
+    assert cookie_in(dirs.ledger[0]).bookie_id == BOOKIE
+    await check_bookie_identity(store, BOOKIE, dirs)  # a plain restart
+
+
+async def test_directories_without_data_of_another_cluster_say_how_to_start_fresh(tmp_path: Path) -> None:
+    dirs = dirs_of(tmp_path)
+    await check_bookie_identity(MemoryMetadataStore(), BOOKIE, dirs)
+    with pytest.raises(BookieIdentityError, match="cluster instance id") as refused:
+        await check_bookie_identity(MemoryMetadataStore(), "127.0.0.1:3999", dirs)
+    message = str(refused.value)
+    assert "hold no ledger data" in message
+    assert f"to start fresh, delete {dirs.journal[0]}, {dirs.ledger[0]}" in message
+    assert "decommission" not in message
 
 
 async def test_swapped_volumes_are_refused(tmp_path: Path) -> None:

@@ -139,7 +139,7 @@ async def test_a_broker_reports_when_its_load_moved_and_the_leader_sheds_the_bus
     assert all(op == "unload" and broker == "b" for op, broker, _ in made)
     await busy.manager.carry_out_requests()
     assert len(busy.unloaded) == len(made)
-    with trio.fail_after(1):
+    with trio.fail_after(30):  # a guard against a hang, not a timing claim (an in-memory round takes ms)
         again = await brokers["a"].manager.leader_round()
     assert not {full for _, _, full in again} & {full for _, _, full in made}, (
         "shed again in its grace period"

@@ -74,7 +74,7 @@ def test_malformed_paths_are_400(path: str) -> None:
     with pytest.raises(WsUpgradeError) as err:
         parse_ws_path(path)
     assert err.value.status == 400
-    assert err.value.reason.startswith("Invalid query params: ")
+    assert err.value.reason.startswith("Invalid WebSocket path: ")
 
 
 def test_non_persistent_paths_parse() -> None:
@@ -172,7 +172,11 @@ def test_consumer_defaults_caps_and_window() -> None:
         ({"subscriptionType": "shared"}, "Invalid query params: Invalid subscriptionType shared"),
         ({"subscriptionMode": "Forever"}, "Invalid query params: Invalid subscriptionMode Forever"),
         ({"receiverQueueSize": "-1"}, "Invalid query params: receiverQueueSize needs to be >= 0"),
-        ({"receiverQueueSize": "x"}, 'Invalid query params: For input string: "x" (receiverQueueSize)'),
+        (
+            {"receiverQueueSize": "x"},
+            'Invalid query params: Invalid receiverQueueSize "x": not a decimal integer '
+            "(an optional sign and ASCII digits only)",
+        ),
         ({"ackTimeoutMillis": "999"}, "Invalid query params: Ack timeout should be greater than 1000 ms"),
         ({"maxRedeliverCount": "0"}, "Invalid query params: MaxRedeliverCount must be > 0."),
         ({"priorityLevel": "-1"}, "Invalid query params: priorityLevel needs to be >= 0"),

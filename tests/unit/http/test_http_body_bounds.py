@@ -21,6 +21,7 @@ from magnetar.bookkeeper.runtime.http import (
     WebSocketRequest,
     text_response,
 )
+from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
 
 StartServer = Any  # see conftest.py
 RawRequest = Any
@@ -144,10 +145,11 @@ async def test_an_unknown_route_is_answered_before_the_body(start_server: StartS
         assert (await read_answer(stream)).startswith(b"HTTP/1.1 404 ")
 
 
-async def send_body_request(port: int, path: str, body: bytes) -> bytes:
+async def send_body_request(port: int, path: str, body: bytes, role: str = "") -> bytes:
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
-        head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+        extra = f"x-role: {role}\r\n" if role else ""
+        head = f"POST {path} HTTP/1.1\r\nhost: x\r\n{extra}content-length: {len(body)}\r\n\r\n".encode()
         await stream.send_all(head + body)
         return await read_answer(stream)
 
@@ -241,3 +243,49 @@ async def test_an_upgrade_announcing_a_body_is_refused_unread(start_server: Star
 def test_the_budget_must_hold_one_body() -> None:
     with pytest.raises(pydantic.ValidationError, match="http_bodies_in_flight_bytes_max"):
         HttpSettings(http_body_bytes_max=2 * MIB, http_bodies_in_flight_bytes_max=MIB)
+
+
+async def test_one_caller_holds_at_most_its_share_of_the_budget() -> None:
+    """Sans-IO: a caller (role or address) over its share waits like a body that does not fit; another
+    caller's body still goes in; giving back frees the caller's share."""
+    budget = BodyBudget(100, share_max=40)
+    assert budget.try_take(30, "role:a")
+    assert not budget.try_take(20, "role:a")  # 50 > its share of 40
+    assert budget.try_take(40, "role:b")
+    assert budget.held_by("role:a") == 30
+    assert not await budget.take(20, trio.current_time() + 0.05, "role:a")
+    budget.give_back(30, "role:a")
+    assert budget.held_by("role:a") == 0
+    assert await budget.take(40, trio.current_time() + 0.05, "role:a")
+    assert budget.taken == 80
+
+
+async def test_a_role_over_its_share_waits_while_another_role_is_served(start_server: StartServer) -> None:
+    """Over real sockets: the head check names the role; role a's second body waits (then 503 naming the
+    share's setting) while role b's body is read at once."""
+    recorder = Recorder()
+    router = Router()
+
+    async def check(head: RequestHead) -> str:
+        return head.header("x-role") or "?"
+
+    router.post("/hold", recorder.holding_handler, check=check)
+    router.post("/open", recorder.handler, check=check)
+    srv = await start_server(
+        router,
+        http_body_bytes_max=1000,
+        http_bodies_in_flight_bytes_max=3000,
+        http_bodies_in_flight_bytes_per_role_max=1000,
+        http_request_timeout_ms=300,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send_body_request, srv.port, "/hold", b"h" * 1000, "a")
+        with trio.fail_after(10):
+            while recorder.holding == 0:
+                await trio.sleep(0.01)
+        second = await send_body_request(srv.port, "/open", b"a" * 10, "a")
+        assert second.startswith(b"HTTP/1.1 503 ")
+        assert b"of a exceed http_bodies_in_flight_bytes_per_role_max=1000" in second
+        other = await send_body_request(srv.port, "/open", b"b" * 1000, "b")
+        assert other.startswith(b"HTTP/1.1 200 ")
+        recorder.release.set()

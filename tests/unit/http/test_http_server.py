@@ -90,10 +90,12 @@ async def test_unknown_path_and_wrong_method_answer_json_reasons(start_server: S
     async with httpx.AsyncClient(base_url=srv.base_url) as client:
         missing = await client.get("/nope")
         assert missing.status_code == 404
-        assert missing.json() == {"reason": "Not Found"}
+        assert missing.json() == {"reason": "Not Found: nothing is served at /nope"}
         wrong = await client.delete("/echo/x")
         assert wrong.status_code == 405
-        assert wrong.json() == {"reason": "Method Not Allowed"}
+        assert wrong.json() == {
+            "reason": "Method Not Allowed: DELETE /echo/x - it takes GET, HEAD, POST, PUT"
+        }
         assert wrong.headers["allow"] == "GET, HEAD, POST, PUT"
 
 

@@ -95,7 +95,8 @@ async def test_fuzzed_targets_and_upgrade_paths_never_get_a_5xx_and_bad_characte
         if status >= 300:  # an error's reason, in our words
             reason = json.loads(body)["reason"]
             assert "bytearray(" not in reason, answer
-            assert "b'" not in reason, answer
+            if b"b'" not in target:  # a 404 names the path it was asked for
+                assert "b'" not in reason, answer
         delimited = not any(b in target for b in b" \r\n")
         refused = target_error(target) if target else None
         if delimited and refused is not None:

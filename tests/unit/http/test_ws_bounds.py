@@ -4,12 +4,11 @@ messages cut into many tiny fragments. Each test plays the hostile peer with raw
 
 from __future__ import annotations
 
-import base64
-import os
 from typing import Any
 
 import trio
 import trio.testing
+from fixtures.ws_raw import frame, open_raw, sleeping_router
 
 from magnetar.bookkeeper.runtime.http import (
     HttpSettings,
@@ -29,43 +28,9 @@ from magnetar.bookkeeper.runtime.http.ws_frames import (
     FrameDecoder,
     Ping,
     Pong,
-    encode_frame,
 )
 
 StartServer = Any  # see conftest.py
-KEY = b"\x0a\x0b\x0c\x0d"
-
-
-def frame(opcode: int, payload: bytes = b"", *, fin: bool = True) -> bytes:
-    return encode_frame(opcode, payload, fin=fin, mask_key=KEY)
-
-
-async def open_raw(port: int, path: str) -> trio.SocketStream:
-    """A TCP stream past a successful WebSocket handshake (nothing of the server's frames read yet)."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    key = base64.b64encode(os.urandom(16)).decode()
-    await stream.send_all(
-        (
-            f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        ).encode()
-    )
-    head = b""
-    with trio.fail_after(10):
-        while b"\r\n\r\n" not in head:
-            head += await stream.receive_some(1)
-    assert head.startswith(b"HTTP/1.1 101"), head
-    return stream
-
-
-def sleeping_router(sessions: list[WebSocket], never: trio.Event) -> Router:
-    async def sleeper(request: WebSocketRequest) -> None:
-        sessions.append(await request.accept())
-        await never.wait()
-
-    router = Router()
-    router.websocket("/sleep", sleeper)
-    return router
 
 
 async def test_an_empty_message_wakes_the_handler(start_server: StartServer) -> None:
