@@ -1,9 +1,10 @@
 """Settings of the owner proxy (:mod:`magnetar.broker.protocols.owner_proxy`): a WebSocket session opened on
 a broker that does not own its topic is served through that broker, relayed to the owner.
 
-Every bound of the proxy is here, with its unit last. Pulsar's names where Pulsar has the concept: the
-broker's own credentials for broker-to-broker calls are ``brokerClientAuthenticationParameters`` (here
-``broker_client_auth_token``) and ``brokerClientTrustCertsFilePath`` (``broker_client_tls_trust_certs_file``).
+Every bound of the proxy is here, with its unit last. Pulsar's names where Pulsar has the concept
+(``brokerClientTrustCertsFilePath`` is ``broker_client_tls_trust_certs_file``). The proxy has no credentials
+of its own: an upstream session carries the client's (:mod:`magnetar.broker.protocols.owner_proxy.upstream`),
+so the owner authorizes the client's role, and no broker role needs rights on tenants' topics.
 """
 
 from __future__ import annotations
@@ -53,11 +54,6 @@ class ProxySettings(BaseSettings):
     ws_proxy_partition_opens_max: Annotated[int, Field(ge=1, le=1_000)] = 16
     """A session on a partitioned topic opens its upstream sessions (one per partition) this many at a
     time."""
-    broker_client_auth_token: str | None = None
-    """The token this broker presents to other brokers (the proxy's upstream sessions) when authentication
-    is on: ``token:<jwt>`` or ``file:///path``. Its role must be allowed on every topic it proxies (a
-    superuser role, as Pulsar's ``brokerClientAuthenticationParameters`` usually is). Unset: the
-    ``bookkeeper_auth_token`` (the brokers' role), if any."""
     broker_client_tls_enabled: bool = False
     """Open upstream sessions over TLS (``wss://``, the owner's ``httpUrlTls``) even when the owner also
     serves plain HTTP. An owner that serves only TLS is always reached over TLS."""

@@ -219,6 +219,20 @@ class BrokerSettings(
             )
         if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
             raise ValueError("http_bodies_in_flight_bytes_max must be at least http_body_bytes_max")
+        if (
+            self.ws_proxy_enabled
+            and self.broker_client_tls_enabled
+            and self.tls_require_trusted_client_cert
+            and self.http_port_tls is not None
+        ):
+            # The brokers of a cluster share their TLS settings: the owners' TLS ports want a client
+            # certificate, and the owner proxy's upstream sessions have none to present.
+            raise ValueError(
+                "the owner proxy could not reach other brokers: broker_client_tls_enabled sends its upstream "
+                "sessions to their TLS port, where tls_require_trusted_client_cert asks for a client "
+                "certificate the proxy does not present; set broker_client_tls_enabled=false (the hop then "
+                "uses the owners' plain port) or ws_proxy_enabled=false (sessions on a non-owner get 307)"
+            )
         return self
 
     def advertised_host(self) -> str:

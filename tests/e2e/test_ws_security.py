@@ -314,24 +314,21 @@ def test_a_tls_client_is_redirected_to_the_owners_tls_port_when_the_proxy_is_off
         producer.close()
 
 
-def test_a_session_on_a_non_owner_is_checked_at_the_edge_and_proxied_as_the_broker_over_tls(
+def test_a_session_on_a_non_owner_is_checked_at_the_edge_and_again_by_the_owner_over_tls(
     cluster: Cluster, token_keys: TokenKeys, tls_files: TlsFiles
 ) -> None:
-    """The client's role is checked by the broker it reached; the hop to the owner authenticates as the
-    broker's own role (``broker_client_auth_token``) and, with ``broker_client_tls_enabled``, goes over TLS.
-    A broker without a token of its own is refused by the owner, and the client gets that refusal."""
+    """The client's role is checked by the broker it reached, and again by the owner: the hop carries the
+    client's own token (header or query) and nothing of the broker's - no broker role is a superuser here -
+    and, with ``broker_client_tls_enabled``, goes over TLS."""
     tls = {
         "http_port_tls": 0,
         "tls_certificate_file": tls_files.server_cert,
         "tls_key_file": tls_files.server_key,
-        "super_user_roles": "root,broker",
-        "broker_client_auth_token": f"token:{token_keys.token('broker')}",
         "broker_client_tls_enabled": True,
         "broker_client_tls_trust_certs_file": tls_files.ca_cert,
     }
     first = cluster.start_broker(**secure_settings(token_keys, **tls))
     second = cluster.start_broker(**secure_settings(token_keys, **tls))
-    tokenless = cluster.start_broker(**secure_settings(token_keys, http_port_tls=None))
     set_up_tenants(first)
     assert first.handle is not None
     assert second.handle is not None
@@ -355,12 +352,16 @@ def test_a_session_on_a_non_owner_is_checked_at_the_edge_and_proxied_as_the_brok
             assert not second.service.topics  # not served by the broker the client reached
         finally:
             reader.close()
-        tokenless_url = f"{tokenless.http_url.replace('http://', 'ws://')}/ws/v2/reader/{TOPIC}"
-        with pytest.raises(websocket.WebSocketBadStatusException) as caught:
-            websocket.create_connection(
-                f"{tokenless_url}?token={token_keys.token('root')}", timeout=10, redirect_limit=0
-            )
-        assert caught.value.status_code == 401  # the owner's refusal of the tokenless hop, passed through
+        reader = websocket.create_connection(  # the token in the header this time
+            base.removesuffix("&token="),
+            timeout=10,
+            redirect_limit=0,
+            header=bearer(token_keys.token("consumer-role")),
+        )
+        try:
+            assert recv_json(reader)["payload"] == "cHJveGllZA=="
+        finally:
+            reader.close()
     finally:
         producer.close()
 

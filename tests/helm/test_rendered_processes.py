@@ -39,6 +39,7 @@ import helm_python
 import httpx
 import pytest
 import trio
+import websocket
 from cryptography.hazmat.primitives import serialization
 from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.disk import small_filesystem
@@ -607,6 +608,47 @@ def run_secure_cluster(
         cluster = http.get("/admin/v2/clusters/magnetar").json()
     assert cluster["serviceUrl"] == BROKER_SERVICE_URL
     assert cluster["serviceUrlTls"] == f"https://{RELEASE}-magnetar-broker.{NAMESPACE}.svc.cluster.local:8443"
+
+    # A second broker as rendered: a session opened on the broker that does not own its topic is served
+    # through the owner for an ordinary role - the chart's brokers' role is no superuser, and the proxy
+    # forwards the client's own token, so the owner authorizes the client.
+    second = start(
+        group,
+        "broker-2",
+        ["broker"],
+        broker_pod.localize(container_environment(rendered, "broker", {"POD_IP": "127.0.0.1"})),
+    )
+    plain = f"http://127.0.0.1:{broker.ready['port']}"
+    granted = httpx.post(
+        f"{plain}/admin/v2/namespaces/public/default/permissions/app",
+        json=["produce", "consume"],
+        headers=bearer,
+        timeout=10,
+    )
+    assert granted.status_code == 204, granted.text
+    proxied = "persistent/public/default/secure-chart-proxied"
+    lookup = httpx.get(f"{plain}/lookup/v2/topic/{proxied}", headers=bearer, timeout=10)
+    while lookup.status_code == 307:  # to the broker the leader chose (the token kept: same machine)
+        lookup = httpx.get(lookup.headers["location"], headers=bearer, timeout=10)
+    assert lookup.status_code == 200, lookup.text
+    owner_port = int(lookup.json()["httpUrl"].rsplit(":", 1)[1])
+    (non_owner,) = {broker.ready["port"], second.ready["port"]} - {owner_port}
+    app = token_keys.token("app")
+    session = ws_connect(
+        f"ws://127.0.0.1:{non_owner}/ws/v2/producer/{proxied}",
+        header=[f"Authorization: Bearer {app}"],
+        redirect_limit=0,
+    )
+    session.send(json.dumps({"payload": base64.b64encode(b"proxied").decode()}))
+    assert json.loads(session.recv())["result"] == "ok"
+    stranger = token_keys.token("stranger")
+    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+        ws_connect(
+            f"ws://127.0.0.1:{non_owner}/ws/v2/producer/{proxied}",
+            header=[f"Authorization: Bearer {stranger}"],
+            redirect_limit=0,
+        )
+    assert refused.value.status_code == 403
 
     # The dashboards name only metrics these processes export (Pulsar's, BookKeeper's and Magnetar's own).
     exported = set()

@@ -22,7 +22,10 @@ request:
 6. write the response in one ``send_all`` when its body is bytes, or chunk by chunk when it streams.
 
 Malformed input (h11 ``RemoteProtocolError``) is answered with h11's status hint (400, 431 for an oversized
-head) and the connection is closed; nothing a peer sends can affect another connection.
+head) and the connection is closed; nothing a peer sends can affect another connection. A request target
+holding a byte RFC 3986 does not allow there (a space, ``#``, a control byte, non-ASCII...) is answered 400
+before routing, with a reason naming the character and its offset (:mod:`.request_target`), never h11's
+quote of the raw line.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
 
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
+from magnetar.bookkeeper.runtime.http.request_target import RequestLine, h11_reason, target_error
 from magnetar.bookkeeper.runtime.http.router import HttpMatch, Router, WebSocketHandler, shown_path
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import (
@@ -124,6 +128,8 @@ class HttpConnection:
         self._body_unread = False
         """A body was left unread: drop the rest of it before closing (see :data:`LINGER_S`)."""
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.http_header_bytes_max)
+        self._line = RequestLine(settings.http_header_bytes_max)
+        """The current request's line as received, for the reason of a refusal (:mod:`.request_target`)."""
         self._client = client
         """The peer's address (read from the TCP socket before any TLS wrapping)."""
         self._idle_scope: trio.CancelScope | None = None
@@ -185,8 +191,9 @@ class HttpConnection:
 
     async def _receive_into_h11(self, deadline: float) -> None:
         with trio.move_on_at(deadline):
-            data = await self._stream.receive_some(RECEIVE_CHUNK_BYTES)
-            self._h11.receive_data(bytes(data))
+            data = bytes(await self._stream.receive_some(RECEIVE_CHUNK_BYTES))
+            self._line.feed(data)
+            self._h11.receive_data(data)
             return
         await self._send_error_and_close(408, "Request Timeout")
 
@@ -196,7 +203,8 @@ class HttpConnection:
                 event = self._h11.next_event()
             except h11.RemoteProtocolError as exc:
                 status = exc.error_status_hint
-                await self._send_error_and_close(status, str(exc) or status_phrase(status))
+                reason = self._line.reason(str(exc)) if status == 400 else h11_reason(str(exc))
+                await self._send_error_and_close(status, reason)
             if event is h11.NEED_DATA:
                 await self._receive_into_h11(deadline)
                 continue
@@ -204,7 +212,9 @@ class HttpConnection:
 
     async def _wait_for_request(self) -> bool:
         """Wait (idle timeout, cancellable by shutdown) until the next request has bytes buffered."""
-        if self._h11.trailing_data[0] or self._h11.their_state is not h11.IDLE:
+        pending = self._h11.trailing_data[0]
+        self._line.restart(pending)
+        if pending or self._h11.their_state is not h11.IDLE:
             return True
         self._idle_scope = trio.CancelScope(
             deadline=trio.current_time() + self._settings.http_idle_timeout_ms / 1000
@@ -213,8 +223,9 @@ class HttpConnection:
             with self._idle_scope:
                 if self._shutting_down:
                     return False
-                data = await self._stream.receive_some(RECEIVE_CHUNK_BYTES)
-                self._h11.receive_data(bytes(data))
+                data = bytes(await self._stream.receive_some(RECEIVE_CHUNK_BYTES))
+                self._line.feed(data)
+                self._h11.receive_data(data)
                 return True
             return False
         finally:
@@ -237,6 +248,12 @@ class HttpConnection:
         if _head_bytes(event) > self._settings.http_header_bytes_max:
             # h11 bounds only an *incomplete* head; one that arrived whole in a single read is measured here.
             await self._send_error_and_close(431, "Request Header Fields Too Large")
+        refused = target_error(event.target)
+        if refused is not None:  # before routing: plain requests and WebSocket upgrades alike
+            self._body_unread = any(
+                name in (b"content-length", b"transfer-encoding") for name, _ in event.headers
+            )
+            await self._send_error_and_close(400, refused)
         head, query_error = self._make_head(event)
         if query_error is None and self._is_websocket_upgrade(head):
             try:
@@ -461,7 +478,9 @@ class HttpConnection:
             headers = self._response_headers(response)
             headers.append((b"content-length", str(len(body)).encode()))
             try:
-                out = self._h11.send(h11.Response(status_code=status, headers=headers))
+                out = self._h11.send(
+                    h11.Response(status_code=status, headers=headers, reason=status_phrase(status).encode())
+                )
                 out += self._h11.send(h11.Data(data=body))
                 out += self._h11.send(h11.EndOfMessage())
                 await self._send(out)

@@ -234,6 +234,7 @@ def _control_frame(opcode: int, payload: bytes) -> bytes:
 async def open_ws_client(
     url: str,
     *,
+    target: str | None = None,
     headers: Sequence[tuple[str, str]] = (),
     subprotocols: Sequence[str] = (),
     ssl_context: ssl.SSLContext | None = None,
@@ -242,9 +243,14 @@ async def open_ws_client(
 ) -> WsClient:
     """One attempt: the session on ``url`` (``ws://`` or ``wss://``, path and query included), following at
     most ``redirects_max`` 307s. Raises :class:`WsRejected`, ``OSError`` or ``ssl.SSLError``; the caller
-    bounds it in time (a cancelled attempt closes its socket)."""
+    bounds it in time (a cancelled attempt closes its socket).
+
+    ``target``: the request target to send as it is (the owner proxy sends its client's, never parsed
+    again); the URL - and a redirect's ``Location`` - then give only the scheme, host and port."""
     for _ in range(redirects_max + 1):
-        upstream, location = await _attempt(url, headers, subprotocols, ssl_context, message_bytes_max)
+        upstream, location = await _attempt(
+            url, target, headers, subprotocols, ssl_context, message_bytes_max
+        )
         if upstream is not None:
             return upstream
         assert location is not None
@@ -254,6 +260,7 @@ async def open_ws_client(
 
 async def _attempt(
     url: str,
+    request_target: str | None,
     headers: Sequence[tuple[str, str]],
     subprotocols: Sequence[str],
     ssl_context: ssl.SSLContext | None,
@@ -263,7 +270,10 @@ async def _attempt(
     secure = parts.scheme in ("wss", "https")
     host = parts.hostname or "127.0.0.1"
     port = parts.port or (443 if secure else 80)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if request_target is not None:
+        target = request_target
+    else:
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
     try:
         if secure:

@@ -6,13 +6,15 @@ answering 307 (what a non-owner did before) left them without a way in.
 Design: a **frame-level proxy**. The broker the client reached checks the client exactly as for a session it
 serves itself (authentication, then authorization, then the parameters: the same answers, before anything
 else), and only then, on finding another broker owns the topic, opens an internal WebSocket client session to
-the owner on the same path, query and subprotocols (:mod:`magnetar.bookkeeper.runtime.http.ws_client`),
-authenticated as the broker itself (``broker_client_auth_token``; TLS when the owner only serves TLS, or
-``broker_client_tls_enabled``) and marked with ``x-magnetar-proxied-by`` so the owner never proxies again. The
-owner's answer to the upgrade becomes the answer to the client (a refusal passes through with its status and
-reason). From then on frames are relayed unchanged in both directions (:mod:`.relay`): the owner does all the
-protocol work, and the proxy parses only the little it must to keep its promises when the owner changes
-(:mod:`.tracking`).
+the owner with the client's request target as received, its subprotocols and its own credentials
+(:mod:`.upstream`, over :mod:`magnetar.bookkeeper.runtime.http.ws_client`; TLS when the owner only serves
+TLS, or ``broker_client_tls_enabled``), marked with ``x-magnetar-proxied-by`` so the owner never proxies
+again. The owner checks the client again - the same role, the same topic and subscription - so the hop never
+lets a client do more than it could on the owner directly, and no broker role needs rights on tenants'
+topics. The owner's answer to the upgrade becomes the answer to the client (a refusal passes through with
+its status and reason). From then on frames are relayed unchanged in both directions (:mod:`.relay`): the
+owner does all the protocol work, and the proxy parses only the little it must to keep its promises when the
+owner changes (:mod:`.tracking`).
 
 Why frame-level rather than a second copy of the session logic over a broker-to-broker protocol: one
 implementation of each protocol stays the truth (the owner's), nothing protocol-specific enters the core,
@@ -26,7 +28,9 @@ looks the topic up again with the broker's own lookup (which places an unowned b
 owner whose process does not answer), and reconnects with a bounded back-off and a bounded total deadline;
 the client's session stays open. Client frames that arrive meanwhile wait in a bounded buffer and are
 forwarded in order. Consumers re-grant pull-mode permits; readers restart after the last message they
-delivered. If the deadline passes, the client's session is closed with 1001 so it looks the topic up again.
+delivered. If the deadline passes, the client's session is closed with 1001 so it looks the topic up again;
+if the new owner refuses the client's credentials (a token that expired meanwhile), with 1008 and the
+owner's reason.
 Any other close by the owner (1000 after an unsubscribe, a 4xxx session error) is passed to the client.
 
 Limits (:mod:`magnetar.broker.proxy_settings`): ``ws_proxy_sessions_max``, ``ws_proxy_connect_timeout_ms``,

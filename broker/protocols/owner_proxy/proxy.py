@@ -7,11 +7,9 @@ from __future__ import annotations
 import logging
 import ssl
 from typing import TYPE_CHECKING
-from urllib.parse import urlencode
 
 import trio
 
-from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
@@ -39,6 +37,7 @@ from magnetar.broker.protocols.owner_proxy.tracking import (
     JsonProducerTracker,
     Tracker,
 )
+from magnetar.broker.protocols.owner_proxy.upstream import client_credentials, upstream_target
 from magnetar.broker.protocols.pulsar_ws.params import ProducerParams, WsKind
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 from magnetar.broker.wire.topic_name import TopicName
@@ -61,7 +60,6 @@ class OwnerProxy:
         self.metrics = ProxyMetrics(service.settings.cluster, self.counters)
         """The proxy's ``/metrics`` families (:mod:`.metrics`), added by the broker's HTTP application."""
         self._ssl_context: ssl.SSLContext | None = None
-        self._token: str | None = None
         self._prepared = False
 
     def proxies(self, request: WebSocketRequest) -> bool:
@@ -69,25 +67,23 @@ class OwnerProxy:
         return self._settings.ws_proxy_enabled and request.head.header(PROXIED_BY_HEADER) is None
 
     def _prepare(self) -> None:
-        """Read the broker's own credentials once (``KeyConfigError`` if the token file cannot be read)."""
+        """Build the TLS context of the upstream sessions once."""
         if self._prepared:
             return
         settings = self._settings
-        token_setting = settings.broker_client_auth_token or settings.bookkeeper_auth_token
-        if token_setting:
-            self._token = read_token_setting(token_setting, "broker_client_auth_token")
         trust = settings.broker_client_tls_trust_certs_file or settings.tls_trust_certs_file
         self._ssl_context = client_ssl_context(
             trust_certs_file=trust, check_hostname=settings.broker_client_tls_hostname_verification
         )
         self._prepared = True
 
-    def _url(self, http_url: str, http_url_tls: str, target_path: str, query: str) -> str:
+    def _origin(self, http_url: str, http_url_tls: str) -> str:
+        """The owner's ``ws://host:port`` (``wss://`` for its TLS port)."""
         if http_url_tls and (self._settings.broker_client_tls_enabled or not http_url):
             base = "wss://" + http_url_tls.split("://", 1)[-1]
         else:
             base = "ws://" + http_url.split("://", 1)[-1]
-        return base.rstrip("/") + target_path + (f"?{query}" if query else "")
+        return base.rstrip("/")
 
     async def serve(
         self, request: WebSocketRequest, kind: WsKind, topic: TopicName, http_url: str, http_url_tls: str
@@ -281,14 +277,12 @@ class OwnerProxy:
         overrides: dict[str, str],
         path: str | None = None,
     ) -> WsClient:
-        pairs = [(k, v) for k, v in request.query.pairs if k not in overrides and k != "token"]
-        pairs += list(overrides.items())
-        url = self._url(http_url, http_url_tls, path or request.head.path, urlencode(pairs))
-        headers = [(PROXIED_BY_HEADER, self._service.http_url)]
-        if self._token is not None and self._settings.authentication_enabled:
-            headers.append(("authorization", f"Bearer {self._token}"))
+        url = self._origin(http_url, http_url_tls)
+        target = upstream_target(path or request.head.path, request.head.target, overrides)
+        headers = [(PROXIED_BY_HEADER, self._service.http_url), *client_credentials(request.head)]
         return await open_ws_client(
             url,
+            target=target,
             headers=headers,
             subprotocols=request.subprotocols,
             ssl_context=self._ssl_context if url.startswith("wss://") else None,

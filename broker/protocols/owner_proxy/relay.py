@@ -29,6 +29,7 @@ import trio
 
 from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.bookkeeper.runtime.http.ws_frames import CLOSE_POLICY_VIOLATION
 from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters
 from magnetar.broker.protocols.owner_proxy.tracking import FrameKind, Tracker
 
@@ -247,7 +248,7 @@ class Relay:
             except (GaveUp, WsRejected) as exc:
                 log.warning("proxy: %s: giving the session up: %s", self._topic, exc)
                 self.counters.gave_up += 1
-                self._close = (CLOSE_GOING_AWAY, _close_reason(f"Topic owner unreachable: {exc}"))
+                self._close = _gave_up(exc)
                 scope.cancel()
                 return
             self.moves += 1
@@ -327,6 +328,22 @@ async def send_frames(ws: ClientSide, messages: Sequence[str | bytes]) -> None:
                 await ws.send_text(message)
             else:
                 await ws.send_bytes(message)
+
+
+REFUSED_CREDENTIALS = frozenset({401, 403})
+"""The new owner refused the client's own credentials (forwarded: :mod:`.upstream`), e.g. a token that
+expired since the session was opened."""
+
+
+def _gave_up(exc: GaveUp | WsRejected) -> tuple[int, str]:
+    """How the client's session ends when the topic's new owner could not be reached or refused it. A refusal
+    of the client's credentials is 1008 with the owner's reason: looking the topic up again (1001) would not
+    help, the client needs a valid token."""
+    if isinstance(exc, WsRejected) and exc.status in REFUSED_CREDENTIALS:
+        return CLOSE_POLICY_VIOLATION, _close_reason(
+            f"Refused after the topic moved: {exc.status} {exc.reason}"
+        )
+    return CLOSE_GOING_AWAY, _close_reason(f"Topic owner unreachable: {exc}")
 
 
 def _close_reason(text: str) -> str:
