@@ -63,6 +63,9 @@ class BrokerHandle:
         self._stop.set()
 
 
+WILDCARDS = {"0.0.0.0", "::"}
+"""Bind addresses that name no address of this broker's own."""
+
 HTTP_SERVICE = "broker HTTP"
 HTTPS_SERVICE = "broker HTTPS"
 
@@ -108,7 +111,7 @@ async def run_broker(
         router = build_router(service)
         if register_routes is not None:
             register_routes(router, service)
-        peers = PeerAddresses({settings.bind_address, settings.advertised_host()})
+        peers = PeerAddresses({settings.bind_address, settings.advertised_host()} - WILDCARDS)
         server, tls_server = _http_servers(settings, router, peers)
         async with trio.open_nursery() as nursery:
             ports: list[int] = await nursery.start(server.serve)
