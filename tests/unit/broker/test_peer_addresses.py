@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+from fixtures.http_raw import read_answer
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -240,13 +241,7 @@ async def status_of(port: int, source: str) -> bytes:
     """The status line a new connection from ``source`` gets for ``GET /hello`` (kept open)."""
     stream = await trio.open_tcp_stream("127.0.0.1", port, local_address=source)
     await stream.send_all(b"GET /hello HTTP/1.1\r\nhost: x\r\n\r\n")
-    answer = b""
-    with trio.fail_after(10):
-        while b"\r\n" not in answer:
-            chunk = await stream.receive_some(4096)
-            if not chunk:
-                break
-            answer += chunk
+    answer = await read_answer(stream)
     HELD.append(stream)
     return answer.partition(b"\r\n")[0]
 
