@@ -133,7 +133,7 @@ class PeerAddresses:
         for host in self.own_hosts:
             own |= self._resolved.get(host, frozenset())
         peers: set[str] = set()
-        for host in self._peer_hosts - self.own_hosts:
+        for host in self._peer_hosts:
             peers |= self._resolved.get(host, frozenset())
         shared = frozenset(peers & own)
         if shared and shared != self._shared:

@@ -123,6 +123,15 @@ def test_a_peer_sharing_this_brokers_address_stays_limited(caplog: pytest.LogCap
     assert "http_connections_per_ip_max" in warnings[0]
 
 
+def test_brokers_of_one_dev_cluster_share_an_address_and_say_so(caplog: pytest.LogCaptureFixture) -> None:
+    peers = PeerAddresses({"127.0.0.1"})  # every broker binds and advertises 127.0.0.1
+    with caplog.at_level(logging.WARNING):
+        peers.set_peers({"127.0.0.1"})
+        peers.resolved("127.0.0.1", ["127.0.0.1"])
+    assert peers.exempt == frozenset()
+    assert any("share this broker's address(es) 127.0.0.1" in r.getMessage() for r in caplog.records)
+
+
 def test_a_failed_resolution_keeps_the_last_good_addresses_and_is_news_once() -> None:
     peers = PeerAddresses(set())
     peers.set_peers({"b.example"})
