@@ -318,8 +318,10 @@ def describe(exc: ValidationError) -> str:
 def _what(error: Mapping[str, Any]) -> str:
     """An error's message with the value refused, unless the message shows it already."""
     message = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] != "value_error" and isinstance(error.get("input"), int | float | str):
-        message = f"{message} (got {shown(json.dumps(error['input']))})"
+    value = error.get("input")
+    if error["type"] != "value_error" and isinstance(value, int | float | str):
+        got = f'"{shown(value)}"' if isinstance(value, str) else shown(json.dumps(value))
+        message = f"{message} (got {got})"
     return message
 
 
