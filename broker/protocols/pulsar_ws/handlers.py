@@ -67,6 +67,7 @@ from magnetar.broker.core.publish import MESSAGES
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.http_status import http_status
 from magnetar.broker.protocols.magnetar_v1.consumer import BinaryConsumerCommands, BinaryReaderCommands
 from magnetar.broker.protocols.magnetar_v1.producer import BinaryFrames, BinaryPublisher
 from magnetar.broker.protocols.outbound import OutboundFrames
@@ -179,7 +180,7 @@ class WsHandlers:
         elif isinstance(exc, WsUpgradeError):
             response = error_response(exc.status, exc.reason)
         elif isinstance(exc, ServiceError):
-            response = error_response(exc.status, f"Failed to create producer/consumer: {exc}")
+            response = error_response(http_status(exc), f"Failed to create producer/consumer: {exc}")
         else:
             raise exc
         await request.reject(response)
