@@ -55,14 +55,12 @@ class BinaryConsumerCommands:
         consumers: list[Subscriber],
         flow: FlowControl,
         frames: OutboundFrames,
-        wake_timers: Callable[[], None],
         kick: Kick,
     ) -> None:
         self._consumers = consumers
         self._flow = flow
         self._by_partition = {c.partition: c for c in consumers}
         self._frames = frames
-        self._wake_timers = wake_timers
         self._kick = kick
 
     async def on_frame(self, message: str | bytes) -> None:
@@ -97,7 +95,6 @@ class BinaryConsumerCommands:
             except ValueError:
                 continue  # out of range: an id no broker wrote; ignored like unknown ids
             subscriber.nack(message_id)
-        self._wake_timers()
 
     async def _unsubscribe(self) -> None:
         try:

@@ -64,6 +64,7 @@ from magnetar.broker.core.errors import NotOwnerError, ServiceError
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.publish import MESSAGES
+from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.topic import PersistentTopic
@@ -124,7 +125,6 @@ class _Session:
         )
         self.scope = trio.CancelScope()
         self.kicked: tuple[int, str] | None = None
-        self.timers = trio.Event()
 
     def kick(self, code: int, reason: str) -> None:
         if self.kicked is None:
@@ -134,9 +134,6 @@ class _Session:
     def going_away(self, reason: str) -> None:
         """The topic went away (unloaded, terminated, lost): 1001, so the client looks it up again."""
         self.kick(CLOSE_GOING_AWAY, reason)
-
-    def wake_timers(self) -> None:
-        self.timers.set()
 
     async def accept(self, request: WebSocketRequest) -> WebSocket:
         return await request.accept(SUBPROTOCOL if self.binary else None)
@@ -474,20 +471,16 @@ class WsHandlers:
         try:
             ws = await session.accept(request)
             by_partition = {c.partition: c for c in consumers}
-            commands = BinaryConsumerCommands(
-                consumers, flow, session.frames, session.wake_timers, session.kick
-            )
+            commands = BinaryConsumerCommands(consumers, flow, session.frames, session.kick)
+            timers = RedeliveryTimers(consumers, self._service.settings.consumer_ack_timeout_tick_ms)
 
             async def on_frame(message: str | bytes) -> None:
                 if isinstance(message, bytes):
                     raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
                 await self._consumer_command(session, consumers, flow, by_partition, message)
 
-            async def timers() -> None:
-                await self._run_timers(session, consumers)
-
             handler = commands.on_frame if session.binary else on_frame
-            await self._serve(ws, session, handler, timers, deliveries=True)
+            await self._serve(ws, session, handler, timers.run, deliveries=True)
         finally:
             self._remove_consumers(consumers)
 
@@ -517,7 +510,6 @@ class WsHandlers:
                 subscriber.ack(command.message_id)
             else:
                 subscriber.nack(command.message_id)
-                session.timers.set()
         elif kind is CommandType.PERMIT:
             assert command.permit_messages is not None
             flow.grant(command.permit_messages)
@@ -530,19 +522,6 @@ class WsHandlers:
             except ServiceError as exc:
                 raise WsSessionError(WsErrorCode.UNKNOWN_ERROR, f"Unsubscribe failed: {exc}") from None
             session.kick(CLOSE_NORMAL, "Unsubscribed")
-
-    async def _run_timers(self, session: _Session, consumers: list[Subscriber]) -> None:
-        """Ack-timeout and negative-ack redelivery, checked every ``consumer_ack_timeout_tick_ms``."""
-        tick_s = self._service.settings.consumer_ack_timeout_tick_ms / 1000
-        while True:
-            if not any(c.needs_timers for c in consumers):
-                session.timers = trio.Event()
-                await session.timers.wait()
-                continue
-            await trio.sleep(tick_s)
-            now = trio.current_time()
-            for subscriber in consumers:
-                subscriber.redeliver_due(now)
 
     @staticmethod
     def _remove_consumers(consumers: list[Subscriber]) -> None:
