@@ -5,7 +5,7 @@ Deliveries are encoded by the session's :class:`~.producer.BinaryFrames` (the co
 records, sent as MESSAGES frames. This module handles what the client sends: acknowledgements (by id, as the
 JSON API, or by range: every message delivered to the session
 and still unacknowledged within the range), negative acks, permits, unsubscribe and the end-of-topic query,
-with the JSON API's semantics (:mod:`magnetar.broker.protocols.pulsar_ws.handlers`), as calls on the
+with the JSON API's semantics (:mod:`magnetar.broker.protocols.pulsar_ws.adapter`), as calls on the
 session's :class:`~magnetar.broker.core.subscriber.Subscriber` handles (positions). A malformed frame closes
 the session with 4003.
 """

@@ -15,10 +15,10 @@ from fixtures.ws_fakes import FakeClient
 
 from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
 from magnetar.broker.exposition import render_text
-from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
-from magnetar.broker.protocols.owner_proxy.proxy import OwnerProxy
-from magnetar.broker.protocols.owner_proxy.relay import Relay
-from magnetar.broker.protocols.owner_proxy.tracking import (
+from magnetar.broker.owner_proxy.metrics import ProxyCounters, ProxyMetrics
+from magnetar.broker.owner_proxy.proxy import OwnerProxy
+from magnetar.broker.owner_proxy.relay import Relay
+from magnetar.broker.owner_proxy.tracking import (
     BinaryProducerTracker,
     ConsumerTracker,
     FrameKind,

@@ -17,8 +17,7 @@ from magnetar.bookkeeper.runtime.http import WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
 from magnetar.broker.core.key_hash import partition_for_key
 from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.protocols.magnetar_v1.producer import route_frame
-from magnetar.broker.protocols.owner_proxy.fanout import (
+from magnetar.broker.owner_proxy.fanout import (
     DELIVERED_IDS_MAX,
     BinaryProducerFan,
     ConsumerFan,
@@ -26,7 +25,8 @@ from magnetar.broker.protocols.owner_proxy.fanout import (
     JsonProducerFan,
     PartitionPort,
 )
-from magnetar.broker.protocols.owner_proxy.tracking import ConsumerTracker, JsonProducerTracker
+from magnetar.broker.owner_proxy.tracking import ConsumerTracker, JsonProducerTracker
+from magnetar.broker.protocols.magnetar_v1.producer import route_frame
 from magnetar.broker.protocols.ws_errors import WsSessionError
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import StoredMessage

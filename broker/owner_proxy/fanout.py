@@ -68,10 +68,10 @@ from magnetar.bookkeeper.runtime.http import (
 )
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient
 from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.owner_proxy.relay import Connect, Relay, send_frames
+from magnetar.broker.owner_proxy.tracking import Tracker
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
 from magnetar.broker.protocols.outbound import RECORDS_FRAME_BYTES_MAX
-from magnetar.broker.protocols.owner_proxy.relay import Connect, Relay, send_frames
-from magnetar.broker.protocols.owner_proxy.tracking import Tracker
 from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
     end_of_topic_json,
@@ -101,7 +101,7 @@ from magnetar.broker.wire.magnetar_v1 import (
 from magnetar.broker.wire.message_id import MessageId
 
 if TYPE_CHECKING:
-    from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters
+    from magnetar.broker.owner_proxy.metrics import ProxyCounters
     from magnetar.broker.proxy_settings import ProxySettings
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,8 @@ import trio
 from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.bookkeeper.runtime.http.ws_frames import CLOSE_POLICY_VIOLATION
-from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters
-from magnetar.broker.protocols.owner_proxy.tracking import FrameKind, Tracker
+from magnetar.broker.owner_proxy.metrics import ProxyCounters
+from magnetar.broker.owner_proxy.tracking import FrameKind, Tracker
 
 if TYPE_CHECKING:
     from magnetar.broker.proxy_settings import ProxySettings

@@ -15,15 +15,15 @@ from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
 from magnetar.broker.core.errors import ServiceError
 from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.protocols.owner_proxy.fanout import (
+from magnetar.broker.owner_proxy.fanout import (
     BinaryProducerFan,
     ConsumerFan,
     Fan,
     FanOutSession,
     JsonProducerFan,
 )
-from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
-from magnetar.broker.protocols.owner_proxy.relay import (
+from magnetar.broker.owner_proxy.metrics import ProxyCounters, ProxyMetrics
+from magnetar.broker.owner_proxy.relay import (
     OPEN_FINAL_STATUSES,
     Connect,
     GaveUp,
@@ -31,13 +31,13 @@ from magnetar.broker.protocols.owner_proxy.relay import (
     Relay,
     connect_with_retry,
 )
-from magnetar.broker.protocols.owner_proxy.tracking import (
+from magnetar.broker.owner_proxy.tracking import (
     BinaryProducerTracker,
     ConsumerTracker,
     JsonProducerTracker,
     Tracker,
 )
-from magnetar.broker.protocols.owner_proxy.upstream import client_credentials, upstream_target
+from magnetar.broker.owner_proxy.upstream import client_credentials, upstream_target
 from magnetar.broker.protocols.pulsar_ws.params import ProducerParams, WsKind
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 from magnetar.broker.wire.topic_name import TopicName
