@@ -11,10 +11,13 @@ rest, in its own terms:
   frame handler of a bound session: it parses each frame the client sends into calls on the core (a publish,
   an acknowledgement, a permit...) and pushes its answers into the outbound queue. A frame that ends the
   session raises :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`; an ``unsubscribe`` that
-  succeeded calls the session's ``kick``.
+  succeeded calls the session's ``kick``;
+* :meth:`ProtocolAdapter.relay_tracker` - what the owner proxy (:mod:`magnetar.broker.owner_proxy`) must
+  know of the adapter's frames to relay a session across a change of owner without knowing the protocol
+  (:mod:`.relay_tracking`).
 
 An adapter imports only the core, the wire formats and the shared helpers of this package (this module,
-:mod:`.outbound`, :mod:`.ws_errors`); the architecture test holds it to that.
+:mod:`.outbound`, :mod:`.ws_errors`, :mod:`.relay_tracking`); the architecture test holds it to that.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.protocols.outbound import OutboundFrames
+from magnetar.broker.protocols.relay_tracking import Tracker
 
 FrameHandler = Callable[[str | bytes], Awaitable[None]]
 """Handles one frame the client sent (text or binary)."""
@@ -83,3 +87,8 @@ class ProtocolAdapter(Protocol):
     def consumer(self, session: ConsumerSession) -> FrameHandler: ...
 
     def reader(self, session: ConsumerSession) -> FrameHandler: ...
+
+    def relay_tracker(self, *, producer: bool, pull_mode: bool, reader: bool) -> Tracker:
+        """A new tracker of a relayed producer session, or of a consumer (``pull_mode`` as the client asked)
+        or reader session."""
+        ...

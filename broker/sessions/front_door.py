@@ -135,7 +135,9 @@ class SessionFrontDoor:
 
     # -- shared -----------------------------------------------------------------------------------
 
-    async def _proxied(self, request: WebSocketRequest, kind: WsKind, exc: Exception) -> bool:
+    async def _proxied(
+        self, request: WebSocketRequest, session: _Session, kind: WsKind, exc: Exception
+    ) -> bool:
         """Serve a session refused with :class:`NotOwnerError` through the owner proxy
         (:mod:`magnetar.broker.owner_proxy`); False if it is not for the proxy: another error, the
         proxy off, or a session that is itself proxied. A partitioned topic of which some partition is not
@@ -149,9 +151,9 @@ class SessionFrontDoor:
         except ServiceError:
             return False
         if partitions > 0:
-            await self._proxy.serve_partitioned(request, kind, topic, partitions)
+            await self._proxy.serve_partitioned(request, kind, session.adapter, topic, partitions)
         else:
-            await self._proxy.serve(request, kind, topic, exc.http_url, exc.http_url_tls)
+            await self._proxy.serve(request, kind, session.adapter, topic, exc.http_url, exc.http_url_tls)
         return True
 
     async def _refuse(self, request: WebSocketRequest, exc: Exception) -> None:
@@ -275,7 +277,7 @@ class SessionFrontDoor:
                 )
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_producers(producers)
-            if not await self._proxied(request, WsKind.PRODUCER, exc):
+            if not await self._proxied(request, session, WsKind.PRODUCER, exc):
                 await self._refuse(request, exc)
             return
         publisher: Producer | PartitionRouter[Producer] = producers[0][1]
@@ -397,7 +399,7 @@ class SessionFrontDoor:
                 )
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_consumers(consumers)
-            if not await self._proxied(request, WsKind.CONSUMER, exc):
+            if not await self._proxied(request, session, WsKind.CONSUMER, exc):
                 await self._refuse(request, exc)
             return
         try:
@@ -451,7 +453,7 @@ class SessionFrontDoor:
                 consumers.append(topic.create_reader(start, make))
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_consumers(consumers)
-            if not await self._proxied(request, WsKind.READER, exc):
+            if not await self._proxied(request, session, WsKind.READER, exc):
                 await self._refuse(request, exc)
             return
         try:

@@ -8,7 +8,9 @@ from __future__ import annotations
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession
 from magnetar.broker.protocols.magnetar_v1.consumer import BinaryConsumerCommands, BinaryReaderCommands
 from magnetar.broker.protocols.magnetar_v1.producer import BinaryFrames, BinaryPublisher
+from magnetar.broker.protocols.magnetar_v1.relay_tracking import BinaryConsumerTracker, BinaryProducerTracker
 from magnetar.broker.protocols.outbound import OutboundFrames
+from magnetar.broker.protocols.relay_tracking import Tracker
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 
 
@@ -38,3 +40,8 @@ class MagnetarV1Adapter:
 
     def reader(self, session: ConsumerSession) -> FrameHandler:
         return BinaryReaderCommands(session.subscribers, session.flow, session.frames).on_frame
+
+    def relay_tracker(self, *, producer: bool, pull_mode: bool, reader: bool) -> Tracker:
+        if producer:
+            return BinaryProducerTracker()
+        return BinaryConsumerTracker(pull_mode=pull_mode, reader=reader)

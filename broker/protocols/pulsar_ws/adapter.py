@@ -30,7 +30,9 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
     plain_ack_fields,
     producer_ack_error,
 )
+from magnetar.broker.protocols.pulsar_ws.relay_tracking import JsonConsumerTracker, JsonProducerTracker
 from magnetar.broker.protocols.pulsar_ws.session_io import JsonAcks, JsonFrames
+from magnetar.broker.protocols.relay_tracking import Tracker
 from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
 
 
@@ -132,3 +134,8 @@ class PulsarWsAdapter:
                 flow.release()
 
         return on_frame
+
+    def relay_tracker(self, *, producer: bool, pull_mode: bool, reader: bool) -> Tracker:
+        if producer:
+            return JsonProducerTracker()
+        return JsonConsumerTracker(pull_mode=pull_mode, reader=reader)
