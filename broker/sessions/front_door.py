@@ -162,7 +162,7 @@ class SessionFrontDoor:
                 location = "wss://" + exc.http_url_tls.split("://", 1)[-1] + request.head.target
             else:
                 location = "ws://" + exc.http_url.split("://", 1)[-1] + request.head.target
-            response = error_response(307, str(exc), (("location", location),))
+            response = error_response(http_status(exc), str(exc), (("location", location),))
         elif isinstance(exc, WsUpgradeError):
             response = error_response(exc.status, exc.reason)
         elif isinstance(exc, ServiceError):
