@@ -24,15 +24,15 @@ from magnetar.bookkeeper.runtime.http import (
 )
 from magnetar.broker.exposition import CONTENT_TYPE
 from magnetar.broker.lookup import LookupHandlers
-from magnetar.broker.protocols.pulsar_ws.handlers import WsHandlers
 from magnetar.broker.service import BrokerService
+from magnetar.broker.sessions.front_door import SessionFrontDoor
 
 PROMETHEUS_CONTENT_TYPE = CONTENT_TYPE
 
 
 def build_router(service: BrokerService) -> Router:
     router = Router()
-    ws = WsHandlers(service)
+    ws = SessionFrontDoor(service)
     service.metrics.add_source(ws.proxy_metrics)
     router.websocket("/ws/v2/producer/{domain}/{tenant}/{namespace}/{topic:path}", ws.producer)
     router.websocket("/ws/v2/consumer/{domain}/{tenant}/{namespace}/{topic:path}/{subscription}", ws.consumer)

@@ -20,6 +20,7 @@ from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, RequestHead, json_response
 from magnetar.broker.authorization import TopicOperation
 from magnetar.broker.core.errors import ServiceError
+from magnetar.broker.http_status import http_status
 from magnetar.broker.service import BrokerService
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.topic_name import TopicDomain, TopicName
@@ -58,7 +59,7 @@ class LookupHandlers:
             await self._service.check_partition_exists(topic)
             resolution = await self._service.lookup(topic)
         except ServiceError as exc:
-            raise HttpError(exc.status, str(exc)) from None
+            raise HttpError(http_status(exc), str(exc)) from None
         owner = resolution.owner
         if resolution.redirect:
             base = owner.httpUrlTls if request.head.tls and owner.httpUrlTls else owner.httpUrl
@@ -74,5 +75,5 @@ class LookupHandlers:
             await self._service.check_partition_exists(topic)
             _, bundle = await self._service.bundle_of(topic)
         except ServiceError as exc:
-            raise HttpError(exc.status, str(exc)) from None
+            raise HttpError(http_status(exc), str(exc)) from None
         return json_response(bundle)

@@ -16,7 +16,7 @@ A partition (``x-partition-i``) hashes by its own full name, as in Pulsar: the p
 into different bundles and, with the load manager spreading bundles, onto different brokers. A WebSocket
 session on a partitioned topic is served by whichever broker the client reached, through one upstream
 session per partition on that partition's owner
-(:mod:`magnetar.broker.protocols.owner_proxy.fanout`); admin calls on a partitioned topic ask each
+(:mod:`magnetar.broker.owner_proxy.fanout`); admin calls on a partitioned topic ask each
 partition's owner (:mod:`magnetar.admin.rest.partitions`).
 """
 

@@ -1,7 +1,7 @@
 """The addresses of the cluster's other live brokers, which the per-address connection limit leaves out.
 
 Theory of operation. A broker that is not a topic's owner proxies each WebSocket session to the owner over a
-connection of its own (:mod:`.protocols.owner_proxy`), carrying the client's credentials: at the owner, all
+connection of its own (:mod:`.owner_proxy`), carrying the client's credentials: at the owner, all
 the sessions one peer proxies arrive from that peer's address. Counted against ``http_connections_per_ip_max``
 they would cap what a pair of brokers can proxy at that limit, far below ``ws_proxy_sessions_max``. So the
 owner's HTTP server asks :class:`PeerAddresses` (its ``unlimited_address`` predicate) whether a new

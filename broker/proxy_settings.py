@@ -1,9 +1,9 @@
-"""Settings of the owner proxy (:mod:`magnetar.broker.protocols.owner_proxy`): a WebSocket session opened on
+"""Settings of the owner proxy (:mod:`magnetar.broker.owner_proxy`): a WebSocket session opened on
 a broker that does not own its topic is served through that broker, relayed to the owner.
 
 Every bound of the proxy is here, with its unit last. Pulsar's names where Pulsar has the concept
 (``brokerClientTrustCertsFilePath`` is ``broker_client_tls_trust_certs_file``). The proxy has no credentials
-of its own: an upstream session carries the client's (:mod:`magnetar.broker.protocols.owner_proxy.upstream`),
+of its own: an upstream session carries the client's (:mod:`magnetar.broker.owner_proxy.upstream`),
 so the owner authorizes the client's role, and no broker role needs rights on tenants' topics.
 """
 

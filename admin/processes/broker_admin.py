@@ -39,6 +39,7 @@ from magnetar.broker.core.errors import (
     TopicNotFoundError,
 )
 from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.http_status import http_status
 from magnetar.broker.policies import PolicyError
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
@@ -119,7 +120,7 @@ class BrokerBundleHost:
         except NotOwnerError as exc:
             raise AdminError(409, str(exc)) from None
         except ServiceError as exc:
-            raise AdminError(exc.status, str(exc)) from None
+            raise AdminError(http_status(exc), str(exc)) from None
         except MetadataStoreError as exc:
             raise AdminError(503, f"splitting {namespace}/{bundle} failed: {exc}") from None
 
@@ -143,7 +144,7 @@ class BrokerBundleHost:
                     continue
                 count += 1
         except ServiceError as exc:
-            raise AdminError(exc.status, str(exc)) from None
+            raise AdminError(http_status(exc), str(exc)) from None
         except (MetadataStoreError, PolicyError) as exc:
             raise AdminError(503, f"unloading {namespace} failed: {exc}") from None
         return count

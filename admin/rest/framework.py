@@ -57,6 +57,7 @@ from magnetar.bookkeeper.runtime.http import (
     text_response,
 )
 from magnetar.broker.core.errors import NotOwnerError, ServiceError
+from magnetar.broker.http_status import http_status
 from magnetar.broker.policies import PolicyError
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.strict_input import INT64_MAX, INT64_MIN, NumberFormatError, parse_long, shown
@@ -337,7 +338,7 @@ def error_for(exc: Exception) -> HttpError | None:
     if isinstance(exc, InvalidTopicNameError):
         return HttpError(412, str(exc))
     if isinstance(exc, ServiceError) and not isinstance(exc, NotOwnerError):
-        return HttpError(exc.status, str(exc))
+        return HttpError(http_status(exc), str(exc))
     if isinstance(exc, StoreUnavailableError):
         return HttpError(503, "Metadata store unavailable")
     if isinstance(exc, InvalidPathError):  # a name the checks let through makes a path the store refuses

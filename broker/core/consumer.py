@@ -89,6 +89,9 @@ class Consumer:
         """Ends the client's session because the topic or subscription went away, so that the client looks
         the topic up again (set by the adapter, which says it in its own terms: a WebSocket closes with
         1001)."""
+        self.wake_timers: Callable[[], None] | None = None
+        """Wakes the session's :class:`~.redelivery_timers.RedeliveryTimers` when a negative ack is
+        scheduled (set by them)."""
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         self.rate_out = Rate()
@@ -153,6 +156,8 @@ class Consumer:
 
     def schedule_nack(self, delivery: Delivery) -> None:
         self.nacked.append((trio.current_time() + self.nack_delay_s, delivery))
+        if self.wake_timers is not None:
+            self.wake_timers()
 
     def due_redeliveries(self, now: float) -> tuple[list[Delivery], list[Delivery]]:
         """(negatively acknowledged messages whose delay passed, pending messages past the ack timeout)."""

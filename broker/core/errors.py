@@ -1,5 +1,7 @@
-"""What the broker service refuses, whatever protocol asked: each refusal carries the HTTP status it is
-answered with on a WebSocket upgrade or an admin call; a protocol adapter turns it into its own terms.
+"""What the broker service refuses, whatever protocol asked, as protocol-neutral kinds (:class:`ErrorKind`):
+the core says *what* went wrong, and each adapter answers it in its own terms from one table of its own -
+the HTTP status of an admin call or a refused WebSocket upgrade (:mod:`magnetar.broker.http_status`), a
+WebSocket close code, later a Pulsar ``ServerError``.
 
 The base :class:`~magnetar.broker.wire.errors.BrokerError` and the errors of names, ids and entries are in
 :mod:`magnetar.broker.wire.errors` (clients import them without the server).
@@ -7,86 +9,94 @@ The base :class:`~magnetar.broker.wire.errors.BrokerError` and the errors of nam
 
 from __future__ import annotations
 
+from enum import Enum
+
 from magnetar.broker.wire.errors import BrokerError
 
 
-class ServiceError(BrokerError):
-    """A request the broker service refuses; ``status`` is the HTTP status of a refused WebSocket upgrade or
-    admin call (Pulsar's ``AbstractWebSocketHandler.getErrorCode`` / ``RestException``)."""
+class ErrorKind(Enum):
+    """What kind of refusal a :class:`ServiceError` is; adapters map each kind to their own code."""
 
-    status = 500
+    NOT_FOUND = "not found"
+    """No such topic or namespace."""
+    BUSY = "busy"
+    """Another client holds what was asked for (a producer name, an exclusive subscription)."""
+    IN_USE = "in use"
+    """The thing is in use and cannot be changed now (a subscription with connected consumers)."""
+    LIMIT_REACHED = "limit reached"
+    """One more would exceed a configured limit."""
+    UNAVAILABLE = "unavailable"
+    """Not now: the topic is terminated, closing or its bundle not settled; look it up again or retry."""
+    ELSEWHERE = "served elsewhere"
+    """Another broker serves it (:class:`NotOwnerError` names which)."""
+    INTERNAL = "internal"
+    """Anything else."""
+
+
+class ServiceError(BrokerError):
+    """A request the broker service refuses; ``kind`` says what kind of refusal it is."""
+
+    kind = ErrorKind.INTERNAL
 
 
 class TopicNotFoundError(ServiceError):
-    """Pulsar's ``TopicDoesNotExistException`` / ``NotFoundException`` (404): no such topic and auto-creation
-    is off, or its namespace does not exist."""
+    """Pulsar's ``TopicDoesNotExistException`` / ``NotFoundException``: no such topic and auto-creation is
+    off, or its namespace does not exist."""
 
-    status = 404
+    kind = ErrorKind.NOT_FOUND
 
 
 class ProducerBusyError(ServiceError):
-    """Pulsar's ``ProducerBusyException`` (409): a producer of that name is already connected."""
+    """Pulsar's ``ProducerBusyException``: a producer of that name is already connected."""
 
-    status = 409
+    kind = ErrorKind.BUSY
 
 
 class ConsumerBusyError(ServiceError):
-    """Pulsar's ``ConsumerBusyException`` (409): an exclusive subscription already has its consumer, or the
+    """Pulsar's ``ConsumerBusyException``: an exclusive subscription already has its consumer, or the
     subscription type differs from the one in use."""
 
-    status = 409
+    kind = ErrorKind.BUSY
 
 
 class TopicTerminatedError(ServiceError):
-    """Pulsar's ``TopicTerminatedException`` (503 on producer creation)."""
+    """Pulsar's ``TopicTerminatedException`` (on producer creation)."""
 
-    status = 503
+    kind = ErrorKind.UNAVAILABLE
 
 
 class TopicClosedError(ServiceError):
-    """The topic is being unloaded or its bundle was lost; the client should look it up again (503)."""
+    """The topic is being unloaded or its bundle was lost; the client should look it up again."""
 
-    status = 503
+    kind = ErrorKind.UNAVAILABLE
 
 
 class ServiceUnitNotReadyError(ServiceError):
-    """The bundle's ownership could not be settled (metadata store unavailable, a race): retry (503)."""
+    """The bundle's ownership could not be settled (metadata store unavailable, a race): retry."""
 
-    status = 503
+    kind = ErrorKind.UNAVAILABLE
 
 
 class SubscriptionBusyError(ServiceError):
-    """Pulsar's "Subscription has active connected consumers" (412)."""
+    """Pulsar's "Subscription has active connected consumers"."""
 
-    status = 412
+    kind = ErrorKind.IN_USE
 
 
 class TooManyTopicsError(ServiceError):
     """Creating one more topic would exceed ``topics_per_namespace_max`` (Pulsar's ``maxTopicsPerNamespace``,
-    412 "Exceed maximum number of topics in namespace")."""
+    "Exceed maximum number of topics in namespace")."""
 
-    status = 412
+    kind = ErrorKind.LIMIT_REACHED
 
 
 class NotOwnerError(ServiceError):
-    """This broker does not own the topic's bundle; ``http_url`` is the owner's (307 redirect), and
-    ``http_url_tls`` its TLS URL when it serves one (a client that came over TLS is sent there)."""
+    """This broker does not own the topic's bundle; ``http_url`` is the owner's, and ``http_url_tls`` its TLS
+    URL when it serves one (a client that came over TLS is sent there)."""
 
-    status = 307
+    kind = ErrorKind.ELSEWHERE
 
     def __init__(self, message: str, http_url: str, http_url_tls: str = "") -> None:
         super().__init__(message)
         self.http_url = http_url
         self.http_url_tls = http_url_tls
-
-
-class SessionRefusedError(BrokerError):
-    """A client session refused before it began, answered with ``status`` and ``{"reason": reason}`` in the
-    session's own words: authentication (401), authorization (403), grants that could not be read (503),
-    and every refusal of a WebSocket upgrade
-    (:class:`~magnetar.broker.protocols.ws_errors.WsUpgradeError`)."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(f"{status} {reason}")
-        self.status = status
-        self.reason = reason

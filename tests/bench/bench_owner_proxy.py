@@ -11,7 +11,7 @@ started here is stopped (by pid) on exit.
 
 With ``--partitions N`` each round also runs a third path, ``fan-out``: the same through a fresh N-partition
 topic whose partitions the two brokers share, opened on the broker that owns fewer of them (the session is
-served through one upstream session per partition: ``broker/protocols/owner_proxy/fanout.py``). ``magnetar
+served through one upstream session per partition: ``broker/owner_proxy/fanout.py``). ``magnetar
 perf`` publishes without keys, so its messages go to one partition (``SinglePartition``, as Pulsar routes
 keyless messages by default); the consumer reads every partition.
 """

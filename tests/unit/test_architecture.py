@@ -9,7 +9,9 @@ Nothing imports admin.
 Inside the broker: the wire formats (``broker.wire``) import nothing of the server, so clients import them
 alone; the protocol-neutral core (``broker.core``) imports the wire formats and the storage layers, never a
 protocol adapter, a frame codec or the rest of the broker; the adapters (``broker.protocols``) sit on the
-core; the rest of the broker (service, HTTP app, ownership, metrics) composes them.
+core, the wire formats and their shared helpers only, never the rest of the broker; the session front door
+(``broker.sessions``) and the owner proxy (``broker.owner_proxy``) use the adapters; the rest of the broker
+(service, HTTP app, ownership, metrics) composes them.
 """
 
 from __future__ import annotations
@@ -70,10 +72,12 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.managed_ledger",
         "magnetar.broker.wire",
     },
+    # protocol adapters: the core, the wire formats and the shared helpers of broker.protocols (the
+    # package's own modules), never the rest of the broker - the front door and the owner proxy import them
     "magnetar.broker.protocols": {
         "magnetar.bookkeeper.runtime",
-        "magnetar.managed_ledger",
-        "magnetar.broker",
+        "magnetar.broker.core",
+        "magnetar.broker.wire",
     },
     "magnetar.broker": {
         "magnetar.bookkeeper.runtime",
@@ -209,6 +213,9 @@ def test_layer_rule_detects_a_violation() -> None:
     assert all(
         "magnetar.gc" not in ALLOWED[layer] for layer in ALLOWED if layer.startswith("magnetar.bookkeeper")
     )
+    # the adapters sit on the core and the wire formats: the circle broker -> protocols -> broker.* is shut
+    assert not any(a == "magnetar.broker" for a in ALLOWED["magnetar.broker.protocols"])
+    assert layer_of("magnetar.broker.publish_gate") == "magnetar.broker"
     assert layer_of("magnetar.admin.cli.cmd_broker") == "magnetar.admin.cli"
     assert all(
         "magnetar.admin.cli" not in allowed
@@ -302,10 +309,37 @@ def test_the_circle_check_sees_a_circle() -> None:
     """The checks above must be able to fail (guards against a vacuous pass)."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert [m for m in graph if m in _reachable(graph, m)] == ["a", "b", "c"]
-    assert _import_graph("magnetar.broker.protocols")["magnetar.broker.protocols.pulsar_ws.handlers"] >= {
+    assert _import_graph("magnetar.broker.sessions")["magnetar.broker.sessions.front_door"] >= {
         "magnetar.broker.core.topic",
-        "magnetar.broker.wire.magnetar_v1",
+        "magnetar.broker.sessions.registry",
     }
+
+
+def test_protocol_adapters_import_only_shared_helpers() -> None:
+    """An adapter (a folder under ``broker.protocols``) imports no other adapter, and of ``broker.protocols``
+    only the shared helpers at its top (adding a protocol is one folder and one registry line); nothing in
+    ``broker.protocols`` reaches the front door, the owner proxy or the rest of the broker."""
+    graph = _import_graph("magnetar.broker.protocols")
+    adapters = {m.split(".")[3] for m in graph if m.count(".") >= 4}
+    assert {"pulsar_ws", "magnetar_v1"} <= adapters
+    wrong = []
+    for module, targets in graph.items():
+        own = module.split(".")[3] if module.count(".") >= 4 else None
+        for target in targets:
+            if not target.startswith("magnetar.broker."):
+                continue
+            area = target.split(".")[2]
+            if area in {"core", "wire"}:
+                continue
+            if area != "protocols":
+                wrong.append(f"{module} imports {target}")
+            elif target.count(".") >= 4 and target.split(".")[3] != own:
+                wrong.append(f"{module} imports another adapter's {target}")
+    assert wrong == [], wrong
+    from magnetar.broker.sessions import registry
+
+    registered = {type(adapter).__module__.split(".")[3] for adapter in registry.ADAPTERS}
+    assert registered == adapters, "every adapter folder is registered once in broker.sessions.registry"
 
 
 def test_the_wire_formats_import_without_the_server() -> None:

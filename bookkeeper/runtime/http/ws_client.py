@@ -1,5 +1,5 @@
 """A trio WebSocket client: the internal hop of a broker's proxy to a topic's owner
-(:mod:`magnetar.broker.protocols.owner_proxy`) and the load generator of ``magnetar perf``.
+(:mod:`magnetar.broker.owner_proxy`) and the load generator of ``magnetar perf``.
 
 :func:`open_ws_client` opens a TCP connection (TLS for ``wss://``), sends the upgrade with the path, query,
 subprotocols and any extra headers (a token, a proxy marker), and follows 307s up to a bound (a lookup may

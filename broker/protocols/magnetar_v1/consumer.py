@@ -5,7 +5,7 @@ Deliveries are encoded by the session's :class:`~.producer.BinaryFrames` (the co
 records, sent as MESSAGES frames. This module handles what the client sends: acknowledgements (by id, as the
 JSON API, or by range: every message delivered to the session
 and still unacknowledged within the range), negative acks, permits, unsubscribe and the end-of-topic query,
-with the JSON API's semantics (:mod:`magnetar.broker.protocols.pulsar_ws.handlers`), as calls on the
+with the JSON API's semantics (:mod:`magnetar.broker.protocols.pulsar_ws.adapter`), as calls on the
 session's :class:`~magnetar.broker.core.subscriber.Subscriber` handles (positions). A malformed frame closes
 the session with 4003.
 """
@@ -55,14 +55,12 @@ class BinaryConsumerCommands:
         consumers: list[Subscriber],
         flow: FlowControl,
         frames: OutboundFrames,
-        wake_timers: Callable[[], None],
         kick: Kick,
     ) -> None:
         self._consumers = consumers
         self._flow = flow
         self._by_partition = {c.partition: c for c in consumers}
         self._frames = frames
-        self._wake_timers = wake_timers
         self._kick = kick
 
     async def on_frame(self, message: str | bytes) -> None:
@@ -97,7 +95,6 @@ class BinaryConsumerCommands:
             except ValueError:
                 continue  # out of range: an id no broker wrote; ignored like unknown ids
             subscriber.nack(message_id)
-        self._wake_timers()
 
     async def _unsubscribe(self) -> None:
         try:

@@ -15,15 +15,12 @@ from fixtures.ws_fakes import FakeClient
 
 from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
 from magnetar.broker.exposition import render_text
-from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
-from magnetar.broker.protocols.owner_proxy.proxy import OwnerProxy
-from magnetar.broker.protocols.owner_proxy.relay import OPEN_FINAL_STATUSES, GaveUp, Relay, connect_with_retry
-from magnetar.broker.protocols.owner_proxy.tracking import (
-    BinaryProducerTracker,
-    ConsumerTracker,
-    FrameKind,
-    JsonProducerTracker,
-)
+from magnetar.broker.owner_proxy.metrics import ProxyCounters, ProxyMetrics
+from magnetar.broker.owner_proxy.proxy import OwnerProxy
+from magnetar.broker.owner_proxy.relay import OPEN_FINAL_STATUSES, GaveUp, Relay, connect_with_retry
+from magnetar.broker.protocols.magnetar_v1.relay_tracking import BinaryConsumerTracker, BinaryProducerTracker
+from magnetar.broker.protocols.pulsar_ws.relay_tracking import JsonConsumerTracker, JsonProducerTracker
+from magnetar.broker.protocols.relay_tracking import FrameKind
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import StoredMessage
 from magnetar.broker.wire.magnetar_v1 import (
@@ -80,22 +77,22 @@ def test_a_binary_producer_owes_a_send_error_per_unanswered_send() -> None:
 
 
 def test_a_pull_consumer_gets_its_permits_again_and_a_reader_restarts_after_its_last_message() -> None:
-    json_consumer = ConsumerTracker(binary=False, pull_mode=True, reader=False)
+    json_consumer = JsonConsumerTracker(pull_mode=True, reader=False)
     assert json_consumer.on_client(json.dumps({"type": "permit", "permitMessages": 5})) is FrameKind.PERMIT
     json_consumer.on_upstream('{"messageId":"CAEQAg==","payload":"eA=="}')
     assert json.loads(cast(str, json_consumer.regrant()[0])) == {"type": "permit", "permitMessages": 4}
 
-    binary_consumer = ConsumerTracker(binary=True, pull_mode=True, reader=False)
+    binary_consumer = BinaryConsumerTracker(pull_mode=True, reader=False)
     assert binary_consumer.on_client(encode_permit(3)) is FrameKind.PERMIT
     record = message_record(-1, 4, 9, -1, 0, 0, StoredMessage(b"x", "p", 0, 0, 0, None))
     binary_consumer.on_upstream(messages_frame([record, record]))
     assert binary_consumer.regrant() == [encode_permit(1)]
 
-    reader = ConsumerTracker(binary=False, pull_mode=False, reader=True)
+    reader = JsonConsumerTracker(pull_mode=False, reader=True)
     assert reader.query_overrides() == {}
     reader.on_upstream('{"messageId":"CAEQAg==","payload":"eA=="}')
     assert reader.query_overrides() == {"messageId": "CAEQAg=="}
-    binary_reader = ConsumerTracker(binary=True, pull_mode=False, reader=True)
+    binary_reader = BinaryConsumerTracker(pull_mode=False, reader=True)
     binary_reader.on_upstream(messages_frame([record]))
     started_after = MessageId.from_base64(binary_reader.query_overrides()["messageId"])
     assert (started_after.ledger_id, started_after.entry_id) == (4, 9)

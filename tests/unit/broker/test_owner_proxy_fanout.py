@@ -17,8 +17,7 @@ from magnetar.bookkeeper.runtime.http import WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
 from magnetar.broker.core.key_hash import partition_for_key
 from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.protocols.magnetar_v1.producer import route_frame
-from magnetar.broker.protocols.owner_proxy.fanout import (
+from magnetar.broker.owner_proxy.fanout import (
     DELIVERED_IDS_MAX,
     BinaryProducerFan,
     ConsumerFan,
@@ -26,7 +25,9 @@ from magnetar.broker.protocols.owner_proxy.fanout import (
     JsonProducerFan,
     PartitionPort,
 )
-from magnetar.broker.protocols.owner_proxy.tracking import ConsumerTracker, JsonProducerTracker
+from magnetar.broker.protocols.magnetar_v1.producer import route_frame
+from magnetar.broker.protocols.magnetar_v1.relay_tracking import BinaryConsumerTracker
+from magnetar.broker.protocols.pulsar_ws.relay_tracking import JsonConsumerTracker, JsonProducerTracker
 from magnetar.broker.protocols.ws_errors import WsSessionError
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import StoredMessage
@@ -409,14 +410,14 @@ async def test_a_partition_that_ends_fails_back_only_its_own_messages_then_close
 
 def test_an_is_end_of_topic_question_lost_in_a_move_is_answered_false() -> None:
     question = json.dumps({"type": "isEndOfTopic"})
-    tracker = ConsumerTracker(binary=False, pull_mode=False, reader=False)
+    tracker = JsonConsumerTracker(pull_mode=False, reader=False)
     for _ in range(3):
         tracker.on_forward(question)
     tracker.on_forward(json.dumps({"messageId": json_id(0, 1)}))  # an ack is no question
     tracker.on_upstream('{"endOfTopic":true}')
     assert tracker.lost("moved") == ['{"endOfTopic":false}', '{"endOfTopic":false}']
     assert tracker.lost("moved again") == []
-    binary = ConsumerTracker(binary=True, pull_mode=False, reader=True)
+    binary = BinaryConsumerTracker(pull_mode=False, reader=True)
     binary.on_forward(encode_command(FrameType.IS_END_OF_TOPIC))
     assert binary.lost("moved") == [end_of_topic_frame(False)]
     # through the fan-out, the partition's false answer completes the question

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from magnetar.bookkeeper.runtime.http import QueryParams, RequestHead
 from magnetar.bookkeeper.runtime.http.request_target import target_error
-from magnetar.broker.protocols.owner_proxy.upstream import client_credentials, upstream_target
+from magnetar.broker.owner_proxy.upstream import client_credentials, upstream_target
 from magnetar.broker.settings import BrokerSettings
 
 names = st.text(min_size=1, max_size=12)

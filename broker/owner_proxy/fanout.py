@@ -6,7 +6,8 @@ When any partition of the topic is not served by this broker, the proxy serves A
 upstream sessions on ``.../<topic>-partition-<i>`` (same query and subprotocols): a partition this broker
 owns gets a loopback session to this broker itself, marked proxied so it is served here. One code path
 for every partition; each partition's session is an ordinary :class:`~.relay.Relay` (with its own
-:mod:`.tracking` tracker) that follows its own partition's moves independently. The relay's "client" is a
+:mod:`magnetar.broker.protocols.relay_tracking` tracker) that follows its own partition's moves
+independently. The relay's "client" is a
 :class:`PartitionPort` of this module instead of the client's WebSocket, so every promise of the relay
 holds per partition: a partition whose session ends with an unknown outcome fails back only its own
 pending messages (``send-error:8`` / ``SEND_ERROR`` with their own context or request id), the others go on.
@@ -28,7 +29,7 @@ What the fan-out changes between the client and the partitions (the sans-IO core
   acks and negative acks go to the partition their message id names (a binary ACK / ACK_RANGE / NACK is
   split per partition); ``unsubscribe`` goes to every partition and the session ends 1000 once all have
   ended; ``isEndOfTopic`` asks every partition and answers true only if all are at their end (a partition
-  that moves meanwhile answers false: :mod:`.tracking`). Pull mode
+  that moves meanwhile answers false: :mod:`magnetar.broker.protocols.relay_tracking`). Pull mode
   (``pullMode=true``): the proxy keeps ``ws_proxy_partition_prefetch_messages`` permits granted to each
   partition and holds deliveries beyond the client's own permits (at most that many per partition), so the
   client never gets more than it permitted; each message handed on is granted again to its partition.
@@ -68,10 +69,9 @@ from magnetar.bookkeeper.runtime.http import (
 )
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient
 from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.owner_proxy.relay import Connect, Relay, send_frames
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
 from magnetar.broker.protocols.outbound import RECORDS_FRAME_BYTES_MAX
-from magnetar.broker.protocols.owner_proxy.relay import Connect, Relay, send_frames
-from magnetar.broker.protocols.owner_proxy.tracking import Tracker
 from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
     end_of_topic_json,
@@ -79,6 +79,7 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
     parse_reader_command,
     plain_ack_fields,
 )
+from magnetar.broker.protocols.relay_tracking import Tracker
 from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
 from magnetar.broker.wire.magnetar_v1 import (
     BinaryFrameError,
@@ -101,7 +102,7 @@ from magnetar.broker.wire.magnetar_v1 import (
 from magnetar.broker.wire.message_id import MessageId
 
 if TYPE_CHECKING:
-    from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters
+    from magnetar.broker.owner_proxy.metrics import ProxyCounters
     from magnetar.broker.proxy_settings import ProxySettings
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,8 @@
 """One proxied session: the client's WebSocket on this broker, relayed to an upstream session on the owner,
 which it follows when the topic moves.
 
-Two tasks per session. The *client reader* classifies each client frame (:mod:`.tracking`) and sends it to
+Two tasks per session. The *client reader* classifies each client frame
+(:mod:`magnetar.broker.protocols.relay_tracking`) and sends it to
 the current upstream session, or - while there is none - holds it in a bounded buffer (a producer's message
 that finds the buffer full is answered with an error; any other frame waits for room; pull-mode permits are
 counted, not held). The *upstream loop* relays the owner's frames to the client; when the upstream session
@@ -30,8 +31,8 @@ import trio
 from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
 from magnetar.bookkeeper.runtime.http.ws_frames import CLOSE_POLICY_VIOLATION
-from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters
-from magnetar.broker.protocols.owner_proxy.tracking import FrameKind, Tracker
+from magnetar.broker.owner_proxy.metrics import ProxyCounters
+from magnetar.broker.protocols.relay_tracking import FrameKind, Tracker
 
 if TYPE_CHECKING:
     from magnetar.broker.proxy_settings import ProxySettings

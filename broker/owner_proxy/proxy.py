@@ -16,15 +16,15 @@ from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
 from magnetar.broker.core.errors import ServiceError
 from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.protocols.owner_proxy.fanout import (
+from magnetar.broker.owner_proxy.fanout import (
     BinaryProducerFan,
     ConsumerFan,
     Fan,
     FanOutSession,
     JsonProducerFan,
 )
-from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
-from magnetar.broker.protocols.owner_proxy.relay import (
+from magnetar.broker.owner_proxy.metrics import ProxyCounters, ProxyMetrics
+from magnetar.broker.owner_proxy.relay import (
     OPEN_FINAL_STATUSES,
     Connect,
     GaveUp,
@@ -32,14 +32,10 @@ from magnetar.broker.protocols.owner_proxy.relay import (
     Relay,
     connect_with_retry,
 )
-from magnetar.broker.protocols.owner_proxy.tracking import (
-    BinaryProducerTracker,
-    ConsumerTracker,
-    JsonProducerTracker,
-    Tracker,
-)
-from magnetar.broker.protocols.owner_proxy.upstream import client_credentials, upstream_target
+from magnetar.broker.owner_proxy.upstream import client_credentials, upstream_target
+from magnetar.broker.protocols.adapter import ProtocolAdapter
 from magnetar.broker.protocols.pulsar_ws.params import ProducerParams, WsKind
+from magnetar.broker.protocols.relay_tracking import Tracker
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 from magnetar.broker.wire.topic_name import TopicName
 
@@ -87,19 +83,32 @@ class OwnerProxy:
         return base.rstrip("/")
 
     async def serve(
-        self, request: WebSocketRequest, kind: WsKind, topic: TopicName, http_url: str, http_url_tls: str
+        self,
+        request: WebSocketRequest,
+        kind: WsKind,
+        adapter: ProtocolAdapter,
+        topic: TopicName,
+        http_url: str,
+        http_url_tls: str,
     ) -> None:
         """Open the session on the owner (``http_url`` first, then wherever lookups say), accept the client
         with the subprotocol the owner chose and relay until either side ends it. A refusal by the owner is
-        passed to the client as it is (status and reason); an owner unreachable within the deadline is 503."""
+        passed to the client as it is (status and reason); an owner unreachable within the deadline is 503.
+        ``adapter`` is the session's protocol (the one the owner chooses from the same subprotocols): it
+        gives the trackers (:meth:`~magnetar.broker.protocols.adapter.ProtocolAdapter.relay_tracker`)."""
         if await self._admit(request, 1):
             try:
-                await self._serve(request, kind, topic, http_url, http_url_tls)
+                await self._serve(request, kind, adapter, topic, http_url, http_url_tls)
             finally:
                 self._release(1)
 
     async def serve_partitioned(
-        self, request: WebSocketRequest, kind: WsKind, topic: TopicName, partitions: int
+        self,
+        request: WebSocketRequest,
+        kind: WsKind,
+        adapter: ProtocolAdapter,
+        topic: TopicName,
+        partitions: int,
     ) -> None:
         """Serve a session on a partitioned topic through one upstream session per partition, each on the
         partition's owner (this broker included: a loopback session), fanned out and in (:mod:`.fanout`).
@@ -108,7 +117,7 @@ class OwnerProxy:
         it is; a partition unreachable within the deadline is 503."""
         if await self._admit(request, partitions):
             try:
-                await self._serve_partitioned(request, kind, topic, partitions)
+                await self._serve_partitioned(request, kind, adapter, topic, partitions)
             finally:
                 self._release(partitions)
 
@@ -133,7 +142,13 @@ class OwnerProxy:
         self.counters.sessions -= 1
 
     async def _serve(
-        self, request: WebSocketRequest, kind: WsKind, topic: TopicName, http_url: str, http_url_tls: str
+        self,
+        request: WebSocketRequest,
+        kind: WsKind,
+        adapter: ProtocolAdapter,
+        topic: TopicName,
+        http_url: str,
+        http_url_tls: str,
     ) -> None:
         self._prepare()
         first = [(http_url, http_url_tls)]
@@ -169,12 +184,17 @@ class OwnerProxy:
         log.info("proxy: %s %s session from %s served through %s", topic, kind.value, request.client,
                  upstream.peer)  # fmt: skip
         self.counters.sessions_opened += 1
-        tracker = _tracker(request, kind, upstream.subprotocol)
+        tracker = _tracker(request, kind, adapter)
         relay = Relay(ws, upstream, tracker, connect, self._settings, str(topic), self.counters)
         await relay.run()
 
     async def _serve_partitioned(
-        self, request: WebSocketRequest, kind: WsKind, topic: TopicName, partitions: int
+        self,
+        request: WebSocketRequest,
+        kind: WsKind,
+        adapter: ProtocolAdapter,
+        topic: TopicName,
+        partitions: int,
     ) -> None:
         self._prepare()
 
@@ -237,7 +257,7 @@ class OwnerProxy:
         log.info("proxy: %s %s session from %s served through %d partition sessions", topic, kind.value,
                  request.client, partitions)  # fmt: skip
         self.counters.sessions_opened += 1
-        trackers = [_tracker(request, kind, subprotocol) for _ in range(partitions)]
+        trackers = [_tracker(request, kind, adapter) for _ in range(partitions)]
         session = FanOutSession(
             ws,
             self._fan(request, kind, subprotocol, partitions),
@@ -304,12 +324,12 @@ def hop_source(bind_address: str) -> str | None:
     return None if address.is_unspecified else str(address)
 
 
-def _tracker(request: WebSocketRequest, kind: WsKind, subprotocol: str | None) -> Tracker:
-    binary = subprotocol == SUBPROTOCOL
-    if kind is WsKind.PRODUCER:
-        return BinaryProducerTracker() if binary else JsonProducerTracker()
+def _tracker(request: WebSocketRequest, kind: WsKind, adapter: ProtocolAdapter) -> Tracker:
+    """The session's tracker, from its protocol's adapter: the proxy knows no protocol's frames."""
     pull_mode = request.query.get("pullMode", "false").lower() == "true"
-    return ConsumerTracker(binary=binary, pull_mode=pull_mode, reader=kind is WsKind.READER)
+    return adapter.relay_tracker(
+        producer=kind is WsKind.PRODUCER, pull_mode=pull_mode, reader=kind is WsKind.READER
+    )
 
 
 def _partition_path(path: str, kind: WsKind, index: int) -> str:

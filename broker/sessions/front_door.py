@@ -1,23 +1,25 @@
-"""Pulsar's WebSocket API on the broker: the producer, consumer and reader endpoints.
+"""The session front door: Pulsar's WebSocket endpoints (producer, consumer, reader), whatever protocol the
+client speaks on them.
+
+This module owns what is the same for every protocol; the protocol adapter (:mod:`magnetar.broker.protocols`,
+chosen by the client's subprotocol from :mod:`.registry`) encodes the session's outbound frames and handles
+the frames the client sends (:mod:`magnetar.broker.protocols.adapter` says what each side does).
 
 Each upgrade request is checked before it is accepted, as Pulsar's handlers create their producer/consumer
 before the upgrade completes: a bad path or query parameter is answered 400 ``Invalid query params: ...``, a
-missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503,
-and a topic another broker owns is served through this broker's owner proxy
-(:mod:`magnetar.broker.protocols.owner_proxy`: the session is relayed to the owner and follows the topic when
-it moves; a partitioned topic with any partition owned elsewhere through one upstream session per
-partition) - or, with ``ws_proxy_enabled=false`` or for a session that is itself proxied, answered **307**
-with ``Location: ws://<owner>/<same path and query>`` (``websocket-client`` and ``websockets`` follow it).
-Once accepted, the session runs two tasks: the reader loop below (one frame at a time) and the session's
-frame sender (:class:`~magnetar.broker.protocols.outbound.OutboundFrames`).
-
-Runtime errors follow Pulsar: a producer's bad request gets a ``send-error:N`` ack and the session goes on; a
-consumer's or reader's frame that is not a JSON command closes the session with Pulsar's code 3, sent as
-**4003** (close codes 1-8 are outside RFC 6455's range: Magnetar sends 4000+N, see
-:mod:`magnetar.broker.protocols.ws_errors`). A
-binary frame is treated as a request that cannot be read: ``send-error:3`` for a producer, close 4003 for a
-consumer or reader. When the topic is unloaded or its bundle lost, sessions are closed with 1001 (going
-away) so clients look the topic up again; ``unsubscribe`` closes the session with 1000 once done.
+missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503
+(the HTTP status of each refusal's kind: :mod:`magnetar.broker.http_status`), and a topic another broker
+owns is served through this broker's owner proxy (:mod:`magnetar.broker.owner_proxy`: the session
+is relayed to the owner and follows the topic when it moves; a partitioned topic with any partition owned
+elsewhere through one upstream session per partition) - or, with ``ws_proxy_enabled=false`` or for a session
+that is itself proxied, answered **307** with ``Location: ws://<owner>/<same path and query>``
+(``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs its tasks: the reader
+loop below (one frame at a time, handed to the adapter), the session's frame sender
+(:class:`~magnetar.broker.protocols.outbound.OutboundFrames`) and, for a consumer, its redelivery timers
+(:class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`). A frame the adapter cannot accept
+closes the session with its :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`. When the topic is
+unloaded or its bundle lost, sessions are closed with 1001 (going away) so clients look the topic up again;
+what is queued for the client goes out first (bounded by ``ws_close_flush_timeout_ms``).
 
 Security (:mod:`magnetar.broker.security`): right after the path is parsed, the upgrade is authenticated
 (``Authorization:
@@ -63,24 +65,14 @@ from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import NotOwnerError, ServiceError
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
-from magnetar.broker.core.publish import MESSAGES
+from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.topic import PersistentTopic
-from magnetar.broker.protocols.magnetar_v1.consumer import BinaryConsumerCommands, BinaryReaderCommands
-from magnetar.broker.protocols.magnetar_v1.producer import BinaryFrames, BinaryPublisher
+from magnetar.broker.http_status import http_status
+from magnetar.broker.owner_proxy.proxy import OwnerProxy
+from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession, PublishRefusal
 from magnetar.broker.protocols.outbound import OutboundFrames
-from magnetar.broker.protocols.owner_proxy.proxy import OwnerProxy
-from magnetar.broker.protocols.pulsar_ws.messages import (
-    CommandType,
-    PublishError,
-    end_of_topic_json,
-    parse_consumer_command,
-    parse_publish_request,
-    parse_reader_command,
-    plain_ack_fields,
-    producer_ack_error,
-)
 from magnetar.broker.protocols.pulsar_ws.params import (
     ALL_PATH_FORMS,
     ConsumerParams,
@@ -89,9 +81,8 @@ from magnetar.broker.protocols.pulsar_ws.params import (
     WsKind,
     parse_ws_path,
 )
-from magnetar.broker.protocols.pulsar_ws.session_io import JsonAcks, JsonFrames
-from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsErrorCode, WsSessionError, WsUpgradeError
-from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
+from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsSessionError, WsUpgradeError
+from magnetar.broker.sessions.registry import adapter_for
 from magnetar.broker.wire.message_id import EARLIEST, LATEST
 from magnetar.broker.wire.topic_name import TopicName
 
@@ -109,21 +100,16 @@ ServedTopic = PersistentTopic | NonPersistentTopic
 
 
 class _Session:
-    """What one accepted WebSocket session owns: its outbound frames and the means to end it."""
+    """What one accepted WebSocket session owns: its protocol adapter, its outbound frames and the means to
+    end it."""
 
     def __init__(self, request: WebSocketRequest, settings: BrokerSettings) -> None:
-        self.binary = SUBPROTOCOL in request.subprotocols
-        """The client asked for the binary subprotocol (:mod:`magnetar.broker.wire.magnetar_v1`)."""
-        bytes_max = settings.ws_send_queue_bytes_max
-        messages_max = settings.ws_send_queue_messages_max
-        self.frames: OutboundFrames = (
-            BinaryFrames(bytes_max=bytes_max, messages_max=messages_max)
-            if self.binary
-            else JsonFrames(bytes_max=bytes_max, messages_max=messages_max)
+        self.adapter = adapter_for(request.subprotocols)
+        self.frames: OutboundFrames = self.adapter.outbound(
+            bytes_max=settings.ws_send_queue_bytes_max, messages_max=settings.ws_send_queue_messages_max
         )
         self.scope = trio.CancelScope()
         self.kicked: tuple[int, str] | None = None
-        self.timers = trio.Event()
 
     def kick(self, code: int, reason: str) -> None:
         if self.kicked is None:
@@ -134,14 +120,13 @@ class _Session:
         """The topic went away (unloaded, terminated, lost): 1001, so the client looks it up again."""
         self.kick(CLOSE_GOING_AWAY, reason)
 
-    def wake_timers(self) -> None:
-        self.timers.set()
-
     async def accept(self, request: WebSocketRequest) -> WebSocket:
-        return await request.accept(SUBPROTOCOL if self.binary else None)
+        return await request.accept(self.adapter.subprotocol)
 
 
-class WsHandlers:
+class SessionFrontDoor:
+    """The WebSocket endpoints' handlers (:func:`magnetar.broker.http_app.build_router` routes them)."""
+
     def __init__(self, service: BrokerService) -> None:
         self._service = service
         self._proxy = OwnerProxy(service)
@@ -150,12 +135,14 @@ class WsHandlers:
 
     # -- shared -----------------------------------------------------------------------------------
 
-    async def _proxied(self, request: WebSocketRequest, kind: WsKind, exc: Exception) -> bool:
+    async def _proxied(
+        self, request: WebSocketRequest, session: _Session, kind: WsKind, exc: Exception
+    ) -> bool:
         """Serve a session refused with :class:`NotOwnerError` through the owner proxy
-        (:mod:`magnetar.broker.protocols.owner_proxy`); False if it is not for the proxy: another error, the
+        (:mod:`magnetar.broker.owner_proxy`); False if it is not for the proxy: another error, the
         proxy off, or a session that is itself proxied. A partitioned topic of which some partition is not
         served here is served through one upstream session per partition (every partition, this broker's own
-        through a loopback session: :mod:`magnetar.broker.protocols.owner_proxy.fanout`)."""
+        through a loopback session: :mod:`magnetar.broker.owner_proxy.fanout`)."""
         if not isinstance(exc, NotOwnerError) or not self._proxy.proxies(request):
             return False
         topic = parse_ws_path(request.path).topic
@@ -164,9 +151,9 @@ class WsHandlers:
         except ServiceError:
             return False
         if partitions > 0:
-            await self._proxy.serve_partitioned(request, kind, topic, partitions)
+            await self._proxy.serve_partitioned(request, kind, session.adapter, topic, partitions)
         else:
-            await self._proxy.serve(request, kind, topic, exc.http_url, exc.http_url_tls)
+            await self._proxy.serve(request, kind, session.adapter, topic, exc.http_url, exc.http_url_tls)
         return True
 
     async def _refuse(self, request: WebSocketRequest, exc: Exception) -> None:
@@ -175,11 +162,11 @@ class WsHandlers:
                 location = "wss://" + exc.http_url_tls.split("://", 1)[-1] + request.head.target
             else:
                 location = "ws://" + exc.http_url.split("://", 1)[-1] + request.head.target
-            response = error_response(307, str(exc), (("location", location),))
+            response = error_response(http_status(exc), str(exc), (("location", location),))
         elif isinstance(exc, WsUpgradeError):
             response = error_response(exc.status, exc.reason)
         elif isinstance(exc, ServiceError):
-            response = error_response(exc.status, f"Failed to create producer/consumer: {exc}")
+            response = error_response(http_status(exc), f"Failed to create producer/consumer: {exc}")
         else:
             raise exc
         await request.reject(response)
@@ -188,7 +175,7 @@ class WsHandlers:
         self,
         ws: WebSocket,
         session: _Session,
-        on_frame: Callable[[str | bytes], Awaitable[None]],
+        on_frame: FrameHandler,
         extra: Callable[[], Awaitable[None]] | None = None,
         *,
         deliveries: bool = False,
@@ -290,7 +277,7 @@ class WsHandlers:
                 )
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_producers(producers)
-            if not await self._proxied(request, WsKind.PRODUCER, exc):
+            if not await self._proxied(request, session, WsKind.PRODUCER, exc):
                 await self._refuse(request, exc)
             return
         publisher: Producer | PartitionRouter[Producer] = producers[0][1]
@@ -303,79 +290,24 @@ class WsHandlers:
             )
         try:
             ws = await session.accept(request)
-
-            make_handler = self._binary_publisher if session.binary else self._json_publisher
-            handler = make_handler(target.topic, session, limiter, producers, publisher, capacity)
+            settings = self._service.settings
+            handler = session.adapter.producer(
+                ProducerSession(
+                    frames=session.frames,
+                    publisher=publisher,
+                    capacity=capacity,
+                    refusal=self._publish_refusal(target.topic, limiter, producers),
+                    batch_messages_max=settings.publish_batch_messages_max,
+                    batch_bytes_max=settings.publish_batch_bytes_max,
+                )
+            )
             await self._serve(ws, session, handler)
         finally:
             self._remove_producers(producers)
 
-    def _json_publisher(
-        self,
-        topic: TopicName,
-        session: _Session,
-        limiter: PublishLimiter,
-        producers: list[tuple[ServedTopic, Producer]],
-        publisher: Producer | PartitionRouter[Producer],
-        capacity: Capacity,
-    ) -> Callable[[str | bytes], Awaitable[None]]:
-        """The frame handler of a Pulsar JSON producer: one publish request per text frame, its message
-        given as its fields (:data:`~magnetar.broker.core.publish.MESSAGES`), answered by
-        :class:`JsonAcks`."""
-        refusal = self._publish_refusal(topic, limiter, producers)
-        acks = JsonAcks(session.frames)
-        router = publisher if isinstance(publisher, PartitionRouter) else None
-
-        async def on_frame(message: str | bytes) -> None:
-            if isinstance(message, bytes):
-                reason = "Binary frames are not supported: send the JSON request as a text frame"
-                session.frames.push(
-                    producer_ack_error(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, reason, None)
-                )
-                return
-            try:
-                publish = parse_publish_request(message)
-            except PublishError as exc:
-                session.frames.push(exc.ack_json())
-                return
-            refused = await refusal(1)
-            if refused is not None:
-                session.frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refused, publish.context))
-                return
-            await capacity.wait()
-            producer = publisher if router is None else router.route(publish.key)
-            assert isinstance(producer, Producer)
-            size = len(publish.payload)
-            producer.publish(MESSAGES, publish, 1, size, acks, publish.context, trio.current_time())
-
-        return on_frame
-
-    def _binary_publisher(
-        self,
-        topic: TopicName,
-        session: _Session,
-        limiter: PublishLimiter,
-        producers: list[tuple[ServedTopic, Producer]],
-        publisher: Producer | PartitionRouter[Producer],
-        capacity: Capacity,
-    ) -> Callable[[str | bytes], Awaitable[None]]:
-        """The frame handler of a ``magnetar.v1`` producer: the same rate limits and backlog quotas as JSON
-        publishes, applied to a whole SEND frame."""
-
-        settings = self._service.settings
-        binary = BinaryPublisher(
-            publisher,
-            session.frames,
-            capacity,
-            self._publish_refusal(topic, limiter, producers),
-            batch_messages_max=settings.publish_batch_messages_max,
-            batch_bytes_max=settings.publish_batch_bytes_max,
-        )
-        return binary.on_frame
-
     def _publish_refusal(
         self, topic: TopicName, limiter: PublishLimiter, producers: list[tuple[ServedTopic, Producer]]
-    ) -> Callable[[int], Awaitable[str | None]]:
+    ) -> PublishRefusal:
         """Why N messages may not be published now (publish rate limits, then backlog quotas, which wait
         while held), or None: the same rules for JSON publishes and binary SEND frames."""
 
@@ -467,81 +399,16 @@ class WsHandlers:
                 )
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_consumers(consumers)
-            if not await self._proxied(request, WsKind.CONSUMER, exc):
+            if not await self._proxied(request, session, WsKind.CONSUMER, exc):
                 await self._refuse(request, exc)
             return
         try:
             ws = await session.accept(request)
-            by_partition = {c.partition: c for c in consumers}
-            commands = BinaryConsumerCommands(
-                consumers, flow, session.frames, session.wake_timers, session.kick
-            )
-
-            async def on_frame(message: str | bytes) -> None:
-                if isinstance(message, bytes):
-                    raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
-                await self._consumer_command(session, consumers, flow, by_partition, message)
-
-            async def timers() -> None:
-                await self._run_timers(session, consumers)
-
-            handler = commands.on_frame if session.binary else on_frame
-            await self._serve(ws, session, handler, timers, deliveries=True)
+            timers = RedeliveryTimers(consumers, self._service.settings.consumer_ack_timeout_tick_ms)
+            handler = session.adapter.consumer(ConsumerSession(session.frames, consumers, flow, session.kick))
+            await self._serve(ws, session, handler, timers.run, deliveries=True)
         finally:
             self._remove_consumers(consumers)
-
-    async def _consumer_command(
-        self,
-        session: _Session,
-        consumers: list[Subscriber],
-        flow: FlowControl,
-        by_partition: dict[int, Subscriber],
-        text: str,
-    ) -> None:
-        fields = plain_ack_fields(text)
-        if fields is not None:  # the common frame, without JSON parsing and id decoding
-            ledger_id, entry_id, partition, batch_index, _ = fields
-            subscriber = by_partition.get(partition)
-            if subscriber is not None:
-                subscriber.ack_fields(partition, ledger_id, entry_id, batch_index)
-            return
-        command = parse_consumer_command(text)
-        kind = command.type
-        if kind is CommandType.ACK or kind is CommandType.NEGATIVE_ACK:
-            assert command.message_id is not None
-            subscriber = by_partition.get(command.message_id.partition)
-            if subscriber is None:
-                return  # an id of another topic/partition: ignored (see subscription.py)
-            if kind is CommandType.ACK:
-                subscriber.ack(command.message_id)
-            else:
-                subscriber.nack(command.message_id)
-                session.timers.set()
-        elif kind is CommandType.PERMIT:
-            assert command.permit_messages is not None
-            flow.grant(command.permit_messages)
-        elif kind is CommandType.IS_END_OF_TOPIC:
-            session.frames.push(end_of_topic_json(all(s.end_of_topic() for s in consumers)))
-        elif kind is CommandType.UNSUBSCRIBE:
-            try:
-                for subscriber in consumers:
-                    await subscriber.unsubscribe()
-            except ServiceError as exc:
-                raise WsSessionError(WsErrorCode.UNKNOWN_ERROR, f"Unsubscribe failed: {exc}") from None
-            session.kick(CLOSE_NORMAL, "Unsubscribed")
-
-    async def _run_timers(self, session: _Session, consumers: list[Subscriber]) -> None:
-        """Ack-timeout and negative-ack redelivery, checked every ``consumer_ack_timeout_tick_ms``."""
-        tick_s = self._service.settings.consumer_ack_timeout_tick_ms / 1000
-        while True:
-            if not any(c.needs_timers for c in consumers):
-                session.timers = trio.Event()
-                await session.timers.wait()
-                continue
-            await trio.sleep(tick_s)
-            now = trio.current_time()
-            for subscriber in consumers:
-                subscriber.redeliver_due(now)
 
     @staticmethod
     def _remove_consumers(consumers: list[Subscriber]) -> None:
@@ -586,22 +453,12 @@ class WsHandlers:
                 consumers.append(topic.create_reader(start, make))
         except (WsUpgradeError, ServiceError) as exc:
             self._remove_consumers(consumers)
-            if not await self._proxied(request, WsKind.READER, exc):
+            if not await self._proxied(request, session, WsKind.READER, exc):
                 await self._refuse(request, exc)
             return
         try:
             ws = await session.accept(request)
-            reader_commands = BinaryReaderCommands(consumers, flow, session.frames)
-
-            async def on_frame(message: str | bytes) -> None:
-                if isinstance(message, bytes):
-                    raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
-                if parse_reader_command(message):
-                    session.frames.push(end_of_topic_json(all(s.end_of_topic() for s in consumers)))
-                else:
-                    flow.release()
-
-            handler = reader_commands.on_frame if session.binary else on_frame
+            handler = session.adapter.reader(ConsumerSession(session.frames, consumers, flow, session.kick))
             await self._serve(ws, session, handler, deliveries=True)
         finally:
             self._remove_consumers(consumers)

@@ -14,7 +14,7 @@ lets a client do more than it could on the owner directly, and no broker role ne
 topics. The owner's answer to the upgrade becomes the answer to the client (a refusal passes through with
 its status and reason). From then on frames are relayed unchanged in both directions (:mod:`.relay`): the
 owner does all the protocol work, and the proxy parses only the little it must to keep its promises when the
-owner changes (:mod:`.tracking`).
+owner changes (:mod:`magnetar.broker.protocols.relay_tracking`, the trackers each protocol adapter gives).
 
 Why frame-level rather than a second copy of the session logic over a broker-to-broker protocol: one
 implementation of each protocol stays the truth (the owner's), nothing protocol-specific enters the core,

@@ -7,8 +7,9 @@ authorized, for the same caller. So it re-sends what the client wrote instead of
   ``-partition-<i>``) and its query as received, never decoded and encoded again. The HTTP layer accepted
   the target only if every byte is an RFC 3986 path or query character (:mod:`magnetar.bookkeeper.runtime.
   http.request_target`), so the owner's parser reads the same names from it as this broker's did. Only the
-  parameters the proxy must change when it follows a move (:meth:`.tracking.Tracker.query_overrides`, e.g.
-  a reader's ``messageId``) are replaced, by name;
+  parameters the proxy must change when it follows a move
+  (:meth:`magnetar.broker.protocols.relay_tracking.Tracker.query_overrides`, e.g. a reader's ``messageId``)
+  are replaced, by name;
 * the credentials: the client's ``Authorization`` header, as received, and its ``token`` query parameter,
   which stays in the query. The owner authenticates and authorizes the client's own role; a client that
   presented nothing is the owner's anonymous caller (``anonymous_user_role``) as it was here. The broker

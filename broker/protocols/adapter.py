@@ -1,0 +1,94 @@
+"""What a protocol adapter gives the session front door (:mod:`magnetar.broker.sessions`), and what it gets.
+
+The front door does everything that is the same whatever the client speaks: the upgrade, authentication and
+authorization, binding the session to its topic (producers, subscriptions, readers: the core's objects), the
+read loop, the redelivery timers, close and drain, and the answer to a refused upgrade. An adapter does the
+rest, in its own terms:
+
+* :meth:`ProtocolAdapter.outbound` - the session's outbound queue, with the adapter's encoding of a
+  delivery (the core's :class:`~magnetar.broker.core.delivery.DeliverySink`);
+* :meth:`ProtocolAdapter.producer`, :meth:`~ProtocolAdapter.consumer`, :meth:`~ProtocolAdapter.reader` - the
+  frame handler of a bound session: it parses each frame the client sends into calls on the core (a publish,
+  an acknowledgement, a permit...) and pushes its answers into the outbound queue. A frame that ends the
+  session raises :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`; an ``unsubscribe`` that
+  succeeded calls the session's ``kick``;
+* :meth:`ProtocolAdapter.relay_tracker` - what the owner proxy (:mod:`magnetar.broker.owner_proxy`) must
+  know of the adapter's frames to relay a session across a change of owner without knowing the protocol
+  (:mod:`.relay_tracking`).
+
+An adapter imports only the core, the wire formats and the shared helpers of this package (this module,
+:mod:`.outbound`, :mod:`.ws_errors`, :mod:`.relay_tracking`); the architecture test holds it to that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from magnetar.broker.core.delivery import FlowControl
+from magnetar.broker.core.producer import Capacity, Producer
+from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.protocols.outbound import OutboundFrames
+from magnetar.broker.protocols.relay_tracking import Tracker
+
+FrameHandler = Callable[[str | bytes], Awaitable[None]]
+"""Handles one frame the client sent (text or binary)."""
+Kick = Callable[[int, str], None]
+"""Ends the session with a WebSocket close code and reason, once what is queued went out."""
+PublishRefusal = Callable[[int], Awaitable[str | None]]
+"""Why N messages may not be published now (publish rate limits, then backlog quotas, which wait while
+held), or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSession:
+    """A bound producer session: what its frame handler publishes to and through."""
+
+    frames: OutboundFrames
+    publisher: Producer | PartitionRouter[Producer]
+    """The topic's producer, or a router over one producer per partition."""
+    capacity: Capacity
+    """The session's pending messages (``maxPendingMessages``): a publish waits for room."""
+    refusal: PublishRefusal
+    batch_messages_max: int
+    """``publish_batch_messages_max``: the most messages of one publish request."""
+    batch_bytes_max: int
+    """``publish_batch_bytes_max``: the most payload bytes of one publish request."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSession:
+    """A bound consumer or reader session: one subscriber per partition, sharing one flow control."""
+
+    frames: OutboundFrames
+    subscribers: list[Subscriber]
+    flow: FlowControl
+    kick: Kick
+
+
+class ProtocolAdapter(Protocol):
+    """One client protocol served on the WebSocket endpoints, chosen by the subprotocol the client offers
+    (:mod:`magnetar.broker.sessions.registry`)."""
+
+    @property
+    def subprotocol(self) -> str | None:
+        """The WebSocket subprotocol that selects this adapter and that the upgrade answers with; None for
+        the adapter of a client that offers none of the registered ones."""
+        ...
+
+    def outbound(self, *, bytes_max: int, messages_max: int) -> OutboundFrames:
+        """A new session's outbound queue (``ws_send_queue_bytes_max``, ``ws_send_queue_messages_max``)."""
+        ...
+
+    def producer(self, session: ProducerSession) -> FrameHandler: ...
+
+    def consumer(self, session: ConsumerSession) -> FrameHandler: ...
+
+    def reader(self, session: ConsumerSession) -> FrameHandler: ...
+
+    def relay_tracker(self, *, producer: bool, pull_mode: bool, reader: bool) -> Tracker:
+        """A new tracker of a relayed producer session, or of a consumer (``pull_mode`` as the client asked)
+        or reader session."""
+        ...

@@ -1,0 +1,141 @@
+"""Pulsar's WebSocket JSON API as a protocol adapter (:mod:`magnetar.broker.protocols.adapter`): text frames
+carrying Pulsar's JSON requests, answered with Pulsar's JSON acknowledgements and messages.
+
+Runtime errors follow Pulsar: a producer's bad request gets a ``send-error:N`` ack and the session goes on; a
+consumer's or reader's frame that is not a JSON command closes the session with Pulsar's code 3, sent as
+**4003** (see :mod:`magnetar.broker.protocols.ws_errors`). A binary frame is treated as a request that
+cannot be read: ``send-error:3`` for a producer, close 4003 for a consumer or reader. ``unsubscribe`` closes
+the session with 1000 once done. The common consumer frame, a plain ack, is applied without JSON parsing
+(:func:`~.messages.plain_ack_fields`).
+"""
+
+from __future__ import annotations
+
+import trio
+
+from magnetar.bookkeeper.runtime.http import CLOSE_NORMAL
+from magnetar.broker.core.errors import ServiceError
+from magnetar.broker.core.producer import Producer
+from magnetar.broker.core.publish import MESSAGES
+from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession
+from magnetar.broker.protocols.outbound import OutboundFrames
+from magnetar.broker.protocols.pulsar_ws.messages import (
+    CommandType,
+    PublishError,
+    end_of_topic_json,
+    parse_consumer_command,
+    parse_publish_request,
+    parse_reader_command,
+    plain_ack_fields,
+    producer_ack_error,
+)
+from magnetar.broker.protocols.pulsar_ws.relay_tracking import JsonConsumerTracker, JsonProducerTracker
+from magnetar.broker.protocols.pulsar_ws.session_io import JsonAcks, JsonFrames
+from magnetar.broker.protocols.relay_tracking import Tracker
+from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
+
+
+class PulsarWsAdapter:
+    """Pulsar's JSON API: the adapter of a client that offers no registered subprotocol."""
+
+    subprotocol: str | None = None
+
+    def outbound(self, *, bytes_max: int, messages_max: int) -> OutboundFrames:
+        return JsonFrames(bytes_max=bytes_max, messages_max=messages_max)
+
+    def producer(self, session: ProducerSession) -> FrameHandler:
+        """One publish request per text frame, its message given as its fields
+        (:data:`~magnetar.broker.core.publish.MESSAGES`), answered by :class:`JsonAcks`."""
+        frames = session.frames
+        refusal = session.refusal
+        capacity = session.capacity
+        publisher = session.publisher
+        acks = JsonAcks(frames)
+        router = publisher if isinstance(publisher, PartitionRouter) else None
+
+        async def on_frame(message: str | bytes) -> None:
+            if isinstance(message, bytes):
+                reason = "Binary frames are not supported: send the JSON request as a text frame"
+                frames.push(producer_ack_error(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, reason, None))
+                return
+            try:
+                publish = parse_publish_request(message)
+            except PublishError as exc:
+                frames.push(exc.ack_json())
+                return
+            refused = await refusal(1)
+            if refused is not None:
+                frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refused, publish.context))
+                return
+            await capacity.wait()
+            producer = publisher if router is None else router.route(publish.key)
+            assert isinstance(producer, Producer)
+            size = len(publish.payload)
+            producer.publish(MESSAGES, publish, 1, size, acks, publish.context, trio.current_time())
+
+        return on_frame
+
+    def consumer(self, session: ConsumerSession) -> FrameHandler:
+        """Acks, negative acks, permits, the end-of-topic query and ``unsubscribe``."""
+        frames = session.frames
+        consumers = session.subscribers
+        flow = session.flow
+        by_partition = {c.partition: c for c in consumers}
+
+        async def on_frame(message: str | bytes) -> None:
+            if isinstance(message, bytes):
+                raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
+            fields = plain_ack_fields(message)
+            if fields is not None:  # the common frame, without JSON parsing and id decoding
+                ledger_id, entry_id, partition, batch_index, _ = fields
+                subscriber = by_partition.get(partition)
+                if subscriber is not None:
+                    subscriber.ack_fields(partition, ledger_id, entry_id, batch_index)
+                return
+            command = parse_consumer_command(message)
+            kind = command.type
+            if kind is CommandType.ACK or kind is CommandType.NEGATIVE_ACK:
+                assert command.message_id is not None
+                subscriber = by_partition.get(command.message_id.partition)
+                if subscriber is None:
+                    return  # an id of another topic/partition: ignored (see subscription.py)
+                if kind is CommandType.ACK:
+                    subscriber.ack(command.message_id)
+                else:
+                    subscriber.nack(command.message_id)
+            elif kind is CommandType.PERMIT:
+                assert command.permit_messages is not None
+                flow.grant(command.permit_messages)
+            elif kind is CommandType.IS_END_OF_TOPIC:
+                frames.push(end_of_topic_json(all(s.end_of_topic() for s in consumers)))
+            elif kind is CommandType.UNSUBSCRIBE:
+                try:
+                    for subscriber in consumers:
+                        await subscriber.unsubscribe()
+                except ServiceError as exc:
+                    raise WsSessionError(WsErrorCode.UNKNOWN_ERROR, f"Unsubscribe failed: {exc}") from None
+                session.kick(CLOSE_NORMAL, "Unsubscribed")
+
+        return on_frame
+
+    def reader(self, session: ConsumerSession) -> FrameHandler:
+        """The end-of-topic query; any other command releases one message of the window."""
+        frames = session.frames
+        consumers = session.subscribers
+        flow = session.flow
+
+        async def on_frame(message: str | bytes) -> None:
+            if isinstance(message, bytes):
+                raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
+            if parse_reader_command(message):
+                frames.push(end_of_topic_json(all(s.end_of_topic() for s in consumers)))
+            else:
+                flow.release()
+
+        return on_frame
+
+    def relay_tracker(self, *, producer: bool, pull_mode: bool, reader: bool) -> Tracker:
+        if producer:
+            return JsonProducerTracker()
+        return JsonConsumerTracker(pull_mode=pull_mode, reader=reader)
