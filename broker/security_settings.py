@@ -7,11 +7,12 @@ in snake case: ``authentication_enabled`` = ``authenticationEnabled``, ``token_s
 ``tokenSecretKey``, ``super_user_roles`` = ``superUserRoles``, ``http_port_tls`` = ``webServicePortTls``,
 ``tls_certificate_file`` = ``tlsCertificateFilePath``, ``tls_trust_certs_file`` = ``tlsTrustCertsFilePath``,
 ``tls_require_trusted_client_cert`` = ``tlsRequireTrustedClientCertOnConnect``,
-``http_connections_per_ip_max`` = ``brokerMaxConnectionsPerIp``, ``topics_per_namespace_max`` =
+``topics_per_namespace_max`` =
 ``maxTopicsPerNamespace``, ``bookkeeper_auth_token`` ~ ``bookkeeperClientAuthenticationParameters``,
 ``bookkeeper_tls_*`` = ``bookkeeperTLS*``, ``zk_tls_*`` ~ ZooKeeper's ``zookeeper.ssl.*``,
 ``managed_ledger_password`` = ``managedLedgerPassword``, ``managed_ledger_digest_type`` =
-``managedLedgerDigestType``.
+``managedLedgerDigestType``. ``http_connections_per_ip_max`` (``brokerMaxConnectionsPerIp``) is the HTTP
+server's (:class:`~magnetar.bookkeeper.runtime.http.HttpSettings`, the broker's ``http``).
 
 Everything is off by default, as in Pulsar's standalone. ``authentication_enabled=true`` with a key is the
 one setting that turns authentication *and* authorization on (``authorization_enabled`` follows it unless
@@ -43,7 +44,6 @@ from magnetar.bookkeeper.runtime.auth.authentication import (
 from magnetar.bookkeeper.runtime.auth.keys import read_secret_setting, read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings, client_ssl_context, server_ssl_context
 from magnetar.bookkeeper.runtime.clock import Clock
-from magnetar.bookkeeper.runtime.http import HttpSettings
 from magnetar.broker.authorization import AuthorizationService, AuthorizationSettings
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security import BrokerSecurity, SecurityLimits
@@ -67,12 +67,6 @@ class SecuritySettings(
     # -- TLS of the HTTP/WebSocket port (the files: ServerTlsSettings) --------------------------------
     http_port_tls: Annotated[int, Field(ge=0, le=65535)] | None = None
     """Serve the same routes over TLS on this port too (0: any free port); needs the certificate files."""
-
-    # -- limits (the others: SecurityLimits) ----------------------------------------------------------
-    http_connections_per_ip_max: Annotated[int, Field(ge=0)] = HttpSettings.model_fields[
-        "http_connections_per_ip_max"
-    ].default
-    """Declared (with its default and why) in :class:`HttpSettings`; on by default, unlike Pulsar."""
 
     # -- as a client of the bookies and of ZooKeeper -------------------------------------------------
     bookkeeper_auth_token: str | None = None

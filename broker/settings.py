@@ -27,14 +27,15 @@ from __future__ import annotations
 import ipaddress
 import random
 import socket
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientSettings
 from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
-from magnetar.bookkeeper.runtime.http import HttpSettings
+from magnetar.bookkeeper.runtime.flat_settings import nest_flat
+from magnetar.bookkeeper.runtime.http import HttpLimits, HttpSettings
 from magnetar.broker.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.namespace_bundle import BUNDLES_MAX
 from magnetar.broker.proxy_settings import ProxySettings
@@ -46,11 +47,6 @@ PositiveInt = Annotated[int, Field(gt=0)]
 MIB = 1024 * 1024
 
 
-def _http_default(name: str) -> Any:
-    """The default :class:`HttpSettings` declares for ``name`` (declared, and documented, there once)."""
-    return HttpSettings.model_fields[name].default
-
-
 LEDGER_PASSWORD_BYTES = 20
 """Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
@@ -58,7 +54,11 @@ LEDGER_PASSWORD_BYTES = 20
 class BrokerSettings(
     SecuritySettings, MetadataConnectionSettings, RetentionSettings, LoadBalancerSettings, ProxySettings
 ):
-    model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
+    FLATTENED: ClassVar[tuple[str, ...]] = ("http",)
+    """Composed layers whose settings are also reached by their flat names (:mod:`.flat_settings`)."""
 
     # -- identity and addresses -----------------------------------------------------------------
     metadata_url: str = "memory://"
@@ -162,37 +162,9 @@ class BrokerSettings(
     """The same bound in payload bytes: the broker holds unacknowledged messages for redelivery."""
 
     # -- HTTP / WebSocket server -------------------------------------------------------------
-    http_header_bytes_max: Annotated[int, Field(ge=256)] = 8192
-    http_body_bytes_max: Annotated[int, Field(ge=0)] = 10 * MIB
-    http_bodies_in_flight_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
-    """Request bodies read or handled at once across a port's connections; beyond it a request waits
-    (unread) until its deadline, then gets 503. At least ``http_body_bytes_max``."""
-    http_bodies_in_flight_bytes_per_role_max: Annotated[int, Field(ge=0)] = _http_default(
-        "http_bodies_in_flight_bytes_per_role_max"
-    )
-    """One caller's (role's, or address's) share of ``http_bodies_in_flight_bytes_max``."""
-    http_idle_timeout_ms: PositiveInt = 30_000
-    http_connections_max: PositiveInt = 2048
-    ws_frame_bytes_max: Annotated[int, Field(ge=125)] = 5 * MIB
-    ws_message_fragments_max: Annotated[int, Field(ge=1, le=1 << 20)] = 4096
-    """Frames one received WebSocket message may arrive in; more closes the session with 1008."""
-    ws_received_bytes_in_flight_max: Annotated[int, Field(ge=125)] = _http_default(
-        "ws_received_bytes_in_flight_max"
-    )
-    """Received WebSocket bytes not handled yet, across a port's sessions (see :class:`HttpSettings`)."""
-    ws_message_timeout_ms: PositiveInt = _http_default("ws_message_timeout_ms")
-    """A started WebSocket message must be complete within this, else 1008."""
-    ws_idle_timeout_ms: PositiveInt = 300_000
-    ws_send_queue_bytes_max: PositiveInt = 1 * MIB
-    """Per session, twice: messages waiting in the session's outbound queue (dispatchers stop, handlers
-    wait), and encoded frames waiting for the socket (the socket is not read meanwhile)."""
-    ws_send_queue_messages_max: PositiveInt = 4096
-    """Messages waiting in a session's outbound queue (deliveries, acknowledgements, error answers)."""
-    ws_receive_queue_bytes_max: PositiveInt = 1 * MIB
-    """Received messages of a session waiting for its handler; the socket is not read meanwhile."""
-    ws_receive_queue_messages_max: PositiveInt = 4096
-    """The same, counted in messages (an empty message counts as one)."""
-    shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
+    http: HttpLimits = Field(default_factory=HttpLimits)
+    """The HTTP and WebSocket server's limits (:class:`HttpLimits`, each also reached by its flat name:
+    ``ws_frame_bytes_max``, ``MAGNETAR_WS_FRAME_BYTES_MAX``); it listens on ``bind_address``:``http_port``."""
     ws_close_flush_timeout_ms: Annotated[int, Field(gt=0, le=60_000)] = 5_000
     """When the broker ends a session (unload, shutdown), how long the frames already queued for the client -
     receipts of stored messages above all - may take to go out before the Close is sent."""
@@ -210,6 +182,15 @@ class BrokerSettings(
     gc_tuning: bool = True
     """``magnetar broker`` freezes start-up objects and raises the GC thresholds (see ``tune_gc``)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _compose_layers(cls, data: Any) -> Any:
+        """Flat names of the composed layers into their tables (:func:`nest_flat`)."""
+        if not isinstance(data, dict):
+            return data
+        nested, _ = nest_flat(cls, data)
+        return nested
+
     @model_validator(mode="after")
     def _check_relations(self) -> Self:
         if not self.ack_quorum <= self.write_quorum <= self.ensemble_size:
@@ -217,8 +198,6 @@ class BrokerSettings(
                 "need ack_quorum <= write_quorum <= ensemble_size, got "
                 f"{self.ack_quorum} / {self.write_quorum} / {self.ensemble_size}"
             )
-        if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
-            raise ValueError("http_bodies_in_flight_bytes_max must be at least http_body_bytes_max")
         if (
             self.ws_proxy_enabled
             and self.broker_client_tls_enabled
@@ -250,9 +229,9 @@ class BrokerSettings(
         return self.http_settings().model_copy(update={"http_port": self.http_port_tls or 0})
 
     def http_settings(self) -> HttpSettings:
-        """The HTTP server's settings: every one the broker declares under the same name, and the address."""
+        """The HTTP server's settings: its limits, the broker's address and its plain port."""
         return HttpSettings.model_validate(
-            {**same_named_fields(HttpSettings, self), "http_bind_address": self.bind_address}
+            {**self.http.model_dump(), "http_bind_address": self.bind_address, "http_port": self.http_port}
         )
 
     def managed_ledger_settings(self, rng: random.Random | None = None) -> ManagedLedgerSettings:

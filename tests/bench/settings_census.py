@@ -6,13 +6,15 @@ not a second declaration; a field composed in as a nested model is not either). 
     .venv/bin/python tests/bench/settings_census.py [--list]
 
 It imports every module of the packages, collects the pydantic models whose class name ends in ``Settings``
-and prints the number of models, of declared fields, of distinct names, and of names declared more than once
+(and the models of ours they inherit or nest) and prints the number of models, of declared fields, of distinct
+names, and of names declared more than once
 (with ``--list``, each such name and where it is declared).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import sys
 from collections import defaultdict
@@ -29,7 +31,8 @@ PACKAGES = (
 
 
 def settings_models() -> list[type[pydantic.BaseModel]]:
-    """Every ``*Settings`` pydantic model defined in the packages (imports each of their modules)."""
+    """Every ``*Settings`` pydantic model defined in the packages, and the models of ours they are built of
+    (base classes and nested fields: ``HttpLimits``, ``SecurityLimits``); imports each module."""
     for package_name in PACKAGES:
         package = importlib.import_module(package_name)
         for module in pkgutil.walk_packages(package.__path__, f"{package_name}."):
@@ -44,6 +47,19 @@ def settings_models() -> list[type[pydantic.BaseModel]]:
             pending.append(sub)
             if sub.__module__.startswith("magnetar.") and sub.__name__.endswith("Settings"):
                 found[f"{sub.__module__}.{sub.__qualname__}"] = sub
+    parts = list(found.values())
+    while parts:
+        model = parts.pop()
+        nested = [info.annotation for info in model.model_fields.values()]
+        for cls in [*model.__mro__, *nested]:
+            if (
+                isinstance(cls, type)
+                and issubclass(cls, pydantic.BaseModel)
+                and cls.__module__.startswith("magnetar.")
+                and f"{cls.__module__}.{cls.__qualname__}" not in found
+            ):
+                found[f"{cls.__module__}.{cls.__qualname__}"] = cls
+                parts.append(cls)
     return [found[key] for key in sorted(found)]
 
 
@@ -51,7 +67,7 @@ def declarations() -> dict[str, list[str]]:
     """Setting name -> the models (``module.Class``) that declare it in their own body."""
     where: dict[str, list[str]] = defaultdict(list)
     for model in settings_models():
-        own = model.__dict__.get("__annotations__", {})
+        own = inspect.get_annotations(model)
         for name in own:
             if name in model.model_fields:
                 where[name].append(f"{model.__module__}.{model.__qualname__}")

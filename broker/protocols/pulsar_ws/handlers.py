@@ -114,8 +114,8 @@ class _Session:
     def __init__(self, request: WebSocketRequest, settings: BrokerSettings) -> None:
         self.binary = SUBPROTOCOL in request.subprotocols
         """The client asked for the binary subprotocol (:mod:`magnetar.broker.wire.magnetar_v1`)."""
-        bytes_max = settings.ws_send_queue_bytes_max
-        messages_max = settings.ws_send_queue_messages_max
+        bytes_max = settings.http.ws_send_queue_bytes_max
+        messages_max = settings.http.ws_send_queue_messages_max
         self.frames: OutboundFrames = (
             BinaryFrames(bytes_max=bytes_max, messages_max=messages_max)
             if self.binary
