@@ -38,6 +38,8 @@ from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSettings
 from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
+from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
+from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
 from magnetar.bookkeeper.runtime.flat_settings import nest_flat
 from magnetar.bookkeeper.runtime.http import HttpLimits, HttpSettings
 from magnetar.broker.load_balancer_settings import LoadBalancerSettings
@@ -189,6 +191,7 @@ class BrokerSettings(
 
     @model_validator(mode="after")
     def _check_relations(self) -> Self:
+        check_size_chain(**self.size_chain())
         if (
             self.ws_proxy_enabled
             and self.broker_client_tls_enabled
@@ -244,6 +247,17 @@ class BrokerSettings(
     def client_settings(self) -> ClientSettings:
         """The replication client's settings: its own, with the broker's quorum as its default."""
         return ClientSettings.model_validate({**self.client.model_dump(), **self.quorum()})
+
+    def size_chain(self) -> dict[str, Any]:
+        """The broker's links of the message size chain (:mod:`~magnetar.bookkeeper.protocol.size_chain`):
+        WebSocket message -> entry payload -> its own bookie connections' frames (BookKeeper's 5 MiB)."""
+        return {
+            "ws_frame": SizeLimit("ws_frame_bytes_max", self.http.ws_frame_bytes_max),
+            "entry_payload": SizeLimit("entry_payload_bytes_max", self.client.entry_payload_bytes_max),
+            "bookie_frames": (
+                SizeLimit("the broker's bookie frames", FRAME_BYTES_MAX_DEFAULT, settable=False),
+            ),
+        }
 
     def quorum(self) -> dict[str, int]:
         """The default quorum of new ledgers, as the layers' settings take it."""
