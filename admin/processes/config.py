@@ -61,6 +61,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource
 
 from magnetar.bookkeeper.runtime import loop_monitor
 from magnetar.bookkeeper.runtime.flat_settings import flat_names, nest_flat, nested_model
+from magnetar.bookkeeper.runtime.flat_settings import renamed as renamed_settings
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,26 @@ def _nest_layers(
         nested[part], moved = nest_flat(part_model, table)
         for dotted, flat in moved.items():
             renamed[f"{part}.{dotted}"] = renamed.pop(f"{part}.{flat}", f"{part}.{flat}")
-    return nested
+    return _new_names(model, nested, "", renamed)
+
+
+def _new_names(
+    model: type[pydantic.BaseModel], values: dict[str, Any], prefix: str, renamed: dict[str, str]
+) -> dict[str, Any]:
+    """``values`` with the old names of renamed settings (a model's ``RENAMED``) replaced by the new ones, in
+    nested tables too; ``renamed`` receives each new dotted name -> the name it was given under."""
+    old_names = renamed_settings(model)
+    for old, new in old_names.items():
+        if old in values:
+            value = values.pop(old)
+            if new not in values:
+                values[new] = value
+                renamed[f"{prefix}{new}"] = renamed.pop(f"{prefix}{old}", f"{prefix}{old}")
+    for name, value in values.items():
+        layer = nested_model(model, name)
+        if layer is not None and isinstance(value, dict):
+            values[name] = _new_names(layer, value, f"{prefix}{name}.", renamed)
+    return values
 
 
 def _fill(
@@ -408,7 +428,7 @@ def _leaf_names(values: Mapping[str, Any], prefix: str) -> list[str]:
 def _check_keys(model: type[pydantic.BaseModel], values: Mapping[str, Any], path: Path, prefix: str) -> None:
     fields = model.model_fields
     for name, value in values.items():
-        field = fields.get(name)
+        field = fields.get(renamed_settings(model).get(name, name))
         layer = flat_names(model).get(name)
         if field is None and layer is not None:
             layer_model = nested_model(model, layer)

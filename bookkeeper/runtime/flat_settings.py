@@ -10,6 +10,9 @@ in the layer's table (``[http]``, ``MAGNETAR_HTTP__WS_FRAME_BYTES_MAX``), which 
 :func:`nest_flat` moves flat names into their tables; the model runs it before validation (so constructing it
 from flat values works) and the process's config loader runs it on each source (so ``magnetar config show``
 names the source of each value under its nested name).
+
+A setting whose name meant something else than a setting of the same name elsewhere is renamed, and its
+model keeps the old name working in its ``RENAMED`` class variable (old name -> new name; :func:`rename_old`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
+
+
+def renamed(model: type[BaseModel]) -> dict[str, str]:
+    """Old name -> new name of the settings ``model`` renamed (its ``RENAMED`` class variable): the old name
+    still sets the new one, in every source, unless the new one is given too."""
+    names = getattr(model, "RENAMED", {})
+    return dict(names) if isinstance(names, Mapping) else {}
+
+
+def rename_old(model: type[BaseModel], values: Any) -> Any:
+    """``values`` with the old names of ``model``'s renamed settings replaced by the new ones."""
+    old_names = renamed(model)
+    if not isinstance(values, Mapping) or not any(name in values for name in old_names):
+        return values
+    updated = {name: value for name, value in values.items() if name not in old_names}
+    for old, new in old_names.items():
+        if old in values:
+            updated.setdefault(new, values[old])
+    return updated
 
 
 def flattened(model: type[BaseModel]) -> tuple[str, ...]:

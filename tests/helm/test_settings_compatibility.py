@@ -3,7 +3,8 @@ Helm chart renders for its broker and bookie containers validate to the same val
 settings were composed into the process models.
 
 The values are compared in their *flat view*: a composed layer (``BrokerSettings.http``) flattened back into
-its flat names, so the view does not depend on where a setting is declared. ``settings_compatibility.json``
+its flat names, and a renamed setting under its old name (``RENAMED``), so the view does not depend on where
+a setting is declared or what it is called now. ``settings_compatibility.json``
 holds the flat views taken at the commit before the composition, and every value there must be the same now
 (regenerate with ``python tests/helm/test_settings_compatibility.py`` only when a value is meant to change).
 A scenario of our own (``layer-settings``) sets, flat, settings of every layer the broker composes, as a chart
@@ -46,7 +47,7 @@ LAYER_SETTINGS: dict[str, Any] = {
             "min_num_racks_per_write_quorum": 1,
         }
     },
-    "bookie": {"config": {"disk_check_interval_ms": 2000}},
+    "bookie": {"config": {"disk_check_interval_ms": 2000, "storage_engine": {"disk_check_interval_ms": 300}}},
 }
 HELM_SCENARIOS = {**SCENARIOS, "layer-settings": LAYER_SETTINGS}
 CONTAINERS = {"broker": BrokerSettings, "bookie": BookieSettings}
@@ -63,6 +64,9 @@ def flat_view(settings: BaseSettings) -> dict[str, Any]:
 def _flatten(model: type[Any], document: dict[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     layers = getattr(model, "FLATTENED", ())
+    for old, new in getattr(model, "RENAMED", {}).items():  # a renamed setting under the name it had
+        if new in document:
+            document = {old if name == new else name: value for name, value in document.items()}
     for name, value in document.items():
         if name in layers and isinstance(value, dict):
             flat.update(value)
