@@ -71,9 +71,8 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
     raise_nofile_limit()
     ports = 2 if settings.http_port_tls is not None else 1
     check_connection_limits(settings.http.http_connections_max, ports)
-    transport_settings = TcpTransportSettings(
-        add_timeout_ms=settings.client.add_timeout_ms, read_timeout_ms=settings.client.read_timeout_ms
-    )
+    # The client hands the transport its add_timeout_ms / read_timeout_ms: one timeout tracker per request.
+    transport_settings = TcpTransportSettings()
     bookie_tls = settings.bookkeeper_ssl_context()
     bookie_token = settings.bookkeeper_token()
     async with (
