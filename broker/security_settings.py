@@ -29,12 +29,12 @@ ledgers, and ledgers of earlier versions (the empty password) stay readable.
 from __future__ import annotations
 
 import ssl
-from pathlib import Path
 from typing import Annotated, Literal, Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from magnetar.bookkeeper.client import BookieClientSecurity
 from magnetar.bookkeeper.protocol.digest import DigestType
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
@@ -51,6 +51,7 @@ from magnetar.broker.security import BrokerSecurity, SecurityLimits
 
 class SecuritySettings(
     BaseSettings,
+    BookieClientSecurity,
     AuthenticationSettings,
     MetricsAccessSettings,
     AuthorizationSettings,
@@ -69,12 +70,7 @@ class SecuritySettings(
     """Serve the same routes over TLS on this port too (0: any free port); needs the certificate files."""
 
     # -- as a client of the bookies and of ZooKeeper -------------------------------------------------
-    bookkeeper_auth_token: str | None = None
-    """The token the broker presents to bookies that require one: ``token:<jwt>`` or ``file:///path``."""
-    bookkeeper_tls_enabled: bool = False
-    bookkeeper_tls_trust_certs_file: Path | None = None
-    bookkeeper_tls_certificate_file: Path | None = None
-    bookkeeper_tls_key_file: Path | None = None
+    # bookkeeper_auth_token and bookkeeper_tls_* (the token and TLS files): BookieClientSecurity's
     bookkeeper_tls_hostname_verification: bool = True
 
     # -- ledger passwords (Pulsar's managedLedgerPassword / managedLedgerDigestType) ---------------------
@@ -89,8 +85,6 @@ class SecuritySettings(
     def _check_security(self) -> Self:
         if self.http_port_tls is not None and self.tls_certificate_file is None:
             raise ValueError("http_port_tls needs tls_certificate_file and tls_key_file")
-        if (self.bookkeeper_tls_certificate_file is None) != (self.bookkeeper_tls_key_file is None):
-            raise ValueError("bookkeeper_tls_certificate_file and bookkeeper_tls_key_file go together")
         return self
 
     def web_ssl_context(self) -> ssl.SSLContext | None:

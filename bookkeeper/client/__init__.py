@@ -28,7 +28,12 @@ from magnetar.bookkeeper.client.errors import (
 from magnetar.bookkeeper.client.ledger_handle import LedgerHandle
 from magnetar.bookkeeper.client.metadata import LedgerMetadata, LedgerState
 from magnetar.bookkeeper.client.read_handle import LedgerEntry, ReadHandle
-from magnetar.bookkeeper.client.settings import ClientOptions, ClientSettings, QuorumSettings
+from magnetar.bookkeeper.client.settings import (
+    BookieClientSecurity,
+    ClientOptions,
+    ClientSettings,
+    QuorumSettings,
+)
 from magnetar.bookkeeper.protocol.digest import DigestType
 
 __all__ = [
@@ -37,6 +42,7 @@ __all__ = [
     "BKTimeoutError",
     "BKWriteError",
     "BookKeeper",
+    "BookieClientSecurity",
     "ClientClosedError",
     "ClientOptions",
     "ClientSettings",

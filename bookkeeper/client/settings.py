@@ -11,6 +11,7 @@ Rack-aware placement: ``min_num_racks_per_write_quorum`` (BookKeeper's ``minNumR
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -81,6 +82,32 @@ class ClientSettings(QuorumSettings, ClientOptions):
     ledgers_root_path: str = Field("/ledgers", pattern=r"^/[^/].*[^/]$|^/[^/]$")
     """Where ledgers' metadata lives in the metadata store (the bookies' and every client's: not a broker
     setting)."""
+
+
+class BookieClientSecurity(BaseModel):
+    """How a client process reaches bookies that require a token or TLS (BookKeeper's
+    ``clientAuthProviderFactoryClass`` and ``tls*`` client settings). Declared once here; the broker's and
+    AutoRecovery's settings inherit it, so each keeps these flat names."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bookkeeper_auth_token: str | None = None
+    """The token presented to bookies that require one: ``token:<jwt>`` or ``file:///path``."""
+    bookkeeper_tls_enabled: bool = False
+    """Reach the bookies over TLS (when they serve it)."""
+    bookkeeper_tls_trust_certs_file: Path | None = None
+    """PEM CA certificates the bookies' certificates are checked against (None: the system's)."""
+    bookkeeper_tls_certificate_file: Path | None = None
+    """PEM certificate presented to bookies that require client certificates (with
+    ``bookkeeper_tls_key_file``)."""
+    bookkeeper_tls_key_file: Path | None = None
+    """PEM private key of ``bookkeeper_tls_certificate_file``."""
+
+    @model_validator(mode="after")
+    def _check_bookie_client_tls(self) -> Self:
+        if (self.bookkeeper_tls_certificate_file is None) != (self.bookkeeper_tls_key_file is None):
+            raise ValueError("bookkeeper_tls_certificate_file and bookkeeper_tls_key_file go together")
+        return self
 
 
 def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:
