@@ -12,6 +12,8 @@
 broker may not import). With ``http_port_tls`` set the same router is served over TLS on that port too
 (Pulsar's ``webServicePortTls``); the broker registers both URLs (``httpUrl``, ``httpUrlTls``), and lookups
 and redirects of clients that came over TLS point at the TLS one.
+Connections from the other live brokers' addresses are not counted per address (:mod:`.peer_addresses`):
+both servers ask one :class:`~.peer_addresses.PeerAddresses`, kept up to date while the broker runs.
 Start-up creates the cluster, tenant ``public`` and namespace ``public/default`` when they are missing
 (``initialize_metadata`` and the ``cluster_metadata_init`` setting), as Pulsar standalone does.
 """
@@ -30,6 +32,7 @@ from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.http import HttpServer, Router
 from magnetar.broker.http_app import build_router
+from magnetar.broker.peer_addresses import PeerAddresses, maintain_peer_addresses
 from magnetar.broker.service import BrokerService, initialize_cluster_metadata
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import first_index_of, stamp_first_index
@@ -59,6 +62,9 @@ class BrokerHandle:
         """Begin the graceful shutdown; ``stopped`` is set once it is complete."""
         self._stop.set()
 
+
+WILDCARDS = {"0.0.0.0", "::"}
+"""Bind addresses that name no address of this broker's own."""
 
 HTTP_SERVICE = "broker HTTP"
 HTTPS_SERVICE = "broker HTTPS"
@@ -105,17 +111,8 @@ async def run_broker(
         router = build_router(service)
         if register_routes is not None:
             register_routes(router, service)
-        server = HttpServer(router, settings.http_settings(), service=HTTP_SERVICE, port_setting="http_port")
-        ssl_context = settings.web_ssl_context()
-        tls_server = None
-        if ssl_context is not None:
-            tls_server = HttpServer(
-                router,
-                settings.http_tls_settings(),
-                ssl_context=ssl_context,
-                service=HTTPS_SERVICE,
-                port_setting="http_port_tls",
-            )
+        peers = PeerAddresses({settings.bind_address, settings.advertised_host()} - WILDCARDS)
+        server, tls_server = _http_servers(settings, router, peers)
         async with trio.open_nursery() as nursery:
             ports: list[int] = await nursery.start(server.serve)
             http_url = f"http://{settings.advertised_host()}:{ports[0]}"
@@ -133,6 +130,8 @@ async def run_broker(
                     await service.run(http_url, http_url_tls=http_url_tls, task_status=task_status)
 
             await nursery.start(run_service)
+            peers_scope = trio.CancelScope()
+            nursery.start_soon(_maintain_peers, peers_scope, settings, metadata, peers, service.broker_id)
             services_scope = trio.CancelScope()
 
             async def run_factory_services(
@@ -158,4 +157,47 @@ async def run_broker(
                         tls_server.shutdown()
                     service_scope.cancel()
                     services_scope.cancel()
+                    peers_scope.cancel()
         handle.stopped.set()
+
+
+def _http_servers(
+    settings: BrokerSettings, router: Router, peers: PeerAddresses
+) -> tuple[HttpServer, HttpServer | None]:
+    """The plain port's server and, when TLS is configured, the TLS port's."""
+    server = HttpServer(
+        router,
+        settings.http_settings(),
+        service=HTTP_SERVICE,
+        port_setting="http_port",
+        unlimited_address=peers,
+    )
+    ssl_context = settings.web_ssl_context()
+    if ssl_context is None:
+        return server, None
+    tls_server = HttpServer(
+        router,
+        settings.http_tls_settings(),
+        ssl_context=ssl_context,
+        service=HTTPS_SERVICE,
+        port_setting="http_port_tls",
+        unlimited_address=peers,
+    )
+    return server, tls_server
+
+
+async def _maintain_peers(
+    scope: trio.CancelScope, settings: BrokerSettings, metadata: MetadataStore, peers: PeerAddresses, me: str
+) -> None:
+    """Keep ``peers`` up to date until ``scope`` is cancelled; nothing to do without a per-address limit."""
+    limit = settings.http.http_connections_per_ip_max
+    if limit == 0:
+        return
+    log.info(
+        "connections from other live brokers are not counted against http_connections_per_ip_max=%d, except "
+        "from this broker's own address (%s: there a peer cannot be told from a local client)",
+        limit,
+        ", ".join(sorted(peers.own_hosts)),
+    )
+    with scope:
+        await maintain_peer_addresses(metadata, peers, me)

@@ -29,7 +29,8 @@ brokers present to the bookies (``bookkeeper_auth_token``). The bookies admit on
 Network faults (the failure suite): ``bookie_advertised_addresses`` makes bookie *i* listen on 127.0.0.1
 but register as ``<address>:<port>`` (any 127.0.0.0/8 address is this machine), where a fault-injecting proxy
 can listen; :attr:`DevCluster.metadata_urls` can point a component at a proxy in front of ZooKeeper before it
-starts. Both default to direct connections.
+starts. Both default to direct connections. ``broker_addresses`` makes broker *i* bind and advertise an
+address of its own (default 127.0.0.1 for all), as brokers on separate hosts or pods are.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ class DevClusterSpec:
     """Token authentication on brokers and bookies, with keys and tokens made under ``DATA_DIR/security``."""
     bookie_advertised_addresses: Sequence[str] = ()
     """Address bookie *i* registers under (default 127.0.0.1); it always listens on 127.0.0.1."""
+    broker_addresses: Sequence[str] = ()
+    """Address broker *i* binds and advertises (default 127.0.0.1)."""
     log_level: str | None = None
     zookeeper: zk.ZooKeeperSettings = field(default_factory=lambda: zk.ZooKeeperSettings(tick_time_ms=500))
     ready_timeout_s: float = 60.0
@@ -195,10 +198,15 @@ class DevCluster:
 
     @property
     def broker_urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{p['http']}" for p in self.ports.brokers[: self.spec.brokers]]
+        ports = self.ports.brokers[: self.spec.brokers]
+        return [f"http://{self.broker_address(i)}:{p['http']}" for i, p in enumerate(ports)]
 
     def bookie_address(self, index: int) -> str:
         addresses = self.spec.bookie_advertised_addresses
+        return addresses[index] if index < len(addresses) else "127.0.0.1"
+
+    def broker_address(self, index: int) -> str:
+        addresses = self.spec.broker_addresses
         return addresses[index] if index < len(addresses) else "127.0.0.1"
 
     def bookie_id(self, index: int) -> str:
@@ -438,8 +446,8 @@ class DevCluster:
         e, w, a = self.spec.quorums()
         command = magnetar_command(
             "broker", "--metadata-url", self.metadata_urls.get(name, self.metadata_url),
-            "--http-port", str(self.ports.brokers[index]["http"]), "--bind", "127.0.0.1",
-            "--advertised-address", "127.0.0.1", "--cluster", self.spec.cluster,
+            "--http-port", str(self.ports.brokers[index]["http"]), "--bind", self.broker_address(index),
+            "--advertised-address", self.broker_address(index), "--cluster", self.spec.cluster,
             "--ensemble-size", str(e), "--write-quorum", str(w), "--ack-quorum", str(a),
         )  # fmt: skip
         return self._managed(

@@ -7,8 +7,10 @@ connections are served; one more is answered ``503 {"reason": ...}`` and closed,
 Pulsar's ``maxHttpServerConnections`` — the refusal itself runs in a small, bounded pool so a flood of
 connections cannot pile up tasks. With ``http_connections_per_ip_max`` set, one client address holding that
 many connections gets ``429`` for the next one (Pulsar's ``brokerMaxConnectionsPerIp``); other addresses are
-unaffected. All servers of the process together accept no more connections than the open-files limit
-leaves after the descriptors kept for storage (:mod:`..descriptors`): beyond it, 503 too. The request
+unaffected. An address the ``unlimited_address`` predicate names (a broker's peers, whose proxied sessions
+all come from one address each) is not counted per address; its connections count toward the other limits.
+All servers of the process together accept no more connections than the open-files limit leaves after the
+descriptors kept for storage (:mod:`..descriptors`): beyond it, 503 too. The request
 bodies being read or handled at once, across all connections, hold at most
 ``http_bodies_in_flight_bytes_max`` bytes (:mod:`.body_budget`), and the received WebSocket data not
 handled yet, across all sessions, about ``ws_received_bytes_in_flight_max`` (:mod:`.ws_budget`).
@@ -29,6 +31,7 @@ from __future__ import annotations
 import errno
 import logging
 import ssl
+from collections.abc import Callable
 
 import trio
 
@@ -66,6 +69,10 @@ def _refusal_bytes(status: int = 503, reason: str = "too many connections") -> b
     return head.encode() + body
 
 
+def _no_address(address: str) -> bool:
+    return False
+
+
 class HttpServer:
     """Serves one :class:`Router` on the address and port of ``settings``."""
 
@@ -77,6 +84,7 @@ class HttpServer:
         ssl_context: ssl.SSLContext | None = None,
         service: str = "HTTP server",
         port_setting: str = "http_port",
+        unlimited_address: Callable[[str], bool] | None = None,
     ) -> None:
         self._app = app
         self._settings = settings
@@ -87,6 +95,9 @@ class HttpServer:
         """The setting that chose the port (``http_port``, ``http_port_tls``)."""
         self._connections: set[HttpConnection] = set()
         self._per_ip = ConnectionCounter(settings.http_connections_per_ip_max)
+        self._unlimited_address = unlimited_address or _no_address
+        """Whether a client address is left out of ``http_connections_per_ip_max`` (asked once per
+        connection, at accept; must not block)."""
         self._body_budget = BodyBudget(settings.http_bodies_in_flight_bytes_max, settings.body_share_bytes())
         self._ws_budget = ReceiveBudget(settings.ws_received_bytes_in_flight_max)
         self._refusing = 0
@@ -143,13 +154,15 @@ class HttpServer:
             if len(self._connections) >= self._settings.http_connections_max:
                 await self._refuse_soon(connections, stream, _refusal_bytes())
                 continue
-            if not self._per_ip.try_acquire(address):
+            per_ip = not self._unlimited_address(address)
+            if per_ip and not self._per_ip.try_acquire(address):
                 limit = self._settings.http_connections_per_ip_max
                 reason = f"too many connections from {address} (http_connections_per_ip_max={limit})"
                 await self._refuse_soon(connections, stream, _refusal_bytes(429, reason))
                 continue
             if not self._slots.try_take():
-                self._per_ip.release(address)
+                if per_ip:
+                    self._per_ip.release(address)
                 await self._refuse_soon(connections, stream, _refusal_bytes(503, _OUT_OF_DESCRIPTORS))
                 continue
             served: trio.abc.Stream = stream
@@ -164,14 +177,15 @@ class HttpServer:
                 ws_budget=self._ws_budget,
             )
             self._connections.add(conn)
-            connections.start_soon(self._run_connection, conn, address)
+            connections.start_soon(self._run_connection, conn, address if per_ip else None)
 
-    async def _run_connection(self, conn: HttpConnection, address: str) -> None:
+    async def _run_connection(self, conn: HttpConnection, counted_address: str | None) -> None:
         try:
             await conn.run()
         finally:
             self._connections.discard(conn)
-            self._per_ip.release(address)
+            if counted_address is not None:
+                self._per_ip.release(counted_address)
             self._slots.give_back()
 
     async def _refuse_soon(self, connections: trio.Nursery, stream: trio.SocketStream, answer: bytes) -> None:

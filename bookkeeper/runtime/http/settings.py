@@ -47,7 +47,8 @@ class HttpLimits(BaseModel):
     """Open connections from one client address; beyond it a new one is answered 429 and closed. 0: no
     limit (Pulsar's ``brokerMaxConnectionsPerIp`` default, under which one address could hold every
     connection and every descriptor). 256 leaves an eighth of the default ``http_connections_max`` to one
-    address: raise it for a proxy or load balancer that brings many clients from one address."""
+    address: raise it for a proxy or load balancer that brings many clients from one address. A broker does
+    not count connections from its cluster's other live brokers (their owner proxies) here."""
     http_tls_handshake_timeout_ms: int = Field(default=10_000, gt=0)
     """When serving TLS, a new connection must complete its handshake within this, else it is closed."""
 

@@ -240,16 +240,18 @@ async def open_ws_client(
     ssl_context: ssl.SSLContext | None = None,
     redirects_max: int = REDIRECTS_MAX,
     message_bytes_max: int = MESSAGE_BYTES_MAX,
+    local_address: str | None = None,
 ) -> WsClient:
     """One attempt: the session on ``url`` (``ws://`` or ``wss://``, path and query included), following at
     most ``redirects_max`` 307s. Raises :class:`WsRejected`, ``OSError`` or ``ssl.SSLError``; the caller
     bounds it in time (a cancelled attempt closes its socket).
 
     ``target``: the request target to send as it is (the owner proxy sends its client's, never parsed
-    again); the URL - and a redirect's ``Location`` - then give only the scheme, host and port."""
+    again); the URL - and a redirect's ``Location`` - then give only the scheme, host and port.
+    ``local_address``: the address to connect from (default: the one the system's routes choose)."""
     for _ in range(redirects_max + 1):
         upstream, location = await _attempt(
-            url, target, headers, subprotocols, ssl_context, message_bytes_max
+            url, target, headers, subprotocols, ssl_context, message_bytes_max, local_address
         )
         if upstream is not None:
             return upstream
@@ -265,6 +267,7 @@ async def _attempt(
     subprotocols: Sequence[str],
     ssl_context: ssl.SSLContext | None,
     message_bytes_max: int,
+    local_address: str | None,
 ) -> tuple[WsClient | None, str | None]:
     parts = urlsplit(url)
     secure = parts.scheme in ("wss", "https")
@@ -274,7 +277,7 @@ async def _attempt(
         target = request_target
     else:
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+    stream: trio.abc.Stream = await trio.open_tcp_stream(host, port, local_address=local_address)
     try:
         if secure:
             context = ssl_context or ssl.create_default_context()

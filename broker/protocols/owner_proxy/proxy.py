@@ -4,6 +4,7 @@ per partition (:mod:`.fanout`)."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import ssl
 from typing import TYPE_CHECKING
@@ -288,7 +289,19 @@ class OwnerProxy:
             ssl_context=self._ssl_context if url.startswith("wss://") else None,
             redirects_max=self._settings.ws_proxy_redirects_max,
             message_bytes_max=self._settings.http.ws_frame_bytes_max,
+            local_address=hop_source(self._settings.bind_address),
         )
+
+
+def hop_source(bind_address: str) -> str | None:
+    """The address upstream sessions leave from: the broker's bind address when it is one specific IP
+    address, so that the owner sees a connection from the address this broker listens on (and, as a rule,
+    advertises: :mod:`magnetar.broker.peer_addresses` recognizes peers by it); else the system's choice."""
+    try:
+        address = ipaddress.ip_address(bind_address)
+    except ValueError:
+        return None
+    return None if address.is_unspecified else str(address)
 
 
 def _tracker(request: WebSocketRequest, kind: WsKind, subprotocol: str | None) -> Tracker:

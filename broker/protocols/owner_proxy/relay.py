@@ -71,10 +71,12 @@ class GaveUp(Exception):
 
 FINAL_STATUSES = frozenset({400, 401, 403, 404, 412})
 """Refusals of an upstream session that retrying cannot cure."""
-OPEN_FINAL_STATUSES = FINAL_STATUSES | {409}
+OPEN_FINAL_STATUSES = FINAL_STATUSES | {409, 429}
 """The same when the client's session is being opened: a conflict (a busy producer name, an exclusive
-subscription taken) is the client's answer too. Once the session runs, a 409 after a move is retried: the
-session's previous owner may still hold the subscription for a moment."""
+subscription taken) and a refusal for too many connections or requests are the client's answer too - it
+hears them at once and backs off itself, instead of waiting for the proxy's retries to give up. Once the
+session runs, a 409 or 429 after a move is retried: the session's previous owner may still hold the
+subscription for a moment, and the session is already counted."""
 
 
 async def connect_with_retry(

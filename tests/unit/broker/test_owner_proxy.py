@@ -17,7 +17,7 @@ from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
 from magnetar.broker.exposition import render_text
 from magnetar.broker.protocols.owner_proxy.metrics import ProxyCounters, ProxyMetrics
 from magnetar.broker.protocols.owner_proxy.proxy import OwnerProxy
-from magnetar.broker.protocols.owner_proxy.relay import Relay
+from magnetar.broker.protocols.owner_proxy.relay import OPEN_FINAL_STATUSES, GaveUp, Relay, connect_with_retry
 from magnetar.broker.protocols.owner_proxy.tracking import (
     BinaryProducerTracker,
     ConsumerTracker,
@@ -271,3 +271,28 @@ async def test_ws_proxy_sessions_max_bounds_upstream_sessions_one_per_partition(
     proxy._release(4)
     proxy._release(1)
     assert (proxy.counters.sessions, proxy.counters.upstreams) == (0, 0)
+
+
+@pytest.mark.parametrize(("status", "final"), [(409, True), (429, True), (503, False), (500, False)])
+async def test_an_owner_refusal_at_open_is_passed_on_at_once_or_retried(
+    status: int, final: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    """At open, a conflict or 'too many' is the client's answer (no minute of retries before a 503); an
+    unavailable owner is retried until the deadline."""
+    settings = BrokerSettings(ws_proxy_reconnect_deadline_ms=2_000)
+    attempts = 0
+
+    async def refuse(overrides: dict[str, str]) -> Any:
+        nonlocal attempts
+        attempts += 1
+        raise WsRejected(status, b"refused by the owner")
+
+    if final:
+        with pytest.raises(WsRejected) as refused:
+            await connect_with_retry(refuse, dict, settings, "test", final_statuses=OPEN_FINAL_STATUSES)
+        assert refused.value.status == status
+        assert attempts == 1
+    else:
+        with pytest.raises(GaveUp, match=f"{status} refused by the owner"):
+            await connect_with_retry(refuse, dict, settings, "test", final_statuses=OPEN_FINAL_STATUSES)
+        assert attempts > 1

@@ -10,6 +10,7 @@ import pydantic
 import pytest
 import trio
 import trio.testing
+from fixtures.http_raw import read_answer
 
 from magnetar.bookkeeper.runtime.http import (
     HttpError,
@@ -64,18 +65,6 @@ def make_router(recorder: Recorder) -> Router:
 
     router.websocket("/ws", ws)
     return router
-
-
-async def read_answer(stream: trio.SocketStream) -> bytes:
-    """The server's answer up to the end of its head (and whatever body came with it)."""
-    data = b""
-    with trio.fail_after(10):
-        while b"\r\n\r\n" not in data:
-            chunk = await stream.receive_some(65536)
-            if not chunk:
-                break
-            data += chunk
-    return data
 
 
 async def test_a_refused_head_is_answered_before_the_body_is_sent(start_server: StartServer) -> None:
