@@ -190,7 +190,7 @@ async def _maintain_peers(
     scope: trio.CancelScope, settings: BrokerSettings, metadata: MetadataStore, peers: PeerAddresses, me: str
 ) -> None:
     """Keep ``peers`` up to date until ``scope`` is cancelled; nothing to do without a per-address limit."""
-    limit = settings.http_connections_per_ip_max
+    limit = settings.http.http_connections_per_ip_max
     if limit == 0:
         return
     log.info(

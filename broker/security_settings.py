@@ -7,11 +7,12 @@ in snake case: ``authentication_enabled`` = ``authenticationEnabled``, ``token_s
 ``tokenSecretKey``, ``super_user_roles`` = ``superUserRoles``, ``http_port_tls`` = ``webServicePortTls``,
 ``tls_certificate_file`` = ``tlsCertificateFilePath``, ``tls_trust_certs_file`` = ``tlsTrustCertsFilePath``,
 ``tls_require_trusted_client_cert`` = ``tlsRequireTrustedClientCertOnConnect``,
-``http_connections_per_ip_max`` = ``brokerMaxConnectionsPerIp``, ``topics_per_namespace_max`` =
+``topics_per_namespace_max`` =
 ``maxTopicsPerNamespace``, ``bookkeeper_auth_token`` ~ ``bookkeeperClientAuthenticationParameters``,
 ``bookkeeper_tls_*`` = ``bookkeeperTLS*``, ``zk_tls_*`` ~ ZooKeeper's ``zookeeper.ssl.*``,
 ``managed_ledger_password`` = ``managedLedgerPassword``, ``managed_ledger_digest_type`` =
-``managedLedgerDigestType``.
+``managedLedgerDigestType``. ``http_connections_per_ip_max`` (``brokerMaxConnectionsPerIp``) is the HTTP
+server's (:class:`~magnetar.bookkeeper.runtime.http.HttpSettings`, the broker's ``http``).
 
 Everything is off by default, as in Pulsar's standalone. ``authentication_enabled=true`` with a key is the
 one setting that turns authentication *and* authorization on (``authorization_enabled`` follows it unless
@@ -28,12 +29,12 @@ ledgers, and ledgers of earlier versions (the empty password) stay readable.
 from __future__ import annotations
 
 import ssl
-from pathlib import Path
 from typing import Annotated, Literal, Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from magnetar.bookkeeper.client import BookieClientSecurity
 from magnetar.bookkeeper.protocol.digest import DigestType
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
@@ -43,7 +44,6 @@ from magnetar.bookkeeper.runtime.auth.authentication import (
 from magnetar.bookkeeper.runtime.auth.keys import read_secret_setting, read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings, client_ssl_context, server_ssl_context
 from magnetar.bookkeeper.runtime.clock import Clock
-from magnetar.bookkeeper.runtime.http import HttpSettings
 from magnetar.broker.authorization import AuthorizationService, AuthorizationSettings
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security import BrokerSecurity, SecurityLimits
@@ -51,6 +51,7 @@ from magnetar.broker.security import BrokerSecurity, SecurityLimits
 
 class SecuritySettings(
     BaseSettings,
+    BookieClientSecurity,
     AuthenticationSettings,
     MetricsAccessSettings,
     AuthorizationSettings,
@@ -68,19 +69,8 @@ class SecuritySettings(
     http_port_tls: Annotated[int, Field(ge=0, le=65535)] | None = None
     """Serve the same routes over TLS on this port too (0: any free port); needs the certificate files."""
 
-    # -- limits (the others: SecurityLimits) ----------------------------------------------------------
-    http_connections_per_ip_max: Annotated[int, Field(ge=0)] = HttpSettings.model_fields[
-        "http_connections_per_ip_max"
-    ].default
-    """Declared (with its default and why) in :class:`HttpSettings`; on by default, unlike Pulsar."""
-
     # -- as a client of the bookies and of ZooKeeper -------------------------------------------------
-    bookkeeper_auth_token: str | None = None
-    """The token the broker presents to bookies that require one: ``token:<jwt>`` or ``file:///path``."""
-    bookkeeper_tls_enabled: bool = False
-    bookkeeper_tls_trust_certs_file: Path | None = None
-    bookkeeper_tls_certificate_file: Path | None = None
-    bookkeeper_tls_key_file: Path | None = None
+    # bookkeeper_auth_token and bookkeeper_tls_* (the token and TLS files): BookieClientSecurity's
     bookkeeper_tls_hostname_verification: bool = True
 
     # -- ledger passwords (Pulsar's managedLedgerPassword / managedLedgerDigestType) ---------------------
@@ -95,8 +85,6 @@ class SecuritySettings(
     def _check_security(self) -> Self:
         if self.http_port_tls is not None and self.tls_certificate_file is None:
             raise ValueError("http_port_tls needs tls_certificate_file and tls_key_file")
-        if (self.bookkeeper_tls_certificate_file is None) != (self.bookkeeper_tls_key_file is None):
-            raise ValueError("bookkeeper_tls_certificate_file and bookkeeper_tls_key_file go together")
         return self
 
     def web_ssl_context(self) -> ssl.SSLContext | None:

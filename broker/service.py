@@ -247,7 +247,7 @@ class BrokerService:
             rollovers_deferred=sum(1 for ml in mls if ml.rollover_deferred),
             entries_past_cap=sum(ml.entries_past_cap for ml in mls),
             serve_without_session_max_s=self.settings.serve_without_session_max_s,
-            rollover_deferred_entries_max=self.settings.rollover_deferred_entries_max,
+            rollover_deferred_entries_max=self.settings.managed_ledger.rollover_deferred_entries_max,
         )
 
     # -- ownership -----------------------------------------------------------------------------

@@ -12,14 +12,18 @@ Settings shared with other process kinds or layers are declared once, in their o
 (so each keeps its flat name as a flag, a ``MAGNETAR_<NAME>`` variable and a config key): security
 (:class:`~.security_settings.SecuritySettings`: authentication, authorization, TLS, protective limits; all
 off by default), the way to the metadata store (:class:`MetadataConnectionSettings`, as the bookies'),
-retention, expiry and backlog quotas (:class:`RetentionSettings`, which the retention service takes), and the
+retention, expiry and backlog quotas (:class:`RetentionSettings`, which the retention service takes), the
 load manager's (Pulsar's ``loadBalancer*``: :class:`~.load_balancer_settings.LoadBalancerSettings`), the
-WebSocket owner proxy's (``ws_proxy_*``, ``broker_client_*``: :class:`~.proxy_settings.ProxySettings`).
+WebSocket owner proxy's (``ws_proxy_*``, ``broker_client_*``: :class:`~.proxy_settings.ProxySettings`) and the
+default quorum of new ledgers (:class:`QuorumSettings`).
 
-The HTTP server (:class:`HttpSettings`), the managed ledger (:class:`ManagedLedgerSettings`) and the
-replication client (:class:`ClientSettings`) have settings of their own that a broker does not expose; the
-``*_settings()`` methods build those models from every broker setting of the same name
-(:func:`same_named_fields`), plus the few the broker names differently (``bind_address``).
+The layers below are composed whole (``FLATTENED``): the HTTP server's limits are ``http``
+(:class:`HttpLimits`), the managed ledger's ``managed_ledger`` (:class:`ManagedLedgerOptions`), the
+replication client's ``client`` (:class:`ClientOptions`). Each of their settings is declared once, in its
+layer, and reached by its flat name as before (``ws_frame_bytes_max``, ``MAGNETAR_MAX_ENTRIES_PER_LEDGER``,
+``add_timeout_ms = 5000``) or in its table (``[client]``, ``MAGNETAR_CLIENT__ADD_TIMEOUT_MS``); see
+:mod:`magnetar.bookkeeper.runtime.flat_settings`. The ``*_settings()`` methods complete each layer's model
+with what the broker sets itself (its address and port, the quorum, the ledgers' password and digest).
 """
 
 from __future__ import annotations
@@ -27,28 +31,26 @@ from __future__ import annotations
 import ipaddress
 import random
 import socket
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from magnetar.bookkeeper.client import ClientSettings
+from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSettings
 from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
-from magnetar.bookkeeper.runtime.http import HttpSettings
+from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
+from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
+from magnetar.bookkeeper.runtime.flat_settings import nest_flat
+from magnetar.bookkeeper.runtime.http import HttpLimits, HttpSettings
 from magnetar.broker.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.namespace_bundle import BUNDLES_MAX
 from magnetar.broker.proxy_settings import ProxySettings
 from magnetar.broker.security_settings import SecuritySettings
 from magnetar.managed_ledger.retention_settings import RetentionSettings
-from magnetar.managed_ledger.settings import ManagedLedgerSettings
+from magnetar.managed_ledger.settings import ManagedLedgerOptions, ManagedLedgerSettings
 
 PositiveInt = Annotated[int, Field(gt=0)]
 MIB = 1024 * 1024
-
-
-def _http_default(name: str) -> Any:
-    """The default :class:`HttpSettings` declares for ``name`` (declared, and documented, there once)."""
-    return HttpSettings.model_fields[name].default
 
 
 LEDGER_PASSWORD_BYTES = 20
@@ -56,9 +58,18 @@ LEDGER_PASSWORD_BYTES = 20
 
 
 class BrokerSettings(
-    SecuritySettings, MetadataConnectionSettings, RetentionSettings, LoadBalancerSettings, ProxySettings
+    SecuritySettings,
+    MetadataConnectionSettings,
+    RetentionSettings,
+    LoadBalancerSettings,
+    ProxySettings,
+    QuorumSettings,
 ):
-    model_config = SettingsConfigDict(env_prefix="MAGNETAR_", frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
+    FLATTENED: ClassVar[tuple[str, ...]] = ("http", "managed_ledger", "client")
+    """Composed layers whose settings are also reached by their flat names (:mod:`.flat_settings`)."""
 
     # -- identity and addresses -----------------------------------------------------------------
     metadata_url: str = "memory://"
@@ -85,21 +96,13 @@ class BrokerSettings(
     """Bundles of a namespace whose policies name none (Pulsar's default is 4)."""
 
     # -- storage (managed ledger + replication client) ------------------------------------------
-    ensemble_size: PositiveInt = 2
-    write_quorum: PositiveInt = 2
-    ack_quorum: PositiveInt = 2
-    max_entries_per_ledger: PositiveInt = 50_000
-    min_ledger_rollover_time_min: Annotated[float, Field(ge=0)] = 10
-    max_ledger_rollover_time_min: Annotated[float, Field(ge=0)] = 240
-    mark_delete_rate_per_s: Annotated[float, Field(gt=0)] = 1.0
-    entry_cache_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
-    add_timeout_ms: PositiveInt = 5_000
-    read_timeout_ms: PositiveInt = 5_000
-    min_num_racks_per_write_quorum: Annotated[int, Field(ge=1, le=64)] = 2
-    """Racks each write set of a new ensemble should span (bookies' ``--rack``; BookKeeper's
-    ``minNumRacksPerWriteQuorum``)."""
-    enforce_min_num_racks_per_write_quorum: bool = False
-    """Refuse ensembles below ``min_num_racks_per_write_quorum`` instead of taking the best available."""
+    # The default quorum of new ledgers (ensemble_size, write_quorum, ack_quorum) is QuorumSettings'.
+    managed_ledger: ManagedLedgerOptions = Field(default_factory=ManagedLedgerOptions)
+    """The managed ledger's settings (:class:`ManagedLedgerOptions`: ``max_entries_per_ledger``,
+    ``entry_cache_bytes_max``, rollover ...), each also reached by its flat name."""
+    client: ClientOptions = Field(default_factory=ClientOptions)
+    """The replication client's settings (:class:`ClientOptions`: ``add_timeout_ms``, ``read_timeout_ms``,
+    rack-aware placement ...), each also reached by its flat name."""
 
     # -- metadata outages (see broker/metadata_outage.py and docs/metadata-outages.md) -------------
     serve_without_session_max_s: Annotated[float, Field(ge=0, le=86_400)] = 300
@@ -113,11 +116,6 @@ class BrokerSettings(
     acquiring a bundle) waits for it during an outage before failing with 503."""
     metadata_waiters_max: Annotated[int, Field(ge=0, le=1_000_000)] = 1_000
     """Requests that may wait for the metadata store at once; more fail with 503 at once."""
-    rollover_deferred_entries_max: Annotated[int, Field(ge=0, le=10_000_000)] = 50_000
-    """How far past ``max_entries_per_ledger`` a ledger takes entries while no new one can be created (the
-    metadata store is away); beyond it publishes fail (``send-error``) until the rollover happens."""
-    rollover_create_wait_ms: Annotated[int, Field(ge=0, le=60_000)] = 500
-    """How long publishes wait at the ledger cap for the next ledger before the current one takes them."""
     policies_last_known_max: Annotated[int, Field(ge=0, le=1_000_000)] = 10_000
     """Policy documents (namespaces, tenants, topics) remembered to answer reads during an outage."""
 
@@ -162,37 +160,9 @@ class BrokerSettings(
     """The same bound in payload bytes: the broker holds unacknowledged messages for redelivery."""
 
     # -- HTTP / WebSocket server -------------------------------------------------------------
-    http_header_bytes_max: Annotated[int, Field(ge=256)] = 8192
-    http_body_bytes_max: Annotated[int, Field(ge=0)] = 10 * MIB
-    http_bodies_in_flight_bytes_max: Annotated[int, Field(ge=0)] = 64 * MIB
-    """Request bodies read or handled at once across a port's connections; beyond it a request waits
-    (unread) until its deadline, then gets 503. At least ``http_body_bytes_max``."""
-    http_bodies_in_flight_bytes_per_role_max: Annotated[int, Field(ge=0)] = _http_default(
-        "http_bodies_in_flight_bytes_per_role_max"
-    )
-    """One caller's (role's, or address's) share of ``http_bodies_in_flight_bytes_max``."""
-    http_idle_timeout_ms: PositiveInt = 30_000
-    http_connections_max: PositiveInt = 2048
-    ws_frame_bytes_max: Annotated[int, Field(ge=125)] = 5 * MIB
-    ws_message_fragments_max: Annotated[int, Field(ge=1, le=1 << 20)] = 4096
-    """Frames one received WebSocket message may arrive in; more closes the session with 1008."""
-    ws_received_bytes_in_flight_max: Annotated[int, Field(ge=125)] = _http_default(
-        "ws_received_bytes_in_flight_max"
-    )
-    """Received WebSocket bytes not handled yet, across a port's sessions (see :class:`HttpSettings`)."""
-    ws_message_timeout_ms: PositiveInt = _http_default("ws_message_timeout_ms")
-    """A started WebSocket message must be complete within this, else 1008."""
-    ws_idle_timeout_ms: PositiveInt = 300_000
-    ws_send_queue_bytes_max: PositiveInt = 1 * MIB
-    """Per session, twice: messages waiting in the session's outbound queue (dispatchers stop, handlers
-    wait), and encoded frames waiting for the socket (the socket is not read meanwhile)."""
-    ws_send_queue_messages_max: PositiveInt = 4096
-    """Messages waiting in a session's outbound queue (deliveries, acknowledgements, error answers)."""
-    ws_receive_queue_bytes_max: PositiveInt = 1 * MIB
-    """Received messages of a session waiting for its handler; the socket is not read meanwhile."""
-    ws_receive_queue_messages_max: PositiveInt = 4096
-    """The same, counted in messages (an empty message counts as one)."""
-    shutdown_grace_ms: Annotated[int, Field(ge=0)] = 10_000
+    http: HttpLimits = Field(default_factory=HttpLimits)
+    """The HTTP and WebSocket server's limits (:class:`HttpLimits`, each also reached by its flat name:
+    ``ws_frame_bytes_max``, ``MAGNETAR_WS_FRAME_BYTES_MAX``); it listens on ``bind_address``:``http_port``."""
     ws_close_flush_timeout_ms: Annotated[int, Field(gt=0, le=60_000)] = 5_000
     """When the broker ends a session (unload, shutdown), how long the frames already queued for the client -
     receipts of stored messages above all - may take to go out before the Close is sent."""
@@ -210,15 +180,18 @@ class BrokerSettings(
     gc_tuning: bool = True
     """``magnetar broker`` freezes start-up objects and raises the GC thresholds (see ``tune_gc``)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _compose_layers(cls, data: Any) -> Any:
+        """Flat names of the composed layers into their tables (:func:`nest_flat`)."""
+        if not isinstance(data, dict):
+            return data
+        nested, _ = nest_flat(cls, data)
+        return nested
+
     @model_validator(mode="after")
     def _check_relations(self) -> Self:
-        if not self.ack_quorum <= self.write_quorum <= self.ensemble_size:
-            raise ValueError(
-                "need ack_quorum <= write_quorum <= ensemble_size, got "
-                f"{self.ack_quorum} / {self.write_quorum} / {self.ensemble_size}"
-            )
-        if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
-            raise ValueError("http_bodies_in_flight_bytes_max must be at least http_body_bytes_max")
+        check_size_chain(**self.size_chain())
         if (
             self.ws_proxy_enabled
             and self.broker_client_tls_enabled
@@ -250,9 +223,9 @@ class BrokerSettings(
         return self.http_settings().model_copy(update={"http_port": self.http_port_tls or 0})
 
     def http_settings(self) -> HttpSettings:
-        """The HTTP server's settings: every one the broker declares under the same name, and the address."""
+        """The HTTP server's settings: its limits, the broker's address and its plain port."""
         return HttpSettings.model_validate(
-            {**same_named_fields(HttpSettings, self), "http_bind_address": self.bind_address}
+            {**self.http.model_dump(), "http_bind_address": self.bind_address, "http_port": self.http_port}
         )
 
     def managed_ledger_settings(self, rng: random.Random | None = None) -> ManagedLedgerSettings:
@@ -263,7 +236,8 @@ class BrokerSettings(
             password = (rng or random.SystemRandom()).randbytes(LEDGER_PASSWORD_BYTES)
         return ManagedLedgerSettings.model_validate(
             {
-                **same_named_fields(ManagedLedgerSettings, self),
+                **self.managed_ledger.model_dump(),
+                **self.quorum(),
                 "password": password,
                 "digest_type": self.ledger_digest_type(),
                 "metadata_operation_timeout_s": self.metadata_operation_timeout_ms / 1000,
@@ -271,13 +245,20 @@ class BrokerSettings(
         )
 
     def client_settings(self) -> ClientSettings:
-        """The replication client's settings: every one the broker declares under the same name."""
-        return ClientSettings.model_validate(same_named_fields(ClientSettings, self))
+        """The replication client's settings: its own, with the broker's quorum as its default."""
+        return ClientSettings.model_validate({**self.client.model_dump(), **self.quorum()})
 
+    def size_chain(self) -> dict[str, Any]:
+        """The broker's links of the message size chain (:mod:`~magnetar.bookkeeper.protocol.size_chain`):
+        WebSocket message -> entry payload -> its own bookie connections' frames (BookKeeper's 5 MiB)."""
+        return {
+            "ws_frame": SizeLimit("ws_frame_bytes_max", self.http.ws_frame_bytes_max),
+            "entry_payload": SizeLimit("entry_payload_bytes_max", self.client.entry_payload_bytes_max),
+            "bookie_frames": (
+                SizeLimit("the broker's bookie frames", FRAME_BYTES_MAX_DEFAULT, settable=False),
+            ),
+        }
 
-def same_named_fields(model: type[BaseModel], settings: BaseModel) -> dict[str, Any]:
-    """The values of the fields of ``settings`` that ``model`` declares under the same name: a layer's
-    settings built from a process's, with no list of names to keep in step with either model."""
-    return {
-        name: getattr(settings, name) for name in model.model_fields if name in type(settings).model_fields
-    }
+    def quorum(self) -> dict[str, int]:
+        """The default quorum of new ledgers, as the layers' settings take it."""
+        return {name: getattr(self, name) for name in QuorumSettings.model_fields}

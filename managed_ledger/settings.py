@@ -11,22 +11,20 @@ before (the empty password of earlier versions included) stay readable and recov
 
 from __future__ import annotations
 
+from typing import Self
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from magnetar.bookkeeper.client import QuorumSettings
 from magnetar.bookkeeper.protocol.digest import DigestType
 from magnetar.managed_ledger.rollover import RolloverLimits
 
 
-class ManagedLedgerSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class ManagedLedgerOptions(BaseModel):
+    """Every limit of the managed ledger that a process exposes (what the broker composes as its
+    ``managed_ledger``); :class:`ManagedLedgerSettings` adds what the process sets itself."""
 
-    ensemble_size: int = Field(2, ge=1)
-    write_quorum: int = Field(2, ge=1)
-    ack_quorum: int = Field(2, ge=1)
-    password: bytes = Field(b"", repr=False)
-    """Password of new ledgers (the brokers set a secret one; see the module's docstring)."""
-    digest_type: DigestType = DigestType.CRC32C
-    """Digest of new ledgers' entries (existing ledgers keep the one they record)."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_entries_per_ledger: int = Field(50_000, ge=1)
     max_size_per_ledger_mb: int = Field(2048, ge=1)
@@ -50,7 +48,6 @@ class ManagedLedgerSettings(BaseModel):
 
     pending_adds_max: int = Field(10_000, ge=1)
     """Adds waiting for a ledger (during rollover) or in flight; more adds wait (back-pressure)."""
-    metadata_operation_timeout_s: float = Field(60, gt=0)
 
     cursor_max_entries_per_ledger: int = Field(50_000, ge=1)
     mark_delete_rate_per_s: float = Field(1.0, gt=0)
@@ -63,12 +60,7 @@ class ManagedLedgerSettings(BaseModel):
     read_handles_cached_max: int = Field(32, ge=1)
 
     @model_validator(mode="after")
-    def _check_relations(self) -> ManagedLedgerSettings:
-        if not self.ack_quorum <= self.write_quorum <= self.ensemble_size:
-            raise ValueError(
-                "need ack_quorum <= write_quorum <= ensemble_size, got "
-                f"{self.ack_quorum} / {self.write_quorum} / {self.ensemble_size}"
-            )
+    def _check_relations(self) -> Self:
         if self.max_ledger_rollover_time_min and (
             self.min_ledger_rollover_time_min > self.max_ledger_rollover_time_min
         ):
@@ -82,3 +74,14 @@ class ManagedLedgerSettings(BaseModel):
             max_time_ms=int(self.max_ledger_rollover_time_min * 60_000),
             min_time_ms=int(self.min_ledger_rollover_time_min * 60_000),
         )
+
+
+class ManagedLedgerSettings(QuorumSettings, ManagedLedgerOptions):
+    """The managed ledger's settings: its options, the quorum, and the identity of its new ledgers."""
+
+    password: bytes = Field(b"", repr=False)
+    """Password of new ledgers (the brokers set a secret one; see the module's docstring)."""
+    digest_type: DigestType = DigestType.CRC32C
+    """Digest of new ledgers' entries (existing ledgers keep the one they record)."""
+    metadata_operation_timeout_s: float = Field(60, gt=0)
+    """How long one metadata-store operation may take (the broker's ``metadata_operation_timeout_ms``)."""

@@ -89,9 +89,8 @@ async def open_autorecovery(
     metadata: MetadataStore, settings: AutoRecoverySettings, *, daemon_id: str
 ) -> AsyncIterator[AutoRecoveryService]:
     """A running :class:`AutoRecoveryService` (and its client and transport) for the block."""
-    transport_settings = TcpTransportSettings(
-        add_timeout_ms=settings.add_timeout_ms, read_timeout_ms=settings.read_timeout_ms
-    )
+    # The client hands the transport its add_timeout_ms / read_timeout_ms: one timeout tracker per request.
+    transport_settings = TcpTransportSettings()
     token = None
     if settings.bookkeeper_auth_token:
         token = read_token_setting(settings.bookkeeper_auth_token, "autorecovery.bookkeeper_auth_token")

@@ -69,10 +69,10 @@ def main(overrides: dict[str, Any], *, port_file: str | None = None, config_file
 
 async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
     raise_nofile_limit()
-    check_connection_limits(settings.http_connections_max, 2 if settings.http_port_tls is not None else 1)
-    transport_settings = TcpTransportSettings(
-        add_timeout_ms=settings.add_timeout_ms, read_timeout_ms=settings.read_timeout_ms
-    )
+    ports = 2 if settings.http_port_tls is not None else 1
+    check_connection_limits(settings.http.http_connections_max, ports)
+    # The client hands the transport its add_timeout_ms / read_timeout_ms: one timeout tracker per request.
+    transport_settings = TcpTransportSettings()
     bookie_tls = settings.bookkeeper_ssl_context()
     bookie_token = settings.bookkeeper_token()
     async with (

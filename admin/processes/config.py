@@ -60,6 +60,8 @@ import pydantic
 from pydantic_settings import BaseSettings, EnvSettingsSource
 
 from magnetar.bookkeeper.runtime import loop_monitor
+from magnetar.bookkeeper.runtime.flat_settings import flat_names, nest_flat, nested_model
+from magnetar.bookkeeper.runtime.flat_settings import renamed as renamed_settings
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ class Parts:
         return [
             part
             for part, model in self.models.items()
-            if name in model.model_fields and name not in self.set_by_process.get(part, {})
+            if _declares(model, name) and name not in self.set_by_process.get(part, {})
         ]
 
     def set_for(self, name: str) -> str | None:
@@ -172,6 +174,7 @@ def load_settings(
         renamed: dict[str, str] = {}
         where = f"config file {config_file}" if source is Source.FILE else source.value
         values = _lift(model, parts, given, source, where, renamed, ignored) if parts is not None else given
+        values = _nest_layers(model, parts, values, renamed)
         _merge(merged, values, sources, source, prefix="", renamed=renamed, given_as=given_as)
     try:
         settings = model.model_validate(merged)
@@ -226,6 +229,48 @@ def _lift(
     return lifted
 
 
+def _declares(model: type[pydantic.BaseModel], name: str) -> bool:
+    """``model`` has a setting ``name``: its own, or a composed layer's reached by its flat name."""
+    return name in model.model_fields or name in flat_names(model)
+
+
+def _nest_layers(
+    model: type[BaseSettings], parts: Parts | None, values: Mapping[str, Any], renamed: dict[str, str]
+) -> dict[str, Any]:
+    """``values`` with the flat names of composed layers (:mod:`~magnetar.bookkeeper.runtime.flat_settings`)
+    moved into their tables, in the process's model and in each part's table; ``renamed`` receives the
+    dotted name of each moved value -> the flat name it was given under."""
+    nested, moved = nest_flat(model, values)
+    renamed.update(moved)
+    for part, part_model in (parts.models if parts is not None else {}).items():
+        table = nested.get(part)
+        if not isinstance(table, Mapping):
+            continue
+        nested[part], moved = nest_flat(part_model, table)
+        for dotted, flat in moved.items():
+            renamed[f"{part}.{dotted}"] = renamed.pop(f"{part}.{flat}", f"{part}.{flat}")
+    return _new_names(model, nested, "", renamed)
+
+
+def _new_names(
+    model: type[pydantic.BaseModel], values: dict[str, Any], prefix: str, renamed: dict[str, str]
+) -> dict[str, Any]:
+    """``values`` with the old names of renamed settings (a model's ``RENAMED``) replaced by the new ones, in
+    nested tables too; ``renamed`` receives each new dotted name -> the name it was given under."""
+    old_names = renamed_settings(model)
+    for old, new in old_names.items():
+        if old in values:
+            value = values.pop(old)
+            if new not in values:
+                values[new] = value
+                renamed[f"{prefix}{new}"] = renamed.pop(f"{prefix}{old}", f"{prefix}{old}")
+    for name, value in values.items():
+        layer = nested_model(model, name)
+        if layer is not None and isinstance(value, dict):
+            values[name] = _new_names(layer, value, f"{prefix}{name}.", renamed)
+    return values
+
+
 def _fill(
     into: dict[str, Any], flat: Mapping[str, Any], dotted: str, given: str, renamed: dict[str, str]
 ) -> None:
@@ -267,7 +312,7 @@ def read_config_file(model: type[BaseSettings], path: Path) -> dict[str, Any]:
     for name, value in values.items():
         if name in own:
             continue
-        part_models = [parts.models[part] for part in parts.models if name in parts.models[part].model_fields]
+        part_models = [parts.models[part] for part in parts.models if _declares(parts.models[part], name)]
         if not part_models:
             raise ConfigError(
                 f"config file {path}: unknown setting {name!s} (not a setting of the {parts.kind}, nor of "
@@ -284,9 +329,19 @@ def environment_values(model: type[BaseSettings]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     parts = parts_of(model)
     for part_model in parts.models.values() if parts is not None else ():
+        values.update(_flat_environment(part_model))
         values.update(EnvSettingsSource(part_model)())
+    values.update(_flat_environment(model))
     values.update(EnvSettingsSource(model)())
     return values
+
+
+def _flat_environment(model: type[BaseSettings], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``MAGNETAR_<NAME>`` variables naming a composed layer's setting by its flat name (the text as given;
+    validation converts it)."""
+    environ = os.environ if environ is None else environ
+    flat = {ENV_PREFIX + name.upper(): name for name in flat_names(model)}
+    return {flat[key.upper()]: value for key, value in environ.items() if key.upper() in flat}
 
 
 def environment_models(model: type[BaseSettings]) -> tuple[type[BaseSettings], ...]:
@@ -301,7 +356,8 @@ def unknown_environment(
     """``MAGNETAR_*`` variables that name no setting of any of ``models`` (nor a process variable)."""
     environ = os.environ if environ is None else environ
     every = [each for model in models for each in environment_models(model)]
-    known = {ENV_PREFIX + name.upper() for model in every for name in model.model_fields}
+    names = [name for model in every for name in [*model.model_fields, *flat_names(model)]]
+    known = {ENV_PREFIX + name.upper() for name in names}
     unknown = []
     for name in sorted(environ):
         upper = name.upper()
@@ -372,9 +428,15 @@ def _leaf_names(values: Mapping[str, Any], prefix: str) -> list[str]:
 def _check_keys(model: type[pydantic.BaseModel], values: Mapping[str, Any], path: Path, prefix: str) -> None:
     fields = model.model_fields
     for name, value in values.items():
-        field = fields.get(name)
+        field = fields.get(renamed_settings(model).get(name, name))
+        layer = flat_names(model).get(name)
+        if field is None and layer is not None:
+            layer_model = nested_model(model, layer)
+            if layer_model is not None:
+                _check_keys(layer_model, {name: value}, path, prefix=f"{prefix}")
+            continue
         if field is None:
-            known = ", ".join(sorted(fields))
+            known = ", ".join(sorted([*fields, *flat_names(model)]))
             raise ConfigError(f"config file {path}: unknown setting {prefix}{name!s} (known: {known})")
         nested = field.annotation
         if isinstance(value, Mapping) and isinstance(nested, type) and issubclass(nested, pydantic.BaseModel):

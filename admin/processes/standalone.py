@@ -223,7 +223,7 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
     broker_settings = settings.broker_settings()
     raise_nofile_limit()
     check_connection_limits(
-        broker_settings.http_connections_max, 2 if broker_settings.http_port_tls is not None else 1
+        broker_settings.http.http_connections_max, 2 if broker_settings.http_port_tls is not None else 1
     )
     await check_ports_free(broker_ports(broker_settings))  # before anything is written (see open_bookies)
     async with (

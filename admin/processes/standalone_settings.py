@@ -48,6 +48,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.admin.processes.config import Parts
+from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
 from magnetar.broker.settings import BrokerSettings
 from magnetar.gc.settings import BookieSettings
 
@@ -194,6 +195,14 @@ class StandaloneSettings(BaseSettings):
                 "http_port": None,
                 "port_file": None,
             }
+        )
+        check_size_chain(
+            **broker.size_chain(),
+            bookie_entry=SizeLimit("storage_engine.entry_bytes_max", bookie.storage_engine.entry_bytes_max),
+        )
+        check_size_chain(
+            entry_payload=SizeLimit("entry_payload_bytes_max", broker.client.entry_payload_bytes_max),
+            bookie_frames=(SizeLimit("frame_bytes_max", bookie.frame_bytes_max),),
         )
         # Frozen model: the effective parts replace the given ones once, here, during validation.
         object.__setattr__(self, "broker", broker)

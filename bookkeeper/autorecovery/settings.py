@@ -31,12 +31,11 @@ bounds how long an idle worker waits before it looks for marks again when no cha
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field
 
-from magnetar.bookkeeper.client.settings import ClientSettings
+from magnetar.bookkeeper.client.settings import BookieClientSecurity, ClientSettings
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -46,7 +45,7 @@ TimeoutMs = Annotated[int, Field(gt=0, le=600_000)]
 """A request timeout in milliseconds (at most 10 minutes)."""
 
 
-class AutoRecoverySettings(BaseModel):
+class AutoRecoverySettings(BookieClientSecurity):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = True
@@ -91,23 +90,7 @@ class AutoRecoverySettings(BaseModel):
     """Timeout of one copy written to a new bookie."""
     read_timeout_ms: TimeoutMs = 10_000
     """Timeout of one read from a surviving bookie."""
-    bookkeeper_auth_token: str | None = None
-    """Token the replication client presents to bookies that require one (``token:<jwt>``, ``file:///``)."""
-    bookkeeper_tls_enabled: bool = False
-    """Reach the bookies over TLS (when they serve it)."""
-    bookkeeper_tls_trust_certs_file: Path | None = None
-    """PEM CA certificates the bookies' certificates are checked against (None: the system's)."""
-    bookkeeper_tls_certificate_file: Path | None = None
-    """PEM certificate the replication client presents to bookies that require client certificates (with
-    ``bookkeeper_tls_key_file``)."""
-    bookkeeper_tls_key_file: Path | None = None
-    """PEM private key of ``bookkeeper_tls_certificate_file``."""
-
-    @model_validator(mode="after")
-    def _certificate_with_its_key(self) -> AutoRecoverySettings:
-        if (self.bookkeeper_tls_certificate_file is None) != (self.bookkeeper_tls_key_file is None):
-            raise ValueError("bookkeeper_tls_certificate_file and bookkeeper_tls_key_file go together")
-        return self
+    # bookkeeper_auth_token and bookkeeper_tls_* (the token and TLS files): BookieClientSecurity's
 
     @property
     def grace_period_s(self) -> float:

@@ -658,10 +658,10 @@ class DbLedgerStorage:
     async def _disk_monitor(self) -> None:
         while True:
             self.check_disk()
-            await trio.sleep(self.settings.disk_check_interval_ms / 1000)
+            await trio.sleep(self.settings.disk_free_check_interval_ms / 1000)
 
     def check_disk(self) -> DiskUsage | None:
-        """Probe free space now (the monitor does it every ``disk_check_interval_ms``); below
+        """Probe free space now (the monitor does it every ``disk_free_check_interval_ms``); below
         ``disk_free_bytes_min`` on the ledger or the journal volume every add is refused with DiskFullError
         until space returns. Returns the ledger volume's usage."""
         try:

@@ -9,8 +9,11 @@ cannot hold one entry) is rejected when the settings are built, not discovered a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from magnetar.bookkeeper.runtime.flat_settings import rename_old
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -110,11 +113,22 @@ class BookieStorageSettings(BaseModel):
     """Closing drains the journal and checkpoints for at most this long (the journal covers the rest)."""
 
     # -- disk ----------------------------------------------------------------------------------------------
-    disk_check_interval_ms: int = Field(1000, ge=1)
-    """diskCheckInterval: how often free space is probed."""
+    disk_free_check_interval_ms: int = Field(1000, ge=1)
+    """How often the engine probes the free space of its volumes against ``disk_free_bytes_min`` (the hard
+    floor). Was ``disk_check_interval_ms``, which still sets it: the bookie server's
+    ``disk_check_interval_ms`` (BookKeeper's ``diskCheckInterval``, 10 s) is the other check, of the usage
+    thresholds that turn the bookie read-only."""
     disk_free_bytes_min: int = Field(64 * MIB, ge=0)
     """Below this many free bytes every add is refused with DiskFullError (the read-only threshold for
     normal adds is the bookie server's business; this is the hard floor that protects the journal)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"disk_check_interval_ms": "disk_free_check_interval_ms"}
+    """Old names that still set a renamed setting (:mod:`magnetar.bookkeeper.runtime.flat_settings`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return rename_old(cls, data)
 
     @model_validator(mode="after")
     def _check_relations(self) -> BookieStorageSettings:

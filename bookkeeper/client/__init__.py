@@ -28,7 +28,12 @@ from magnetar.bookkeeper.client.errors import (
 from magnetar.bookkeeper.client.ledger_handle import LedgerHandle
 from magnetar.bookkeeper.client.metadata import LedgerMetadata, LedgerState
 from magnetar.bookkeeper.client.read_handle import LedgerEntry, ReadHandle
-from magnetar.bookkeeper.client.settings import ClientSettings
+from magnetar.bookkeeper.client.settings import (
+    BookieClientSecurity,
+    ClientOptions,
+    ClientSettings,
+    QuorumSettings,
+)
 from magnetar.bookkeeper.protocol.digest import DigestType
 
 __all__ = [
@@ -37,7 +42,9 @@ __all__ = [
     "BKTimeoutError",
     "BKWriteError",
     "BookKeeper",
+    "BookieClientSecurity",
     "ClientClosedError",
+    "ClientOptions",
     "ClientSettings",
     "DigestMismatchError",
     "DigestType",
@@ -55,6 +62,7 @@ __all__ = [
     "NoSuchEntryError",
     "NoSuchLedgerError",
     "NotEnoughBookiesError",
+    "QuorumSettings",
     "ReadHandle",
     "TooManyRequestsError",
     "UnauthorizedError",

@@ -5,10 +5,17 @@ runs exactly once - with the bookie's response, with the transport's failure, or
 neither arrived within ``add_timeout_ms`` / ``read_timeout_ms`` (whichever applies). A late answer after a
 timeout is dropped. Timeouts cost no task per request: requests of one kind share one timeout length, so
 their deadlines are already in order and a FIFO (:class:`TimeoutQueue`) watched by one task suffices.
+
+Each request has one timeout tracker. A transport that keeps its requests' deadlines itself (the TCP
+transport, :class:`~.transport.TimesOutRequests`: it must, to free a request's state and drop its late
+answer) is handed the client's timeouts and is that tracker; the client's queues then hold its calls only to
+answer them SHUTDOWN at close. For the other transports (in-process bookies, the simulation) the queues
+time the requests out.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -19,6 +26,7 @@ from magnetar.bookkeeper.client.transport import (
     BookieId,
     BookieTransport,
     FailureReason,
+    TimesOutRequests,
     TransportFailure,
 )
 from magnetar.bookkeeper.protocol.messages import Request, Response
@@ -85,6 +93,9 @@ class BookieClient:
     ) -> None:
         self._transport = transport
         self._call_soon = call_soon
+        if isinstance(transport, TimesOutRequests):  # it keeps the deadlines: one tracker per request
+            transport.take_request_timeouts(round(add_timeout_s * 1000), round(read_timeout_s * 1000))
+            add_timeout_s = read_timeout_s = math.inf  # the queues then only answer SHUTDOWN at close
         self.adds = TimeoutQueue(add_timeout_s)
         self.reads = TimeoutQueue(read_timeout_s)
         self._closed = False

@@ -11,18 +11,34 @@ Rack-aware placement: ``min_num_racks_per_write_quorum`` (BookKeeper's ``minNumR
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Self
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from magnetar.bookkeeper.protocol.digest import DigestType
 
 
-class ClientSettings(BaseModel):
+class QuorumSettings(BaseModel):
+    """The default quorum of new ledgers: BookKeeper's ``E >= WQ >= AQ >= 1``. Declared once here; the client,
+    the managed ledger and the broker inherit it."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     ensemble_size: int = Field(2, ge=1, description="default E for new ledgers")
     write_quorum: int = Field(2, ge=1, description="default WQ for new ledgers")
     ack_quorum: int = Field(2, ge=1, description="default AQ for new ledgers")
-    digest_type: DigestType = DigestType.CRC32C
+
+    @model_validator(mode="after")
+    def _check_quorums(self) -> Self:
+        check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        return self
+
+
+class ClientOptions(BaseModel):
+    """Every limit, timeout and placement rule of the client (what a process composes as its ``client``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     add_timeout_ms: int = Field(5000, ge=1, description="per-bookie add request timeout")
     read_timeout_ms: int = Field(5000, ge=1, description="per-bookie read / fence / read-LAC timeout")
@@ -40,7 +56,6 @@ class ClientSettings(BaseModel):
     metadata_retries_max: int = Field(64, ge=1, description="compare-and-set attempts per metadata update")
     ledger_id_retries_max: int = Field(16, ge=1, description="create attempts on a ledger-id collision")
     bookie_quarantine_ms: int = Field(1_800_000, ge=0, description="how long a failed bookie is avoided")
-    ledgers_root_path: str = Field("/ledgers", pattern=r"^/[^/].*[^/]$|^/[^/]$")
     min_num_racks_per_write_quorum: int = Field(
         2, ge=1, le=64, description="racks each write set should span (capped at WQ and the racks there are)"
     )
@@ -51,11 +66,6 @@ class ClientSettings(BaseModel):
         60_000, ge=0, description="how long a bookie's rack (from its registration) is kept"
     )
 
-    @model_validator(mode="after")
-    def _check_quorums(self) -> ClientSettings:
-        check_quorums(self.ensemble_size, self.write_quorum, self.ack_quorum)
-        return self
-
     @property
     def add_timeout_s(self) -> float:
         return self.add_timeout_ms / 1000
@@ -63,6 +73,41 @@ class ClientSettings(BaseModel):
     @property
     def read_timeout_s(self) -> float:
         return self.read_timeout_ms / 1000
+
+
+class ClientSettings(QuorumSettings, ClientOptions):
+    """The client's settings: its options, the default quorum and the digest of new ledgers."""
+
+    digest_type: DigestType = DigestType.CRC32C
+    ledgers_root_path: str = Field("/ledgers", pattern=r"^/[^/].*[^/]$|^/[^/]$")
+    """Where ledgers' metadata lives in the metadata store (the bookies' and every client's: not a broker
+    setting)."""
+
+
+class BookieClientSecurity(BaseModel):
+    """How a client process reaches bookies that require a token or TLS (BookKeeper's
+    ``clientAuthProviderFactoryClass`` and ``tls*`` client settings). Declared once here; the broker's and
+    AutoRecovery's settings inherit it, so each keeps these flat names."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bookkeeper_auth_token: str | None = None
+    """The token presented to bookies that require one: ``token:<jwt>`` or ``file:///path``."""
+    bookkeeper_tls_enabled: bool = False
+    """Reach the bookies over TLS (when they serve it)."""
+    bookkeeper_tls_trust_certs_file: Path | None = None
+    """PEM CA certificates the bookies' certificates are checked against (None: the system's)."""
+    bookkeeper_tls_certificate_file: Path | None = None
+    """PEM certificate presented to bookies that require client certificates (with
+    ``bookkeeper_tls_key_file``)."""
+    bookkeeper_tls_key_file: Path | None = None
+    """PEM private key of ``bookkeeper_tls_certificate_file``."""
+
+    @model_validator(mode="after")
+    def _check_bookie_client_tls(self) -> Self:
+        if (self.bookkeeper_tls_certificate_file is None) != (self.bookkeeper_tls_key_file is None):
+            raise ValueError("bookkeeper_tls_certificate_file and bookkeeper_tls_key_file go together")
+        return self
 
 
 def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:

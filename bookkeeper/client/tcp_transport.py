@@ -18,6 +18,8 @@ Theory of operation (BookKeeper's ``PerChannelBookieClient``):
   response by then fails with ``TIMEOUT`` and its late response is dropped. The connection stays up.
   (Use :func:`~.transport.next_request_id`: an id reused after a timeout could meet the old late response.)
   Deadlines are kept in send order per timeout class, so one timer task sleeps until the earliest of them.
+  A replication client on this transport hands it its own timeouts (``take_request_timeouts``) and runs no
+  timer of its own for these requests: each request has one timeout tracker, here.
   A write that makes no progress for the longer of the two timeouts counts as a lost connection.
 * **Back-pressure.** ``send`` cannot wait (it is synchronous), so a request beyond ``inflight_requests_max``
   on one connection is *failed*, not queued: its callback receives ``ErrorResponse(request_id,
@@ -148,6 +150,15 @@ class TcpTransport:
             connection = self._connections[bookie] = _Connection(self, bookie)
         connection.send(request, callback)
 
+    def take_request_timeouts(self, add_timeout_ms: int, read_timeout_ms: int) -> None:
+        """The client's request timeouts replace this transport's (``add_timeout_ms``, ``read_timeout_ms``)
+        for requests sent from now on; the client then runs no timer of its own (``TimesOutRequests``)."""
+        self.settings = self.settings.model_copy(
+            update={"add_timeout_ms": add_timeout_ms, "read_timeout_ms": read_timeout_ms}
+        )
+        for connection in self._connections.values():
+            connection.take_timeouts(self.settings)
+
     def inflight_count(self, bookie: BookieId) -> int:
         connection = self._connections.get(bookie)
         return 0 if connection is None else len(connection.inflight)
@@ -197,12 +208,10 @@ class _Connection:
         self.transport = transport
         self.bookie = bookie
         settings = transport.settings
-        self._settings = settings
-        self._add_timeout_s = settings.add_timeout_ms / 1000
-        self._read_timeout_s = settings.read_timeout_ms / 1000
         self._inflight_max = settings.inflight_requests_max
         # A write that cannot complete within the longest request timeout means a stuck connection.
         self._send_timer = SendTimer(max(settings.add_timeout_ms, settings.read_timeout_ms) / 1000)
+        self.take_timeouts(settings)
         self.inflight: dict[int, _Entry] = {}
         self._add_deadlines: deque[_Deadline] = deque()
         self._read_deadlines: deque[_Deadline] = deque()
@@ -219,6 +228,13 @@ class _Connection:
         self._retry_at = -math.inf
         self._received_any = False
         self._loss = ""
+
+    def take_timeouts(self, settings: TcpTransportSettings) -> None:
+        """Request timeouts (and the stuck-write bound, the longer of them) of requests sent from now on."""
+        self._settings = settings
+        self._add_timeout_s = settings.add_timeout_ms / 1000
+        self._read_timeout_s = settings.read_timeout_ms / 1000
+        self._send_timer.timeout_s = max(settings.add_timeout_ms, settings.read_timeout_ms) / 1000
 
     # -- the caller's side ---------------------------------------------------------------------------
 

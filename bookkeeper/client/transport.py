@@ -17,7 +17,7 @@ import enum
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from magnetar.bookkeeper.protocol.messages import Request, Response
 
@@ -48,6 +48,18 @@ class BookieTransport(Protocol):
 
         Never calls ``callback`` synchronously from inside ``send`` (callers may hold state mid-update).
         """
+        ...
+
+
+@runtime_checkable
+class TimesOutRequests(Protocol):
+    """A transport that times its requests out itself (it keeps each request's deadline anyway, to free its
+    state and drop a late response). :class:`~.bookie_client.BookieClient` hands it the client's timeouts and
+    runs no timer of its own for it, so each request has one timeout tracker."""
+
+    def take_request_timeouts(self, add_timeout_ms: int, read_timeout_ms: int) -> None:
+        """Time out adds (and LAC writes) after ``add_timeout_ms``, other requests after ``read_timeout_ms``,
+        for requests sent from now on."""
         ...
 
 

@@ -308,7 +308,7 @@ class OwnerProxy:
             subprotocols=request.subprotocols,
             ssl_context=self._ssl_context if url.startswith("wss://") else None,
             redirects_max=self._settings.ws_proxy_redirects_max,
-            message_bytes_max=self._settings.ws_frame_bytes_max,
+            message_bytes_max=self._settings.http.ws_frame_bytes_max,
             local_address=hop_source(self._settings.bind_address),
         )
 

@@ -106,7 +106,8 @@ class _Session:
     def __init__(self, request: WebSocketRequest, settings: BrokerSettings) -> None:
         self.adapter = adapter_for(request.subprotocols)
         self.frames: OutboundFrames = self.adapter.outbound(
-            bytes_max=settings.ws_send_queue_bytes_max, messages_max=settings.ws_send_queue_messages_max
+            bytes_max=settings.http.ws_send_queue_bytes_max,
+            messages_max=settings.http.ws_send_queue_messages_max,
         )
         self.scope = trio.CancelScope()
         self.kicked: tuple[int, str] | None = None

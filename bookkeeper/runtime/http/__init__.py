@@ -8,7 +8,7 @@ trio sockets carry them. Build a :class:`Router`, then start the server with
 
 from magnetar.bookkeeper.runtime.http.router import Router, WebSocketHandler
 from magnetar.bookkeeper.runtime.http.server import HttpServer, serve_http
-from magnetar.bookkeeper.runtime.http.settings import HttpSettings
+from magnetar.bookkeeper.runtime.http.settings import HttpLimits, HttpSettings
 from magnetar.bookkeeper.runtime.http.types import (
     HttpError,
     HttpHandler,
@@ -40,6 +40,7 @@ __all__ = [
     "CLOSE_NORMAL",
     "HttpError",
     "HttpHandler",
+    "HttpLimits",
     "HttpRequest",
     "HttpResponse",
     "HttpServer",

@@ -3,9 +3,11 @@
 Every buffer, queue and timeout of :mod:`magnetar.bookkeeper.runtime.http` is named here, unit last. The
 defaults follow the Jetty/Pulsar settings they stand for where one exists (``http_header_bytes_max`` is
 Jetty's 8 KiB request-header limit, ``http_connections_max`` Pulsar's ``maxHttpServerConnections``,
-``ws_idle_timeout_ms`` Pulsar's ``webSocketSessionIdleTimeoutMillis``). The model is a plain pydantic model so
-that each process kind's settings model (broker, bookie) can embed it and expose each field as a flag and a
-``MAGNETAR_<NAME>`` environment variable.
+``ws_idle_timeout_ms`` Pulsar's ``webSocketSessionIdleTimeoutMillis``). The limits (:class:`HttpLimits`)
+are a plain pydantic model that a process's settings model composes whole (the broker's ``http``), each field
+still reached by its flat name as a config key and a ``MAGNETAR_<NAME>`` environment variable;
+:class:`HttpSettings` adds the address and port of one server, which each process sets from its own
+(``bind_address``, ``http_port``).
 """
 
 from __future__ import annotations
@@ -15,13 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 MIB = 1024 * 1024
 
 
-class HttpSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class HttpLimits(BaseModel):
+    """Every limit and timeout of an HTTP/WebSocket server (not its address)."""
 
-    http_bind_address: str = "0.0.0.0"
-    """Address to listen on; ``0.0.0.0`` for every IPv4 interface, ``127.0.0.1`` in tests."""
-    http_port: int = Field(default=8080, ge=0, le=65535)
-    """TCP port; 0 picks a free one (the bound port is reported by ``serve_http``)."""
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     http_header_bytes_max: int = Field(default=8192, ge=256)
     """Request line plus headers; a larger head is answered 431."""
@@ -70,7 +69,9 @@ class HttpSettings(BaseModel):
     """A WebSocket with no frame received or sent for this long is closed with 1001."""
     ws_send_queue_bytes_max: int = Field(default=1 * MIB, ge=1)
     """Encoded frames waiting for the socket; a sender waits while the queue holds more than this, and the
-    socket is not read meanwhile (a peer that does not read cannot make us queue pongs without end)."""
+    socket is not read meanwhile (a peer that does not read cannot make us queue pongs without end). The
+    broker applies it a second time to a session's outbound queue of messages (its dispatchers stop and its
+    handlers wait while the queue holds more)."""
     ws_send_queue_messages_max: int = Field(default=4096, ge=1)
     """Messages an application queues for a session before it waits (the broker's outbound queue of a
     WebSocket session); the bytes are bounded by ``ws_send_queue_bytes_max``."""
@@ -91,7 +92,7 @@ class HttpSettings(BaseModel):
         return min(share, self.http_bodies_in_flight_bytes_max)
 
     @model_validator(mode="after")
-    def _check_relations(self) -> HttpSettings:
+    def _check_relations(self) -> HttpLimits:
         if self.ws_close_timeout_ms > self.ws_idle_timeout_ms:
             raise ValueError("ws_close_timeout_ms must not exceed ws_idle_timeout_ms")
         if self.http_bodies_in_flight_bytes_max < self.http_body_bytes_max:
@@ -99,3 +100,12 @@ class HttpSettings(BaseModel):
         if self.ws_received_bytes_in_flight_max < self.ws_frame_bytes_max:
             raise ValueError("ws_received_bytes_in_flight_max must be at least ws_frame_bytes_max")
         return self
+
+
+class HttpSettings(HttpLimits):
+    """The settings of one server: its limits and where it listens."""
+
+    http_bind_address: str = "0.0.0.0"
+    """Address to listen on; ``0.0.0.0`` for every IPv4 interface, ``127.0.0.1`` in tests."""
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    """TCP port; 0 picks a free one (the bound port is reported by ``serve_http``)."""

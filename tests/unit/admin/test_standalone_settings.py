@@ -49,6 +49,8 @@ COMPANIONS: dict[str, dict[str, Any]] = {
     "token_audience": {"token_audience_claim": "aud"},
     "bookkeeper_tls_certificate_file": {"bookkeeper_tls_key_file": Path("/etc/reach/bk-key.pem")},
     "bookkeeper_tls_key_file": {"bookkeeper_tls_certificate_file": Path("/etc/reach/bk-cert.pem")},
+    # the message size chain: smaller entries need smaller WebSocket messages
+    "client.entry_payload_bytes_max": {"ws_frame_bytes_max": 1024 * 1024},
 }
 
 
