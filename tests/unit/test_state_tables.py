@@ -64,8 +64,10 @@ def test_metadata_derivations_obey_the_table(state: LedgerState, op: tuple[str, 
         with pytest.raises(IllegalTransitionError) as caught:
             md.in_recovery() if name == "in_recovery" else md.closed(last, length)
         message = str(caught.value)
-        assert f"{state.name} -> {target.name}" in message and "internal error" in message
-        assert caught.value.source is state and caught.value.target is target
+        assert f"{state.name} -> {target.name}" in message
+        assert "internal error" in message
+        assert caught.value.source is state
+        assert caught.value.target is target
 
 
 @given(st.sampled_from(LedgerState), st.sampled_from(LedgerState), st.integers(-1, 10), st.integers(0, 99))
@@ -142,9 +144,9 @@ def _state_writers(module: object, attribute: str) -> set[str]:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if any(isinstance(t, ast.Attribute) and t.attr == attribute for t in targets):
                     found.add(fn.name)
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "replace":
-                if any(k.arg == attribute for k in node.keywords):
-                    found.add(fn.name)
+            is_replace = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "replace"
+            if is_replace and any(k.arg == attribute for k in node.keywords):  # type: ignore[attr-defined]
+                found.add(fn.name)
     return found
 
 
