@@ -256,10 +256,13 @@ class MlWorld:
                 )
             mark = cursor.mark_delete
             self.log(f"{name} owns the topic: ledger {ml.current_ledger_id}, mark-delete {mark}")
-            if floor is not None and mark < floor and not self._rolled_back(name):
-                self.violation(
-                    f"mark-delete moved back across owners: {floor} was persisted, {name} has {mark}"
-                )
+            if floor is not None and mark < floor:
+                if self._rolled_back(name):  # what was persisted before no longer binds the next owners
+                    self.persisted_marks = [mark]
+                else:
+                    self.violation(
+                        f"mark-delete moved back across owners: {floor} persisted, {name} has {mark}"
+                    )
             self.recovered_marks.append((name, mark))
             self._record_persists(name, cursor)
             self.owners.append(Broker(name, store, factory, ml, cursor, mark))
@@ -455,14 +458,15 @@ class MlWorld:
 
 
 class _Rollbacks(logging.Handler):
-    """Notes the cursor store's "cursor ledger unreadable; using the metadata snapshot" warnings."""
+    """Notes the cursor store's warnings that a cursor ledger (or its last entry) is unreadable and the
+    metadata snapshot is used instead."""
 
     def __init__(self, notes: list[str]) -> None:
         super().__init__(logging.WARNING)
         self.notes = notes
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "using the metadata snapshot" in str(record.msg):
+        if "unreadable" in str(record.msg) and "using the" in str(record.msg):
             self.notes.append(record.getMessage())
 
 

@@ -18,9 +18,7 @@ from magnetar.bookkeeper.bookie.journal_format import (
     decode_records,
 )
 
-RECORDS = st.lists(
-    st.tuples(st.sampled_from(RecordKind), st.binary(max_size=64)), min_size=1, max_size=12
-)
+RECORDS = st.lists(st.tuples(st.sampled_from(RecordKind), st.binary(max_size=64)), min_size=1, max_size=12)
 
 
 def _batch(records: list[tuple[RecordKind, bytes]]) -> bytearray:
