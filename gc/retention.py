@@ -43,7 +43,8 @@ from magnetar.gc.policies import BacklogPolicy, PolicySource, TopicRetentionPoli
 from magnetar.gc.settings import RetentionSettings
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
-from magnetar.managed_ledger.ledger import ManagedLedger, State
+from magnetar.managed_ledger.ledger import ManagedLedger
+from magnetar.managed_ledger.ledger_state import State
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,6 @@ Background work (rollover, cursor persistence) runs in this ledger's own nursery
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import random
 from collections import deque
@@ -70,6 +69,7 @@ from magnetar.managed_ledger.errors import (
 )
 from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
 from magnetar.managed_ledger.ledger_list import LedgerList
+from magnetar.managed_ledger.ledger_state import STOPPED, WRITABLE, State, initial_state, move
 from magnetar.managed_ledger.list_writer import LedgerListWriter
 from magnetar.managed_ledger.message_index import EntryIndexing, MessageIndex, MessageLocation
 from magnetar.managed_ledger.meta_store import MetaStore
@@ -82,19 +82,6 @@ from magnetar.managed_ledger.trim import RetentionPolicy, ledgers_to_trim
 log = logging.getLogger(__name__)
 
 AddCallback = Callable[[Position | ManagedLedgerError], None]
-
-
-class State(enum.Enum):
-    LEDGER_OPENED = "LedgerOpened"
-    CLOSING_LEDGER = "ClosingLedger"
-    CREATING_LEDGER = "CreatingLedger"
-    WRITE_FAILED = "WriteFailed"
-    TERMINATED = "Terminated"
-    FENCED = "Fenced"
-    CLOSED = "Closed"
-
-
-WRITABLE = {State.LEDGER_OPENED, State.CLOSING_LEDGER, State.CREATING_LEDGER, State.WRITE_FAILED}
 
 
 @dataclass(slots=True)
@@ -158,9 +145,7 @@ class ManagedLedger:
         self._current = current
         self._properties = properties
         self._terminated_at = terminated_at
-        self.state = State.TERMINATED if terminated_at is not None else State.LEDGER_OPENED
-        if current is None and terminated_at is None:
-            self.state = State.WRITE_FAILED
+        self.state = initial_state(current is not None, terminated_at is not None)
         last = ledgers.last_position()
         first_current = current.ledger_id if current is not None else -1
         self.last_confirmed = last if last is not None else Position(first_current, -1)
@@ -382,7 +367,7 @@ class ManagedLedger:
         if self.state is State.LEDGER_OPENED and self.current_ledger_id == ledger_id:
             # Adds queued behind the failed one fail too, so no add made after it can succeed before a
             # producer hears of the failure (the client fails the in-flight ones the same way).
-            self.state = State.WRITE_FAILED
+            self._move(State.WRITE_FAILED, f"an add to ledger {ledger_id} failed")
             self._fail_pending(failure)
 
     def _signal_entries_added(self) -> None:
@@ -443,7 +428,7 @@ class ManagedLedger:
         except (BKError, ManagedLedgerError, trio.TooSlowError) as exc:
             log.error("managed ledger %s: could not open a new ledger: %s", self.name, exc)
             if self.state not in (State.FENCED, State.CLOSED, State.TERMINATED):
-                self.state = State.WRITE_FAILED
+                self._move(State.WRITE_FAILED, "no new ledger could be opened")
             failure = ManagedLedgerWriteError(f"no ledger available: {exc}")
         finally:
             self._rolling = False
@@ -468,7 +453,7 @@ class ManagedLedger:
         # From here on the next ledger may be in the stored list: it is never deleted by this instance.
         if not await self._list_next() or self._stopped_writing():
             return
-        self.state = State.CLOSING_LEDGER
+        self._move(State.CLOSING_LEDGER, f"rollover to ledger {handle.ledger_id}")
         await self._drain_inflight()
         closed = await self._close_current()
         if self._stopped_writing():
@@ -506,7 +491,7 @@ class ManagedLedger:
         closed = await self._close_current()
         if self._stopped_writing():
             return
-        self.state = State.CREATING_LEDGER
+        self._move(State.CREATING_LEDGER, "replacing a failed ledger")
         handle = await self.create_ledger()
         # A ledger closed with no entries (a failed one) is dropped from the list, as at open.
         dropped = closed.ledger_id if closed is not None and closed.entries == 0 else None
@@ -548,7 +533,11 @@ class ManagedLedger:
 
     def _stopped_writing(self) -> bool:
         """Fenced, closed or terminated (awaits in between may have changed the state)."""
-        return self.state in (State.FENCED, State.CLOSED, State.TERMINATED)
+        return self.state in STOPPED
+
+    def _move(self, target: State, why: str) -> None:
+        """Every change of :attr:`state` comes here: checked against :data:`.ledger_state.MOVES`."""
+        self.state = move(self.name, self.state, target, why)
 
     async def _create_or_defer_when_slow(self) -> LedgerHandle:
         timer = trio.CancelScope()
@@ -645,7 +634,7 @@ class ManagedLedger:
         self._ledger_created_ms = self._ctx.clock.time_ms()
         self.last_ledger_created_ms = self._ledger_created_ms
         self._max_age_ms = self._jittered_max_age()
-        self.state = State.LEDGER_OPENED
+        self._move(State.LEDGER_OPENED, f"ledger {handle.ledger_id} is current")
         self.ledger_switches_counter += 1
         log.info("managed ledger %s: now writing to ledger %d", self.name, handle.ledger_id)
 
@@ -717,10 +706,10 @@ class ManagedLedger:
                 await trio.sleep(min(pause_s, remaining))
 
     def _fence(self, why: str) -> None:
-        if self.state is State.FENCED:
+        if self.state in (State.FENCED, State.CLOSED):  # a closed ledger writes nothing either: stays closed
             return
         log.warning("managed ledger %s fenced: %s", self.name, why)
-        self.state = State.FENCED
+        self._move(State.FENCED, why)
         self._fail_pending(ManagedLedgerFencedError(f"managed ledger {self.name} is fenced"))
         self._signal_entries_added()
 
@@ -877,7 +866,8 @@ class ManagedLedger:
         async with self._metadata_lock:
             await self._write_info(list(self.ledgers), terminated=self.last_confirmed)
         self._terminated_at = self.last_confirmed
-        self.state = State.TERMINATED
+        if self.state not in (State.FENCED, State.CLOSED):  # fenced or closed meanwhile: that state stays
+            self._move(State.TERMINATED, f"terminated at {self.last_confirmed}")
         self._fail_pending(ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated"))
         self._signal_entries_added()
         return self.last_confirmed
@@ -927,7 +917,7 @@ class ManagedLedger:
             with contextlib.suppress(BKError):
                 await next_ledger.close()
         self._fail_pending(ManagedLedgerClosedError(f"managed ledger {self.name} is closed"))
-        self.state = State.CLOSED
+        self._move(State.CLOSED, "closed by its owner")
         self._signal_entries_added()
         await self.reader.close()
         self._ctx.cache.clear(self.name)

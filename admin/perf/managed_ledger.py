@@ -26,7 +26,8 @@ from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
 from magnetar.bookkeeper.metadata.bookies import writable_path
 from magnetar.managed_ledger.factory import ManagedLedgerFactory, open_managed_ledger_factory
-from magnetar.managed_ledger.ledger import ManagedLedger, State
+from magnetar.managed_ledger.ledger import ManagedLedger
+from magnetar.managed_ledger.ledger_state import State
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
 

@@ -28,6 +28,7 @@ from magnetar.bookkeeper.bookie.journal_format import (
     HEADER_BYTES,
     JournalFormatError,
     StopReason,
+    check_appended,
     decode_header,
     decode_records,
     encode_header,
@@ -89,6 +90,7 @@ class JournalWriterFile:
         return self.mark
 
     def write_and_sync(self, data: bytes | bytearray) -> LogMark:
+        check_appended(data)  # what replay will check, checked before it is written
         if self._fd is None or (
             self._offset > HEADER_BYTES and self._offset + len(data) > self._file_bytes_max
         ):

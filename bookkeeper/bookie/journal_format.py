@@ -101,6 +101,36 @@ def append_record(buf: bytearray, kind: RecordKind, payload: bytes) -> int:
     return RECORD_HEADER_BYTES + length
 
 
+class JournalAppendError(AssertionError):
+    """A batch about to be written holds a record its own reader would refuse (an internal error)."""
+
+
+def check_appended(buf: bytes | bytearray) -> int:
+    """The append half of the journal's CRC invariant (§3 rule 11); :func:`decode_records` is the read half.
+
+    Before a batch is written, every record in it must pass the reader's checks - a known kind, a length
+    within the batch, the CRC32C of the payload seeded with the word - and the records must end exactly at
+    the batch's end; otherwise :class:`JournalAppendError` names the record. Nothing is copied (the CRC
+    runs over views). Returns the number of records."""
+    view = memoryview(buf)
+    unpack_from = RECORD_HEADER.unpack_from
+    crc = crc32c.crc32c
+    size = len(view)
+    pos = records = 0
+    while pos < size:
+        if pos + RECORD_HEADER_BYTES > size:
+            raise JournalAppendError(f"journal batch: {size - pos} stray bytes after record {records}")
+        word, expected = unpack_from(view, pos)
+        body_end = pos + RECORD_HEADER_BYTES + (word & LENGTH_MASK)
+        if word >> KIND_SHIFT not in _KINDS or body_end > size:
+            raise JournalAppendError(f"journal batch: record {records} at {pos} has a bad word {word:#x}")
+        if crc(view[pos + RECORD_HEADER_BYTES : body_end], word) != expected:
+            raise JournalAppendError(f"journal batch: record {records} at {pos} fails its CRC32C")
+        pos = body_end
+        records += 1
+    return records
+
+
 def ledger_payload(ledger_id: int, tail: bytes = b"") -> bytes:
     return LEDGER_ID.pack(ledger_id) + tail
 

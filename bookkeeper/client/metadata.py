@@ -32,6 +32,7 @@ from typing import Any
 from magnetar.bookkeeper.client.settings import check_quorums
 from magnetar.bookkeeper.client.transport import BookieId
 from magnetar.bookkeeper.protocol.digest import DigestType
+from magnetar.bookkeeper.runtime.transitions import IllegalTransitionError, TransitionTable
 
 FORMAT_HEADER = "MagnetarLedgerMetadataFormatVersion"
 FORMAT_VERSION = 1
@@ -42,6 +43,21 @@ class LedgerState(enum.IntEnum):
     OPEN = 1
     IN_RECOVERY = 2
     CLOSED = 3
+
+
+LEDGER_STATE_MOVES: TransitionTable[LedgerState] = TransitionTable(
+    "ledger metadata",
+    {
+        LedgerState.OPEN: {LedgerState.IN_RECOVERY, LedgerState.CLOSED},
+        LedgerState.IN_RECOVERY: {LedgerState.CLOSED},
+        LedgerState.CLOSED: set(),
+    },
+)
+"""The only state changes of ledger metadata (docs/architecture.md §3, rule 4): OPEN -> IN_RECOVERY (a
+recoverer fenced it), OPEN -> CLOSED (its writer closed it), IN_RECOVERY -> CLOSED (the recoverer closed
+it). A closed ledger never changes state again; :meth:`LedgerMetadata.in_recovery` and
+:meth:`LedgerMetadata.closed` (the only derivations that change the state) and every compare-and-set of the
+update loop check it."""
 
 
 class MetadataFormatError(ValueError):
@@ -145,10 +161,32 @@ class LedgerMetadata:
         return self.last_entry_id if self.is_closed else None
 
     def in_recovery(self) -> LedgerMetadata:
-        return replace(self, state=LedgerState.IN_RECOVERY)
+        """OPEN -> IN_RECOVERY (refused from any other state: see :data:`LEDGER_STATE_MOVES`)."""
+        target = LedgerState.IN_RECOVERY
+        state = LEDGER_STATE_MOVES.check("", self.state, target, "recovery fences the ledger")
+        return replace(self, state=state)
 
     def closed(self, last_entry_id: int, length: int) -> LedgerMetadata:
-        return replace(self, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
+        """OPEN or IN_RECOVERY -> CLOSED at ``last_entry_id`` (see :data:`LEDGER_STATE_MOVES`)."""
+        state = LEDGER_STATE_MOVES.check(
+            "", self.state, LedgerState.CLOSED, f"closing at entry {last_entry_id}, length {length}"
+        )
+        return replace(self, state=state, last_entry_id=last_entry_id, length=length)
+
+    def check_successor(self, ledger_id: int, new: LedgerMetadata) -> None:
+        """Refuse ``new`` as the next stored value of this metadata if its state move is not in the table,
+        or if it changes the end of a closed ledger (rule 4)."""
+        if new.state is not self.state:
+            LEDGER_STATE_MOVES.check(f"of ledger {ledger_id}", self.state, new.state, "compare-and-set")
+        elif self.is_closed and (new.last_entry_id, new.length) != (self.last_entry_id, self.length):
+            raise IllegalTransitionError(
+                LEDGER_STATE_MOVES.machine,
+                f"of ledger {ledger_id}",
+                self.state,
+                new.state,
+                f"a closed ledger's end moved from entry {self.last_entry_id} to {new.last_entry_id}",
+                (),
+            )
 
     # -- serialization -----------------------------------------------------------------------------------
 

@@ -178,6 +178,11 @@ class LedgerRecoveryOp:
             recovery=True,
         )
         await self._read_and_rewrite(writer, md)
+        if writer.last_add_confirmed < lac:  # the replay half of "the LAC never goes back" (§3 rules 2 and 9)
+            raise AssertionError(
+                f"internal error: ledger {self.ledger_id}: recovery would close at entry "
+                f"{writer.last_add_confirmed}, below the LAC {lac} it started from"
+            )
         if writer.last_add_confirmed == lac:
             length = await self._length_at(md, lac)
         else:

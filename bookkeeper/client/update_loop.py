@@ -6,6 +6,8 @@
 3. Conditional write with the version the local copy was read at.
 4. On a version conflict, re-read the stored value, replace the local copy and go to 1 - the predicate is
    re-evaluated against what others wrote, so a concurrent close, recovery or ensemble change is seen.
+   The move from the current to the new value is checked against the state table
+   (:data:`~magnetar.bookkeeper.client.metadata.LEDGER_STATE_MOVES`) before the write.
 5. On success the written value (with its new version) is the result.
 
 Attempts are bounded by ``metadata_retries_max``; running out raises :class:`MetadataVersionError`.
@@ -48,6 +50,7 @@ class MetadataUpdateLoop:
             if not self._needs_update(current.metadata):
                 return current
             new = self._transform(current.metadata)
+            current.metadata.check_successor(self._ledger_id, new)
             try:
                 return await self._manager.write(self._ledger_id, new, current.version)
             except MetadataVersionError:

@@ -17,9 +17,10 @@ import dataclasses
 import hashlib
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import hypothesis  # noqa: F401  - enables trio's deterministic scheduling (its hypothesis plugin)
 import trio
@@ -575,12 +576,36 @@ def repro_command(test_name: str, seed: int) -> str:
     return f"pytest tests/sim -k {test_name} --sim-seed={seed}"
 
 
+class _Failed(Protocol):
+    seed: int
+    violations: list[str]
+    trace: list[str]
+
+    @property
+    def scenario(self) -> object: ...
+
+
+def report(test: str, failures: Sequence[_Failed]) -> str:
+    """What a failing simulation test prints: each seed's first violations and the command that reproduces
+    it, then the first failure's scenario and the end of its trace."""
+    lines = []
+    for result in failures:
+        lines.append(f"seed {result.seed}: {result.violations[:3]}")
+        lines.append(f"  reproduce: {repro_command(test, result.seed)}")
+    first = failures[0]
+    lines.append(f"scenario of seed {first.seed}: {first.scenario}")
+    lines.append("last events of the trace:")
+    lines.extend("  " + event for event in first.trace[-40:])
+    return "\n".join(lines)
+
+
 __all__ = [
     "LedgerFencedError",
     "SimResult",
     "World",
     "draw_scenario",
     "draw_wipe_scenario",
+    "report",
     "repro_command",
     "run_seed",
 ]

@@ -16,24 +16,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from sim.sim_world import SimResult, repro_command, run_seed, trace_digest
+from sim.sim_world import report, run_seed, trace_digest
 
 from magnetar.bookkeeper.autorecovery import injected
 from magnetar.bookkeeper.client import recovery
 
 HERE = Path(__file__).resolve().parent
-
-
-def _report(test: str, failures: list[SimResult]) -> str:
-    lines = []
-    for result in failures:
-        lines.append(f"seed {result.seed}: {result.violations[:3]}")
-        lines.append(f"  reproduce: {repro_command(test, result.seed)}")
-    first = failures[0]
-    lines.append(f"scenario of seed {first.seed}: {first.scenario}")
-    lines.append("last events of the trace:")
-    lines.extend("  " + event for event in first.trace[-40:])
-    return "\n".join(lines)
 
 
 SHARDS = 4
@@ -47,7 +35,7 @@ def test_simulation_keeps_bookkeeper_invariants(sim_seeds: list[int], shard: int
     if not seeds:
         pytest.skip(f"--sim-seed/--sim-seeds left no seed to shard {shard}")
     failures = [result for result in map(run_seed, seeds) if result.violations]
-    assert not failures, _report("test_simulation_keeps_bookkeeper_invariants", failures)
+    assert not failures, report("test_simulation_keeps_bookkeeper_invariants", failures)
 
 
 def test_a_seed_replays_the_same_trace() -> None:

@@ -16,7 +16,7 @@ from magnetar.bookkeeper.protocol.messages import AddRequest, ReadRequest, Respo
 from magnetar.bookkeeper.protocol.status import BookieStatus
 from magnetar.managed_ledger.errors import ManagedLedgerFencedError
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
-from magnetar.managed_ledger.ledger import State
+from magnetar.managed_ledger.ledger_state import State
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
 EMPTY = ManagedLedgerSettings(

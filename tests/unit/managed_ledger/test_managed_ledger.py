@@ -15,7 +15,7 @@ from magnetar.managed_ledger.errors import (
     ManagedLedgerTerminatedError,
 )
 from magnetar.managed_ledger.factory import ManagedLedgerFactory, open_managed_ledger_factory
-from magnetar.managed_ledger.ledger import State
+from magnetar.managed_ledger.ledger_state import State
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
 from magnetar.managed_ledger.stats import internal_stats
