@@ -141,7 +141,14 @@ def test_no_broker_is_given_up_after_the_reconnect_timeout(capsys: pytest.Captur
 
 
 def test_ctrl_c_still_prints_the_summary() -> None:
-    command = [sys.executable, "-m", "magnetar.admin.cli", "perf", "consume", "--url", "ws://127.0.0.1:9",
+    # As from a terminal, where Ctrl-C's SIGINT is not ignored - also when this suite runs as a background job
+    # of a non-interactive shell, which starts it (and so its children) with SIGINT ignored, and Python keeps
+    # an ignored SIGINT ignored.
+    at_a_terminal = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'magnetar'; runpy.run_module('magnetar.admin.cli', run_name='__main__')"
+    )
+    command = [sys.executable, "-c", at_a_terminal, "perf", "consume", "--url", "ws://127.0.0.1:9",
                "--topic", "t", "--reconnect-timeout-s", "120"]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -152,6 +159,6 @@ def test_ctrl_c_still_prints_the_summary() -> None:
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait(timeout=30)
+            process.communicate(timeout=30)  # closes the pipes too
     assert process.returncode == 130
     assert _summary(out)["outcome"] == "interrupted"
