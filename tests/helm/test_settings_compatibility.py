@@ -58,7 +58,15 @@ def flat_view(settings: BaseSettings) -> dict[str, Any]:
     """The effective settings as JSON, each composed layer (``FLATTENED``) merged into the top level, the
     same in each part of a composite process."""
     document: dict[str, Any] = json.loads(settings.model_dump_json())
-    return _flatten(type(settings), document)
+    return {name: _cwd_free(value) for name, value in _flatten(type(settings), document).items()}
+
+
+def _cwd_free(value: Any) -> Any:
+    """A default derived from the working directory (the bookie's ``metadata_url``) with that directory as
+    ``<cwd>``, so the recorded values hold wherever the suite runs."""
+    if isinstance(value, dict):
+        return {name: _cwd_free(item) for name, item in value.items()}
+    return value.replace(str(Path.cwd()), "<cwd>") if isinstance(value, str) else value
 
 
 def _flatten(model: type[Any], document: dict[str, Any]) -> dict[str, Any]:
