@@ -5,7 +5,7 @@ Upgrade failures. Pulsar answers a failed producer/consumer/reader creation on t
 The reason is ``"Invalid query params: <detail>"`` for a bad argument (400) and
 ``"Failed to create producer/consumer: <detail>"`` otherwise (Pulsar's wording, "producer/consumer" included);
 authentication and authorization failures have fixed reasons. Pulsar threw path-parsing errors outside its
-try/catch, so users saw a 500 for a malformed URL (apache/pulsar#3375, #11067); Magnetar answers them 400
+try/catch, so users saw a 500 for a malformed URL (a known upstream bug); Magnetar answers them 400
 ``"Invalid WebSocket path: <what is wrong and the path the endpoint expects>"``.
 
 Runtime errors. ``WebSocketError`` codes 1-8 appear in ``"send-error:N"`` producer acks and as the close code
