@@ -20,6 +20,7 @@ from dataclasses import replace
 import trio
 
 from magnetar.bookkeeper.client import BKError, NoSuchLedgerError
+from magnetar.managed_ledger.context import Context, create_bk_ledger
 from magnetar.managed_ledger.cursor_store import CursorStore
 from magnetar.managed_ledger.errors import (
     ManagedLedgerError,
@@ -28,7 +29,7 @@ from magnetar.managed_ledger.errors import (
     MetadataConflictError,
 )
 from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
-from magnetar.managed_ledger.ledger import Context, ManagedLedger, create_bk_ledger
+from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.position import Position
 
