@@ -13,11 +13,13 @@ Theory of operation (docs/upstream.md, Pulsar §3, the add half of Pulsar's ``Ma
 * **Message indexes.** With entry indexing configured, each entry is stamped, as it is sent, with the index
   of its first message: the next index after the acknowledged entries plus the messages still in flight.
 * **Back-pressure.** :meth:`AddPipeline.wait_for_capacity` holds callers while ``pending_adds_max`` adds are
-  queued or in flight; every ack, failure and queue flush frees capacity.
+  queued or in flight; every add that completes (acknowledged or failed) and every queue failed frees
+  capacity.
 * **Failures.** An add to a fenced ledger (another broker recovered it) fences the managed ledger: that add
   and every pending and future one fail with :class:`ManagedLedgerFencedError`. Any other failure fails that
-  add and the adds queued behind it (their outcome is unknown, so they are not silently re-sent) and moves the
-  managed ledger to ``WRITE_FAILED``; the next add starts a new ledger. An add while the rollover is deferred
+  add; if it went to the current ledger, the adds queued behind it fail too (their outcome is unknown, so they
+  are not silently re-sent) and the managed ledger moves to ``WRITE_FAILED``; the next add starts a new
+  ledger. An add while the rollover is deferred
   and the current ledger is past its bound fails at once with :class:`RolloverDeferredError`.
 
 The pipeline owns the queue and the in-flight counts; the current ledger, the state (changed only through the

@@ -3,9 +3,9 @@
 :class:`Context` is built once by the factory (:mod:`.factory`) and handed to every managed ledger it opens:
 the BookKeeper client, the metadata store, the settings, the shared entry cache, the clock and randomness
 seams, the retention hook, the metadata store's health signal and the entry indexing.
-:func:`create_bk_ledger` is the one place a managed ledger's ledgers are created (by the open sequence and by
-every switch to a new ledger), with the settings' replication and the managed ledger's name in the ledger's
-custom metadata.
+:func:`create_bk_ledger` is the one place a managed ledger's data ledgers are created (by the open sequence
+and by every switch to a new ledger; cursor ledgers are :mod:`.cursor_store`'s), with the settings'
+replication and password and the managed ledger's name in the ledger's custom metadata.
 """
 
 from __future__ import annotations

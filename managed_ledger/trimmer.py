@@ -4,9 +4,9 @@ Theory of operation (Pulsar's ``internalTrimLedgers``; the pure rule of *which* 
 :meth:`Trimmer.trim` applies the rule to the ledger list, the slowest durable cursor's mark-delete position
 and the retention policy, then deletes the chosen ledgers - first from the ledger list (a compare-and-set
 under the metadata lock, see :mod:`.ledger_metadata`), then from the message index, the entry cache, every
-cursor's view and the reader's open handles, and last from the bookies. A ledger is gone for readers once the
-list no longer names it; a delete on the bookies that fails is remembered and retried by the next trim, so a
-ledger is never left half deleted for good. A fenced or closed managed ledger trims nothing.
+cursor's view and the reader's open handles, and last from the bookies. Nothing changes in memory unless the
+stored list no longer names the ledgers; a delete on the bookies that fails is remembered and retried by the
+next trim. A fenced or closed managed ledger trims nothing.
 """
 
 from __future__ import annotations
