@@ -93,7 +93,7 @@ class ManagedLedger:
         first indexes in the metadata (a ledger without one counts one message per entry)."""
         if current is not None:
             self.message_index.open_ledger(current.ledger_id)
-        self.listing = LedgerMetadata(self, ctx, info_version, terminated_at, properties)
+        self.metadata = LedgerMetadata(self, ctx, info_version, terminated_at, properties)
         self.adds = AddPipeline(self, ctx)
         self.switcher = LedgerSwitcher(self, ctx)
         self.cursor_registry = CursorRegistry(self, ctx)
@@ -138,7 +138,7 @@ class ManagedLedger:
 
     @property
     def is_terminated(self) -> bool:
-        return self.listing.terminated_at is not None
+        return self.metadata.terminated_at is not None
 
     @property
     def pending_adds(self) -> int:
@@ -146,7 +146,7 @@ class ManagedLedger:
 
     @property
     def properties(self) -> dict[str, str]:
-        return dict(self.listing.properties)
+        return dict(self.metadata.properties)
 
     @property
     def rollover_deferred(self) -> bool:
@@ -263,16 +263,16 @@ class ManagedLedger:
 
     async def terminate(self) -> Position:
         """No more writes; readers reach the end of the topic at the returned position."""
-        if self.listing.terminated_at is not None:
-            return self.listing.terminated_at
+        if self.metadata.terminated_at is not None:
+            return self.metadata.terminated_at
         if self.state in (State.FENCED, State.CLOSED):
             raise ManagedLedgerClosedError(f"managed ledger {self.name} is {self.state.value}")
         await self.switcher.wait_done()
         await self.adds.drain_inflight()
         await self.switcher.close_current()
-        async with self.listing.lock:
-            await self.listing.write(list(self.ledgers), terminated=self.last_confirmed)
-        self.listing.terminated_at = self.last_confirmed
+        async with self.metadata.lock:
+            await self.metadata.write(list(self.ledgers), terminated=self.last_confirmed)
+        self.metadata.terminated_at = self.last_confirmed
         if self.state not in (State.FENCED, State.CLOSED):  # fenced or closed meanwhile: that state stays
             self._move(State.TERMINATED, f"terminated at {self.last_confirmed}")
         self.adds.fail_pending(ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated"))
@@ -285,18 +285,18 @@ class ManagedLedger:
         ledger list before this returns. Returns the properties now."""
         if self.state in (State.FENCED, State.CLOSED):
             raise ManagedLedgerClosedError(f"managed ledger {self.name} is {self.state.value}")
-        listing = self.listing
-        async with listing.lock:
-            previous = listing.properties
+        metadata = self.metadata
+        async with metadata.lock:
+            previous = metadata.properties
             changed = {k: v for k, v in previous.items() if k not in set(remove)} | dict(update)
             if changed != previous:
-                listing.properties = changed
+                metadata.properties = changed
                 try:
-                    await listing.write(list(self.ledgers))
+                    await metadata.write(list(self.ledgers))
                 except BaseException:
-                    listing.properties = previous
+                    metadata.properties = previous
                     raise
-        return dict(listing.properties)
+        return dict(metadata.properties)
 
     async def delete(self) -> None:
         """Delete the managed ledger: its ledgers, cursors and metadata."""

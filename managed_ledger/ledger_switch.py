@@ -165,11 +165,11 @@ class LedgerSwitcher:
     async def _list_next(self) -> bool:
         """Write the list naming the next ledger; False if this instance stopped writing meanwhile. While it
         cannot be written (or its outcome is unknown) the rollover is deferred and the write retried."""
-        listing = self._ml.listing
-        async with listing.lock:
+        metadata = self._ml.metadata
+        async with metadata.lock:
             while True:
                 try:
-                    await listing.write(list(self._ml.ledgers))
+                    await metadata.write(list(self._ml.ledgers))
                     return True
                 except (MetadataUnavailableError, trio.TooSlowError) as exc:
                     self._defer_rollover(f"writing the ledger list failed: {exc}")
@@ -179,12 +179,12 @@ class LedgerSwitcher:
 
     async def _record_closed_ledger(self) -> None:
         """Best effort: the list with the closed ledger's entry count (the next list write records it too)."""
-        listing = self._ml.listing
-        async with listing.lock:
+        metadata = self._ml.metadata
+        async with metadata.lock:
             if self._stopped_writing() or self.next is not None:
                 return
             with contextlib.suppress(ManagedLedgerError, trio.TooSlowError):
-                await listing.write(list(self._ml.ledgers))
+                await metadata.write(list(self._ml.ledgers))
 
     async def _replace_failed_ledger(self) -> None:
         """After a failed add: no current ledger to keep writing to, so close it, then create and switch."""
@@ -198,10 +198,10 @@ class LedgerSwitcher:
         # A ledger closed with no entries (a failed one) is dropped from the list, as at open.
         dropped = closed.ledger_id if closed is not None and closed.entries == 0 else None
         try:
-            async with ml.listing.lock:
+            async with ml.metadata.lock:
                 infos = [i for i in ml.ledgers if i.ledger_id != dropped]
                 infos.append(LedgerInfo(handle.ledger_id))
-                await ml.listing.write_settled(infos)
+                await ml.metadata.write_settled(infos)
                 if dropped is not None:
                     ml.ledgers.remove(dropped)
                     ml.message_index.remove_ledger(dropped)

@@ -41,7 +41,7 @@ class Trimmer:
             return []
         for ledger_id in sorted(self._undeleted_ledgers):
             await self.delete_bk_ledger(ledger_id)
-        async with ml.listing.lock:
+        async with ml.metadata.lock:
             doomed = ledgers_to_trim(
                 ml.ledgers.infos(),
                 ml.current_ledger_id,
@@ -53,7 +53,7 @@ class Trimmer:
             if not doomed:
                 return []
             keep = [info for info in ml.ledgers if info.ledger_id not in doomed]
-            await ml.listing.write(keep)
+            await ml.metadata.write(keep)
             for ledger_id in doomed:
                 ml.ledgers.remove(ledger_id)
                 ml.message_index.remove_ledger(ledger_id)
