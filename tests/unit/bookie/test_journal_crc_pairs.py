@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.bookkeeper.bookie.journal_format import (
+from magnetar.bookkeeper.bookie.storage.journal_format import (
     RECORD_HEADER_BYTES,
     JournalAppendError,
     RecordKind,
@@ -61,7 +61,7 @@ def test_stray_bytes_after_the_last_record_are_refused() -> None:
 def test_the_entry_fast_path_frames_what_the_checks_accept() -> None:
     """``Journal.append_entry`` frames entries itself (no call per record): the same bytes as
     :func:`append_record`."""
-    from magnetar.bookkeeper.bookie import journal
+    from magnetar.bookkeeper.bookie.storage import journal
 
     body = b"\x00" * 16 + b"entry"
     framed = bytearray()

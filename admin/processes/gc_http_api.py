@@ -31,8 +31,8 @@ from typing import Any
 
 import trio
 
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.http_api import HttpAccess, Select, head_check
+from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, Router, json_response
 from magnetar.gc.collector import BookieGarbageCollector
 

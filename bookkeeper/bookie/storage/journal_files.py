@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from magnetar.bookkeeper.bookie.journal_format import (
+from magnetar.bookkeeper.bookie.storage.journal_format import (
     HEADER_BYTES,
     JournalFormatError,
     StopReason,
@@ -33,7 +33,7 @@ from magnetar.bookkeeper.bookie.journal_format import (
     decode_records,
     encode_header,
 )
-from magnetar.bookkeeper.bookie.log_mark import LogMark, fsync_dir
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark, fsync_dir
 
 log = logging.getLogger(__name__)
 

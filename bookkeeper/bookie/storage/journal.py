@@ -60,8 +60,8 @@ from magnetar.bookkeeper.bookie.errors import (
     StorageClosedError,
     StorageIOError,
 )
-from magnetar.bookkeeper.bookie.journal_files import JournalWriterFile
-from magnetar.bookkeeper.bookie.journal_format import (
+from magnetar.bookkeeper.bookie.storage.journal_files import JournalWriterFile
+from magnetar.bookkeeper.bookie.storage.journal_format import (
     ENTRY_WORD_BASE,
     RECORD_HEADER,
     RECORD_HEADER_BYTES,
@@ -69,8 +69,8 @@ from magnetar.bookkeeper.bookie.journal_format import (
     append_record,
     ledger_payload,
 )
-from magnetar.bookkeeper.bookie.ledger_store import DurableCallback
-from magnetar.bookkeeper.bookie.log_mark import LogMark
+from magnetar.bookkeeper.bookie.storage.ledger_store import DurableCallback
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark
 from magnetar.bookkeeper.runtime.sync_thread import SyncThread, open_sync_thread
 
 log = logging.getLogger(__name__)
