@@ -33,11 +33,12 @@ Theory of operation (BookKeeper's ``BookieRequestHandler`` and the connection ha
   ``unauthenticated_connections_max x unauthenticated_bytes_max`` bytes of input (128 x 16 KiB = 2 MiB by
   default, where a frame of up to ``frame_bytes_max`` - 5 MiB - per connection, 5 GiB for 1,024
   connections, was the bound before).
-* **Where an add's payload is copied** (docs/architecture.md §2.3). Each read of the socket is a new
-  ``bytes`` object; the decoder keeps a received chunk whole and hands an add's body out as a slice of it
-  (one copy, the decoder's), and the engine copies that body once more, into the journal's write buffer,
-  before the fsync; the write cache keeps the body object itself, never a view into a buffer that is
-  reused.
+* **Where an add's payload is copied** (docs/architecture.md §1.3). Each read of the socket is a new
+  ``bytes`` chunk; the protocol's decoder hands an add's body out as a ``bytes`` slice of it (one copy, the
+  decoder's; a second one when the previous read ended inside a frame: the decoder joins the chunk to it).
+  The engine copies nothing more: the journal writes that very object with ``pwritev`` and the write cache
+  keeps it until the checkpoint - an immutable ``bytes`` owned by nobody else, never a view into a buffer
+  that is reused.
 """
 
 from __future__ import annotations

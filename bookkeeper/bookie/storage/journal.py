@@ -2,7 +2,9 @@
 docs/upstream.md, BookKeeper §5.1).
 
 Theory of operation. Appends are cheap and synchronous on the trio thread: a record is encoded straight into
-the current batch (a ``bytearray``) and its durability callback queued beside it. One writer task owns the
+the current batch (a :class:`~.journal_format.JournalBatch`: record headers and metadata records in a
+``bytearray``, each entry's body by reference, so the journal copies no payload; the writer hands the parts
+to ``pwritev``) and its durability callback queued beside it. One writer task owns the
 file. It waits for a batch to form, writes it and fdatasyncs the file, and only after the sync returns
 advances the synced mark and fires the batch's callbacks, in append order. Requests that arrive during a
 sync form the next batch, so batches grow with load (group commit) and shrink to one record when the
@@ -49,7 +51,6 @@ import logging
 from dataclasses import dataclass
 from typing import NoReturn
 
-import crc32c
 import trio
 import trio.lowlevel
 
@@ -62,11 +63,9 @@ from magnetar.bookkeeper.bookie.errors import (
 )
 from magnetar.bookkeeper.bookie.storage.journal_files import JournalWriterFile
 from magnetar.bookkeeper.bookie.storage.journal_format import (
-    ENTRY_WORD_BASE,
-    RECORD_HEADER,
     RECORD_HEADER_BYTES,
+    JournalBatch,
     RecordKind,
-    append_record,
     ledger_payload,
 )
 from magnetar.bookkeeper.bookie.storage.ledger_store import DurableCallback
@@ -92,9 +91,9 @@ class JournalStats:
 
 @dataclass(slots=True)
 class _Batch:
-    """A batch taken for writing: its bytes, its records' callbacks, and when the write began."""
+    """A batch taken for writing: its records, their callbacks, and when the write began."""
 
-    buf: bytearray
+    buf: JournalBatch
     callbacks: list[DurableCallback]
     records: int
     started: float
@@ -126,7 +125,7 @@ class Journal:
         self._flush_when_queue_empty = flush_when_queue_empty
         self._inline_sync_bytes_max = inline_sync_bytes_max
         self._inline_sync_s_max = inline_sync_ms_max / 1000.0
-        self._buf = bytearray()
+        self._buf = JournalBatch()
         self._callbacks: list[DurableCallback] = []
         self._records = 0
         self._first_append_at = 0.0
@@ -149,16 +148,15 @@ class Journal:
     # -- appends (trio thread, synchronous) -----------------------------------------------------------------
 
     def append_entry(self, body: bytes, on_durable: DurableCallback) -> None:
-        """Journal a packaged entry; ``on_durable`` fires after the fdatasync that covers it."""
+        """Journal a packaged entry; ``on_durable`` fires after the fdatasync that covers it. The batch keeps
+        ``body`` itself until it is written: a mutable buffer is copied into ``bytes`` first."""
         buf = self._buf
         size = len(body)
         if not buf:
             self._start_batch(size)
         elif self._in_flight_bytes + len(buf) + size > self._queue_bytes_max:
             self._refuse(size)
-        word = ENTRY_WORD_BASE | size
-        buf += RECORD_HEADER.pack(word, crc32c.crc32c(body, word))
-        buf += body
+        buf.append_entry(body if type(body) is bytes else bytes(body))
         self._callbacks.append(on_durable)
         self._records += 1
         if len(buf) >= self._buffered_bytes_max:
@@ -182,7 +180,7 @@ class Journal:
             self._start_batch(size)
         elif self._in_flight_bytes + len(self._buf) + size > self._queue_bytes_max:
             self._refuse(size)
-        append_record(self._buf, kind, payload)
+        self._buf.append_record(kind, payload)
         self._callbacks.append(on_durable)
         self._records += 1
         if len(self._buf) >= self._buffered_bytes_max:
@@ -254,7 +252,7 @@ class Journal:
         """Refuse further appends and fail those still buffered (call after :meth:`drain`)."""
         self._closed = True
         callbacks, self._callbacks = self._callbacks, []
-        self._buf = bytearray()
+        self._buf = JournalBatch()
         _fire(callbacks, StorageClosedError("the journal closed before this record was synced"))
         self._signal_progress()
         self._writer.close()
@@ -302,7 +300,7 @@ class Journal:
             return
         batch = self._take_batch()
         try:
-            mark = await sync_thread.run(self._writer.write_and_sync, batch.buf)
+            mark = await sync_thread.run(self._writer.write_and_sync, batch.buf.parts())
         except BaseException as exc:
             self._batch_failed(batch, exc)
         else:
@@ -312,7 +310,7 @@ class Journal:
         """Write and sync the batch on the loop's own thread (see the module's docstring)."""
         batch = self._take_batch()
         try:
-            mark = self._writer.write_and_sync(batch.buf)
+            mark = self._writer.write_and_sync(batch.buf.parts())
         except BaseException as exc:
             self._batch_failed(batch, exc)
         else:
@@ -320,7 +318,7 @@ class Journal:
 
     def _take_batch(self) -> _Batch:
         batch = _Batch(self._buf, self._callbacks, self._records, trio.current_time())
-        self._buf, self._callbacks, self._records = bytearray(), [], 0
+        self._buf, self._callbacks, self._records = JournalBatch(), [], 0
         # A burst's release takes the batch while the writer task may still wait on these events: only one
         # that has fired is replaced, or the writer would wait on an event nobody sets any more.
         if self._data_ready.is_set():

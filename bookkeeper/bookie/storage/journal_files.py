@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +66,32 @@ def delete_journals_before(directory: Path, mark: LogMark, keep_backups: int) ->
     return doomed
 
 
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+"""The most buffers one ``pwritev`` takes."""
+
+
+def write_parts(fd: int, parts: Sequence[bytes | bytearray], offset: int) -> int:
+    """Write ``parts`` one after another at ``offset`` with ``pwritev`` (short writes resumed); the offset
+    after them."""
+    views = [memoryview(part) for part in parts if len(part)]
+    try:
+        first = 0
+        while first < len(views):
+            written = os.pwritev(fd, views[first : first + IOV_MAX], offset)
+            offset += written
+            while written:
+                head = views[first]
+                if written < len(head):
+                    views[first] = head[written:]
+                    break
+                written -= len(head)
+                first += 1
+    finally:
+        for view in views:
+            view.release()
+    return offset
+
+
 class JournalWriterFile:
     """The file the journal appends to. ``write_and_sync`` returns the mark after the synced bytes."""
 
@@ -89,22 +116,19 @@ class JournalWriterFile:
         self._roll()
         return self.mark
 
-    def write_and_sync(self, data: bytes | bytearray) -> LogMark:
-        check_appended(data)  # what replay will check, checked before it is written
-        if self._fd is None or (
-            self._offset > HEADER_BYTES and self._offset + len(data) > self._file_bytes_max
-        ):
+    def write_and_sync(self, data: bytes | bytearray | Sequence[bytes | bytearray]) -> LogMark:
+        """Append ``data`` - a batch's bytes, or its parts (:class:`~.journal_format.JournalBatch`), written
+        with gathered writes so that no part is copied here - and fdatasync it."""
+        parts = [data] if isinstance(data, bytes | bytearray) else data
+        size = sum(len(part) for part in parts)
+        check_appended(parts)  # what replay will check, checked before it is written
+        if self._fd is None or (self._offset > HEADER_BYTES and self._offset + size > self._file_bytes_max):
             self._roll()
         fd = self._fd
         assert fd is not None
         try:
-            self._ensure_allocated(fd, self._offset + len(data))
-            view = memoryview(data)
-            offset = self._offset
-            while view:
-                written = os.pwrite(fd, view, offset)
-                offset += written
-                view = view[written:]
+            self._ensure_allocated(fd, self._offset + size)
+            offset = write_parts(fd, parts, self._offset)
             os.fdatasync(fd)
         except OSError:
             self._abandon()

@@ -168,10 +168,10 @@ async def test_enospc_in_the_journal_fails_the_add_callback(
         store.create_ledger(1, KEY, noop)
         await store.journal.drain()
 
-        def no_space(fd: int, data: Any, offset: int) -> int:
+        def no_space(fd: int, buffers: Any, offset: int) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(journal_files.os, "pwrite", no_space)
+        monkeypatch.setattr(journal_files.os, "pwritev", no_space)  # the journal writes with pwritev
         store.add_entry(1, 0, make_entry(1, 0), durability.callback("add"))
         await durability.wait_for(1)
         monkeypatch.undo()
