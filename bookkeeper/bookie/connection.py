@@ -36,7 +36,8 @@ Theory of operation (BookKeeper's ``BookieRequestHandler`` and the connection ha
 * **Where an add's payload is copied** (docs/architecture.md §1.3). Each read of the socket is a new
   ``bytes`` chunk; the protocol's decoder hands an add's body out as a ``bytes`` slice of it (one copy, the
   decoder's; a second one when the previous read ended inside a frame: the decoder joins the chunk to it).
-  The engine copies nothing more: the journal writes that very object with ``pwritev`` and the write cache
+  The engine copies a body of 512 bytes or more no further: the journal writes that very object with
+  ``pwritev`` (a smaller one it copies into its batch, cheaper than one more buffer) and the write cache
   keeps it until the checkpoint - an immutable ``bytes`` owned by nobody else, never a view into a buffer
   that is reused.
 """

@@ -2,9 +2,9 @@
 docs/upstream.md, BookKeeper §5.1).
 
 Theory of operation. Appends are cheap and synchronous on the trio thread: a record is encoded straight into
-the current batch (a :class:`~.journal_format.JournalBatch`: record headers and metadata records in a
-``bytearray``, each entry's body by reference, so the journal copies no payload; the writer hands the parts
-to ``pwritev``) and its durability callback queued beside it. One writer task owns the
+the current batch (a :class:`~.journal_format.JournalBatch`: record headers, metadata records and small
+entries in a ``bytearray``, each entry body of 512 bytes or more by reference, not copied; the writer hands
+the parts to ``pwritev``) and its durability callback queued beside it. One writer task owns the
 file. It waits for a batch to form, writes it and fdatasyncs the file, and only after the sync returns
 advances the synced mark and fires the batch's callbacks, in append order. Requests that arrive during a
 sync form the next batch, so batches grow with load (group commit) and shrink to one record when the
@@ -152,14 +152,14 @@ class Journal:
         ``body`` itself until it is written: a mutable buffer is copied into ``bytes`` first."""
         buf = self._buf
         size = len(body)
-        if not buf:
+        if not buf.size:
             self._start_batch(size)
-        elif self._in_flight_bytes + len(buf) + size > self._queue_bytes_max:
+        elif self._in_flight_bytes + buf.size + size > self._queue_bytes_max:
             self._refuse(size)
         buf.append_entry(body if type(body) is bytes else bytes(body))
         self._callbacks.append(on_durable)
         self._records += 1
-        if len(buf) >= self._buffered_bytes_max:
+        if buf.size >= self._buffered_bytes_max:
             self._batch_full.set()
 
     def append_ledger_key(self, ledger_id: int, master_key: bytes, on_durable: DurableCallback) -> None:
@@ -176,14 +176,14 @@ class Journal:
 
     def _append_meta(self, kind: RecordKind, payload: bytes, on_durable: DurableCallback) -> None:
         size = len(payload)
-        if not self._buf:
+        if not self._buf.size:
             self._start_batch(size)
-        elif self._in_flight_bytes + len(self._buf) + size > self._queue_bytes_max:
+        elif self._in_flight_bytes + self._buf.size + size > self._queue_bytes_max:
             self._refuse(size)
         self._buf.append_record(kind, payload)
         self._callbacks.append(on_durable)
         self._records += 1
-        if len(self._buf) >= self._buffered_bytes_max:
+        if self._buf.size >= self._buffered_bytes_max:
             self._batch_full.set()
 
     def _start_batch(self, size: int) -> None:
@@ -214,12 +214,12 @@ class Journal:
         """The burst ends: sync its batch now on this thread if the writer task would do just that next, else
         wake the writer task. A failed sync fails the batch's callbacks, as in the writer task."""
         self._holds -= 1
-        if self._holds or not self._buf:
+        if self._holds or not self._buf.size:
             return
         if (
             self._flush_when_queue_empty
             and not self._in_flight_bytes
-            and self._sync_inline(len(self._buf))
+            and self._sync_inline(self._buf.size)
             and trio.lowlevel.current_statistics().tasks_runnable == 0
         ):
             self._flush_inline()
@@ -231,7 +231,7 @@ class Journal:
     @property
     def queued_bytes(self) -> int:
         """Bytes appended but not yet durable."""
-        return self._in_flight_bytes + len(self._buf)
+        return self._in_flight_bytes + self._buf.size
 
     def has_capacity(self, size: int) -> bool:
         return self.queued_bytes + size + RECORD_HEADER_BYTES <= self._queue_bytes_max
@@ -243,7 +243,7 @@ class Journal:
 
     async def drain(self) -> None:
         """Wait until everything appended so far has been synced (or failed)."""
-        while self._buf or self._in_flight_bytes:
+        while self._buf.size or self._in_flight_bytes:
             if not self._writer_running:
                 raise StorageClosedError("the journal writer is not running")
             await self._progress.wait()
@@ -268,7 +268,7 @@ class Journal:
                 while True:
                     await self._data_ready.wait()
                     await self._gather_batch()
-                    if self._buf:
+                    if self._buf.size:
                         await self._flush(sync_thread)
                     elif self._data_ready.is_set():  # a burst's release synced the batch meanwhile
                         self._data_ready = trio.Event()
@@ -277,7 +277,7 @@ class Journal:
             self._signal_progress()
 
     async def _gather_batch(self) -> None:
-        while len(self._buf) < self._buffered_bytes_max:
+        while self._buf.size < self._buffered_bytes_max:
             remaining = self._first_append_at + self._group_wait_s - trio.current_time()
             if remaining <= 0:
                 return
@@ -295,7 +295,7 @@ class Journal:
         return size <= self._inline_sync_bytes_max and self._last_sync_s <= self._inline_sync_s_max
 
     async def _flush(self, sync_thread: SyncThread) -> None:
-        if self._sync_inline(len(self._buf)):
+        if self._sync_inline(self._buf.size):
             self._flush_inline()
             return
         batch = self._take_batch()
@@ -325,7 +325,7 @@ class Journal:
             self._data_ready = trio.Event()
         if self._batch_full.is_set():
             self._batch_full = trio.Event()
-        self._in_flight_bytes = len(batch.buf)
+        self._in_flight_bytes = batch.buf.size
         return batch
 
     def _batch_synced(self, batch: _Batch, mark: LogMark, *, inline: bool) -> None:
@@ -336,7 +336,7 @@ class Journal:
         stats.syncs += 1
         stats.inline_syncs += inline
         stats.records += batch.records
-        stats.bytes += len(batch.buf)
+        stats.bytes += batch.buf.size
         stats.sync_seconds += took
         stats.sync_seconds_max = max(stats.sync_seconds_max, took)
         self._in_flight_bytes = 0
@@ -352,7 +352,7 @@ class Journal:
             raise exc
         self._last_sync_s = trio.current_time() - batch.started
         self.stats.failed_syncs += 1
-        log.error("journal batch of %d records (%d bytes) failed: %s", batch.records, len(batch.buf), exc)
+        log.error("journal batch of %d records (%d bytes) failed: %s", batch.records, batch.buf.size, exc)
         _fire(batch.callbacks, storage_error(exc, "journal write"))
         self._signal_progress()
 

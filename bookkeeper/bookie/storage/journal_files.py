@@ -73,22 +73,19 @@ IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
 def write_parts(fd: int, parts: Sequence[bytes | bytearray], offset: int) -> int:
     """Write ``parts`` one after another at ``offset`` with ``pwritev`` (short writes resumed); the offset
     after them."""
-    views = [memoryview(part) for part in parts if len(part)]
-    try:
-        first = 0
-        while first < len(views):
-            written = os.pwritev(fd, views[first : first + IOV_MAX], offset)
-            offset += written
-            while written:
-                head = views[first]
-                if written < len(head):
-                    views[first] = head[written:]
-                    break
-                written -= len(head)
-                first += 1
-    finally:
-        for view in views:
-            view.release()
+    pending: list[bytes | bytearray | memoryview] = [part for part in parts if part]
+    while pending:
+        written = os.pwritev(fd, pending[:IOV_MAX], offset)
+        offset += written
+        done = 0
+        while written:
+            size = len(pending[done])
+            if written < size:
+                pending[done] = memoryview(pending[done])[written:]
+                break
+            written -= size
+            done += 1
+        del pending[:done]
     return offset
 
 

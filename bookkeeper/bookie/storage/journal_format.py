@@ -119,39 +119,53 @@ def check_appended(buf: bytes | bytearray | Sequence[bytes | bytearray]) -> int:
     crc = crc32c.crc32c
     pos = records = index = 0  # pos: the record's offset in the batch
     while index < len(parts):
-        with memoryview(parts[index]) as view:
+        part = parts[index]
+        index += 1
+        if len(part) == RECORD_HEADER_BYTES and index < len(parts):  # a header; its payload the next part
+            word, expected = unpack_from(part)
+            length = word & LENGTH_MASK
+            if word >> KIND_SHIFT not in _KINDS or len(parts[index]) != length:
+                raise _bad_record(records, pos, word)
+            if crc(parts[index], word) != expected:
+                raise JournalAppendError(f"journal batch: record {records} at {pos} fails its CRC32C")
+            index += 1
+            pos += RECORD_HEADER_BYTES + length
+            records += 1
+            continue
+        with memoryview(part) as view:
             size = len(view)
             at = 0
-            index += 1
             while at < size:
-                bad = f"journal batch: record {records} at {pos}"
                 if at + RECORD_HEADER_BYTES > size:
                     raise JournalAppendError(f"journal batch: {size - at} stray bytes after record {records}")
                 word, expected = unpack_from(view, at)
-                length = word & LENGTH_MASK
-                at += RECORD_HEADER_BYTES
-                if word >> KIND_SHIFT not in _KINDS:
-                    raise JournalAppendError(f"{bad} has a bad word {word:#x}")
-                if at + length <= size:
-                    payload: bytes | bytearray | memoryview = view[at : at + length]
-                    at += length
-                elif at == size and index < len(parts) and len(parts[index]) == length:
-                    payload = parts[index]  # the payload is the next part (an entry's body)
-                    index += 1
-                else:
-                    raise JournalAppendError(f"{bad} has a bad word {word:#x}")
-                if crc(payload, word) != expected:
-                    raise JournalAppendError(f"{bad} fails its CRC32C")
-                pos += RECORD_HEADER_BYTES + length
+                body_end = at + RECORD_HEADER_BYTES + (word & LENGTH_MASK)
+                if word >> KIND_SHIFT not in _KINDS or body_end > size:
+                    raise _bad_record(records, pos, word)
+                if crc(view[at + RECORD_HEADER_BYTES : body_end], word) != expected:
+                    raise JournalAppendError(f"journal batch: record {records} at {pos} fails its CRC32C")
+                pos += body_end - at
+                at = body_end
                 records += 1
     return records
 
 
+BODY_BY_REFERENCE_BYTES_MIN = 512
+"""An entry body of at least this many bytes joins a batch by reference, one more buffer for the gathered
+write, instead of being copied into the batch: below it, the copy costs less CPU than the extra buffer
+(tests/bench/RESULTS.md, "bookie: an add's payload copies")."""
+
+
+def _bad_record(records: int, pos: int, word: int) -> JournalAppendError:
+    return JournalAppendError(f"journal batch: record {records} at {pos} has a bad word {word:#x}")
+
+
 class JournalBatch:
-    """Journal records appended since the last write, as the parts one gathered write takes: record headers
-    and metadata records coalesced in ``bytearray`` parts, and each entry's body by reference, never copied
-    (the writer hands the parts to ``pwritev``). A body must therefore not change until the batch is
-    written: the journal only appends immutable ``bytes``."""
+    """Journal records appended since the last write, as the parts one gathered write takes: record headers,
+    metadata records and small entries coalesced in ``bytearray`` parts, and each entry body of at least
+    :data:`BODY_BY_REFERENCE_BYTES_MIN` bytes by reference, never copied (the writer hands the parts to
+    ``pwritev``). Such a body must therefore not change until the batch is written: the journal only appends
+    immutable ``bytes``."""
 
     __slots__ = ("_parts", "_tail", "size")
 
@@ -165,13 +179,20 @@ class JournalBatch:
         return self.size
 
     def append_entry(self, body: bytes) -> None:
-        """Append an entry record: its header here, its body by reference."""
+        """Append an entry record: its header, and its body copied or by reference (see the class)."""
         length = len(body)
         word = ENTRY_WORD_BASE | length
-        self._tail += RECORD_HEADER.pack(word, crc32c.crc32c(body, word))
-        self._parts.append(self._tail)
-        self._parts.append(body)
-        self._tail = bytearray()
+        header = RECORD_HEADER.pack(word, crc32c.crc32c(body, word))
+        if length < BODY_BY_REFERENCE_BYTES_MIN:
+            tail = self._tail
+            tail += header
+            tail += body
+        else:
+            if self._tail:
+                self._parts.append(self._tail)
+                self._tail = bytearray()
+            self._parts.append(header)
+            self._parts.append(body)
         self.size += RECORD_HEADER_BYTES + length
 
     def append_record(self, kind: RecordKind, payload: bytes) -> None:

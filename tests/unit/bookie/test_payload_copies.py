@@ -1,7 +1,8 @@
 """Where an add's payload is copied between the bookie's socket read and the journal's fdatasync
-(docs/architecture.md §1.3): once, by the protocol's decoder, which hands the body out as a ``bytes`` slice
-of the received chunk; the engine journals and caches that very object, and the journal hands it to
-``pwritev`` as it is."""
+(docs/architecture.md §1.3): a body of ``BODY_BY_REFERENCE_BYTES_MIN`` bytes or more once, by the protocol's
+decoder, which hands the body out as a ``bytes`` slice of the received chunk; the engine journals and caches
+that very object, and the journal hands it to ``pwritev`` as it is (a smaller body is copied into the
+journal's batch, as every body was before)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from magnetar.bookkeeper.bookie.storage import journal_files
 from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.journal_format import BODY_BY_REFERENCE_BYTES_MIN
 from magnetar.bookkeeper.protocol.codec import ClientProtocol, ServerProtocol
 from magnetar.bookkeeper.protocol.messages import AddRequest
 
@@ -32,7 +34,7 @@ def decoded_add(body: bytes) -> AddRequest:
 async def test_the_decoded_body_is_the_object_the_journal_writes_and_the_write_cache_keeps(
     make_settings: Any, make_entry: Any, durability: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    body = make_entry(7, 0, b"x" * 4000)
+    body = make_entry(7, 0, b"x" * BODY_BY_REFERENCE_BYTES_MIN)
     request = decoded_add(body)
     assert request.body == body
     assert type(request.body) is bytes
@@ -41,8 +43,8 @@ async def test_the_decoded_body_is_the_object_the_journal_writes_and_the_write_c
     written: list[object] = []
     real_pwritev = os.pwritev
 
-    def recording(fd: int, buffers: Sequence[memoryview], offset: int) -> int:
-        written.extend(view.obj for view in buffers)
+    def recording(fd: int, buffers: Sequence[Any], offset: int) -> int:
+        written.extend(buffer.obj if isinstance(buffer, memoryview) else buffer for buffer in buffers)
         return real_pwritev(fd, buffers, offset)
 
     monkeypatch.setattr(journal_files.os, "pwritev", recording)
@@ -66,12 +68,12 @@ async def test_a_mutable_body_is_copied_at_the_journals_door(
     written: list[object] = []
     real_pwritev = os.pwritev
 
-    def recording(fd: int, buffers: Sequence[memoryview], offset: int) -> int:
-        written.extend(bytes(view) for view in buffers)
+    def recording(fd: int, buffers: Sequence[Any], offset: int) -> int:
+        written.extend(bytes(buffer) for buffer in buffers)
         return real_pwritev(fd, buffers, offset)
 
     monkeypatch.setattr(journal_files.os, "pwritev", recording)
-    body = make_entry(7, 0)
+    body = make_entry(7, 0, b"x" * BODY_BY_REFERENCE_BYTES_MIN)
     mutable = bytearray(body)
     async with open_ledger_store(make_settings()) as store:
         store.create_ledger(7, KEY, durability.callback("create"))
