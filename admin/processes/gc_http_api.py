@@ -1,4 +1,5 @@
-"""The bookie's garbage-collection HTTP endpoints (BookKeeper's names, reference: its Admin REST API).
+"""The bookie's garbage-collection HTTP endpoints, served by a bookie process (BookKeeper's names, reference:
+its Admin REST API).
 
 * ``PUT /api/v1/bookie/gc`` - trigger a pass; optional JSON body ``{"forceMajor": bool, "forceMinor": bool}``
   (as BookKeeper: no body forces both, a body forces what it names). ``?wait=true`` answers when the pass is
