@@ -1,5 +1,5 @@
 """A plain TCP connection's reader dispatches what it read as one burst: the disk store syncs the burst's
-journal records when it ends, on the reader's own task, and the answers go out from there (server.py)."""
+journal records when it ends, on the reader's own task, and the answers go out from there (connection.py)."""
 
 from __future__ import annotations
 
