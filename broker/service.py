@@ -2,7 +2,8 @@
 ``BrokerService`` + ``NamespaceService``).
 
 Ownership. A topic belongs to the namespace bundle containing the CRC-32 of its name; the broker that holds
-the bundle's ephemeral node serves it (:mod:`.ownership`). The first request for a topic whose bundle nobody
+the bundle's ephemeral node serves it (:mod:`.ownership.manager`). The first request for a topic whose bundle
+nobody
 owns makes this broker take it (Pulsar's lookup assigns an unowned bundle; without a load manager the broker
 asked is the candidate). A request for a topic owned elsewhere raises :class:`NotOwnerError` carrying the
 owner's URL: the WebSocket API serves the session through its owner proxy (or answers 307), lookup answers
@@ -18,7 +19,7 @@ no topic at all: it is neither loaded nor created, and lookups of it fail - 404,
 ordinary topic of its own, as in Pulsar.)
 
 Losing ownership. A lost metadata session does not stop the broker: it serves its bundles on and claims them
-again once the store is back (:mod:`.ownership_state`). When the ownership manager gives bundles up - another
+again once the store is back (:mod:`.ownership.state`). When the ownership manager gives bundles up - another
 broker took them meanwhile, or ``serve_without_session_max_s`` ran out - the service fences each topic of
 those bundles synchronously (no more writes accepted, sessions closed) before anything else can run, then
 closes their managed ledgers in the background. Unloading a bundle (admin) closes its topics cleanly and
@@ -51,7 +52,10 @@ from magnetar.broker.core.errors import (
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.core.topic_metrics import TopicMetrics
-from magnetar.broker.load_manager import (
+from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
+from magnetar.broker.metrics.broker_metrics import BrokerMetrics, MetadataFigures
+from magnetar.broker.non_persistent_service import NonPersistentTopics
+from magnetar.broker.ownership.load_manager import (
     Handlers,
     LoadManager,
     OwnerGoneError,
@@ -59,10 +63,9 @@ from magnetar.broker.load_manager import (
     bundle_stats,
     tcp_probe,
 )
-from magnetar.broker.load_report import BundleStats
-from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
-from magnetar.broker.metrics import BrokerMetrics, MetadataFigures
-from magnetar.broker.namespace_bundle import (
+from magnetar.broker.ownership.load_report import BundleStats
+from magnetar.broker.ownership.manager import OwnerInfo, OwnershipManager
+from magnetar.broker.ownership.namespace_bundle import (
     NamespaceBundle,
     bundle_boundaries,
     bundle_for_hash,
@@ -70,9 +73,8 @@ from magnetar.broker.namespace_bundle import (
     split_in_half,
     topic_hash,
 )
-from magnetar.broker.non_persistent_service import NonPersistentTopics
-from magnetar.broker.ownership import OwnerInfo, OwnershipManager
-from magnetar.broker.policies import (
+from magnetar.broker.policies.publish_gate import PublishGate
+from magnetar.broker.policies.store import (
     AlreadyExists,
     ClusterData,
     Policies,
@@ -81,8 +83,7 @@ from magnetar.broker.policies import (
     TenantInfo,
     ensure,
 )
-from magnetar.broker.publish_gate import PublishGate
-from magnetar.broker.security_settings import build_security
+from magnetar.broker.security.settings import build_security
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.topic_name import TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
@@ -147,7 +148,8 @@ class BrokerService:
         self.ready = False
         self._producer_counter = 0
         self.publish_gate: PublishGate | None = None
-        """Backlog-quota admission of publishes, set by the composition root (see :mod:`.publish_gate`)."""
+        """Backlog-quota admission of publishes, set by the composition root (see
+        :mod:`.policies.publish_gate`)."""
 
     @property
     def ownership(self) -> OwnershipManager:

@@ -103,7 +103,7 @@ from magnetar.broker.wire.message_id import MessageId
 
 if TYPE_CHECKING:
     from magnetar.broker.owner_proxy.metrics import ProxyCounters
-    from magnetar.broker.proxy_settings import ProxySettings
+    from magnetar.broker.owner_proxy.settings import ProxySettings
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from magnetar.broker.owner_proxy.relay import (
 )
 from magnetar.broker.owner_proxy.upstream import client_credentials, upstream_target
 from magnetar.broker.protocols.adapter import ProtocolAdapter
-from magnetar.broker.protocols.pulsar_ws.params import ProducerParams, WsKind
+from magnetar.broker.protocols.params import ProducerParams, WsKind
 from magnetar.broker.protocols.relay_tracking import Tracker
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 from magnetar.broker.wire.topic_name import TopicName
@@ -316,7 +316,8 @@ class OwnerProxy:
 def hop_source(bind_address: str) -> str | None:
     """The address upstream sessions leave from: the broker's bind address when it is one specific IP
     address, so that the owner sees a connection from the address this broker listens on (and, as a rule,
-    advertises: :mod:`magnetar.broker.peer_addresses` recognizes peers by it); else the system's choice."""
+    advertises: :mod:`magnetar.broker.ownership.peer_addresses` recognizes peers by it); else the system's
+    choice."""
     try:
         address = ipaddress.ip_address(bind_address)
     except ValueError:

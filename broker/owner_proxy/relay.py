@@ -35,7 +35,7 @@ from magnetar.broker.owner_proxy.metrics import ProxyCounters
 from magnetar.broker.protocols.relay_tracking import FrameKind, Tracker
 
 if TYPE_CHECKING:
-    from magnetar.broker.proxy_settings import ProxySettings
+    from magnetar.broker.owner_proxy.settings import ProxySettings
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ the frames the client sends (:mod:`magnetar.broker.protocols.adapter` says what 
 Each upgrade request is checked before it is accepted, as Pulsar's handlers create their producer/consumer
 before the upgrade completes: a bad path or query parameter is answered 400 ``Invalid query params: ...``, a
 missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503
-(the HTTP status of each refusal's kind: :mod:`magnetar.broker.http_status`), and a topic another broker
+(the HTTP status of each refusal's kind: :mod:`magnetar.broker.protocols.http_status`), and a topic another
+broker
 owns is served through this broker's owner proxy (:mod:`magnetar.broker.owner_proxy`: the session
 is relayed to the owner and follows the topic when it moves; a partitioned topic with any partition owned
 elsewhere through one upstream session per partition) - or, with ``ws_proxy_enabled=false`` or for a session
@@ -21,7 +22,8 @@ closes the session with its :class:`~magnetar.broker.protocols.ws_errors.WsSessi
 unloaded or its bundle lost, sessions are closed with 1001 (going away) so clients look the topic up again;
 what is queued for the client goes out first (bounded by ``ws_close_flush_timeout_ms``).
 
-Security (:mod:`magnetar.broker.security`): right after the path is parsed, the upgrade is authenticated
+Security (:mod:`magnetar.broker.security.broker_security`): right after the path is parsed, the upgrade is
+authenticated
 (``Authorization:
 Bearer`` or the ``token`` query parameter; 401 ``Failed to authenticate: ...``) and authorized (produce for a
 producer, consume on the subscription for a consumer, consume for a reader; 403 ``Not authorized: ...``),
@@ -58,7 +60,6 @@ from magnetar.bookkeeper.runtime.http import (
     WebSocketRequest,
     error_response,
 )
-from magnetar.broker import publish_gate
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import FlowControl
 from magnetar.broker.core.dispatcher import SubscriptionType
@@ -69,11 +70,12 @@ from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.topic import PersistentTopic
-from magnetar.broker.http_status import http_status
 from magnetar.broker.owner_proxy.proxy import OwnerProxy
+from magnetar.broker.policies import publish_gate
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession, PublishRefusal
+from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.protocols.outbound import OutboundFrames
-from magnetar.broker.protocols.pulsar_ws.params import (
+from magnetar.broker.protocols.params import (
     ALL_PATH_FORMS,
     ConsumerParams,
     ProducerParams,
@@ -87,7 +89,7 @@ from magnetar.broker.wire.message_id import EARLIEST, LATEST
 from magnetar.broker.wire.topic_name import TopicName
 
 if TYPE_CHECKING:
-    from magnetar.broker.security import PublishLimiter
+    from magnetar.broker.security.broker_security import PublishLimiter
     from magnetar.broker.service import BrokerService
     from magnetar.broker.settings import BrokerSettings
 

@@ -215,7 +215,7 @@ def test_layer_rule_detects_a_violation() -> None:
     )
     # the adapters sit on the core and the wire formats: the circle broker -> protocols -> broker.* is shut
     assert not any(a == "magnetar.broker" for a in ALLOWED["magnetar.broker.protocols"])
-    assert layer_of("magnetar.broker.publish_gate") == "magnetar.broker"
+    assert layer_of("magnetar.broker.policies.publish_gate") == "magnetar.broker"
     assert layer_of("magnetar.admin.cli.cmd_broker") == "magnetar.admin.cli"
     assert all(
         "magnetar.admin.cli" not in allowed

@@ -12,12 +12,12 @@ from fixtures.auth import FakeClock, TokenKeys
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.runtime.auth.authentication import AuthenticationService, AuthenticationSettings
 from magnetar.bookkeeper.runtime.http import HttpError, QueryParams, RequestHead
-from magnetar.broker.authorization import AuthAction, AuthorizationService, AuthorizationSettings
 from magnetar.broker.core.errors import TooManyTopicsError
-from magnetar.broker.http_status import http_status
-from magnetar.broker.policies import Policies, PolicyStore, TenantInfo
+from magnetar.broker.policies.store import Policies, PolicyStore, TenantInfo
+from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.protocols.ws_errors import WsUpgradeError
-from magnetar.broker.security import BrokerSecurity, SecurityLimits
+from magnetar.broker.security.authorization import AuthAction, AuthorizationService, AuthorizationSettings
+from magnetar.broker.security.broker_security import BrokerSecurity, SecurityLimits
 from magnetar.broker.wire.topic_name import NamespaceName, parse_topic_name
 
 TOPIC = parse_topic_name("persistent://acme/ns/orders")

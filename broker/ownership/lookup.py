@@ -18,9 +18,9 @@ from urllib.parse import urlencode
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, RequestHead, json_response
-from magnetar.broker.authorization import TopicOperation
 from magnetar.broker.core.errors import ServiceError
-from magnetar.broker.http_status import http_status
+from magnetar.broker.protocols.http_status import http_status
+from magnetar.broker.security.authorization import TopicOperation
 from magnetar.broker.service import BrokerService
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.topic_name import TopicDomain, TopicName

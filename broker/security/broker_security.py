@@ -37,9 +37,9 @@ from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, Authori
 from magnetar.bookkeeper.runtime.clock import Clock
 from magnetar.bookkeeper.runtime.http import HttpError, RequestHead
 from magnetar.bookkeeper.runtime.rate_limit import KeyedRateLimiter, RateLimitedError, TokenBucket
-from magnetar.broker.authorization import AuthorizationService, TopicOperation
 from magnetar.broker.core.errors import TooManyTopicsError
 from magnetar.broker.protocols.ws_errors import WsUpgradeError
+from magnetar.broker.security.authorization import AuthorizationService, TopicOperation
 from magnetar.broker.wire.topic_name import TopicName
 
 WWW_AUTHENTICATE = ("www-authenticate", 'Bearer realm="magnetar"')
