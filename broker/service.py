@@ -36,7 +36,6 @@ import contextlib
 import itertools
 import logging
 import random
-from typing import Any
 
 import trio
 
@@ -623,17 +622,6 @@ class BrokerService:
         """Pulsar's generated producer names: ``<cluster>-<broker>-<counter>``."""
         self._producer_counter += 1
         return f"{self.settings.cluster}-{self.broker_id}-{self._producer_counter}"
-
-    def lookup_data(self, owner: OwnerInfo) -> dict[str, Any]:
-        """Pulsar's ``LookupData``; Magnetar has no binary protocol, so the broker URLs are empty."""
-        return {
-            "brokerUrl": owner.nativeUrl,
-            "brokerUrlTls": owner.nativeUrlTls,
-            "httpUrl": owner.httpUrl,
-            "httpUrlTls": owner.httpUrlTls,
-            "nativeUrl": owner.nativeUrl,
-            "brokerUrlSsl": "",
-        }
 
 
 async def initialize_cluster_metadata(policies: PolicyStore, cluster: str, http_url: str = "") -> None:

@@ -102,8 +102,8 @@ from magnetar.broker.wire.magnetar_v1 import (
 from magnetar.broker.wire.message_id import MessageId
 
 if TYPE_CHECKING:
+    from magnetar.broker.owner_proxy.host import RelaySettings
     from magnetar.broker.owner_proxy.metrics import ProxyCounters
-    from magnetar.broker.owner_proxy.settings import ProxySettings
 
 log = logging.getLogger(__name__)
 
@@ -593,7 +593,7 @@ class FanOutSession:
         upstreams: list[WsClient],
         trackers: list[Tracker],
         connects: list[Connect],
-        settings: ProxySettings,
+        settings: RelaySettings,
         topic: str,
         counters: ProxyCounters | None = None,
     ) -> None:

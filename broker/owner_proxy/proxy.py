@@ -40,7 +40,7 @@ from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 from magnetar.broker.wire.topic_name import TopicName
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.owner_proxy.host import ProxyHost
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ proxies again (no chains, no loops)."""
 
 
 class OwnerProxy:
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: ProxyHost) -> None:
         self._service = service
         self._settings = service.settings
         self.counters = ProxyCounters()

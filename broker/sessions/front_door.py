@@ -90,8 +90,7 @@ from magnetar.broker.wire.topic_name import TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.security.broker_security import PublishLimiter
-    from magnetar.broker.service import BrokerService
-    from magnetar.broker.settings import BrokerSettings
+    from magnetar.broker.sessions.host import SessionHost, SessionSettings
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ class _Session:
     """What one accepted WebSocket session owns: its protocol adapter, its outbound frames and the means to
     end it."""
 
-    def __init__(self, request: WebSocketRequest, settings: BrokerSettings) -> None:
+    def __init__(self, request: WebSocketRequest, settings: SessionSettings) -> None:
         self.adapter = adapter_for(request.subprotocols)
         self.frames: OutboundFrames = self.adapter.outbound(
             bytes_max=settings.http.ws_send_queue_bytes_max,
@@ -130,7 +129,7 @@ class _Session:
 class SessionFrontDoor:
     """The WebSocket endpoints' handlers (:func:`magnetar.broker.http_app.build_router` routes them)."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: SessionHost) -> None:
         self._service = service
         self._proxy = OwnerProxy(service)
         self.proxy_metrics = self._proxy.metrics
@@ -477,6 +476,6 @@ class SessionFrontDoor:
             await self._refuse(request, exc)
 
 
-def _random_name(service: BrokerService) -> str:
+def _random_name(service: SessionHost) -> str:
     """Pulsar's clients name unnamed consumers with 5 random characters."""
     return "".join(service.rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5))
