@@ -63,7 +63,7 @@ from magnetar.bookkeeper.runtime.http import (
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import FlowControl
 from magnetar.broker.core.dispatcher import SubscriptionType
-from magnetar.broker.core.errors import NotOwnerError, ServiceError
+from magnetar.broker.core.errors import AccessError, NotOwnerError, ServiceError
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.redelivery_timers import RedeliveryTimers
@@ -167,6 +167,8 @@ class SessionFrontDoor:
             response = error_response(http_status(exc), str(exc), (("location", location),))
         elif isinstance(exc, WsUpgradeError):
             response = error_response(exc.status, exc.reason)
+        elif isinstance(exc, AccessError):  # the security's answer is whole: its status and its words
+            response = error_response(http_status(exc), str(exc))
         elif isinstance(exc, ServiceError):
             response = error_response(http_status(exc), f"Failed to create producer/consumer: {exc}")
         else:
