@@ -34,7 +34,8 @@ from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.http import HttpServer, Router
 from magnetar.broker.http_app import build_router
 from magnetar.broker.ownership.peer_addresses import PeerAddresses, maintain_peer_addresses
-from magnetar.broker.service import BrokerService, initialize_cluster_metadata
+from magnetar.broker.policies.store import initialize_cluster_metadata
+from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import first_index_of, stamp_first_index
 from magnetar.managed_ledger.factory import open_managed_ledger_factory

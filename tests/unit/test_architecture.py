@@ -92,7 +92,6 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.broker.core",
         "magnetar.broker.wire",
         "magnetar.broker.policies",
-        "magnetar.broker.protocols",
     },
     "magnetar.broker.ownership": {
         "magnetar.bookkeeper.runtime",
@@ -100,6 +99,7 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.broker.core",
         "magnetar.broker.wire",
         "magnetar.broker.protocols",
+        "magnetar.broker.policies",
         "magnetar.broker.security",
     },
     "magnetar.broker.owner_proxy": {
