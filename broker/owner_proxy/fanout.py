@@ -12,19 +12,15 @@ independently. The relay's "client" is a
 holds per partition: a partition whose session ends with an unknown outcome fails back only its own
 pending messages (``send-error:8`` / ``SEND_ERROR`` with their own context or request id), the others go on.
 
-What the fan-out changes between the client and the partitions (the sans-IO cores below):
+What the fan-out changes between the client and the partitions (sans-IO cores, each a
+:class:`~magnetar.broker.protocols.fan.Fan`: what a frame routes to, what goes back to the client):
 
-* **JSON producer** (:class:`JsonProducerFan`): each publish request goes to the partition of its ``key``
-  (or, keyless, by ``messageRoutingMode``), chosen by the broker's own
-  :class:`~magnetar.broker.core.routing.PartitionRouter` from the session's ``messageRoutingMode`` /
-  ``hashingScheme``; the answers come back unchanged (a partition session's message ids carry its partition
-  index, as a local partitioned session's do).
-* **magnetar.v1 producer** (:class:`BinaryProducerFan`): a SEND frame is cut into runs of consecutive
-  messages for the same partition exactly as a local session cuts it
-  (:func:`~magnetar.broker.protocols.magnetar_v1.producer.route_frame`); each run goes to its partition as a
-  SEND of its own (request ids numbered by the proxy per partition), and the client gets what a local
-  session answers: one RECEIPT with every run's ranges in frame order once all runs are stored, or one
-  SEND_ERROR (the first failure) otherwise.
+* **producer**: the adapter's own fan
+  (:meth:`~magnetar.broker.protocols.adapter.ProtocolAdapter.producer_fan`): a JSON publish request to its
+  key's partition, :mod:`magnetar.broker.protocols.pulsar_ws.fan`; a
+  ``magnetar.v1`` SEND cut into runs per partition and the answers merged into one RECEIPT or SEND_ERROR,
+  :mod:`magnetar.broker.protocols.magnetar_v1.fan` - each routed by the broker's own
+  :class:`~magnetar.broker.core.routing.PartitionRouter`;
 * **consumer** (:class:`ConsumerFan`, JSON and binary): deliveries of every partition go to the client;
   acks and negative acks go to the partition their message id names (a binary ACK / ACK_RANGE / NACK is
   split per partition); ``unsubscribe`` goes to every partition and the session ends 1000 once all have
@@ -55,7 +51,6 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import orjson
@@ -68,9 +63,8 @@ from magnetar.bookkeeper.runtime.http import (
     WebSocketClosed,
 )
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient
-from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.owner_proxy.relay import Connect, Relay, send_frames
-from magnetar.broker.protocols.magnetar_v1.producer import route_frame
+from magnetar.broker.protocols.fan import Fan, Frame, Routed
 from magnetar.broker.protocols.outbound import RECORDS_FRAME_BYTES_MAX
 from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
@@ -85,19 +79,13 @@ from magnetar.broker.wire.magnetar_v1 import (
     BinaryFrameError,
     FrameType,
     Position3,
-    ReceiptRange,
     encode_ack_ranges,
     encode_ids,
     encode_permit,
-    encode_receipt,
-    encode_send_error,
-    encode_send_run,
     end_of_topic_frame,
     message_records,
     messages_frame,
     parse_consumer_frame,
-    parse_receipt,
-    parse_send,
 )
 from magnetar.broker.wire.message_id import MessageId
 
@@ -107,7 +95,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Frame = str | bytes
 
 _JSON_DELIVERY_PREFIX = '{"messageId":"'
 _JSON_END_OF_TOPIC_PREFIX = '{"endOfTopic":'
@@ -116,140 +103,6 @@ DELIVERED_IDS_MAX = 4096
 """Delivered message ids a JSON consumer's fan-out remembers to route their acks (about 100 bytes each)."""
 
 
-@dataclass
-class Routed:
-    """What one frame turns into: frames for partitions (in order), frames for the client, and permits to
-    grant to partitions (pull mode)."""
-
-    partitions: list[tuple[int, Frame]] = field(default_factory=list)
-    client: list[Frame] = field(default_factory=list)
-    permits: dict[int, int] = field(default_factory=dict)
-
-    def grant(self, partition: int, count: int) -> None:
-        self.permits[partition] = self.permits.get(partition, 0) + count
-
-
-class Fan:
-    """The sans-IO core of a fanned-out session: the base forwards nothing it does not understand."""
-
-    def __init__(self, partitions: int) -> None:
-        self.partitions = partitions
-        self.unsubscribing = False
-        """An unsubscribe went to every partition: their 1000 closes end the session normally."""
-
-    def opening(self) -> Routed:
-        """Frames sent to the partitions when the session starts."""
-        return Routed()
-
-    def from_client(self, message: Frame) -> Routed:
-        raise NotImplementedError
-
-    def from_partition(self, partition: int, messages: Sequence[Frame]) -> Routed:
-        return Routed(client=list(messages))
-
-    def permit_frame(self, count: int) -> Frame:
-        """A pull-mode permit for one partition's session, in the session's protocol."""
-        raise NotImplementedError
-
-
-# -- producers ---------------------------------------------------------------------------------------------
-
-
-class JsonProducerFan(Fan):
-    """A Pulsar JSON producer: each publish request to its key's (or the routing mode's) partition."""
-
-    def __init__(self, router: PartitionRouter[int]) -> None:
-        super().__init__(len(router.producers))
-        self._router = router
-
-    def from_client(self, message: Frame) -> Routed:
-        key: str | None = None
-        if isinstance(message, str):
-            try:
-                document = orjson.loads(message)
-            except orjson.JSONDecodeError:
-                document = None
-            if isinstance(document, dict) and isinstance(document.get("key"), str):
-                key = document["key"]
-        # a frame that is no publish request goes to some partition, whose session answers the error
-        return Routed(partitions=[(self._router.route(key), message)])
-
-
-@dataclass
-class _SendState:
-    """One client SEND frame split over partitions."""
-
-    request_id: int
-    ranges: list[tuple[ReceiptRange, ...] | None]
-    remaining: int
-    done: bool = False
-
-
-class BinaryProducerFan(Fan):
-    """A ``magnetar.v1`` producer: SEND frames split per partition, their answers merged into one."""
-
-    def __init__(self, router: PartitionRouter[int]) -> None:
-        super().__init__(len(router.producers))
-        self._router = router
-        self._next_request = [0] * self.partitions
-        self._waiting: dict[tuple[int, int], tuple[_SendState, int]] = {}
-        """(partition, upstream request id) -> the client frame and the run's slot in it."""
-
-    def from_client(self, message: Frame) -> Routed:
-        code = WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON
-        if isinstance(message, str):
-            reason = "a magnetar.v1 session carries binary frames only"
-            return Routed(client=[encode_send_error(0, code, reason)])
-        try:
-            send = parse_send(message)
-        except BinaryFrameError as exc:
-            return Routed(client=[encode_send_error(exc.request_id or 0, code, str(exc))])
-        runs = route_frame(self._router, send)
-        state = _SendState(send.request_id, [None] * len(runs), len(runs))
-        routed = Routed()
-        for slot, (partition, run) in enumerate(runs):
-            request_id = self._next_request[partition]
-            self._next_request[partition] = request_id + 1
-            self._waiting[(partition, request_id)] = (state, slot)
-            routed.partitions.append((partition, encode_send_run(request_id, run)))
-        return routed
-
-    def from_partition(self, partition: int, messages: Sequence[Frame]) -> Routed:
-        routed = Routed()
-        for message in messages:
-            if not isinstance(message, bytes) or message[:1] not in (_RECEIPT, _SEND_ERROR):
-                routed.client.append(message)
-                continue
-            try:
-                receipt = parse_receipt(message)
-            except BinaryFrameError:
-                continue  # an owner's frame the proxy cannot read: nothing to answer with it
-            waiting = self._waiting.pop((partition, receipt.request_id), None)
-            if waiting is None:
-                continue
-            state, slot = waiting
-            if state.done:
-                continue
-            if not receipt.ok:
-                state.done = True
-                routed.client.append(encode_send_error(state.request_id, receipt.error_code, receipt.reason))
-                continue
-            state.ranges[slot] = receipt.ranges
-            state.remaining -= 1
-            if state.remaining == 0:
-                state.done = True
-                merged = [r for ranges in state.ranges if ranges is not None for r in ranges]
-                routed.client.append(encode_receipt(state.request_id, merged))
-        return routed
-
-    @property
-    def waiting(self) -> int:
-        """Runs sent to partitions and not answered yet."""
-        return len(self._waiting)
-
-
-_RECEIPT = bytes([FrameType.RECEIPT])
-_SEND_ERROR = bytes([FrameType.SEND_ERROR])
 _MESSAGES = bytes([FrameType.MESSAGES])
 _END_OF_TOPIC = bytes([FrameType.END_OF_TOPIC])
 

@@ -16,13 +16,7 @@ from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
 from magnetar.broker.core.errors import ServiceError
 from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.owner_proxy.fanout import (
-    BinaryProducerFan,
-    ConsumerFan,
-    Fan,
-    FanOutSession,
-    JsonProducerFan,
-)
+from magnetar.broker.owner_proxy.fanout import ConsumerFan, FanOutSession
 from magnetar.broker.owner_proxy.metrics import ProxyCounters, ProxyMetrics
 from magnetar.broker.owner_proxy.relay import (
     OPEN_FINAL_STATUSES,
@@ -34,6 +28,7 @@ from magnetar.broker.owner_proxy.relay import (
 )
 from magnetar.broker.owner_proxy.upstream import client_credentials, upstream_target
 from magnetar.broker.protocols.adapter import ProtocolAdapter
+from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.params import ProducerParams, WsKind
 from magnetar.broker.protocols.relay_tracking import Tracker
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
@@ -260,7 +255,7 @@ class OwnerProxy:
         trackers = [_tracker(request, kind, adapter) for _ in range(partitions)]
         session = FanOutSession(
             ws,
-            self._fan(request, kind, subprotocol, partitions),
+            self._fan(request, kind, adapter, subprotocol, partitions),
             opened,
             trackers,
             connects,
@@ -270,7 +265,14 @@ class OwnerProxy:
         )
         await session.run()
 
-    def _fan(self, request: WebSocketRequest, kind: WsKind, subprotocol: str | None, partitions: int) -> Fan:
+    def _fan(
+        self,
+        request: WebSocketRequest,
+        kind: WsKind,
+        adapter: ProtocolAdapter,
+        subprotocol: str | None,
+        partitions: int,
+    ) -> Fan:
         binary = subprotocol == SUBPROTOCOL
         if kind is WsKind.PRODUCER:
             params = ProducerParams.parse(request.query)  # checked before the session came to the proxy
@@ -280,7 +282,7 @@ class OwnerProxy:
                 hashing_scheme=params.hashing_scheme,
                 rng=self._service.rng,
             )
-            return BinaryProducerFan(router) if binary else JsonProducerFan(router)
+            return adapter.producer_fan(router)
         pull_mode = kind is WsKind.CONSUMER and request.query.get("pullMode", "false").lower() == "true"
         return ConsumerFan(
             partitions,

@@ -19,14 +19,14 @@ from magnetar.broker.core.key_hash import partition_for_key
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.owner_proxy.fanout import (
     DELIVERED_IDS_MAX,
-    BinaryProducerFan,
     ConsumerFan,
     FanOutSession,
-    JsonProducerFan,
     PartitionPort,
 )
+from magnetar.broker.protocols.magnetar_v1.fan import BinaryProducerFan
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
 from magnetar.broker.protocols.magnetar_v1.relay_tracking import BinaryConsumerTracker
+from magnetar.broker.protocols.pulsar_ws.fan import JsonProducerFan
 from magnetar.broker.protocols.pulsar_ws.relay_tracking import JsonConsumerTracker, JsonProducerTracker
 from magnetar.broker.protocols.ws_errors import WsSessionError
 from magnetar.broker.settings import BrokerSettings
