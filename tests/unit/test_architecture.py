@@ -10,8 +10,9 @@ Inside the broker: the wire formats (``broker.wire``) import nothing of the serv
 alone; the protocol-neutral core (``broker.core``) imports the wire formats and the storage layers, never a
 protocol adapter, a frame codec or the rest of the broker; the adapters (``broker.protocols``) sit on the
 core, the wire formats and their shared helpers only, never the rest of the broker; the session front door
-(``broker.sessions``) and the owner proxy (``broker.owner_proxy``) use the adapters; the rest of the broker
-(service, HTTP app, ownership, metrics) composes them.
+(``broker.sessions``) and the owner proxy (``broker.owner_proxy``) use the adapters; the broker's rooms
+(ownership, security, policies, metrics) sit below them; the composition root at the broker's top (service,
+settings, HTTP app) composes them all and no room imports it. No two folders import each other.
 """
 
 from __future__ import annotations
