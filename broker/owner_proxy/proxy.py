@@ -16,7 +16,7 @@ from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
 from magnetar.broker.core.errors import ServiceError
 from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.owner_proxy.fanout import ConsumerFan, FanOutSession
+from magnetar.broker.owner_proxy.fanout import FanOutSession
 from magnetar.broker.owner_proxy.metrics import ProxyCounters, ProxyMetrics
 from magnetar.broker.owner_proxy.relay import (
     OPEN_FINAL_STATUSES,
@@ -31,7 +31,6 @@ from magnetar.broker.protocols.adapter import ProtocolAdapter
 from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.params import ProducerParams, WsKind
 from magnetar.broker.protocols.relay_tracking import Tracker
-from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 from magnetar.broker.wire.topic_name import TopicName
 
 if TYPE_CHECKING:
@@ -255,7 +254,7 @@ class OwnerProxy:
         trackers = [_tracker(request, kind, adapter) for _ in range(partitions)]
         session = FanOutSession(
             ws,
-            self._fan(request, kind, adapter, subprotocol, partitions),
+            self._fan(request, kind, adapter, partitions),
             opened,
             trackers,
             connects,
@@ -270,10 +269,8 @@ class OwnerProxy:
         request: WebSocketRequest,
         kind: WsKind,
         adapter: ProtocolAdapter,
-        subprotocol: str | None,
         partitions: int,
     ) -> Fan:
-        binary = subprotocol == SUBPROTOCOL
         if kind is WsKind.PRODUCER:
             params = ProducerParams.parse(request.query)  # checked before the session came to the proxy
             router = PartitionRouter(
@@ -284,9 +281,8 @@ class OwnerProxy:
             )
             return adapter.producer_fan(router)
         pull_mode = kind is WsKind.CONSUMER and request.query.get("pullMode", "false").lower() == "true"
-        return ConsumerFan(
+        return adapter.consumer_fan(
             partitions,
-            binary=binary,
             pull_mode=pull_mode,
             reader=kind is WsKind.READER,
             prefetch=self._settings.ws_proxy_partition_prefetch_messages,

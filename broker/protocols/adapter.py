@@ -98,3 +98,9 @@ class ProtocolAdapter(Protocol):
         """The owner proxy's core for a producer session fanned out over a partitioned topic's partitions
         (``router`` picks a message's partition): what a publish request routes to, how answers merge."""
         ...
+
+    def consumer_fan(self, partitions: int, *, pull_mode: bool, reader: bool, prefetch: int) -> Fan:
+        """The owner proxy's core for a consumer or reader session fanned out over ``partitions``: what a
+        client frame asks and what a partition's frame is, in this protocol's terms
+        (:class:`~.fan.ConsumerFan`)."""
+        ...
