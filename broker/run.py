@@ -13,10 +13,10 @@ broker may not import). With ``http_port_tls`` set the same router is served ove
 (Pulsar's ``webServicePortTls``); the broker registers both URLs (``httpUrl``, ``httpUrlTls``), and lookups
 and redirects of clients that came over TLS point at the TLS one.
 Connections from the other live brokers' addresses are not counted per address
-(:mod:`.ownership.peer_addresses`):
-both servers ask one :class:`~.peer_addresses.PeerAddresses`, kept up to date while the broker runs.
-Start-up creates the cluster, tenant ``public`` and namespace ``public/default`` when they are missing
-(``initialize_metadata`` and the ``cluster_metadata_init`` setting), as Pulsar standalone does.
+(:mod:`.ownership.peer_addresses`): both servers ask one :class:`~.ownership.peer_addresses.PeerAddresses`,
+kept up to date while the broker runs. Start-up creates the cluster, tenant ``public`` and namespace
+``public/default`` when they are missing (``initialize_metadata`` and the ``cluster_metadata_init`` setting),
+as Pulsar standalone does.
 """
 
 from __future__ import annotations

@@ -3,10 +3,9 @@
 
 Ownership. A topic belongs to the namespace bundle containing the CRC-32 of its name; the broker that holds
 the bundle's ephemeral node serves it (:mod:`.ownership.manager`). The first request for a topic whose bundle
-nobody
-owns makes this broker take it (Pulsar's lookup assigns an unowned bundle; without a load manager the broker
-asked is the candidate). A request for a topic owned elsewhere raises :class:`NotOwnerError` carrying the
-owner's URL: the WebSocket API serves the session through its owner proxy (or answers 307), lookup answers
+nobody owns makes this broker take it (Pulsar's lookup assigns an unowned bundle; without a load manager the
+broker asked is the candidate). A request for a topic owned elsewhere raises :class:`NotOwnerError` carrying
+the owner's URL: the WebSocket API serves the session through its owner proxy (or answers 307), lookup answers
 the owner's URLs.
 
 Loading. A topic's managed ledger is opened on first use, only once this broker owns the bundle; the open

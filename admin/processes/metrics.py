@@ -4,12 +4,12 @@ They join the broker's own metrics (Pulsar's ``pulsar_*`` names,
 :mod:`magnetar.broker.metrics.broker_metrics`) as one more
 :class:`~magnetar.broker.metrics.exposition.MetricsSource`, with the same labels (``cluster``, ``namespace``,
 ``topic``). Where Pulsar has the figure, its name: ``pulsar_storage_backlog_size`` (bytes behind the slowest
-subscription, Pulsar's estimated backlog size) and ``pulsar_ml_count`` (managed ledgers open). The rest has
-no Pulsar equivalent and keeps Magnetar's names: the managed-ledger figures ``magnetar_ml_*`` (ledgers,
-entries, entries added, pending adds, rollovers, trims, ledgers deleted), the BookKeeper client's add latency
-and counters ``magnetar_bookkeeper_client_*``, and the retention service's counters. Every name is declared
-once, in the tables below. Everything is read from the live objects when scraped (no per-operation cost), a
-little at a time (see :mod:`magnetar.broker.metrics.exposition`).
+subscription, Pulsar's estimated backlog size) and ``pulsar_ml_count`` (managed ledgers open). The rest has no
+Pulsar equivalent and keeps Magnetar's names: the managed-ledger figures ``magnetar_ml_*`` (ledgers, entries,
+entries added, pending adds, rollovers, trims, ledgers deleted), the BookKeeper client's add latency and
+counters ``magnetar_bookkeeper_client_*``, and the retention service's counters. Every name is declared once,
+in the tables below. Everything is read from the live objects when scraped (no per-operation cost), a little
+at a time (see :mod:`magnetar.broker.metrics.exposition`).
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ somewhere in it. Health (the readiness probe) and the OpenAPI document are open.
 the superuser's - a new route is closed until someone decides - and a test checks that every route has one.
 
 When the context carries no :class:`~magnetar.broker.security.broker_security.BrokerSecurity` (metadata-only
-tools and
-tests), or authentication is off, every check passes.
+tools and tests), or authentication is off, every check passes.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ The composition root (``magnetar standalone`` / ``broker``) builds one context a
 :func:`magnetar.admin.rest.register_admin_routes` with the broker's router. Routes that manage metadata only
 (clusters, tenants, namespaces and their policies, partitioned-topic metadata, topic-level policies) need the
 :class:`~magnetar.broker.policies.store.PolicyStore` and the metadata store; broker-facing routes (brokers
-list and
-health) go through :class:`BrokerDirectory`, a small protocol the broker implements.
+list and health) go through :class:`BrokerDirectory`, a small protocol the broker implements.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Stored shapes (``TenantInfo``, namespace ``Policies``, ``RetentionPolicies``, ``BacklogQuota``) live in
 :mod:`magnetar.broker.policies.store` and are answered as they are. Request models here add what a request
-needs
-beyond the stored shape: Java's integer ranges (a Java ``int`` is 32-bit, a ``long`` 64-bit: a larger number
-is a 400, as Jackson refuses it), bounded list and string sizes, and Pulsar's legacy spellings (``limit`` for
-a backlog quota's ``limitSize``). Unknown JSON fields are ignored, as Pulsar's Jackson mapper is configured.
+needs beyond the stored shape: Java's integer ranges (a Java ``int`` is 32-bit, a ``long`` 64-bit: a larger
+number is a 400, as Jackson refuses it), bounded list and string sizes, and Pulsar's legacy spellings
+(``limit`` for a backlog quota's ``limitSize``). Unknown JSON fields are ignored, as Pulsar's Jackson mapper
+is configured.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """What the broker service refuses, whatever protocol asked, as protocol-neutral kinds (:class:`ErrorKind`):
-the core says *what* went wrong, and each adapter answers it in its own terms from one table of its own -
-the HTTP status of an admin call or a refused WebSocket upgrade
-(:mod:`magnetar.broker.protocols.http_status`), a
+the core says *what* went wrong, and each adapter answers it in its own terms from one table of its own - the
+HTTP status of an admin call or a refused WebSocket upgrade (:mod:`magnetar.broker.protocols.http_status`), a
 WebSocket close code, later a Pulsar ``ServerError``.
 
 The base :class:`~magnetar.broker.wire.errors.BrokerError` and the errors of names, ids and entries are in

@@ -3,8 +3,8 @@ such figures).
 
 The relay only adds to plain integers (:class:`ProxyCounters`); the families are read from them when the
 broker is scraped (:class:`ProxyMetrics`, a :class:`~magnetar.broker.metrics.exposition.MetricsSource` the
-broker's
-HTTP application adds). Every row carries the broker's ``cluster`` label, as the broker-wide families do.
+broker's HTTP application adds). Every row carries the broker's ``cluster`` label, as the broker-wide families
+do.
 
 * ``magnetar_ws_proxy_sessions`` - client sessions being served through this broker now;
 * ``magnetar_ws_proxy_upstreams`` - upstream sessions held to owners now: one per session, one per partition

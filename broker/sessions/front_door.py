@@ -9,26 +9,24 @@ Each upgrade request is checked before it is accepted, as Pulsar's handlers crea
 before the upgrade completes: a bad path or query parameter is answered 400 ``Invalid query params: ...``, a
 missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503
 (the HTTP status of each refusal's kind: :mod:`magnetar.broker.protocols.http_status`), and a topic another
-broker
-owns is served through this broker's owner proxy (:mod:`magnetar.broker.owner_proxy`: the session
-is relayed to the owner and follows the topic when it moves; a partitioned topic with any partition owned
+broker owns is served through this broker's owner proxy (:mod:`magnetar.broker.owner_proxy`: the session is
+relayed to the owner and follows the topic when it moves; a partitioned topic with any partition owned
 elsewhere through one upstream session per partition) - or, with ``ws_proxy_enabled=false`` or for a session
 that is itself proxied, answered **307** with ``Location: ws://<owner>/<same path and query>``
 (``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs its tasks: the reader
 loop below (one frame at a time, handed to the adapter), the session's frame sender
 (:class:`~magnetar.broker.protocols.outbound.OutboundFrames`) and, for a consumer, its redelivery timers
-(:class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`). A frame the adapter cannot accept
-closes the session with its :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`. When the topic is
-unloaded or its bundle lost, sessions are closed with 1001 (going away) so clients look the topic up again;
-what is queued for the client goes out first (bounded by ``ws_close_flush_timeout_ms``).
+(:class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`). A frame the adapter cannot accept closes
+the session with its :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`. When the topic is unloaded
+or its bundle lost, sessions are closed with 1001 (going away) so clients look the topic up again; what is
+queued for the client goes out first (bounded by ``ws_close_flush_timeout_ms``).
 
 Security (:mod:`magnetar.broker.security.broker_security`): right after the path is parsed, the upgrade is
-authenticated
-(``Authorization:
-Bearer`` or the ``token`` query parameter; 401 ``Failed to authenticate: ...``) and authorized (produce for a
-producer, consume on the subscription for a consumer, consume for a reader; 403 ``Not authorized: ...``),
-before any topic is looked up or created - Pulsar's ``checkAuth``. A producer's messages beyond the publish
-rate limits get ``send-error:8`` with the limit named, and the session goes on.
+authenticated (``Authorization: Bearer`` or the ``token`` query parameter; 401 ``Failed to authenticate:
+...``) and authorized (produce for a producer, consume on the subscription for a consumer, consume for a
+reader; 403 ``Not authorized: ...``), before any topic is looked up or created - Pulsar's ``checkAuth``. A
+producer's messages beyond the publish rate limits get ``send-error:8`` with the limit named, and the session
+goes on.
 
 Bounds (:mod:`magnetar.broker.core.consumer` and :mod:`magnetar.broker.protocols.outbound` have the details):
 a session's outbound queue holds at most

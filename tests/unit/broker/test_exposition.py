@@ -1,6 +1,5 @@
 """The Prometheus text exposition of :mod:`magnetar.broker.metrics.exposition`: format, escaping,
-per-namespace
-aggregation, gzip, and the bounds of each rendering step (a fake clock, no timing)."""
+per-namespace aggregation, gzip, and the bounds of each rendering step (a fake clock, no timing)."""
 
 from __future__ import annotations
 
