@@ -11,8 +11,9 @@ Inside the broker: the wire formats (``broker.wire``) import nothing of the serv
 alone; the protocol-neutral core (``broker.core``) imports the wire formats and the storage layers, never a
 protocol adapter, a frame codec or the rest of the broker; the adapters (``broker.protocols``) sit on the
 core, the wire formats and their shared helpers only, never the rest of the broker; the session front door
-(``broker.sessions``) and the owner proxy (``broker.owner_proxy``) use the adapters; the rest of the broker
-(service, HTTP app, ownership, metrics) composes them.
+(``broker.sessions``) and the owner proxy (``broker.owner_proxy``) use the adapters; the broker's rooms
+(ownership, security, policies, metrics) sit below them; the composition root at the broker's top (service,
+settings, HTTP app) composes them all and no room imports it. No two folders import each other.
 """
 
 from __future__ import annotations
@@ -87,6 +88,46 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.runtime",
         "magnetar.broker.core",
         "magnetar.broker.wire",
+    },
+    # the broker's rooms, each on the ones below it; none imports the composition root at the top
+    # (service, settings, HTTP app): the service satisfies the hosts' protocols (sessions.host,
+    # owner_proxy.host, ownership.lookup) instead
+    "magnetar.broker.policies": {"magnetar.bookkeeper.metadata", "magnetar.broker.wire"},
+    "magnetar.broker.metrics": {"magnetar.broker.core"},
+    "magnetar.broker.security": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.client",
+        "magnetar.broker.core",
+        "magnetar.broker.wire",
+        "magnetar.broker.policies",
+    },
+    "magnetar.broker.ownership": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.broker.core",
+        "magnetar.broker.wire",
+        "magnetar.broker.protocols",
+        "magnetar.broker.policies",
+        "magnetar.broker.security",
+    },
+    "magnetar.broker.owner_proxy": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.broker.core",
+        "magnetar.broker.wire",
+        "magnetar.broker.protocols",
+        "magnetar.broker.metrics",
+        "magnetar.broker.ownership",
+    },
+    "magnetar.broker.sessions": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.broker.core",
+        "magnetar.broker.wire",
+        "magnetar.broker.protocols",
+        "magnetar.broker.policies",
+        "magnetar.broker.security",
+        "magnetar.broker.owner_proxy",
     },
     "magnetar.broker": {
         "magnetar.bookkeeper.runtime",
@@ -233,7 +274,11 @@ def test_layer_rule_detects_a_violation() -> None:
     )
     # the adapters sit on the core and the wire formats: the circle broker -> protocols -> broker.* is shut
     assert not any(a == "magnetar.broker" for a in ALLOWED["magnetar.broker.protocols"])
-    assert layer_of("magnetar.broker.publish_gate") == "magnetar.broker"
+    assert layer_of("magnetar.broker.policies.publish_gate") == "magnetar.broker.policies"
+    # no room of the broker reaches the composition root at its top (the folder circle is shut)
+    rooms = [layer for layer in ALLOWED if layer.startswith("magnetar.broker.")]
+    assert len(rooms) >= 9
+    assert not any(a == "magnetar.broker" for room in rooms for a in ALLOWED[room])
     assert layer_of("magnetar.admin.cli.cmd_broker") == "magnetar.admin.cli"
     assert all(
         "magnetar.admin.cli" not in allowed
@@ -323,10 +368,38 @@ def test_the_core_modules_import_no_circle() -> None:
     assert circles == [], f"core modules in an import circle: {circles}"
 
 
+def folder_of(module: str, modules: dict[str, Path]) -> str:
+    """The package (folder) holding ``module``; a package's ``__init__`` is in its own folder."""
+    return module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def folder_graph() -> dict[str, set[str]]:
+    """Folder -> the other folders its modules import (any import, ``TYPE_CHECKING`` ones included)."""
+    modules = dict(module_files())
+    folders: dict[str, set[str]] = {}
+    for module, targets in _import_graph("magnetar").items():
+        own = folder_of(module, modules)
+        folders.setdefault(own, set()).update(
+            other for other in (folder_of(target, modules) for target in targets) if other != own
+        )
+    return folders
+
+
+def test_no_circle_between_folders() -> None:
+    """No two folders of the tree import each other, directly or around a longer circle: a package's
+    modules sit above or below another's, never both."""
+    folders = folder_graph()
+    assert "magnetar.broker.sessions" in folders["magnetar.broker"]  # the walk sees the composition root
+    circles = sorted(folder for folder in folders if folder in _reachable(folders, folder))
+    assert circles == [], f"folders in an import circle: {circles}"
+
+
 def test_the_circle_check_sees_a_circle() -> None:
     """The checks above must be able to fail (guards against a vacuous pass)."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert [m for m in graph if m in _reachable(graph, m)] == ["a", "b", "c"]
+    assert folder_of("magnetar.broker.sessions", dict(module_files())) == "magnetar.broker.sessions"
+    assert folder_of("magnetar.broker.service", dict(module_files())) == "magnetar.broker"
     assert _import_graph("magnetar.broker.sessions")["magnetar.broker.sessions.front_door"] >= {
         "magnetar.broker.core.topic",
         "magnetar.broker.sessions.registry",

@@ -2,7 +2,8 @@
 the HTTP status of an admin call, a lookup and a refused WebSocket upgrade, as Pulsar answers them
 (``RestException``, ``AbstractWebSocketHandler.getErrorCode``): a missing topic 404, a busy producer name or
 exclusive subscription 409, a subscription in use or a namespace's topic limit 412, a terminated, closing or
-unsettled topic 503, another broker's topic 307 (with its ``Location``)."""
+unsettled topic 503, another broker's topic 307 (with its ``Location``), a caller without valid credentials
+401 and one whose role may not 403."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.LIMIT_REACHED: 412,
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.ELSEWHERE: 307,
+    ErrorKind.UNAUTHENTICATED: 401,
+    ErrorKind.FORBIDDEN: 403,
     ErrorKind.INTERNAL: 500,
 }
 

@@ -371,3 +371,12 @@ async def ensure(create: Callable[[], Awaitable[None]]) -> None:
     """Run a create call and ignore "already exists" (idempotent initialization)."""
     with contextlib.suppress(AlreadyExists):
         await create()
+
+
+async def initialize_cluster_metadata(policies: PolicyStore, cluster: str, http_url: str = "") -> None:
+    """Create the cluster, tenant ``public`` and namespace ``public/default`` if missing (idempotent), as
+    ``pulsar initialize-cluster-metadata`` / standalone do."""
+    await ensure(lambda: policies.create_cluster(cluster, ClusterData(serviceUrl=http_url)))
+    await ensure(lambda: policies.create_tenant("public", TenantInfo(allowedClusters=[cluster])))
+    with contextlib.suppress(AlreadyExists):
+        await policies.create_namespace("public/default", Policies(replication_clusters=[cluster]))

@@ -36,7 +36,8 @@ class LoadBalancerSettings(BaseSettings):
         "LeastLongTermMessageRate", "LeastResourceUsageWithWeight"
     ] = "LeastLongTermMessageRate"
     """How the leader picks the broker for an unowned bundle, among those serving the fewest bundles of its
-    namespace: the least message rate, or the least weighted resource usage (``broker/load_decisions.py``)."""
+    namespace: the least message rate, or the least weighted resource usage
+    (``broker/ownership/load_decisions.py``)."""
     load_balancer_broker_overloaded_threshold_percentage: Percentage = 85
     """A broker whose highest resource usage is above this gets no new bundles while another can take them."""
     load_balancer_shedding_enabled: bool = True

@@ -13,15 +13,18 @@ decides that from the request head, before any body is read.
 
 from __future__ import annotations
 
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, RequestHead, json_response
-from magnetar.broker.authorization import TopicOperation
 from magnetar.broker.core.errors import ServiceError
-from magnetar.broker.http_status import http_status
-from magnetar.broker.service import BrokerService
+from magnetar.broker.ownership.load_manager import Resolution
+from magnetar.broker.ownership.manager import OwnerInfo
+from magnetar.broker.protocols.http_status import http_status
+from magnetar.broker.security.authorization import TopicOperation
+from magnetar.broker.security.broker_security import BrokerSecurity
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.topic_name import TopicDomain, TopicName
 
@@ -37,8 +40,33 @@ def topic_from_path(request: HttpRequest | RequestHead) -> TopicName:
     return topic
 
 
+class LookupHost(Protocol):
+    """The broker's service, as the lookup routes see it (the service satisfies it; this package never
+    imports it)."""
+
+    @property
+    def security(self) -> BrokerSecurity: ...
+    async def check_partition_exists(self, topic: TopicName) -> None: ...
+    async def lookup(self, topic: TopicName) -> Resolution: ...
+    async def bundle_of(self, topic: TopicName) -> tuple[str, str]:
+        """The topic's namespace and the range of the bundle holding it."""
+        ...
+
+
+def lookup_data(owner: OwnerInfo) -> dict[str, Any]:
+    """Pulsar's ``LookupData``; Magnetar has no binary protocol, so the broker URLs are empty."""
+    return {
+        "brokerUrl": owner.nativeUrl,
+        "brokerUrlTls": owner.nativeUrlTls,
+        "httpUrl": owner.httpUrl,
+        "httpUrlTls": owner.httpUrlTls,
+        "nativeUrl": owner.nativeUrl,
+        "brokerUrlSsl": "",
+    }
+
+
 class LookupHandlers:
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: LookupHost) -> None:
         self._service = service
 
     async def check(self, head: RequestHead) -> None:
@@ -67,7 +95,7 @@ class LookupHandlers:
             pairs.append(("authoritative", "true" if resolution.authoritative else "false"))
             location = f"{base.rstrip('/')}{request.path}?{urlencode(pairs)}"
             raise HttpError(307, f"Redirect to {owner.httpUrl}", (("location", location),))
-        return json_response(self._service.lookup_data(owner))
+        return json_response(lookup_data(owner))
 
     async def bundle(self, request: HttpRequest) -> HttpResponse:
         topic = topic_from_path(request)

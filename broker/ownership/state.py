@@ -1,9 +1,9 @@
 """Which bundles this broker serves through metadata outages: the ownership state machine, sans-IO.
 
-A broker owns a bundle while its ephemeral node exists (see :mod:`.ownership`). The node lives as long as the
+A broker owns a bundle while its ephemeral node exists (see :mod:`.manager`). The node lives as long as the
 broker's metadata session; this machine decides what the broker does when the session is in doubt. It is fed
 the store's session events, the outcomes of the I/O it asks for, and the time; it answers with actions
-(:class:`GiveUp`, :class:`Claim`, :class:`Register`) that :class:`~.ownership.OwnershipManager` carries out.
+(:class:`GiveUp`, :class:`Claim`, :class:`Register`) that :class:`~.manager.OwnershipManager` carries out.
 
 States of a bundle: *confirmed* (our node exists in our current session) or *unconfirmed* (our session
 expired, and the node with it; we serve on and create the node again as soon as the store answers).

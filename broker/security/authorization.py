@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict
 
 from magnetar.bookkeeper.runtime.auth.authentication import Roles
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
-from magnetar.broker.policies import NotFound, Policies, PolicyStore, PreconditionFailed
+from magnetar.broker.policies.store import NotFound, Policies, PolicyStore, PreconditionFailed
 from magnetar.broker.wire.strict_input import UnsafeNameError, check_name_characters
 from magnetar.broker.wire.topic_name import NamespaceName, TopicName
 
@@ -187,7 +187,7 @@ def _actions_of(value: Any) -> set[AuthAction]:
 
 
 class AuthorizationService:
-    """Checks of one broker over its :class:`~magnetar.broker.policies.PolicyStore`."""
+    """Checks of one broker over its :class:`~magnetar.broker.policies.store.PolicyStore`."""
 
     def __init__(
         self, policies: PolicyStore, settings: AuthorizationSettings, *, authentication_enabled: bool

@@ -40,7 +40,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from magnetar.broker.load_report import LoadReport, ResourceWeights
+from magnetar.broker.ownership.load_report import LoadReport, ResourceWeights
 
 MB = 1024 * 1024
 ADDITIONAL_THRESHOLD_PERCENT_MARGIN = 0.05

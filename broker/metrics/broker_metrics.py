@@ -43,11 +43,10 @@ absent), so a broker without topics still shows in a dashboard.
 :mod:`magnetar.admin.processes.metrics`. Every name is declared once, in the tables below; docs/metrics.md
 lists them.
 
-Metadata outages (broker-wide, see :mod:`.metadata_outage`; Magnetar's own names, as Pulsar has no such
-figures): ``magnetar_metadata_store_healthy`` (1/0), ``magnetar_metadata_outages_total``,
-``magnetar_metadata_sessions_lost_total``,
-``magnetar_metadata_outage_seconds`` (the current outage so far, 0 when healthy),
-``magnetar_metadata_waiters`` (requests waiting for the store), ``magnetar_bundles_owned``,
+Metadata outages (broker-wide, see :mod:`magnetar.broker.metadata_outage`; Magnetar's own names, as Pulsar has
+no such figures): ``magnetar_metadata_store_healthy`` (1/0), ``magnetar_metadata_outages_total``,
+``magnetar_metadata_sessions_lost_total``, ``magnetar_metadata_outage_seconds`` (the current outage so far, 0
+when healthy), ``magnetar_metadata_waiters`` (requests waiting for the store), ``magnetar_bundles_owned``,
 ``magnetar_bundles_unconfirmed`` (served without their node, after a lost session),
 ``magnetar_ledger_rollovers_deferred`` (topics whose current ledger takes entries past its cap),
 ``magnetar_ledger_entries_past_cap`` (their sum), and the bounds in force:
@@ -70,7 +69,7 @@ from typing import TYPE_CHECKING
 from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.topic_metrics import PUBLISH_LATENCY_BUCKETS_S, TopicMetrics
-from magnetar.broker.exposition import Exposition, Family, FamilyRows, Kind, MetricsSource, Row
+from magnetar.broker.metrics.exposition import Exposition, Family, FamilyRows, Kind, MetricsSource, Row
 
 if TYPE_CHECKING:
     from magnetar.broker.core.subscription import Subscription

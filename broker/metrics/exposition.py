@@ -8,11 +8,11 @@ run (a checkpoint), and hands the chunk to the HTTP connection, which sends it c
 from the live objects as they are formatted, as any Prometheus client does: a scrape is not a snapshot, each
 value is current when it is read (a family's rows for one topic are read together, between two steps).
 
-What is exposed comes from :class:`MetricsSource` objects: the broker's own (:mod:`.metrics`) and those the
-composition root adds (the storage figures of :mod:`magnetar.admin.processes.metrics`). A source yields
+What is exposed comes from :class:`MetricsSource` objects: the broker's own (:mod:`.broker_metrics`) and those
+the composition root adds (the storage figures of :mod:`magnetar.admin.processes.metrics`). A source yields
 :class:`Family` declarations - name, type, help, label names; the names are declared once, in the module of
-the source's layer - each with an iterable of rows: ``(label values, value)``, or for a histogram
-``(label values, per-bucket counts, sum)``.
+the source's layer - each with an iterable of rows: ``(label values, value)``, or for a histogram ``(label
+values, per-bucket counts, sum)``.
 
 Aggregation. With ``expose_topic_level_metrics_in_prometheus`` false (Pulsar's
 ``exposeTopicLevelMetricsInPrometheus``, default true), the labels that name a topic or a subscription

@@ -44,9 +44,9 @@ from magnetar.bookkeeper.runtime.auth.authentication import (
 from magnetar.bookkeeper.runtime.auth.keys import read_secret_setting, read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings, client_ssl_context, server_ssl_context
 from magnetar.bookkeeper.runtime.clock import Clock
-from magnetar.broker.authorization import AuthorizationService, AuthorizationSettings
-from magnetar.broker.policies import PolicyStore
-from magnetar.broker.security import BrokerSecurity, SecurityLimits
+from magnetar.broker.policies.store import PolicyStore
+from magnetar.broker.security.authorization import AuthorizationService, AuthorizationSettings
+from magnetar.broker.security.broker_security import BrokerSecurity, SecurityLimits
 
 
 class SecuritySettings(

@@ -42,8 +42,8 @@ import trio
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.topic import PersistentTopic
-from magnetar.broker.load_balancer_settings import LoadBalancerSettings
-from magnetar.broker.load_decisions import (
+from magnetar.broker.ownership.load_balancer_settings import LoadBalancerSettings
+from magnetar.broker.ownership.load_decisions import (
     Placement,
     PlacementSettings,
     ShedderSettings,
@@ -51,14 +51,14 @@ from magnetar.broker.load_decisions import (
     ThresholdShedder,
     bundles_to_split,
 )
-from magnetar.broker.load_report import (
+from magnetar.broker.ownership.load_report import (
     BundleStats,
     LoadReport,
     ResourceUsage,
     ResourceWeights,
     report_update_due,
 )
-from magnetar.broker.ownership import BROKERS_ROOT, OwnerInfo, OwnershipManager
+from magnetar.broker.ownership.manager import BROKERS_ROOT, OwnerInfo, OwnershipManager
 
 log = logging.getLogger(__name__)
 

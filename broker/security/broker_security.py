@@ -9,9 +9,11 @@ first, before doing any work:
 * an HTTP route: :meth:`BrokerSecurity.authenticate_http` (401 ``{"reason": "Authentication required:
   ..."}`` with ``WWW-Authenticate: Bearer``), then its authorization check (403), then
   :meth:`BrokerSecurity.check_admin_rate` (429 with ``Retry-After``);
-* a WebSocket upgrade: :meth:`BrokerSecurity.authenticate_upgrade` (header or ``token`` query parameter; a
-  refusal is answered on the upgrade itself, 401, never a 101), then :meth:`authorize_producer` /
-  :meth:`authorize_consumer` / :meth:`authorize_reader` (403);
+* a session's upgrade: :meth:`BrokerSecurity.authenticate_upgrade` (header or ``token`` query parameter),
+  then :meth:`authorize_producer` / :meth:`authorize_consumer` / :meth:`authorize_reader`. These refuse with
+  protocol-neutral errors (:class:`~magnetar.broker.core.errors.AccessError`: not authenticated, not
+  authorized, or the grants unreadable), which each protocol answers in its own terms - the WebSocket upgrade
+  401, 403 or 503 on the upgrade itself, never a 101 (:mod:`magnetar.broker.protocols.http_status`);
 * a publish on an accepted producer session: :meth:`PublishLimiter.try_publish` per connection and per
   role, refused with Pulsar's ``send-error`` ack for that message only - the session and everyone else go on.
 
@@ -37,9 +39,13 @@ from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, Authori
 from magnetar.bookkeeper.runtime.clock import Clock
 from magnetar.bookkeeper.runtime.http import HttpError, RequestHead
 from magnetar.bookkeeper.runtime.rate_limit import KeyedRateLimiter, RateLimitedError, TokenBucket
-from magnetar.broker.authorization import AuthorizationService, TopicOperation
-from magnetar.broker.core.errors import TooManyTopicsError
-from magnetar.broker.protocols.ws_errors import WsUpgradeError
+from magnetar.broker.core.errors import (
+    AuthorizationUncheckedError,
+    NotAuthenticatedError,
+    NotAuthorizedError,
+    TooManyTopicsError,
+)
+from magnetar.broker.security.authorization import AuthorizationService, TopicOperation
 from magnetar.broker.wire.topic_name import TopicName
 
 WWW_AUTHENTICATE = ("www-authenticate", 'Bearer realm="magnetar"')
@@ -144,11 +150,12 @@ class BrokerSecurity:
             raise HttpError(401, http_reason(exc), (WWW_AUTHENTICATE,)) from None
 
     def authenticate_upgrade(self, head: RequestHead) -> Principal:
-        """The caller of a WebSocket upgrade (header or ``token`` parameter), or a 401 upgrade refusal."""
+        """The caller of a session's upgrade (header or ``token`` parameter), or
+        :class:`~magnetar.broker.core.errors.NotAuthenticatedError` (the WebSocket upgrade answers it 401)."""
         try:
             return self.authentication.authenticate(head, allow_query_token=True)
         except AuthenticationError as exc:
-            raise WsUpgradeError(401, f"Failed to authenticate: {exc.reason}") from None
+            raise NotAuthenticatedError(f"Failed to authenticate: {exc.reason}") from None
 
     # -- authorization of WebSocket sessions -------------------------------------------------------------
 
@@ -158,9 +165,11 @@ class BrokerSecurity:
         try:
             await self.authorization.check_topic_operation(topic, principal.role, operation, subscription)
         except AuthorizationError as exc:
-            raise WsUpgradeError(403, f"Not authorized: {exc.reason}") from None
+            raise NotAuthorizedError(f"Not authorized: {exc.reason}") from None
         except MetadataStoreError as exc:  # the grants could not be read: try again later
-            raise WsUpgradeError(503, f"Failed to check authorization: {type(exc).__name__}") from None
+            raise AuthorizationUncheckedError(
+                f"Failed to check authorization: {type(exc).__name__}"
+            ) from None
 
     async def authorize_producer(self, principal: Principal, topic: TopicName) -> None:
         await self._authorize_session(principal, topic, TopicOperation.PRODUCE, None)

@@ -6,7 +6,7 @@ find the node; whoever loses the race reads the winner. Brokers also register th
 ``/loadbalance/brokers/<id>`` so any broker can list the live ones.
 
 Metadata outages. The node lives as long as the broker's metadata session, but serving a bundle does not
-depend on it: :mod:`.ownership_state` (a sans-IO state machine; its docstring holds the safety argument)
+depend on it: :mod:`.state` (a sans-IO state machine; its docstring holds the safety argument)
 decides, and this module carries its decisions out - it feeds it the store's session events, runs the claims
 (creating the nodes again after a lost session) and the broker's re-registration, and calls ``on_lost`` with
 the bundles to stop serving. A node of this broker's own URL found in the way of a claim or an acquisition
@@ -32,7 +32,7 @@ from magnetar.bookkeeper.metadata import (
     NotFoundError,
     SessionEvent,
 )
-from magnetar.broker.ownership_state import (
+from magnetar.broker.ownership.state import (
     Action,
     Bundle,
     BundleStatus,

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import trio
 
 from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError, Notification, NotificationType
-from magnetar.broker.ownership import BROKERS_ROOT
+from magnetar.broker.ownership.manager import BROKERS_ROOT
 
 log = logging.getLogger(__name__)
 
