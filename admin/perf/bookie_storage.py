@@ -125,7 +125,7 @@ async def phase_throughput(
 ) -> float:
     import trio  # noqa: PLC0415
 
-    from magnetar.bookkeeper.bookie.errors import StorageBusyError  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.storage.errors import StorageBusyError  # noqa: PLC0415
 
     progress = Progress("throughput", args.progress_interval_s)
     state = {"in_flight": 0, "errors": 0}

@@ -64,7 +64,6 @@ from magnetar.admin.processes.process_common import (
 )
 from magnetar.bookkeeper.autorecovery.metrics import EMBEDDED_SCOPE
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
-from magnetar.bookkeeper.bookie.errors import StorageInUseError
 from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, all_of, bookie_router
 from magnetar.bookkeeper.bookie.identity import (
     bookie_directories,
@@ -75,6 +74,7 @@ from magnetar.bookkeeper.bookie.identity import (
 from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
 from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.errors import StorageInUseError
 from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.storage.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.metadata.api import MetadataStore

@@ -24,7 +24,7 @@ import hmac
 import logging
 from collections.abc import Callable
 
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage.errors import (
     BookieError,
     LedgerFencedError,
     NoLedgerError,

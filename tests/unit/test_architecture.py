@@ -5,7 +5,7 @@ bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and
 (bookkeeper.autorecovery) uses the client, protocol, metadata and runtime; gc uses
 managed_ledger and bookkeeper, and of the bookie only the storage engine's face for GC
 (``bookkeeper.bookie.storage.gc_seam``; no bookkeeper module imports gc). Inside the bookie, the storage
-engine (``bookkeeper.bookie.storage``) imports of the server side only its errors. Nothing imports admin.
+engine (``bookkeeper.bookie.storage``) imports nothing of the server side. Nothing imports admin.
 
 Inside the broker: the wire formats (``broker.wire``) import nothing of the server, so clients import them
 alone; the protocol-neutral core (``broker.core``) imports the wire formats and the storage layers, never a
@@ -47,10 +47,10 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.protocol",
         "magnetar.bookkeeper.metadata",
     },
-    # the storage engine: of the rest of the bookie only its errors (the wire status codes it raises)
+    # the storage engine: nothing of the server side; of the protocol only the status codes its errors carry
     "magnetar.bookkeeper.bookie.storage": {
         "magnetar.bookkeeper.runtime",
-        "magnetar.bookkeeper.bookie.errors",
+        "magnetar.bookkeeper.protocol.status",
     },
     "magnetar.bookkeeper.client": {
         "magnetar.bookkeeper.runtime",

@@ -10,6 +10,6 @@ journal :mod:`.replay` at start, the durable :mod:`.log_mark`), and :mod:`.memor
 in-process bookies and the simulation. :mod:`.settings` holds every limit of the engine. Garbage collection
 (``magnetar.gc``) reaches the engine only through :mod:`.gc_seam`, whose primitives are
 :mod:`.gc_primitives` and whose compaction files are :mod:`.compaction_files`. Nothing here imports the
-server side of the bookie except its errors (:mod:`magnetar.bookkeeper.bookie.errors`, the status codes a
-storage failure becomes on the wire).
+server side of the bookie; the engine's exceptions (:mod:`.errors`) carry the status codes a storage failure
+becomes on the wire, and the server answers them.
 """

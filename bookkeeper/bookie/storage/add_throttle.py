@@ -21,7 +21,7 @@ from typing import Protocol
 
 import trio
 
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage.errors import (
     BookieError,
     NoLedgerError,
     StorageBusyError,

@@ -33,7 +33,6 @@ from typing import TypeVar
 import crc32c
 import trio
 
-from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
 from magnetar.bookkeeper.bookie.storage.entry_index import (
     ENTRY_KEY,
     EntryIndex,
@@ -49,6 +48,7 @@ from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     RECORD_HEADER,
     append_record,
 )
+from magnetar.bookkeeper.bookie.storage.errors import BookieError, StorageIOError
 from magnetar.bookkeeper.bookie.storage.journal import storage_error
 from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
 from magnetar.bookkeeper.bookie.storage.write_cache import WriteCache

@@ -42,7 +42,12 @@ from dataclasses import dataclass
 
 import trio
 
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage.add_throttle import AddThrottle, WaitingAdd
+from magnetar.bookkeeper.bookie.storage.checkpoint import CacheFlusher, run_io
+from magnetar.bookkeeper.bookie.storage.entry_index import (
+    EntryIndex,
+)
+from magnetar.bookkeeper.bookie.storage.errors import (
     BookieError,
     DiskFullError,
     LedgerFencedError,
@@ -51,11 +56,6 @@ from magnetar.bookkeeper.bookie.errors import (
     StorageBusyError,
     StorageClosedError,
     StorageIOError,
-)
-from magnetar.bookkeeper.bookie.storage.add_throttle import AddThrottle, WaitingAdd
-from magnetar.bookkeeper.bookie.storage.checkpoint import CacheFlusher, run_io
-from magnetar.bookkeeper.bookie.storage.entry_index import (
-    EntryIndex,
 )
 from magnetar.bookkeeper.bookie.storage.gc_primitives import GcPrimitives, Relocation
 from magnetar.bookkeeper.bookie.storage.journal import Journal

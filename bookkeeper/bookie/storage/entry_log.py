@@ -29,7 +29,6 @@ from pathlib import Path
 
 import crc32c
 
-from magnetar.bookkeeper.bookie.errors import StorageIOError
 from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     HEADER_BYTES,
     IDS,
@@ -47,6 +46,7 @@ from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     scan_records,
     split_location,
 )
+from magnetar.bookkeeper.bookie.storage.errors import StorageIOError
 from magnetar.bookkeeper.bookie.storage.log_mark import fsync_dir, write_file_durably
 
 log = logging.getLogger(__name__)

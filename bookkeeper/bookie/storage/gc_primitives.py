@@ -52,7 +52,6 @@ from pathlib import Path
 
 import trio
 
-from magnetar.bookkeeper.bookie.errors import BookieError
 from magnetar.bookkeeper.bookie.storage.checkpoint import append_durably, run_io
 from magnetar.bookkeeper.bookie.storage.compaction_files import (
     CompactionManifest,
@@ -73,6 +72,7 @@ from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     ScanStop,
     decode_header,
 )
+from magnetar.bookkeeper.bookie.storage.errors import BookieError
 from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
 from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 

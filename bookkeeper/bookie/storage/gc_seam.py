@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection, Container, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
 from magnetar.bookkeeper.bookie.storage.checkpoint import run_io
 from magnetar.bookkeeper.bookie.storage.compaction_files import (
     CompactionManifest,
@@ -33,6 +32,7 @@ from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     encode_header,
     encode_ledgers_map,
 )
+from magnetar.bookkeeper.bookie.storage.errors import BookieError, StorageIOError
 from magnetar.bookkeeper.bookie.storage.gc_primitives import (
     GIL_YIELD_EVERY,
     CompactionResult,

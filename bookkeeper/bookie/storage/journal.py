@@ -54,7 +54,7 @@ from typing import NoReturn
 import trio
 import trio.lowlevel
 
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage.errors import (
     BookieError,
     DiskFullError,
     StorageBusyError,

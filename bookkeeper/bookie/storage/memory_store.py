@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage.errors import (
     DiskFullError,
     NoEntryError,
     NoLedgerError,

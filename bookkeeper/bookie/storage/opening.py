@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from magnetar.bookkeeper.bookie.errors import StorageInUseError, StorageIOError
 from magnetar.bookkeeper.bookie.storage.entry_index import (
     EntryIndex,
     EntryRange,
@@ -22,6 +21,7 @@ from magnetar.bookkeeper.bookie.storage.entry_index import (
     decode_ledger_record,
 )
 from magnetar.bookkeeper.bookie.storage.entry_log import EntryLogger
+from magnetar.bookkeeper.bookie.storage.errors import StorageInUseError, StorageIOError
 from magnetar.bookkeeper.bookie.storage.journal_files import JournalWriterFile, list_journal_ids
 from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage, LedgerState
 from magnetar.bookkeeper.bookie.storage.log_mark import MarkFile

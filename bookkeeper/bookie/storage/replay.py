@@ -23,8 +23,8 @@ from typing import Protocol
 
 import trio
 
-from magnetar.bookkeeper.bookie.errors import StorageIOError
 from magnetar.bookkeeper.bookie.storage.checkpoint import run_io
+from magnetar.bookkeeper.bookie.storage.errors import StorageIOError
 from magnetar.bookkeeper.bookie.storage.journal_files import JournalMissingError, JournalReplayReader
 from magnetar.bookkeeper.bookie.storage.journal_format import LEDGER_ID, RecordKind, StopReason
 from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import trio
 
-from magnetar.bookkeeper.bookie.errors import NoLedgerError
 from magnetar.bookkeeper.bookie.storage.compaction_files import (
     CompactionManifest,
     compacting_name,
@@ -21,6 +20,7 @@ from magnetar.bookkeeper.bookie.storage.compaction_files import (
 from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, open_ledger_store
 from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.storage.entry_log_format import split_location
+from magnetar.bookkeeper.bookie.storage.errors import NoLedgerError
 from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 from magnetar.gc.compaction_job import CompactionJob, SourceDamagedError, start_compaction
 

@@ -13,13 +13,13 @@ import pytest
 import trio
 import trio.testing
 
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage import journal_files
+from magnetar.bookkeeper.bookie.storage.errors import (
     DiskFullError,
     StorageBusyError,
     StorageClosedError,
     StorageIOError,
 )
-from magnetar.bookkeeper.bookie.storage import journal_files
 from magnetar.bookkeeper.bookie.storage.journal import Journal
 from magnetar.bookkeeper.bookie.storage.journal_files import (
     JournalReplayReader,

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from magnetar.bookkeeper.bookie.errors import (
-    DiskFullError,
-    NoEntryError,
-    StorageIOError,
-)
 from magnetar.bookkeeper.bookie.storage import checkpoint, journal_files
 from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, open_ledger_store
 from magnetar.bookkeeper.bookie.storage.entry_index import EntryIndex
 from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.storage.errors import (
+    DiskFullError,
+    NoEntryError,
+    StorageIOError,
+)
 from magnetar.bookkeeper.bookie.storage.journal_files import journal_file_name
 from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage
 

@@ -18,11 +18,11 @@ from typing import Any, cast
 import pytest
 from fixtures.gc import engine_settings, entry, entry_log_bytes, gc_settings, write_entries
 
-from magnetar.bookkeeper.bookie.errors import NoLedgerError
 from magnetar.bookkeeper.bookie.storage.compaction_files import COMPACTING_SUFFIX, MANIFEST_SUFFIX
 from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, open_ledger_store
 from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.storage.entry_log_format import split_location
+from magnetar.bookkeeper.bookie.storage.errors import NoLedgerError
 from magnetar.bookkeeper.bookie.storage.gc_primitives import StepHook
 from magnetar.bookkeeper.bookie.storage.gc_seam import StoragePrimitives
 from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
