@@ -70,13 +70,13 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
+# -- a run ---------------------------------------------------------------------------------------------
+
+
 def _duration_s(args: argparse.Namespace) -> float:
     if args.duration_s is None:
         return math.inf if args.messages else DEFAULT_DURATION_S
     return math.inf if args.duration_s == 0 else float(args.duration_s)
-
-
-# -- a run ---------------------------------------------------------------------------------------------
 
 
 @dataclass
