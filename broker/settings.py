@@ -70,8 +70,8 @@ class NamespaceDefaultsSettings(RetentionDefaults):
     default_number_of_namespace_bundles: Annotated[int, Field(ge=1, le=BUNDLES_MAX)] = 4
     """Bundles of a namespace whose policies name none (Pulsar's default is 4)."""
     topic_level_policies_enabled: bool = True
-    """Pulsar's ``topicLevelPoliciesEnabled``: the admin API serves and the broker applies policies set on
-    one topic."""
+    """Pulsar's ``topicLevelPoliciesEnabled``: the admin API's topic-level policy routes answer (405 when
+    off)."""
 
 
 class BrokerSettings(
