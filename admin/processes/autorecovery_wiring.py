@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.bookkeeper.autorecovery.http_api import (
     BookieRoute,
     RouteGuard,
@@ -41,7 +42,6 @@ from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.bookkeeper.runtime.http import HttpRequest, Router
-from magnetar.gc.settings import BookieSettings
 
 log = logging.getLogger("magnetar.autorecovery")
 

@@ -30,7 +30,7 @@ from magnetar.bookkeeper.bookie.errors import (
     NoLedgerError,
     StorageBusyError,
 )
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage, LedgerStore
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage, LedgerStore
 from magnetar.bookkeeper.protocol.digest import DigestError, peek_ids
 from magnetar.bookkeeper.protocol.messages import (
     BOOKIE_INFO_FREE_DISK,

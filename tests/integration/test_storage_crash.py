@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from magnetar.bookkeeper.bookie.errors import NoEntryError
-from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
 
 WORKER = Path(__file__).with_name("storage_crash_worker.py")
 

@@ -3,8 +3,9 @@
 Layers (docs/architecture.md §1): admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
 bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; AutoRecovery
 (bookkeeper.autorecovery) uses the client, protocol, metadata and runtime; gc uses
-managed_ledger and bookkeeper (the bookie's storage primitives included; no bookkeeper module imports gc).
-Nothing imports admin.
+managed_ledger and bookkeeper, and of the bookie only the storage engine's face for GC
+(``bookkeeper.bookie.storage.gc_seam``; no bookkeeper module imports gc). Inside the bookie, the storage
+engine (``bookkeeper.bookie.storage``) imports of the server side only its errors. Nothing imports admin.
 
 Inside the broker: the wire formats (``broker.wire``) import nothing of the server, so clients import them
 alone; the protocol-neutral core (``broker.core``) imports the wire formats and the storage layers, never a
@@ -31,8 +32,11 @@ TOP_FOLDERS = {folder: pkg for pkg, folder in PACKAGE_DIRS.items()}
 STORAGE = {"magnetar.bookkeeper", "magnetar.managed_ledger"}
 """The storage layers, which everything above them may import."""
 
-# layer -> layers it may import (besides itself and its own sublayers). Layers are matched by longest prefix;
-# a new subpackage gets its own row here.
+GC_SEAM = "magnetar.bookkeeper.bookie.storage.gc_seam"
+"""The one module of the bookie that garbage collection may import: the storage engine's face for GC."""
+
+# layer -> layers (or single modules) it may import (besides itself and its own sublayers). Layers are matched
+# by longest prefix; a new subpackage gets its own row here.
 ALLOWED: dict[str, set[str]] = {
     "magnetar.bookkeeper.runtime": set(),
     "magnetar.bookkeeper.protocol": {"magnetar.bookkeeper.runtime"},
@@ -41,6 +45,11 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.runtime",
         "magnetar.bookkeeper.protocol",
         "magnetar.bookkeeper.metadata",
+    },
+    # the storage engine: of the rest of the bookie only its errors (the wire status codes it raises)
+    "magnetar.bookkeeper.bookie.storage": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.bookie.errors",
     },
     "magnetar.bookkeeper.client": {
         "magnetar.bookkeeper.runtime",
@@ -91,7 +100,7 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.metadata",
         "magnetar.bookkeeper.protocol",
         "magnetar.bookkeeper.client",
-        "magnetar.bookkeeper.bookie",
+        GC_SEAM,
         "magnetar.managed_ledger",
     },
     # admin, by kind (admin/__init__.py says what each subpackage holds). The package itself holds nothing
@@ -124,6 +133,10 @@ ALLOWED: dict[str, set[str]] = {
     },
 }
 LAYERS = sorted(ALLOWED, key=len, reverse=True)
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
 
 
 def layer_of(module: str) -> str | None:
@@ -197,7 +210,7 @@ def test_imports_run_downward() -> None:
             other = layer_of(target)
             if other is None or other == own or other.startswith(own + "."):
                 continue
-            if not any(other == a or other.startswith(a + ".") for a in ALLOWED[own]):
+            if not any(_within(target, a) for a in ALLOWED[own]):
                 violations.append(f"{module} imports {target} ({own} may not import {other})")
     assert not violations, "\n".join(violations)
 
@@ -208,8 +221,13 @@ def test_layer_rule_detects_a_violation() -> None:
     assert layer_of("magnetar.bookkeeper.client.ops") == "magnetar.bookkeeper.client"
     assert layer_of("magnetar.bookkeeper.errors") == "magnetar.bookkeeper"
     assert all("magnetar.admin" not in allowed for allowed in ALLOWED.values())
-    # garbage collection sits on the storage engine's primitives; the engine never reaches up into gc
-    assert "magnetar.bookkeeper.bookie" in ALLOWED["magnetar.gc"]
+    # garbage collection sits on the storage engine's face for GC, not on the rest of the bookie; the engine
+    # never reaches up into gc
+    assert GC_SEAM in ALLOWED["magnetar.gc"]
+    assert not any(_within(a, "magnetar.bookkeeper.bookie") and a != GC_SEAM for a in ALLOWED["magnetar.gc"])
+    assert not any(_within("magnetar.bookkeeper.bookie.server", a) for a in ALLOWED["magnetar.gc"])
+    assert layer_of("magnetar.bookkeeper.bookie.storage.journal") == "magnetar.bookkeeper.bookie.storage"
+    assert not any(_within("magnetar.bookkeeper.bookie.server", a) for a in ALLOWED[layer_of(GC_SEAM) or ""])
     assert all(
         "magnetar.gc" not in ALLOWED[layer] for layer in ALLOWED if layer.startswith("magnetar.bookkeeper")
     )
@@ -360,3 +378,12 @@ def test_the_wire_formats_import_without_the_server() -> None:
         m == "magnetar.broker.wire" or m.startswith("magnetar.broker.wire.") for m in broker.split("|")
     )
     assert "magnetar.broker.wire.magnetar_v1" in broker.split("|")
+
+
+def test_gc_reaches_the_bookie_only_through_its_seam() -> None:
+    """``magnetar.gc`` imports of the bookie only the storage engine's face for GC; the engine's modules and
+    the bookie's server side are reached through it or not at all."""
+    graph = _import_graph("magnetar.gc")
+    assert "magnetar.gc.compaction_job" in graph
+    reached = {t for targets in graph.values() for t in targets if _within(t, "magnetar.bookkeeper.bookie")}
+    assert reached == {GC_SEAM}, f"gc imports bookie modules besides its seam: {sorted(reached - {GC_SEAM})}"

@@ -1,4 +1,5 @@
-"""The bookie's garbage-collection HTTP endpoints (BookKeeper's names, reference: its Admin REST API).
+"""The bookie's garbage-collection HTTP endpoints, served by a bookie process (BookKeeper's names, reference:
+its Admin REST API).
 
 * ``PUT /api/v1/bookie/gc`` - trigger a pass; optional JSON body ``{"forceMajor": bool, "forceMinor": bool}``
   (as BookKeeper: no body forces both, a body forces what it names). ``?wait=true`` answers when the pass is
@@ -31,8 +32,8 @@ from typing import Any
 
 import trio
 
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.http_api import HttpAccess, Select, head_check
+from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, Router, json_response
 from magnetar.gc.collector import BookieGarbageCollector
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from magnetar.bookkeeper.bookie.journal_format import (
+from magnetar.bookkeeper.bookie.storage.journal_format import (
     HEADER_BYTES,
     JournalFormatError,
     StopReason,
@@ -33,7 +34,7 @@ from magnetar.bookkeeper.bookie.journal_format import (
     decode_records,
     encode_header,
 )
-from magnetar.bookkeeper.bookie.log_mark import LogMark, fsync_dir
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,29 @@ def delete_journals_before(directory: Path, mark: LogMark, keep_backups: int) ->
     return doomed
 
 
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+"""The most buffers one ``pwritev`` takes."""
+
+
+def write_parts(fd: int, parts: Sequence[bytes | bytearray], offset: int) -> int:
+    """Write ``parts`` one after another at ``offset`` with ``pwritev`` (short writes resumed); the offset
+    after them."""
+    pending: list[bytes | bytearray | memoryview] = [part for part in parts if part]
+    while pending:
+        written = os.pwritev(fd, pending[:IOV_MAX], offset)
+        offset += written
+        done = 0
+        while written:
+            size = len(pending[done])
+            if written < size:
+                pending[done] = memoryview(pending[done])[written:]
+                break
+            written -= size
+            done += 1
+        del pending[:done]
+    return offset
+
+
 class JournalWriterFile:
     """The file the journal appends to. ``write_and_sync`` returns the mark after the synced bytes."""
 
@@ -89,22 +113,19 @@ class JournalWriterFile:
         self._roll()
         return self.mark
 
-    def write_and_sync(self, data: bytes | bytearray) -> LogMark:
-        check_appended(data)  # what replay will check, checked before it is written
-        if self._fd is None or (
-            self._offset > HEADER_BYTES and self._offset + len(data) > self._file_bytes_max
-        ):
+    def write_and_sync(self, data: bytes | bytearray | Sequence[bytes | bytearray]) -> LogMark:
+        """Append ``data`` - a batch's bytes, or its parts (:class:`~.journal_format.JournalBatch`), written
+        with gathered writes so that no part is copied here - and fdatasync it."""
+        parts = [data] if isinstance(data, bytes | bytearray) else data
+        size = sum(len(part) for part in parts)
+        check_appended(parts)  # what replay will check, checked before it is written
+        if self._fd is None or (self._offset > HEADER_BYTES and self._offset + size > self._file_bytes_max):
             self._roll()
         fd = self._fd
         assert fd is not None
         try:
-            self._ensure_allocated(fd, self._offset + len(data))
-            view = memoryview(data)
-            offset = self._offset
-            while view:
-                written = os.pwrite(fd, view, offset)
-                offset += written
-                view = view[written:]
+            self._ensure_allocated(fd, self._offset + size)
+            offset = write_parts(fd, parts, self._offset)
             os.fdatasync(fd)
         except OSError:
             self._abandon()

@@ -34,26 +34,14 @@ tasks - the journal writer, the checkpointer and the disk monitor - in a nursery
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import struct
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import trio
 
-from magnetar.bookkeeper.bookie.add_throttle import AddThrottle, WaitingAdd
-from magnetar.bookkeeper.bookie.checkpoint import CacheFlusher, run_io
-from magnetar.bookkeeper.bookie.entry_index import (
-    EntryIndex,
-    EntryRange,
-    IndexFormatError,
-    decode_ledger_record,
-)
-from magnetar.bookkeeper.bookie.entry_log import EntryLogger
 from magnetar.bookkeeper.bookie.errors import (
     BookieError,
     DiskFullError,
@@ -62,37 +50,33 @@ from magnetar.bookkeeper.bookie.errors import (
     NoLedgerError,
     StorageBusyError,
     StorageClosedError,
-    StorageInUseError,
     StorageIOError,
 )
-from magnetar.bookkeeper.bookie.gc_primitives import GcPrimitives, Relocation
-from magnetar.bookkeeper.bookie.journal import Journal
-from magnetar.bookkeeper.bookie.journal_files import (
-    JournalWriterFile,
-    delete_journals_before,
-    list_journal_ids,
+from magnetar.bookkeeper.bookie.storage.add_throttle import AddThrottle, WaitingAdd
+from magnetar.bookkeeper.bookie.storage.checkpoint import CacheFlusher, run_io
+from magnetar.bookkeeper.bookie.storage.entry_index import (
+    EntryIndex,
 )
-from magnetar.bookkeeper.bookie.ledger_registry import LedgerRegistry
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage, DurableCallback, LedgerState
-from magnetar.bookkeeper.bookie.log_mark import LogMark, MarkFile
-from magnetar.bookkeeper.bookie.read_cache import ReadCache
-from magnetar.bookkeeper.bookie.replay import ReplayStats, replay_journal
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
-from magnetar.bookkeeper.bookie.write_cache import DoubleWriteCache, WriteCache
+from magnetar.bookkeeper.bookie.storage.gc_primitives import GcPrimitives, Relocation
+from magnetar.bookkeeper.bookie.storage.journal import Journal
+from magnetar.bookkeeper.bookie.storage.journal_files import (
+    delete_journals_before,
+)
+from magnetar.bookkeeper.bookie.storage.ledger_registry import LedgerRegistry
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage, DurableCallback, LedgerState
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark
+from magnetar.bookkeeper.bookie.storage.opening import DiskProbe, EngineParts, open_parts, statvfs_probe
+from magnetar.bookkeeper.bookie.storage.read_cache import ReadCache
+from magnetar.bookkeeper.bookie.storage.replay import ReplayStats, replay_journal
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.write_cache import DoubleWriteCache, WriteCache
 from magnetar.bookkeeper.runtime.pacing import GiveWay
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DbLedgerStorage", "DiskProbe", "Relocation", "open_ledger_store", "statvfs_probe"]
+__all__ = ["DbLedgerStorage", "Relocation", "open_ledger_store"]
 
-DiskProbe = Callable[[Path], DiskUsage]
 _IDS = struct.Struct(">qq")
-
-
-def statvfs_probe(path: Path) -> DiskUsage:
-    """Total and available bytes of the file system holding ``path``."""
-    st = os.statvfs(path)
-    return DiskUsage(total_bytes=st.f_blocks * st.f_frsize, free_bytes=st.f_bavail * st.f_frsize)
 
 
 @dataclass(slots=True)
@@ -101,81 +85,6 @@ class _PendingFlush:
     mark: LogMark | None
     """The journal mark this flush makes safe to persist (None: replay from the start, persist nothing)."""
     dirty: set[int]
-
-
-@dataclass(slots=True)
-class _Parts:
-    index: EntryIndex
-    entry_logger: EntryLogger
-    mark_file: MarkFile
-    journal_writer: JournalWriterFile
-    states: dict[int, LedgerState]
-    ranges: dict[int, EntryRange]
-
-
-def check_not_in_use(settings: BookieStorageSettings) -> None:
-    """Raise :class:`StorageInUseError` when another process has this engine open (it holds the POSIX lock
-    RocksDB takes on the index's ``LOCK`` file). A probe, for checks that must run before the engine opens -
-    the bookie's identity check would otherwise report another running bookie's directory as a mismatched
-    cookie. It must not run in a process that has the engine open: closing the probe's descriptor would drop
-    that process's own lock (POSIX locks belong to the process, not the descriptor)."""
-    lock_path = settings.index_path / "LOCK"
-    try:
-        fd = os.open(lock_path, os.O_RDWR)
-    except FileNotFoundError:
-        return  # never opened: nobody holds it
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        raise StorageInUseError(
-            f"bookie data directory {settings.data_dir} is held by another process "
-            f"(the lock on {lock_path}: {exc.strerror})"
-        ) from None
-    finally:
-        os.close(fd)
-
-
-def _open_parts(settings: BookieStorageSettings) -> _Parts:
-    """Open the index, the entry logger and the mark, and load every ledger record (blocking)."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    settings.journal_path.mkdir(parents=True, exist_ok=True)
-    try:
-        index = EntryIndex(settings.index_path)
-    except Exception as exc:  # rocksdict raises plain Exceptions; RocksDB locks its directory
-        if "lock" in str(exc).lower():
-            raise StorageInUseError(
-                f"bookie data directory {settings.data_dir} is held by another process "
-                f"(RocksDB LOCK of {settings.index_path}): {exc}"
-            ) from exc
-        raise
-    try:
-        states: dict[int, LedgerState] = {}
-        ranges: dict[int, EntryRange] = {}
-        for ledger_id, raw in index.load_ledgers():
-            try:
-                record = decode_ledger_record(raw)
-            except IndexFormatError as exc:
-                raise StorageIOError(f"index record of ledger {ledger_id} is damaged: {exc}") from exc
-            states[ledger_id] = record.state
-            if record.entries is not None:
-                ranges[ledger_id] = record.entries
-        entry_logger = EntryLogger(
-            settings.entry_log_path,
-            bytes_max=settings.entry_log_bytes_max,
-            open_files_max=settings.entry_log_open_files_max,
-            entry_bytes_max=settings.entry_bytes_max,
-        )
-        journal_ids = list_journal_ids(settings.journal_path)
-        writer = JournalWriterFile(
-            settings.journal_path,
-            first_file_id=(journal_ids[-1] + 1) if journal_ids else 1,
-            file_bytes_max=settings.journal_file_bytes_max,
-            preallocate_bytes=settings.journal_preallocate_bytes,
-        )
-        return _Parts(index, entry_logger, MarkFile(settings.mark_path), writer, states, ranges)
-    except BaseException:
-        index.close()
-        raise
 
 
 @asynccontextmanager
@@ -189,7 +98,7 @@ async def open_ledger_store(
     ``final_checkpoint=False`` leaves the last changes to journal replay, as a crash would (tests and the
     replay benchmark use it).
     """
-    parts = await run_io("opening the ledger store", _open_parts, settings)
+    parts = await run_io("opening the ledger store", open_parts, settings)
     store = DbLedgerStorage(settings, parts, disk_probe)
     store._final_checkpoint = final_checkpoint
     try:
@@ -219,7 +128,7 @@ async def open_ledger_store(
 class DbLedgerStorage:
     """The ``LedgerStore`` of a bookie on disk. Create it with :func:`open_ledger_store`."""
 
-    def __init__(self, settings: BookieStorageSettings, parts: _Parts, disk_probe: DiskProbe) -> None:
+    def __init__(self, settings: BookieStorageSettings, parts: EngineParts, disk_probe: DiskProbe) -> None:
         self.settings = settings
         self._index = parts.index
         self.entry_logger = parts.entry_logger

@@ -1,7 +1,7 @@
 """Flushing a swapped write cache into the entry log and the index (DbLedgerStorage ``flush``,
 docs/upstream.md, BookKeeper §5.3).
 
-This is the storage half of a checkpoint; the engine (:mod:`.storage`) takes the journal mark and swaps
+This is the storage half of a checkpoint; the engine (:mod:`.engine`) takes the journal mark and swaps
 the caches before, and persists the mark after. Order, which makes a crash at any point harmless:
 
 1. Entries are packed **sorted by (ledger, entry)** into entry-log records, on the trio thread in slices of
@@ -33,19 +33,25 @@ from typing import TypeVar
 import crc32c
 import trio
 
-from magnetar.bookkeeper.bookie.entry_index import ENTRY_KEY, EntryIndex, EntryRange, IndexBatch, LedgerRecord
-from magnetar.bookkeeper.bookie.entry_log import CurrentLog, EntryLogger
-from magnetar.bookkeeper.bookie.entry_log_format import (
+from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
+from magnetar.bookkeeper.bookie.storage.entry_index import (
+    ENTRY_KEY,
+    EntryIndex,
+    EntryRange,
+    IndexBatch,
+    LedgerRecord,
+)
+from magnetar.bookkeeper.bookie.storage.entry_log import CurrentLog, EntryLogger
+from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     HEADER_BYTES,
     IDS,
     OFFSET_BITS,
     RECORD_HEADER,
     append_record,
 )
-from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
-from magnetar.bookkeeper.bookie.journal import storage_error
-from magnetar.bookkeeper.bookie.ledger_store import LedgerState
-from magnetar.bookkeeper.bookie.write_cache import WriteCache
+from magnetar.bookkeeper.bookie.storage.journal import storage_error
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
+from magnetar.bookkeeper.bookie.storage.write_cache import WriteCache
 from magnetar.bookkeeper.runtime.pacing import GiveWay
 
 log = logging.getLogger(__name__)

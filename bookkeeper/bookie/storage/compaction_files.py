@@ -38,14 +38,14 @@ from typing import BinaryIO
 
 import crc32c
 
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.entry_log_format import (
+from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     HEADER_BYTES,
     ScannedEntry,
     ScanStop,
     scan_records,
 )
-from magnetar.bookkeeper.bookie.log_mark import fsync_dir, write_file_durably
+from magnetar.bookkeeper.bookie.storage.log_mark import fsync_dir, write_file_durably
 
 log = logging.getLogger(__name__)
 

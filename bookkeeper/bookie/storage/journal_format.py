@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -105,30 +106,102 @@ class JournalAppendError(AssertionError):
     """A batch about to be written holds a record its own reader would refuse (an internal error)."""
 
 
-def check_appended(buf: bytes | bytearray) -> int:
+def check_appended(buf: bytes | bytearray | Sequence[bytes | bytearray]) -> int:
     """The append half of the journal's CRC invariant (§3 rule 11); :func:`decode_records` is the read half.
 
     Before a batch is written, every record in it must pass the reader's checks - a known kind, a length
     within the batch, the CRC32C of the payload seeded with the word - and the records must end exactly at
-    the batch's end; otherwise :class:`JournalAppendError` names the record. Nothing is copied (the CRC
-    runs over views). Returns the number of records."""
-    view = memoryview(buf)
+    the batch's end; otherwise :class:`JournalAppendError` names the record. ``buf`` is the batch's bytes,
+    or its parts as :class:`JournalBatch` lays them out (a record's payload is in its header's part or is
+    the whole next part). Nothing is copied (the CRC runs over views). Returns the number of records."""
+    parts = [buf] if isinstance(buf, bytes | bytearray) else buf
     unpack_from = RECORD_HEADER.unpack_from
     crc = crc32c.crc32c
-    size = len(view)
-    pos = records = 0
-    while pos < size:
-        if pos + RECORD_HEADER_BYTES > size:
-            raise JournalAppendError(f"journal batch: {size - pos} stray bytes after record {records}")
-        word, expected = unpack_from(view, pos)
-        body_end = pos + RECORD_HEADER_BYTES + (word & LENGTH_MASK)
-        if word >> KIND_SHIFT not in _KINDS or body_end > size:
-            raise JournalAppendError(f"journal batch: record {records} at {pos} has a bad word {word:#x}")
-        if crc(view[pos + RECORD_HEADER_BYTES : body_end], word) != expected:
-            raise JournalAppendError(f"journal batch: record {records} at {pos} fails its CRC32C")
-        pos = body_end
-        records += 1
+    pos = records = index = 0  # pos: the record's offset in the batch
+    while index < len(parts):
+        part = parts[index]
+        index += 1
+        if len(part) == RECORD_HEADER_BYTES and index < len(parts):  # a header; its payload the next part
+            word, expected = unpack_from(part)
+            length = word & LENGTH_MASK
+            if word >> KIND_SHIFT not in _KINDS or len(parts[index]) != length:
+                raise _bad_record(records, pos, word)
+            if crc(parts[index], word) != expected:
+                raise JournalAppendError(f"journal batch: record {records} at {pos} fails its CRC32C")
+            index += 1
+            pos += RECORD_HEADER_BYTES + length
+            records += 1
+            continue
+        with memoryview(part) as view:
+            size = len(view)
+            at = 0
+            while at < size:
+                if at + RECORD_HEADER_BYTES > size:
+                    raise JournalAppendError(f"journal batch: {size - at} stray bytes after record {records}")
+                word, expected = unpack_from(view, at)
+                body_end = at + RECORD_HEADER_BYTES + (word & LENGTH_MASK)
+                if word >> KIND_SHIFT not in _KINDS or body_end > size:
+                    raise _bad_record(records, pos, word)
+                if crc(view[at + RECORD_HEADER_BYTES : body_end], word) != expected:
+                    raise JournalAppendError(f"journal batch: record {records} at {pos} fails its CRC32C")
+                pos += body_end - at
+                at = body_end
+                records += 1
     return records
+
+
+BODY_BY_REFERENCE_BYTES_MIN = 512
+"""An entry body of at least this many bytes joins a batch by reference, one more buffer for the gathered
+write, instead of being copied into the batch: below it, the copy costs less CPU than the extra buffer
+(tests/bench/RESULTS.md, "bookie: an add's payload copies")."""
+
+
+def _bad_record(records: int, pos: int, word: int) -> JournalAppendError:
+    return JournalAppendError(f"journal batch: record {records} at {pos} has a bad word {word:#x}")
+
+
+class JournalBatch:
+    """Journal records appended since the last write, as the parts one gathered write takes: record headers,
+    metadata records and small entries coalesced in ``bytearray`` parts, and each entry body of at least
+    :data:`BODY_BY_REFERENCE_BYTES_MIN` bytes by reference, never copied (the writer hands the parts to
+    ``pwritev``). Such a body must therefore not change until the batch is written: the journal only appends
+    immutable ``bytes``."""
+
+    __slots__ = ("_parts", "_tail", "size")
+
+    def __init__(self) -> None:
+        self._parts: list[bytes | bytearray] = []
+        self._tail = bytearray()
+        self.size = 0
+        """The batch's bytes (what the journal file grows by when it is written)."""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append_entry(self, body: bytes) -> None:
+        """Append an entry record: its header, and its body copied or by reference (see the class)."""
+        length = len(body)
+        word = ENTRY_WORD_BASE | length
+        header = RECORD_HEADER.pack(word, crc32c.crc32c(body, word))
+        if length < BODY_BY_REFERENCE_BYTES_MIN:
+            tail = self._tail
+            tail += header
+            tail += body
+        else:
+            if self._tail:
+                self._parts.append(self._tail)
+                self._tail = bytearray()
+            self._parts.append(header)
+            self._parts.append(body)
+        self.size += RECORD_HEADER_BYTES + length
+
+    def append_record(self, kind: RecordKind, payload: bytes) -> None:
+        """Append a (small) record whole, payload copied."""
+        self.size += append_record(self._tail, kind, payload)
+
+    def parts(self) -> list[bytes | bytearray]:
+        """The batch in order, for one gathered write."""
+        return [*self._parts, self._tail] if self._tail else list(self._parts)
 
 
 def ledger_payload(ledger_id: int, tail: bytes = b"") -> bytes:

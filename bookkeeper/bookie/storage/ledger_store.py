@@ -1,6 +1,6 @@
-"""The contract between the bookie's request logic (:mod:`.core`) and a ledger storage engine.
+"""The contract between the bookie's request logic (:mod:`..core`) and a ledger storage engine.
 
-Two implementations exist: the disk engine (journal + entry logs + RocksDB index, :mod:`.storage`) and the
+Two implementations exist: the disk engine (journal + entry logs + RocksDB index, :mod:`.engine`) and the
 in-memory store used by the deterministic simulation (``tests/sim``), which can lose unsynced state on a
 simulated crash.
 
@@ -60,7 +60,7 @@ class LedgerStore(Protocol):
         """Store a packaged entry (readable at once; durable at ``on_durable(None)``).
 
         Re-adding an entry that exists replaces it (recovery re-writes identical bytes). Raises
-        :class:`~.errors.DiskFullError` or :class:`~.errors.StorageIOError` when it cannot accept the write.
+        :class:`~..errors.DiskFullError` or :class:`~..errors.StorageIOError` when it cannot accept the write.
         """
         ...
 
@@ -73,8 +73,8 @@ class LedgerStore(Protocol):
     def read_entry(self, ledger_id: int, entry_id: int) -> bytes:
         """The packaged entry; ``entry_id == -1`` reads the last entry stored for the ledger.
 
-        Raises :class:`~.errors.NoLedgerError`, :class:`~.errors.NoEntryError` (known absent) or
-        :class:`~.errors.StorageIOError` (cannot tell - never reported as absent).
+        Raises :class:`~..errors.NoLedgerError`, :class:`~..errors.NoEntryError` (known absent) or
+        :class:`~..errors.StorageIOError` (cannot tell - never reported as absent).
         """
         ...
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from rocksdict import AccessType, ColumnFamily, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
-from magnetar.bookkeeper.bookie.ledger_store import LedgerState
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
 
 LOCATIONS_CF = "locations"
 LEDGERS_CF = "ledgers"

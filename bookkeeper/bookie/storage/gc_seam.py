@@ -1,12 +1,15 @@
-"""The seam between garbage collection and the bookie's storage engine: what ``gc/`` needs of the engine,
-as Protocols.
+"""The storage engine's face for garbage collection: the only module of ``magnetar.bookkeeper.bookie`` that
+``magnetar.gc`` imports (``tests/unit/test_architecture.py`` enforces it).
 
 ``gc/`` holds the procedures (which ledgers and logs to collect, the transactional compaction copy, its commit
 and rollback); the engine exposes only narrow primitives, each safe on a running engine (invariant 12 of
-docs/architecture.md §3): the engine's ``GcPrimitives`` (``bookkeeper/bookie/gc_primitives.py``) satisfies
-:class:`StoragePrimitives`, and its ``DbLedgerStorage`` satisfies :class:`CollectableStore`. The engine keeps
-the compaction manifest's format and the recovery that reads it, because opening the storage must finish or
-roll back an interrupted compaction before its journal replay, whether or not a collector runs.
+docs/architecture.md §3). This module says what GC may use of the engine: the Protocols it calls through
+(the engine's ``GcPrimitives``, :mod:`.gc_primitives`, satisfies :class:`StoragePrimitives`, and its
+``DbLedgerStorage``, :mod:`.engine`, satisfies :class:`CollectableStore`), the value types they return, and
+the on-disk format pieces a compaction copy writes and reads (entry-log names, header and ledgers map, the
+compaction's file names and manifest). The engine keeps the compaction manifest's format and the recovery
+that reads it, because opening the storage must finish or roll back an interrupted compaction before its
+journal replay, whether or not a collector runs.
 """
 
 from __future__ import annotations
@@ -15,14 +18,56 @@ from collections.abc import Callable, Collection, Container, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from magnetar.bookkeeper.bookie.compaction_files import CompactionManifest
-from magnetar.bookkeeper.bookie.gc_primitives import CompactionResult, LogUsage, StepHook
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
+from magnetar.bookkeeper.bookie.storage.checkpoint import run_io
+from magnetar.bookkeeper.bookie.storage.compaction_files import (
+    CompactionManifest,
+    LogRecordReader,
+    compacting_name,
+    remove_file,
+)
+from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.storage.entry_log_format import (
+    HEADER_BYTES,
+    OFFSET_BITS,
+    encode_header,
+    encode_ledgers_map,
+)
+from magnetar.bookkeeper.bookie.storage.gc_primitives import (
+    GIL_YIELD_EVERY,
+    CompactionResult,
+    LogUsage,
+    StepHook,
+)
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
+
+__all__ = [
+    "GIL_YIELD_EVERY",
+    "HEADER_BYTES",
+    "OFFSET_BITS",
+    "BookieError",
+    "BookieStorageSettings",
+    "CollectableStore",
+    "CompactionManifest",
+    "CompactionResult",
+    "DiskUsage",
+    "LogRecordReader",
+    "LogUsage",
+    "StepHook",
+    "StorageIOError",
+    "StoragePrimitives",
+    "compacting_name",
+    "encode_header",
+    "encode_ledgers_map",
+    "log_file_name",
+    "remove_file",
+    "run_io",
+]
 
 
 class StoragePrimitives(Protocol):
-    """The engine's garbage-collection primitives (see ``bookkeeper/bookie/gc_primitives.py``)."""
+    """The engine's garbage-collection primitives (:mod:`.gc_primitives`)."""
 
     # -- what there is -------------------------------------------------------------------------------------
 

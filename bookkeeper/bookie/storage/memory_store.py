@@ -27,7 +27,7 @@ from magnetar.bookkeeper.bookie.errors import (
     NoLedgerError,
     StorageClosedError,
 )
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage, DurableCallback, LedgerState
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage, DurableCallback, LedgerState
 
 _Mutation = Callable[["_State"], None]
 

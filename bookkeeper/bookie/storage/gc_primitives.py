@@ -5,7 +5,7 @@ BookKeeper §6).
 The procedures - which ledgers are gone, which logs to delete or compact, how fast, when, and the
 transactional copy itself (reading live records, writing ``<target>.log.compacting``, its commit and its
 rollback) - are :mod:`magnetar.gc`'s. It reaches the engine only through :class:`GcPrimitives`, which it types
-with a Protocol of its own (``magnetar.gc.storage_seam.StoragePrimitives``); this package never imports
+with a Protocol of the engine's face for GC (:class:`.gc_seam.StoragePrimitives`); this package never imports
 ``magnetar.gc``. Each primitive keeps invariant 12 of docs/architecture.md §3:
 
 * :meth:`GcPrimitives.log_ids` - the logs GC may look at: *sealed* logs only, i.e. not the log being
@@ -52,8 +52,9 @@ from pathlib import Path
 
 import trio
 
-from magnetar.bookkeeper.bookie.checkpoint import append_durably, run_io
-from magnetar.bookkeeper.bookie.compaction_files import (
+from magnetar.bookkeeper.bookie.errors import BookieError
+from magnetar.bookkeeper.bookie.storage.checkpoint import append_durably, run_io
+from magnetar.bookkeeper.bookie.storage.compaction_files import (
     CompactionManifest,
     LogRecordReader,
     compacting_name,
@@ -63,18 +64,17 @@ from magnetar.bookkeeper.bookie.compaction_files import (
     remove_file,
     write_manifest,
 )
-from magnetar.bookkeeper.bookie.entry_index import EntryIndex
-from magnetar.bookkeeper.bookie.entry_log import EntryLogger, log_file_name
-from magnetar.bookkeeper.bookie.entry_log_format import (
+from magnetar.bookkeeper.bookie.storage.entry_index import EntryIndex
+from magnetar.bookkeeper.bookie.storage.entry_log import EntryLogger, log_file_name
+from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     HEADER_BYTES,
     OFFSET_BITS,
     RECORD_HEADER_BYTES,
     ScanStop,
     decode_header,
 )
-from magnetar.bookkeeper.bookie.errors import BookieError
-from magnetar.bookkeeper.bookie.ledger_store import LedgerState
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import crc32c
 
-from magnetar.bookkeeper.bookie.entry_log_format import (
+from magnetar.bookkeeper.bookie.errors import StorageIOError
+from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     HEADER_BYTES,
     IDS,
     IDS_BYTES,
@@ -46,8 +47,7 @@ from magnetar.bookkeeper.bookie.entry_log_format import (
     scan_records,
     split_location,
 )
-from magnetar.bookkeeper.bookie.errors import StorageIOError
-from magnetar.bookkeeper.bookie.log_mark import fsync_dir, write_file_durably
+from magnetar.bookkeeper.bookie.storage.log_mark import fsync_dir, write_file_durably
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from magnetar.bookkeeper.bookie.write_cache import ENTRY_OVERHEAD_BYTES
+from magnetar.bookkeeper.bookie.storage.write_cache import ENTRY_OVERHEAD_BYTES
 
 SEGMENTS = 8
 

@@ -27,8 +27,8 @@ from magnetar.bookkeeper.bookie.errors import (
     StorageBusyError,
     StorageClosedError,
 )
-from magnetar.bookkeeper.bookie.ledger_store import DurableCallback
-from magnetar.bookkeeper.bookie.write_cache import ENTRY_OVERHEAD_BYTES
+from magnetar.bookkeeper.bookie.storage.ledger_store import DurableCallback
+from magnetar.bookkeeper.bookie.storage.write_cache import ENTRY_OVERHEAD_BYTES
 
 
 @dataclass(slots=True)

@@ -21,9 +21,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import replace
 
-from magnetar.bookkeeper.bookie.entry_index import EntryIndex, EntryRange
 from magnetar.bookkeeper.bookie.errors import BookieError, NoEntryError, NoLedgerError, StorageIOError
-from magnetar.bookkeeper.bookie.ledger_store import LedgerState
+from magnetar.bookkeeper.bookie.storage.entry_index import EntryIndex, EntryRange
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,9 @@
 docs/upstream.md, BookKeeper §5.1).
 
 Theory of operation. Appends are cheap and synchronous on the trio thread: a record is encoded straight into
-the current batch (a ``bytearray``) and its durability callback queued beside it. One writer task owns the
+the current batch (a :class:`~.journal_format.JournalBatch`: record headers, metadata records and small
+entries in a ``bytearray``, each entry body of 512 bytes or more by reference, not copied; the writer hands
+the parts to ``pwritev``) and its durability callback queued beside it. One writer task owns the
 file. It waits for a batch to form, writes it and fdatasyncs the file, and only after the sync returns
 advances the synced mark and fires the batch's callbacks, in append order. Requests that arrive during a
 sync form the next batch, so batches grow with load (group commit) and shrink to one record when the
@@ -49,7 +51,6 @@ import logging
 from dataclasses import dataclass
 from typing import NoReturn
 
-import crc32c
 import trio
 import trio.lowlevel
 
@@ -60,17 +61,15 @@ from magnetar.bookkeeper.bookie.errors import (
     StorageClosedError,
     StorageIOError,
 )
-from magnetar.bookkeeper.bookie.journal_files import JournalWriterFile
-from magnetar.bookkeeper.bookie.journal_format import (
-    ENTRY_WORD_BASE,
-    RECORD_HEADER,
+from magnetar.bookkeeper.bookie.storage.journal_files import JournalWriterFile
+from magnetar.bookkeeper.bookie.storage.journal_format import (
     RECORD_HEADER_BYTES,
+    JournalBatch,
     RecordKind,
-    append_record,
     ledger_payload,
 )
-from magnetar.bookkeeper.bookie.ledger_store import DurableCallback
-from magnetar.bookkeeper.bookie.log_mark import LogMark
+from magnetar.bookkeeper.bookie.storage.ledger_store import DurableCallback
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark
 from magnetar.bookkeeper.runtime.sync_thread import SyncThread, open_sync_thread
 
 log = logging.getLogger(__name__)
@@ -92,9 +91,9 @@ class JournalStats:
 
 @dataclass(slots=True)
 class _Batch:
-    """A batch taken for writing: its bytes, its records' callbacks, and when the write began."""
+    """A batch taken for writing: its records, their callbacks, and when the write began."""
 
-    buf: bytearray
+    buf: JournalBatch
     callbacks: list[DurableCallback]
     records: int
     started: float
@@ -126,7 +125,7 @@ class Journal:
         self._flush_when_queue_empty = flush_when_queue_empty
         self._inline_sync_bytes_max = inline_sync_bytes_max
         self._inline_sync_s_max = inline_sync_ms_max / 1000.0
-        self._buf = bytearray()
+        self._buf = JournalBatch()
         self._callbacks: list[DurableCallback] = []
         self._records = 0
         self._first_append_at = 0.0
@@ -149,19 +148,18 @@ class Journal:
     # -- appends (trio thread, synchronous) -----------------------------------------------------------------
 
     def append_entry(self, body: bytes, on_durable: DurableCallback) -> None:
-        """Journal a packaged entry; ``on_durable`` fires after the fdatasync that covers it."""
+        """Journal a packaged entry; ``on_durable`` fires after the fdatasync that covers it. The batch keeps
+        ``body`` itself until it is written: a mutable buffer is copied into ``bytes`` first."""
         buf = self._buf
         size = len(body)
-        if not buf:
+        if not buf.size:
             self._start_batch(size)
-        elif self._in_flight_bytes + len(buf) + size > self._queue_bytes_max:
+        elif self._in_flight_bytes + buf.size + size > self._queue_bytes_max:
             self._refuse(size)
-        word = ENTRY_WORD_BASE | size
-        buf += RECORD_HEADER.pack(word, crc32c.crc32c(body, word))
-        buf += body
+        buf.append_entry(body if type(body) is bytes else bytes(body))
         self._callbacks.append(on_durable)
         self._records += 1
-        if len(buf) >= self._buffered_bytes_max:
+        if buf.size >= self._buffered_bytes_max:
             self._batch_full.set()
 
     def append_ledger_key(self, ledger_id: int, master_key: bytes, on_durable: DurableCallback) -> None:
@@ -178,14 +176,14 @@ class Journal:
 
     def _append_meta(self, kind: RecordKind, payload: bytes, on_durable: DurableCallback) -> None:
         size = len(payload)
-        if not self._buf:
+        if not self._buf.size:
             self._start_batch(size)
-        elif self._in_flight_bytes + len(self._buf) + size > self._queue_bytes_max:
+        elif self._in_flight_bytes + self._buf.size + size > self._queue_bytes_max:
             self._refuse(size)
-        append_record(self._buf, kind, payload)
+        self._buf.append_record(kind, payload)
         self._callbacks.append(on_durable)
         self._records += 1
-        if len(self._buf) >= self._buffered_bytes_max:
+        if self._buf.size >= self._buffered_bytes_max:
             self._batch_full.set()
 
     def _start_batch(self, size: int) -> None:
@@ -216,12 +214,12 @@ class Journal:
         """The burst ends: sync its batch now on this thread if the writer task would do just that next, else
         wake the writer task. A failed sync fails the batch's callbacks, as in the writer task."""
         self._holds -= 1
-        if self._holds or not self._buf:
+        if self._holds or not self._buf.size:
             return
         if (
             self._flush_when_queue_empty
             and not self._in_flight_bytes
-            and self._sync_inline(len(self._buf))
+            and self._sync_inline(self._buf.size)
             and trio.lowlevel.current_statistics().tasks_runnable == 0
         ):
             self._flush_inline()
@@ -233,7 +231,7 @@ class Journal:
     @property
     def queued_bytes(self) -> int:
         """Bytes appended but not yet durable."""
-        return self._in_flight_bytes + len(self._buf)
+        return self._in_flight_bytes + self._buf.size
 
     def has_capacity(self, size: int) -> bool:
         return self.queued_bytes + size + RECORD_HEADER_BYTES <= self._queue_bytes_max
@@ -245,7 +243,7 @@ class Journal:
 
     async def drain(self) -> None:
         """Wait until everything appended so far has been synced (or failed)."""
-        while self._buf or self._in_flight_bytes:
+        while self._buf.size or self._in_flight_bytes:
             if not self._writer_running:
                 raise StorageClosedError("the journal writer is not running")
             await self._progress.wait()
@@ -254,7 +252,7 @@ class Journal:
         """Refuse further appends and fail those still buffered (call after :meth:`drain`)."""
         self._closed = True
         callbacks, self._callbacks = self._callbacks, []
-        self._buf = bytearray()
+        self._buf = JournalBatch()
         _fire(callbacks, StorageClosedError("the journal closed before this record was synced"))
         self._signal_progress()
         self._writer.close()
@@ -270,7 +268,7 @@ class Journal:
                 while True:
                     await self._data_ready.wait()
                     await self._gather_batch()
-                    if self._buf:
+                    if self._buf.size:
                         await self._flush(sync_thread)
                     elif self._data_ready.is_set():  # a burst's release synced the batch meanwhile
                         self._data_ready = trio.Event()
@@ -279,7 +277,7 @@ class Journal:
             self._signal_progress()
 
     async def _gather_batch(self) -> None:
-        while len(self._buf) < self._buffered_bytes_max:
+        while self._buf.size < self._buffered_bytes_max:
             remaining = self._first_append_at + self._group_wait_s - trio.current_time()
             if remaining <= 0:
                 return
@@ -297,12 +295,12 @@ class Journal:
         return size <= self._inline_sync_bytes_max and self._last_sync_s <= self._inline_sync_s_max
 
     async def _flush(self, sync_thread: SyncThread) -> None:
-        if self._sync_inline(len(self._buf)):
+        if self._sync_inline(self._buf.size):
             self._flush_inline()
             return
         batch = self._take_batch()
         try:
-            mark = await sync_thread.run(self._writer.write_and_sync, batch.buf)
+            mark = await sync_thread.run(self._writer.write_and_sync, batch.buf.parts())
         except BaseException as exc:
             self._batch_failed(batch, exc)
         else:
@@ -312,7 +310,7 @@ class Journal:
         """Write and sync the batch on the loop's own thread (see the module's docstring)."""
         batch = self._take_batch()
         try:
-            mark = self._writer.write_and_sync(batch.buf)
+            mark = self._writer.write_and_sync(batch.buf.parts())
         except BaseException as exc:
             self._batch_failed(batch, exc)
         else:
@@ -320,14 +318,14 @@ class Journal:
 
     def _take_batch(self) -> _Batch:
         batch = _Batch(self._buf, self._callbacks, self._records, trio.current_time())
-        self._buf, self._callbacks, self._records = bytearray(), [], 0
+        self._buf, self._callbacks, self._records = JournalBatch(), [], 0
         # A burst's release takes the batch while the writer task may still wait on these events: only one
         # that has fired is replaced, or the writer would wait on an event nobody sets any more.
         if self._data_ready.is_set():
             self._data_ready = trio.Event()
         if self._batch_full.is_set():
             self._batch_full = trio.Event()
-        self._in_flight_bytes = len(batch.buf)
+        self._in_flight_bytes = batch.buf.size
         return batch
 
     def _batch_synced(self, batch: _Batch, mark: LogMark, *, inline: bool) -> None:
@@ -338,7 +336,7 @@ class Journal:
         stats.syncs += 1
         stats.inline_syncs += inline
         stats.records += batch.records
-        stats.bytes += len(batch.buf)
+        stats.bytes += batch.buf.size
         stats.sync_seconds += took
         stats.sync_seconds_max = max(stats.sync_seconds_max, took)
         self._in_flight_bytes = 0
@@ -354,7 +352,7 @@ class Journal:
             raise exc
         self._last_sync_s = trio.current_time() - batch.started
         self.stats.failed_syncs += 1
-        log.error("journal batch of %d records (%d bytes) failed: %s", batch.records, len(batch.buf), exc)
+        log.error("journal batch of %d records (%d bytes) failed: %s", batch.records, batch.buf.size, exc)
         _fire(batch.callbacks, storage_error(exc, "journal write"))
         self._signal_progress()
 

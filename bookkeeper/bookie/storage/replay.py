@@ -23,12 +23,12 @@ from typing import Protocol
 
 import trio
 
-from magnetar.bookkeeper.bookie.checkpoint import run_io
 from magnetar.bookkeeper.bookie.errors import StorageIOError
-from magnetar.bookkeeper.bookie.journal_files import JournalMissingError, JournalReplayReader
-from magnetar.bookkeeper.bookie.journal_format import LEDGER_ID, RecordKind, StopReason
-from magnetar.bookkeeper.bookie.ledger_store import LedgerState
-from magnetar.bookkeeper.bookie.log_mark import LogMark
+from magnetar.bookkeeper.bookie.storage.checkpoint import run_io
+from magnetar.bookkeeper.bookie.storage.journal_files import JournalMissingError, JournalReplayReader
+from magnetar.bookkeeper.bookie.storage.journal_format import LEDGER_ID, RecordKind, StopReason
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark
 
 log = logging.getLogger(__name__)
 
