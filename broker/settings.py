@@ -11,11 +11,15 @@ Names carry their unit last and map to Pulsar's ``broker.conf`` where one exists
 Settings shared with other process kinds or layers are declared once, in their own models, and inherited
 (so each keeps its flat name as a flag, a ``MAGNETAR_<NAME>`` variable and a config key): security
 (:class:`~.security_settings.SecuritySettings`: authentication, authorization, TLS, protective limits; all
-off by default), the way to the metadata store (:class:`MetadataConnectionSettings`, as the bookies'),
-retention, expiry and backlog quotas (:class:`RetentionSettings`, which the retention service takes), the
-load manager's (Pulsar's ``loadBalancer*``: :class:`~.load_balancer_settings.LoadBalancerSettings`), the
-WebSocket owner proxy's (``ws_proxy_*``, ``broker_client_*``: :class:`~.proxy_settings.ProxySettings`) and the
-default quorum of new ledgers (:class:`QuorumSettings`).
+off by default), the metadata store and the way to it (:class:`ProcessMetadataSettings`, as the bookies'),
+where it listens (``bind_address``, ``http_port``: :class:`HttpListenSettings`, as the standalone's) and the
+host it is known by (``advertised_address``: :class:`AdvertisedAddressSettings`, as a bookie's), retention,
+expiry and backlog quotas (:class:`RetentionSettings`, which the retention service takes), a namespace's
+defaults (bundles, retention, TTL, topic policies: :class:`NamespaceDefaultsSettings`, which the admin API's
+settings inherit), the load manager's (Pulsar's ``loadBalancer*``:
+:class:`~.load_balancer_settings.LoadBalancerSettings`), the WebSocket owner proxy's (``ws_proxy_*``,
+``broker_client_*``: :class:`~.proxy_settings.ProxySettings`) and the default quorum of new ledgers
+(:class:`QuorumSettings`).
 
 The layers below are composed whole (``FLATTENED``): the HTTP server's limits are ``http``
 (:class:`HttpLimits`), the managed ledger's ``managed_ledger`` (:class:`ManagedLedgerOptions`), the
@@ -28,25 +32,25 @@ with what the broker sets itself (its address and port, the quorum, the ledgers'
 
 from __future__ import annotations
 
-import ipaddress
 import random
-import socket
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSettings
-from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
+from magnetar.bookkeeper.metadata.settings import ProcessMetadataSettings
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
 from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
+from magnetar.bookkeeper.runtime.address_settings import AdvertisedAddressSettings, advertised_host_for
 from magnetar.bookkeeper.runtime.flat_settings import nest_flat
 from magnetar.bookkeeper.runtime.http import HttpLimits, HttpSettings
+from magnetar.bookkeeper.runtime.http.settings import HttpListenSettings
 from magnetar.broker.owner_proxy.settings import ProxySettings
 from magnetar.broker.ownership.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.ownership.namespace_bundle import BUNDLES_MAX
 from magnetar.broker.security.settings import SecuritySettings
-from magnetar.managed_ledger.retention_settings import RetentionSettings
+from magnetar.managed_ledger.retention_settings import RetentionDefaults, RetentionSettings
 from magnetar.managed_ledger.settings import ManagedLedgerOptions, ManagedLedgerSettings
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -57,13 +61,29 @@ LEDGER_PASSWORD_BYTES = 20
 """Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
 
+class NamespaceDefaultsSettings(RetentionDefaults):
+    """What a namespace gets when its policies do not say (Pulsar's broker defaults), declared once: the
+    broker's settings and the admin API's (:class:`magnetar.admin.rest.AdminSettings`) inherit them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    default_number_of_namespace_bundles: Annotated[int, Field(ge=1, le=BUNDLES_MAX)] = 4
+    """Bundles of a namespace whose policies name none (Pulsar's default is 4)."""
+    topic_level_policies_enabled: bool = True
+    """Pulsar's ``topicLevelPoliciesEnabled``: the admin API's topic-level policy routes answer (405 when
+    off)."""
+
+
 class BrokerSettings(
     SecuritySettings,
-    MetadataConnectionSettings,
+    ProcessMetadataSettings,
     RetentionSettings,
+    NamespaceDefaultsSettings,
     LoadBalancerSettings,
     ProxySettings,
     QuorumSettings,
+    HttpListenSettings,
+    AdvertisedAddressSettings,
 ):
     model_config = SettingsConfigDict(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
@@ -71,15 +91,11 @@ class BrokerSettings(
     FLATTENED: ClassVar[tuple[str, ...]] = ("http", "managed_ledger", "client")
     """Composed layers whose settings are also reached by their flat names (:mod:`.flat_settings`)."""
 
-    # -- identity and addresses -----------------------------------------------------------------
-    metadata_url: str = "memory://"
+    # -- identity and addresses (metadata_url: ProcessMetadataSettings'; bind_address, http_port:
+    # HttpListenSettings') --------------------------------------------------------------------------------
     cluster: str = "standalone"
-    bind_address: str = "127.0.0.1"
-    http_port: Annotated[int, Field(ge=0, le=65535)] = 8080
-    """HTTP port of the WebSocket API, admin REST, lookup and /metrics; 0 picks a free one."""
-    advertised_address: str | None = None
-    """Host clients are told to use (lookup, redirects); default: the bind address unless it is a wildcard,
-    else the hostname."""
+    # advertised_address (the host clients are told to use in lookups and redirects):
+    # AdvertisedAddressSettings'
     cluster_metadata_init: bool = True
     """Create the cluster (with this broker's HTTP URL as its ``serviceUrl``), tenant ``public`` and namespace
     ``public/default`` at start when they are missing, as Pulsar's standalone does. Off where one place
@@ -92,8 +108,7 @@ class BrokerSettings(
     """Non-persistent topics this broker holds in memory at once; creating one more is refused (412 on the
     WebSocket upgrade). ``topics_per_namespace_max`` also applies, counting a namespace's loaded
     non-persistent topics."""
-    default_number_of_namespace_bundles: Annotated[int, Field(ge=1, le=BUNDLES_MAX)] = 4
-    """Bundles of a namespace whose policies name none (Pulsar's default is 4)."""
+    # default_number_of_namespace_bundles: NamespaceDefaultsSettings'
 
     # -- storage (managed ledger + replication client) ------------------------------------------
     # The default quorum of new ledgers (ensemble_size, write_quorum, ack_quorum) is QuorumSettings'.
@@ -123,7 +138,7 @@ class BrokerSettings(
     stats_update_interval_s: Annotated[float, Field(gt=0)] = 60
     """statsUpdateFrequencyInSecs: topic stats' rates (``msgRateIn`` ...) are averages over this period,
     recomputed at its end."""
-    topic_level_policies_enabled: bool = True
+    # topic_level_policies_enabled: NamespaceDefaultsSettings'
 
     # -- publishing ------------------------------------------------------------------------------
     publish_batch_messages_max: Annotated[int, Field(ge=1, le=65535)] = 1000
@@ -209,14 +224,7 @@ class BrokerSettings(
         return self
 
     def advertised_host(self) -> str:
-        if self.advertised_address:
-            return self.advertised_address
-        try:
-            if ipaddress.ip_address(self.bind_address).is_unspecified:
-                return socket.gethostname()
-        except ValueError:
-            pass
-        return self.bind_address
+        return advertised_host_for(self.advertised_address, self.bind_address)
 
     def http_tls_settings(self) -> HttpSettings:
         """The HTTP settings of the TLS port (``http_port_tls``), otherwise those of the plain port."""

@@ -16,7 +16,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from magnetar.bookkeeper.client import QuorumSettings
-from magnetar.bookkeeper.protocol.digest import DigestType
+from magnetar.bookkeeper.client.settings import LedgerDigestSettings
 from magnetar.managed_ledger.rollover import RolloverLimits
 
 
@@ -76,12 +76,11 @@ class ManagedLedgerOptions(BaseModel):
         )
 
 
-class ManagedLedgerSettings(QuorumSettings, ManagedLedgerOptions):
-    """The managed ledger's settings: its options, the quorum, and the identity of its new ledgers."""
+class ManagedLedgerSettings(QuorumSettings, ManagedLedgerOptions, LedgerDigestSettings):
+    """The managed ledger's settings: its options, the quorum, and the identity of its new ledgers (their
+    password, and the client's ``digest_type``)."""
 
     password: bytes = Field(b"", repr=False)
     """Password of new ledgers (the brokers set a secret one; see the module's docstring)."""
-    digest_type: DigestType = DigestType.CRC32C
-    """Digest of new ledgers' entries (existing ledgers keep the one they record)."""
     metadata_operation_timeout_s: float = Field(60, gt=0)
     """How long one metadata-store operation may take (the broker's ``metadata_operation_timeout_ms``)."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from magnetar.admin.perf.ws import add_consume_arguments, run_consume
+from magnetar.admin.perf.ws import run_consume
+from magnetar.admin.perf.ws_args import add_consume_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from magnetar.admin.perf.ws import add_produce_arguments, run_produce
+from magnetar.admin.perf.ws import run_produce
+from magnetar.admin.perf.ws_args import add_produce_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -33,7 +33,8 @@ when the run ended as asked (every one of ``--messages`` acknowledged, or the du
 130 on Ctrl-C (the summary is printed all the same).
 
 Both print throughput and latency percentiles every ``--report-interval-s`` and a summary at the end (the
-last line on stdout is JSON, for scripts: :mod:`.ws_stats`).
+last line on stdout is JSON, for scripts: :mod:`.ws_stats`). The arguments are :mod:`.ws_args`'; connecting
+(lookup, token, retries) is :mod:`.ws_connect`'s.
 """
 
 from __future__ import annotations
@@ -45,306 +46,37 @@ import math
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode, urlsplit
 
 import orjson
 import trio
 
 from magnetar.admin.perf import ws_binary as perf_ws_binary
 from magnetar.admin.perf.common import messages_due
+from magnetar.admin.perf.ws_args import DEFAULT_DURATION_S
+from magnetar.admin.perf.ws_connect import Session, auth_token, check_close, connect, topic_paths
 from magnetar.admin.perf.ws_stats import PerfFailure, SendProgress, Stats, report_line, summary_line
 from magnetar.admin.processes.process_common import tune_gc
 from magnetar.bookkeeper.runtime.auth.errors import KeyConfigError
-from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected, connection_loss
-from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
+from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, connection_loss
 
 SEND_BATCH_MAX = 100
 """Messages per socket write of the producer."""
-DEFAULT_DURATION_S = 30.0
-"""How long a run without ``--messages`` lasts unless ``--duration-s`` says otherwise."""
-FATAL_UPGRADE_STATUSES = frozenset({101, 400, 401, 403, 404, 405, 412})
-"""Refusals of the upgrade that no retry fixes (101: the handshake itself was wrong)."""
-FATAL_CLOSE_CODES = frozenset({4005, 4006})
-"""Sessions closed for authentication (Pulsar's code 5) or authorization (6)."""
-TOPICS_MAX = 10_000
-"""``--topics`` at most (one producer or consumer task per topic at least)."""
-LOOKUP_TIMEOUT_S = 10.0
-"""How long one lookup may take before it counts as a failed connection attempt."""
-RETRY_PAUSE_S = 0.2
-RETRY_REPORT_INTERVAL_S = 5.0
-"""A connection that keeps failing for the same reason is reported again after this long."""
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-# -- arguments -----------------------------------------------------------------------------------------
-
-
-def _number(
-    kind: Callable[[str], Any], low: float, what: str, high: float = math.inf
-) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not low <= value <= high or (isinstance(value, float) and math.isinf(value)):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return value
-
-    return parse
-
-
-COUNT = _number(int, 0, "a whole number >= 0")
-POSITIVE = _number(int, 1, "a whole number >= 1")
-SECONDS = _number(float, 0.0, "a number of seconds >= 0")
-POSITIVE_SECONDS = _number(float, 0.001, "a number of seconds >= 0.001")
-RATE = _number(float, 0.0, "a rate >= 0")
-
-
-def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default="ws://127.0.0.1:8080", help="broker URL (ws:// or http://)")
-    parser.add_argument(
-        "--topic", required=True, help="persistent://tenant/ns/topic, tenant/ns/topic or topic"
-    )
-    parser.add_argument(
-        "--messages",
-        type=COUNT,
-        default=0,
-        help="run until this many messages are acknowledged (produce) or received (consume); 0: no count",
-    )
-    parser.add_argument(
-        "--duration-s",
-        type=SECONDS,
-        default=None,
-        help=f"stop after this long; unset: {DEFAULT_DURATION_S:g} s without --messages, no limit with it; "
-        "0: no limit",
-    )
-    parser.add_argument(
-        "--report-interval-s", type=POSITIVE_SECONDS, default=5.0, help="seconds between progress lines"
-    )
-    parser.add_argument(
-        "--reconnect-timeout-s",
-        type=POSITIVE_SECONDS,
-        default=60.0,
-        help="give up (exit 1) when no connection could be made, or the broker refused every message, "
-        "for this long",
-    )
-    parser.add_argument(
-        "--auth-token",
-        default=None,
-        help="token for a broker with authentication: token:<jwt>, file:///path or the bare token (sent as "
-        "the WebSocket API's token query parameter); unset: $MAGNETAR_AUTH_TOKEN, else none",
-    )
-    parser.add_argument(
-        "--protocol",
-        default="json",
-        choices=["json", "binary"],
-        help="Pulsar's JSON API, or Magnetar's binary subprotocol magnetar.v1 (many messages per frame)",
-    )
-    parser.add_argument(
-        "--topics",
-        type=_number(int, 1, f"a number of topics from 1 to {TOPICS_MAX:,}", TOPICS_MAX),
-        default=1,
-        help="spread the load over this many topics, <topic>-0 .. <topic>-(N-1) (1: --topic itself)",
-    )
-    parser.add_argument(
-        "--lookup",
-        action="store_true",
-        help="connect each session to its topic's owner found by the broker's lookup, as a Pulsar client "
-        "does, instead of to --url",
-    )
-
-
-def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
-    add_common(parser)
-    parser.add_argument(
-        "--rate", type=RATE, default=0.0, help="messages/s in total; 0: as fast as acks allow"
-    )
-    parser.add_argument("--size", type=COUNT, default=100, help="payload bytes of every message")
-    parser.add_argument("--producers", type=POSITIVE, default=1, help="producer connections")
-    parser.add_argument("--max-pending", type=POSITIVE, default=1000, help="unacked messages per producer")
-    parser.add_argument(
-        "--batch-size", type=POSITIVE, default=100, help="messages per SEND frame (--protocol binary only)"
-    )
-
-
-def add_consume_arguments(parser: argparse.ArgumentParser) -> None:
-    add_common(parser)
-    parser.add_argument("--subscription", default="perf-sub", help="subscription name")
-    parser.add_argument(
-        "--subscription-type",
-        default="Exclusive",
-        choices=["Exclusive", "Shared", "Failover", "Key_Shared"],
-        help="subscription type",
-    )
-    parser.add_argument(
-        "--initial-position",
-        default="Earliest",
-        choices=["Earliest", "Latest"],
-        help="where a new subscription starts",
-    )
-    parser.add_argument(
-        "--receiver-queue-size", type=COUNT, default=1000, help="messages delivered ahead of acks (max 1000)"
-    )
+# -- a run ---------------------------------------------------------------------------------------------
 
 
 def _duration_s(args: argparse.Namespace) -> float:
     if args.duration_s is None:
         return math.inf if args.messages else DEFAULT_DURATION_S
     return math.inf if args.duration_s == 0 else float(args.duration_s)
-
-
-def _token(args: argparse.Namespace) -> str | None:
-    setting = args.auth_token if args.auth_token is not None else os.environ.get("MAGNETAR_AUTH_TOKEN")
-    return read_token_setting(setting, "--auth-token") if setting else None
-
-
-def _with_token(url: str, args: argparse.Namespace) -> str:
-    token = _token(args)
-    if not token:
-        return url
-    return f"{url}{'&' if '?' in url else '?'}{urlencode({'token': token})}"
-
-
-def _subprotocols(args: argparse.Namespace) -> list[str]:
-    return [SUBPROTOCOL] if args.protocol == "binary" else []
-
-
-def _path(topic: str) -> str:
-    topic = topic.removeprefix("persistent://")
-    parts = topic.split("/")
-    if len(parts) == 1:
-        parts = ["public", "default", *parts]
-    return "persistent/" + "/".join(parts)
-
-
-_TO_WS = {"https://": "wss://", "http://": "ws://"}
-_TO_HTTP = {ws: http for http, ws in _TO_WS.items()}
-
-
-def _rescheme(url: str, schemes: dict[str, str]) -> str:
-    for old, new in schemes.items():
-        if url.startswith(old):
-            return new + url.removeprefix(old).rstrip("/")
-    return url.rstrip("/")
-
-
-def _base(url: str) -> str:
-    """The WebSocket base of a broker URL: ``http(s)://`` becomes ``ws(s)://``."""
-    return _rescheme(url, _TO_WS)
-
-
-def _http_base(url: str) -> str:
-    """The HTTP base of a broker URL (its WebSocket API and lookup share one port)."""
-    return _rescheme(url, _TO_HTTP)
-
-
-def _topic_paths(args: argparse.Namespace) -> list[str]:
-    """The ``persistent/tenant/ns/topic`` path of each topic of the run (``--topics``)."""
-    if args.topics == 1:
-        return [_path(args.topic)]
-    return [_path(f"{args.topic}-{index}") for index in range(args.topics)]
-
-
-@dataclass(frozen=True)
-class _Session:
-    """What one producer or consumer connects to: its topic and the WebSocket path (with query) after the
-    broker's base URL."""
-
-    topic: str
-    path: str
-
-
-class _LookupFailed(Exception):
-    """A lookup that may succeed when retried (no answer, 5xx, 429)."""
-
-
-def _lookup_blocking(url: str, token: str | None) -> str:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=LOOKUP_TIMEOUT_S) as response:
-            answer = orjson.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        reason = exc.read().decode(errors="replace")[:200]
-        if exc.code in FATAL_UPGRADE_STATUSES:
-            raise PerfFailure(f"lookup {_shown(url)} refused: {exc.code} {reason}") from None
-        raise _LookupFailed(f"lookup answered {exc.code} {reason}") from None
-    except (OSError, ValueError) as exc:
-        raise _LookupFailed(f"lookup failed: {type(exc).__name__}: {exc}") from None
-    owner = answer.get("httpUrlTls") if url.startswith("https://") else None
-    owner = owner or answer.get("httpUrl")
-    if not isinstance(owner, str) or "://" not in owner:
-        raise PerfFailure(f"lookup {_shown(url)} answered no httpUrl: {answer!r}"[:300])
-    return owner
-
-
-async def _session_url(session: _Session, args: argparse.Namespace) -> str:
-    """The URL to connect ``session`` to: through ``--url``, or its topic's owner with ``--lookup``."""
-    base = _base(args.url)
-    if args.lookup:
-        lookup = f"{_http_base(args.url)}/lookup/v2/topic/{session.topic}"
-        owner = await trio.to_thread.run_sync(_lookup_blocking, lookup, _token(args))
-        base = _base(owner)
-    return _with_token(base + session.path, args)
-
-
-def _shown(url: str) -> str:
-    """A URL fit for messages: without its query (which may carry the token)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}{parts.path}"
-
-
-# -- connecting ----------------------------------------------------------------------------------------
-
-
-async def _connect(session: _Session, args: argparse.Namespace, who: str) -> WsClient:
-    """Connect, retrying what may pass (lost connections, failed lookups, 409, 429, 5xx) for
-    ``--reconnect-timeout-s``; :class:`PerfFailure` at once for a refusal no retry fixes."""
-    deadline = time.monotonic() + args.reconnect_timeout_s
-    reported = ("", 0.0)
-    url = _base(args.url) + session.path
-    while True:
-        try:
-            url = await _session_url(session, args)
-            return await WsClient.connect(url, subprotocols=_subprotocols(args))
-        except _LookupFailed as exc:
-            problem = str(exc)
-        except WsRejected as exc:
-            if exc.status in FATAL_UPGRADE_STATUSES:
-                raise PerfFailure(
-                    f"{who}: {_shown(url)} refused the connection: {exc.status} {exc.reason}"
-                ) from None
-            problem = f"refused: {exc.status} {exc.reason}"
-        except (OSError, trio.TooSlowError) as exc:
-            problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        now = time.monotonic()
-        if now >= deadline:
-            raise PerfFailure(
-                f"{who}: no connection to {_shown(url)} for {args.reconnect_timeout_s:g} s "
-                f"(--reconnect-timeout-s); last: {problem}"
-            )
-        if problem != reported[0] or now - reported[1] >= RETRY_REPORT_INTERVAL_S:
-            print(f"{who}: connect failed ({problem}); retrying", flush=True)
-            reported = (problem, now)
-        await trio.sleep(RETRY_PAUSE_S)
-
-
-def _check_close(exc: BaseException, who: str) -> None:
-    if isinstance(exc, WsClosed) and exc.code in FATAL_CLOSE_CODES:
-        raise PerfFailure(f"{who}: the broker closed the session: {exc.code} {exc.reason}") from None
-
-
-# -- a run ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -419,7 +151,7 @@ def _quotas(messages: int, producers: int) -> list[int]:
 
 
 async def produce(args: argparse.Namespace, run: PerfRun) -> None:
-    sessions = [_Session(topic, f"/ws/v2/producer/{topic}") for topic in _topic_paths(args)]
+    sessions = [Session(topic, f"/ws/v2/producer/{topic}") for topic in topic_paths(args)]
     producers_total = args.producers * len(sessions)
     rate = args.rate / producers_total if args.rate else 0.0
     run.extra = {
@@ -440,7 +172,7 @@ async def produce(args: argparse.Namespace, run: PerfRun) -> None:
 
 
 async def _producer(
-    session: _Session, args: argparse.Namespace, quota: int, rate: float, stats: Stats, index: int
+    session: Session, args: argparse.Namespace, quota: int, rate: float, stats: Stats, index: int
 ) -> None:
     """One producer: sends ``quota`` messages (0: until cancelled); reconnects when the connection is lost."""
     who = f"producer {index}"
@@ -448,7 +180,7 @@ async def _producer(
     raw = os.urandom(args.size)
     payload = base64.b64encode(raw).decode()
     while True:
-        client = await _connect(session, args, who)
+        client = await connect(session, args, who)
         try:
             if args.protocol == "binary":
                 await perf_ws_binary.produce_on(client, raw, quota, progress, rate, args.batch_size, stats)
@@ -456,7 +188,7 @@ async def _producer(
                 await _produce_on(client, payload, quota, progress, rate, stats)
             return
         except (WsClosed, OSError, trio.BrokenResourceError) as exc:
-            _check_close(exc, who)
+            check_close(exc, who)
             print(f"{who}: connection lost ({exc}); reconnecting", flush=True)
         finally:
             await client.aclose()
@@ -535,20 +267,20 @@ async def consume(args: argparse.Namespace, run: PerfRun) -> None:
         f"&subscriptionInitialPosition={args.initial_position}"
     )
     tail = f"/{args.subscription}?{query}"
-    sessions = [_Session(topic, f"/ws/v2/consumer/{topic}{tail}") for topic in _topic_paths(args)]
+    sessions = [Session(topic, f"/ws/v2/consumer/{topic}{tail}") for topic in topic_paths(args)]
     run.extra = {"protocol": args.protocol, "topics": len(sessions)}
     stats = run.stats
 
-    async def consumer(session: _Session, who: str, done: trio.CancelScope) -> None:
+    async def consumer(session: Session, who: str, done: trio.CancelScope) -> None:
         while not args.messages or stats.count < args.messages:
-            client = await _connect(session, args, who)
+            client = await connect(session, args, who)
             try:
                 if args.protocol == "binary":
                     await perf_ws_binary.consume_on(client, args.messages, stats)
                 else:
                     await _consume_on(client, args.messages, stats)
             except (WsClosed, OSError, trio.BrokenResourceError) as exc:
-                _check_close(exc, who)
+                check_close(exc, who)
                 print(f"{who}: connection lost ({exc}); reconnecting", flush=True)
             finally:
                 await client.aclose()
@@ -607,7 +339,7 @@ def _execute(
     run: PerfRun, main: Callable[[argparse.Namespace, PerfRun], Any], args: argparse.Namespace
 ) -> int:
     try:
-        _token(args)  # a token file that cannot be read is a usage error, before anything starts
+        auth_token(args)  # a token file that cannot be read is a usage error, before anything starts
     except KeyConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

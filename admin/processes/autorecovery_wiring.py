@@ -18,12 +18,10 @@ import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Annotated
 
 import trio
 from prometheus_client import CollectorRegistry
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.admin.processes.bookie_settings import BookieSettings
@@ -37,11 +35,10 @@ from magnetar.bookkeeper.autorecovery.metrics import AutoRecoveryCollector
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
 from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
 from magnetar.bookkeeper.bookie.http_api import HttpAccess
+from magnetar.bookkeeper.bookie.settings import BookKeeperServiceSettings
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
-from magnetar.bookkeeper.runtime.auth.authentication import MetricsAccessSettings, Roles, TokenKeySettings
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.bookkeeper.runtime.http import HttpRequest, Router
@@ -49,16 +46,26 @@ from magnetar.bookkeeper.runtime.http import HttpRequest, Router
 log = logging.getLogger("magnetar.autorecovery")
 
 
-class BookieProcessSettings(BookieSettings):
-    """``magnetar bookie``'s settings: the bookie's own, plus the AutoRecovery daemon it runs."""
+class AutoRecoveryTable(BaseModel):
+    """The ``autorecovery`` table (``MAGNETAR_AUTORECOVERY__<NAME>``), declared once: a bookie's settings and
+    ``magnetar autorecovery``'s hold it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     autorecovery: AutoRecoverySettings = AutoRecoverySettings()
-    """AutoRecovery inside this bookie, e.g. ``MAGNETAR_AUTORECOVERY__ENABLED=false``."""
+    """The AutoRecovery daemon (inside a bookie or on its own), e.g. ``MAGNETAR_AUTORECOVERY__ENABLED=false``;
+    its token and TLS towards the bookies are ``autorecovery.bookkeeper_*``."""
 
 
-class AutoRecoveryProcessSettings(
-    BaseSettings, MetadataConnectionSettings, TokenKeySettings, MetricsAccessSettings
-):
+class BookieProcessSettings(BookieSettings, AutoRecoveryTable):
+    """``magnetar bookie``'s settings: the bookie's own, plus the AutoRecovery daemon it runs."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
+
+
+class AutoRecoveryProcessSettings(BaseSettings, BookKeeperServiceSettings, AutoRecoveryTable):
     """``magnetar autorecovery``'s settings (every field also ``MAGNETAR_<NAME>``): the metadata store as
     every process reaches it (``zk_tls_*`` included), the cluster's token key and the superusers that guard
     its HTTP routes as a bookie's guard them (``authentication_enabled``, ``token_*``, ``super_user_roles``,
@@ -69,16 +76,11 @@ class AutoRecoveryProcessSettings(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
 
-    metadata_url: str = "memory://"
-    super_user_roles: Roles = ()
-    """Roles allowed the AutoRecovery REST API when authentication is on (as a bookie's)."""
-    bind_address: str = "0.0.0.0"
-    http_port: Annotated[int, Field(ge=0, le=65535)] | None = None
-    """Port of ``/metrics`` and the AutoRecovery REST API; unset serves no HTTP; 0 picks a free one."""
+    # metadata_url, super_user_roles (allowed the AutoRecovery REST API when authentication is on),
+    # bind_address, http_port (of /metrics and the REST API), port_file: BookKeeperServiceSettings', as a
+    # bookie's
     daemon_id: str | None = None
     """Name in the auditor election and on locks; default ``<hostname>:<pid>``."""
-    port_file: Path | None = None
-    autorecovery: AutoRecoverySettings = AutoRecoverySettings()
 
     def resolved_daemon_id(self) -> str:
         return self.daemon_id or f"{socket.gethostname()}:{os.getpid()}"

@@ -42,7 +42,7 @@ from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.policies.store import PolicyError
 from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.service import BrokerService
-from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.settings import BrokerSettings, NamespaceDefaultsSettings
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.topic_name import NamespaceName, TopicName
 from magnetar.gc.backlog_quota import BacklogQuotaMonitor
@@ -257,14 +257,8 @@ def retention_settings(settings: BrokerSettings) -> RetentionSettings:
 
 
 def admin_settings(settings: BrokerSettings) -> AdminSettings:
-    return AdminSettings(
-        cluster_name=settings.cluster,
-        default_number_of_namespace_bundles=settings.default_number_of_namespace_bundles,
-        topic_level_policies_enabled=settings.topic_level_policies_enabled,
-        default_retention_time_min=settings.default_retention_time_min,
-        default_retention_size_mb=settings.default_retention_size_mb,
-        ttl_duration_default_s=settings.ttl_duration_default_s,
-    )
+    defaults = {name: getattr(settings, name) for name in NamespaceDefaultsSettings.model_fields}
+    return AdminSettings.model_validate({**defaults, "cluster_name": settings.cluster})
 
 
 @dataclass

@@ -50,6 +50,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.config import Parts
 from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
+from magnetar.bookkeeper.runtime.http.settings import HttpListenSettings
 from magnetar.broker.settings import BrokerSettings
 
 MIB = 1024 * 1024
@@ -113,7 +114,7 @@ def _deep_merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, An
     return merged
 
 
-class StandaloneSettings(BaseSettings):
+class StandaloneSettings(BaseSettings, HttpListenSettings):
     model_config = SettingsConfigDict(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
@@ -126,9 +127,8 @@ class StandaloneSettings(BaseSettings):
 
     data_dir: Path = Path("data")
     """Everything is stored here: ``metadata`` (RocksDB) and ``bookie-<i>`` for bookie ``i``."""
-    http_port: Annotated[int, Field(ge=0, le=65535)] = 8080
-    """WebSocket API, admin REST API, ``/metrics`` and the bookies' HTTP API; 0 picks a free port."""
-    bind_address: str = "127.0.0.1"
+    # http_port (WebSocket API, admin REST API, /metrics and the bookies' HTTP API) and bind_address:
+    # HttpListenSettings', as the broker's, which the standalone sets from them
     bookies: Annotated[int, Field(ge=1, le=9)] = 1
     bookie_port: Annotated[int, Field(ge=1, le=65526)] = 3181
     """Bookie ``i`` listens on ``127.0.0.1:<bookie_port + i>``; keep it stable across restarts."""

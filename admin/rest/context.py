@@ -13,36 +13,30 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from magnetar.admin.rest.bundle_host import BundleHost
 from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.metadata import MetadataStore
-from magnetar.broker.ownership.namespace_bundle import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
 from magnetar.broker.policies.store import PolicyStore
 from magnetar.broker.security.broker_security import BrokerSecurity
+from magnetar.broker.settings import NamespaceDefaultsSettings
 from magnetar.broker.wire.topic_name import NamespaceName, TopicName
 
 
-class AdminSettings(BaseModel):
-    """Broker settings the admin API consults (Pulsar's names, unit last)."""
+class AdminSettings(NamespaceDefaultsSettings):
+    """Broker settings the admin API consults (Pulsar's names, unit last); the defaults of a namespace
+    (bundles, retention, TTL, topic-level policies) are the broker's :class:`NamespaceDefaultsSettings`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     cluster_name: str = "standalone"
-    default_number_of_namespace_bundles: int = Field(
-        default=DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES, ge=1, le=BUNDLES_MAX
-    )
     max_num_partitions_per_partitioned_topic: int = Field(default=0, ge=0)
     """0 = unlimited (Pulsar's ``maxNumPartitionsPerPartitionedTopic``); bounded by :data:`PARTITIONS_MAX`."""
     max_tenants: int = Field(default=0, ge=0)
     """0 = unlimited (Pulsar's ``maxTenants``)."""
     force_delete_tenant_allowed: bool = False
     force_delete_namespace_allowed: bool = False
-    topic_level_policies_enabled: bool = True
-    default_retention_time_min: int = Field(default=0, ge=-1)
-    default_retention_size_mb: int = Field(default=0, ge=-1)
-    ttl_duration_default_s: int = Field(default=0, ge=0)
     backlog_quota_default_limit_bytes: int = Field(default=-1, ge=-1)
     backlog_quota_default_limit_s: int = Field(default=-1, ge=-1)
     topics_listed_max: int = Field(default=100_000, ge=1)

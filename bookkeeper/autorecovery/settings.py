@@ -31,21 +31,29 @@ bounds how long an idle worker waits before it looks for marks again when no cha
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
-from magnetar.bookkeeper.client.settings import BookieClientSecurity, ClientSettings
+from magnetar.bookkeeper.client.settings import (
+    BookieClientSecurity,
+    ClientSettings,
+    RackPlacementSettings,
+    RequestTimeouts,
+)
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 IntervalS = Annotated[int, Field(ge=0, le=366 * 86_400)]
 """A periodic check's interval in seconds (0 = never; at most a year)."""
-TimeoutMs = Annotated[int, Field(gt=0, le=600_000)]
-"""A request timeout in milliseconds (at most 10 minutes)."""
 
 
-class AutoRecoverySettings(BookieClientSecurity):
+AUTORECOVERY_REQUEST_TIMEOUTS_MS: dict[str, int] = {"add_timeout_ms": 10_000, "read_timeout_ms": 10_000}
+"""AutoRecovery's defaults of the client's request timeouts (a broker's are 5,000 ms): a copy runs in the
+background, so it waits longer for a slow bookie before it gives the fragment up and tries again."""
+
+
+class AutoRecoverySettings(BookieClientSecurity, RequestTimeouts, RackPlacementSettings):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = True
@@ -82,28 +90,26 @@ class AutoRecoverySettings(BookieClientSecurity):
     metadata_walk_in_flight_max: Annotated[int, Field(ge=1, le=1024)] = 32
     """Ledger metadata reads the auditor keeps in flight while it scans every ledger."""
 
-    min_num_racks_per_write_quorum: Annotated[int, Field(ge=1, le=64)] = 2
-    """Racks each write set should span when a new bookie is chosen (as the brokers' placement)."""
-    enforce_min_num_racks_per_write_quorum: bool = False
-    """Refuse a new bookie that leaves a write set below ``min_num_racks_per_write_quorum``."""
-    add_timeout_ms: TimeoutMs = 10_000
-    """Timeout of one copy written to a new bookie."""
-    read_timeout_ms: TimeoutMs = 10_000
-    """Timeout of one read from a surviving bookie."""
-    # bookkeeper_auth_token and bookkeeper_tls_* (the token and TLS files): BookieClientSecurity's
+    # min_num_racks_per_write_quorum / enforce_min_num_racks_per_write_quorum (where a new bookie goes):
+    # RackPlacementSettings'; add_timeout_ms / read_timeout_ms (a copy written to a new bookie, a read from a
+    # survivor): RequestTimeouts', defaulting to AUTORECOVERY_REQUEST_TIMEOUTS_MS here; bookkeeper_auth_token
+    # and bookkeeper_tls_* (the token and TLS files): BookieClientSecurity's
+
+    @model_validator(mode="before")
+    @classmethod
+    def _autorecovery_timeouts(cls, data: Any) -> Any:
+        """AutoRecovery's defaults of the request timeouts, under whatever was given for them."""
+        if not isinstance(data, dict):
+            return data
+        return {**AUTORECOVERY_REQUEST_TIMEOUTS_MS, **data}
 
     @property
     def grace_period_s(self) -> float:
         return self.open_ledger_rereplication_grace_period_ms / 1000
 
     def client_settings(self) -> ClientSettings:
-        """The replication client's settings (quorums do not matter: it never creates ledgers)."""
-        return ClientSettings(
-            ensemble_size=1,
-            write_quorum=1,
-            ack_quorum=1,
-            add_timeout_ms=self.add_timeout_ms,
-            read_timeout_ms=self.read_timeout_ms,
-            min_num_racks_per_write_quorum=self.min_num_racks_per_write_quorum,
-            enforce_min_num_racks_per_write_quorum=self.enforce_min_num_racks_per_write_quorum,
-        )
+        """The replication client's settings: the client's defaults with AutoRecovery's request timeouts and
+        placement (quorums do not matter: it never creates ledgers)."""
+        shared = {*RequestTimeouts.model_fields, *RackPlacementSettings.model_fields}
+        own = {name: getattr(self, name) for name in sorted(shared)}
+        return ClientSettings.model_validate({**own, "ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1})

@@ -24,26 +24,50 @@ authentication is on, the HTTP endpoints other than ``is_ready`` need a token of
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
-from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
+from magnetar.bookkeeper.bookie.storage.settings import BookieDirectories, BookieStorageSettings
+from magnetar.bookkeeper.metadata.settings import ProcessMetadataSettings
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
-from magnetar.bookkeeper.runtime.auth.authentication import MetricsAccessSettings, Roles, TokenKeySettings
+from magnetar.bookkeeper.runtime.address_settings import AdvertisedAddressSettings, advertised_host_for
+from magnetar.bookkeeper.runtime.auth.authentication import (
+    MetricsAccessSettings,
+    Roles,
+    SuperUserSettings,
+    TokenKeySettings,
+)
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings
 
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 
 
+class BookKeeperServiceSettings(
+    ProcessMetadataSettings, TokenKeySettings, MetricsAccessSettings, SuperUserSettings
+):
+    """What every process serving the BookKeeper cluster reads - a bookie, ``magnetar autorecovery`` -
+    declared once: the way to the metadata store, the cluster's token key and superusers (who may use its
+    HTTP endpoints once authentication is on), where it listens and where it reports its ports."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bind_address: str = "0.0.0.0"
+    """Address the process listens on (every IPv4 interface by default: it serves the cluster)."""
+    http_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    """Port of the process's HTTP endpoints (``/metrics``; a bookie's ``/api/v1/bookie/...``, published in
+    its registration; AutoRecovery's REST API) on ``bind_address``; 0 picks a free one; unset serves no
+    HTTP."""
+    port_file: Path | None = None
+    """Once serving (a bookie: and registered), write its ports as JSON here (atomically; a bookie's
+    ``{"bookieId", "host", "port"}``)."""
+
+
 class BookieServerSettings(
-    BaseSettings, MetadataConnectionSettings, TokenKeySettings, MetricsAccessSettings, ServerTlsSettings
+    BaseSettings, BookKeeperServiceSettings, ServerTlsSettings, BookieDirectories, AdvertisedAddressSettings
 ):
     """What a bookie server reads. A bookie process's settings (``BookieSettings``, composed by
     ``magnetar.admin.processes``) add its garbage collector's; the token key, the TLS files and the way to
@@ -53,11 +77,7 @@ class BookieServerSettings(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
 
-    metadata_url: str = "memory://"
-    data_dir: Path = Path("data/bookie")
-    """Entry logs, the RocksDB index and the journal mark (the ledgers volume)."""
-    journal_dir: Path | None = None
-    """Journal files; ``data_dir/journal`` when unset. Put it on its own disk in production."""
+    # data_dir, journal_dir: BookieDirectories'
     storage: Literal["disk", "memory"] = "disk"
     """Ledger storage engine: ``disk`` (journal + entry logs + RocksDB index, durable) or ``memory``
     (everything in RAM, lost on exit: tests and demos only)."""
@@ -66,16 +86,9 @@ class BookieServerSettings(
     memory_store_bytes_max: PositiveInt = 1024 * 1024 * 1024
     """Capacity of the ``memory`` engine (what ``disk_usage`` reports as the disk size)."""
 
-    bind_address: str = "0.0.0.0"
     port: Annotated[int, Field(ge=0, le=65535)] = 3181
     """TCP port of the bookie protocol; 0 picks a free port (see ``port_file``)."""
-    advertised_address: str | None = None
-    """Host part of the bookie id; default: ``bind_address`` unless it is a wildcard, else the hostname."""
-    http_port: Annotated[int, Field(ge=0, le=65535)] | None = None
-    """Port of the bookie's HTTP endpoints (``/metrics``, ``/api/v1/bookie/...``) on ``bind_address``;
-    0 picks a free one; unset serves no HTTP. Published in the registration."""
-    port_file: Path | None = None
-    """Once serving and registered, write ``{"bookieId", "host", "port"}`` JSON here (atomically)."""
+    # advertised_address (the host part of the bookie id): AdvertisedAddressSettings'
     rack: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\s]+$")] | None = None
     """The bookie's rack or zone (e.g. Kubernetes' ``topology.kubernetes.io/zone``), published in its
     registration: rack-aware placement spreads each write set over as many racks as it can. Empty is no
@@ -104,8 +117,7 @@ class BookieServerSettings(
     auth_allowed_roles: Roles = ()
     """The brokers' roles (comma-separated): the subject of the ``bookkeeper_auth_token`` they present.
     With ``super_user_roles`` the only roles admitted; both empty admits nobody."""
-    super_user_roles: Roles = ()
-    """Roles allowed everything (comma-separated, as the brokers' ``super_user_roles``); admitted too."""
+    # super_user_roles (allowed everything, as the brokers'; admitted too): SuperUserSettings'
     auth_timeout_ms: PositiveInt = 10_000
     """A connection that has not authenticated within this is closed (it would hold a connection slot)."""
     unauthenticated_bytes_max: Annotated[int, Field(ge=1024, le=1024 * 1024)] = 16 * 1024
@@ -151,14 +163,7 @@ class BookieServerSettings(
         )
 
     def advertised_host(self) -> str:
-        if self.advertised_address:
-            return self.advertised_address
-        try:
-            if ipaddress.ip_address(self.bind_address).is_unspecified:
-                return socket.gethostname()
-        except ValueError:
-            pass  # a host name
-        return self.bind_address
+        return advertised_host_for(self.advertised_address, self.bind_address)
 
 
 def bookie_id_for(host: str, port: int) -> str:

@@ -35,13 +35,63 @@ class QuorumSettings(BaseModel):
         return self
 
 
-class ClientOptions(BaseModel):
+REQUEST_TIMEOUT_MS_MAX = 600_000
+"""Bound on a per-bookie request timeout (10 minutes)."""
+
+
+class RequestTimeouts(BaseModel):
+    """The timeout of one request to a bookie, by kind (BookKeeper's ``addEntryTimeoutSec`` and
+    ``readTimeout``). Declared once here: the client's options, the TCP transport's settings and
+    AutoRecovery's inherit them. The client hands its values to the transport it runs on, which tracks each
+    request's deadline (one timeout tracker per request)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    add_timeout_ms: int = Field(
+        5000, ge=1, le=REQUEST_TIMEOUT_MS_MAX, description="per-bookie add request timeout"
+    )
+    read_timeout_ms: int = Field(
+        5000, ge=1, le=REQUEST_TIMEOUT_MS_MAX, description="per-bookie read / fence / read-LAC timeout"
+    )
+
+    @property
+    def add_timeout_s(self) -> float:
+        return self.add_timeout_ms / 1000
+
+    @property
+    def read_timeout_s(self) -> float:
+        return self.read_timeout_ms / 1000
+
+
+class RackPlacementSettings(BaseModel):
+    """Rack-aware placement of write sets (BookKeeper's ``minNumRacksPerWriteQuorum``,
+    ``enforceMinNumRacksPerWriteQuorum``). Declared once here: the client's options and AutoRecovery's (which
+    places replacement bookies) inherit them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_num_racks_per_write_quorum: int = Field(
+        2, ge=1, le=64, description="racks each write set should span (capped at WQ and the racks there are)"
+    )
+    enforce_min_num_racks_per_write_quorum: bool = Field(
+        False, description="refuse an ensemble (or replacement) below min_num_racks_per_write_quorum"
+    )
+
+
+class LedgerDigestSettings(BaseModel):
+    """The digest of new ledgers' entries (BookKeeper's ``digestType``; existing ledgers keep the one their
+    metadata records). Declared once here: the client's and the managed ledger's settings inherit it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    digest_type: DigestType = DigestType.CRC32C
+
+
+class ClientOptions(RequestTimeouts, RackPlacementSettings):
     """Every limit, timeout and placement rule of the client (what a process composes as its ``client``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    add_timeout_ms: int = Field(5000, ge=1, description="per-bookie add request timeout")
-    read_timeout_ms: int = Field(5000, ge=1, description="per-bookie read / fence / read-LAC timeout")
     pending_adds_max: int = Field(10_000, ge=1, description="adds in flight per ledger; more wait")
     entry_payload_bytes_max: int = Field(5 * 1024 * 1024 - 1024, ge=1, description="one entry's payload")
     ensemble_changes_max: int = Field(2**31 - 1, ge=0, description="ensemble changes per ledger handle")
@@ -56,29 +106,14 @@ class ClientOptions(BaseModel):
     metadata_retries_max: int = Field(64, ge=1, description="compare-and-set attempts per metadata update")
     ledger_id_retries_max: int = Field(16, ge=1, description="create attempts on a ledger-id collision")
     bookie_quarantine_ms: int = Field(1_800_000, ge=0, description="how long a failed bookie is avoided")
-    min_num_racks_per_write_quorum: int = Field(
-        2, ge=1, le=64, description="racks each write set should span (capped at WQ and the racks there are)"
-    )
-    enforce_min_num_racks_per_write_quorum: bool = Field(
-        False, description="refuse an ensemble (or replacement) below min_num_racks_per_write_quorum"
-    )
     rack_cache_ms: int = Field(
         60_000, ge=0, description="how long a bookie's rack (from its registration) is kept"
     )
 
-    @property
-    def add_timeout_s(self) -> float:
-        return self.add_timeout_ms / 1000
 
-    @property
-    def read_timeout_s(self) -> float:
-        return self.read_timeout_ms / 1000
-
-
-class ClientSettings(QuorumSettings, ClientOptions):
+class ClientSettings(QuorumSettings, ClientOptions, LedgerDigestSettings):
     """The client's settings: its options, the default quorum and the digest of new ledgers."""
 
-    digest_type: DigestType = DigestType.CRC32C
     ledgers_root_path: str = Field("/ledgers", pattern=r"^/[^/].*[^/]$|^/[^/]$")
     """Where ledgers' metadata lives in the metadata store (the bookies' and every client's: not a broker
     setting)."""

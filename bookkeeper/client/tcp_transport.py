@@ -51,8 +51,9 @@ from functools import partial
 from typing import Annotated, Self
 
 import trio
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from magnetar.bookkeeper.client.settings import RequestTimeouts
 from magnetar.bookkeeper.client.transport import (
     BookieId,
     FailureReason,
@@ -81,12 +82,13 @@ log = logging.getLogger(__name__)
 YIELD_EVERY_RESPONSES = 128
 
 
-class TcpTransportSettings(BaseModel):
+class TcpTransportSettings(RequestTimeouts):
+    """The transport's limits; its request timeouts (``add_timeout_ms``, ``read_timeout_ms``) are the
+    client's declaration, and a client on this transport hands it its own values."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     connect_timeout_ms: Annotated[int, Field(gt=0)] = 10_000
-    add_timeout_ms: Annotated[int, Field(gt=0)] = 5_000
-    read_timeout_ms: Annotated[int, Field(gt=0)] = 5_000
     inflight_requests_max: Annotated[int, Field(gt=0)] = 10_000
     frame_bytes_max: Annotated[int, Field(ge=64)] = FRAME_BYTES_MAX_DEFAULT
     receive_chunk_bytes: Annotated[int, Field(gt=0)] = 256 * 1024

@@ -106,3 +106,13 @@ class MetadataConnectionSettings(BaseModel):
             zk_tls_certificate_file=self.zk_tls_certificate_file,
             zk_tls_key_file=self.zk_tls_key_file,
         )
+
+
+class ProcessMetadataSettings(MetadataConnectionSettings):
+    """A process's metadata store and how it reaches it, declared once: a broker's, a bookie's and
+    ``magnetar autorecovery``'s settings inherit it (the metadata commands, which have no default store,
+    take :class:`MetadataConnectionSettings` and name the store themselves)."""
+
+    metadata_url: str = "memory://"
+    """The metadata store: ``zk:HOST:PORT[,HOST:PORT][/chroot]``, ``rocksdb:///PATH``, or ``memory://`` (in
+    the process: nothing shared, nothing kept)."""

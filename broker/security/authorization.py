@@ -39,9 +39,9 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
-from magnetar.bookkeeper.runtime.auth.authentication import Roles
+from magnetar.bookkeeper.runtime.auth.authentication import SuperUserSettings
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.broker.policies.store import NotFound, Policies, PolicyStore, PreconditionFailed
 from magnetar.broker.wire.strict_input import UnsafeNameError, check_name_characters
@@ -126,16 +126,15 @@ _CONSUME_OPS = {
 }
 
 
-class AuthorizationSettings(BaseModel):
-    """Authorization settings of a broker (Pulsar's names in snake case)."""
+class AuthorizationSettings(SuperUserSettings):
+    """Authorization settings of a broker (Pulsar's names in snake case; ``super_user_roles`` is
+    :class:`SuperUserSettings`')."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     authorization_enabled: bool | None = None
     """Pulsar ``authorizationEnabled``; None (default) follows ``authentication_enabled``, so turning
     authentication on turns authorization on with it (one setting)."""
-    super_user_roles: Roles = ()
-    """Pulsar ``superUserRoles`` (comma-separated as a flag or variable)."""
     authorization_allow_wildcards_matching: bool = False
     """Pulsar ``authorizationAllowWildcardsMatching``."""
 

@@ -26,13 +26,21 @@ JOURNAL_RECORD_BYTES_LIMIT = 2**28
 """A journal record's length shares a 32-bit word with its 4-bit kind (:mod:`.journal_format`)."""
 
 
-class BookieStorageSettings(BaseModel):
+class BookieDirectories(BaseModel):
+    """Where a bookie keeps its data, declared once: the bookie server's settings and its engine's inherit
+    them (the server hands the engine its own, :meth:`BookieServerSettings.storage_settings`)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     data_dir: Path = Path("data/bookie")
-    """Entry logs (``ledgers/``), the RocksDB index (``index/``) and the journal mark live here."""
+    """Entry logs (``ledgers/``), the RocksDB index (``index/``) and the journal mark live here (the ledgers
+    volume)."""
     journal_dir: Path | None = None
     """Journal files; ``data_dir/journal`` when unset (a separate disk in production, as BookKeeper)."""
+
+
+class BookieStorageSettings(BookieDirectories):
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     # -- journal (BookKeeper Journal / JournalChannel) ----------------------------------------------------
     journal_group_wait_ms: float = Field(2.0, ge=0)

@@ -92,6 +92,16 @@ class TokenKeySettings(BaseModel):
         )
 
 
+class SuperUserSettings(BaseModel):
+    """The superusers, declared once for every process that has them: a broker (Pulsar's ``superUserRoles``:
+    everything), a bookie (its protocol, its HTTP endpoints) and ``magnetar autorecovery`` (its REST API)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    super_user_roles: Roles = ()
+    """Pulsar ``superUserRoles``: roles allowed everything (comma-separated as a flag or variable)."""
+
+
 class MetricsAccessSettings(BaseModel):
     """Who may read ``/metrics``, declared once for every process that serves it: a broker, a standalone
     (its ``/metrics`` and each bookie's ``/bookies/<id>/metrics``), a bookie's own HTTP port and

@@ -19,7 +19,8 @@ request:
    back once the handler answered;
 5. call the handler. :class:`HttpError` becomes ``{"reason": ...}`` with its status; any other exception
    becomes a 500 with a generic body while the traceback goes to the log — never to the client;
-6. write the response in one ``send_all`` when its body is bytes, or chunk by chunk when it streams.
+6. write the response in one ``send_all`` when its body is bytes, or chunk by chunk when it streams
+   (:mod:`.response_writer`).
 
 Malformed input (h11 ``RemoteProtocolError``) is answered with h11's status hint (400, 431 for an oversized
 head) and the connection is closed; nothing a peer sends can affect another connection. A request target
@@ -31,9 +32,7 @@ quote of the raw line.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import AsyncIterable, Sequence
-from email.utils import formatdate
+from collections.abc import Sequence
 from typing import NoReturn
 
 import h11
@@ -46,6 +45,8 @@ from wsproto.utilities import RemoteProtocolError as WsRemoteProtocolError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
 from magnetar.bookkeeper.runtime.http.request_target import RequestLine, h11_reason, target_error
+from magnetar.bookkeeper.runtime.http.response_writer import SERVER_HEADER, ResponseWriter
+from magnetar.bookkeeper.runtime.http.response_writer import CloseConnection as _CloseConnection
 from magnetar.bookkeeper.runtime.http.router import HttpMatch, Router, WebSocketHandler, shown_path
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import (
@@ -56,7 +57,6 @@ from magnetar.bookkeeper.runtime.http.types import (
     QueryParams,
     RequestHead,
     error_response,
-    status_phrase,
 )
 from magnetar.bookkeeper.runtime.http.websocket import RECEIVE_CHUNK_BYTES, WebSocket, WebSocketRequest
 from magnetar.bookkeeper.runtime.http.ws_budget import ReceiveBudget
@@ -64,15 +64,10 @@ from magnetar.bookkeeper.runtime.http.ws_frames import CLOSE_INTERNAL_ERROR, CLO
 
 log = logging.getLogger(__name__)
 
-SERVER_HEADER = (b"server", b"magnetar")
 INTERNAL_ERROR_REASON = "internal error"
 LINGER_S = 1.0
 """After answering a request whose body stays unread, how long the rest of it is read and dropped before the
 connection is closed (closing with unread bytes would reset it, and the client might miss the answer)."""
-
-
-class _CloseConnection(Exception):
-    """Internal: stop serving this connection (after an error response, a timeout or a peer's EOF)."""
 
 
 class _BudgetShort(Exception):
@@ -81,24 +76,6 @@ class _BudgetShort(Exception):
     def __init__(self, size: int) -> None:
         super().__init__(size)
         self.size = size
-
-
-class _DateCache:
-    """The ``Date`` header value, formatted at most once per second."""
-
-    def __init__(self) -> None:
-        self._second = -1
-        self._value = b""
-
-    def get(self) -> bytes:
-        now = int(time.time())
-        if now != self._second:
-            self._second = now
-            self._value = formatdate(now, usegmt=True).encode()
-        return self._value
-
-
-_DATE = _DateCache()
 
 
 class HttpConnection:
@@ -128,6 +105,7 @@ class HttpConnection:
         self._body_unread = False
         """A body was left unread: drop the rest of it before closing (see :data:`LINGER_S`)."""
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=settings.http_header_bytes_max)
+        self._writer = ResponseWriter(stream, self._h11, settings.http_send_timeout_ms / 1000)
         self._line = RequestLine(settings.http_header_bytes_max)
         """The current request's line as received, for the reason of a refusal (:mod:`.request_target`)."""
         self._client = client
@@ -419,73 +397,19 @@ class HttpConnection:
             return error_response(500, INTERNAL_ERROR_REASON)
         return response
 
-    # --- writing ----------------------------------------------------------------------------------------
+    # --- writing (:class:`~.response_writer.ResponseWriter`) ---------------------------------------------
 
     async def _send(self, data: bytes) -> None:
-        with trio.fail_after(self._settings.http_send_timeout_ms / 1000):
-            await self._stream.send_all(data)
-
-    def _response_headers(self, response: HttpResponse) -> list[tuple[bytes, bytes]]:
-        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.headers]
-        headers.append(SERVER_HEADER)
-        headers.append((b"date", _DATE.get()))
-        if self._shutting_down:
-            headers.append((b"connection", b"close"))
-        return headers
+        await self._writer.send(data)
 
     async def _send_response(self, method: str, response: HttpResponse) -> None:
-        headers = self._response_headers(response)
-        reason = status_phrase(response.status).encode()
-        body = response.body
-        no_body = method == "HEAD" or response.status in (204, 304)
-        if isinstance(body, bytes | bytearray | memoryview):
-            if response.status != 204:
-                headers.append((b"content-length", str(len(body)).encode()))
-            out = self._h11.send(h11.Response(status_code=response.status, headers=headers, reason=reason))
-            if body and not no_body:
-                out += self._h11.send(h11.Data(data=body))
-            out += self._h11.send(h11.EndOfMessage())
-            await self._send(out)
-            return
-        await self._send_streaming(response.status, headers, reason, body, no_body)
-
-    async def _send_streaming(
-        self,
-        status: int,
-        headers: list[tuple[bytes, bytes]],
-        reason: bytes,
-        body: AsyncIterable[bytes],
-        no_body: bool,
-    ) -> None:
-        await self._send(self._h11.send(h11.Response(status_code=status, headers=headers, reason=reason)))
-        if not no_body:
-            try:
-                async for chunk in body:
-                    if chunk:
-                        await self._send(self._h11.send(h11.Data(data=chunk)))
-            except Exception:
-                # The status line is gone already; all we can do is cut the response short.
-                log.exception("streaming response body failed")
-                raise _CloseConnection from None
-        await self._send(self._h11.send(h11.EndOfMessage()))
+        await self._writer.send_response(method, response, closing=self._shutting_down)
 
     async def _send_error_and_close(self, status: int, reason: str) -> NoReturn:
         """Answer a request we cannot serve (malformed, timed out) if h11 still allows it, then close."""
-        if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+        if self._writer.can_answer():
             self._shutting_down = True
-            response = error_response(status, reason)
-            body = response.body if isinstance(response.body, bytes) else b""
-            headers = self._response_headers(response)
-            headers.append((b"content-length", str(len(body)).encode()))
-            try:
-                out = self._h11.send(
-                    h11.Response(status_code=status, headers=headers, reason=status_phrase(status).encode())
-                )
-                out += self._h11.send(h11.Data(data=body))
-                out += self._h11.send(h11.EndOfMessage())
-                await self._send(out)
-            except h11.LocalProtocolError:
-                pass
+            await self._writer.send_error(status, reason)
         raise _CloseConnection
 
     def _finish_cycle(self) -> bool:

@@ -102,10 +102,28 @@ class HttpLimits(BaseModel):
         return self
 
 
-class HttpSettings(HttpLimits):
+class HttpPortSettings(BaseModel):
+    """The port of a process's HTTP server, declared once: one server's settings (:class:`HttpSettings`),
+    a broker's and ``magnetar standalone``'s inherit it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    http_port: int = Field(default=8080, ge=0, le=65535)
+    """TCP port of the HTTP server (a broker's: WebSocket API, admin REST, lookup and ``/metrics``; the
+    standalone's serves its bookies' HTTP API too); 0 picks a free one (the bound port is reported by
+    ``serve_http``)."""
+
+
+class HttpListenSettings(HttpPortSettings):
+    """Where a broker (or ``magnetar standalone``) listens: its address and its HTTP port, declared once."""
+
+    bind_address: str = "127.0.0.1"
+    """Address the process listens on (loopback by default: a developer's machine; ``0.0.0.0`` for every
+    IPv4 interface)."""
+
+
+class HttpSettings(HttpLimits, HttpPortSettings):
     """The settings of one server: its limits and where it listens."""
 
     http_bind_address: str = "0.0.0.0"
     """Address to listen on; ``0.0.0.0`` for every IPv4 interface, ``127.0.0.1`` in tests."""
-    http_port: int = Field(default=8080, ge=0, le=65535)
-    """TCP port; 0 picks a free one (the bound port is reported by ``serve_http``)."""
