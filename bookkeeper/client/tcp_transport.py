@@ -231,7 +231,7 @@ class _Connection:
         self._now = trio.lowlevel.current_clock().current_time
         self._out = bytearray()
         self._queued: list[Buffer] = []
-        """What goes out before ``_out``: earlier coalescing buffers, each followed by an add's payload parts."""
+        """What goes out before ``_out``: coalescing buffers, each followed by an add's payload parts."""
         self._proto = ClientProtocol(settings.frame_bytes_max)
         self._running = False
         self._writer_waiting = False

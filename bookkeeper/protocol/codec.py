@@ -328,6 +328,7 @@ def _encode_request(buf: bytearray, req: Request | AuthRequest) -> int:
     """Append the frame of ``req`` to ``buf`` - all of it but an add's ``tail`` parts, which follow it on the
     wire - and return the tail's size (the frame length is checked by the caller)."""
     rid = req.request_id
+    tail = 0
     if type(req) is AddRequest:
         body = req.body
         if len(body) < _QQ.size or _QQ.unpack_from(body) != (req.ledger_id, req.entry_id):
@@ -335,12 +336,10 @@ def _encode_request(buf: bytearray, req: Request | AuthRequest) -> int:
                 f"ADD_ENTRY {req.ledger_id}:{req.entry_id}: the packaged entry does not start with its ids"
             )
         flags = (_RECOVERY if req.recovery else 0) | (_HIGH if req.high_priority else 0)
-        tail = 0
         for part in req.tail:
             tail += len(part)
         buf += _ENC_ADD.pack(12 + _KEY + len(body) + tail, _V | _ADD | flags, rid, req.master_key)
         buf += body
-        return tail
     elif type(req) is ReadRequest:
         high = _HIGH if req.high_priority else 0
         if req.fence:
@@ -366,7 +365,7 @@ def _encode_request(buf: bytearray, req: Request | AuthRequest) -> int:
         buf += req.payload
     else:
         raise TypeError(f"not a bookie request: {req!r}")
-    return 0
+    return tail
 
 
 def _encode_response(buf: bytearray, resp: Response | AuthResponse) -> None:

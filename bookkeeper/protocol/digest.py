@@ -7,10 +7,11 @@ A packaged entry is what the writer sends and what bookies store verbatim::
     [payload]
 
 The digest covers the header and the payload; it is computed part by part over a payload given in parts
-(:meth:`Digester.package_head`), so the writer sends header, digest and payload parts without joining them. ``lastAddConfirmed`` is the writer's LAC when it packaged the
-entry (the piggybacked LAC); ``length`` is the ledger's cumulative length including this entry. Bookies do
-not interpret the digest; readers verify it and reject a mismatch. The master key that bookies compare on
-adds and fencing is ``SHA1("ledger" || password)``; the HMAC key is ``SHA1("mac" || password)``.
+(:meth:`Digester.package_head`), so the writer sends header, digest and payload parts without joining them.
+``lastAddConfirmed`` is the writer's LAC when it packaged the entry (the piggybacked LAC); ``length`` is the
+ledger's cumulative length including this entry. Bookies do not interpret the digest; readers verify it and
+reject a mismatch. The master key that bookies compare on adds and fencing is ``SHA1("ledger" || password)``;
+the HMAC key is ``SHA1("mac" || password)``.
 An explicit LAC body is ``[ledgerId][lac]`` followed by the same kind of digest.
 """
 
