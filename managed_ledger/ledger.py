@@ -56,6 +56,8 @@ from magnetar.managed_ledger.cursor_state import CursorState, InvalidAckError
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.entry_cache import EntryCache
+from magnetar.managed_ledger.entry_prefix import SIZE as PREFIX_SIZE
+from magnetar.managed_ledger.entry_prefix import EntryIndexing, encode_prefix
 from magnetar.managed_ledger.errors import (
     CursorNotFoundError,
     ManagedLedgerClosedError,
@@ -71,7 +73,7 @@ from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.ledger_state import STOPPED, WRITABLE, State, initial_state, move
 from magnetar.managed_ledger.list_writer import LedgerListWriter
-from magnetar.managed_ledger.message_index import EntryIndexing, MessageIndex, MessageLocation
+from magnetar.managed_ledger.message_index import MessageIndex, MessageLocation
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.reader import EntryReader
@@ -89,6 +91,8 @@ class _PendingAdd:
     data: bytes
     callback: AddCallback
     messages: int = 1
+    first_index: int | None = None
+    """The index its prefix names (None: stored without one); the prefix is sent in front of ``data``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +110,8 @@ class Context:
     health: MetadataHealth | None = None
     """The metadata store's health: rollovers are deferred while it is unhealthy (None: no such signal)."""
     entry_indexing: EntryIndexing | None = None
-    """How entries carry their first message's index (None: they carry none; counts live in memory)."""
+    """Set: entries carry their first message's index in the managed ledger's prefix (:mod:`.entry_prefix`);
+    None: they carry none (counts live in memory)."""
 
 
 async def create_bk_ledger(ctx: Context, name: str) -> LedgerHandle:
@@ -190,6 +195,7 @@ class ManagedLedger:
             self._settings.password,
             self._settings.read_handles_cached_max,
             lambda: self._current,
+            stamped=ctx.entry_indexing is not None,
         )
         self._nursery: trio.Nursery | None = None
         self._closed = trio.Event()
@@ -319,15 +325,16 @@ class ManagedLedger:
         self._pushed += 1
         self._inflight += 1
         ledger_id = handle.ledger_id
-        indexing = self._ctx.entry_indexing
-        if indexing is not None:
-            op.data = indexing.stamp(op.data, self.message_index.next_index + self._inflight_messages)
+        payload: bytes | tuple[bytes, bytes] = op.data
+        if self._ctx.entry_indexing is not None:
+            op.first_index = self.message_index.next_index + self._inflight_messages
+            payload = (encode_prefix(op.first_index), op.data)  # sent as two parts: the entry is not copied
         self._inflight_messages += op.messages
 
         def on_complete(result: int | BaseException) -> None:
             self._on_add_complete(ledger_id, op, result)
 
-        handle.add_entry_nowait(op.data, on_complete)
+        handle.add_entry_nowait(payload, on_complete)
         if self._pushed >= self._settings.max_entries_per_ledger:
             self._start_rollover()
 
@@ -341,13 +348,13 @@ class ManagedLedger:
             info = self.ledgers.get(ledger_id)
             if info is not None:
                 self.ledgers.update(
-                    replace(info, entries=result + 1, size_bytes=info.size_bytes + len(op.data))
+                    replace(info, entries=result + 1, size_bytes=info.size_bytes + _stored_size(op))
                 )
             assert position > self.last_confirmed, f"acks out of order: {self.last_confirmed} -> {position}"
             self.last_confirmed = position
             self.entries_added_counter += 1
             self.message_index.append(position, op.messages)
-            self._ctx.cache.put(self.name, position, op.data)
+            self._ctx.cache.put(self.name, position, op.data, op.first_index)
             op.callback(position)
             self._signal_entries_added()
             if self.state is State.LEDGER_OPENED and not self._rolling and self._current_is_full():
@@ -935,22 +942,24 @@ class ManagedLedger:
             coarse = self.message_index.is_coarse
             for entry in entries:  # the entries of an exact ledger teach nothing: not even parsed
                 if coarse(entry.position.ledger_id):
-                    self._learn(indexing, entry.position, entry.data)
+                    self._learn(indexing, entry)
         return entries
 
-    def _learn(self, indexing: EntryIndexing, position: Position, data: bytes) -> None:
+    def _learn(self, indexing: EntryIndexing, entry: Entry) -> None:
+        position, first = entry.position, entry.first_index
+        if first is None:
+            return
         try:
-            indexed = indexing.read(data)
+            messages = indexing.messages_in(entry.data)
         except ValueError as exc:
             log.warning(
                 "managed ledger %s: entry %s has no readable message index: %s", self.name, position, exc
             )
             return
-        if indexed is not None:
-            try:
-                self.message_index.learn(position, *indexed)
-            except ValueError as exc:
-                log.warning("managed ledger %s: entry %s: %s", self.name, position, exc)
+        try:
+            self.message_index.learn(position, first, messages)
+        except ValueError as exc:
+            log.warning("managed ledger %s: entry %s: %s", self.name, position, exc)
 
     async def learn_indexes_after(self, positions: Iterable[Position]) -> None:
         """Read the entries that follow ``positions`` where their message index is not known exactly (in a
@@ -982,6 +991,10 @@ class ManagedLedger:
 
     def total_size(self) -> int:
         return self.ledgers.total_size()
+
+
+def _stored_size(op: _PendingAdd) -> int:
+    return len(op.data) if op.first_index is None else len(op.data) + PREFIX_SIZE
 
 
 def _message_index(ledgers: LedgerList, next_index: int | None) -> MessageIndex:
