@@ -81,9 +81,3 @@ def split(stored: bytes | memoryview) -> tuple[int | None, bytes | memoryview]:
     ``stored`` after the prefix (no copy), or ``stored`` itself for an entry without one."""
     first = first_index_of(stored)
     return (None, stored) if first is None else (first, memoryview(stored)[SIZE:])
-
-
-def body_offset(stored: bytes | bytearray | memoryview) -> int:
-    """Where a stored entry's body begins (for readers that parse in place, as the Spark source does): the
-    prefix's size, or 0 without one. Checks the prefix as :func:`first_index_of` does."""
-    return 0 if first_index_of(stored) is None else SIZE
