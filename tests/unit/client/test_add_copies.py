@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import pytest
 import trio
-from fixtures.bookie_server import KEY, running_bookie
+from fixtures.bookie_server import KEY, call, running_bookie
 from hypothesis import given
 from hypothesis import strategies as st
 
 from magnetar.bookkeeper.client import tcp_transport
 from magnetar.bookkeeper.client.gather_write import Buffer, advance
 from magnetar.bookkeeper.client.tcp_transport import open_tcp_transport
-from magnetar.bookkeeper.client.transport import TransportFailure, next_request_id
+from magnetar.bookkeeper.client.transport import next_request_id
 from magnetar.bookkeeper.protocol.codec import ClientProtocol
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType
-from magnetar.bookkeeper.protocol.messages import AddRequest, AddResponse, ReadRequest, ReadResponse, Response
+from magnetar.bookkeeper.protocol.messages import AddRequest, AddResponse, ReadRequest, ReadResponse
 from magnetar.bookkeeper.protocol.status import BookieStatus
 
 PREFIX = b"Mi" + bytes(8)
@@ -47,7 +47,7 @@ async def test_an_add_reaches_the_bookie_socket_without_a_copy_of_its_payload(
             length += len(PREFIX) + len(payload)
             parts = (PREFIX, payload)  # as the managed ledger hands them over
             head = digester.package_head(9, entry_id, entry_id - 1, length, parts)
-            answer = await _call(
+            answer = await call(
                 transport, bookie.bookie_id, AddRequest(next_request_id(), 9, entry_id, KEY, head, tail=parts)
             )
             assert isinstance(answer, AddResponse)
@@ -58,27 +58,10 @@ async def test_an_add_reaches_the_bookie_socket_without_a_copy_of_its_payload(
         length = 0
         for entry_id, payload in enumerate(payloads):  # stored as the joined entry would have been
             length += len(PREFIX) + len(payload)
-            read = await _call(transport, bookie.bookie_id, ReadRequest(next_request_id(), 9, entry_id))
+            read = await call(transport, bookie.bookie_id, ReadRequest(next_request_id(), 9, entry_id))
             assert isinstance(read, ReadResponse)
             assert read.body == digester.package(9, entry_id, entry_id - 1, length, PREFIX + payload)
             assert digester.unpack(read.body, 9, entry_id).payload == PREFIX + payload
-
-
-async def _call(
-    transport: tcp_transport.TcpTransport, bookie: str, request: AddRequest | ReadRequest
-) -> Response:
-    done = trio.Event()
-    got: list[Response | TransportFailure] = []
-
-    def callback(result: Response | TransportFailure) -> None:
-        got.append(result)
-        done.set()
-
-    transport.send(bookie, request, callback)
-    with trio.fail_after(10):
-        await done.wait()
-    assert not isinstance(got[0], TransportFailure), got[0]
-    return got[0]
 
 
 @given(st.lists(st.binary(max_size=300), max_size=6), st.integers(0, 2_000))
