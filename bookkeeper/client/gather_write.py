@@ -18,8 +18,17 @@ import trio
 
 Buffer = bytes | bytearray | memoryview
 
-IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
-"""Buffers one ``sendmsg`` takes (the kernel's limit; 1024 on Linux)."""
+
+def _iov_max() -> int:
+    try:
+        limit = os.sysconf("SC_IOV_MAX")
+    except (AttributeError, ValueError, OSError):
+        return 16  # POSIX's minimum
+    return limit if limit > 0 else 16
+
+
+IOV_MAX = _iov_max()
+"""Buffers one ``sendmsg`` takes (the kernel's limit: 1024 on Linux; POSIX guarantees 16)."""
 
 
 def advance(parts: Sequence[Buffer], sent: int) -> list[Buffer]:
