@@ -6,8 +6,9 @@ as it adds the entry, so that a reader of the entry (a topic reopened after a cr
 bisection, a Spark worker) learns where the entry stands without any other record. Pulsar's broker does the
 same with its broker entry metadata (a magic ``0x0e02`` and a ``BrokerEntryMetadata`` holding the index,
 written by a managed-ledger interceptor in front of the client's bytes). Here the prefix is the managed
-ledger's own; the bytes behind it - the *body* - are its writer's (the broker's entry format), and the managed
-ledger never looks into them::
+ledger's own; the bytes behind it - the *body* - are its writer's (the broker's entry format): the managed
+ledger never parses them, it only asks their format how many messages a body holds (:class:`EntryIndexing`,
+handed to it by the composition root), to learn where the next entry starts::
 
     stored := prefix body
     prefix := magic "Mi" | first_index i64 (little-endian, 0 .. 2^63 - 1)
