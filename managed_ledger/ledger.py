@@ -94,6 +94,10 @@ class _PendingAdd:
     first_index: int | None = None
     """The index its prefix names (None: stored without one); the prefix is sent in front of ``data``."""
 
+    @property
+    def stored_size(self) -> int:
+        return len(self.data) if self.first_index is None else len(self.data) + PREFIX_SIZE
+
 
 @dataclass(frozen=True, slots=True)
 class Context:
@@ -348,7 +352,7 @@ class ManagedLedger:
             info = self.ledgers.get(ledger_id)
             if info is not None:
                 self.ledgers.update(
-                    replace(info, entries=result + 1, size_bytes=info.size_bytes + _stored_size(op))
+                    replace(info, entries=result + 1, size_bytes=info.size_bytes + op.stored_size)
                 )
             assert position > self.last_confirmed, f"acks out of order: {self.last_confirmed} -> {position}"
             self.last_confirmed = position
@@ -991,10 +995,6 @@ class ManagedLedger:
 
     def total_size(self) -> int:
         return self.ledgers.total_size()
-
-
-def _stored_size(op: _PendingAdd) -> int:
-    return len(op.data) if op.first_index is None else len(op.data) + PREFIX_SIZE
 
 
 def _message_index(ledgers: LedgerList, next_index: int | None) -> MessageIndex:
