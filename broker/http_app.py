@@ -8,7 +8,7 @@ Security: the WebSocket endpoints and lookup authenticate and authorize every re
 Health stays open - it is the readiness probe, reveals nothing and Pulsar's equivalent for probes
 (``/status.html``) is open too; ``/metrics`` is open unless ``authenticate_metrics_endpoint`` is set
 (Pulsar's ``authenticateMetricsEndpoint``, default false), and then needs a superuser's token. ``/metrics``
-is streamed a chunk at a time (:mod:`.exposition`), gzip-compressed when the scraper accepts it.
+is streamed a chunk at a time (:mod:`.metrics.exposition`), gzip-compressed when the scraper accepts it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from magnetar.bookkeeper.runtime.http import (
     error_response,
     text_response,
 )
-from magnetar.broker.exposition import CONTENT_TYPE
-from magnetar.broker.lookup import LookupHandlers
+from magnetar.broker.metrics.exposition import CONTENT_TYPE
+from magnetar.broker.ownership.lookup import LookupHandlers
 from magnetar.broker.service import BrokerService
 from magnetar.broker.sessions.front_door import SessionFrontDoor
 

@@ -9,12 +9,12 @@ store waits for it, bounded, and resumes when it is back:
 * loading a topic, creating a durable subscription and acquiring a bundle wait in :class:`MetadataWait` - at
   most ``metadata_wait_timeout_ms``, at most ``metadata_waiters_max`` requests at once - then fail with 503
   (the client retries; a lookup of a bundle this broker serves needs no store);
-* policy reads answer the last known documents (:class:`~.policies.PolicyStore`);
-* bundle ownership survives a lost session (:mod:`.ownership_state`, which holds the safety argument).
+* policy reads answer the last known documents (:class:`~.policies.store.PolicyStore`);
+* bundle ownership survives a lost session (:mod:`.ownership.state`, which holds the safety argument).
 
 :class:`OutageReporter` logs one line when an outage begins - what is served, for how long at most, what is
 deferred - and one when it ends, with what was deferred meanwhile. The figures are also metrics
-(:class:`~.metrics.MetadataFigures`).
+(:class:`~.metrics.broker_metrics.MetadataFigures`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from magnetar.bookkeeper.metadata import HealthChange, MetadataHealth
 from magnetar.broker.core.errors import ServiceUnitNotReadyError
-from magnetar.broker.metrics import MetadataFigures
+from magnetar.broker.metrics.broker_metrics import MetadataFigures
 
 log = logging.getLogger(__name__)
 

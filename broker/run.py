@@ -12,10 +12,11 @@
 broker may not import). With ``http_port_tls`` set the same router is served over TLS on that port too
 (Pulsar's ``webServicePortTls``); the broker registers both URLs (``httpUrl``, ``httpUrlTls``), and lookups
 and redirects of clients that came over TLS point at the TLS one.
-Connections from the other live brokers' addresses are not counted per address (:mod:`.peer_addresses`):
-both servers ask one :class:`~.peer_addresses.PeerAddresses`, kept up to date while the broker runs.
-Start-up creates the cluster, tenant ``public`` and namespace ``public/default`` when they are missing
-(``initialize_metadata`` and the ``cluster_metadata_init`` setting), as Pulsar standalone does.
+Connections from the other live brokers' addresses are not counted per address
+(:mod:`.ownership.peer_addresses`): both servers ask one :class:`~.ownership.peer_addresses.PeerAddresses`,
+kept up to date while the broker runs. Start-up creates the cluster, tenant ``public`` and namespace
+``public/default`` when they are missing (``initialize_metadata`` and the ``cluster_metadata_init`` setting),
+as Pulsar standalone does.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.http import HttpServer, Router
 from magnetar.broker.http_app import build_router
-from magnetar.broker.peer_addresses import PeerAddresses, maintain_peer_addresses
-from magnetar.broker.service import BrokerService, initialize_cluster_metadata
+from magnetar.broker.ownership.peer_addresses import PeerAddresses, maintain_peer_addresses
+from magnetar.broker.policies.store import initialize_cluster_metadata
+from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import entry_message_count
 from magnetar.managed_ledger.entry_prefix import EntryIndexing

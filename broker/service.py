@@ -2,10 +2,10 @@
 ``BrokerService`` + ``NamespaceService``).
 
 Ownership. A topic belongs to the namespace bundle containing the CRC-32 of its name; the broker that holds
-the bundle's ephemeral node serves it (:mod:`.ownership`). The first request for a topic whose bundle nobody
-owns makes this broker take it (Pulsar's lookup assigns an unowned bundle; without a load manager the broker
-asked is the candidate). A request for a topic owned elsewhere raises :class:`NotOwnerError` carrying the
-owner's URL: the WebSocket API serves the session through its owner proxy (or answers 307), lookup answers
+the bundle's ephemeral node serves it (:mod:`.ownership.manager`). The first request for a topic whose bundle
+nobody owns makes this broker take it (Pulsar's lookup assigns an unowned bundle; without a load manager the
+broker asked is the candidate). A request for a topic owned elsewhere raises :class:`NotOwnerError` carrying
+the owner's URL: the WebSocket API serves the session through its owner proxy (or answers 307), lookup answers
 the owner's URLs.
 
 Loading. A topic's managed ledger is opened on first use, only once this broker owns the bundle; the open
@@ -18,7 +18,7 @@ no topic at all: it is neither loaded nor created, and lookups of it fail - 404,
 ordinary topic of its own, as in Pulsar.)
 
 Losing ownership. A lost metadata session does not stop the broker: it serves its bundles on and claims them
-again once the store is back (:mod:`.ownership_state`). When the ownership manager gives bundles up - another
+again once the store is back (:mod:`.ownership.state`). When the ownership manager gives bundles up - another
 broker took them meanwhile, or ``serve_without_session_max_s`` ran out - the service fences each topic of
 those bundles synchronously (no more writes accepted, sessions closed) before anything else can run, then
 closes their managed ledgers in the background. Unloading a bundle (admin) closes its topics cleanly and
@@ -31,11 +31,9 @@ the last known policies; everything else goes on.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import random
-from typing import Any
 
 import trio
 
@@ -51,7 +49,11 @@ from magnetar.broker.core.errors import (
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.core.topic_metrics import TopicMetrics
-from magnetar.broker.load_manager import (
+from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
+from magnetar.broker.metrics.broker_metrics import BrokerMetrics, MetadataFigures
+from magnetar.broker.non_persistent_service import NonPersistentTopics
+from magnetar.broker.ownership.bundle_map import Bundle, BundleMap
+from magnetar.broker.ownership.load_manager import (
     Handlers,
     LoadManager,
     OwnerGoneError,
@@ -59,30 +61,14 @@ from magnetar.broker.load_manager import (
     bundle_stats,
     tcp_probe,
 )
-from magnetar.broker.load_report import BundleStats
-from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
-from magnetar.broker.metrics import BrokerMetrics, MetadataFigures
-from magnetar.broker.namespace_bundle import (
-    NamespaceBundle,
-    bundle_boundaries,
-    bundle_for_hash,
-    bundles_of,
-    split_in_half,
-    topic_hash,
-)
-from magnetar.broker.non_persistent_service import NonPersistentTopics
-from magnetar.broker.ownership import OwnerInfo, OwnershipManager
-from magnetar.broker.policies import (
-    AlreadyExists,
-    ClusterData,
-    Policies,
+from magnetar.broker.ownership.load_report import BundleStats
+from magnetar.broker.ownership.manager import OwnerInfo, OwnershipManager
+from magnetar.broker.policies.publish_gate import PublishGate
+from magnetar.broker.policies.store import (
     PolicyError,
     PolicyStore,
-    TenantInfo,
-    ensure,
 )
-from magnetar.broker.publish_gate import PublishGate
-from magnetar.broker.security_settings import build_security
+from magnetar.broker.security.settings import build_security
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.topic_name import TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
@@ -92,8 +78,6 @@ log = logging.getLogger(__name__)
 
 LOST_TOPIC_CLOSE_TIMEOUT_S = 10.0
 """Bound on closing the managed ledger of a topic whose bundle was lost (the store may be unreachable)."""
-
-Bundle = tuple[str, str]
 
 
 class BrokerService:
@@ -118,7 +102,8 @@ class BrokerService:
         """The loaded non-persistent topics (:mod:`.non_persistent_service`), kept apart from ``topics``."""
         self._topic_bundles: dict[str, Bundle] = {}
         self._loading: dict[str, trio.Event] = {}
-        self._boundaries: dict[str, list[int]] = {}
+        self.bundles = BundleMap(self.policies, settings.default_number_of_namespace_bundles)
+        """Which bundle holds a topic (each namespace's boundaries)."""
         self.metrics = BrokerMetrics(
             settings.cluster,
             lambda: [*self.topics.values(), *self.non_persistent.topics.values()],
@@ -147,7 +132,8 @@ class BrokerService:
         self.ready = False
         self._producer_counter = 0
         self.publish_gate: PublishGate | None = None
-        """Backlog-quota admission of publishes, set by the composition root (see :mod:`.publish_gate`)."""
+        """Backlog-quota admission of publishes, set by the composition root (see
+        :mod:`.policies.publish_gate`)."""
 
     @property
     def ownership(self) -> OwnershipManager:
@@ -253,21 +239,7 @@ class BrokerService:
     # -- ownership -----------------------------------------------------------------------------
 
     async def bundle_of(self, topic: TopicName) -> Bundle:
-        namespace = str(topic.namespace_name)
-        boundaries = self._boundaries.get(namespace)
-        if boundaries is None:
-            boundaries = self._boundaries_of(await self._namespace_policies(namespace))
-            self._boundaries[namespace] = boundaries
-        return namespace, bundle_for_hash(topic_hash(topic), boundaries).range_name
-
-    async def _namespace_policies(self, namespace: str) -> Policies:
-        try:
-            policies = await self.policies.get_namespace(namespace)
-        except (PolicyError, MetadataStoreError) as exc:
-            raise ServiceUnitNotReadyError(f"reading the policies of {namespace} failed: {exc}") from exc
-        if policies is None:
-            raise TopicNotFoundError(f"Namespace {namespace} does not exist")
-        return policies
+        return await self.bundles.bundle_of(topic)
 
     async def owner_of(self, topic: TopicName) -> OwnerInfo:
         """The broker serving ``topic``: this one if it owns the bundle or just took it, else the owner - or,
@@ -288,7 +260,7 @@ class BrokerService:
             owner = await ownership.get_owner(namespace, bundle)
             if owner is None and self.load_manager is not None:
                 # the namespace may have been split since its bundles were read: read them again
-                self._boundaries.pop(namespace, None)
+                self.bundles.forget(namespace)
                 namespace, bundle = await self.bundle_of(topic)
                 owner = await ownership.get_owner(namespace, bundle)
             if owner is None and self.load_manager is not None:
@@ -391,7 +363,7 @@ class BrokerService:
         if topic.is_persistent:
             return await self.get_topic(topic, create=create)
         self._check_ready()
-        await self._namespace_policies(str(topic.namespace_name))
+        await self.bundles.namespace_policies(str(topic.namespace_name))
         may_create = create and self.settings.allow_auto_topic_creation
         namespace = str(topic.namespace_name)
         return await self.non_persistent.get(
@@ -433,7 +405,7 @@ class BrokerService:
             raise ServiceUnitNotReadyError(
                 f"the ownership of bundle {bundle[0]}/{bundle[1]} is not confirmed"
             )
-        await self._namespace_policies(bundle[0])
+        await self.bundles.namespace_policies(bundle[0])
         name = topic.managed_ledger_name
         try:
             may_create = await self._may_create(topic, create)
@@ -535,30 +507,7 @@ class BrokerService:
         here; with it the halves go through placement. Returns the halves' names."""
         if not self.ownership.owns(namespace, bundle):
             raise NotOwnerError(f"bundle {namespace}/{bundle} is not owned by this broker", "", "")
-        old = NamespaceBundle.parse(bundle)
-
-        def insert(policies: Policies) -> Policies:
-            try:
-                bounds = split_in_half(old, self._boundaries_of(policies))
-            except ValueError as exc:
-                raise ServiceUnitNotReadyError(
-                    f"bundle {namespace}/{bundle} cannot be split: {exc}"
-                ) from None
-            data = policies.bundles.model_copy(
-                update={"boundaries": [f"0x{b:08x}" for b in bounds], "numBundles": len(bounds) - 1}
-            )
-            return policies.model_copy(update={"bundles": data})
-
-        try:
-            await self.policies.update_namespace(namespace, insert)
-        except (PolicyError, MetadataStoreError) as exc:
-            raise ServiceUnitNotReadyError(f"splitting {namespace}/{bundle} failed: {exc}") from exc
-        self._boundaries.pop(namespace, None)
-        middle = old.lower + (old.upper - old.lower) // 2
-        halves = (
-            NamespaceBundle(old.lower, middle).range_name,
-            NamespaceBundle(middle, old.upper).range_name,
-        )
+        halves = await self.bundles.split(namespace, bundle)
         if not unload:
             for half in halves:
                 await self.ownership.acquire(namespace, half)
@@ -566,18 +515,12 @@ class BrokerService:
         log.info("split bundle %s/%s into %s and %s", namespace, bundle, *halves)
         return halves
 
-    def _boundaries_of(self, policies: Policies) -> list[int]:
-        return [int(b, 16) for b in policies.bundles.boundaries] or bundle_boundaries(
-            policies.bundles.numBundles or self.settings.default_number_of_namespace_bundles
-        )
-
     async def bundle_count(self, namespace: str) -> int:
-        return len(self._boundaries_of(await self._namespace_policies(namespace))) - 1
+        return await self.bundles.bundle_count(namespace)
 
     async def bundle_names(self, namespace: str) -> list[str]:
         """The namespace's bundles as they are now (``0xLOW_0xHIGH``), read from its policies."""
-        bounds = self._boundaries_of(await self._namespace_policies(namespace))
-        return [b.range_name for b in bundles_of(bounds)]
+        return await self.bundles.bundle_names(namespace)
 
     def bundle_stats(self) -> list[tuple[Bundle, BundleStats]]:
         """Each owned bundle's traffic (Pulsar's ``NamespaceBundleStats``), from its loaded topics of both
@@ -621,23 +564,3 @@ class BrokerService:
         """Pulsar's generated producer names: ``<cluster>-<broker>-<counter>``."""
         self._producer_counter += 1
         return f"{self.settings.cluster}-{self.broker_id}-{self._producer_counter}"
-
-    def lookup_data(self, owner: OwnerInfo) -> dict[str, Any]:
-        """Pulsar's ``LookupData``; Magnetar has no binary protocol, so the broker URLs are empty."""
-        return {
-            "brokerUrl": owner.nativeUrl,
-            "brokerUrlTls": owner.nativeUrlTls,
-            "httpUrl": owner.httpUrl,
-            "httpUrlTls": owner.httpUrlTls,
-            "nativeUrl": owner.nativeUrl,
-            "brokerUrlSsl": "",
-        }
-
-
-async def initialize_cluster_metadata(policies: PolicyStore, cluster: str, http_url: str = "") -> None:
-    """Create the cluster, tenant ``public`` and namespace ``public/default`` if missing (idempotent), as
-    ``pulsar initialize-cluster-metadata`` / standalone do."""
-    await ensure(lambda: policies.create_cluster(cluster, ClusterData(serviceUrl=http_url)))
-    await ensure(lambda: policies.create_tenant("public", TenantInfo(allowedClusters=[cluster])))
-    with contextlib.suppress(AlreadyExists):
-        await policies.create_namespace("public/default", Policies(replication_clusters=[cluster]))

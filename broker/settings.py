@@ -42,10 +42,10 @@ from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
 from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
 from magnetar.bookkeeper.runtime.flat_settings import nest_flat
 from magnetar.bookkeeper.runtime.http import HttpLimits, HttpSettings
-from magnetar.broker.load_balancer_settings import LoadBalancerSettings
-from magnetar.broker.namespace_bundle import BUNDLES_MAX
-from magnetar.broker.proxy_settings import ProxySettings
-from magnetar.broker.security_settings import SecuritySettings
+from magnetar.broker.owner_proxy.settings import ProxySettings
+from magnetar.broker.ownership.load_balancer_settings import LoadBalancerSettings
+from magnetar.broker.ownership.namespace_bundle import BUNDLES_MAX
+from magnetar.broker.security.settings import SecuritySettings
 from magnetar.managed_ledger.retention_settings import RetentionSettings
 from magnetar.managed_ledger.settings import ManagedLedgerOptions, ManagedLedgerSettings
 

@@ -38,16 +38,13 @@ from dataclasses import dataclass, field
 
 import trio
 
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.gc_primitives import StepHook
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
+from magnetar.bookkeeper.bookie.storage.gc_seam import CollectableStore, DiskUsage, StepHook, log_file_name
 from magnetar.bookkeeper.metadata.api import MetadataStore, MetadataStoreError
 from magnetar.gc.compactor import CompactionPass, Compactor
 from magnetar.gc.ledger_gc import LedgersRootMissingError, find_deleted_ledgers
 from magnetar.gc.log_usage import UsageTracker
 from magnetar.gc.rate_limiter import RateLimiter
 from magnetar.gc.settings import GcSettings
-from magnetar.gc.storage_seam import CollectableStore
 
 log = logging.getLogger(__name__)
 

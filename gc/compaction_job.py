@@ -12,8 +12,8 @@ code the engine's recovery runs after a crash); :meth:`CompactionJob.abort` dele
 leaves the sources as they are. A crash before the commit point leaves a copy recovery deletes at the next
 open; a crash after it leaves a compaction recovery finishes.
 
-Everything here reaches the engine through :class:`~magnetar.gc.storage_seam.StoragePrimitives`. Blocking
-work runs in worker threads.
+Everything here reaches the engine through
+:class:`~magnetar.bookkeeper.bookie.storage.gc_seam.StoragePrimitives`. Blocking work runs in worker threads.
 """
 
 from __future__ import annotations
@@ -25,14 +25,22 @@ from dataclasses import dataclass, field
 
 import trio
 
-from magnetar.bookkeeper.bookie.checkpoint import run_io
-from magnetar.bookkeeper.bookie.compaction_files import CompactionManifest, LogRecordReader, compacting_name
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.entry_log_format import OFFSET_BITS
-from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
-from magnetar.bookkeeper.bookie.gc_primitives import GIL_YIELD_EVERY, CompactionResult, LogUsage, StepHook
+from magnetar.bookkeeper.bookie.storage.gc_seam import (
+    GIL_YIELD_EVERY,
+    OFFSET_BITS,
+    BookieError,
+    CompactionManifest,
+    CompactionResult,
+    LogRecordReader,
+    LogUsage,
+    StepHook,
+    StorageIOError,
+    StoragePrimitives,
+    compacting_name,
+    log_file_name,
+    run_io,
+)
 from magnetar.gc.compaction_log import CompactionLogWriter
-from magnetar.gc.storage_seam import StoragePrimitives
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ threads; BookKeeper's ``TransactionalEntryLogCompactor``, docs/upstream.md, Book
 The file is an entry log like any other once finished: the header, whole records copied verbatim (a record is
 position independent), the ledgers map, and the header rewritten to point at it, all fdatasynced. Nothing in
 the index points at it until the compaction commits (its manifest, written by the engine, is the commit
-point); without a manifest, the engine's recovery deletes it (``bookkeeper/bookie/compaction_files.py`` says
-what the files mean).
+point); without a manifest, the engine's recovery deletes it
+(``bookkeeper/bookie/storage/compaction_files.py`` says what the files mean).
 """
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from magnetar.bookkeeper.bookie.compaction_files import compacting_name, remove_file
-from magnetar.bookkeeper.bookie.entry_log_format import HEADER_BYTES, encode_header, encode_ledgers_map
+from magnetar.bookkeeper.bookie.storage.gc_seam import (
+    HEADER_BYTES,
+    compacting_name,
+    encode_header,
+    encode_ledgers_map,
+    remove_file,
+)
 
 
 class CompactionLogWriter:

@@ -27,14 +27,11 @@ from dataclasses import dataclass
 
 import trio
 
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.errors import BookieError
-from magnetar.bookkeeper.bookie.gc_primitives import StepHook
+from magnetar.bookkeeper.bookie.storage.gc_seam import BookieError, StepHook, StoragePrimitives, log_file_name
 from magnetar.gc.compaction_job import SourceDamagedError, start_compaction
 from magnetar.gc.log_usage import UsageTracker
 from magnetar.gc.rate_limiter import RateLimiter
 from magnetar.gc.settings import GcSettings
-from magnetar.gc.storage_seam import StoragePrimitives
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.errors import BookieError
-from magnetar.bookkeeper.bookie.gc_primitives import LogUsage
-from magnetar.gc.storage_seam import StoragePrimitives
+from magnetar.bookkeeper.bookie.storage.gc_seam import BookieError, LogUsage, StoragePrimitives, log_file_name
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@
 BookKeeper §6).
 
 BookKeeper keeps them in the bookie's ``ServerConfiguration``; here they are the collector's, and a bookie
-process's settings (:class:`BookieSettings`) are the bookie server's plus these, under ``gc``. Names map to
+process's settings (:class:`magnetar.admin.processes.bookie_settings.BookieSettings`, the composition root's)
+are the bookie server's plus these, under ``gc``. Names map to
 BookKeeper's, unit last: ``gcWaitTime`` -> ``gc_wait_time_s``, ``gcMetadataOpRateLimit`` ->
 ``gc_metadata_op_rate_per_s``, ``minorCompactionThreshold`` / ``minorCompactionInterval`` ->
 ``minor_compaction_threshold`` / ``minor_compaction_interval_s`` (and major),
@@ -26,9 +27,7 @@ from __future__ import annotations
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic_settings import SettingsConfigDict
 
-from magnetar.bookkeeper.bookie.settings import BookieServerSettings
 from magnetar.managed_ledger.retention_settings import RetentionSettings
 
 MIB = 1024 * 1024
@@ -104,18 +103,4 @@ class GcSettings(BaseModel):
         return self.major_compaction_threshold > 0 and self.major_compaction_interval_s > 0
 
 
-class BookieSettings(BookieServerSettings):
-    """The settings of a bookie process (``magnetar bookie``, each bookie of ``magnetar standalone``): the
-    bookie server's (:class:`~magnetar.bookkeeper.bookie.settings.BookieServerSettings`) and its garbage
-    collector's. The server never reads ``gc``; the composition root hands it to the collector
-    (:func:`magnetar.gc.bookie_wiring.attach_garbage_collector`)."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
-    )
-
-    gc: GcSettings = GcSettings()
-    """Garbage collection and entry-log compaction (disk storage), e.g. ``MAGNETAR_GC__GC_WAIT_TIME_S=60``."""
-
-
-__all__ = ["BookieSettings", "GcSettings", "RetentionSettings"]
+__all__ = ["GcSettings", "RetentionSettings"]

@@ -17,9 +17,10 @@ import trio
 from magnetar.bookkeeper.client import BookKeeper
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.runtime import Clock, SystemClock
+from magnetar.managed_ledger.context import Context
 from magnetar.managed_ledger.entry_cache import EntryCache
 from magnetar.managed_ledger.entry_prefix import EntryIndexing
-from magnetar.managed_ledger.ledger import Context, ManagedLedger
+from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.ledger_state import State
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.opener import open_managed_ledger

@@ -3,9 +3,9 @@
 1. Read the ledger list (create it if the managed ledger is new).
 2. Open the *last* ledger with recovery: this fences it on the bookies, so a previous owner that is still
    alive can no longer add to it, and fixes its last entry. Record its entry count, size and close time.
-   A ledger that no longer exists is dropped. So is every ledger listed as *open* (no entry count): a
-   rollover lists the next ledger while its writer still writes the current one (see :mod:`.ledger`), so
-   both may hold entries, and both are fenced.
+   A ledger that no longer exists is dropped. Every ledger listed as *open* (no entry count) is recovered
+   too: a rollover lists the next ledger while its writer still writes the current one (see
+   :mod:`.ledger_switch`), so both may hold entries, and both are fenced.
 3. Drop ledgers without entries (deleted from the bookies after the list is written).
 4. Unless the managed ledger is terminated, create a new ledger and CAS-write the list. A version conflict
    means another owner got there first: this open fails and nothing was written.
@@ -20,6 +20,7 @@ from dataclasses import replace
 import trio
 
 from magnetar.bookkeeper.client import BKError, NoSuchLedgerError
+from magnetar.managed_ledger.context import Context, create_bk_ledger
 from magnetar.managed_ledger.cursor_store import CursorStore
 from magnetar.managed_ledger.entry_prefix import split
 from magnetar.managed_ledger.errors import (
@@ -29,7 +30,7 @@ from magnetar.managed_ledger.errors import (
     MetadataConflictError,
 )
 from magnetar.managed_ledger.info import LedgerInfo, ManagedLedgerInfo
-from magnetar.managed_ledger.ledger import Context, ManagedLedger, create_bk_ledger
+from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.position import Position
 

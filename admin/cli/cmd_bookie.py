@@ -2,8 +2,8 @@
 (imported on use).
 
 Every flag is also an environment variable ``MAGNETAR_<NAME>`` and a key of the TOML config file
-(:class:`~magnetar.gc.settings.BookieSettings`, :mod:`magnetar.admin.processes.config`): flags
-win over the environment, which wins over the file.
+(:class:`~magnetar.admin.processes.bookie_settings.BookieSettings`,
+:mod:`magnetar.admin.processes.config`): flags win over the environment, which wins over the file.
 """
 
 from __future__ import annotations

@@ -174,9 +174,9 @@ async def fill(store: Any, args: argparse.Namespace, first_ledger: int) -> list[
 async def main(args: argparse.Namespace, root: Path) -> list[RunFigures]:
     import trio  # noqa: PLC0415
 
-    from magnetar.bookkeeper.bookie.journal import JournalStats  # noqa: PLC0415
-    from magnetar.bookkeeper.bookie.storage import open_ledger_store  # noqa: PLC0415
-    from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.storage.journal import JournalStats  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings  # noqa: PLC0415
     from magnetar.gc.collector import BookieGarbageCollector  # noqa: PLC0415
     from magnetar.gc.settings import GcSettings  # noqa: PLC0415
 

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.bookkeeper.autorecovery.http_api import (
     BookieRoute,
     RouteGuard,
@@ -44,7 +45,6 @@ from magnetar.bookkeeper.runtime.auth.authentication import MetricsAccessSetting
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.bookkeeper.runtime.http import HttpRequest, Router
-from magnetar.gc.settings import BookieSettings
 
 log = logging.getLogger("magnetar.autorecovery")
 

@@ -43,12 +43,15 @@ from magnetar.admin.processes.autorecovery_wiring import (
     open_autorecovery,
     operator_guard,
 )
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.config import (
     ConfigError,
     config_file_from,
     load_settings,
     warn_unknown_environment,
 )
+from magnetar.admin.processes.gc_http_api import add_gc_routes
+from magnetar.admin.processes.gc_wiring import attach_garbage_collector
 from magnetar.admin.processes.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -61,7 +64,6 @@ from magnetar.admin.processes.process_common import (
 )
 from magnetar.bookkeeper.autorecovery.metrics import EMBEDDED_SCOPE
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
-from magnetar.bookkeeper.bookie.errors import StorageInUseError
 from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, all_of, bookie_router
 from magnetar.bookkeeper.bookie.identity import (
     bookie_directories,
@@ -69,20 +71,18 @@ from magnetar.bookkeeper.bookie.identity import (
     format_bookie,
     verify_bookie_identity,
 )
-from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
-from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
 from magnetar.bookkeeper.bookie.settings import bookie_id_for
-from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.errors import StorageInUseError
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerStore
+from magnetar.bookkeeper.bookie.storage.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.metadata.api import MetadataStore
 from magnetar.bookkeeper.metadata.factory import open_metadata_store
 from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
 from magnetar.bookkeeper.runtime.http import HttpSettings, Router, serve_http
 from magnetar.bookkeeper.runtime.listen import check_ports_free
-from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
-from magnetar.gc.http_api import add_gc_routes
-from magnetar.gc.settings import BookieSettings
 
 log = logging.getLogger("magnetar.bookie")
 

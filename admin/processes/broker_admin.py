@@ -39,8 +39,8 @@ from magnetar.broker.core.errors import (
     TopicNotFoundError,
 )
 from magnetar.broker.core.topic import PersistentTopic
-from magnetar.broker.http_status import http_status
-from magnetar.broker.policies import PolicyError
+from magnetar.broker.policies.store import PolicyError
+from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.errors import InvalidTopicNameError
@@ -358,7 +358,8 @@ class LoadedNonPersistentTopics:
 
 
 class QuotaGate:
-    """The broker's :class:`~magnetar.broker.publish_gate.PublishGate` over the retention service's quotas."""
+    """The broker's :class:`~magnetar.broker.policies.publish_gate.PublishGate` over the retention service's
+    quotas."""
 
     def __init__(self, quota: BacklogQuotaMonitor) -> None:
         self._quota = quota

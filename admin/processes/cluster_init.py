@@ -39,12 +39,12 @@ from magnetar.bookkeeper.metadata import (
 from magnetar.bookkeeper.metadata.bookies import ensure_instance_id, list_bookies
 from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings, MetadataStoreSettings
 from magnetar.bookkeeper.metadata.zk_store import PROBE_TIMEOUT_S
-from magnetar.broker.namespace_bundle import (
+from magnetar.broker.ownership.namespace_bundle import (
     BUNDLES_MAX,
     DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES,
     bundle_boundaries,
 )
-from magnetar.broker.policies import (
+from magnetar.broker.policies.store import (
     BundlesData,
     ClusterData,
     Policies,

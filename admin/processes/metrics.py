@@ -1,14 +1,15 @@
 """Storage metrics for the broker's ``/metrics``: managed ledgers, the BookKeeper client and retention.
 
-They join the broker's own metrics (Pulsar's ``pulsar_*`` names, :mod:`magnetar.broker.metrics`) as one more
-:class:`~magnetar.broker.exposition.MetricsSource`, with the same labels (``cluster``, ``namespace``,
+They join the broker's own metrics (Pulsar's ``pulsar_*`` names,
+:mod:`magnetar.broker.metrics.broker_metrics`) as one more
+:class:`~magnetar.broker.metrics.exposition.MetricsSource`, with the same labels (``cluster``, ``namespace``,
 ``topic``). Where Pulsar has the figure, its name: ``pulsar_storage_backlog_size`` (bytes behind the slowest
-subscription, Pulsar's estimated backlog size) and ``pulsar_ml_count`` (managed ledgers open). The rest has
-no Pulsar equivalent and keeps Magnetar's names: the managed-ledger figures ``magnetar_ml_*`` (ledgers,
-entries, entries added, pending adds, rollovers, trims, ledgers deleted), the BookKeeper client's add latency
-and counters ``magnetar_bookkeeper_client_*``, and the retention service's counters. Every name is declared
-once, in the tables below. Everything is read from the live objects when scraped (no per-operation cost), a
-little at a time (see :mod:`magnetar.broker.exposition`).
+subscription, Pulsar's estimated backlog size) and ``pulsar_ml_count`` (managed ledgers open). The rest has no
+Pulsar equivalent and keeps Magnetar's names: the managed-ledger figures ``magnetar_ml_*`` (ledgers, entries,
+entries added, pending adds, rollovers, trims, ledgers deleted), the BookKeeper client's add latency and
+counters ``magnetar_bookkeeper_client_*``, and the retention service's counters. Every name is declared once,
+in the tables below. Everything is read from the live objects when scraped (no per-operation cost), a little
+at a time (see :mod:`magnetar.broker.metrics.exposition`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from magnetar.bookkeeper.client.stats import ADD_LATENCY_BUCKETS_S, ClientStats
-from magnetar.broker.exposition import Family, FamilyRows, Kind, Row
-from magnetar.broker.metrics import TOPIC_LABELS, BrokerMetrics
+from magnetar.broker.metrics.broker_metrics import TOPIC_LABELS, BrokerMetrics
+from magnetar.broker.metrics.exposition import Family, FamilyRows, Kind, Row
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.topic_name import TopicName
 from magnetar.gc.expiry import backlog_bytes
@@ -176,7 +177,8 @@ def register_storage_metrics(
 
 class CollectorSource:
     """A prometheus_client collector (the bookies' metrics, which keep their own registries) as a
-    :class:`~magnetar.broker.exposition.MetricsSource`, so it joins the broker's streamed ``/metrics``:
+    :class:`~magnetar.broker.metrics.exposition.MetricsSource`, so it joins the broker's streamed
+    ``/metrics``:
     counters, gauges and histograms are read back from the collector's samples when scraped; a summary
     (BookKeeper's op-stats) becomes gauges of the same sample names - its quantile rows, ``_count`` and
     ``_sum`` - so the names a dashboard queries are there."""

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from magnetar.broker.policies import BacklogQuota, Policies, PolicyStore, TopicPolicies
+from magnetar.broker.policies.store import BacklogQuota, Policies, PolicyStore, TopicPolicies
 from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
 from magnetar.broker.wire.topic_name import TopicName
 from magnetar.gc.policies import BacklogPolicy, BacklogQuotaLimit, TopicRetentionPolicies

@@ -37,6 +37,7 @@ from typing import Any
 
 import trio
 
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.broker_admin import BrokerAdmin
 from magnetar.admin.processes.config import (
     ConfigError,
@@ -45,6 +46,7 @@ from magnetar.admin.processes.config import (
     load_settings,
     warn_unknown_environment,
 )
+from magnetar.admin.processes.gc_wiring import attach_garbage_collector
 from magnetar.admin.processes.process_common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -60,7 +62,7 @@ from magnetar.admin.processes.standalone_settings import StandaloneSettings
 from magnetar.bookkeeper.bookie.identity import BookieIdentityError, verify_bookie_identity
 from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
 from magnetar.bookkeeper.bookie.settings import bookie_id_for
-from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
 from magnetar.bookkeeper.client import open_bookkeeper
 from magnetar.bookkeeper.client.local_transport import LocalTransport
 from magnetar.bookkeeper.metadata import MetadataStore
@@ -72,9 +74,7 @@ from magnetar.bookkeeper.runtime.listen import ListenError, check_ports_free
 from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, broker_ports, run_broker
 from magnetar.broker.service import BrokerService
-from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
-from magnetar.gc.settings import BookieSettings
 
 __all__ = ["StandaloneSettings", "main", "open_bookies", "serve"]
 

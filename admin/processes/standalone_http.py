@@ -1,7 +1,7 @@
 """The standalone's bookies' HTTP API, served on the standalone's own HTTP port beside the broker's routes.
 
 A bookie process serves BookKeeper's bookie endpoints on its own ``--http-port``
-(:mod:`magnetar.bookkeeper.bookie.http_api`, :mod:`magnetar.gc.http_api`). The standalone's bookies have no
+(:mod:`magnetar.bookkeeper.bookie.http_api`, :mod:`.gc_http_api`). The standalone's bookies have no
 port of their own; the same endpoints are on the standalone's port:
 
 * at BookKeeper's paths (``/api/v1/bookie/info``, ``state``, ``is_ready``, ``gc``, ``gc_details``,
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from magnetar.admin.processes.gc_http_api import add_gc_routes
 from magnetar.admin.processes.metrics import CollectorSource
 from magnetar.bookkeeper.bookie.http_api import (
     BOOKIE_PREFIX,
@@ -37,7 +38,6 @@ from magnetar.bookkeeper.bookie.server import Bookie
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, Router
 from magnetar.broker.service import BrokerService
 from magnetar.gc.collector import BookieGarbageCollector
-from magnetar.gc.http_api import add_gc_routes
 
 
 class BrokerHttpAccess:

@@ -1,7 +1,7 @@
 """The settings of ``magnetar standalone``: its own, and the whole settings of its broker and of its bookies.
 
 :class:`StandaloneSettings` holds a :class:`~magnetar.broker.settings.BrokerSettings` (``broker``) and a
-:class:`~magnetar.gc.settings.BookieSettings` (``bookie``, the settings every bookie shares),
+:class:`~.bookie_settings.BookieSettings` (``bookie``, the settings every bookie shares),
 so every broker and bookie setting is a standalone setting too, reached as
 :mod:`magnetar.admin.processes.config` describes for a process with
 :class:`~magnetar.admin.processes.config.Parts`: by its own name, flat, as in a broker's or a bookie's config
@@ -47,10 +47,10 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.config import Parts
 from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
 from magnetar.broker.settings import BrokerSettings
-from magnetar.gc.settings import BookieSettings
 
 MIB = 1024 * 1024
 

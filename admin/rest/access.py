@@ -14,8 +14,8 @@ peeking and reading messages need ``consume``; listing a namespace's topics need
 somewhere in it. Health (the readiness probe) and the OpenAPI document are open. A route without a rule is
 the superuser's - a new route is closed until someone decides - and a test checks that every route has one.
 
-When the context carries no :class:`~magnetar.broker.security.BrokerSecurity` (metadata-only tools and
-tests), or authentication is off, every check passes.
+When the context carries no :class:`~magnetar.broker.security.broker_security.BrokerSecurity` (metadata-only
+tools and tests), or authentication is off, every check passes.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from enum import Enum
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest
-from magnetar.broker.authorization import AuthorizationService, NamespaceOperation, TopicOperation
-from magnetar.broker.security import BrokerSecurity
+from magnetar.broker.security.authorization import AuthorizationService, NamespaceOperation, TopicOperation
+from magnetar.broker.security.broker_security import BrokerSecurity
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.topic_name import (
     NamespaceName,

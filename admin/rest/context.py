@@ -3,8 +3,8 @@
 The composition root (``magnetar standalone`` / ``broker``) builds one context and calls
 :func:`magnetar.admin.rest.register_admin_routes` with the broker's router. Routes that manage metadata only
 (clusters, tenants, namespaces and their policies, partitioned-topic metadata, topic-level policies) need the
-:class:`~magnetar.broker.policies.PolicyStore` and the metadata store; broker-facing routes (brokers list and
-health) go through :class:`BrokerDirectory`, a small protocol the broker implements.
+:class:`~magnetar.broker.policies.store.PolicyStore` and the metadata store; broker-facing routes (brokers
+list and health) go through :class:`BrokerDirectory`, a small protocol the broker implements.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from magnetar.admin.rest.bundle_host import BundleHost
 from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.metadata import MetadataStore
-from magnetar.broker.namespace_bundle import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
-from magnetar.broker.policies import PolicyStore
-from magnetar.broker.security import BrokerSecurity
+from magnetar.broker.ownership.namespace_bundle import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
+from magnetar.broker.policies.store import PolicyStore
+from magnetar.broker.security.broker_security import BrokerSecurity
 from magnetar.broker.wire.topic_name import NamespaceName, TopicName
 
 

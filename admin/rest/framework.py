@@ -57,8 +57,8 @@ from magnetar.bookkeeper.runtime.http import (
     text_response,
 )
 from magnetar.broker.core.errors import NotOwnerError, ServiceError
-from magnetar.broker.http_status import http_status
-from magnetar.broker.policies import PolicyError
+from magnetar.broker.policies.store import PolicyError
+from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.wire.errors import InvalidTopicNameError
 from magnetar.broker.wire.strict_input import INT64_MAX, INT64_MIN, NumberFormatError, parse_long, shown
 

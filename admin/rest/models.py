@@ -1,10 +1,11 @@
 """Request and response bodies of the admin API, with Pulsar's exact JSON names.
 
 Stored shapes (``TenantInfo``, namespace ``Policies``, ``RetentionPolicies``, ``BacklogQuota``) live in
-:mod:`magnetar.broker.policies` and are answered as they are. Request models here add what a request needs
-beyond the stored shape: Java's integer ranges (a Java ``int`` is 32-bit, a ``long`` 64-bit: a larger number
-is a 400, as Jackson refuses it), bounded list and string sizes, and Pulsar's legacy spellings (``limit`` for
-a backlog quota's ``limitSize``). Unknown JSON fields are ignored, as Pulsar's Jackson mapper is configured.
+:mod:`magnetar.broker.policies.store` and are answered as they are. Request models here add what a request
+needs beyond the stored shape: Java's integer ranges (a Java ``int`` is 32-bit, a ``long`` 64-bit: a larger
+number is a 400, as Jackson refuses it), bounded list and string sizes, and Pulsar's legacy spellings
+(``limit`` for a backlog quota's ``limitSize``). Unknown JSON fields are ignored, as Pulsar's Jackson mapper
+is configured.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pydantic import (
     ValidationInfo,
 )
 
-from magnetar.broker.policies import BacklogQuota, ClusterData, RetentionPolicies, TenantInfo
+from magnetar.broker.policies.store import BacklogQuota, ClusterData, RetentionPolicies, TenantInfo
 from magnetar.broker.wire.strict_input import (
     INT32_MAX,
     INT32_MIN,

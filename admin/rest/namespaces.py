@@ -37,8 +37,8 @@ from magnetar.admin.rest.policy_rules import (
     ttl_error,
 )
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.namespace_bundle import BUNDLES_MAX, bundle_boundaries
-from magnetar.broker.policies import (
+from magnetar.broker.ownership.namespace_bundle import BUNDLES_MAX, bundle_boundaries
+from magnetar.broker.policies.store import (
     AlreadyExists,
     BacklogQuota,
     BundlesData,

@@ -54,7 +54,7 @@ from magnetar.admin.rest.policy_rules import (
 )
 from magnetar.admin.rest.served import served_named
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.policies import (
+from magnetar.broker.policies.store import (
     AlreadyExists,
     BacklogQuota,
     NotFound,

@@ -51,7 +51,7 @@ from magnetar.admin.rest.partitions import combined, each_partition
 from magnetar.admin.rest.served import ensure_served, host_of, served_named, served_topic
 from magnetar.admin.rest.topic_host import TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.policies import PartitionedTopicMetadata
+from magnetar.broker.policies.store import PartitionedTopicMetadata
 from magnetar.broker.wire.message_id import MessageId
 from magnetar.broker.wire.topic_name import TopicName
 from magnetar.gc.expiry import backlog_bytes

@@ -24,13 +24,13 @@ import hmac
 import logging
 from collections.abc import Callable
 
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage.errors import (
     BookieError,
     LedgerFencedError,
     NoLedgerError,
     StorageBusyError,
 )
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage, LedgerStore
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage, LedgerStore
 from magnetar.bookkeeper.protocol.digest import DigestError, peek_ids
 from magnetar.bookkeeper.protocol.messages import (
     BOOKIE_INFO_FREE_DISK,

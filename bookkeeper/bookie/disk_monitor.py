@@ -1,14 +1,14 @@
 """Read-only mode and the disk monitor that drives it (BookKeeper's ``LedgerDirsMonitor`` + ``StateManager``).
 
 Theory of operation. Every ``disk_check_interval_ms`` the monitor reads the usage of each volume the bookie
-writes: the ledger directory's (:meth:`~.ledger_store.LedgerStore.disk_usage`) and the journal's
-(:meth:`~.ledger_store.LedgerStore.journal_disk_usage`, the same file system unless the journal has a volume
-of its own). A volume above ``disk_usage_threshold`` is *full* and turns the bookie read-only (BookKeeper's
-``readOnlyModeOnAnyDiskFullEnabled``): it re-registers under ``/ledgers/available/readonly``, so that no new
-ensemble picks it, refuses normal adds with EREADONLY, so that writers replace it in their ensembles, and
-still accepts recovery (high-priority) adds so that ledger recovery can finish. A volume is full until its
-usage falls below ``disk_usage_lwm_threshold``; the gap between the two thresholds keeps the bookie from
-flapping (BookKeeper PR #3285). The bookie turns writable again once no volume is full. Above
+writes: the ledger directory's (:meth:`~.storage.ledger_store.LedgerStore.disk_usage`) and the journal's
+(:meth:`~.storage.ledger_store.LedgerStore.journal_disk_usage`, the same file system unless the journal has a
+volume of its own). A volume above ``disk_usage_threshold`` is *full* and turns the bookie read-only
+(BookKeeper's ``readOnlyModeOnAnyDiskFullEnabled``): it re-registers under ``/ledgers/available/readonly``, so
+that no new ensemble picks it, refuses normal adds with EREADONLY, so that writers replace it in their
+ensembles, and still accepts recovery (high-priority) adds so that ledger recovery can finish. A volume is
+full until its usage falls below ``disk_usage_lwm_threshold``; the gap between the two thresholds keeps the
+bookie from flapping (BookKeeper PR #3285). The bookie turns writable again once no volume is full. Above
 ``disk_usage_warn_threshold`` a warning is logged once per excursion. The monitor only lifts a read-only mode
 it imposed itself; a mode forced by an operator stays.
 
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import trio
 
-from magnetar.bookkeeper.bookie.errors import BookieError
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
+from magnetar.bookkeeper.bookie.storage.errors import BookieError
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage
 
 log = logging.getLogger(__name__)
 

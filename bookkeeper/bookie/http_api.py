@@ -11,8 +11,8 @@
 * ``GET /api/v1/bookie/info`` - bookie id and disk figures (BookKeeper's ``freeSpace`` / ``totalSpace``, the
   used fraction and the read-only state; ``journalFreeSpace`` / ``journalTotalSpace`` for the journal's).
 
-Garbage-collection endpoints (``magnetar.gc.http_api``) are added by the composition root when a garbage
-collector runs inside the bookie.
+Garbage-collection endpoints (``magnetar.admin.processes.gc_http_api``) are added by the composition root
+when a garbage collector runs inside the bookie.
 
 Which bookies a route acts on is a :data:`Select` of the request: ``magnetar bookie`` serves its one bookie;
 ``magnetar standalone`` serves all of its bookies on its own port at the same paths (one bookie answers as

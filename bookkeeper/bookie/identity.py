@@ -67,11 +67,11 @@ from magnetar.bookkeeper.bookie.cookie import (
     Cookie,
     CookieFormatError,
 )
-from magnetar.bookkeeper.bookie.entry_index import index_is_empty
-from magnetar.bookkeeper.bookie.journal_format import HEADER_BYTES, RECORD_HEADER_BYTES
-from magnetar.bookkeeper.bookie.log_mark import fsync_dir
 from magnetar.bookkeeper.bookie.settings import BookieServerSettings
-from magnetar.bookkeeper.bookie.storage import check_not_in_use
+from magnetar.bookkeeper.bookie.storage.entry_index import index_is_empty
+from magnetar.bookkeeper.bookie.storage.journal_format import HEADER_BYTES, RECORD_HEADER_BYTES
+from magnetar.bookkeeper.bookie.storage.log_mark import fsync_dir
+from magnetar.bookkeeper.bookie.storage.opening import check_not_in_use
 from magnetar.bookkeeper.metadata.api import (
     BadVersionError,
     MetadataStore,

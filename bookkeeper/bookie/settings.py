@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
 from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
 from magnetar.bookkeeper.runtime.auth.authentication import MetricsAccessSettings, Roles, TokenKeySettings
@@ -45,9 +45,9 @@ PositiveInt = Annotated[int, Field(gt=0)]
 class BookieServerSettings(
     BaseSettings, MetadataConnectionSettings, TokenKeySettings, MetricsAccessSettings, ServerTlsSettings
 ):
-    """What a bookie server reads. A bookie process's settings (``magnetar.gc.settings.BookieSettings``) add
-    its garbage collector's; the token key, the TLS files and the way to the metadata store are the shared
-    models this one inherits, under the names the brokers use too."""
+    """What a bookie server reads. A bookie process's settings (``BookieSettings``, composed by
+    ``magnetar.admin.processes``) add its garbage collector's; the token key, the TLS files and the way to
+    the metadata store are the shared models this one inherits, under the names the brokers use too."""
 
     model_config = SettingsConfigDict(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"

@@ -1,6 +1,6 @@
 """What the broker service refuses, whatever protocol asked, as protocol-neutral kinds (:class:`ErrorKind`):
-the core says *what* went wrong, and each adapter answers it in its own terms from one table of its own -
-the HTTP status of an admin call or a refused WebSocket upgrade (:mod:`magnetar.broker.http_status`), a
+the core says *what* went wrong, and each adapter answers it in its own terms from one table of its own - the
+HTTP status of an admin call or a refused WebSocket upgrade (:mod:`magnetar.broker.protocols.http_status`), a
 WebSocket close code, later a Pulsar ``ServerError``.
 
 The base :class:`~magnetar.broker.wire.errors.BrokerError` and the errors of names, ids and entries are in
@@ -29,6 +29,10 @@ class ErrorKind(Enum):
     """Not now: the topic is terminated, closing or its bundle not settled; look it up again or retry."""
     ELSEWHERE = "served elsewhere"
     """Another broker serves it (:class:`NotOwnerError` names which)."""
+    UNAUTHENTICATED = "unauthenticated"
+    """The caller could not be authenticated (no credentials where they are required, or bad ones)."""
+    FORBIDDEN = "forbidden"
+    """The caller's role may not do this."""
     INTERNAL = "internal"
     """Anything else."""
 
@@ -100,3 +104,28 @@ class NotOwnerError(ServiceError):
         super().__init__(message)
         self.http_url = http_url
         self.http_url_tls = http_url_tls
+
+
+class AccessError(ServiceError):
+    """A refusal of the broker's security (:mod:`magnetar.broker.security`). Its message is the whole
+    answer, in Pulsar's words (``Failed to authenticate: ...``, ``Not authorized: ...``): a protocol passes
+    it on as it is, with its own code for the kind."""
+
+
+class NotAuthenticatedError(AccessError):
+    """The caller presented no valid credentials where they are required (Pulsar's
+    ``AuthenticationException``)."""
+
+    kind = ErrorKind.UNAUTHENTICATED
+
+
+class NotAuthorizedError(AccessError):
+    """The caller's role may not do what it asked (Pulsar's ``AuthorizationException``)."""
+
+    kind = ErrorKind.FORBIDDEN
+
+
+class AuthorizationUncheckedError(AccessError):
+    """The grants could not be read (the metadata store is away): neither allowed nor refused; retry."""
+
+    kind = ErrorKind.UNAVAILABLE

@@ -1,8 +1,8 @@
 """A topic's figures counted on the publish path: plain integers, no lock, no allocation per message.
 
-The broker's ``/metrics`` (:mod:`magnetar.broker.metrics`) reads them from the live topics when scraped; the
-publish latency is the time from a request's arrival at the broker to its entry stored with the ack quorum,
-counted per message in :data:`PUBLISH_LATENCY_BUCKETS_S`.
+The broker's ``/metrics`` (:mod:`magnetar.broker.metrics.broker_metrics`) reads them from the live topics when
+scraped; the publish latency is the time from a request's arrival at the broker to its entry stored with the
+ack quorum, counted per message in :data:`PUBLISH_LATENCY_BUCKETS_S`.
 """
 
 from __future__ import annotations

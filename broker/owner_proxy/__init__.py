@@ -33,9 +33,9 @@ if the new owner refuses the client's credentials (a token that expired meanwhil
 owner's reason.
 Any other close by the owner (1000 after an unsubscribe, a 4xxx session error) is passed to the client.
 
-Limits (:mod:`magnetar.broker.proxy_settings`): ``ws_proxy_sessions_max``, ``ws_proxy_connect_timeout_ms``,
-``ws_proxy_redirects_max``, ``ws_proxy_reconnect_backoff_initial_ms`` / ``..._max_ms``,
-``ws_proxy_reconnect_deadline_ms``, ``ws_proxy_buffer_messages_max`` / ``..._bytes_max`` and
+Limits (:mod:`magnetar.broker.owner_proxy.settings`): ``ws_proxy_sessions_max``,
+``ws_proxy_connect_timeout_ms``, ``ws_proxy_redirects_max``, ``ws_proxy_reconnect_backoff_initial_ms`` /
+``..._max_ms``, ``ws_proxy_reconnect_deadline_ms``, ``ws_proxy_buffer_messages_max`` / ``..._bytes_max`` and
 ``ws_proxy_pending_messages_max``. What the proxy did is counted for ``/metrics`` (:mod:`.metrics`; a
 partitioned session counts once as a session, its partitions' moves and failed-back requests each).
 

@@ -2,8 +2,9 @@
 such figures).
 
 The relay only adds to plain integers (:class:`ProxyCounters`); the families are read from them when the
-broker is scraped (:class:`ProxyMetrics`, a :class:`~magnetar.broker.exposition.MetricsSource` the broker's
-HTTP application adds). Every row carries the broker's ``cluster`` label, as the broker-wide families do.
+broker is scraped (:class:`ProxyMetrics`, a :class:`~magnetar.broker.metrics.exposition.MetricsSource` the
+broker's HTTP application adds). Every row carries the broker's ``cluster`` label, as the broker-wide families
+do.
 
 * ``magnetar_ws_proxy_sessions`` - client sessions being served through this broker now;
 * ``magnetar_ws_proxy_upstreams`` - upstream sessions held to owners now: one per session, one per partition
@@ -26,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from magnetar.broker.exposition import Family, FamilyRows, Kind
-from magnetar.broker.metrics import broker_wide
+from magnetar.broker.metrics.broker_metrics import broker_wide
+from magnetar.broker.metrics.exposition import Family, FamilyRows, Kind
 
 
 @dataclass(slots=True)

@@ -16,13 +16,7 @@ from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
 from magnetar.broker.core.errors import ServiceError
 from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.owner_proxy.fanout import (
-    BinaryProducerFan,
-    ConsumerFan,
-    Fan,
-    FanOutSession,
-    JsonProducerFan,
-)
+from magnetar.broker.owner_proxy.fanout import FanOutSession
 from magnetar.broker.owner_proxy.metrics import ProxyCounters, ProxyMetrics
 from magnetar.broker.owner_proxy.relay import (
     OPEN_FINAL_STATUSES,
@@ -34,13 +28,13 @@ from magnetar.broker.owner_proxy.relay import (
 )
 from magnetar.broker.owner_proxy.upstream import client_credentials, upstream_target
 from magnetar.broker.protocols.adapter import ProtocolAdapter
-from magnetar.broker.protocols.pulsar_ws.params import ProducerParams, WsKind
+from magnetar.broker.protocols.fan import Fan
+from magnetar.broker.protocols.params import ProducerParams, WsKind
 from magnetar.broker.protocols.relay_tracking import Tracker
-from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 from magnetar.broker.wire.topic_name import TopicName
 
 if TYPE_CHECKING:
-    from magnetar.broker.service import BrokerService
+    from magnetar.broker.owner_proxy.host import ProxyHost
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +44,7 @@ proxies again (no chains, no loops)."""
 
 
 class OwnerProxy:
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: ProxyHost) -> None:
         self._service = service
         self._settings = service.settings
         self.counters = ProxyCounters()
@@ -260,7 +254,7 @@ class OwnerProxy:
         trackers = [_tracker(request, kind, adapter) for _ in range(partitions)]
         session = FanOutSession(
             ws,
-            self._fan(request, kind, subprotocol, partitions),
+            self._fan(request, kind, adapter, partitions),
             opened,
             trackers,
             connects,
@@ -270,8 +264,13 @@ class OwnerProxy:
         )
         await session.run()
 
-    def _fan(self, request: WebSocketRequest, kind: WsKind, subprotocol: str | None, partitions: int) -> Fan:
-        binary = subprotocol == SUBPROTOCOL
+    def _fan(
+        self,
+        request: WebSocketRequest,
+        kind: WsKind,
+        adapter: ProtocolAdapter,
+        partitions: int,
+    ) -> Fan:
         if kind is WsKind.PRODUCER:
             params = ProducerParams.parse(request.query)  # checked before the session came to the proxy
             router = PartitionRouter(
@@ -280,11 +279,10 @@ class OwnerProxy:
                 hashing_scheme=params.hashing_scheme,
                 rng=self._service.rng,
             )
-            return BinaryProducerFan(router) if binary else JsonProducerFan(router)
+            return adapter.producer_fan(router)
         pull_mode = kind is WsKind.CONSUMER and request.query.get("pullMode", "false").lower() == "true"
-        return ConsumerFan(
+        return adapter.consumer_fan(
             partitions,
-            binary=binary,
             pull_mode=pull_mode,
             reader=kind is WsKind.READER,
             prefetch=self._settings.ws_proxy_partition_prefetch_messages,
@@ -316,7 +314,8 @@ class OwnerProxy:
 def hop_source(bind_address: str) -> str | None:
     """The address upstream sessions leave from: the broker's bind address when it is one specific IP
     address, so that the owner sees a connection from the address this broker listens on (and, as a rule,
-    advertises: :mod:`magnetar.broker.peer_addresses` recognizes peers by it); else the system's choice."""
+    advertises: :mod:`magnetar.broker.ownership.peer_addresses` recognizes peers by it); else the system's
+    choice."""
     try:
         address = ipaddress.ip_address(bind_address)
     except ValueError:

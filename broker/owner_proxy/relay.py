@@ -35,7 +35,7 @@ from magnetar.broker.owner_proxy.metrics import ProxyCounters
 from magnetar.broker.protocols.relay_tracking import FrameKind, Tracker
 
 if TYPE_CHECKING:
-    from magnetar.broker.proxy_settings import ProxySettings
+    from magnetar.broker.owner_proxy.host import RelaySettings
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ subscription for a moment, and the session is already counted."""
 async def connect_with_retry(
     connect: Connect,
     overrides: Callable[[], dict[str, str]],
-    settings: ProxySettings,
+    settings: RelaySettings,
     what: str,
     deadline: float | None = None,
     final_statuses: frozenset[int] = FINAL_STATUSES,
@@ -124,7 +124,7 @@ class Relay:
         upstream: WsClient,
         tracker: Tracker,
         connect: Connect,
-        settings: ProxySettings,
+        settings: RelaySettings,
         topic: str,
         counters: ProxyCounters | None = None,
     ) -> None:

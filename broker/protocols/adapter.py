@@ -30,6 +30,7 @@ from magnetar.broker.core.delivery import FlowControl
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.outbound import OutboundFrames
 from magnetar.broker.protocols.relay_tracking import Tracker
 
@@ -91,4 +92,15 @@ class ProtocolAdapter(Protocol):
     def relay_tracker(self, *, producer: bool, pull_mode: bool, reader: bool) -> Tracker:
         """A new tracker of a relayed producer session, or of a consumer (``pull_mode`` as the client asked)
         or reader session."""
+        ...
+
+    def producer_fan(self, router: PartitionRouter[int]) -> Fan:
+        """The owner proxy's core for a producer session fanned out over a partitioned topic's partitions
+        (``router`` picks a message's partition): what a publish request routes to, how answers merge."""
+        ...
+
+    def consumer_fan(self, partitions: int, *, pull_mode: bool, reader: bool, prefetch: int) -> Fan:
+        """The owner proxy's core for a consumer or reader session fanned out over ``partitions``: what a
+        client frame asks and what a partition's frame is, in this protocol's terms
+        (:class:`~.fan.ConsumerFan`)."""
         ...

@@ -8,25 +8,25 @@ the frames the client sends (:mod:`magnetar.broker.protocols.adapter` says what 
 Each upgrade request is checked before it is accepted, as Pulsar's handlers create their producer/consumer
 before the upgrade completes: a bad path or query parameter is answered 400 ``Invalid query params: ...``, a
 missing namespace or topic 404, a busy producer name or exclusive subscription 409, a terminated topic 503
-(the HTTP status of each refusal's kind: :mod:`magnetar.broker.http_status`), and a topic another broker
-owns is served through this broker's owner proxy (:mod:`magnetar.broker.owner_proxy`: the session
-is relayed to the owner and follows the topic when it moves; a partitioned topic with any partition owned
+(the HTTP status of each refusal's kind: :mod:`magnetar.broker.protocols.http_status`), and a topic another
+broker owns is served through this broker's owner proxy (:mod:`magnetar.broker.owner_proxy`: the session is
+relayed to the owner and follows the topic when it moves; a partitioned topic with any partition owned
 elsewhere through one upstream session per partition) - or, with ``ws_proxy_enabled=false`` or for a session
 that is itself proxied, answered **307** with ``Location: ws://<owner>/<same path and query>``
 (``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs its tasks: the reader
 loop below (one frame at a time, handed to the adapter), the session's frame sender
 (:class:`~magnetar.broker.protocols.outbound.OutboundFrames`) and, for a consumer, its redelivery timers
-(:class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`). A frame the adapter cannot accept
-closes the session with its :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`. When the topic is
-unloaded or its bundle lost, sessions are closed with 1001 (going away) so clients look the topic up again;
-what is queued for the client goes out first (bounded by ``ws_close_flush_timeout_ms``).
+(:class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`). A frame the adapter cannot accept closes
+the session with its :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`. When the topic is unloaded
+or its bundle lost, sessions are closed with 1001 (going away) so clients look the topic up again; what is
+queued for the client goes out first (bounded by ``ws_close_flush_timeout_ms``).
 
-Security (:mod:`magnetar.broker.security`): right after the path is parsed, the upgrade is authenticated
-(``Authorization:
-Bearer`` or the ``token`` query parameter; 401 ``Failed to authenticate: ...``) and authorized (produce for a
-producer, consume on the subscription for a consumer, consume for a reader; 403 ``Not authorized: ...``),
-before any topic is looked up or created - Pulsar's ``checkAuth``. A producer's messages beyond the publish
-rate limits get ``send-error:8`` with the limit named, and the session goes on.
+Security (:mod:`magnetar.broker.security.broker_security`): right after the path is parsed, the upgrade is
+authenticated (``Authorization: Bearer`` or the ``token`` query parameter; 401 ``Failed to authenticate:
+...``) and authorized (produce for a producer, consume on the subscription for a consumer, consume for a
+reader; 403 ``Not authorized: ...``), before any topic is looked up or created - Pulsar's ``checkAuth``. A
+producer's messages beyond the publish rate limits get ``send-error:8`` with the limit named, and the session
+goes on.
 
 Bounds (:mod:`magnetar.broker.core.consumer` and :mod:`magnetar.broker.protocols.outbound` have the details):
 a session's outbound queue holds at most
@@ -58,22 +58,22 @@ from magnetar.bookkeeper.runtime.http import (
     WebSocketRequest,
     error_response,
 )
-from magnetar.broker import publish_gate
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import FlowControl
 from magnetar.broker.core.dispatcher import SubscriptionType
-from magnetar.broker.core.errors import NotOwnerError, ServiceError
+from magnetar.broker.core.errors import AccessError, NotOwnerError, ServiceError
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.topic import PersistentTopic
-from magnetar.broker.http_status import http_status
 from magnetar.broker.owner_proxy.proxy import OwnerProxy
+from magnetar.broker.policies import publish_gate
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession, PublishRefusal
+from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.protocols.outbound import OutboundFrames
-from magnetar.broker.protocols.pulsar_ws.params import (
+from magnetar.broker.protocols.params import (
     ALL_PATH_FORMS,
     ConsumerParams,
     ProducerParams,
@@ -87,9 +87,8 @@ from magnetar.broker.wire.message_id import EARLIEST, LATEST
 from magnetar.broker.wire.topic_name import TopicName
 
 if TYPE_CHECKING:
-    from magnetar.broker.security import PublishLimiter
-    from magnetar.broker.service import BrokerService
-    from magnetar.broker.settings import BrokerSettings
+    from magnetar.broker.security.broker_security import PublishLimiter
+    from magnetar.broker.sessions.host import SessionHost, SessionSettings
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +102,7 @@ class _Session:
     """What one accepted WebSocket session owns: its protocol adapter, its outbound frames and the means to
     end it."""
 
-    def __init__(self, request: WebSocketRequest, settings: BrokerSettings) -> None:
+    def __init__(self, request: WebSocketRequest, settings: SessionSettings) -> None:
         self.adapter = adapter_for(request.subprotocols)
         self.frames: OutboundFrames = self.adapter.outbound(
             bytes_max=settings.http.ws_send_queue_bytes_max,
@@ -128,7 +127,7 @@ class _Session:
 class SessionFrontDoor:
     """The WebSocket endpoints' handlers (:func:`magnetar.broker.http_app.build_router` routes them)."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: SessionHost) -> None:
         self._service = service
         self._proxy = OwnerProxy(service)
         self.proxy_metrics = self._proxy.metrics
@@ -166,6 +165,8 @@ class SessionFrontDoor:
             response = error_response(http_status(exc), str(exc), (("location", location),))
         elif isinstance(exc, WsUpgradeError):
             response = error_response(exc.status, exc.reason)
+        elif isinstance(exc, AccessError):  # the security's answer is whole: its status and its words
+            response = error_response(http_status(exc), str(exc))
         elif isinstance(exc, ServiceError):
             response = error_response(http_status(exc), f"Failed to create producer/consumer: {exc}")
         else:
@@ -475,6 +476,6 @@ class SessionFrontDoor:
             await self._refuse(request, exc)
 
 
-def _random_name(service: BrokerService) -> str:
+def _random_name(service: SessionHost) -> str:
     """Pulsar's clients name unnamed consumers with 5 random characters."""
     return "".join(service.rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(5))

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import trio
 
-from magnetar.bookkeeper.bookie.storage import open_ledger_store
-from magnetar.bookkeeper.bookie.storage_settings import MIB, BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.settings import MIB, BookieStorageSettings
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType
 
 ENTRY_BYTES = 4096

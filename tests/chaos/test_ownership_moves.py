@@ -33,7 +33,7 @@ from fixtures.dev_cluster import ClusterExits, open_test_cluster
 
 from magnetar.admin.processes.dev_cluster import DevCluster
 from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
-from magnetar.broker.namespace_bundle import bundle_boundaries, bundle_for_hash
+from magnetar.broker.ownership.namespace_bundle import bundle_boundaries, bundle_for_hash
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.processes]
 

@@ -28,7 +28,7 @@ from magnetar.admin.cli.admin_client import admin_main
 from magnetar.admin.rest import OPENAPI_PATH, admin_endpoints
 from magnetar.admin.rest.access import Kind, rule_for
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
-from magnetar.broker.authorization import NamespaceOperation, TopicOperation
+from magnetar.broker.security.authorization import NamespaceOperation, TopicOperation
 
 ROOT, ADMIN, CONSUMER, PRODUCER, OTHER = "root", "acme-admin", "consumer-role", "producer-role", "other-role"
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"

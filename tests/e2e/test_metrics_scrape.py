@@ -26,7 +26,7 @@ from fixtures.broker import Broker, Cluster
 from prometheus_client.parser import text_string_to_metric_families
 
 from magnetar.bookkeeper.runtime.loop_monitor import LoopMonitor
-from magnetar.broker.exposition import FamilyRows, MetricsSource
+from magnetar.broker.metrics.exposition import FamilyRows, MetricsSource
 from magnetar.broker.wire.topic_name import TopicName
 
 TOPICS = 1000
@@ -85,7 +85,7 @@ async def load_topics(service: Any, count: int) -> None:
 
 
 async def create_namespace(service: Any) -> None:
-    from magnetar.broker.policies import Policies
+    from magnetar.broker.policies.store import Policies
 
     await service.policies.create_namespace("public/other", Policies())
 

@@ -18,8 +18,8 @@ from fixtures.admin import admin_extras
 from fixtures.auth import TokenKeys
 from fixtures.broker import Broker, Cluster
 
-from magnetar.broker.authorization import AuthAction
-from magnetar.broker.policies import Policies, TenantInfo
+from magnetar.broker.policies.store import Policies, TenantInfo
+from magnetar.broker.security.authorization import AuthAction
 from magnetar.broker.wire.topic_name import NamespaceName
 
 NS = "acme/ns"

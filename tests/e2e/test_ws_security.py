@@ -16,8 +16,8 @@ from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.broker import Broker, Cluster, publish, recv_json
 
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
-from magnetar.broker.authorization import AuthAction
-from magnetar.broker.policies import Policies, TenantInfo
+from magnetar.broker.policies.store import Policies, TenantInfo
+from magnetar.broker.security.authorization import AuthAction
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL, encode_send, parse_receipt
 from magnetar.broker.wire.topic_name import NamespaceName
 

@@ -36,7 +36,7 @@ from fixtures.helm_chart import (
 
 from magnetar.admin.processes.autorecovery_wiring import BookieProcessSettings
 from magnetar.admin.processes.cluster_init import retry_budget_s
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 from magnetar.broker.settings import BrokerSettings
 
 MIB = 1024 * 1024

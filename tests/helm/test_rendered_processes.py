@@ -70,7 +70,7 @@ from magnetar.bookkeeper.metadata import open_metadata_store
 from magnetar.bookkeeper.metadata.bookies import list_bookies, read_cookie
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
-from magnetar.broker.policies import PolicyStore
+from magnetar.broker.policies.store import PolicyStore
 
 pytestmark = [pytest.mark.processes, pytest.mark.zookeeper, pytest.mark.slow]
 

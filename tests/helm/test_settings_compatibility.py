@@ -26,10 +26,10 @@ import pytest
 from fixtures.helm_chart import CHART_DIR, SCENARIOS, container_environment, merged, render
 from pydantic_settings import BaseSettings
 
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.config import load_settings
 from magnetar.admin.processes.standalone_settings import StandaloneSettings
 from magnetar.broker.settings import BrokerSettings
-from magnetar.gc.settings import BookieSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = Path(__file__).with_name("settings_compatibility.json")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import trio
 
-from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType
 from magnetar.gc.collector import BookieGarbageCollector
 from magnetar.gc.settings import GcSettings

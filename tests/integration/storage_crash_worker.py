@@ -20,9 +20,9 @@ from pathlib import Path
 
 import trio
 
-from magnetar.bookkeeper.bookie.ledger_store import DurableCallback
-from magnetar.bookkeeper.bookie.storage import open_ledger_store
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.ledger_store import DurableCallback
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType
 
 LEDGERS = 6

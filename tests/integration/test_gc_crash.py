@@ -26,10 +26,10 @@ import pytest
 import trio
 from fixtures.gc import entry_log_bytes, live_bytes
 
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.entry_log_format import split_location
-from magnetar.bookkeeper.bookie.errors import NoLedgerError
-from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.storage.entry_log_format import split_location
+from magnetar.bookkeeper.bookie.storage.errors import NoLedgerError
 from magnetar.gc.collector import BookieGarbageCollector
 
 WORKER = Path(__file__).with_name("gc_crash_worker.py")

@@ -18,7 +18,7 @@ import pytest
 from fixtures.disk import add, registered_readonly, small_filesystem
 from fixtures.gc import CapacityProbe, entry, open_gc_cluster, register_ledgers, unregister_ledgers
 
-from magnetar.bookkeeper.bookie.storage import statvfs_probe
+from magnetar.bookkeeper.bookie.storage.opening import statvfs_probe
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.protocol.status import BookieStatus
 

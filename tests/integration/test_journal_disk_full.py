@@ -22,8 +22,8 @@ import trio
 from fixtures.disk import add, registered_readonly, small_filesystem
 from fixtures.gc import directory_bytes, open_gc_cluster
 
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
-from magnetar.bookkeeper.bookie.storage import statvfs_probe
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage
+from magnetar.bookkeeper.bookie.storage.opening import statvfs_probe
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.protocol.status import BookieStatus

@@ -27,7 +27,7 @@ import websocket
 from fixtures.broker import b64, recv_json, send_json, unb64
 from fixtures.broker_processes import MagnetarProcess, ProcessCluster
 
-from magnetar.broker.namespace_bundle import bundle_boundaries, bundle_for_hash
+from magnetar.broker.ownership.namespace_bundle import bundle_boundaries, bundle_for_hash
 
 pytestmark = [pytest.mark.slow, pytest.mark.zookeeper, pytest.mark.processes, pytest.mark.timeout(150)]
 

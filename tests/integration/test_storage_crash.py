@@ -20,8 +20,8 @@ from types import ModuleType
 import pytest
 import trio
 
-from magnetar.bookkeeper.bookie.errors import NoEntryError
-from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.errors import NoEntryError
 
 WORKER = Path(__file__).with_name("storage_crash_worker.py")
 

@@ -20,7 +20,7 @@ from magnetar.bookkeeper.bookie.identity import (
     Role,
     check_bookie_identity,
 )
-from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerStore
 from magnetar.bookkeeper.metadata.api import MetadataStore
 
 SIM_INSTANCE_ID = "00000000-0000-4000-8000-00000000000a"

@@ -24,7 +24,7 @@ import trio
 from sim.sim_identity import SimDisk
 
 from magnetar.bookkeeper.bookie.core import BookieCore
-from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
+from magnetar.bookkeeper.bookie.storage.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.client.transport import FailureReason, ResponseCallback, TransportFailure
 from magnetar.bookkeeper.protocol.messages import AddRequest, ReadRequest, Request, Response
 

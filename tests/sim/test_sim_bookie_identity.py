@@ -33,7 +33,7 @@ from sim.sim_scripted import ScriptedTransport, adds_from, read_of
 from sim.sim_world import SimResult, draw_wipe_scenario, repro_command, run_seed
 
 from magnetar.bookkeeper.bookie.core import BookieCore
-from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
+from magnetar.bookkeeper.bookie.storage.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.client import BKError, BookKeeper, ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 

@@ -3,15 +3,17 @@
 Layers (docs/architecture.md §1): admin -> {broker, gc} -> managed_ledger -> bookkeeper.client ->
 bookkeeper.{protocol, metadata, runtime}; the bookie uses protocol, metadata and runtime; AutoRecovery
 (bookkeeper.autorecovery) uses the client, protocol, metadata and runtime; gc uses
-managed_ledger and bookkeeper (the bookie's storage primitives included; no bookkeeper module imports gc).
-Nothing imports admin.
+managed_ledger and bookkeeper, and of the bookie only the storage engine's face for GC
+(``bookkeeper.bookie.storage.gc_seam``; no bookkeeper module imports gc). Inside the bookie, the storage
+engine (``bookkeeper.bookie.storage``) imports nothing of the server side. Nothing imports admin.
 
 Inside the broker: the wire formats (``broker.wire``) import nothing of the server, so clients import them
 alone; the protocol-neutral core (``broker.core``) imports the wire formats and the storage layers, never a
 protocol adapter, a frame codec or the rest of the broker; the adapters (``broker.protocols``) sit on the
 core, the wire formats and their shared helpers only, never the rest of the broker; the session front door
-(``broker.sessions``) and the owner proxy (``broker.owner_proxy``) use the adapters; the rest of the broker
-(service, HTTP app, ownership, metrics) composes them.
+(``broker.sessions``) and the owner proxy (``broker.owner_proxy``) use the adapters; the broker's rooms
+(ownership, security, policies, metrics) sit below them; the composition root at the broker's top (service,
+settings, HTTP app) composes them all and no room imports it. No two folders import each other.
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ TOP_FOLDERS = {folder: pkg for pkg, folder in PACKAGE_DIRS.items()}
 STORAGE = {"magnetar.bookkeeper", "magnetar.managed_ledger"}
 """The storage layers, which everything above them may import."""
 
-# layer -> layers it may import (besides itself and its own sublayers). Layers are matched by longest prefix;
-# a new subpackage gets its own row here.
+GC_SEAM = "magnetar.bookkeeper.bookie.storage.gc_seam"
+"""The one module of the bookie that garbage collection may import: the storage engine's face for GC."""
+
+# layer -> layers (or single modules) it may import (besides itself and its own sublayers). Layers are matched
+# by longest prefix; a new subpackage gets its own row here.
 ALLOWED: dict[str, set[str]] = {
     "magnetar.bookkeeper.runtime": set(),
     "magnetar.bookkeeper.protocol": {"magnetar.bookkeeper.runtime"},
@@ -41,6 +46,11 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.runtime",
         "magnetar.bookkeeper.protocol",
         "magnetar.bookkeeper.metadata",
+    },
+    # the storage engine: nothing of the server side; of the protocol only the status codes its errors carry
+    "magnetar.bookkeeper.bookie.storage": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.protocol.status",
     },
     "magnetar.bookkeeper.client": {
         "magnetar.bookkeeper.runtime",
@@ -82,6 +92,46 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.broker.core",
         "magnetar.broker.wire",
     },
+    # the broker's rooms, each on the ones below it; none imports the composition root at the top
+    # (service, settings, HTTP app): the service satisfies the hosts' protocols (sessions.host,
+    # owner_proxy.host, ownership.lookup) instead
+    "magnetar.broker.policies": {"magnetar.bookkeeper.metadata", "magnetar.broker.wire"},
+    "magnetar.broker.metrics": {"magnetar.broker.core"},
+    "magnetar.broker.security": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.bookkeeper.protocol",
+        "magnetar.bookkeeper.client",
+        "magnetar.broker.core",
+        "magnetar.broker.wire",
+        "magnetar.broker.policies",
+    },
+    "magnetar.broker.ownership": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.bookkeeper.metadata",
+        "magnetar.broker.core",
+        "magnetar.broker.wire",
+        "magnetar.broker.protocols",
+        "magnetar.broker.policies",
+        "magnetar.broker.security",
+    },
+    "magnetar.broker.owner_proxy": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.broker.core",
+        "magnetar.broker.wire",
+        "magnetar.broker.protocols",
+        "magnetar.broker.metrics",
+        "magnetar.broker.ownership",
+    },
+    "magnetar.broker.sessions": {
+        "magnetar.bookkeeper.runtime",
+        "magnetar.broker.core",
+        "magnetar.broker.wire",
+        "magnetar.broker.protocols",
+        "magnetar.broker.policies",
+        "magnetar.broker.security",
+        "magnetar.broker.owner_proxy",
+    },
     "magnetar.broker": {
         "magnetar.bookkeeper.runtime",
         "magnetar.bookkeeper.metadata",
@@ -94,7 +144,7 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.bookkeeper.metadata",
         "magnetar.bookkeeper.protocol",
         "magnetar.bookkeeper.client",
-        "magnetar.bookkeeper.bookie",
+        GC_SEAM,
         "magnetar.managed_ledger",
     },
     # admin, by kind (admin/__init__.py says what each subpackage holds). The package itself holds nothing
@@ -131,6 +181,10 @@ ALLOWED: dict[str, set[str]] = {
     },
 }
 LAYERS = sorted(ALLOWED, key=len, reverse=True)
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
 
 
 def layer_of(module: str) -> str | None:
@@ -204,7 +258,7 @@ def test_imports_run_downward() -> None:
             other = layer_of(target)
             if other is None or other == own or other.startswith(own + "."):
                 continue
-            if not any(other == a or other.startswith(a + ".") for a in ALLOWED[own]):
+            if not any(_within(target, a) for a in ALLOWED[own]):
                 violations.append(f"{module} imports {target} ({own} may not import {other})")
     assert not violations, "\n".join(violations)
 
@@ -215,14 +269,23 @@ def test_layer_rule_detects_a_violation() -> None:
     assert layer_of("magnetar.bookkeeper.client.ops") == "magnetar.bookkeeper.client"
     assert layer_of("magnetar.bookkeeper.errors") == "magnetar.bookkeeper"
     assert all("magnetar.admin" not in allowed for allowed in ALLOWED.values())
-    # garbage collection sits on the storage engine's primitives; the engine never reaches up into gc
-    assert "magnetar.bookkeeper.bookie" in ALLOWED["magnetar.gc"]
+    # garbage collection sits on the storage engine's face for GC, not on the rest of the bookie; the engine
+    # never reaches up into gc
+    assert GC_SEAM in ALLOWED["magnetar.gc"]
+    assert not any(_within(a, "magnetar.bookkeeper.bookie") and a != GC_SEAM for a in ALLOWED["magnetar.gc"])
+    assert not any(_within("magnetar.bookkeeper.bookie.server", a) for a in ALLOWED["magnetar.gc"])
+    assert layer_of("magnetar.bookkeeper.bookie.storage.journal") == "magnetar.bookkeeper.bookie.storage"
+    assert not any(_within("magnetar.bookkeeper.bookie.server", a) for a in ALLOWED[layer_of(GC_SEAM) or ""])
     assert all(
         "magnetar.gc" not in ALLOWED[layer] for layer in ALLOWED if layer.startswith("magnetar.bookkeeper")
     )
     # the adapters sit on the core and the wire formats: the circle broker -> protocols -> broker.* is shut
     assert not any(a == "magnetar.broker" for a in ALLOWED["magnetar.broker.protocols"])
-    assert layer_of("magnetar.broker.publish_gate") == "magnetar.broker"
+    assert layer_of("magnetar.broker.policies.publish_gate") == "magnetar.broker.policies"
+    # no room of the broker reaches the composition root at its top (the folder circle is shut)
+    rooms = [layer for layer in ALLOWED if layer.startswith("magnetar.broker.")]
+    assert len(rooms) >= 9
+    assert not any(a == "magnetar.broker" for room in rooms for a in ALLOWED[room])
     assert layer_of("magnetar.admin.cli.cmd_broker") == "magnetar.admin.cli"
     assert all(
         "magnetar.admin.cli" not in allowed
@@ -312,10 +375,38 @@ def test_the_core_modules_import_no_circle() -> None:
     assert circles == [], f"core modules in an import circle: {circles}"
 
 
+def folder_of(module: str, modules: dict[str, Path]) -> str:
+    """The package (folder) holding ``module``; a package's ``__init__`` is in its own folder."""
+    return module if modules[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def folder_graph() -> dict[str, set[str]]:
+    """Folder -> the other folders its modules import (any import, ``TYPE_CHECKING`` ones included)."""
+    modules = dict(module_files())
+    folders: dict[str, set[str]] = {}
+    for module, targets in _import_graph("magnetar").items():
+        own = folder_of(module, modules)
+        folders.setdefault(own, set()).update(
+            other for other in (folder_of(target, modules) for target in targets) if other != own
+        )
+    return folders
+
+
+def test_no_circle_between_folders() -> None:
+    """No two folders of the tree import each other, directly or around a longer circle: a package's
+    modules sit above or below another's, never both."""
+    folders = folder_graph()
+    assert "magnetar.broker.sessions" in folders["magnetar.broker"]  # the walk sees the composition root
+    circles = sorted(folder for folder in folders if folder in _reachable(folders, folder))
+    assert circles == [], f"folders in an import circle: {circles}"
+
+
 def test_the_circle_check_sees_a_circle() -> None:
     """The checks above must be able to fail (guards against a vacuous pass)."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert [m for m in graph if m in _reachable(graph, m)] == ["a", "b", "c"]
+    assert folder_of("magnetar.broker.sessions", dict(module_files())) == "magnetar.broker.sessions"
+    assert folder_of("magnetar.broker.service", dict(module_files())) == "magnetar.broker"
     assert _import_graph("magnetar.broker.sessions")["magnetar.broker.sessions.front_door"] >= {
         "magnetar.broker.core.topic",
         "magnetar.broker.sessions.registry",
@@ -367,3 +458,12 @@ def test_the_wire_formats_import_without_the_server() -> None:
         m == "magnetar.broker.wire" or m.startswith("magnetar.broker.wire.") for m in broker.split("|")
     )
     assert "magnetar.broker.wire.magnetar_v1" in broker.split("|")
+
+
+def test_gc_reaches_the_bookie_only_through_its_seam() -> None:
+    """``magnetar.gc`` imports of the bookie only the storage engine's face for GC; the engine's modules and
+    the bookie's server side are reached through it or not at all."""
+    graph = _import_graph("magnetar.gc")
+    assert "magnetar.gc.compaction_job" in graph
+    reached = {t for targets in graph.values() for t in targets if _within(t, "magnetar.bookkeeper.bookie")}
+    assert reached == {GC_SEAM}, f"gc imports bookie modules besides its seam: {sorted(reached - {GC_SEAM})}"

@@ -155,4 +155,8 @@ def test_every_state_change_goes_through_the_table() -> None:
     from magnetar.managed_ledger import ledger
 
     assert _state_writers(ledger, "state") == {"__init__", "_move"}
+    from magnetar.managed_ledger import add_pipeline, cursor_registry, ledger_metadata, ledger_switch, trimmer
+
+    for collaborator in (add_pipeline, ledger_switch, ledger_metadata, cursor_registry, trimmer):
+        assert _state_writers(collaborator, "state") == set(), collaborator.__name__  # through ledger._move
     assert _state_writers(metadata, "state") == {"in_recovery", "closed"}

@@ -21,8 +21,9 @@ metrics endpoint.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Protocol, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
@@ -35,7 +36,6 @@ from magnetar.bookkeeper.runtime.auth.errors import (
 from magnetar.bookkeeper.runtime.auth.keys import verification_key
 from magnetar.bookkeeper.runtime.auth.tokens import TOKEN_BYTES_MAX_DEFAULT, TokenVerifier
 from magnetar.bookkeeper.runtime.clock import Clock, SystemClock
-from magnetar.bookkeeper.runtime.http.types import RequestHead
 
 TOKEN_QUERY_PARAMETER = "token"
 BEARER_PREFIX = "bearer "
@@ -157,6 +157,15 @@ class Principal:
 
 
 ANONYMOUS = Principal(None)
+
+
+class RequestHead(Protocol):
+    """What authentication reads of a request head (the HTTP server's ``RequestHead`` has it; the HTTP
+    package imports this one for TLS, so this one names only what it needs)."""
+
+    @property
+    def query(self) -> Mapping[str, str]: ...
+    def header(self, name: str, default: str | None = None) -> str | None: ...
 
 
 def bearer_token(head: RequestHead) -> str | None:

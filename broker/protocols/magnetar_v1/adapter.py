@@ -5,8 +5,11 @@ by a client that offers the subprotocol. Producers in :mod:`.producer`, consumer
 
 from __future__ import annotations
 
+from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession
+from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.magnetar_v1.consumer import BinaryConsumerCommands, BinaryReaderCommands
+from magnetar.broker.protocols.magnetar_v1.fan import BinaryConsumerFan, BinaryProducerFan
 from magnetar.broker.protocols.magnetar_v1.producer import BinaryFrames, BinaryPublisher
 from magnetar.broker.protocols.magnetar_v1.relay_tracking import BinaryConsumerTracker, BinaryProducerTracker
 from magnetar.broker.protocols.outbound import OutboundFrames
@@ -45,3 +48,9 @@ class MagnetarV1Adapter:
         if producer:
             return BinaryProducerTracker()
         return BinaryConsumerTracker(pull_mode=pull_mode, reader=reader)
+
+    def producer_fan(self, router: PartitionRouter[int]) -> Fan:
+        return BinaryProducerFan(router)
+
+    def consumer_fan(self, partitions: int, *, pull_mode: bool, reader: bool, prefetch: int) -> Fan:
+        return BinaryConsumerFan(partitions, pull_mode=pull_mode, reader=reader, prefetch=prefetch)

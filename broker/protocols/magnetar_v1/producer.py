@@ -142,9 +142,8 @@ class BinaryPublisher:
         self._frames = frames
         self._capacity = capacity
         self._refusal = refusal
-        """Rate limits and backlog quotas (:mod:`magnetar.broker.publish_gate`) for a frame of N messages:
-        waits while held;
-        the reason when the publish is refused."""
+        """Rate limits and backlog quotas (:mod:`magnetar.broker.policies.publish_gate`) for a frame of N
+        messages: waits while held; the reason when the publish is refused."""
         self._batch_messages_max = batch_messages_max
         self._batch_bytes_max = batch_bytes_max
 

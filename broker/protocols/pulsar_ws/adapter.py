@@ -19,7 +19,9 @@ from magnetar.broker.core.producer import Producer
 from magnetar.broker.core.publish import MESSAGES
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession
+from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.outbound import OutboundFrames
+from magnetar.broker.protocols.pulsar_ws.fan import JsonConsumerFan, JsonProducerFan
 from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
     PublishError,
@@ -139,3 +141,9 @@ class PulsarWsAdapter:
         if producer:
             return JsonProducerTracker()
         return JsonConsumerTracker(pull_mode=pull_mode, reader=reader)
+
+    def producer_fan(self, router: PartitionRouter[int]) -> Fan:
+        return JsonProducerFan(router)
+
+    def consumer_fan(self, partitions: int, *, pull_mode: bool, reader: bool, prefetch: int) -> Fan:
+        return JsonConsumerFan(partitions, pull_mode=pull_mode, reader=reader, prefetch=prefetch)

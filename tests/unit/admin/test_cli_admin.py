@@ -199,7 +199,7 @@ async def test_initialize_cluster_metadata_is_idempotent(tmp_path: Path) -> None
         capture_stdout=True, capture_stderr=True, check=False,
     )  # fmt: skip
     assert bad.returncode == 2
-    from magnetar.broker.policies import PolicyStore
+    from magnetar.broker.policies.store import PolicyStore
 
     async with open_metadata_store(url) as store:
         policies = PolicyStore(store)

@@ -31,7 +31,7 @@ from magnetar.admin.processes.cluster_init import (
 from magnetar.bookkeeper.metadata import open_metadata_store
 from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo, writable_path
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
-from magnetar.broker.policies import PolicyStore
+from magnetar.broker.policies.store import PolicyStore
 
 
 def store_url() -> tuple[str, MemoryMetadataStore]:

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from magnetar.admin.processes.metrics import CollectorSource
 from magnetar.bookkeeper.bookie.metrics import BookieMetrics, LabelledBookieMetrics
 from magnetar.bookkeeper.protocol.status import BookieStatus
-from magnetar.broker.exposition import render_text
+from magnetar.broker.metrics.exposition import render_text
 
 
 def samples(text: str) -> set[tuple[str, tuple[tuple[str, str], ...], float | str]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from magnetar.admin.cli import main as cli
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.config import (
     ConfigError,
     Source,
@@ -21,7 +22,6 @@ from magnetar.admin.processes.config import (
 )
 from magnetar.admin.processes.standalone import ENVIRONMENT_MODELS, StandaloneSettings
 from magnetar.broker.settings import BrokerSettings
-from magnetar.gc.settings import BookieSettings
 
 
 @pytest.fixture(autouse=True)

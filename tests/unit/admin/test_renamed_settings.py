@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.config import Source, load_settings, render_toml
 from magnetar.admin.processes.standalone_settings import StandaloneSettings
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
-from magnetar.gc.settings import BookieSettings
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 
 NEW = "storage_engine.disk_free_check_interval_ms"
 

@@ -6,7 +6,7 @@ import pytest
 
 from magnetar.admin.processes.retention_policies import StoredPolicySource, entry_publish_time
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
-from magnetar.broker.policies import BacklogQuota, Policies, PolicyStore, RetentionPolicies, TenantInfo
+from magnetar.broker.policies.store import BacklogQuota, Policies, PolicyStore, RetentionPolicies, TenantInfo
 from magnetar.broker.wire.entry_format import StoredMessage, encode_batch, encode_message
 from magnetar.gc.policies import BacklogPolicy
 from magnetar.gc.settings import RetentionSettings

@@ -17,6 +17,7 @@ import pydantic
 import pytest
 
 from magnetar.admin.cli import main as cli
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.config import (
     ConfigError,
     LoadedSettings,
@@ -31,7 +32,6 @@ from magnetar.admin.processes.standalone_settings import (
     StandaloneSettings,
 )
 from magnetar.broker.settings import BrokerSettings
-from magnetar.gc.settings import BookieSettings
 
 PARTS: dict[str, type[pydantic.BaseModel]] = {"broker": BrokerSettings, "bookie": BookieSettings}
 

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from magnetar.admin.processes.metrics import StorageMetrics
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
-from magnetar.broker.exposition import render_text
+from magnetar.broker.metrics.exposition import render_text
 from magnetar.gc.policies import FixedPolicies, TopicRetentionPolicies
 from magnetar.gc.retention import RetentionService
 from magnetar.managed_ledger.factory import open_managed_ledger_factory

@@ -10,7 +10,8 @@ import pytest
 
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
-from magnetar.broker.authorization import (
+from magnetar.broker.policies.store import NotFound, Policies, PolicyStore, PreconditionFailed, TenantInfo
+from magnetar.broker.security.authorization import (
     AuthAction,
     AuthorizationService,
     AuthorizationSettings,
@@ -18,7 +19,6 @@ from magnetar.broker.authorization import (
     TopicOperation,
     parse_actions,
 )
-from magnetar.broker.policies import NotFound, Policies, PolicyStore, PreconditionFailed, TenantInfo
 from magnetar.broker.wire.topic_name import NamespaceName, TopicName, parse_topic_name
 
 PRODUCE, CONSUME = AuthAction.PRODUCE, AuthAction.CONSUME

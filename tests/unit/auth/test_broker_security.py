@@ -12,12 +12,11 @@ from fixtures.auth import FakeClock, TokenKeys
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.runtime.auth.authentication import AuthenticationService, AuthenticationSettings
 from magnetar.bookkeeper.runtime.http import HttpError, QueryParams, RequestHead
-from magnetar.broker.authorization import AuthAction, AuthorizationService, AuthorizationSettings
-from magnetar.broker.core.errors import TooManyTopicsError
-from magnetar.broker.http_status import http_status
-from magnetar.broker.policies import Policies, PolicyStore, TenantInfo
-from magnetar.broker.protocols.ws_errors import WsUpgradeError
-from magnetar.broker.security import BrokerSecurity, SecurityLimits
+from magnetar.broker.core.errors import NotAuthenticatedError, NotAuthorizedError, TooManyTopicsError
+from magnetar.broker.policies.store import Policies, PolicyStore, TenantInfo
+from magnetar.broker.protocols.http_status import http_status
+from magnetar.broker.security.authorization import AuthAction, AuthorizationService, AuthorizationSettings
+from magnetar.broker.security.broker_security import BrokerSecurity, SecurityLimits
 from magnetar.broker.wire.topic_name import NamespaceName, parse_topic_name
 
 TOPIC = parse_topic_name("persistent://acme/ns/orders")
@@ -67,20 +66,20 @@ async def test_upgrade_authentication_and_authorization(token_keys: TokenKeys, p
     guard = security(token_keys, policies, FakeClock())
     principal = guard.authenticate_upgrade(head(query=f"token={token_keys.token('alice')}"))
     assert principal.role == "alice"
-    with pytest.raises(WsUpgradeError) as refused:
+    with pytest.raises(NotAuthenticatedError) as refused:
         guard.authenticate_upgrade(head(query="token=garbage"))
-    assert refused.value.status == 401
-    assert refused.value.reason.startswith("Failed to authenticate: ")
-    with pytest.raises(WsUpgradeError) as forbidden:
+    assert http_status(refused.value) == 401
+    assert str(refused.value).startswith("Failed to authenticate: ")
+    with pytest.raises(NotAuthorizedError) as forbidden:
         await guard.authorize_producer(principal, TOPIC)
-    assert forbidden.value.status == 403
-    assert "'alice' is not authorized to produce" in forbidden.value.reason
+    assert http_status(forbidden.value) == 403
+    assert "'alice' is not authorized to produce" in str(forbidden.value)
     await guard.authorization.grant_namespace_permission(
         NamespaceName("acme", "ns"), "alice", [AuthAction.CONSUME]
     )
     await guard.authorize_consumer(principal, TOPIC, "sub")
     await guard.authorize_reader(principal, TOPIC)
-    with pytest.raises(WsUpgradeError, match="403"):
+    with pytest.raises(NotAuthorizedError, match="Not authorized"):
         await guard.authorize_producer(principal, TOPIC)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import trio
 
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType
 
 DIGESTER = Digester(DigestType.CRC32C)

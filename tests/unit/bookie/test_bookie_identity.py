@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.bookkeeper.bookie.cookie import COOKIE_FILE_NAME, Cookie, CookieFormatError
-from magnetar.bookkeeper.bookie.entry_index import EntryIndex, LedgerRecord
 from magnetar.bookkeeper.bookie.identity import (
     BookieDirectories,
     BookieIdentityError,
@@ -19,9 +19,10 @@ from magnetar.bookkeeper.bookie.identity import (
     format_bookie,
     verify_bookie_identity,
 )
-from magnetar.bookkeeper.bookie.journal_files import journal_file_name
-from magnetar.bookkeeper.bookie.journal_format import HEADER_BYTES
-from magnetar.bookkeeper.bookie.ledger_store import LedgerState
+from magnetar.bookkeeper.bookie.storage.entry_index import EntryIndex, LedgerRecord
+from magnetar.bookkeeper.bookie.storage.journal_files import journal_file_name
+from magnetar.bookkeeper.bookie.storage.journal_format import HEADER_BYTES
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
 from magnetar.bookkeeper.metadata.api import Stat
 from magnetar.bookkeeper.metadata.bookies import (
     INSTANCE_ID_PATH,
@@ -31,7 +32,6 @@ from magnetar.bookkeeper.metadata.bookies import (
     writable_path,
 )
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
-from magnetar.gc.settings import BookieSettings
 
 BOOKIE = "127.0.0.1:3181"
 

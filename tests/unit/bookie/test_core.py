@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from magnetar.bookkeeper.bookie.core import BookieCore
-from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
+from magnetar.bookkeeper.bookie.storage.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType, master_key
 from magnetar.bookkeeper.protocol.messages import (
     AddRequest,

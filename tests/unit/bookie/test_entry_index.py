@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.bookkeeper.bookie.entry_index import (
+from magnetar.bookkeeper.bookie.storage.entry_index import (
     EntryIndex,
     EntryRange,
     IndexFormatError,
@@ -16,7 +16,7 @@ from magnetar.bookkeeper.bookie.entry_index import (
     decode_ledger_record,
     encode_ledger_record,
 )
-from magnetar.bookkeeper.bookie.ledger_store import LedgerState
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
 
 STATE = LedgerState(master_key=b"m" * 20, fenced=False)
 

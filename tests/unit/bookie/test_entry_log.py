@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.bookkeeper.bookie.entry_log import EntryLogger, log_file_name
-from magnetar.bookkeeper.bookie.entry_log_format import HEADER_BYTES, append_record, location
-from magnetar.bookkeeper.bookie.errors import StorageIOError
+from magnetar.bookkeeper.bookie.storage.entry_log import EntryLogger, log_file_name
+from magnetar.bookkeeper.bookie.storage.entry_log_format import HEADER_BYTES, append_record, location
+from magnetar.bookkeeper.bookie.storage.errors import StorageIOError
 
 IDS = struct.Struct(">qq")
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.bookkeeper.bookie.entry_log_format import (
+from magnetar.bookkeeper.bookie.storage.entry_log_format import (
     HEADER_BYTES,
     EntryLogFormatError,
     ScanStop,

@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 import trio
 
-from magnetar.bookkeeper.bookie.compaction_files import (
+from magnetar.bookkeeper.bookie.storage.compaction_files import (
     CompactionManifest,
     compacting_name,
     decode_manifest,
     encode_manifest,
     manifest_name,
 )
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.entry_log_format import split_location
-from magnetar.bookkeeper.bookie.errors import NoLedgerError
-from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.storage.entry_log_format import split_location
+from magnetar.bookkeeper.bookie.storage.errors import NoLedgerError
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 from magnetar.gc.compaction_job import CompactionJob, SourceDamagedError, start_compaction
 
 KEY = b"k" * 20

@@ -13,17 +13,21 @@ import pytest
 import trio
 import trio.testing
 
-from magnetar.bookkeeper.bookie import journal_files
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage import journal_files
+from magnetar.bookkeeper.bookie.storage.errors import (
     DiskFullError,
     StorageBusyError,
     StorageClosedError,
     StorageIOError,
 )
-from magnetar.bookkeeper.bookie.journal import Journal
-from magnetar.bookkeeper.bookie.journal_files import JournalReplayReader, JournalWriterFile, list_journal_ids
-from magnetar.bookkeeper.bookie.journal_format import RecordKind
-from magnetar.bookkeeper.bookie.log_mark import LogMark
+from magnetar.bookkeeper.bookie.storage.journal import Journal
+from magnetar.bookkeeper.bookie.storage.journal_files import (
+    JournalReplayReader,
+    JournalWriterFile,
+    list_journal_ids,
+)
+from magnetar.bookkeeper.bookie.storage.journal_format import RecordKind
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark
 
 
 class GatedWriter(JournalWriterFile):

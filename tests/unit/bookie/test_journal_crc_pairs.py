@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.bookkeeper.bookie.journal_format import (
+from magnetar.bookkeeper.bookie.storage.journal_format import (
     RECORD_HEADER_BYTES,
     JournalAppendError,
     RecordKind,
@@ -59,14 +59,45 @@ def test_stray_bytes_after_the_last_record_are_refused() -> None:
 
 
 def test_the_entry_fast_path_frames_what_the_checks_accept() -> None:
-    """``Journal.append_entry`` frames entries itself (no call per record): the same bytes as
-    :func:`append_record`."""
-    from magnetar.bookkeeper.bookie import journal
+    """``Journal.append_entry`` frames entries itself (:meth:`JournalBatch.append_entry`: a small body copied
+    into the batch, a large one by reference): the same bytes as :func:`append_record`, checked as parts."""
+    from magnetar.bookkeeper.bookie.storage.journal_format import BODY_BY_REFERENCE_BYTES_MIN, JournalBatch
 
-    body = b"\x00" * 16 + b"entry"
-    framed = bytearray()
-    append_record(framed, RecordKind.ENTRY, body)
-    word = journal.ENTRY_WORD_BASE | len(body)
-    manual = journal.RECORD_HEADER.pack(word, journal.crc32c.crc32c(body, word)) + body
-    assert bytes(framed) == manual
-    assert check_appended(manual) == 1
+    for body in (b"\x00" * 16 + b"entry", b"\x00" * 16 + b"e" * BODY_BY_REFERENCE_BYTES_MIN):
+        framed = bytearray()
+        append_record(framed, RecordKind.ENTRY, body)
+        batch = JournalBatch()
+        batch.append_entry(body)
+        parts = batch.parts()
+        assert (parts[-1] is body) is (len(body) >= BODY_BY_REFERENCE_BYTES_MIN)
+        assert b"".join(parts) == bytes(framed)
+        assert len(batch) == len(framed)
+        assert check_appended(parts) == 1
+        assert check_appended(b"".join(parts)) == 1
+
+
+def test_a_batch_in_parts_is_checked_part_by_part() -> None:
+    """The parts a gathered write takes: a large entry's body is the part after its header, whole; a body
+    part that was changed after the append, cut short or grown, or a header without its body, is refused."""
+    from magnetar.bookkeeper.bookie.storage.journal_format import BODY_BY_REFERENCE_BYTES_MIN, JournalBatch
+
+    body = b"\x00" * 16 + b"e" * BODY_BY_REFERENCE_BYTES_MIN
+    batch = JournalBatch()
+    batch.append_record(RecordKind.FENCE, b"\0" * 8)
+    batch.append_entry(body)
+    batch.append_entry(b"\x00" * 16 + b"small")
+    batch.append_record(RecordKind.DELETE, b"\0" * 8)
+    parts = batch.parts()
+    assert check_appended(parts) == 4
+    fence, header, payload, tail = parts
+    assert payload is body
+    with pytest.raises(JournalAppendError, match="record 1 at 16 fails its CRC32C"):
+        check_appended([fence, header, b"\x01" + payload[1:], tail])
+    with pytest.raises(JournalAppendError, match="record 1 at 16 has a bad word"):
+        check_appended([fence, header, payload[:-1], tail])
+    with pytest.raises(JournalAppendError, match="record 1 at 16 has a bad word"):
+        check_appended([fence, header, payload + b"\0", tail])
+    with pytest.raises(JournalAppendError, match="record 1 at 16 has a bad word"):
+        check_appended([fence, header])
+    with pytest.raises(JournalAppendError, match="record 1 at 16 has a bad word"):
+        check_appended([fence, header, tail])

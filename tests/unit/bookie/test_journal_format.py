@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.bookkeeper.bookie.journal_format import (
+from magnetar.bookkeeper.bookie.storage.journal_format import (
     HEADER_BYTES,
     RECORD_HEADER_BYTES,
     JournalFormatError,

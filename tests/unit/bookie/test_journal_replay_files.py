@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from magnetar.bookkeeper.bookie.journal_files import (
+from magnetar.bookkeeper.bookie.storage.journal_files import (
     JournalMissingError,
     JournalReplayReader,
     JournalWriterFile,
@@ -15,8 +15,13 @@ from magnetar.bookkeeper.bookie.journal_files import (
     journal_file_name,
     list_journal_ids,
 )
-from magnetar.bookkeeper.bookie.journal_format import HEADER_BYTES, RecordKind, StopReason, append_record
-from magnetar.bookkeeper.bookie.log_mark import LogMark
+from magnetar.bookkeeper.bookie.storage.journal_format import (
+    HEADER_BYTES,
+    RecordKind,
+    StopReason,
+    append_record,
+)
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark
 
 
 def write_files(path: Path, files: list[list[bytes]]) -> list[list[LogMark]]:

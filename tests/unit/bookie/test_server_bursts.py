@@ -1,5 +1,5 @@
 """A plain TCP connection's reader dispatches what it read as one burst: the disk store syncs the burst's
-journal records when it ends, on the reader's own task, and the answers go out from there (server.py)."""
+journal records when it ends, on the reader's own task, and the answers go out from there (connection.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import trio
 from fixtures.bookie_server import KEY, bookie_settings, packaged
 
 from magnetar.bookkeeper.bookie.core import BookieCore
-from magnetar.bookkeeper.bookie.journal_files import JournalWriterFile
-from magnetar.bookkeeper.bookie.log_mark import LogMark
 from magnetar.bookkeeper.bookie.server import serve_bookie
-from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.journal_files import JournalWriterFile
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark
 from magnetar.bookkeeper.protocol.codec import NEED_DATA, ClientProtocol
 from magnetar.bookkeeper.protocol.messages import AddRequest, AddResponse, ReadRequest, ReadResponse
 from magnetar.bookkeeper.protocol.status import BookieStatus
@@ -74,7 +74,7 @@ async def test_adds_read_together_are_synced_and_answered_by_the_connections_rea
         ]
         new_syncs = sync_tasks[before:]
         assert new_syncs
-        assert all("_Connection.run" in name for name in new_syncs), new_syncs
+        assert all("BookieConnection.run" in name for name in new_syncs), new_syncs
         assert store.journal.stats.records >= 41  # the ledger's key and the 40 entries
         read = await exchange(port, [ReadRequest(99, 7, -1)])
         assert isinstance(read[0], ReadResponse)

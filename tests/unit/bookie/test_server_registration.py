@@ -11,9 +11,9 @@ import trio.testing
 from fixtures.bookie_server import add_request, bookie_settings, call, running_bookie
 
 from magnetar.bookkeeper.bookie.disk_monitor import DiskMonitor, DiskThresholds, ReadOnlyState
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
-from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.bookie.registration import RegistrationError
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage
+from magnetar.bookkeeper.bookie.storage.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.client.tcp_transport import open_tcp_transport
 from magnetar.bookkeeper.metadata.bookies import (
     BookieLists,

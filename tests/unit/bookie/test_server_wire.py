@@ -17,8 +17,8 @@ from fixtures.bookie_server import (
 )
 
 from magnetar.bookkeeper.bookie.core import BookieCore
-from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.bookie.server import serve_bookie
+from magnetar.bookkeeper.bookie.storage.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
 from magnetar.bookkeeper.client.transport import next_request_id
 from magnetar.bookkeeper.protocol.messages import (

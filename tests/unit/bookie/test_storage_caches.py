@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from magnetar.bookkeeper.bookie.log_mark import LogMark, MarkFile, decode_mark, encode_mark
-from magnetar.bookkeeper.bookie.read_cache import ReadCache
-from magnetar.bookkeeper.bookie.write_cache import ENTRY_OVERHEAD_BYTES, DoubleWriteCache, WriteCache
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark, MarkFile, decode_mark, encode_mark
+from magnetar.bookkeeper.bookie.storage.read_cache import ReadCache
+from magnetar.bookkeeper.bookie.storage.write_cache import ENTRY_OVERHEAD_BYTES, DoubleWriteCache, WriteCache
 
 
 def test_write_cache_counts_bytes_and_replaces_entries() -> None:

@@ -10,18 +10,18 @@ import pytest
 import trio
 import trio.testing
 
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, Relocation, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.errors import (
     LedgerFencedError,
     NoEntryError,
     NoLedgerError,
     StorageBusyError,
     StorageClosedError,
 )
-from magnetar.bookkeeper.bookie.journal_files import list_journal_ids
-from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
-from magnetar.bookkeeper.bookie.log_mark import LogMark, encode_mark, write_file_durably
-from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, Relocation, open_ledger_store
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.journal_files import list_journal_ids
+from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerStore
+from magnetar.bookkeeper.bookie.storage.log_mark import LogMark, encode_mark, write_file_durably
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 
 KEY = b"k" * 20
 

@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from magnetar.bookkeeper.bookie import checkpoint, journal_files
-from magnetar.bookkeeper.bookie.entry_index import EntryIndex
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.errors import (
+from magnetar.bookkeeper.bookie.storage import checkpoint, journal_files
+from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.entry_index import EntryIndex
+from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.storage.errors import (
     DiskFullError,
     NoEntryError,
     StorageIOError,
 )
-from magnetar.bookkeeper.bookie.journal_files import journal_file_name
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
-from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.journal_files import journal_file_name
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage
 
 KEY = b"k" * 20
 
@@ -168,10 +168,10 @@ async def test_enospc_in_the_journal_fails_the_add_callback(
         store.create_ledger(1, KEY, noop)
         await store.journal.drain()
 
-        def no_space(fd: int, data: Any, offset: int) -> int:
+        def no_space(fd: int, buffers: Any, offset: int) -> int:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(journal_files.os, "pwrite", no_space)
+        monkeypatch.setattr(journal_files.os, "pwritev", no_space)  # the journal writes with pwritev
         store.add_entry(1, 0, make_entry(1, 0), durability.callback("add"))
         await durability.wait_for(1)
         monkeypatch.undo()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from magnetar.bookkeeper.bookie.storage_settings import KIB, MIB, BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.settings import KIB, MIB, BookieStorageSettings
 
 
 def test_defaults_follow_bookkeeper() -> None:

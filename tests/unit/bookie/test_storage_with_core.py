@@ -7,8 +7,8 @@ from typing import Any
 import trio
 
 from magnetar.bookkeeper.bookie.core import BookieCore
-from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
-from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
+from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage
 from magnetar.bookkeeper.protocol.messages import (
     AddRequest,
     GetBookieInfoRequest,

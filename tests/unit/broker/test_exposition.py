@@ -1,5 +1,5 @@
-"""The Prometheus text exposition of :mod:`magnetar.broker.exposition`: format, escaping, per-namespace
-aggregation, gzip, and the bounds of each rendering step (a fake clock, no timing)."""
+"""The Prometheus text exposition of :mod:`magnetar.broker.metrics.exposition`: format, escaping,
+per-namespace aggregation, gzip, and the bounds of each rendering step (a fake clock, no timing)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from magnetar.broker.exposition import (
+from magnetar.broker.metrics.exposition import (
     Exposition,
     Family,
     FamilyRows,

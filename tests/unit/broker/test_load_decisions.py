@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.broker.load_decisions import (
+from magnetar.broker.ownership.load_decisions import (
     MB,
     LongTermRates,
     Placement,
@@ -20,7 +20,7 @@ from magnetar.broker.load_decisions import (
     bundles_to_split,
     namespace_of,
 )
-from magnetar.broker.load_report import (
+from magnetar.broker.ownership.load_report import (
     BundleStats,
     LoadReport,
     ResourceUsage,
@@ -28,7 +28,7 @@ from magnetar.broker.load_report import (
     percent_change,
     report_update_due,
 )
-from magnetar.broker.namespace_bundle import bundle_boundaries, bundles_of, split_in_half
+from magnetar.broker.ownership.namespace_bundle import bundle_boundaries, bundles_of, split_in_half
 
 NS = "public/default"
 BANDWIDTH_ONLY = ResourceWeights(cpu=0, memory=0, direct_memory=0)

@@ -8,10 +8,10 @@ import dataclasses
 import trio
 
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
-from magnetar.broker.load_balancer_settings import LoadBalancerSettings
-from magnetar.broker.load_manager import Handlers, LoadManager
-from magnetar.broker.load_report import BundleStats, LoadReport, ResourceUsage
-from magnetar.broker.ownership import OwnerInfo, OwnershipManager
+from magnetar.broker.ownership.load_balancer_settings import LoadBalancerSettings
+from magnetar.broker.ownership.load_manager import Handlers, LoadManager
+from magnetar.broker.ownership.load_report import BundleStats, LoadReport, ResourceUsage
+from magnetar.broker.ownership.manager import OwnerInfo, OwnershipManager
 
 NS = "public/default"
 

@@ -12,7 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from magnetar.bookkeeper.metadata.api import validate_path
-from magnetar.broker.policies import PARTITIONED, POLICIES, TOPIC_POLICIES
+from magnetar.broker.policies.store import PARTITIONED, POLICIES, TOPIC_POLICIES
 from magnetar.broker.wire.errors import InvalidSubscriptionNameError, InvalidTopicNameError
 from magnetar.broker.wire.topic_name import (
     LOCAL_NAME_CHARS_MAX,

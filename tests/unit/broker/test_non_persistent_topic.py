@@ -23,8 +23,8 @@ from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.publish import MESSAGES, PublishRequest
 from magnetar.broker.core.subscriber import Subscriber
-from magnetar.broker.load_manager import bundle_stats
 from magnetar.broker.non_persistent_service import NonPersistentTopics
+from magnetar.broker.ownership.load_manager import bundle_stats
 from magnetar.broker.wire.entry_format import StoredMessage
 from magnetar.broker.wire.message_id import MessageId
 from magnetar.broker.wire.topic_name import TopicName, parse_topic_name

@@ -14,7 +14,7 @@ import trio.testing
 from fixtures.ws_fakes import FakeClient
 
 from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
-from magnetar.broker.exposition import render_text
+from magnetar.broker.metrics.exposition import render_text
 from magnetar.broker.owner_proxy.metrics import ProxyCounters, ProxyMetrics
 from magnetar.broker.owner_proxy.proxy import OwnerProxy
 from magnetar.broker.owner_proxy.relay import OPEN_FINAL_STATUSES, GaveUp, Relay, connect_with_retry

@@ -17,16 +17,11 @@ from magnetar.bookkeeper.runtime.http import WebSocketClosed
 from magnetar.bookkeeper.runtime.http.ws_client import WsClosed, WsRejected
 from magnetar.broker.core.key_hash import partition_for_key
 from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.owner_proxy.fanout import (
-    DELIVERED_IDS_MAX,
-    BinaryProducerFan,
-    ConsumerFan,
-    FanOutSession,
-    JsonProducerFan,
-    PartitionPort,
-)
+from magnetar.broker.owner_proxy.fanout import FanOutSession, PartitionPort
+from magnetar.broker.protocols.magnetar_v1.fan import BinaryConsumerFan, BinaryProducerFan
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
 from magnetar.broker.protocols.magnetar_v1.relay_tracking import BinaryConsumerTracker
+from magnetar.broker.protocols.pulsar_ws.fan import DELIVERED_IDS_MAX, JsonConsumerFan, JsonProducerFan
 from magnetar.broker.protocols.pulsar_ws.relay_tracking import JsonConsumerTracker, JsonProducerTracker
 from magnetar.broker.protocols.ws_errors import WsSessionError
 from magnetar.broker.settings import BrokerSettings
@@ -156,7 +151,7 @@ def test_a_send_with_one_failed_partition_gets_one_send_error() -> None:
 
 
 def test_json_acks_go_to_the_partition_their_id_names_and_unsubscribe_to_every_partition() -> None:
-    fan = ConsumerFan(PARTITIONS, binary=False, pull_mode=False, reader=False, prefetch=10)
+    fan = JsonConsumerFan(PARTITIONS, pull_mode=False, reader=False, prefetch=10)
     assert fan.opening().permits == {}
     ack = json.dumps({"messageId": json_id(3, 1)})
     assert fan.from_client(ack).partitions == [(3, ack)]
@@ -172,7 +167,7 @@ def test_json_acks_go_to_the_partition_their_id_names_and_unsubscribe_to_every_p
 
 
 def test_is_end_of_topic_is_true_only_when_every_partition_is_at_its_end() -> None:
-    fan = ConsumerFan(PARTITIONS, binary=False, pull_mode=False, reader=False, prefetch=10)
+    fan = JsonConsumerFan(PARTITIONS, pull_mode=False, reader=False, prefetch=10)
     question = json.dumps({"type": "isEndOfTopic"})
     assert len(fan.from_client(question).partitions) == PARTITIONS
     assert len(fan.from_client(question).partitions) == PARTITIONS  # a second question before the answers
@@ -181,14 +176,14 @@ def test_is_end_of_topic_is_true_only_when_every_partition_is_at_its_end() -> No
         first = '{"endOfTopic":false}' if partition == 2 else '{"endOfTopic":true}'
         answers += fan.from_partition(partition, [first, '{"endOfTopic":true}']).client
     assert answers == ['{"endOfTopic":false}', '{"endOfTopic":true}']
-    binary = ConsumerFan(2, binary=True, pull_mode=False, reader=True, prefetch=10)
+    binary = BinaryConsumerFan(2, pull_mode=False, reader=True, prefetch=10)
     binary.from_client(encode_command(FrameType.IS_END_OF_TOPIC))
     assert binary.from_partition(0, [end_of_topic_frame(True)]).client == []
     assert binary.from_partition(1, [end_of_topic_frame(True)]).client == [end_of_topic_frame(True)]
 
 
 def test_binary_acks_and_ack_ranges_are_split_per_partition() -> None:
-    fan = ConsumerFan(PARTITIONS, binary=True, pull_mode=False, reader=False, prefetch=10)
+    fan = BinaryConsumerFan(PARTITIONS, pull_mode=False, reader=False, prefetch=10)
     ids = [(0, 7, 1, -1, 0), (2, 7, 2, -1, 0), (0, 7, 3, -1, 0), (8, 7, 4, -1, 0)]
     routed = fan.from_client(encode_ids(FrameType.ACK, ids))
     assert routed.partitions == [
@@ -211,7 +206,9 @@ def test_pull_mode_never_delivers_more_than_the_client_permitted_and_holds_a_bou
     prefetch = 5
     for binary in (False, True):
         rng = random.Random(7)
-        fan = ConsumerFan(PARTITIONS, binary=binary, pull_mode=True, reader=False, prefetch=prefetch)
+        fan = (BinaryConsumerFan if binary else JsonConsumerFan)(
+            PARTITIONS, pull_mode=True, reader=False, prefetch=prefetch
+        )
         upstream_permits = dict(fan.opening().permits)
         assert upstream_permits == dict.fromkeys(range(PARTITIONS), prefetch)
         next_entry = [0] * PARTITIONS
@@ -261,7 +258,7 @@ def test_pull_mode_never_delivers_more_than_the_client_permitted_and_holds_a_bou
 
 
 def test_a_readers_releases_go_to_the_partitions_of_its_oldest_deliveries() -> None:
-    fan = ConsumerFan(3, binary=True, pull_mode=False, reader=True, prefetch=10)
+    fan = BinaryConsumerFan(3, pull_mode=False, reader=True, prefetch=10)
     fan.from_partition(2, [messages_frame([record(2, 1), record(2, 2)])])
     fan.from_partition(0, [messages_frame([record(0, 1)])])
     fan.from_partition(2, [messages_frame([record(2, 3)])])
@@ -269,7 +266,7 @@ def test_a_readers_releases_go_to_the_partitions_of_its_oldest_deliveries() -> N
     assert fan.from_client(encode_permit(5)).partitions == [(2, encode_permit(1))]
     with pytest.raises(WsSessionError):
         fan.from_client(encode_command(FrameType.UNSUBSCRIBE))
-    json_reader = ConsumerFan(3, binary=False, pull_mode=False, reader=True, prefetch=10)
+    json_reader = JsonConsumerFan(3, pull_mode=False, reader=True, prefetch=10)
     json_reader.from_partition(1, [delivery(1, 1)])
     json_reader.from_partition(0, [delivery(0, 1)])
     json_reader.from_partition(2, [delivery(2, 1)])
@@ -292,7 +289,7 @@ def test_message_records_split_a_messages_frame_and_join_again() -> None:
 
 
 async def test_a_port_sends_the_permits_granted_meanwhile_before_the_frames_and_ends_when_shut() -> None:
-    fan = ConsumerFan(1, binary=False, pull_mode=True, reader=False, prefetch=3)
+    fan = JsonConsumerFan(1, pull_mode=True, reader=False, prefetch=3)
     session = FanOutSession.__new__(FanOutSession)
     session.fan = fan
     port = PartitionPort(0, session, frames_max=2)
@@ -421,14 +418,14 @@ def test_an_is_end_of_topic_question_lost_in_a_move_is_answered_false() -> None:
     binary.on_forward(encode_command(FrameType.IS_END_OF_TOPIC))
     assert binary.lost("moved") == [end_of_topic_frame(False)]
     # through the fan-out, the partition's false answer completes the question
-    fan = ConsumerFan(2, binary=False, pull_mode=False, reader=False, prefetch=1)
+    fan = JsonConsumerFan(2, pull_mode=False, reader=False, prefetch=1)
     fan.from_client(question)
     assert fan.from_partition(0, ['{"endOfTopic":true}']).client == []
     assert fan.from_partition(1, ['{"endOfTopic":false}']).client == ['{"endOfTopic":false}']
 
 
 def test_a_json_consumers_acks_of_delivered_ids_are_routed_from_memory_within_a_bound() -> None:
-    fan = ConsumerFan(PARTITIONS, binary=False, pull_mode=False, reader=False, prefetch=10)
+    fan = JsonConsumerFan(PARTITIONS, pull_mode=False, reader=False, prefetch=10)
     assert fan.from_partition(3, [delivery(3, 1)]).client == [delivery(3, 1)]
     ack = '{"messageId":"' + json_id(3, 1) + '"}'
     assert fan.from_client(ack).partitions == [(3, ack)]

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from magnetar.bookkeeper.metadata import MemoryMetadataStore, StoreUnavailableError
-from magnetar.broker.ownership import OwnerInfo, OwnershipManager
+from magnetar.broker.ownership.manager import OwnerInfo, OwnershipManager
 
 BUNDLE = ("public/default", "0x00000000_0xffffffff")
 

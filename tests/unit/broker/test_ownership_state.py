@@ -8,7 +8,7 @@ import random
 import pytest
 
 from magnetar.bookkeeper.metadata import SessionEvent
-from magnetar.broker.ownership_state import (
+from magnetar.broker.ownership.state import (
     BundleStatus,
     Claim,
     ClaimOutcome,
@@ -125,7 +125,7 @@ def test_settings_are_checked() -> None:
 class World:
     """The store as ZooKeeper keeps it (who holds each bundle's node, whose session lives) and a second broker
     that takes any bundle whose node is gone whenever it reaches the store; our broker is the state machine,
-    with its I/O done here as :class:`~magnetar.broker.ownership.OwnershipManager` does it."""
+    with its I/O done here as :class:`~magnetar.broker.ownership.manager.OwnershipManager` does it."""
 
     def __init__(self, rng: random.Random, serve_max_s: float) -> None:
         self.rng = rng

@@ -23,8 +23,8 @@ from magnetar.bookkeeper.runtime.http import (
     Router,
     text_response,
 )
-from magnetar.broker.ownership import BROKERS_ROOT
-from magnetar.broker.peer_addresses import (
+from magnetar.broker.ownership.manager import BROKERS_ROOT
+from magnetar.broker.ownership.peer_addresses import (
     PeerAddresses,
     canonical_address,
     maintain_peer_addresses,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from magnetar.bookkeeper.metadata import MemoryMetadataStore, StoreUnavailableError
-from magnetar.broker.policies import (
+from magnetar.broker.policies.store import (
     AlreadyExists,
     ConcurrentModificationError,
     NotFound,

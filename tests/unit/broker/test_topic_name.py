@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.namespace_bundle import (
+from magnetar.broker.ownership.namespace_bundle import (
     NamespaceBundle,
     bundle_boundaries,
     bundle_for_hash,

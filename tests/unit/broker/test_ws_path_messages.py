@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.protocols.pulsar_ws.params import (
+from magnetar.broker.protocols.params import (
     PATH_FORMS,
     ProducerParams,
     WsKind,

@@ -9,6 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from magnetar.broker.protocols.params import (
+    ConsumerParams,
+    ProducerParams,
+    ReaderParams,
+    WsKind,
+    parse_ws_path,
+)
 from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
     PublishError,
@@ -19,13 +26,6 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
     parse_reader_command,
     producer_ack_error,
     producer_ack_ok,
-)
-from magnetar.broker.protocols.pulsar_ws.params import (
-    ConsumerParams,
-    ProducerParams,
-    ReaderParams,
-    WsKind,
-    parse_ws_path,
 )
 from magnetar.broker.protocols.ws_errors import (
     UPGRADE_FAILURE_STATUS,

@@ -21,9 +21,9 @@ from fixtures.gc import (
     write_entries,
 )
 
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.errors import NoLedgerError
-from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.storage.errors import NoLedgerError
 from magnetar.bookkeeper.metadata.api import MetadataStore, StoreUnavailableError
 from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.metadata.ledger_paths import ledger_path

@@ -1,6 +1,6 @@
 """gc/'s compactor against a real storage engine on a temp dir, through the Protocol seam only
-(``magnetar.gc.storage_seam.StoragePrimitives``): a pass compacts and reclaims, and a crash during the copy
-or during the commit leaves what the engine's recovery finishes or rolls back when it reopens.
+(``magnetar.bookkeeper.bookie.storage.gc_seam.StoragePrimitives``): a pass compacts and reclaims, and a crash
+during the copy or during the commit leaves what the engine's recovery finishes or rolls back when it reopens.
 
 The engine is reached through :class:`Seam`, which forwards every call to the engine's primitives and
 records it: the compactor sees nothing else of the engine. A crash is what the process would leave on disk:
@@ -18,16 +18,16 @@ from typing import Any, cast
 import pytest
 from fixtures.gc import engine_settings, entry, entry_log_bytes, gc_settings, write_entries
 
-from magnetar.bookkeeper.bookie.compaction_files import COMPACTING_SUFFIX, MANIFEST_SUFFIX
-from magnetar.bookkeeper.bookie.entry_log import log_file_name
-from magnetar.bookkeeper.bookie.entry_log_format import split_location
-from magnetar.bookkeeper.bookie.errors import NoLedgerError
-from magnetar.bookkeeper.bookie.gc_primitives import StepHook
-from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, open_ledger_store
-from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
+from magnetar.bookkeeper.bookie.storage.compaction_files import COMPACTING_SUFFIX, MANIFEST_SUFFIX
+from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage, open_ledger_store
+from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
+from magnetar.bookkeeper.bookie.storage.entry_log_format import split_location
+from magnetar.bookkeeper.bookie.storage.errors import NoLedgerError
+from magnetar.bookkeeper.bookie.storage.gc_primitives import StepHook
+from magnetar.bookkeeper.bookie.storage.gc_seam import StoragePrimitives
+from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 from magnetar.gc.compactor import CompactionPass, Compactor
 from magnetar.gc.log_usage import UsageTracker
-from magnetar.gc.storage_seam import StoragePrimitives
 
 LONG, SHORT = (1, 3), (2, 4)
 ENTRIES = 300

@@ -1,0 +1,12 @@
+"""Who serves what: namespace-bundle ownership and the load manager that places and moves bundles.
+
+A topic is served by the broker owning the namespace bundle holding its name's hash
+(:mod:`.namespace_bundle`).
+Ownership is an ephemeral node per bundle (:mod:`.manager`), decided by a sans-IO state machine that keeps a
+bundle served through a metadata outage (:mod:`.state`). A lookup answers the owner of a topic's bundle
+(:mod:`.lookup`, Pulsar's ``/lookup/v2``). The load manager (:mod:`.load_manager`, its settings in
+:mod:`.load_balancer_settings`) reports each broker's load (:mod:`.load_report`), and its leader decides
+placement, shedding and splits (:mod:`.load_decisions`, sans-IO). :mod:`.peer_addresses` keeps the addresses
+of the other live brokers. Nothing here imports the session front door, the owner proxy or the service: the
+service composes them.
+"""

@@ -1,0 +1,54 @@
+"""What the session front door needs of the broker that runs it, as protocols: the broker's service
+(:mod:`magnetar.broker.service`) satisfies :class:`SessionHost`; the HTTP application composes the front door,
+which never imports the service, so the folders stay a line and not a circle. The front door
+also hands the host to the owner proxy, so a session host is a proxy host too."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
+from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.owner_proxy.host import ProxyHost, ProxyHostSettings
+from magnetar.broker.policies.publish_gate import PublishGate
+from magnetar.broker.security.broker_security import BrokerSecurity
+from magnetar.broker.wire.topic_name import TopicName
+
+
+class SessionSettings(ProxyHostSettings, Protocol):
+    @property
+    def producer_pending_messages_max(self) -> int: ...
+    @property
+    def publish_batch_messages_max(self) -> int: ...
+    @property
+    def publish_batch_bytes_max(self) -> int: ...
+    @property
+    def consumer_unacked_messages_max(self) -> int: ...
+    @property
+    def consumer_unacked_bytes_max(self) -> int: ...
+    @property
+    def consumer_ack_timeout_tick_ms(self) -> int: ...
+    @property
+    def ws_close_flush_timeout_ms(self) -> int: ...
+
+
+class SessionHost(ProxyHost, Protocol):
+    """The broker's service, as the front door sees it."""
+
+    @property
+    def settings(self) -> SessionSettings: ...
+    @property
+    def security(self) -> BrokerSecurity: ...
+    @property
+    def publish_gate(self) -> PublishGate | None:
+        """Backlog-quota admission, when the composition root set one."""
+        ...
+
+    def next_producer_name(self) -> str: ...
+    async def partitions(self, topic: TopicName) -> int:
+        """Partitions of a partitioned topic (0: not partitioned)."""
+        ...
+
+    async def serve_topic(
+        self, topic: TopicName, *, create: bool = True
+    ) -> PersistentTopic | NonPersistentTopic: ...
