@@ -18,8 +18,10 @@ All integers are big-endian::
                | property_count u16 | property_count * (name_len u16, name, value_len u32, value)
                | payload_len u32 | payload
     entry   := kind 4 | ledger i64 | entry i64 | stored entry bytes
-               # the entry exactly as the broker stored it (magnetar.broker.wire.entry_format: its own magic
-               # and version byte, a producer-name table, then every message with all its metadata)
+               # the entry exactly as stored: the managed ledger's message index prefix when it has one
+               # (magnetar.managed_ledger.entry_prefix), then the broker's entry
+               # (magnetar.broker.wire.entry_format: its own magic and version byte, a producer-name
+               # table, then every message with all its metadata)
     end     := kind 2 | next_ledger i64 | next_entry i64 | entries_sent u32 | complete u8
                # complete = 1: the range is exhausted; else continue with from=next_ledger:next_entry
 
@@ -42,6 +44,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
+from magnetar.managed_ledger.entry_prefix import split
 
 FRAME_VERSION_MAX = 3
 FRAME_BYTES_MAX = 128 * 1024 * 1024
@@ -125,8 +128,8 @@ def _decode_entry(body: memoryview) -> list[RangeMessage]:
         raise FrameError("truncated entry frame")
     _, ledger, entry = ENTRY_HEAD.unpack_from(body)
     try:
-        decoded = decode_entry(body[ENTRY_HEAD.size :])
-    except CorruptEntryError as exc:
+        decoded = decode_entry(split(body[ENTRY_HEAD.size :])[1])  # the stored bytes: skip the index prefix
+    except (CorruptEntryError, ValueError) as exc:
         raise FrameError(f"entry {ledger}:{entry} cannot be decoded: {exc}") from None
     size = len(decoded.messages) if decoded.batched else 0
     return [

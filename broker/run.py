@@ -37,10 +37,10 @@ from magnetar.broker.ownership.peer_addresses import PeerAddresses, maintain_pee
 from magnetar.broker.policies.store import initialize_cluster_metadata
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.wire.entry_format import first_index_of, stamp_first_index
+from magnetar.broker.wire.entry_format import entry_message_count
+from magnetar.managed_ledger.entry_prefix import EntryIndexing
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
 from magnetar.managed_ledger.ledger import ManagedLedger
-from magnetar.managed_ledger.message_index import EntryIndexing
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,9 @@ def broker_ports(settings: BrokerSettings) -> list[tuple[int, str, str, str]]:
     return ports
 
 
-ENTRY_INDEXING = EntryIndexing(stamp_first_index, first_index_of)
-"""Every entry a broker stores carries the index of its first message, in front of the entry."""
+ENTRY_INDEXING = EntryIndexing(entry_message_count)
+"""Every entry a broker stores carries the index of its first message, in the managed ledger's prefix; the
+managed ledger asks the broker's entry format only how many messages an entry holds."""
 
 
 async def run_broker(

@@ -23,7 +23,7 @@ from magnetar.managed_ledger.position import Position
 
 log = logging.getLogger(__name__)
 
-PublishTimeOf = Callable[[bytes], int]
+PublishTimeOf = Callable[[bytes | memoryview], int]
 
 
 async def _is_expired(

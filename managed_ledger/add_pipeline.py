@@ -12,6 +12,7 @@ Theory of operation (docs/upstream.md, Pulsar §3, the add half of Pulsar's ``Ma
   due by size or age) starts the rollover.
 * **Message indexes.** With entry indexing configured, each entry is stamped, as it is sent, with the index
   of its first message: the next index after the acknowledged entries plus the messages still in flight.
+  The prefix (:mod:`.entry_prefix`) goes to the client as a part in front of the entry: never joined.
 * **Back-pressure.** :meth:`AddPipeline.wait_for_capacity` holds callers while ``pending_adds_max`` adds are
   queued or in flight; every add that completes (acknowledged or failed) and every queue failed frees
   capacity.
@@ -37,6 +38,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from magnetar.bookkeeper.client import LedgerFencedError
+from magnetar.managed_ledger.entry_prefix import SIZE as PREFIX_SIZE
+from magnetar.managed_ledger.entry_prefix import encode_prefix
 from magnetar.managed_ledger.errors import (
     ManagedLedgerClosedError,
     ManagedLedgerError,
@@ -62,6 +65,12 @@ class _PendingAdd:
     data: bytes
     callback: AddCallback
     messages: int = 1
+    first_index: int | None = None
+    """The index its prefix names (None: stored without one); the prefix is sent in front of ``data``."""
+
+    @property
+    def stored_size(self) -> int:
+        return len(self.data) if self.first_index is None else len(self.data) + PREFIX_SIZE
 
 
 class AddPipeline:
@@ -161,15 +170,16 @@ class AddPipeline:
         self.pushed += 1
         self.inflight += 1
         ledger_id = handle.ledger_id
-        indexing = self._ctx.entry_indexing
-        if indexing is not None:
-            op.data = indexing.stamp(op.data, self._ml.message_index.next_index + self._inflight_messages)
+        payload: bytes | tuple[bytes, bytes] = op.data
+        if self._ctx.entry_indexing is not None:
+            op.first_index = self._ml.message_index.next_index + self._inflight_messages
+            payload = (encode_prefix(op.first_index), op.data)  # sent as two parts: the entry is not copied
         self._inflight_messages += op.messages
 
         def on_complete(result: int | BaseException) -> None:
             self._on_add_complete(ledger_id, op, result)
 
-        handle.add_entry_nowait(op.data, on_complete)
+        handle.add_entry_nowait(payload, on_complete)
         if self.pushed >= self._settings.max_entries_per_ledger:
             self._ml.switcher.start_rollover()
 
@@ -183,13 +193,13 @@ class AddPipeline:
             position = Position(ledger_id, result)
             info = ml.ledgers.get(ledger_id)
             if info is not None:
-                size_bytes = info.size_bytes + len(op.data)
+                size_bytes = info.size_bytes + op.stored_size
                 ml.ledgers.update(replace(info, entries=result + 1, size_bytes=size_bytes))
             assert position > ml.last_confirmed, f"acks out of order: {ml.last_confirmed} -> {position}"
             ml.last_confirmed = position
             ml.entries_added_counter += 1
             ml.message_index.append(position, op.messages)
-            self._ctx.cache.put(ml.name, position, op.data)
+            self._ctx.cache.put(ml.name, position, op.data, op.first_index)
             op.callback(position)
             self.signal_entries_added()
             ml.switcher.check_rollover()

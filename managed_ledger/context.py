@@ -21,7 +21,7 @@ from magnetar.bookkeeper.client import BookKeeper, LedgerHandle
 from magnetar.bookkeeper.metadata.health import MetadataHealth
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.managed_ledger.entry_cache import EntryCache
-from magnetar.managed_ledger.message_index import EntryIndexing
+from magnetar.managed_ledger.entry_prefix import EntryIndexing
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
 
@@ -44,7 +44,8 @@ class Context:
     health: MetadataHealth | None = None
     """The metadata store's health: rollovers are deferred while it is unhealthy (None: no such signal)."""
     entry_indexing: EntryIndexing | None = None
-    """How entries carry their first message's index (None: they carry none; counts live in memory)."""
+    """Set: entries carry their first message's index in the managed ledger's prefix (:mod:`.entry_prefix`);
+    None: they carry none (counts live in memory)."""
 
 
 async def create_bk_ledger(ctx: Context, name: str) -> LedgerHandle:

@@ -19,9 +19,9 @@ from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.runtime import Clock, SystemClock
 from magnetar.managed_ledger.context import Context
 from magnetar.managed_ledger.entry_cache import EntryCache
+from magnetar.managed_ledger.entry_prefix import EntryIndexing
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.ledger_state import State
-from magnetar.managed_ledger.message_index import EntryIndexing
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.opener import open_managed_ledger
 from magnetar.managed_ledger.settings import ManagedLedgerSettings

@@ -46,6 +46,7 @@ from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.cursor_registry import CursorRegistry
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
 from magnetar.managed_ledger.entry import Entry
+from magnetar.managed_ledger.entry_prefix import EntryIndexing
 from magnetar.managed_ledger.errors import (
     ManagedLedgerClosedError,
     ManagedLedgerFencedError,
@@ -55,7 +56,7 @@ from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.ledger_metadata import LedgerMetadata
 from magnetar.managed_ledger.ledger_state import State, initial_state, move
 from magnetar.managed_ledger.ledger_switch import LedgerSwitcher
-from magnetar.managed_ledger.message_index import EntryIndexing, MessageIndex, MessageLocation
+from magnetar.managed_ledger.message_index import MessageIndex, MessageLocation
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.reader import EntryReader
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
@@ -105,6 +106,7 @@ class ManagedLedger:
             self._settings.password,
             self._settings.read_handles_cached_max,
             lambda: self.current,
+            stamped=ctx.entry_indexing is not None,
         )
         self._nursery: trio.Nursery | None = None
         self._closed = trio.Event()
@@ -341,22 +343,24 @@ class ManagedLedger:
             coarse = self.message_index.is_coarse
             for entry in entries:  # the entries of an exact ledger teach nothing: not even parsed
                 if coarse(entry.position.ledger_id):
-                    self._learn(indexing, entry.position, entry.data)
+                    self._learn(indexing, entry)
         return entries
 
-    def _learn(self, indexing: EntryIndexing, position: Position, data: bytes) -> None:
+    def _learn(self, indexing: EntryIndexing, entry: Entry) -> None:
+        position, first = entry.position, entry.first_index
+        if first is None:
+            return
         try:
-            indexed = indexing.read(data)
+            messages = indexing.messages_in(entry.data)
         except ValueError as exc:
             log.warning(
                 "managed ledger %s: entry %s has no readable message index: %s", self.name, position, exc
             )
             return
-        if indexed is not None:
-            try:
-                self.message_index.learn(position, *indexed)
-            except ValueError as exc:
-                log.warning("managed ledger %s: entry %s: %s", self.name, position, exc)
+        try:
+            self.message_index.learn(position, first, messages)
+        except ValueError as exc:
+            log.warning("managed ledger %s: entry %s: %s", self.name, position, exc)
 
     async def learn_indexes_after(self, positions: Iterable[Position]) -> None:
         """Read the entries that follow ``positions`` where their message index is not known exactly (in a

@@ -36,21 +36,10 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from magnetar.managed_ledger.position import Position
-
-
-@dataclass(frozen=True, slots=True)
-class EntryIndexing:
-    """How a managed ledger writes and reads the message index each entry carries (the broker's entry
-    format knows where it goes; the managed ledger only calls these)."""
-
-    stamp: Callable[[bytes, int], bytes]
-    """The bytes to store for an entry whose first message has the given index."""
-    read: Callable[[bytes], tuple[int, int] | None]
-    """A stored entry's (first index, message count); None for an entry that carries no index."""
 
 
 class MessageIndexError(ValueError):

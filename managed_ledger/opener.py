@@ -22,6 +22,7 @@ import trio
 from magnetar.bookkeeper.client import BKError, NoSuchLedgerError
 from magnetar.managed_ledger.context import Context, create_bk_ledger
 from magnetar.managed_ledger.cursor_store import CursorStore
+from magnetar.managed_ledger.entry_prefix import split
 from magnetar.managed_ledger.errors import (
     ManagedLedgerError,
     ManagedLedgerFencedError,
@@ -135,14 +136,13 @@ async def _recover_ledger(name: str, ctx: Context, last: LedgerInfo) -> tuple[Le
             with trio.fail_after(ctx.settings.metadata_operation_timeout_s):
                 (entry,) = await handle.read_entries(lac, lac)
             try:
-                indexed = ctx.entry_indexing.read(entry.payload)
+                first, body = split(entry.payload)
+                if first is not None:
+                    end = first + ctx.entry_indexing.messages_in(body)
             except ValueError as exc:
                 log.warning(
                     "managed ledger %s: ledger %d: last entry unreadable: %s", name, last.ledger_id, exc
                 )
-                indexed = None
-            if indexed is not None:
-                end = indexed[0] + indexed[1]
     finally:
         await handle.close()
     log.info(

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from magnetar.bookkeeper.client import BookKeeper, LedgerHandle, ReadHandle
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.entry_cache import EntryCache
+from magnetar.managed_ledger.entry_prefix import EntryPrefixError, split
 from magnetar.managed_ledger.ledger_list import LedgerList
 from magnetar.managed_ledger.position import Position
 
@@ -35,8 +36,12 @@ class EntryReader:
         password: bytes,
         handles_max: int,
         current_handle: Callable[[], LedgerHandle | None],
+        *,
+        stamped: bool = False,
     ) -> None:
         self._name = name
+        self._stamped = stamped
+        """Whether entries carry the message index prefix (split off as they are read)."""
         self._bk = bk
         self._cache = cache
         self._password = password
@@ -65,10 +70,11 @@ class EntryReader:
     async def _read_ledger(self, ledger_id: int, first: int, last: int) -> list[Entry]:
         cached = []
         for entry_id in range(first, last + 1):
-            data = self._cache.get(self._name, Position(ledger_id, entry_id))
-            if data is None:
+            position = Position(ledger_id, entry_id)
+            hit = self._cache.get_entry(self._name, position)
+            if hit is None:
                 break
-            cached.append(Entry(Position(ledger_id, entry_id), data))
+            cached.append(Entry(position, hit[1], hit[0]))
         if len(cached) == last - first + 1:
             return cached
         start = first + len(cached)
@@ -78,7 +84,21 @@ class EntryReader:
         else:
             handle = await self._read_handle(ledger_id)
             entries = await handle.read_entries(start, last)
-        return cached + [Entry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+        if not self._stamped:
+            return cached + [Entry(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+        return cached + [self._unstamped(Position(ledger_id, e.entry_id), e.payload) for e in entries]
+
+    def _unstamped(self, position: Position, stored: bytes) -> Entry:
+        """The entry with its message index prefix split off (no copy); an unreadable prefix is logged and
+        the bytes are handed on whole (their reader will find them corrupt)."""
+        try:
+            first, body = split(stored)
+        except EntryPrefixError as exc:
+            log.warning(
+                "managed ledger %s: entry %s has no readable message index: %s", self._name, position, exc
+            )
+            return Entry(position, stored)
+        return Entry(position, body, first)
 
     async def _read_handle(self, ledger_id: int) -> ReadHandle:
         handle = self._handles.get(ledger_id)

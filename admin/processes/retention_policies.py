@@ -18,7 +18,7 @@ from magnetar.gc.settings import RetentionSettings
 from magnetar.managed_ledger.trim import RetentionPolicy
 
 
-def entry_publish_time(data: bytes) -> int:
+def entry_publish_time(data: bytes | memoryview) -> int:
     """Newest publish time (epoch ms) of the entry's messages; ``ValueError`` for foreign bytes."""
     try:
         messages = decode_entry(data).messages

@@ -160,7 +160,7 @@ async def last_message_id_with_batch(ml: ManagedLedger, partition: int) -> dict[
     return body
 
 
-def publish_time(data: bytes) -> int:
+def publish_time(data: bytes | memoryview) -> int:
     try:
         messages = decode_entry(data).messages
     except CorruptEntryError as exc:
@@ -169,7 +169,7 @@ def publish_time(data: bytes) -> int:
 
 
 async def first_at_or_after(
-    ml: ManagedLedger, timestamp_ms: int, time_of: Callable[[bytes], int] = publish_time
+    ml: ManagedLedger, timestamp_ms: int, time_of: Callable[[bytes | memoryview], int] = publish_time
 ) -> Position | None:
     """The first stored entry published at or after ``timestamp_ms`` (None if every entry is older)."""
     first = ml.ledgers.first_position()

@@ -81,7 +81,7 @@ def _parse(text: str | None, name: str) -> Position | None:
         raise AdminError(400, f"Invalid query parameter '{name}': expected ledgerId:entryId") from None
 
 
-def _frames_of(ledger: int, entry: int, data: bytes, version: int) -> bytes:
+def _frames_of(ledger: int, entry: int, data: bytes | memoryview, version: int) -> bytes:
     try:
         decoded = decode_entry(data)
     except CorruptEntryError as exc:
@@ -110,7 +110,7 @@ async def stream_range(
         for entry in batch:
             ledger_id, entry_id = entry.position.ledger_id, entry.position.entry_id
             if version >= 3:
-                frames = encode_entry_frame(ledger_id, entry_id, entry.data)
+                frames = encode_entry_frame(ledger_id, entry_id, entry.stored)
             else:
                 frames = _frames_of(ledger_id, entry_id, entry.data, version)
             chunk.append(frames)

@@ -62,14 +62,14 @@ from magnetar.admin.range_frames import (
     RangeEnd,
 )
 from magnetar.broker.wire.entry_format import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY
-from magnetar.broker.wire.entry_format import INDEX_MAGIC as ENTRY_INDEX_MAGIC
-from magnetar.broker.wire.entry_format import INDEX_PREFIX as ENTRY_INDEX_PREFIX
 from magnetar.broker.wire.entry_format import KIND_BATCH as ENTRY_BATCH
 from magnetar.broker.wire.entry_format import KIND_COMPACT as ENTRY_COMPACT
 from magnetar.broker.wire.entry_format import KIND_SINGLE as ENTRY_SINGLE
 from magnetar.broker.wire.entry_format import MAGIC as ENTRY_MAGIC
 from magnetar.broker.wire.entry_format import VERSION as ENTRY_VERSION
 from magnetar.broker.wire.message_id import write_varint
+from magnetar.managed_ledger.entry_prefix import MAGIC as PREFIX_MAGIC
+from magnetar.managed_ledger.entry_prefix import SIZE as PREFIX_SIZE
 
 COLUMNS = ("key", "value", "topic", "partition", "messageId", "ledgerId", "entryId", "publishTime",
            "eventTime", "properties", "producerName")  # fmt: skip
@@ -296,8 +296,8 @@ class _Decoder:
         place."""
         _, ledger, entry = ENTRY_HEAD.unpack_from(body, start)
         cursor = start + ENTRY_HEAD.size
-        if body[cursor : cursor + 2] == ENTRY_INDEX_MAGIC:  # the message index prefix
-            cursor += ENTRY_INDEX_PREFIX.size
+        if body[cursor : cursor + 2] == PREFIX_MAGIC:  # the managed ledger's message index prefix
+            cursor += PREFIX_SIZE
         magic, version, kind, name_count = _ENTRY_HEAD.unpack_from(body, cursor)
         known = (ENTRY_SINGLE, ENTRY_BATCH, ENTRY_COMPACT)
         if magic != ENTRY_MAGIC or version != ENTRY_VERSION or kind not in known:

@@ -26,10 +26,11 @@ from magnetar.bookkeeper.client.transport import (
     BookieId,
     BookieTransport,
     FailureReason,
+    SendsParts,
     TimesOutRequests,
     TransportFailure,
 )
-from magnetar.bookkeeper.protocol.messages import Request, Response
+from magnetar.bookkeeper.protocol.messages import AddRequest, Request, Response
 
 Answer = Response | TransportFailure
 AnswerCallback = Callable[[Answer], None]
@@ -99,6 +100,8 @@ class BookieClient:
         self.adds = TimeoutQueue(add_timeout_s)
         self.reads = TimeoutQueue(read_timeout_s)
         self._closed = False
+        self._whole_adds = not isinstance(transport, SendsParts)
+        """Join each add's parts before the transport sees it (a transport that cannot send them as parts)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -114,6 +117,8 @@ class BookieClient:
             self._call_soon(call.answer, TransportFailure(bookie, FailureReason.SHUTDOWN, "client closed"))
             return
         timeouts.push(call)
+        if self._whole_adds and type(request) is AddRequest:
+            request = request.whole()
         self._transport.send(bookie, request, call.answer)
 
     def close(self) -> None:

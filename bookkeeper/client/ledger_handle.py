@@ -38,7 +38,7 @@ from magnetar.bookkeeper.client.metadata import LedgerMetadata, LedgerState, Ver
 from magnetar.bookkeeper.client.read_handle import LedgerEntry, read_range
 from magnetar.bookkeeper.client.update_loop import MetadataUpdateLoop
 from magnetar.bookkeeper.client.writer import AddCallback, LedgerWriter
-from magnetar.bookkeeper.protocol.digest import Digester
+from magnetar.bookkeeper.protocol.digest import Digester, Payload, payload_size
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +106,9 @@ class LedgerHandle:
 
     # -- adds --------------------------------------------------------------------------------------------
 
-    def add_entry_nowait(self, payload: bytes, callback: AddCallback) -> int:
-        """Pipelined add: returns the entry id it will have (-1 if the handle already failed); ``callback``
+    def add_entry_nowait(self, payload: Payload, callback: AddCallback) -> int:
+        """Pipelined add of ``payload`` (one buffer, or its parts in order: sent as they are, never joined):
+        returns the entry id it will have (-1 if the handle already failed); ``callback``
         gets that id once acknowledged, or the error. Raises :class:`TooManyRequestsError` when
         ``pending_adds_max`` adds are in flight (use :meth:`add_entry` to wait instead)."""
         self._check_payload(payload)
@@ -117,7 +118,7 @@ class LedgerHandle:
         """Until fewer than ``pending_adds_max`` adds are in flight (or the handle failed)."""
         await self._writer.wait_for_room()
 
-    async def add_entry(self, payload: bytes) -> int:
+    async def add_entry(self, payload: Payload) -> int:
         """Add and wait for the acknowledgement; returns the entry id."""
         self._check_payload(payload)
         await self._writer.wait_for_room()
@@ -134,11 +135,12 @@ class LedgerHandle:
             raise outcome[0]
         return outcome[0]
 
-    def _check_payload(self, payload: bytes) -> None:
+    def _check_payload(self, payload: Payload) -> None:
         self._ctx.check_open()
         limit = self._ctx.settings.entry_payload_bytes_max
-        if len(payload) > limit:
-            raise IncorrectParameterError(f"entry of {len(payload)} bytes; entry_payload_bytes_max={limit}")
+        size = len(payload) if isinstance(payload, bytes) else payload_size(payload)
+        if size > limit:
+            raise IncorrectParameterError(f"entry of {size} bytes; entry_payload_bytes_max={limit}")
 
     def _on_writer_error(self, error: BKError) -> None:
         if isinstance(error, LedgerFencedError):

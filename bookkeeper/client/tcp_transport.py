@@ -11,8 +11,10 @@ Theory of operation (BookKeeper's ``PerChannelBookieClient``):
 * **Pipelining.** Any number of requests (up to ``inflight_requests_max``) are in flight on one connection;
   responses are matched by request id and may come back in any order.
 * **Write coalescing.** ``send`` encodes the request straight into the connection's outgoing buffer and wakes
-  the writer task, which sends everything queued so far with one ``send_all``: while one write is on the
-  wire, the next batch accumulates. This is the main lever on throughput.
+  the writer task, which sends everything queued so far with one write: while one write is on the wire, the
+  next batch accumulates. This is the main lever on throughput. An add's payload is not copied into that
+  buffer: its parts (of ``GATHER_PART_BYTES_MIN`` bytes or more) are queued after it as they are and the
+  writer sends buffer and parts with one gather write (:mod:`.gather_write`).
 * **Timeouts.** Each request has a deadline (``add_timeout_ms`` for ADD_ENTRY and WRITE_LAC,
   ``read_timeout_ms`` for the others, BookKeeper's ``addEntryTimeoutSec``/``readTimeout``); a request with no
   response by then fails with ``TIMEOUT`` and its late response is dropped. The connection stays up.
@@ -53,6 +55,7 @@ from typing import Annotated, Self
 import trio
 from pydantic import ConfigDict, Field, model_validator
 
+from magnetar.bookkeeper.client.gather_write import Buffer, send_parts
 from magnetar.bookkeeper.client.settings import RequestTimeouts
 from magnetar.bookkeeper.client.transport import (
     BookieId,
@@ -78,6 +81,10 @@ from magnetar.bookkeeper.protocol.status import BookieStatus
 from magnetar.bookkeeper.runtime.send_timer import SendTimer
 
 log = logging.getLogger(__name__)
+
+GATHER_PART_BYTES_MIN = 64
+"""An add's part smaller than this (the managed ledger's 10-byte index prefix, a tiny payload) is copied into
+the coalescing buffer: a separate gather entry would cost more than the copy."""
 
 YIELD_EVERY_RESPONSES = 128
 
@@ -142,6 +149,10 @@ class TcpTransport:
         self._token = trio.lowlevel.current_trio_token()
         self._connections: dict[BookieId, _Connection] = {}
         self._closed = False
+
+    def sends_parts(self) -> bool:
+        """An add's payload parts go to the socket as they are (``transport.SendsParts``)."""
+        return True
 
     def send(self, bookie: BookieId, request: Request, callback: ResponseCallback) -> None:
         if self._closed:
@@ -221,6 +232,8 @@ class _Connection:
         # The run's clock (trio's, or a MockClock in tests), read directly: cheaper than trio.current_time().
         self._now = trio.lowlevel.current_clock().current_time
         self._out = bytearray()
+        self._queued: list[Buffer] = []
+        """What goes out before ``_out``: coalescing buffers, each followed by an add's payload parts."""
         self._proto = ClientProtocol(settings.frame_bytes_max)
         self._running = False
         self._writer_waiting = False
@@ -257,10 +270,20 @@ class _Connection:
             transport.defer(callback, ErrorResponse(rid, BookieStatus.ETOOMANYREQUESTS, detail))
             return
         try:
-            self._proto.send_into(self._out, request)
+            tail = self._proto.send_parts(self._out, request)
         except InvalidMessageError as exc:
             transport.defer(callback, ErrorResponse(rid, BookieStatus.EBADREQ, str(exc)))
             return
+        if tail:
+            out = self._out
+            queued = self._queued
+            for part in tail:
+                if len(part) < GATHER_PART_BYTES_MIN:
+                    out += part
+                else:
+                    queued.append(out)
+                    queued.append(part)
+                    self._out = out = bytearray()
         self._seq = seq = self._seq + 1
         inflight[rid] = (seq, callback)
         if type(request) is AddRequest or type(request) is WriteLacRequest:
@@ -285,6 +308,7 @@ class _Connection:
         self._add_deadlines.clear()
         self._read_deadlines.clear()
         self._out = bytearray()
+        self._queued = []
         failure = TransportFailure(self.bookie, reason, detail)
         for _, callback in pending.values():
             _safe_call(callback, failure)
@@ -387,14 +411,17 @@ class _Connection:
         timer = self._send_timer
         try:
             while True:
-                if not self._out:
+                if not self._out and not self._queued:
                     self._writer_wakeup = trio.Event()
                     self._writer_waiting = True
                     await self._writer_wakeup.wait()
                     continue
-                data, self._out = self._out, bytearray()
+                parts, self._queued = self._queued, []
+                if self._out:
+                    parts.append(self._out)
+                    self._out = bytearray()
                 timer.sending()
-                await stream.send_all(data)
+                await send_parts(stream, parts)
                 timer.sent()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._loss = f"connection lost while sending: {exc or type(exc).__name__}"

@@ -63,6 +63,17 @@ class TimesOutRequests(Protocol):
         ...
 
 
+@runtime_checkable
+class SendsParts(Protocol):
+    """A transport that sends an add's ``tail`` parts after its ``body`` itself (a gather write: the payload
+    is never copied on its way to the socket). Every other transport gets each add whole (its parts joined
+    by :class:`~.bookie_client.BookieClient`)."""
+
+    def sends_parts(self) -> bool:
+        """True (the marker of this protocol)."""
+        ...
+
+
 _request_ids = itertools.count(1)
 
 

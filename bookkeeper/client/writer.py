@@ -37,7 +37,7 @@ from magnetar.bookkeeper.client.context import ClientContext
 from magnetar.bookkeeper.client.distribution import write_set
 from magnetar.bookkeeper.client.errors import BKError, BKWriteError, TooManyRequestsError, error_for_status
 from magnetar.bookkeeper.client.transport import BookieId, next_request_id
-from magnetar.bookkeeper.protocol.digest import Digester
+from magnetar.bookkeeper.protocol.digest import Digester, Payload, payload_size
 from magnetar.bookkeeper.protocol.messages import AddRequest, AddResponse
 from magnetar.bookkeeper.protocol.status import BookieStatus
 
@@ -58,14 +58,23 @@ class EnsembleChanger(Protocol):
 class PendingAddOp:
     __slots__ = (
         "acked", "body", "callback", "completed", "entry_id", "finished", "generations", "length", "started",
+        "tail",
     )  # fmt: skip
 
     def __init__(
-        self, entry_id: int, body: bytes, length: int, callback: AddCallback, started: float = 0.0
+        self,
+        entry_id: int,
+        body: bytes,
+        length: int,
+        callback: AddCallback,
+        started: float = 0.0,
+        tail: tuple[bytes | memoryview, ...] = (),
     ) -> None:
         self.entry_id = entry_id
         self.started = started
         self.body = body
+        """The packaged entry, or its head (header and digest) when ``tail`` holds the payload's parts."""
+        self.tail = tail
         self.length = length
         self.callback = callback
         self.acked: set[int] = set()
@@ -131,8 +140,11 @@ class LedgerWriter:
         while self.pending:
             await self._idle.park()
 
-    def push(self, payload: bytes, callback: AddCallback) -> int:
-        """Package and send the next entry; its outcome goes to ``callback``. Returns the entry id."""
+    def push(self, payload: Payload, callback: AddCallback) -> int:
+        """Package and send the next entry; its outcome goes to ``callback``. Returns the entry id.
+
+        The payload (one buffer or its parts in order) is not copied: the packaged entry is a head (header
+        and digest, computed over the parts) followed by the parts, each sent to every bookie as it is."""
         if self.error is not None:
             self.ctx.call_soon(callback, self.error)
             return -1
@@ -141,9 +153,10 @@ class LedgerWriter:
                 f"pending_adds_max={self.ctx.settings.pending_adds_max} adds in flight"
             )
         entry_id = self.last_add_pushed + 1
-        length = self.pushed_length + len(payload)
-        body = self.digester.package(self.ledger_id, entry_id, self.last_add_confirmed, length, payload)
-        self._start(PendingAddOp(entry_id, body, length, callback, trio.current_time()))
+        parts = (payload,) if isinstance(payload, bytes) else payload
+        length = self.pushed_length + payload_size(parts)
+        head = self.digester.package_head(self.ledger_id, entry_id, self.last_add_confirmed, length, parts)
+        self._start(PendingAddOp(entry_id, head, length, callback, trio.current_time(), parts))
         return entry_id
 
     def push_packaged(self, entry_id: int, body: bytes, length: int, callback: AddCallback) -> None:
@@ -174,6 +187,7 @@ class LedgerWriter:
             op.body,
             recovery=self.recovery,
             high_priority=self.recovery,
+            tail=op.tail,
         )
         self.ctx.rpc.send(
             bookie,

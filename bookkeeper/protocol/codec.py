@@ -324,9 +324,11 @@ _RESPONSE_DECODERS: dict[int, _ResponseDecoder] = {
 # -- encoding ------------------------------------------------------------------------------------------
 
 
-def _encode_request(buf: bytearray, req: Request | AuthRequest) -> None:
-    """Append the frame of ``req`` to ``buf`` (the frame length is checked by the caller)."""
+def _encode_request(buf: bytearray, req: Request | AuthRequest) -> int:
+    """Append the frame of ``req`` to ``buf`` - all of it but an add's ``tail`` parts, which follow it on the
+    wire - and return the tail's size (the frame length is checked by the caller)."""
     rid = req.request_id
+    tail = 0
     if type(req) is AddRequest:
         body = req.body
         if len(body) < _QQ.size or _QQ.unpack_from(body) != (req.ledger_id, req.entry_id):
@@ -334,7 +336,9 @@ def _encode_request(buf: bytearray, req: Request | AuthRequest) -> None:
                 f"ADD_ENTRY {req.ledger_id}:{req.entry_id}: the packaged entry does not start with its ids"
             )
         flags = (_RECOVERY if req.recovery else 0) | (_HIGH if req.high_priority else 0)
-        buf += _ENC_ADD.pack(12 + _KEY + len(body), _V | _ADD | flags, rid, req.master_key)
+        for part in req.tail:
+            tail += len(part)
+        buf += _ENC_ADD.pack(12 + _KEY + len(body) + tail, _V | _ADD | flags, rid, req.master_key)
         buf += body
     elif type(req) is ReadRequest:
         high = _HIGH if req.high_priority else 0
@@ -361,6 +365,7 @@ def _encode_request(buf: bytearray, req: Request | AuthRequest) -> None:
         buf += req.payload
     else:
         raise TypeError(f"not a bookie request: {req!r}")
+    return tail
 
 
 def _encode_response(buf: bytearray, resp: Response | AuthResponse) -> None:
@@ -441,8 +446,8 @@ class _Side:
         """The request id of the frame being received, once its header has arrived (to answer it early)."""
         return self._decoder.pending_request_id()
 
-    def _check_size(self, buf: bytearray, mark: int, what: object) -> None:
-        size = len(buf) - mark
+    def _check_size(self, buf: bytearray, mark: int, what: object, tail: int = 0) -> None:
+        size = len(buf) - mark + tail
         if size > self.frame_bytes_max:
             del buf[mark:]
             raise FrameTooLargeError(
@@ -464,13 +469,24 @@ class ClientProtocol(_Side):
         return bytes(buf)
 
     def send_into(self, buf: bytearray, request: Request | AuthRequest) -> None:
-        """Append the request's frame to ``buf`` (the connection's outgoing buffer).
+        """Append the request's whole frame to ``buf`` (an add's tail parts copied in).
+
+        Raises :class:`FrameTooLargeError` (``buf`` unchanged) or :class:`InvalidMessageError`.
+        """
+        for part in self.send_parts(buf, request):
+            buf += part
+
+    def send_parts(self, buf: bytearray, request: Request | AuthRequest) -> tuple[bytes | memoryview, ...]:
+        """Append the request's frame to ``buf`` (the connection's outgoing buffer) but for an add's tail
+        parts, which it returns: the caller sends them, as they are, right after ``buf``'s new bytes (the
+        payload is not copied into ``buf``). Most requests have no tail: ``()``.
 
         Raises :class:`FrameTooLargeError` (``buf`` unchanged) or :class:`InvalidMessageError`.
         """
         mark = len(buf)
-        _encode_request(buf, request)
-        self._check_size(buf, mark, request)
+        tail = _encode_request(buf, request)
+        self._check_size(buf, mark, request, tail)
+        return request.tail if tail and type(request) is AddRequest else ()
 
     def next_event(self) -> Response | AuthResponse | FramingError | Literal[_Need.NEED_DATA]:
         """The next response; an undecodable response frame becomes ``ErrorResponse(id, EBADREQ)``."""

@@ -6,10 +6,12 @@ A packaged entry is what the writer sends and what bookies store verbatim::
     [digest]                                      CRC32C 4 | CRC32 8 | HMAC 20 | DUMMY 0 bytes
     [payload]
 
-The digest covers the header and the payload. ``lastAddConfirmed`` is the writer's LAC when it packaged the
-entry (the piggybacked LAC); ``length`` is the ledger's cumulative length including this entry. Bookies do
-not interpret the digest; readers verify it and reject a mismatch. The master key that bookies compare on
-adds and fencing is ``SHA1("ledger" || password)``; the HMAC key is ``SHA1("mac" || password)``.
+The digest covers the header and the payload; it is computed part by part over a payload given in parts
+(:meth:`Digester.package_head`), so the writer sends header, digest and payload parts without joining them.
+``lastAddConfirmed`` is the writer's LAC when it packaged the entry (the piggybacked LAC); ``length`` is the
+ledger's cumulative length including this entry. Bookies do not interpret the digest; readers verify it and
+reject a mismatch. The master key that bookies compare on adds and fencing is ``SHA1("ledger" || password)``;
+the HMAC key is ``SHA1("mac" || password)``.
 An explicit LAC body is ``[ledgerId][lac]`` followed by the same kind of digest.
 """
 
@@ -20,6 +22,7 @@ import hashlib
 import hmac
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import crc32c
@@ -29,6 +32,18 @@ HEADER_BYTES = HEADER.size  # 32
 LAC_HEADER = struct.Struct(">qq")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+
+
+Payload = bytes | tuple[bytes | memoryview, ...]
+"""An entry's payload as its writer hands it over: one buffer, or its parts in order (never joined by the
+client: see :meth:`Digester.package_head`)."""
+
+
+def payload_size(parts: Sequence[bytes | memoryview]) -> int:
+    size = 0
+    for part in parts:
+        size += len(part)
+    return size
 
 
 class DigestType(enum.IntEnum):
@@ -58,15 +73,27 @@ class Digester:
     password: bytes = b""
 
     def compute(self, header: bytes, payload: bytes | memoryview) -> bytes:
+        return self.compute_parts(header, (payload,))
+
+    def compute_parts(self, header: bytes, parts: Sequence[bytes | memoryview]) -> bytes:
+        """The digest of ``header`` followed by ``parts``, computed part by part (the parts are never joined:
+        a CRC or HMAC over consecutive parts equals the one over their concatenation)."""
         kind = self.digest_type
         if kind is DigestType.CRC32C:
-            return _U32.pack(crc32c.crc32c(payload, crc32c.crc32c(header)))
+            crc = crc32c.crc32c(header)
+            for part in parts:
+                crc = crc32c.crc32c(part, crc)
+            return _U32.pack(crc)
         if kind is DigestType.DUMMY:
             return b""
         if kind is DigestType.CRC32:
-            return _U64.pack(zlib.crc32(payload, zlib.crc32(header)))
+            crc = zlib.crc32(header)
+            for part in parts:
+                crc = zlib.crc32(part, crc)
+            return _U64.pack(crc)
         mac = hmac.new(hashlib.sha1(b"mac" + self.password).digest(), header, hashlib.sha1)
-        mac.update(payload)
+        for part in parts:
+            mac.update(part)
         return mac.digest()
 
     @property
@@ -74,8 +101,16 @@ class Digester:
         return digest_bytes(self.digest_type)
 
     def package(self, ledger_id: int, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
+        """The packaged entry as one buffer (header, digest, payload joined: a copy of the payload)."""
+        return b"".join((self.package_head(ledger_id, entry_id, lac, length, (payload,)), payload))
+
+    def package_head(
+        self, ledger_id: int, entry_id: int, lac: int, length: int, parts: Sequence[bytes | memoryview]
+    ) -> bytes:
+        """The header and digest of the entry whose payload is ``parts`` in order: the packaged entry is this
+        head followed by the parts, sent as they are (the writer's path: no copy of the payload)."""
         header = HEADER.pack(ledger_id, entry_id, lac, length)
-        return b"".join((header, self.compute(header, payload), payload))
+        return header + self.compute_parts(header, parts)
 
     def unpack(self, data: bytes, ledger_id: int, entry_id: int | None = None) -> PackagedEntry:
         """Verify ``data`` and return its fields; ``entry_id=None`` accepts any entry of the ledger."""

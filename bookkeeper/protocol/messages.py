@@ -8,7 +8,7 @@ validated on construction: a message that exists is well formed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from magnetar.bookkeeper.protocol.status import ENTRY_ID_LAST, MASTER_KEY_BYTES, BookieStatus
 
@@ -37,10 +37,18 @@ class AddRequest:
     entry_id: int
     master_key: bytes
     body: bytes
-    """The packaged entry (header + digest + payload), stored verbatim by the bookie."""
+    """The packaged entry (header + digest + payload), stored verbatim by the bookie - or, when ``tail`` is
+    not empty, its first bytes (at least the header)."""
     recovery: bool = False
     """RECOVERY_ADD: accepted on a fenced ledger (used by ledger recovery)."""
     high_priority: bool = False
+    tail: tuple[bytes | memoryview, ...] = ()
+    """The rest of the packaged entry after ``body``, in parts sent as they are (the writer's payload parts:
+    never joined on the way to the socket). A decoded request has none."""
+
+    def whole(self) -> AddRequest:
+        """This request with its tail joined into ``body`` (itself when it has no tail)."""
+        return replace(self, body=b"".join((self.body, *self.tail)), tail=()) if self.tail else self
 
     def __post_init__(self) -> None:
         _check_id("request_id", self.request_id)

@@ -32,18 +32,12 @@ a frame's messages as they arrived - validated, not re-encoded::
 Message ``i`` has ``sequence_id = first_sequence_id + i`` and ``batch_index = i``; it decodes to the same
 :class:`StoredMessage` as in a ``kind = 2`` batch.
 
-**The message index prefix.** The managed ledger gives every entry the index of its first message (the
-topic's first message ever is 0, each entry's first index the previous entry's plus its message count) and
-writes it in front of the entry as the entry is added, as Pulsar's broker entry metadata does (a magic
-``0x0e02`` and a ``BrokerEntryMetadata`` with its ``index``, written by the broker's managed-ledger
-interceptor in front of the client's bytes)::
-
-    stored  := [index magic "Mi" | first_index i64] entry
-
-Entries written before the prefix existed have none: they decode as before, and count as one message each
-in the topic's message indexes (see docs/entry-format.md). :func:`stamp_first_index` adds the prefix,
-:func:`first_index_of` reads it (with the entry's message count) from the first bytes only, and every
-decoder skips it.
+**What is stored is more than the entry.** The managed ledger writes its own message index prefix in front
+of every entry it stores and removes it from every entry it reads
+(``magnetar.managed_ledger.entry_prefix``, the one owner of those bytes): the decoders here see the entry
+only, as the broker encoded it - a ``memoryview`` slice of the bytes read is decoded in place. A reader of
+stored bytes that does not go through a managed ledger (the admin range read, the Spark source) skips the
+prefix with that module first. :func:`entry_message_count` is what the managed ledger asks of this format.
 
 There is no checksum here: the entry travels and rests inside a BookKeeper entry whose CRC32C digest is
 verified on every read. Every length is bounded (see the ``*_MAX`` constants) and
@@ -79,9 +73,6 @@ BATCH_MESSAGES_MAX = 65535
 PRODUCERS_PER_ENTRY_MAX = 65535
 
 _HEAD = struct.Struct("<2sBBH")  # magic, version, kind, name_count
-INDEX_MAGIC = b"Mi"
-INDEX_PREFIX = struct.Struct("<2sq")
-"""The message index prefix: magic, the index of the entry's first message."""
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _MESSAGE = struct.Struct("<HBqqqHHI")
@@ -395,7 +386,7 @@ def _read_properties(data: bytes | memoryview, pos: int, count: int) -> tuple[di
     return properties, pos
 
 
-def _read_messages(data: bytes, pos: int, count: int, names: list[str]) -> list[StoredMessage]:
+def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[str]) -> list[StoredMessage]:
     """The ``count`` messages from ``pos`` on, to exactly the end of ``data`` (one inlined loop: this runs
     for every message a subscription reads)."""
     end = len(data)
@@ -428,9 +419,16 @@ def _read_messages(data: bytes, pos: int, count: int, names: list[str]) -> list[
         payload_end = pos + payload_len
         if payload_end > end:
             raise CorruptEntryError(f"entry truncated: need {payload_len} bytes at offset {pos}")
+        payload = data[pos:payload_end]
         messages.append(
             StoredMessage(
-                data[pos:payload_end], names[producer], sequence_id, publish, event, key, properties
+                payload if isinstance(payload, bytes) else payload.tobytes(),
+                names[producer],
+                sequence_id,
+                publish,
+                event,
+                key,
+                properties,
             )
         )
         pos = payload_end
@@ -440,17 +438,17 @@ def _read_messages(data: bytes, pos: int, count: int, names: list[str]) -> list[
 
 
 def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
-    """All messages of an entry; :class:`CorruptEntryError` if the bytes are not a well-formed entry."""
-    buffer = data if isinstance(data, bytes) else bytes(data)
-    reader = _Reader(memoryview(buffer))
-    reader.pos = _prefix_size(buffer)
+    """All messages of an entry; :class:`CorruptEntryError` if the bytes are not a well-formed entry. A
+    ``memoryview`` is decoded in place (each payload is then copied out of it once, as from ``bytes``)."""
+    buffer = data if isinstance(data, bytes | memoryview) else bytes(data)
+    reader = _Reader(buffer if isinstance(buffer, memoryview) else memoryview(buffer))
     kind, names, count = _read_head(reader)
     if kind == KIND_COMPACT:
         return DecodedEntry(True, _read_compact_messages(buffer, reader.pos, count, names[0]))
     return DecodedEntry(kind == KIND_BATCH, _read_messages(buffer, reader.pos, count, names))
 
 
-def _read_compact_messages(data: bytes, pos: int, count: int, name: str) -> list[StoredMessage]:
+def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name: str) -> list[StoredMessage]:
     """A compact batch's messages, from its sequence and publish time at ``pos`` to exactly the end."""
     sequence_id, publish = COMPACT_HEAD.unpack_from(data, pos)
     pos += COMPACT_HEAD.size
@@ -477,8 +475,17 @@ def _read_compact_messages(data: bytes, pos: int, count: int, name: str) -> list
         payload_end = pos + payload_len
         if payload_end > end or payload_len > PAYLOAD_BYTES_MAX:
             raise CorruptEntryError(f"entry truncated or too large: {payload_len} bytes at offset {pos}")
+        payload = data[pos:payload_end]
         messages.append(
-            StoredMessage(data[pos:payload_end], name, sequence_id, publish, event, key, properties)
+            StoredMessage(
+                payload if isinstance(payload, bytes) else payload.tobytes(),
+                name,
+                sequence_id,
+                publish,
+                event,
+                key,
+                properties,
+            )
         )
         sequence_id += 1
         pos = payload_end
@@ -489,32 +496,4 @@ def _read_compact_messages(data: bytes, pos: int, count: int, name: str) -> list
 
 def entry_message_count(data: bytes | bytearray | memoryview) -> int:
     """How many messages an entry holds, reading only its head (for permits and backlog counts)."""
-    reader = _Reader(memoryview(data))
-    reader.pos = _prefix_size(data)
-    return _read_head(reader)[2]
-
-
-def _prefix_size(data: bytes | bytearray | memoryview) -> int:
-    return INDEX_PREFIX.size if data[:2] == INDEX_MAGIC else 0
-
-
-def stamp_first_index(data: bytes, first_index: int) -> bytes:
-    """``data`` (an entry) with the message index prefix: its first message is message ``first_index`` of
-    the topic."""
-    if first_index < 0:
-        raise ValueError(f"a message index is never negative: {first_index}")
-    return b"".join((INDEX_PREFIX.pack(INDEX_MAGIC, first_index), data))
-
-
-def first_index_of(data: bytes | bytearray | memoryview) -> tuple[int, int] | None:
-    """The index of a stored entry's first message and how many messages it holds, from its head only;
-    None for an entry written before the prefix existed. :class:`CorruptEntryError` if the bytes are not an
-    entry."""
-    if data[:2] != INDEX_MAGIC:
-        return None
-    if len(data) < INDEX_PREFIX.size:
-        raise CorruptEntryError("entry truncated in its message index prefix")
-    _, first = INDEX_PREFIX.unpack_from(data)
-    if first < 0:
-        raise CorruptEntryError(f"negative message index {first}")
-    return first, entry_message_count(data)
+    return _read_head(_Reader(memoryview(data)))[2]

@@ -24,8 +24,6 @@ from magnetar.broker.wire.entry_format import (
     encode_message,
     encode_properties,
     entry_message_count,
-    first_index_of,
-    stamp_first_index,
 )
 
 int64 = st.integers(-(2**63), 2**63 - 1)
@@ -216,21 +214,3 @@ def test_encoding_limits() -> None:
         encode_message(StoredMessage(b"", "p", 2**63, 0))
     with pytest.raises(ValueError, match="property value"):
         encode_message(StoredMessage(b"", "p", 0, 0, properties={"a": "v" * 70000}))
-
-
-@given(st.lists(messages, min_size=1, max_size=4), st.integers(0, 2**62))
-def test_the_message_index_prefix_is_read_from_the_head_and_skipped_by_the_decoder(
-    messages: list[StoredMessage], first: int
-) -> None:
-    """An entry stored with its first message's index decodes as the entry did; one written before the
-    prefix existed has no index."""
-    data = encode_batch(messages) if len(messages) > 1 else encode_message(messages[0])
-    stamped = stamp_first_index(data, first)
-    assert first_index_of(stamped) == (first, len(messages))
-    assert first_index_of(data) is None
-    assert decode_entry(stamped) == decode_entry(data)
-    assert entry_message_count(stamped) == len(messages)
-    with pytest.raises(CorruptEntryError):
-        first_index_of(stamped[:5])
-    with pytest.raises(ValueError, match="never negative"):
-        stamp_first_index(data, -1)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from magnetar.bookkeeper.client import BookKeeper
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
 from magnetar.broker.run import ENTRY_INDEXING
-from magnetar.broker.wire.entry_format import StoredMessage, encode_batch, encode_message, first_index_of
+from magnetar.broker.wire.entry_format import StoredMessage, encode_batch, encode_message, entry_message_count
+from magnetar.managed_ledger.entry_prefix import EntryIndexing
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
 from magnetar.managed_ledger.ledger import ManagedLedger
-from magnetar.managed_ledger.message_index import EntryIndexing
 from magnetar.managed_ledger.meta_store import MetaStore
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.settings import ManagedLedgerSettings
@@ -46,7 +46,12 @@ async def test_counts_are_the_same_after_a_reopen_and_entries_carry_their_index(
         cursor = await ml.open_cursor("sub", start_at_earliest=True)
         positions = await fill(ml)
         stored = await ml.read_entries(positions[0], 250)
-        assert [first_index_of(e.data) for e in stored[:4]] == [(0, 1), (1, 2), (3, 3), (6, 4)]
+        assert [(e.first_index, entry_message_count(e.data)) for e in stored[:4]] == [
+            (0, 1),
+            (1, 2),
+            (3, 3),
+            (6, 4),
+        ]
         cursor.ack_cumulative(positions[130])
         cursor.ack(positions[160])
         assert await cursor.skip_messages(4) == 4  # entry 131 (2 messages) and 2 of entry 132's 3
@@ -59,11 +64,11 @@ async def test_counts_are_the_same_after_a_reopen_and_entries_carry_their_index(
 
     reads: list[int] = []
 
-    def counted_read(data: bytes) -> tuple[int, int] | None:
+    def counted_read(data: bytes | memoryview) -> int:
         reads.append(1)
-        return ENTRY_INDEXING.read(data)
+        return ENTRY_INDEXING.messages_in(data)
 
-    counting = EntryIndexing(ENTRY_INDEXING.stamp, counted_read)
+    counting = EntryIndexing(counted_read)
     async with open_managed_ledger_factory(
         bookkeeper_client, client_metadata, SETTINGS, entry_indexing=counting
     ) as second:

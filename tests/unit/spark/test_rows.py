@@ -24,10 +24,10 @@ from magnetar.broker.wire.entry_format import (
     encode_batch,
     encode_compact_batch,
     encode_message,
-    stamp_first_index,
 )
 from magnetar.broker.wire.magnetar_v1 import OutgoingMessage, encode_send, parse_send
 from magnetar.broker.wire.message_id import MessageId
+from magnetar.managed_ledger.entry_prefix import encode_prefix
 
 text = st.text(max_size=12)
 
@@ -173,7 +173,7 @@ def test_entry_frames_decode_like_the_broker_reads_them(
         encode_entry_frame(
             9,
             entry,
-            stored_entry(*group) if entry % 2 else stamp_first_index(stored_entry(*group), 7 * entry),
+            stored_entry(*group) if entry % 2 else encode_prefix(7 * entry) + stored_entry(*group),
         )
         for entry, group in enumerate(groups)
     ]
