@@ -41,7 +41,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
+from magnetar.broker.wire import CorruptEntryError, decode_entry
 
 FRAME_VERSION_MAX = 3
 FRAME_BYTES_MAX = 128 * 1024 * 1024

@@ -44,8 +44,7 @@ from pydantic import BaseModel, ConfigDict
 from magnetar.bookkeeper.runtime.auth.authentication import Roles
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.broker.policies import NotFound, Policies, PolicyStore, PreconditionFailed
-from magnetar.broker.wire.strict_input import UnsafeNameError, check_name_characters
-from magnetar.broker.wire.topic_name import NamespaceName, TopicName
+from magnetar.broker.wire import NamespaceName, TopicName, UnsafeNameError, check_name_characters
 
 ROLE_BYTES_MAX = 1024
 NAMESPACE_AUTH = "namespace_auth"

@@ -19,11 +19,10 @@ from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, RequestHead, json_response
 from magnetar.broker.authorization import TopicOperation
-from magnetar.broker.core.errors import ServiceError
+from magnetar.broker.core import ServiceError
 from magnetar.broker.http_status import http_status
 from magnetar.broker.service import BrokerService
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicDomain, TopicName
+from magnetar.broker.wire import InvalidTopicNameError, TopicDomain, TopicName
 
 
 def topic_from_path(request: HttpRequest | RequestHead) -> TopicName:

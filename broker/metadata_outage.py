@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 
 from magnetar.bookkeeper.metadata import HealthChange, MetadataHealth
-from magnetar.broker.core.errors import ServiceUnitNotReadyError
+from magnetar.broker.core import ServiceUnitNotReadyError
 from magnetar.broker.metrics import MetadataFigures
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from magnetar.broker.http_app import build_router
 from magnetar.broker.peer_addresses import PeerAddresses, maintain_peer_addresses
 from magnetar.broker.service import BrokerService, initialize_cluster_metadata
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.wire.entry_format import first_index_of, stamp_first_index
+from magnetar.broker.wire import first_index_of, stamp_first_index
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.message_index import EntryIndexing

@@ -28,19 +28,19 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.bookkeeper.metadata import MetadataStoreError
+from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
     Principal,
     http_reason,
 )
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
-from magnetar.bookkeeper.runtime.clock import Clock
 from magnetar.bookkeeper.runtime.http import HttpError, RequestHead
 from magnetar.bookkeeper.runtime.rate_limit import KeyedRateLimiter, RateLimitedError, TokenBucket
 from magnetar.broker.authorization import AuthorizationService, TopicOperation
-from magnetar.broker.core.errors import TooManyTopicsError
+from magnetar.broker.core import TooManyTopicsError
 from magnetar.broker.protocols.ws_errors import WsUpgradeError
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 
 WWW_AUTHENTICATE = ("www-authenticate", 'Bearer realm="magnetar"')
 

@@ -42,15 +42,15 @@ import trio
 from magnetar.bookkeeper.client import BKError
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, MetadataStoreError
 from magnetar.bookkeeper.runtime import Clock, SystemClock
-from magnetar.broker.core.errors import (
+from magnetar.broker.core import (
+    NonPersistentTopic,
     NotOwnerError,
+    PersistentTopic,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
+    TopicMetrics,
     TopicNotFoundError,
 )
-from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.core.topic import PersistentTopic
-from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.load_manager import (
     Handlers,
     LoadManager,
@@ -84,7 +84,7 @@ from magnetar.broker.policies import (
 from magnetar.broker.publish_gate import PublishGate
 from magnetar.broker.security_settings import build_security
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 

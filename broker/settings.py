@@ -37,9 +37,8 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSettings
-from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
-from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
-from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
+from magnetar.bookkeeper.metadata import MetadataConnectionSettings
+from magnetar.bookkeeper.protocol import FRAME_BYTES_MAX_DEFAULT, SizeLimit, check_size_chain
 from magnetar.bookkeeper.runtime.flat_settings import nest_flat
 from magnetar.bookkeeper.runtime.http import HttpLimits, HttpSettings
 from magnetar.broker.load_balancer_settings import LoadBalancerSettings

@@ -12,7 +12,7 @@ import logging
 from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.server import Bookie
 from magnetar.bookkeeper.bookie.storage import DbLedgerStorage
-from magnetar.bookkeeper.metadata.api import MetadataStore
+from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.gc.collector import BookieGarbageCollector, DiskPressure
 from magnetar.gc.gc_metrics import GcMetrics
 from magnetar.gc.settings import BookieSettings

@@ -41,7 +41,7 @@ import trio
 from magnetar.bookkeeper.bookie.entry_log import log_file_name
 from magnetar.bookkeeper.bookie.gc_primitives import StepHook
 from magnetar.bookkeeper.bookie.ledger_store import DiskUsage
-from magnetar.bookkeeper.metadata.api import MetadataStore, MetadataStoreError
+from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError
 from magnetar.gc.compactor import CompactionPass, Compactor
 from magnetar.gc.ledger_gc import LedgersRootMissingError, find_deleted_ledgers
 from magnetar.gc.log_usage import UsageTracker

@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 import trio
 
 from magnetar.bookkeeper.client import BKError, BookKeeper, LedgerFencedError, LedgerHandle
-from magnetar.bookkeeper.metadata.health import MetadataHealth
+from magnetar.bookkeeper.metadata import MetadataHealth
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.cursor_state import CursorState, InvalidAckError

@@ -16,7 +16,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from magnetar.bookkeeper.client import QuorumSettings
-from magnetar.bookkeeper.protocol.digest import DigestType
+from magnetar.bookkeeper.protocol import DigestType
 from magnetar.managed_ledger.rollover import RolloverLimits
 
 

@@ -104,7 +104,7 @@ class Publisher:
     """Adds at a fixed rate to one ledger; latency from each add's scheduled time to its durability."""
 
     def __init__(self, store: Any, payload_bytes: int, rate: int) -> None:
-        from magnetar.bookkeeper.protocol.digest import Digester, DigestType  # noqa: PLC0415
+        from magnetar.bookkeeper.protocol import Digester, DigestType  # noqa: PLC0415
 
         self._store = store
         self._digester = Digester(DigestType.CRC32C)
@@ -148,7 +148,7 @@ class Publisher:
 
 async def fill(store: Any, args: argparse.Namespace, first_ledger: int) -> list[int]:
     """Write the fill; return the ledgers to delete."""
-    from magnetar.bookkeeper.protocol.digest import Digester, DigestType  # noqa: PLC0415
+    from magnetar.bookkeeper.protocol import Digester, DigestType  # noqa: PLC0415
 
     digester = Digester(DigestType.CRC32C)
     payload = os.urandom(args.payload_bytes)

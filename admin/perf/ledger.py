@@ -25,10 +25,15 @@ import trio
 import trio.lowlevel
 
 from magnetar.admin.perf.common import Progress, bookie_processes, latency_summary_ms
-from magnetar.bookkeeper.client import BookKeeper, ClientSettings, LedgerHandle, open_bookkeeper
-from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
-from magnetar.bookkeeper.metadata import MemoryMetadataStore
-from magnetar.bookkeeper.metadata.bookies import writable_path
+from magnetar.bookkeeper.client import (
+    BookKeeper,
+    ClientSettings,
+    LedgerHandle,
+    TcpTransportSettings,
+    open_bookkeeper,
+    open_tcp_transport,
+)
+from magnetar.bookkeeper.metadata import MemoryMetadataStore, writable_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

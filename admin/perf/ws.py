@@ -61,7 +61,7 @@ from magnetar.admin.perf.ws_stats import PerfFailure, SendProgress, Stats, repor
 from magnetar.admin.processes.process_common import tune_gc
 from magnetar.bookkeeper.runtime.auth.errors import KeyConfigError
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected, connection_loss
+from magnetar.bookkeeper.runtime.http import WsClient, WsClosed, WsRejected, connection_loss
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 
 SEND_BATCH_MAX = 100
@@ -586,7 +586,7 @@ _PARSED: dict[str, int] = {}
 
 def _parse_ms(text: str) -> int:
     """``publishTime`` -> epoch ms (cached: consecutive messages share their millisecond)."""
-    from magnetar.broker.wire.date_format import DateParseError, parse_timestamp  # noqa: PLC0415
+    from magnetar.broker.wire import DateParseError, parse_timestamp  # noqa: PLC0415
 
     value = _PARSED.get(text)
     if value is None:

@@ -39,7 +39,7 @@ from magnetar.admin.processes.process_common import (
     first_signal,
 )
 from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, head_check
-from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.metadata import open_metadata_store
 from magnetar.bookkeeper.runtime.http import (
     HttpRequest,
     HttpResponse,

@@ -36,10 +36,8 @@ from magnetar.bookkeeper.autorecovery.metrics import AutoRecoveryCollector
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
 from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
 from magnetar.bookkeeper.bookie.http_api import HttpAccess
-from magnetar.bookkeeper.client import open_bookkeeper
-from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
-from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
+from magnetar.bookkeeper.client import TcpTransportSettings, open_bookkeeper, open_tcp_transport
+from magnetar.bookkeeper.metadata import MetadataConnectionSettings, MetadataStore
 from magnetar.bookkeeper.runtime.auth.authentication import MetricsAccessSettings, Roles, TokenKeySettings
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context

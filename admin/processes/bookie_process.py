@@ -74,8 +74,7 @@ from magnetar.bookkeeper.bookie.memory_store import MemoryLedgerStore
 from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
 from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
-from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.metadata import MetadataStore, open_metadata_store
 from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
 from magnetar.bookkeeper.runtime.http import HttpSettings, Router, serve_http
 from magnetar.bookkeeper.runtime.listen import check_ports_free

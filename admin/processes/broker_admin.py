@@ -32,19 +32,18 @@ from magnetar.admin.rest import (
 from magnetar.admin.rest.framework import AdminError
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.http import Router
-from magnetar.broker.core.errors import (
+from magnetar.broker.core import (
     NotOwnerError,
+    PersistentTopic,
     ServiceError,
     SubscriptionBusyError,
     TopicNotFoundError,
 )
-from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.http_status import http_status
 from magnetar.broker.policies import PolicyError
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import NamespaceName, TopicName
+from magnetar.broker.wire import InvalidTopicNameError, NamespaceName, TopicName
 from magnetar.gc.backlog_quota import BacklogQuotaMonitor
 from magnetar.gc.policies import TopicRetentionPolicies
 from magnetar.gc.retention import RetentionService

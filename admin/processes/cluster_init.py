@@ -31,14 +31,16 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.bookkeeper.metadata import (
+    PROBE_TIMEOUT_S,
+    MetadataConnectionSettings,
     MetadataStore,
+    MetadataStoreSettings,
     NotFoundError,
     StoreUnavailableError,
+    ensure_instance_id,
+    list_bookies,
     open_metadata_store,
 )
-from magnetar.bookkeeper.metadata.bookies import ensure_instance_id, list_bookies
-from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings, MetadataStoreSettings
-from magnetar.bookkeeper.metadata.zk_store import PROBE_TIMEOUT_S
 from magnetar.broker.namespace_bundle import (
     BUNDLES_MAX,
     DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES,
@@ -52,7 +54,7 @@ from magnetar.broker.policies import (
     TenantInfo,
     ensure,
 )
-from magnetar.broker.wire.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, check_named_entity
+from magnetar.broker.wire import DEFAULT_NAMESPACE, PUBLIC_TENANT, check_named_entity
 
 log = logging.getLogger(__name__)
 

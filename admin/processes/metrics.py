@@ -18,11 +18,10 @@ from collections.abc import Callable, Iterator
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from magnetar.bookkeeper.client.stats import ADD_LATENCY_BUCKETS_S, ClientStats
+from magnetar.bookkeeper.client import ADD_LATENCY_BUCKETS_S, ClientStats
 from magnetar.broker.exposition import Family, FamilyRows, Kind, Row
 from magnetar.broker.metrics import TOPIC_LABELS, BrokerMetrics
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import InvalidTopicNameError, TopicName
 from magnetar.gc.expiry import backlog_bytes
 from magnetar.gc.retention import RetentionService, RetentionStats
 from magnetar.managed_ledger.factory import ManagedLedgerFactory

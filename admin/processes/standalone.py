@@ -61,11 +61,8 @@ from magnetar.bookkeeper.bookie.identity import BookieIdentityError, verify_book
 from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
 from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
-from magnetar.bookkeeper.client import open_bookkeeper
-from magnetar.bookkeeper.client.local_transport import LocalTransport
-from magnetar.bookkeeper.metadata import MetadataStore
-from magnetar.bookkeeper.metadata.factory import open_metadata_store
-from magnetar.bookkeeper.metadata.rocksdb_store import StoreInUseError
+from magnetar.bookkeeper.client import LocalTransport, open_bookkeeper
+from magnetar.bookkeeper.metadata import MetadataStore, StoreInUseError, open_metadata_store
 from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
 from magnetar.bookkeeper.runtime.http import Router
 from magnetar.bookkeeper.runtime.listen import ListenError, check_ports_free

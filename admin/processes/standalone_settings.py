@@ -48,7 +48,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.admin.processes.config import Parts
-from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
+from magnetar.bookkeeper.protocol import SizeLimit, check_size_chain
 from magnetar.broker.settings import BrokerSettings
 from magnetar.gc.settings import BookieSettings
 

@@ -28,8 +28,8 @@ from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest
 from magnetar.broker.authorization import AuthorizationService, NamespaceOperation, TopicOperation
 from magnetar.broker.security import BrokerSecurity
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import (
+from magnetar.broker.wire import (
+    InvalidTopicNameError,
     NamespaceName,
     TopicDomain,
     TopicName,

@@ -21,7 +21,7 @@ from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.broker.namespace_bundle import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES
 from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security import BrokerSecurity
-from magnetar.broker.wire.topic_name import NamespaceName, TopicName
+from magnetar.broker.wire import NamespaceName, TopicName
 
 
 class AdminSettings(BaseModel):

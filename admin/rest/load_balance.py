@@ -24,7 +24,7 @@ from magnetar.admin.rest.framework import AdminError, Call, Endpoint, QueryModel
 from magnetar.admin.rest.names import namespace_of, require_namespace
 from magnetar.bookkeeper.runtime.http import HttpError, HttpResponse
 from magnetar.broker.namespace_bundle import NamespaceBundle
-from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.wire import InvalidTopicNameError
 
 TAG = "bundles"
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"

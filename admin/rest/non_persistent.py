@@ -32,8 +32,7 @@ from magnetar.admin.rest.topic_metadata import ListQuery
 from magnetar.admin.rest.topics import StatsQuery
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.namespace_bundle import NamespaceBundle
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicDomain, TopicName, url_decode
+from magnetar.broker.wire import InvalidTopicNameError, TopicDomain, TopicName, url_decode
 
 log = logging.getLogger(__name__)
 

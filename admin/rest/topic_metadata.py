@@ -62,8 +62,7 @@ from magnetar.broker.policies import (
     RetentionPolicies,
     TopicPolicies,
 )
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import PARTITIONED_TOPIC_SUFFIX, TopicName
+from magnetar.broker.wire import PARTITIONED_TOPIC_SUFFIX, InvalidTopicNameError, TopicName
 
 TAG = "topics"
 PREFIX = "/admin/v2/persistent/{tenant}/{namespace}"

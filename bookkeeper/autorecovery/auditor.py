@@ -56,15 +56,16 @@ from magnetar.bookkeeper.autorecovery.scan import scan_ledgers
 from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
 from magnetar.bookkeeper.autorecovery.signals import ChangeSignal, ReplicationSwitch
 from magnetar.bookkeeper.autorecovery.underreplication import UnderreplicationManager
-from magnetar.bookkeeper.client.bookkeeper import BookKeeper
-from magnetar.bookkeeper.client.errors import BKError
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.metadata.api import MetadataStoreError, StoreUnavailableError
-from magnetar.bookkeeper.metadata.bookies import AVAILABLE_PATH, list_bookies
-from magnetar.bookkeeper.metadata.underreplication_paths import lost_bookie_recovery_delay_path
-from magnetar.bookkeeper.protocol.digest import Digester
-from magnetar.bookkeeper.runtime.clock import Clock
+from magnetar.bookkeeper.client import BKError, BookieId, BookKeeper, LedgerMetadata
+from magnetar.bookkeeper.metadata import (
+    AVAILABLE_PATH,
+    MetadataStoreError,
+    StoreUnavailableError,
+    list_bookies,
+    lost_bookie_recovery_delay_path,
+)
+from magnetar.bookkeeper.protocol import Digester
+from magnetar.bookkeeper.runtime import Clock
 
 log = logging.getLogger(__name__)
 

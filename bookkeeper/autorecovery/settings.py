@@ -35,7 +35,7 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
-from magnetar.bookkeeper.client.settings import BookieClientSecurity, ClientSettings
+from magnetar.bookkeeper.client import BookieClientSecurity, ClientSettings
 
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS

@@ -48,16 +48,17 @@ from magnetar.bookkeeper.autorecovery.probe import Verdict, probe_bookie
 from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
 from magnetar.bookkeeper.autorecovery.signals import ChangeSignal, ReplicationSwitch
 from magnetar.bookkeeper.autorecovery.underreplication import Mark, UnderreplicationManager
-from magnetar.bookkeeper.client.bookkeeper import BookKeeper
-from magnetar.bookkeeper.client.errors import BKError, BKReadError, NoSuchLedgerError
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.transport import BookieId, next_request_id
-from magnetar.bookkeeper.metadata.api import MetadataStoreError
-from magnetar.bookkeeper.metadata.bookies import list_bookies
-from magnetar.bookkeeper.metadata.underreplication_paths import ur_ledgers_path, ur_locks_path
-from magnetar.bookkeeper.protocol.digest import Digester
-from magnetar.bookkeeper.protocol.messages import ReadRequest, ReadResponse
-from magnetar.bookkeeper.protocol.status import ENTRY_ID_LAST, BookieStatus
+from magnetar.bookkeeper.client import (
+    BKError,
+    BKReadError,
+    BookieId,
+    BookKeeper,
+    LedgerMetadata,
+    NoSuchLedgerError,
+    next_request_id,
+)
+from magnetar.bookkeeper.metadata import MetadataStoreError, list_bookies, ur_ledgers_path, ur_locks_path
+from magnetar.bookkeeper.protocol import ENTRY_ID_LAST, BookieStatus, Digester, ReadRequest, ReadResponse
 
 log = logging.getLogger(__name__)
 

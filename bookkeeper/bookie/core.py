@@ -31,12 +31,13 @@ from magnetar.bookkeeper.bookie.errors import (
     StorageBusyError,
 )
 from magnetar.bookkeeper.bookie.ledger_store import DiskUsage, LedgerStore
-from magnetar.bookkeeper.protocol.digest import DigestError, peek_ids
-from magnetar.bookkeeper.protocol.messages import (
+from magnetar.bookkeeper.protocol import (
     BOOKIE_INFO_FREE_DISK,
     BOOKIE_INFO_TOTAL_DISK,
     AddRequest,
     AddResponse,
+    BookieStatus,
+    DigestError,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
     ReadLacRequest,
@@ -47,8 +48,8 @@ from magnetar.bookkeeper.protocol.messages import (
     Response,
     WriteLacRequest,
     WriteLacResponse,
+    peek_ids,
 )
-from magnetar.bookkeeper.protocol.status import BookieStatus
 
 log = logging.getLogger(__name__)
 

@@ -72,21 +72,19 @@ from magnetar.bookkeeper.bookie.journal_format import HEADER_BYTES, RECORD_HEADE
 from magnetar.bookkeeper.bookie.log_mark import fsync_dir
 from magnetar.bookkeeper.bookie.settings import BookieServerSettings
 from magnetar.bookkeeper.bookie.storage import check_not_in_use
-from magnetar.bookkeeper.metadata.api import (
+from magnetar.bookkeeper.metadata import (
     BadVersionError,
     MetadataStore,
     MetadataStoreError,
     NotFoundError,
-    join,
-)
-from magnetar.bookkeeper.metadata.bookies import (
     cookie_path,
+    decommissioning_path,
     ensure_instance_id,
+    join,
     read_cookie,
     readonly_path,
     writable_path,
 )
-from magnetar.bookkeeper.metadata.underreplication_paths import decommissioning_path
 
 log = logging.getLogger(__name__)
 

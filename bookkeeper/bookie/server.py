@@ -59,24 +59,26 @@ from magnetar.bookkeeper.bookie.ledger_store import LedgerStore
 from magnetar.bookkeeper.bookie.metrics import BookieMetrics
 from magnetar.bookkeeper.bookie.registration import BookieRegistration
 from magnetar.bookkeeper.bookie.settings import BookieServerSettings, bookie_id_for
-from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo
-from magnetar.bookkeeper.protocol.codec import NEED_DATA, BadRequest, ServerProtocol, response_for_status
-from magnetar.bookkeeper.protocol.frames import FramingError
-from magnetar.bookkeeper.protocol.messages import (
+from magnetar.bookkeeper.metadata import BookieServiceInfo, MetadataStore
+from magnetar.bookkeeper.protocol import (
     AUTH_PLUGIN_TOKEN,
+    NEED_DATA,
     AddRequest,
     AuthRequest,
     AuthResponse,
+    BadRequest,
+    BookieStatus,
     ErrorResponse,
+    FramingError,
     GetBookieInfoRequest,
     ReadLacRequest,
     ReadRequest,
     Request,
     Response,
+    ServerProtocol,
     WriteLacRequest,
+    response_for_status,
 )
-from magnetar.bookkeeper.protocol.status import BookieStatus
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake, peer_address
 from magnetar.bookkeeper.runtime.listen import open_listeners

@@ -33,8 +33,8 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
-from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings
-from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
+from magnetar.bookkeeper.metadata import MetadataConnectionSettings
+from magnetar.bookkeeper.protocol import FRAME_BYTES_MAX_DEFAULT
 from magnetar.bookkeeper.runtime.auth.authentication import MetricsAccessSettings, Roles, TokenKeySettings
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings
 

@@ -29,7 +29,7 @@ from magnetar.bookkeeper.client.transport import (
     TimesOutRequests,
     TransportFailure,
 )
-from magnetar.bookkeeper.protocol.messages import Request, Response
+from magnetar.bookkeeper.protocol import Request, Response
 
 Answer = Response | TransportFailure
 AnswerCallback = Callable[[Answer], None]

@@ -31,7 +31,7 @@ from typing import Any
 
 from magnetar.bookkeeper.client.settings import check_quorums
 from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.protocol.digest import DigestType
+from magnetar.bookkeeper.protocol import DigestType
 from magnetar.bookkeeper.runtime.transitions import IllegalTransitionError, TransitionTable
 
 FORMAT_HEADER = "MagnetarLedgerMetadataFormatVersion"

@@ -16,7 +16,7 @@ from magnetar.bookkeeper.client.errors import BKReadError, IncorrectParameterErr
 from magnetar.bookkeeper.client.metadata import LedgerMetadata, Versioned
 from magnetar.bookkeeper.client.read_lac import ReadLastConfirmedOp
 from magnetar.bookkeeper.client.read_op import ReadEntriesOp
-from magnetar.bookkeeper.protocol.digest import Digester
+from magnetar.bookkeeper.protocol import Digester
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,9 +47,14 @@ from magnetar.bookkeeper.client.read_op import ReadEntriesOp
 from magnetar.bookkeeper.client.transport import next_request_id
 from magnetar.bookkeeper.client.update_loop import MetadataUpdateLoop
 from magnetar.bookkeeper.client.writer import LedgerWriter
-from magnetar.bookkeeper.protocol.digest import Digester, DigestError, PackagedEntry
-from magnetar.bookkeeper.protocol.messages import ReadRequest, ReadResponse
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.protocol import (
+    BookieStatus,
+    Digester,
+    DigestError,
+    PackagedEntry,
+    ReadRequest,
+    ReadResponse,
+)
 
 log = logging.getLogger(__name__)
 

@@ -66,9 +66,9 @@ from magnetar.bookkeeper.runtime.http import (
     CLOSE_NORMAL,
     WebSocket,
     WebSocketClosed,
+    WsClient,
 )
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient
-from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.core import PartitionRouter
 from magnetar.broker.owner_proxy.relay import Connect, Relay, send_frames
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
 from magnetar.broker.protocols.outbound import RECORDS_FRAME_BYTES_MAX
@@ -81,6 +81,7 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
 )
 from magnetar.broker.protocols.relay_tracking import Tracker
 from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
+from magnetar.broker.wire import MessageId
 from magnetar.broker.wire.magnetar_v1 import (
     BinaryFrameError,
     FrameType,
@@ -99,7 +100,6 @@ from magnetar.broker.wire.magnetar_v1 import (
     parse_receipt,
     parse_send,
 )
-from magnetar.broker.wire.message_id import MessageId
 
 if TYPE_CHECKING:
     from magnetar.broker.owner_proxy.metrics import ProxyCounters

@@ -12,10 +12,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
-from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
-from magnetar.broker.core.errors import ServiceError
-from magnetar.broker.core.routing import PartitionRouter
+from magnetar.bookkeeper.runtime.http import (
+    WebSocketRequest,
+    WsClient,
+    WsRejected,
+    error_response,
+    open_ws_client,
+)
+from magnetar.broker.core import PartitionRouter, ServiceError
 from magnetar.broker.owner_proxy.fanout import (
     BinaryProducerFan,
     ConsumerFan,
@@ -36,8 +40,8 @@ from magnetar.broker.owner_proxy.upstream import client_credentials, upstream_ta
 from magnetar.broker.protocols.adapter import ProtocolAdapter
 from magnetar.broker.protocols.pulsar_ws.params import ProducerParams, WsKind
 from magnetar.broker.protocols.relay_tracking import Tracker
+from magnetar.broker.wire import TopicName
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
-from magnetar.broker.wire.topic_name import TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.service import BrokerService

@@ -59,16 +59,20 @@ from magnetar.bookkeeper.runtime.http import (
     error_response,
 )
 from magnetar.broker import publish_gate
-from magnetar.broker.core.consumer import Consumer
-from magnetar.broker.core.delivery import FlowControl
-from magnetar.broker.core.dispatcher import SubscriptionType
-from magnetar.broker.core.errors import NotOwnerError, ServiceError
-from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.core.producer import Capacity, Producer
-from magnetar.broker.core.redelivery_timers import RedeliveryTimers
-from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.core.subscriber import Subscriber
-from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core import (
+    Capacity,
+    Consumer,
+    FlowControl,
+    NonPersistentTopic,
+    NotOwnerError,
+    PartitionRouter,
+    PersistentTopic,
+    Producer,
+    RedeliveryTimers,
+    ServiceError,
+    Subscriber,
+    SubscriptionType,
+)
 from magnetar.broker.http_status import http_status
 from magnetar.broker.owner_proxy.proxy import OwnerProxy
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession, PublishRefusal
@@ -83,8 +87,7 @@ from magnetar.broker.protocols.pulsar_ws.params import (
 )
 from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsSessionError, WsUpgradeError
 from magnetar.broker.sessions.registry import adapter_for
-from magnetar.broker.wire.message_id import EARLIEST, LATEST
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import EARLIEST, LATEST, TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.security import PublishLimiter

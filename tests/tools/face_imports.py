@@ -60,6 +60,7 @@ class Tree:
     root: Path
     modules: dict[str, Path] = field(default_factory=dict)
     packages: set[str] = field(default_factory=set)
+    _syntax: dict[str, ast.Module] = field(default_factory=dict)
 
     @classmethod
     def read(cls, root: Path = ROOT) -> Tree:
@@ -86,7 +87,7 @@ class Tree:
 
     def imports(self, module: str) -> list[Import]:
         path = self.modules[module]
-        syntax = ast.parse(path.read_text(), filename=str(path))
+        syntax = self.syntax(module)
         found: list[Import] = []
         for node in ast.walk(syntax):
             if isinstance(node, ast.Import):
@@ -128,23 +129,47 @@ class Tree:
         """A cross-package import that names a module of the other package rather than the package."""
         return self.is_cross(found) and found.target not in self.packages
 
+    def own_faces(self, package: str) -> set[str]:
+        """The modules ``package``'s ``__init__`` names in ``_OWN_FACES``: each is imported by its own name
+        and stays out of the package's face (so that importing the package does not load it)."""
+        value = _assigned(self.syntax(package), "_OWN_FACES")
+        return {f"{package}.{name}" for name in ast.literal_eval(value)} if value else set()
+
+    def passes_face(self, found: Import) -> bool:
+        """A bypass (:meth:`bypasses`) of a module its package does not declare a face of its own."""
+        return self.bypasses(found) and found.target not in self.own_faces(self.package_of(found.target))
+
+    def syntax(self, module: str) -> ast.Module:
+        if module not in self._syntax:
+            path = self.modules[module]
+            self._syntax[module] = ast.parse(path.read_text(), filename=str(path))
+        return self._syntax[module]
+
     def face(self, package: str) -> dict[str, tuple[str, str]]:
         """``package``'s face: each name of its ``__all__`` -> (the module it comes from, its name there);
         a name the ``__init__`` defines itself comes from the package."""
-        path = self.modules[package]
-        syntax = ast.parse(path.read_text(), filename=str(path))
+        syntax = self.syntax(package)
         origin: dict[str, tuple[str, str]] = {}
-        public: list[str] = []
         for node in syntax.body:
             if isinstance(node, ast.ImportFrom):
                 base = self._absolute(package, node)
                 for alias in node.names:
                     origin[alias.asname or alias.name] = (base, alias.name)
-            elif isinstance(node, ast.Assign | ast.AnnAssign):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value:
-                    public = [str(name) for name in ast.literal_eval(node.value)]
+        value = _assigned(syntax, "__all__")
+        public = [str(name) for name in ast.literal_eval(value)] if value else []
         return {name: origin.get(name, (package, name)) for name in public}
+
+
+def _assigned(syntax: ast.Module, name: str) -> ast.expr | None:
+    """The value a module assigns to ``name`` at its top level, if it does."""
+    for node in syntax.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return node.value
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return node.value
+    return None
 
 
 def bypasses(tree: Tree) -> list[Import]:
@@ -183,7 +208,14 @@ def fix_file(tree: Tree, path: Path, found: list[Import]) -> bool:
         if not moved:
             continue
         text = "".join(lines[node.lineno - 1 : node.end_lineno])
-        if "#" in text:
+        if (
+            "#"
+            in text[
+                node.col_offset : len(text)
+                - len(lines[(node.end_lineno or node.lineno) - 1])
+                + (node.end_col_offset or 0)
+            ]
+        ):
             continue
         package = tree.package_of(group[0].target)
         stay = [alias for alias in node.names if alias not in moved]
@@ -212,7 +244,9 @@ def fix(tree: Tree) -> list[Path]:
     if changed:
         files = [str(path) for path in changed]
         ruff = [sys.executable, "-m", "ruff"]
-        subprocess.run([*ruff, "check", "--quiet", "--select", "I", "--fix", *files], check=True, cwd=tree.root)
+        subprocess.run(
+            [*ruff, "check", "--quiet", "--select", "I", "--fix", *files], check=True, cwd=tree.root
+        )
         subprocess.run([*ruff, "format", "--quiet", *files], check=True, cwd=tree.root)
     return changed
 
@@ -224,12 +258,66 @@ def missing(tree: Tree) -> dict[str, dict[str, set[str]]]:
     for found in bypasses(tree):
         package = tree.package_of(found.target)
         face = tree.face(package)
+        if not tree.passes_face(found):
+            continue
         if not found.names:
             out[package][f"<module {found.target}>"].add(found.importer)
         for alias in found.names:
             if face.get(alias.name) != (found.target, alias.name):
                 out[package][f"{found.target}.{alias.name}"].add(found.importer)
     return out
+
+
+def write_face(tree: Tree, package: str) -> list[str]:
+    """Add to ``package``'s ``__init__`` (imports and ``__all__``) every name other packages import from its
+    modules past its face; returns the names added. Whole modules named by others are not added, nor a name
+    two of its modules define (the face cannot give both)."""
+    path = tree.modules[package]
+    public = [*tree.face(package)]
+    origins: dict[str, set[str]] = defaultdict(set)
+    for dotted in missing(tree).get(package, {}):
+        if not dotted.startswith("<module"):
+            origins[dotted.rpartition(".")[2]].add(dotted)
+    wanted = sorted(next(iter(o)) for name, o in origins.items() if len(o) == 1 and name not in public)
+    if not wanted:
+        return []
+    syntax = tree.syntax(package)
+    lines = path.read_text().splitlines(keepends=True)
+    new_imports = []
+    for dotted in wanted:
+        module, _, name = dotted.rpartition(".")
+        new_imports.append(f"from {module} import {name}\n")
+        public.append(name)
+    end_of_imports = 0
+    for node in syntax.body:
+        if isinstance(node, ast.Import | ast.ImportFrom) or (
+            node is syntax.body[0] and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        ):
+            end_of_imports = node.end_lineno or node.lineno
+    all_node = next(
+        (
+            node
+            for node in syntax.body
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+        ),
+        None,
+    )
+    listing = "__all__ = [" + ", ".join(repr(name) for name in sorted(set(public))) + "]\n"
+    if all_node is not None:
+        lines[all_node.lineno - 1 : all_node.end_lineno] = [listing]
+    else:
+        lines.append("\n" + listing)
+    lines[end_of_imports:end_of_imports] = ["\n", *new_imports]
+    path.write_text("".join(lines))
+    ruff = [sys.executable, "-m", "ruff"]
+    subprocess.run(
+        [*ruff, "check", "--quiet", "--select", "I,F401,RUF022", "--fix", str(path)],
+        check=True,
+        cwd=tree.root,
+    )
+    subprocess.run([*ruff, "format", "--quiet", str(path)], check=True, cwd=tree.root)
+    return wanted
 
 
 def _where(tree: Tree, found: Import) -> str:
@@ -242,6 +330,7 @@ def main(argv: list[str]) -> int:
     mode.add_argument("--check", action="store_true", help="list the bypasses a face covers; exit 1 if any")
     mode.add_argument("--fix", action="store_true", help="rewrite the bypasses a face covers")
     mode.add_argument("--missing", action="store_true", help="per package: what others import past its face")
+    mode.add_argument("--write-face", metavar="PACKAGE", help="add what others import past it to its face")
     args = parser.parse_args(argv)
     tree = Tree.read()
     if args.fix:
@@ -250,11 +339,16 @@ def main(argv: list[str]) -> int:
         for path in changed:
             print(f"  {path.relative_to(tree.root)}")
         return 0
+    if args.write_face:
+        added = write_face(tree, args.write_face)
+        print(f"{args.write_face}: {len(added)} names added to the face")
+        return 0
     if args.missing:
         for package, names in sorted(missing(tree).items()):
             print(f"{package}:")
             for name, importers in sorted(names.items()):
-                print(f"  {name}  ({len(importers)}: {', '.join(sorted(importers)[:3])}{' ...' * (len(importers) > 3)})")
+                shown = ", ".join(sorted(importers)[:3]) + (" ..." if len(importers) > 3 else "")
+                print(f"  {name}  ({len(importers)}: {shown})")
         return 0
     covered = [found for found in bypasses(tree) if fixable(tree, found)]
     for found in covered:
