@@ -28,7 +28,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.bookkeeper.metadata import MetadataStoreError
-from magnetar.bookkeeper.runtime import Clock
+from magnetar.bookkeeper.runtime import Clock, KeyedRateLimiter, RateLimitedError, TokenBucket
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
     Principal,
@@ -36,7 +36,6 @@ from magnetar.bookkeeper.runtime.auth.authentication import (
 )
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, RequestHead
-from magnetar.bookkeeper.runtime.rate_limit import KeyedRateLimiter, RateLimitedError, TokenBucket
 from magnetar.broker.authorization import AuthorizationService, TopicOperation
 from magnetar.broker.core import TooManyTopicsError
 from magnetar.broker.protocols.ws_errors import WsUpgradeError

@@ -39,7 +39,7 @@ from pydantic_settings import SettingsConfigDict
 from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSettings
 from magnetar.bookkeeper.metadata import MetadataConnectionSettings
 from magnetar.bookkeeper.protocol import FRAME_BYTES_MAX_DEFAULT, SizeLimit, check_size_chain
-from magnetar.bookkeeper.runtime.flat_settings import nest_flat
+from magnetar.bookkeeper.runtime import nest_flat
 from magnetar.bookkeeper.runtime.http import HttpLimits, HttpSettings
 from magnetar.broker.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.namespace_bundle import BUNDLES_MAX

@@ -26,15 +26,15 @@ from prometheus_client import CollectorRegistry
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from magnetar.bookkeeper.autorecovery.http_api import (
+from magnetar.bookkeeper.autorecovery import (
+    AutoRecoveryCollector,
+    AutoRecoveryService,
+    AutoRecoverySettings,
     BookieRoute,
     RouteGuard,
     add_bookie_routes,
     autorecovery_routes,
 )
-from magnetar.bookkeeper.autorecovery.metrics import AutoRecoveryCollector
-from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
-from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
 from magnetar.bookkeeper.bookie.http_api import HttpAccess
 from magnetar.bookkeeper.client import TcpTransportSettings, open_bookkeeper, open_tcp_transport
 from magnetar.bookkeeper.metadata import MetadataConnectionSettings, MetadataStore

@@ -59,8 +59,7 @@ from magnetar.admin.processes.process_common import (
     explain,
     first_signal,
 )
-from magnetar.bookkeeper.autorecovery.metrics import EMBEDDED_SCOPE
-from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
+from magnetar.bookkeeper.autorecovery import EMBEDDED_SCOPE, AutoRecoveryService
 from magnetar.bookkeeper.bookie.errors import StorageInUseError
 from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, all_of, bookie_router
 from magnetar.bookkeeper.bookie.identity import (
@@ -75,9 +74,8 @@ from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
 from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.metadata import MetadataStore, open_metadata_store
-from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
+from magnetar.bookkeeper.runtime import check_connection_limits, check_ports_free, raise_nofile_limit
 from magnetar.bookkeeper.runtime.http import HttpSettings, Router, serve_http
-from magnetar.bookkeeper.runtime.listen import check_ports_free
 from magnetar.gc.bookie_wiring import attach_garbage_collector
 from magnetar.gc.collector import BookieGarbageCollector
 from magnetar.gc.http_api import add_gc_routes

@@ -24,12 +24,12 @@ from magnetar.admin.processes.metrics import register_storage_metrics
 from magnetar.admin.processes.retention_policies import StoredPolicySource, entry_publish_time
 from magnetar.admin.rest import (
     AdminContext,
+    AdminError,
     AdminSettings,
     SubscriptionTraffic,
     TopicTraffic,
     register_admin_routes,
 )
-from magnetar.admin.rest.framework import AdminError
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.http import Router
 from magnetar.broker.core import (

@@ -63,10 +63,14 @@ from magnetar.bookkeeper.bookie.settings import bookie_id_for
 from magnetar.bookkeeper.bookie.storage import open_ledger_store
 from magnetar.bookkeeper.client import LocalTransport, open_bookkeeper
 from magnetar.bookkeeper.metadata import MetadataStore, StoreInUseError, open_metadata_store
-from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
+from magnetar.bookkeeper.runtime import (
+    ListenError,
+    check_connection_limits,
+    check_ports_free,
+    install_from_environment,
+    raise_nofile_limit,
+)
 from magnetar.bookkeeper.runtime.http import Router
-from magnetar.bookkeeper.runtime.listen import ListenError, check_ports_free
-from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, broker_ports, run_broker
 from magnetar.broker.service import BrokerService
 from magnetar.gc.bookie_wiring import attach_garbage_collector

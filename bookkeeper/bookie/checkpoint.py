@@ -46,7 +46,7 @@ from magnetar.bookkeeper.bookie.errors import BookieError, StorageIOError
 from magnetar.bookkeeper.bookie.journal import storage_error
 from magnetar.bookkeeper.bookie.ledger_store import LedgerState
 from magnetar.bookkeeper.bookie.write_cache import WriteCache
-from magnetar.bookkeeper.runtime.pacing import GiveWay
+from magnetar.bookkeeper.runtime import GiveWay
 
 log = logging.getLogger(__name__)
 

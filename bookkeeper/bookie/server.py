@@ -79,10 +79,9 @@ from magnetar.bookkeeper.protocol import (
     WriteLacRequest,
     response_for_status,
 )
+from magnetar.bookkeeper.runtime import SendTimer, open_listeners
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake, peer_address
-from magnetar.bookkeeper.runtime.listen import open_listeners
-from magnetar.bookkeeper.runtime.send_timer import SendTimer
 
 log = logging.getLogger(__name__)
 

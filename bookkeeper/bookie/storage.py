@@ -79,7 +79,7 @@ from magnetar.bookkeeper.bookie.read_cache import ReadCache
 from magnetar.bookkeeper.bookie.replay import ReplayStats, replay_journal
 from magnetar.bookkeeper.bookie.storage_settings import BookieStorageSettings
 from magnetar.bookkeeper.bookie.write_cache import DoubleWriteCache, WriteCache
-from magnetar.bookkeeper.runtime.pacing import GiveWay
+from magnetar.bookkeeper.runtime import GiveWay
 
 log = logging.getLogger(__name__)
 

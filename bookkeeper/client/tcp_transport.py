@@ -76,7 +76,7 @@ from magnetar.bookkeeper.protocol import (
     Response,
     WriteLacRequest,
 )
-from magnetar.bookkeeper.runtime.send_timer import SendTimer
+from magnetar.bookkeeper.runtime import SendTimer
 
 log = logging.getLogger(__name__)
 
