@@ -127,7 +127,7 @@ class BrokerService:
             chunk_bytes=settings.metrics_chunk_bytes,
             step_ms=settings.metrics_step_ms,
         )
-        # -- metadata outages (issue #26) --
+        # -- metadata outages: requests that need the store wait for it, bounded in time and number --
         self.metadata_wait = MetadataWait(
             metadata.health,
             timeout_ms=settings.metadata_wait_timeout_ms,
@@ -230,7 +230,7 @@ class BrokerService:
         if not self.ready:
             raise ServiceUnitNotReadyError("the broker is not serving")
 
-    # -- metadata outages (issue #26) ----------------------------------------------------------------
+    # -- metadata outages: what they cost, as figures -----------------------------------------------------
 
     def metadata_figures(self) -> MetadataFigures:
         health = self.metadata.health

@@ -20,12 +20,12 @@ One pass (every ``gc_wait_time_s``, or at once when triggered):
 Disk pressure (the bookie's disk figures, BookKeeper's ``LedgerDirsMonitor`` listener): above
 ``disk_usage_warn_threshold`` a scheduled major compaction is paused (a minor one runs instead) unless
 forced; above ``disk_usage_threshold`` - where the bookie is read-only - compaction goes on (it is what frees
-the disk; BookKeeper suspends it unless ``isForceGCAllowWhenNoSpace``, see issue #571) unless
+the disk; BookKeeper suspends it unless ``isForceGCAllowWhenNoSpace``, see BookKeeper issue #571) unless
 ``force_gc_allow_when_no_space`` is off. Deleting ledgers and dead logs never needs space and always runs.
 After a pass that freed space the ``on_space_freed`` hook runs (the bookie re-checks its disk at once, so a
 read-only bookie becomes writable again without waiting for its next disk check).
 
-A failing pass is logged with its cause and counted; the loop goes on (pain point #2: no silent stop).
+A failing pass is logged with its cause and counted; the loop goes on (it never stops silently).
 Passes never overlap: a trigger during a pass runs another pass after it.
 """
 

@@ -1,4 +1,4 @@
-"""``magnetar perf ledger``: the replication client against real bookie processes (issue #3 benchmark).
+"""``magnetar perf ledger``: the replication client against real bookie processes (the client's benchmark).
 
 Starts ``--bookies`` ``magnetar bookie`` processes (disk storage in a temporary directory unless
 ``--storage memory``), registers them in this process's in-memory metadata store (the bookies serve the

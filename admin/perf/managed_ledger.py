@@ -1,4 +1,4 @@
-"""``magnetar perf managed-ledger``: a managed ledger on real bookie processes (issue #4 benchmark).
+"""``magnetar perf managed-ledger``: a managed ledger on real bookie processes (its benchmark).
 
 Starts ``--bookies`` ``magnetar bookie`` processes (disk storage in a temporary directory), registers them in
 this process's in-memory metadata store, opens one managed ledger (E/W/A from the flags) and measures:

@@ -10,7 +10,8 @@ the registered bookies (``/ledgers/available`` and its ``readonly`` child), the 
   returns, when a missing bookie's delay expires, every ``auditor_periodic_bookie_check_interval_s``, and at
   once on ``trigger_audit`` (a rewrite of the delay node with the same value - then every missing bookie
   counts as lost, as BookKeeper's ``triggerAudit``). A changed delay applies to the bookies already missing.
-  A bookie that comes back is removed from every mark (#2766): if its data is intact nothing needs copying.
+  A bookie that comes back is removed from every mark (BookKeeper #2766): if its data is intact nothing
+  needs copying.
 * **Periodic check** (``auditor_periodic_check_interval_s``): the same marking over all ledgers, plus the
   read check - with ``auditor_ledger_verification_percentage`` > 0 a sample of every closed fragment's
   entries is read from each live replica, and a replica that answers "no such entry" is marked missing.

@@ -10,7 +10,7 @@ the same every time). The verdict:
 * ``UNKNOWN`` - no verdict (timeouts, errors, a corrupt copy): nothing is concluded from silence.
 
 The open last fragment of a ledger is never probed: entries above its LAC may legitimately be absent, and
-reading a failed bookie for an open ledger's LAC is what stalled BookKeeper's replication (#2755).
+reading a failed bookie for an open ledger's LAC is what stalled BookKeeper's replication (BookKeeper #2755).
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ registered bookie the mark names is probed (:mod:`.probe`): one that came back w
 so its marks end (BookKeeper #2766); one that lacks entries (an add that never reached it before the others
 acknowledged the entry, or a disk that lost data) gets them copied back - BookKeeper would replace it, which
 needs a spare bookie that a small cluster may not have. The LAC of an open ledger is never read from a failed
-bookie (#2755): an open last fragment is only ever ended by ledger recovery, which needs answers from a
-quorum, not from all.
+bookie (BookKeeper #2755): an open last fragment is only ever ended by ledger recovery, which needs answers
+from a quorum, not from all.
 
 Metadata-store outages (``store.health``): the worker takes no ledger while the store is unhealthy, and a
 ledger whose view of the registered bookies was read across the start of an outage is released untouched. A
