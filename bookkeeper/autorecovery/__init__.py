@@ -1,4 +1,7 @@
-"""AutoRecovery: an auditor that finds under-replicated ledgers and replication workers that heal them."""
+"""AutoRecovery: an auditor, elected among the daemons, that finds under-replicated ledgers (lost bookies,
+placement, a periodic read check) and replication workers that heal them by copying fragments; the
+jobs that move everything off one bookie (decommission, recover), its REST routes and metrics. It runs inside
+bookies or on its own (:mod:`.daemon`, :mod:`.service`)."""
 
 from magnetar.bookkeeper.autorecovery.http_api import (
     BookieRoute,

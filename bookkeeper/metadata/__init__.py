@@ -1,4 +1,6 @@
-"""The metadata store: one interface, three backends chosen by URL (see :mod:`.api` and :mod:`.factory`)."""
+"""The metadata store: one interface, three backends chosen by URL (see :mod:`.api` and :mod:`.factory`),
+its health signal (:mod:`.health`), and the layout BookKeeper keeps in it: bookies' registrations and cookies
+(:mod:`.bookies`), ledger paths, under-replication marks and locks."""
 
 from magnetar.bookkeeper.metadata.api import (
     METADATA_PATH_BYTES_MAX,

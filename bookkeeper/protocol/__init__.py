@@ -1,4 +1,5 @@
-"""The bookie wire protocol: sans-IO frame codec, request/response messages, entry digests."""
+"""The bookie wire protocol, sans-IO: frames and their codec, request/response messages, status codes, entry
+digests, and the chain of size limits from a client's message to a bookie's frame (:mod:`.size_chain`)."""
 
 from magnetar.bookkeeper.protocol.codec import (
     NEED_DATA,

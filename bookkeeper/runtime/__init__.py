@@ -1,5 +1,11 @@
-"""Seams shared by every layer: clock and randomness enter through these interfaces so that the
-replication protocol can run under a seeded simulation with a fake clock."""
+"""What every layer and process shares. Seams: the clock and randomness enter through these interfaces, so
+the replication protocol can run under a seeded simulation with a fake clock. Processes: listening sockets
+and the holder of a busy port, descriptor limits, rate limits and connection counts, a send timer, a thread
+for blocking syncs, giving memory back and pacing bulk work, an event-loop monitor. Rules: transition
+tables, flat settings over nested models, the "a limit on everything" helpers. Subpackages: :mod:`.http`
+(the HTTP/WebSocket server) and :mod:`.auth` (authentication, tokens, TLS).
+
+Its face imports none of its subpackages: importing :mod:`.http` or :mod:`.auth` runs this module first."""
 
 from magnetar.bookkeeper.runtime.clock import Clock, SystemClock, TrioClock
 from magnetar.bookkeeper.runtime.descriptors import (
