@@ -92,7 +92,11 @@ def main(argv: list[str]) -> int:
     imports = [found for found in tree.all_imports() if tree.is_cross(found)]
     bypassing = [found for found in imports if tree.bypasses(found)]
     share = 100 * len(bypassing) / len(imports) if imports else 0.0
-    print(f"cross-package imports: {len(imports)}, bypassing a face: {len(bypassing)} ({share:.0f} %)")
+    own = sum(1 for found in bypassing if not tree.passes_face(found))
+    print(
+        f"cross-package imports: {len(imports)}, bypassing a face: {len(bypassing)} ({share:.0f} %), "
+        f"of which {own} name a module its package declares a face of its own (_OWN_FACES)"
+    )
     graph: dict[str, set[str]] = defaultdict(set)
     for found in imports:
         graph[tree.package_of(found.importer)].add(tree.package_of(found.target))
