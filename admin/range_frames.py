@@ -43,7 +43,7 @@ import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
+from magnetar.broker.wire import CorruptEntryError, decode_entry
 from magnetar.managed_ledger.entry_prefix import split
 
 FRAME_VERSION_MAX = 3

@@ -22,8 +22,8 @@ from magnetar.bookkeeper.runtime.http import (
     error_response,
     text_response,
 )
-from magnetar.broker.metrics.exposition import CONTENT_TYPE
-from magnetar.broker.ownership.lookup import LookupHandlers
+from magnetar.broker.metrics import CONTENT_TYPE
+from magnetar.broker.ownership import LookupHandlers
 from magnetar.broker.service import BrokerService
 from magnetar.broker.sessions.front_door import SessionFrontDoor
 

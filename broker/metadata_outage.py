@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable
 
 from magnetar.bookkeeper.metadata import HealthChange, MetadataHealth
-from magnetar.broker.core.errors import ServiceUnitNotReadyError
-from magnetar.broker.metrics.broker_metrics import MetadataFigures
+from magnetar.broker.core import ServiceUnitNotReadyError
+from magnetar.broker.metrics import MetadataFigures
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,13 @@ from collections.abc import Awaitable, Callable, Iterator
 import trio
 
 from magnetar.bookkeeper.runtime import Clock
-from magnetar.broker.core.errors import SubscriptionBusyError, TooManyTopicsError, TopicNotFoundError
-from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.wire.topic_name import NamespaceName, TopicName
+from magnetar.broker.core import (
+    NonPersistentTopic,
+    SubscriptionBusyError,
+    TooManyTopicsError,
+    TopicNotFoundError,
+)
+from magnetar.broker.wire import NamespaceName, TopicName
 
 log = logging.getLogger(__name__)
 

@@ -33,11 +33,11 @@ from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.http import HttpServer, Router
 from magnetar.broker.http_app import build_router
-from magnetar.broker.ownership.peer_addresses import PeerAddresses, maintain_peer_addresses
-from magnetar.broker.policies.store import initialize_cluster_metadata
+from magnetar.broker.ownership import PeerAddresses, maintain_peer_addresses
+from magnetar.broker.policies import initialize_cluster_metadata
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.wire.entry_format import entry_message_count
+from magnetar.broker.wire import entry_message_count
 from magnetar.managed_ledger.entry_prefix import EntryIndexing
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
 from magnetar.managed_ledger.ledger import ManagedLedger

@@ -40,37 +40,35 @@ import trio
 from magnetar.bookkeeper.client import BKError
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, MetadataStoreError
 from magnetar.bookkeeper.runtime import Clock, SystemClock
-from magnetar.broker.core.errors import (
+from magnetar.broker.core import (
+    NonPersistentTopic,
     NotOwnerError,
+    PersistentTopic,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
+    TopicMetrics,
     TopicNotFoundError,
 )
-from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.core.topic import PersistentTopic
-from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
-from magnetar.broker.metrics.broker_metrics import BrokerMetrics, MetadataFigures
+from magnetar.broker.metrics import BrokerMetrics, MetadataFigures
 from magnetar.broker.non_persistent_service import NonPersistentTopics
-from magnetar.broker.ownership.bundle_map import Bundle, BundleMap
-from magnetar.broker.ownership.load_manager import (
+from magnetar.broker.ownership import (
+    Bundle,
+    BundleMap,
+    BundleStats,
     Handlers,
     LoadManager,
     OwnerGoneError,
+    OwnerInfo,
+    OwnershipManager,
     Resolution,
     bundle_stats,
     tcp_probe,
 )
-from magnetar.broker.ownership.load_report import BundleStats
-from magnetar.broker.ownership.manager import OwnerInfo, OwnershipManager
-from magnetar.broker.policies.publish_gate import PublishGate
-from magnetar.broker.policies.store import (
-    PolicyError,
-    PolicyStore,
-)
-from magnetar.broker.security.settings import build_security
+from magnetar.broker.policies import PolicyError, PolicyStore, PublishGate
+from magnetar.broker.security import build_security
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 
@@ -112,7 +110,7 @@ class BrokerService:
             chunk_bytes=settings.metrics_chunk_bytes,
             step_ms=settings.metrics_step_ms,
         )
-        # -- metadata outages (issue #26) --
+        # -- metadata outages: requests that need the store wait for it, bounded in time and number --
         self.metadata_wait = MetadataWait(
             metadata.health,
             timeout_ms=settings.metadata_wait_timeout_ms,
@@ -216,7 +214,7 @@ class BrokerService:
         if not self.ready:
             raise ServiceUnitNotReadyError("the broker is not serving")
 
-    # -- metadata outages (issue #26) ----------------------------------------------------------------
+    # -- metadata outages: what they cost, as figures -----------------------------------------------------
 
     def metadata_figures(self) -> MetadataFigures:
         health = self.metadata.health

@@ -39,17 +39,13 @@ from pydantic import ConfigDict, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSettings
-from magnetar.bookkeeper.metadata.settings import ProcessMetadataSettings
-from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
-from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
-from magnetar.bookkeeper.runtime.address_settings import AdvertisedAddressSettings, advertised_host_for
-from magnetar.bookkeeper.runtime.flat_settings import nest_flat
-from magnetar.bookkeeper.runtime.http import HttpLimits, HttpSettings
-from magnetar.bookkeeper.runtime.http.settings import HttpListenSettings
+from magnetar.bookkeeper.metadata import ProcessMetadataSettings
+from magnetar.bookkeeper.protocol import FRAME_BYTES_MAX_DEFAULT, SizeLimit, check_size_chain
+from magnetar.bookkeeper.runtime import AdvertisedAddressSettings, advertised_host_for, nest_flat
+from magnetar.bookkeeper.runtime.http import HttpLimits, HttpListenSettings, HttpSettings
 from magnetar.broker.owner_proxy.settings import ProxySettings
-from magnetar.broker.ownership.load_balancer_settings import LoadBalancerSettings
-from magnetar.broker.ownership.namespace_bundle import BUNDLES_MAX
-from magnetar.broker.security.settings import SecuritySettings
+from magnetar.broker.ownership import BUNDLES_MAX, LoadBalancerSettings
+from magnetar.broker.security import SecuritySettings
 from magnetar.managed_ledger.retention_settings import RetentionDefaults, RetentionSettings
 from magnetar.managed_ledger.settings import ManagedLedgerOptions, ManagedLedgerSettings
 

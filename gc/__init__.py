@@ -9,3 +9,27 @@ engine keeps the compaction manifest's format and the recovery it runs at open (
 Attaching a collector to a bookie process, and its HTTP endpoints on the bookie's HTTP server, are the
 composition root's (``magnetar.admin.processes``).
 """
+
+from magnetar.gc.backlog_quota import BacklogQuotaMonitor
+from magnetar.gc.collector import BookieGarbageCollector, DiskPressure
+from magnetar.gc.expiry import backlog_bytes, expire_cursor
+from magnetar.gc.gc_metrics import GcMetrics
+from magnetar.gc.policies import BacklogPolicy, BacklogQuotaLimit, TopicRetentionPolicies
+from magnetar.gc.retention import RetentionService, RetentionStats
+from magnetar.gc.settings import GcSettings, RetentionSettings
+
+__all__ = [
+    "BacklogPolicy",
+    "BacklogQuotaLimit",
+    "BacklogQuotaMonitor",
+    "BookieGarbageCollector",
+    "DiskPressure",
+    "GcMetrics",
+    "GcSettings",
+    "RetentionService",
+    "RetentionSettings",
+    "RetentionStats",
+    "TopicRetentionPolicies",
+    "backlog_bytes",
+    "expire_cursor",
+]

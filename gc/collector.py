@@ -20,7 +20,7 @@ One pass (every ``gc_wait_time_s``, or at once when triggered):
 Disk pressure (the bookie's disk figures, BookKeeper's ``LedgerDirsMonitor`` listener): above
 ``disk_usage_warn_threshold`` a scheduled major compaction is paused (a minor one runs instead) unless
 forced; above ``disk_usage_threshold`` - where the bookie is read-only - compaction goes on (it is what frees
-the disk; BookKeeper suspends it unless ``isForceGCAllowWhenNoSpace``, see issue #571) unless
+the disk; BookKeeper suspends it unless ``isForceGCAllowWhenNoSpace``, see BookKeeper #571) unless
 ``force_gc_allow_when_no_space`` is off. Deleting ledgers and dead logs never needs space and always runs.
 After a pass that freed space the ``on_space_freed`` hook runs (the bookie re-checks its disk at once, so a
 read-only bookie becomes writable again without waiting for its next disk check).
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import trio
 
 from magnetar.bookkeeper.bookie.storage.gc_seam import CollectableStore, DiskUsage, StepHook, log_file_name
-from magnetar.bookkeeper.metadata.api import MetadataStore, MetadataStoreError
+from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError
 from magnetar.gc.compactor import CompactionPass, Compactor
 from magnetar.gc.ledger_gc import LedgersRootMissingError, find_deleted_ledgers
 from magnetar.gc.log_usage import UsageTracker

@@ -22,8 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.bookkeeper.metadata.ledger_paths import LEDGERS_ROOT, ledger_path, split_ledger_path
+from magnetar.bookkeeper.metadata import LEDGERS_ROOT, MetadataStore, ledger_path, split_ledger_path
 from magnetar.gc.rate_limiter import RateLimiter
 
 log = logging.getLogger(__name__)

@@ -5,14 +5,15 @@ A sealed log never changes, so its ``ledgerId -> bytes`` is read once - from the
 log was rolled, or by a scan when it has none - and kept. What changes is which of those ledgers still exist:
 *remaining* bytes are those of existing ledgers, and ``usage = remaining / total`` (BookKeeper's
 ``getUsage``; with ``use_target_entry_log_size_for_gc`` the denominator is at least the log size limit, so
-small logs - a restart's, or a small compaction's - count as mostly empty and get merged: pain point #1).
+small logs - a restart's, or a small compaction's - count as mostly empty and get merged rather than pile
+up).
 A log whose ledgers are all gone is *dead* and deleted outright; the others are compaction candidates.
 
 A log without a ledgers map whose scan stopped at a torn or corrupt record may hold records the scan could
 not reach. It is trusted only after one pass over the index shows that nothing points at or beyond the
 point where the scan stopped (true after a crash: the index only ever points at synced records). Otherwise
-the log is *damaged*: it is never deleted or compacted, and it is reported (pain point #2: compaction must not
-stop silently, nor destroy what it cannot read).
+the log is *damaged*: it is never deleted or compacted, and it is reported (compaction must neither stop
+silently nor destroy what it cannot read).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from magnetar.bookkeeper.client import BookKeeper, LedgerHandle
-from magnetar.bookkeeper.metadata.health import MetadataHealth
+from magnetar.bookkeeper.metadata import MetadataHealth
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.managed_ledger.entry_cache import EntryCache
 from magnetar.managed_ledger.entry_prefix import EntryIndexing

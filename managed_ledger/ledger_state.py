@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 
-from magnetar.bookkeeper.runtime.transitions import TransitionTable
+from magnetar.bookkeeper.runtime import TransitionTable
 
 
 class State(enum.Enum):

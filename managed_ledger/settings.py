@@ -15,8 +15,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from magnetar.bookkeeper.client import QuorumSettings
-from magnetar.bookkeeper.client.settings import LedgerDigestSettings
+from magnetar.bookkeeper.client import LedgerDigestSettings, QuorumSettings
 from magnetar.managed_ledger.rollover import RolloverLimits
 
 

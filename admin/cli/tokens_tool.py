@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from magnetar.bookkeeper.runtime import SystemClock
 from magnetar.bookkeeper.runtime.auth.errors import KeyConfigError, TokenError
 from magnetar.bookkeeper.runtime.auth.keys import (
     create_key_pair,
@@ -23,7 +24,6 @@ from magnetar.bookkeeper.runtime.auth.keys import (
     write_key_file,
 )
 from magnetar.bookkeeper.runtime.auth.tokens import TokenVerifier, create_token, parse_relative_time_s
-from magnetar.bookkeeper.runtime.clock import SystemClock
 
 TOKEN_INPUT_BYTES_MAX = 64 * 1024
 

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 import trio
 
 from magnetar.admin.perf.common import latency_summary_ms
-from magnetar.bookkeeper.client.tcp_transport import TcpTransport, TcpTransportSettings, open_tcp_transport
-from magnetar.bookkeeper.client.transport import TransportFailure
-from magnetar.bookkeeper.protocol.digest import Digester, DigestType, master_key
-from magnetar.bookkeeper.protocol.messages import AddRequest, Response
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.client import (
+    TcpTransport,
+    TcpTransportSettings,
+    TransportFailure,
+    open_tcp_transport,
+)
+from magnetar.bookkeeper.protocol import AddRequest, BookieStatus, Digester, DigestType, Response, master_key
 
 KEY = master_key(b"perf")
 DIGEST = Digester(DigestType.CRC32C)

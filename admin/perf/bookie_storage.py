@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage
-    from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
+    from magnetar.bookkeeper.bookie.storage import BookieStorageSettings, DbLedgerStorage
 
 KEY = b"perf-bookie-storage!"
 _python_gc = importlib.import_module("gc")  # Python's collector: a bare ``import gc`` names our gc/ package
@@ -91,7 +90,7 @@ def make_bodies(
 
 
 def base_settings(data_dir: Path, **overrides: object) -> BookieStorageSettings:
-    from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.storage import BookieStorageSettings  # noqa: PLC0415
 
     values: dict[str, object] = {"data_dir": data_dir, "disk_free_bytes_min": 0}
     values.update(overrides)
@@ -125,7 +124,7 @@ async def phase_throughput(
 ) -> float:
     import trio  # noqa: PLC0415
 
-    from magnetar.bookkeeper.bookie.storage.errors import StorageBusyError  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.storage import StorageBusyError  # noqa: PLC0415
 
     progress = Progress("throughput", args.progress_interval_s)
     state = {"in_flight": 0, "errors": 0}
@@ -281,7 +280,7 @@ def pct(values: list[float], q: float) -> float:
 async def main(args: argparse.Namespace, root: Path) -> Figures:
     import trio  # noqa: PLC0415
 
-    from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.storage import open_ledger_store  # noqa: PLC0415
 
     def noop(_: BaseException | None) -> None:
         return None
@@ -363,7 +362,7 @@ async def main(args: argparse.Namespace, root: Path) -> Figures:
 
 
 async def phase_replay(root: Path, args: argparse.Namespace, figures: Figures) -> None:
-    from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.storage import open_ledger_store  # noqa: PLC0415
 
     def noop(_: BaseException | None) -> None:
         return None

@@ -104,7 +104,7 @@ class Publisher:
     """Adds at a fixed rate to one ledger; latency from each add's scheduled time to its durability."""
 
     def __init__(self, store: Any, payload_bytes: int, rate: int) -> None:
-        from magnetar.bookkeeper.protocol.digest import Digester, DigestType  # noqa: PLC0415
+        from magnetar.bookkeeper.protocol import Digester, DigestType  # noqa: PLC0415
 
         self._store = store
         self._digester = Digester(DigestType.CRC32C)
@@ -148,7 +148,7 @@ class Publisher:
 
 async def fill(store: Any, args: argparse.Namespace, first_ledger: int) -> list[int]:
     """Write the fill; return the ledgers to delete."""
-    from magnetar.bookkeeper.protocol.digest import Digester, DigestType  # noqa: PLC0415
+    from magnetar.bookkeeper.protocol import Digester, DigestType  # noqa: PLC0415
 
     digester = Digester(DigestType.CRC32C)
     payload = os.urandom(args.payload_bytes)
@@ -174,11 +174,12 @@ async def fill(store: Any, args: argparse.Namespace, first_ledger: int) -> list[
 async def main(args: argparse.Namespace, root: Path) -> list[RunFigures]:
     import trio  # noqa: PLC0415
 
-    from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store  # noqa: PLC0415
-    from magnetar.bookkeeper.bookie.storage.journal import JournalStats  # noqa: PLC0415
-    from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings  # noqa: PLC0415
-    from magnetar.gc.collector import BookieGarbageCollector  # noqa: PLC0415
-    from magnetar.gc.settings import GcSettings  # noqa: PLC0415
+    from magnetar.bookkeeper.bookie.storage import (  # noqa: PLC0415
+        BookieStorageSettings,
+        JournalStats,
+        open_ledger_store,
+    )
+    from magnetar.gc import BookieGarbageCollector, GcSettings  # noqa: PLC0415
 
     settings = BookieStorageSettings(
         data_dir=root / "bookie",

@@ -1,4 +1,4 @@
-"""``magnetar perf ledger``: the replication client against real bookie processes (issue #3 benchmark).
+"""``magnetar perf ledger``: the replication client against real bookie processes (the client's benchmark).
 
 Starts ``--bookies`` ``magnetar bookie`` processes (disk storage in a temporary directory unless
 ``--storage memory``), registers them in this process's in-memory metadata store (the bookies serve the
@@ -25,10 +25,15 @@ import trio
 import trio.lowlevel
 
 from magnetar.admin.perf.common import Progress, bookie_processes, latency_summary_ms
-from magnetar.bookkeeper.client import BookKeeper, ClientSettings, LedgerHandle, open_bookkeeper
-from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
-from magnetar.bookkeeper.metadata import MemoryMetadataStore
-from magnetar.bookkeeper.metadata.bookies import writable_path
+from magnetar.bookkeeper.client import (
+    BookKeeper,
+    ClientSettings,
+    LedgerHandle,
+    TcpTransportSettings,
+    open_bookkeeper,
+    open_tcp_transport,
+)
+from magnetar.bookkeeper.metadata import MemoryMetadataStore, writable_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""``magnetar perf managed-ledger``: a managed ledger on real bookie processes (issue #4 benchmark).
+"""``magnetar perf managed-ledger``: a managed ledger on real bookie processes (its benchmark).
 
 Starts ``--bookies`` ``magnetar bookie`` processes (disk storage in a temporary directory), registers them in
 this process's in-memory metadata store, opens one managed ledger (E/W/A from the flags) and measures:
@@ -21,10 +21,13 @@ from collections.abc import Callable
 import trio
 
 from magnetar.admin.perf.common import Progress, bookie_processes, latency_summary_ms
-from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
-from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
-from magnetar.bookkeeper.metadata import MemoryMetadataStore
-from magnetar.bookkeeper.metadata.bookies import writable_path
+from magnetar.bookkeeper.client import (
+    ClientSettings,
+    TcpTransportSettings,
+    open_bookkeeper,
+    open_tcp_transport,
+)
+from magnetar.bookkeeper.metadata import MemoryMetadataStore, writable_path
 from magnetar.managed_ledger.factory import ManagedLedgerFactory, open_managed_ledger_factory
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.ledger_state import State

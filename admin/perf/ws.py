@@ -60,7 +60,7 @@ from magnetar.admin.perf.ws_connect import Session, auth_token, check_close, con
 from magnetar.admin.perf.ws_stats import PerfFailure, SendProgress, Stats, report_line, summary_line
 from magnetar.admin.processes.process_common import tune_gc
 from magnetar.bookkeeper.runtime.auth.errors import KeyConfigError
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, connection_loss
+from magnetar.bookkeeper.runtime.http import WsClient, WsClosed, connection_loss
 
 SEND_BATCH_MAX = 100
 """Messages per socket write of the producer."""
@@ -318,7 +318,7 @@ _PARSED: dict[str, int] = {}
 
 def _parse_ms(text: str) -> int:
     """``publishTime`` -> epoch ms (cached: consecutive messages share their millisecond)."""
-    from magnetar.broker.wire.date_format import DateParseError, parse_timestamp  # noqa: PLC0415
+    from magnetar.broker.wire import DateParseError, parse_timestamp  # noqa: PLC0415
 
     value = _PARSED.get(text)
     if value is None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from magnetar.admin.perf.common import messages_due
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient, connection_loss
+from magnetar.bookkeeper.runtime.http import WsClient, connection_loss
 from magnetar.broker.wire.magnetar_v1 import (
     FrameType,
     Position3,

@@ -19,7 +19,7 @@ import trio
 
 from magnetar.admin.perf.ws_stats import PerfFailure
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
+from magnetar.bookkeeper.runtime.http import WsClient, WsClosed, WsRejected
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL
 
 FATAL_UPGRADE_STATUSES = frozenset({101, 400, 401, 403, 404, 405, 412})

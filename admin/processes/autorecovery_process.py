@@ -38,8 +38,8 @@ from magnetar.admin.processes.process_common import (
     describe,
     first_signal,
 )
-from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, head_check
-from magnetar.bookkeeper.metadata.factory import open_metadata_store
+from magnetar.bookkeeper.bookie import BookieHttpAccess, head_check
+from magnetar.bookkeeper.metadata import open_metadata_store
 from magnetar.bookkeeper.runtime.http import (
     HttpRequest,
     HttpResponse,

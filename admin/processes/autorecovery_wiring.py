@@ -25,20 +25,18 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.admin.processes.bookie_settings import BookieSettings
-from magnetar.bookkeeper.autorecovery.http_api import (
+from magnetar.bookkeeper.autorecovery import (
+    AutoRecoveryCollector,
+    AutoRecoveryService,
+    AutoRecoverySettings,
     BookieRoute,
     RouteGuard,
     add_bookie_routes,
     autorecovery_routes,
 )
-from magnetar.bookkeeper.autorecovery.metrics import AutoRecoveryCollector
-from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
-from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
-from magnetar.bookkeeper.bookie.http_api import HttpAccess
-from magnetar.bookkeeper.bookie.settings import BookKeeperServiceSettings
-from magnetar.bookkeeper.client import open_bookkeeper
-from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
-from magnetar.bookkeeper.metadata.api import MetadataStore
+from magnetar.bookkeeper.bookie import BookKeeperServiceSettings, HttpAccess
+from magnetar.bookkeeper.client import TcpTransportSettings, open_bookkeeper, open_tcp_transport
+from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.runtime.auth.keys import read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
 from magnetar.bookkeeper.runtime.http import HttpRequest, Router

@@ -62,27 +62,29 @@ from magnetar.admin.processes.process_common import (
     explain,
     first_signal,
 )
-from magnetar.bookkeeper.autorecovery.metrics import EMBEDDED_SCOPE
-from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
-from magnetar.bookkeeper.bookie.http_api import BookieHttpAccess, all_of, bookie_router
-from magnetar.bookkeeper.bookie.identity import (
+from magnetar.bookkeeper.autorecovery import EMBEDDED_SCOPE, AutoRecoveryService
+from magnetar.bookkeeper.bookie import (
+    Bookie,
+    BookieHttpAccess,
+    all_of,
     bookie_directories,
+    bookie_id_for,
+    bookie_router,
     find_identity_error,
     format_bookie,
+    open_bookie_listener,
     verify_bookie_identity,
 )
-from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
-from magnetar.bookkeeper.bookie.settings import bookie_id_for
-from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
-from magnetar.bookkeeper.bookie.storage.errors import StorageInUseError
-from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerStore
-from magnetar.bookkeeper.bookie.storage.memory_store import MemoryLedgerStore
-from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.bookkeeper.metadata.factory import open_metadata_store
-from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
+from magnetar.bookkeeper.bookie.storage import (
+    LedgerStore,
+    MemoryLedgerStore,
+    StorageInUseError,
+    open_ledger_store,
+)
+from magnetar.bookkeeper.metadata import MetadataStore, open_metadata_store
+from magnetar.bookkeeper.runtime import check_connection_limits, check_ports_free, raise_nofile_limit
 from magnetar.bookkeeper.runtime.http import HttpSettings, Router, serve_http
-from magnetar.bookkeeper.runtime.listen import check_ports_free
-from magnetar.gc.collector import BookieGarbageCollector
+from magnetar.gc import BookieGarbageCollector
 
 log = logging.getLogger("magnetar.bookie")
 

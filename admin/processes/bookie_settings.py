@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pydantic_settings import SettingsConfigDict
 
-from magnetar.bookkeeper.bookie.settings import BookieServerSettings
-from magnetar.gc.settings import GcSettings
+from magnetar.bookkeeper.bookie import BookieServerSettings
+from magnetar.gc import GcSettings
 
 
 class BookieSettings(BookieServerSettings):

@@ -24,31 +24,27 @@ from magnetar.admin.processes.metrics import register_storage_metrics
 from magnetar.admin.processes.retention_policies import StoredPolicySource, entry_publish_time
 from magnetar.admin.rest import (
     AdminContext,
+    AdminError,
     AdminSettings,
     SubscriptionTraffic,
     TopicTraffic,
     register_admin_routes,
 )
-from magnetar.admin.rest.framework import AdminError
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.http import Router
-from magnetar.broker.core.errors import (
+from magnetar.broker.core import (
     NotOwnerError,
+    PersistentTopic,
     ServiceError,
     SubscriptionBusyError,
     TopicNotFoundError,
 )
-from magnetar.broker.core.topic import PersistentTopic
-from magnetar.broker.policies.store import PolicyError
+from magnetar.broker.policies import PolicyError
 from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.service import BrokerService
 from magnetar.broker.settings import BrokerSettings, NamespaceDefaultsSettings
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import NamespaceName, TopicName
-from magnetar.gc.backlog_quota import BacklogQuotaMonitor
-from magnetar.gc.policies import TopicRetentionPolicies
-from magnetar.gc.retention import RetentionService
-from magnetar.gc.settings import RetentionSettings
+from magnetar.broker.wire import InvalidTopicNameError, NamespaceName, TopicName
+from magnetar.gc import BacklogQuotaMonitor, RetentionService, RetentionSettings, TopicRetentionPolicies
 from magnetar.managed_ledger.ledger import ManagedLedger
 
 

@@ -42,11 +42,9 @@ from magnetar.admin.processes.process_common import (
     first_signal,
     tune_gc,
 )
-from magnetar.bookkeeper.client import open_bookkeeper
-from magnetar.bookkeeper.client.tcp_transport import TcpTransportSettings, open_tcp_transport
-from magnetar.bookkeeper.metadata.factory import open_metadata_store
-from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
-from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
+from magnetar.bookkeeper.client import TcpTransportSettings, open_bookkeeper, open_tcp_transport
+from magnetar.bookkeeper.metadata import open_metadata_store
+from magnetar.bookkeeper.runtime import check_connection_limits, install_from_environment, raise_nofile_limit
 from magnetar.broker.run import BrokerHandle, run_broker
 from magnetar.broker.settings import BrokerSettings
 

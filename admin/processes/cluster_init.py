@@ -31,28 +31,19 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.bookkeeper.metadata import (
+    PROBE_TIMEOUT_S,
+    MetadataConnectionSettings,
     MetadataStore,
+    MetadataStoreSettings,
     NotFoundError,
     StoreUnavailableError,
+    ensure_instance_id,
+    list_bookies,
     open_metadata_store,
 )
-from magnetar.bookkeeper.metadata.bookies import ensure_instance_id, list_bookies
-from magnetar.bookkeeper.metadata.settings import MetadataConnectionSettings, MetadataStoreSettings
-from magnetar.bookkeeper.metadata.zk_store import PROBE_TIMEOUT_S
-from magnetar.broker.ownership.namespace_bundle import (
-    BUNDLES_MAX,
-    DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES,
-    bundle_boundaries,
-)
-from magnetar.broker.policies.store import (
-    BundlesData,
-    ClusterData,
-    Policies,
-    PolicyStore,
-    TenantInfo,
-    ensure,
-)
-from magnetar.broker.wire.topic_name import DEFAULT_NAMESPACE, PUBLIC_TENANT, check_named_entity
+from magnetar.broker.ownership import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES, bundle_boundaries
+from magnetar.broker.policies import BundlesData, ClusterData, Policies, PolicyStore, TenantInfo, ensure
+from magnetar.broker.wire import DEFAULT_NAMESPACE, PUBLIC_TENANT, check_named_entity
 
 log = logging.getLogger(__name__)
 

@@ -59,9 +59,8 @@ from typing import Any, Generic, TypeVar
 import pydantic
 from pydantic_settings import BaseSettings, EnvSettingsSource
 
-from magnetar.bookkeeper.runtime import loop_monitor
-from magnetar.bookkeeper.runtime.flat_settings import flat_names, nest_flat, nested_model
-from magnetar.bookkeeper.runtime.flat_settings import renamed as renamed_settings
+from magnetar.bookkeeper.runtime import LOOP_MONITOR_ENV, flat_names, nest_flat, nested_model
+from magnetar.bookkeeper.runtime import renamed as renamed_settings
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ S = TypeVar("S", bound=BaseSettings)
 ENV_PREFIX = "MAGNETAR_"
 CONFIG_ENV = "MAGNETAR_CONFIG"
 """Environment variable naming the config file when ``--config`` is not given."""
-PROCESS_ENV = frozenset({CONFIG_ENV, "MAGNETAR_LOG_LEVEL", loop_monitor.ENVIRONMENT_VARIABLE})
+PROCESS_ENV = frozenset({CONFIG_ENV, "MAGNETAR_LOG_LEVEL", LOOP_MONITOR_ENV})
 """``MAGNETAR_*`` variables read by the command line itself rather than by a settings model."""
 
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import trio
 
-from magnetar.bookkeeper.bookie.http_api import HttpAccess, Select, head_check
-from magnetar.bookkeeper.bookie.storage.entry_log import log_file_name
+from magnetar.bookkeeper.bookie import HttpAccess, Select, head_check
+from magnetar.bookkeeper.bookie.storage import log_file_name
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, Router, json_response
-from magnetar.gc.collector import BookieGarbageCollector
+from magnetar.gc import BookieGarbageCollector
 
 FILE_TYPES = {"journal": "journal files", "entrylog": "entrylog files", "index": "index files"}
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 import logging
 
 from magnetar.admin.processes.bookie_settings import BookieSettings
-from magnetar.bookkeeper.bookie.server import Bookie
-from magnetar.bookkeeper.bookie.storage.engine import DbLedgerStorage
-from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerStore
-from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.gc.collector import BookieGarbageCollector, DiskPressure
-from magnetar.gc.gc_metrics import GcMetrics
+from magnetar.bookkeeper.bookie import Bookie
+from magnetar.bookkeeper.bookie.storage import DbLedgerStorage, LedgerStore
+from magnetar.bookkeeper.metadata import MetadataStore
+from magnetar.gc import BookieGarbageCollector, DiskPressure, GcMetrics
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,10 @@ from collections.abc import Callable, Iterator
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from magnetar.bookkeeper.client.stats import ADD_LATENCY_BUCKETS_S, ClientStats
-from magnetar.broker.metrics.broker_metrics import TOPIC_LABELS, BrokerMetrics
-from magnetar.broker.metrics.exposition import Family, FamilyRows, Kind, Row
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicName
-from magnetar.gc.expiry import backlog_bytes
-from magnetar.gc.retention import RetentionService, RetentionStats
+from magnetar.bookkeeper.client import ADD_LATENCY_BUCKETS_S, ClientStats
+from magnetar.broker.metrics import TOPIC_LABELS, BrokerMetrics, Family, FamilyRows, Kind, Row
+from magnetar.broker.wire import InvalidTopicNameError, TopicName
+from magnetar.gc import RetentionService, RetentionStats, backlog_bytes
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 from magnetar.managed_ledger.ledger import ManagedLedger
 

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from magnetar.bookkeeper.metadata.api import MetadataStoreError, StoreUnavailableError
-from magnetar.bookkeeper.runtime.listen import ListenError
+from magnetar.bookkeeper.metadata import MetadataStoreError, StoreUnavailableError
+from magnetar.bookkeeper.runtime import ListenError
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

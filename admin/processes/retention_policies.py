@@ -10,11 +10,9 @@
 
 from __future__ import annotations
 
-from magnetar.broker.policies.store import BacklogQuota, Policies, PolicyStore, TopicPolicies
-from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
-from magnetar.broker.wire.topic_name import TopicName
-from magnetar.gc.policies import BacklogPolicy, BacklogQuotaLimit, TopicRetentionPolicies
-from magnetar.gc.settings import RetentionSettings
+from magnetar.broker.policies import BacklogQuota, Policies, PolicyStore, TopicPolicies
+from magnetar.broker.wire import CorruptEntryError, TopicName, decode_entry
+from magnetar.gc import BacklogPolicy, BacklogQuotaLimit, RetentionSettings, TopicRetentionPolicies
 from magnetar.managed_ledger.trim import RetentionPolicy
 
 

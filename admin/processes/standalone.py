@@ -59,22 +59,27 @@ from magnetar.admin.processes.process_common import (
 )
 from magnetar.admin.processes.standalone_http import add_standalone_bookie_routes
 from magnetar.admin.processes.standalone_settings import StandaloneSettings
-from magnetar.bookkeeper.bookie.identity import BookieIdentityError, verify_bookie_identity
-from magnetar.bookkeeper.bookie.server import Bookie, open_bookie_listener
-from magnetar.bookkeeper.bookie.settings import bookie_id_for
-from magnetar.bookkeeper.bookie.storage.engine import open_ledger_store
-from magnetar.bookkeeper.client import open_bookkeeper
-from magnetar.bookkeeper.client.local_transport import LocalTransport
-from magnetar.bookkeeper.metadata import MetadataStore
-from magnetar.bookkeeper.metadata.factory import open_metadata_store
-from magnetar.bookkeeper.metadata.rocksdb_store import StoreInUseError
-from magnetar.bookkeeper.runtime.descriptors import check_connection_limits, raise_nofile_limit
+from magnetar.bookkeeper.bookie import (
+    Bookie,
+    BookieIdentityError,
+    bookie_id_for,
+    open_bookie_listener,
+    verify_bookie_identity,
+)
+from magnetar.bookkeeper.bookie.storage import open_ledger_store
+from magnetar.bookkeeper.client import LocalTransport, open_bookkeeper
+from magnetar.bookkeeper.metadata import MetadataStore, StoreInUseError, open_metadata_store
+from magnetar.bookkeeper.runtime import (
+    ListenError,
+    check_connection_limits,
+    check_ports_free,
+    install_from_environment,
+    raise_nofile_limit,
+)
 from magnetar.bookkeeper.runtime.http import Router
-from magnetar.bookkeeper.runtime.listen import ListenError, check_ports_free
-from magnetar.bookkeeper.runtime.loop_monitor import install_from_environment
 from magnetar.broker.run import BrokerHandle, broker_ports, run_broker
 from magnetar.broker.service import BrokerService
-from magnetar.gc.collector import BookieGarbageCollector
+from magnetar.gc import BookieGarbageCollector
 
 __all__ = ["StandaloneSettings", "main", "open_bookies", "serve"]
 

@@ -26,18 +26,18 @@ from collections.abc import Sequence
 
 from magnetar.admin.processes.gc_http_api import add_gc_routes
 from magnetar.admin.processes.metrics import CollectorSource
-from magnetar.bookkeeper.bookie.http_api import (
+from magnetar.bookkeeper.bookie import (
     BOOKIE_PREFIX,
     SUPERUSER_REQUIRED,
+    Bookie,
+    LabelledBookieMetrics,
     add_bookie_routes,
     all_of,
     by_bookie_id,
 )
-from magnetar.bookkeeper.bookie.metrics import LabelledBookieMetrics
-from magnetar.bookkeeper.bookie.server import Bookie
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, Router
 from magnetar.broker.service import BrokerService
-from magnetar.gc.collector import BookieGarbageCollector
+from magnetar.gc import BookieGarbageCollector
 
 
 class BrokerHttpAccess:

@@ -49,8 +49,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.config import Parts
-from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
-from magnetar.bookkeeper.runtime.http.settings import HttpListenSettings
+from magnetar.bookkeeper.protocol import SizeLimit, check_size_chain
+from magnetar.bookkeeper.runtime.http import HttpListenSettings
 from magnetar.broker.settings import BrokerSettings
 
 MIB = 1024 * 1024

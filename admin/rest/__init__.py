@@ -20,7 +20,7 @@ from magnetar.admin.rest import (
     topics,
 )
 from magnetar.admin.rest.context import AdminContext, AdminSettings, BrokerDirectory, StaticBrokers
-from magnetar.admin.rest.framework import Call, Endpoint, NoQuery, ok, register
+from magnetar.admin.rest.framework import AdminError, Call, Endpoint, NoQuery, ok, register
 from magnetar.admin.rest.openapi import build_document
 from magnetar.admin.rest.topic_host import SubscriptionTraffic, TopicHost, TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse, Router
@@ -73,6 +73,7 @@ def register_admin_routes(
 __all__ = [
     "OPENAPI_PATH",
     "AdminContext",
+    "AdminError",
     "AdminSettings",
     "BrokerDirectory",
     "StaticBrokers",

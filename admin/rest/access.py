@@ -26,10 +26,9 @@ from enum import Enum
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest
-from magnetar.broker.security.authorization import AuthorizationService, NamespaceOperation, TopicOperation
-from magnetar.broker.security.broker_security import BrokerSecurity
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import (
+from magnetar.broker.security import AuthorizationService, BrokerSecurity, NamespaceOperation, TopicOperation
+from magnetar.broker.wire import (
+    InvalidTopicNameError,
     NamespaceName,
     TopicDomain,
     TopicName,

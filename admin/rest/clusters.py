@@ -34,10 +34,13 @@ from magnetar.admin.rest.framework import (
 from magnetar.admin.rest.models import ClusterDataBody, TenantInfoBody
 from magnetar.admin.rest.names import tenant_of
 from magnetar.bookkeeper.runtime.http import HttpError, HttpResponse
-from magnetar.broker.policies.store import AlreadyExists, ClusterData, TenantInfo
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.strict_input import UnsafeNameError, check_name_characters
-from magnetar.broker.wire.topic_name import check_named_entity
+from magnetar.broker.policies import AlreadyExists, ClusterData, TenantInfo
+from magnetar.broker.wire import (
+    InvalidTopicNameError,
+    UnsafeNameError,
+    check_name_characters,
+    check_named_entity,
+)
 
 TAG_CLUSTERS = "clusters"
 TAG_BROKERS = "brokers"

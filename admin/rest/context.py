@@ -18,10 +18,10 @@ from pydantic import ConfigDict, Field
 from magnetar.admin.rest.bundle_host import BundleHost
 from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.metadata import MetadataStore
-from magnetar.broker.policies.store import PolicyStore
-from magnetar.broker.security.broker_security import BrokerSecurity
+from magnetar.broker.policies import PolicyStore
+from magnetar.broker.security import BrokerSecurity
 from magnetar.broker.settings import NamespaceDefaultsSettings
-from magnetar.broker.wire.topic_name import NamespaceName, TopicName
+from magnetar.broker.wire import NamespaceName, TopicName
 
 
 class AdminSettings(NamespaceDefaultsSettings):

@@ -56,11 +56,17 @@ from magnetar.bookkeeper.runtime.http import (
     json_response,
     text_response,
 )
-from magnetar.broker.core.errors import NotOwnerError, ServiceError
-from magnetar.broker.policies.store import PolicyError
+from magnetar.broker.core import NotOwnerError, ServiceError
+from magnetar.broker.policies import PolicyError
 from magnetar.broker.protocols.http_status import http_status
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.strict_input import INT64_MAX, INT64_MIN, NumberFormatError, parse_long, shown
+from magnetar.broker.wire import (
+    INT64_MAX,
+    INT64_MIN,
+    InvalidTopicNameError,
+    NumberFormatError,
+    parse_long,
+    shown,
+)
 
 if TYPE_CHECKING:
     from magnetar.admin.rest.context import AdminContext

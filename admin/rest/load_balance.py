@@ -23,8 +23,8 @@ from magnetar.admin.rest.bundle_host import BundleHost
 from magnetar.admin.rest.framework import AdminError, Call, Endpoint, QueryModel, no_content, ok
 from magnetar.admin.rest.names import namespace_of, require_namespace
 from magnetar.bookkeeper.runtime.http import HttpError, HttpResponse
-from magnetar.broker.ownership.namespace_bundle import NamespaceBundle
-from magnetar.broker.wire.errors import InvalidTopicNameError
+from magnetar.broker.ownership import NamespaceBundle
+from magnetar.broker.wire import InvalidTopicNameError
 
 TAG = "bundles"
 NS = "/admin/v2/namespaces/{tenant}/{namespace}"

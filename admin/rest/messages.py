@@ -30,9 +30,7 @@ from collections.abc import Callable
 from magnetar.admin.pulsar_batch import SingleMessage, encode_batch
 from magnetar.admin.rest.framework import AdminError
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.wire.date_format import format_timestamp
-from magnetar.broker.wire.entry_format import CorruptEntryError, StoredMessage, decode_entry
-from magnetar.broker.wire.message_id import MessageId
+from magnetar.broker.wire import CorruptEntryError, MessageId, StoredMessage, decode_entry, format_timestamp
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.position import Position

@@ -21,14 +21,8 @@ from pydantic import (
     ValidationInfo,
 )
 
-from magnetar.broker.policies.store import BacklogQuota, ClusterData, RetentionPolicies, TenantInfo
-from magnetar.broker.wire.strict_input import (
-    INT32_MAX,
-    INT32_MIN,
-    INT64_MAX,
-    INT64_MIN,
-    parse_long,
-)
+from magnetar.broker.policies import BacklogQuota, ClusterData, RetentionPolicies, TenantInfo
+from magnetar.broker.wire import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, parse_long
 
 LIST_ITEMS_MAX = 1000
 STRING_CHARS_MAX = 1024

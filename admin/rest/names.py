@@ -14,9 +14,9 @@ from __future__ import annotations
 from magnetar.admin.rest.context import AdminContext
 from magnetar.admin.rest.framework import AdminError, Call
 from magnetar.bookkeeper.metadata import MetadataStore
-from magnetar.broker.policies.store import Policies
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import (
+from magnetar.broker.policies import Policies
+from magnetar.broker.wire import (
+    InvalidTopicNameError,
     NamespaceName,
     TopicName,
     check_named_entity,

@@ -37,14 +37,8 @@ from magnetar.admin.rest.policy_rules import (
     ttl_error,
 )
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.ownership.namespace_bundle import BUNDLES_MAX, bundle_boundaries
-from magnetar.broker.policies.store import (
-    AlreadyExists,
-    BacklogQuota,
-    BundlesData,
-    Policies,
-    RetentionPolicies,
-)
+from magnetar.broker.ownership import BUNDLES_MAX, bundle_boundaries
+from magnetar.broker.policies import AlreadyExists, BacklogQuota, BundlesData, Policies, RetentionPolicies
 from magnetar.managed_ledger.meta_store import ledger_path
 
 TAG = "namespaces"

@@ -31,9 +31,8 @@ from magnetar.admin.rest.served import ensure_served
 from magnetar.admin.rest.topic_metadata import ListQuery
 from magnetar.admin.rest.topics import StatsQuery
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.ownership.namespace_bundle import NamespaceBundle
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicDomain, TopicName, url_decode
+from magnetar.broker.ownership import NamespaceBundle
+from magnetar.broker.wire import InvalidTopicNameError, TopicDomain, TopicName, url_decode
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter
 
 from magnetar.admin.rest.framework import NUMBER_PATH_PARAMETERS, Endpoint, boolean_query_names
-from magnetar.broker.wire.topic_name import NAMED_ENTITY_CHARS_MAX, RELATIVE_SEGMENTS
+from magnetar.broker.wire import NAMED_ENTITY_CHARS_MAX, RELATIVE_SEGMENTS
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 ERROR_SCHEMA = {

@@ -34,7 +34,7 @@ from magnetar.admin.rest.peer_http import PeerRequestError, get_json_for
 from magnetar.admin.rest.served import host_of
 from magnetar.admin.rest.topics import topic_stats
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 from magnetar.managed_ledger.stats import internal_stats
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from magnetar.admin.rest.framework import AdminError, Call, error_for
 from magnetar.admin.rest.peer_http import PeerRequestError, request
 from magnetar.admin.rest.served import host_of
 from magnetar.bookkeeper.runtime.http import HttpError
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from pydantic import Field
 from magnetar.admin.rest.framework import AdminError, Call, Endpoint, no_content, ok
 from magnetar.admin.rest.names import namespace_of, topic_of
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.security.authorization import (
+from magnetar.broker.security import (
     ROLE_BYTES_MAX,
     AuthAction,
     AuthorizationService,

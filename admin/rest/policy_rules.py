@@ -21,7 +21,7 @@ positive retention size, ``limitSize`` must be smaller than it; with a positive 
 
 from __future__ import annotations
 
-from magnetar.broker.policies.store import BacklogQuota, RetentionPolicies
+from magnetar.broker.policies import BacklogQuota, RetentionPolicies
 
 MIB = 1024 * 1024
 

@@ -33,7 +33,7 @@ from magnetar.admin.range_frames import (
 from magnetar.admin.rest.framework import AdminError, Call, Endpoint, QueryModel
 from magnetar.admin.rest.served import served_topic
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
+from magnetar.broker.wire import CorruptEntryError, decode_entry
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.position import InvalidPositionError, Position
 

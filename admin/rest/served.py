@@ -15,7 +15,7 @@ from magnetar.admin.rest.framework import AdminError, Call
 from magnetar.admin.rest.names import namespace_of, partition_count, require_namespace, topic_of
 from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.runtime.http import HttpError
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 from magnetar.managed_ledger.ledger import ManagedLedger
 
 

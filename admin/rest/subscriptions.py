@@ -43,8 +43,8 @@ from magnetar.admin.rest.names import (
 from magnetar.admin.rest.partitions import Local, combined, each_partition
 from magnetar.admin.rest.served import host_of, served_named, served_topic
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.wire.topic_name import TopicName
-from magnetar.gc.expiry import expire_cursor
+from magnetar.broker.wire import TopicName
+from magnetar.gc import expire_cursor
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.position import InvalidPositionError, Position

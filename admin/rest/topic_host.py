@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 from magnetar.managed_ledger.ledger import ManagedLedger
 
 

@@ -54,7 +54,7 @@ from magnetar.admin.rest.policy_rules import (
 )
 from magnetar.admin.rest.served import served_named
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.policies.store import (
+from magnetar.broker.policies import (
     AlreadyExists,
     BacklogQuota,
     NotFound,
@@ -62,8 +62,7 @@ from magnetar.broker.policies.store import (
     RetentionPolicies,
     TopicPolicies,
 )
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import PARTITIONED_TOPIC_SUFFIX, TopicName
+from magnetar.broker.wire import PARTITIONED_TOPIC_SUFFIX, InvalidTopicNameError, TopicName
 
 TAG = "topics"
 PREFIX = "/admin/v2/persistent/{tenant}/{namespace}"

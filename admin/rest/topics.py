@@ -51,10 +51,9 @@ from magnetar.admin.rest.partitions import combined, each_partition
 from magnetar.admin.rest.served import ensure_served, host_of, served_named, served_topic
 from magnetar.admin.rest.topic_host import TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.policies.store import PartitionedTopicMetadata
-from magnetar.broker.wire.message_id import MessageId
-from magnetar.broker.wire.topic_name import TopicName
-from magnetar.gc.expiry import backlog_bytes
+from magnetar.broker.policies import PartitionedTopicMetadata
+from magnetar.broker.wire import MessageId, TopicName
+from magnetar.gc import backlog_bytes
 from magnetar.managed_ledger.ledger import ManagedLedger
 from magnetar.managed_ledger.position import Position
 from magnetar.managed_ledger.stats import internal_stats

@@ -24,8 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import parse_topic_name
+from magnetar.broker.wire import InvalidTopicNameError, parse_topic_name
 
 Position = tuple[int, int]
 """``(ledgerId, entryId)`` of the last consumed entry."""

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from magnetar.admin.spark.offsets import Boundary, OffsetSpec, parse_offset_spec
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicName, parse_topic_name
+from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
 
 MAX_ENTRIES_PER_PARTITION_DEFAULT = 50_000
 MAX_BYTES_PER_PARTITION_DEFAULT = 32 * 1024 * 1024

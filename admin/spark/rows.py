@@ -61,13 +61,12 @@ from magnetar.admin.range_frames import (
     FrameError,
     RangeEnd,
 )
-from magnetar.broker.wire.entry_format import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY
-from magnetar.broker.wire.entry_format import KIND_BATCH as ENTRY_BATCH
-from magnetar.broker.wire.entry_format import KIND_COMPACT as ENTRY_COMPACT
-from magnetar.broker.wire.entry_format import KIND_SINGLE as ENTRY_SINGLE
-from magnetar.broker.wire.entry_format import MAGIC as ENTRY_MAGIC
-from magnetar.broker.wire.entry_format import VERSION as ENTRY_VERSION
-from magnetar.broker.wire.message_id import write_varint
+from magnetar.broker.wire import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY, write_varint
+from magnetar.broker.wire import KIND_BATCH as ENTRY_BATCH
+from magnetar.broker.wire import KIND_COMPACT as ENTRY_COMPACT
+from magnetar.broker.wire import KIND_SINGLE as ENTRY_SINGLE
+from magnetar.broker.wire import MAGIC as ENTRY_MAGIC
+from magnetar.broker.wire import VERSION as ENTRY_VERSION
 from magnetar.managed_ledger.entry_prefix import MAGIC as PREFIX_MAGIC
 from magnetar.managed_ledger.entry_prefix import SIZE as PREFIX_SIZE
 

@@ -67,7 +67,7 @@ from magnetar.admin.spark.planner import (
 from magnetar.admin.spark.reading import RangePartition, read_partition, report_loss
 from magnetar.admin.spark.rows import spark_schema
 from magnetar.admin.spark.topics import TopicPartition, check_topics, fetch_state, resolve, subscription_name
-from magnetar.broker.wire.topic_name import parse_topic_name
+from magnetar.broker.wire import parse_topic_name
 
 log = logging.getLogger("magnetar.spark")
 GENERATED_PREFIX = "magnetar-spark-"

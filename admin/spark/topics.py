@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from magnetar.admin.spark.client import AdminClient, TopicNotFoundError
 from magnetar.admin.spark.options import SourceOptions, TopicPattern
 from magnetar.admin.spark.planner import PartitionState, state_from_stats
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicName, parse_topic_name
+from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from magnetar.bookkeeper.autorecovery.fragments import bookies_of, fragments_of
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.placement import DEFAULT_RACK, racks_needed, write_set_racks
-from magnetar.bookkeeper.client.transport import BookieId
+from magnetar.bookkeeper.client import DEFAULT_RACK, BookieId, LedgerMetadata, racks_needed, write_set_racks
 
 
 def bookie_ledger_index(ledgers: Mapping[int, LedgerMetadata]) -> dict[BookieId, set[int]]:

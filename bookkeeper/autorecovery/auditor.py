@@ -10,7 +10,8 @@ the registered bookies (``/ledgers/available`` and its ``readonly`` child), the 
   returns, when a missing bookie's delay expires, every ``auditor_periodic_bookie_check_interval_s``, and at
   once on ``trigger_audit`` (a rewrite of the delay node with the same value - then every missing bookie
   counts as lost, as BookKeeper's ``triggerAudit``). A changed delay applies to the bookies already missing.
-  A bookie that comes back is removed from every mark (#2766): if its data is intact nothing needs copying.
+  A bookie that comes back is removed from every mark (BookKeeper #2766): if its data is intact nothing
+  needs copying.
 * **Periodic check** (``auditor_periodic_check_interval_s``): the same marking over all ledgers, plus the
   read check - with ``auditor_ledger_verification_percentage`` > 0 a sample of every closed fragment's
   entries is read from each live replica, and a replica that answers "no such entry" is marked missing.
@@ -56,15 +57,16 @@ from magnetar.bookkeeper.autorecovery.scan import scan_ledgers
 from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
 from magnetar.bookkeeper.autorecovery.signals import ChangeSignal, ReplicationSwitch
 from magnetar.bookkeeper.autorecovery.underreplication import UnderreplicationManager
-from magnetar.bookkeeper.client.bookkeeper import BookKeeper
-from magnetar.bookkeeper.client.errors import BKError
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.metadata.api import MetadataStoreError, StoreUnavailableError
-from magnetar.bookkeeper.metadata.bookies import AVAILABLE_PATH, list_bookies
-from magnetar.bookkeeper.metadata.underreplication_paths import lost_bookie_recovery_delay_path
-from magnetar.bookkeeper.protocol.digest import Digester
-from magnetar.bookkeeper.runtime.clock import Clock
+from magnetar.bookkeeper.client import BKError, BookieId, BookKeeper, LedgerMetadata
+from magnetar.bookkeeper.metadata import (
+    AVAILABLE_PATH,
+    MetadataStoreError,
+    StoreUnavailableError,
+    list_bookies,
+    lost_bookie_recovery_delay_path,
+)
+from magnetar.bookkeeper.protocol import Digester
+from magnetar.bookkeeper.runtime import Clock
 
 log = logging.getLogger(__name__)
 

@@ -39,13 +39,15 @@ from magnetar.bookkeeper.autorecovery.fragments import count_on_index, fragments
 from magnetar.bookkeeper.autorecovery.ledger_replication import LedgerReplicator, Outcome
 from magnetar.bookkeeper.autorecovery.scan import scan_ledgers
 from magnetar.bookkeeper.autorecovery.underreplication import UnderreplicationManager
-from magnetar.bookkeeper.client.bookkeeper import BookKeeper
-from magnetar.bookkeeper.client.errors import BKError, NoSuchLedgerError
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.metadata.api import MetadataStoreError, NotFoundError
-from magnetar.bookkeeper.metadata.bookies import cookie_path, list_bookies, read_cookie
-from magnetar.bookkeeper.runtime.clock import Clock
+from magnetar.bookkeeper.client import BKError, BookieId, BookKeeper, LedgerMetadata, NoSuchLedgerError
+from magnetar.bookkeeper.metadata import (
+    MetadataStoreError,
+    NotFoundError,
+    cookie_path,
+    list_bookies,
+    read_cookie,
+)
+from magnetar.bookkeeper.runtime import Clock
 
 log = logging.getLogger(__name__)
 

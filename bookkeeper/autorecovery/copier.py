@@ -27,15 +27,27 @@ import trio
 from magnetar.bookkeeper.autorecovery.fragments import Fragment
 from magnetar.bookkeeper.autorecovery.metrics import AutoRecoveryStats
 from magnetar.bookkeeper.autorecovery.pacing import CopyPacer
-from magnetar.bookkeeper.client.bookie_client import Answer, TimeoutQueue
-from magnetar.bookkeeper.client.context import ClientContext
-from magnetar.bookkeeper.client.distribution import write_set
-from magnetar.bookkeeper.client.errors import BKError
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.transport import BookieId, next_request_id
-from magnetar.bookkeeper.protocol.digest import Digester, DigestError, master_key
-from magnetar.bookkeeper.protocol.messages import AddRequest, AddResponse, ReadRequest, ReadResponse, Request
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.client import (
+    Answer,
+    BKError,
+    BookieId,
+    ClientContext,
+    LedgerMetadata,
+    TimeoutQueue,
+    next_request_id,
+    write_set,
+)
+from magnetar.bookkeeper.protocol import (
+    AddRequest,
+    AddResponse,
+    BookieStatus,
+    Digester,
+    DigestError,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    master_key,
+)
 
 
 class FragmentCopyError(BKError):

@@ -27,8 +27,8 @@ from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
 from magnetar.bookkeeper.autorecovery.signals import ReplicationSwitch
 from magnetar.bookkeeper.autorecovery.underreplication import UnderreplicationManager
 from magnetar.bookkeeper.autorecovery.worker import ReplicationWorker
-from magnetar.bookkeeper.client.bookkeeper import BookKeeper
-from magnetar.bookkeeper.runtime.clock import Clock, TrioClock
+from magnetar.bookkeeper.client import BookKeeper
+from magnetar.bookkeeper.runtime import Clock, TrioClock
 
 
 class AutoRecoveryDaemon:

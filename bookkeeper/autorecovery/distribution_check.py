@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from magnetar.bookkeeper.client.distribution import write_set
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.transport import BookieId
+from magnetar.bookkeeper.client import BookieId, LedgerMetadata, write_set
 
 
 def replicas_of(metadata: LedgerMetadata, entry_id: int) -> list[BookieId]:

@@ -24,8 +24,13 @@ import trio
 
 from magnetar.bookkeeper.autorecovery.metrics import AutoRecoveryStats
 from magnetar.bookkeeper.autorecovery.signals import ChangeSignal
-from magnetar.bookkeeper.metadata.api import MetadataStore, MetadataStoreError, NotFoundError
-from magnetar.bookkeeper.metadata.underreplication_paths import VOTE_PREFIX, auditor_election_path
+from magnetar.bookkeeper.metadata import (
+    VOTE_PREFIX,
+    MetadataStore,
+    MetadataStoreError,
+    NotFoundError,
+    auditor_election_path,
+)
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
-from magnetar.bookkeeper.client.metadata import Ensemble, LedgerMetadata
-from magnetar.bookkeeper.client.transport import BookieId
+from magnetar.bookkeeper.client import BookieId, Ensemble, LedgerMetadata
 
 
 @dataclass(frozen=True, slots=True)

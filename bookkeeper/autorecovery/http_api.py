@@ -50,10 +50,10 @@ import trio
 
 from magnetar.bookkeeper.autorecovery.bookie_recovery import RecoveryKind
 from magnetar.bookkeeper.autorecovery.service import AutoRecoveryService
-from magnetar.bookkeeper.client.errors import NoSuchLedgerError
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.metadata.bookies import list_bookies
+from magnetar.bookkeeper.client import LedgerMetadata, NoSuchLedgerError
+from magnetar.bookkeeper.metadata import list_bookies
 from magnetar.bookkeeper.runtime.http import (
+    HeadCheck,
     HttpError,
     HttpHandler,
     HttpRequest,
@@ -63,7 +63,6 @@ from magnetar.bookkeeper.runtime.http import (
     json_response,
     text_response,
 )
-from magnetar.bookkeeper.runtime.http.router import HeadCheck
 
 AUTORECOVERY = "/api/v1/autorecovery"
 _BOOKIE_ID = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")

@@ -33,13 +33,18 @@ from dataclasses import dataclass, field
 from magnetar.bookkeeper.autorecovery.audit import placement_repairs
 from magnetar.bookkeeper.autorecovery.copier import FragmentCopier, LedgerKeys
 from magnetar.bookkeeper.autorecovery.fragments import Repair, bookies_of, fragments_of, repairs_for
-from magnetar.bookkeeper.client.bookkeeper import BookKeeper
-from magnetar.bookkeeper.client.errors import NoSuchLedgerError, NotEnoughBookiesError
-from magnetar.bookkeeper.client.metadata import LedgerMetadata, Versioned
-from magnetar.bookkeeper.client.placement import DEFAULT_RACK, write_set_racks
-from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.client.update_loop import MetadataUpdateLoop
-from magnetar.bookkeeper.protocol.digest import Digester
+from magnetar.bookkeeper.client import (
+    DEFAULT_RACK,
+    BookieId,
+    BookKeeper,
+    LedgerMetadata,
+    MetadataUpdateLoop,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    Versioned,
+    write_set_racks,
+)
+from magnetar.bookkeeper.protocol import Digester
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import trio
 
-from magnetar.bookkeeper.runtime.clock import Clock
+from magnetar.bookkeeper.runtime import Clock
 
 BURST_S = 0.1
 

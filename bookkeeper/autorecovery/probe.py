@@ -10,7 +10,7 @@ the same every time). The verdict:
 * ``UNKNOWN`` - no verdict (timeouts, errors, a corrupt copy): nothing is concluded from silence.
 
 The open last fragment of a ledger is never probed: entries above its LAC may legitimately be absent, and
-reading a failed bookie for an open ledger's LAC is what stalled BookKeeper's replication (#2755).
+reading a failed bookie for an open ledger's LAC is what stalled BookKeeper's replication (BookKeeper #2755).
 """
 
 from __future__ import annotations
@@ -22,12 +22,8 @@ import trio
 
 from magnetar.bookkeeper.autorecovery.copier import LedgerKeys, call
 from magnetar.bookkeeper.autorecovery.fragments import count_on_index, entries_on_index, fragments_of
-from magnetar.bookkeeper.client.context import ClientContext
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.transport import BookieId, next_request_id
-from magnetar.bookkeeper.protocol.digest import DigestError
-from magnetar.bookkeeper.protocol.messages import ReadRequest, ReadResponse
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.client import BookieId, ClientContext, LedgerMetadata, next_request_id
+from magnetar.bookkeeper.protocol import BookieStatus, DigestError, ReadRequest, ReadResponse
 
 PROBES_IN_FLIGHT_MAX = 16
 

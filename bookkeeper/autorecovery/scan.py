@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from magnetar.bookkeeper.client.bookkeeper import BookKeeper
-from magnetar.bookkeeper.client.errors import NoSuchLedgerError
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
+from magnetar.bookkeeper.client import BookKeeper, LedgerMetadata, NoSuchLedgerError
 
 
 async def scan_ledgers(bk: BookKeeper, in_flight_max: int) -> dict[int, LedgerMetadata]:

@@ -20,10 +20,9 @@ from magnetar.bookkeeper.autorecovery.bookie_recovery import RecoveryKind, Recov
 from magnetar.bookkeeper.autorecovery.daemon import AutoRecoveryDaemon
 from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
 from magnetar.bookkeeper.autorecovery.underreplication import Mark
-from magnetar.bookkeeper.client.bookkeeper import BookKeeper
-from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.metadata.bookies import COOKIES_PATH, list_bookies
-from magnetar.bookkeeper.runtime.clock import Clock
+from magnetar.bookkeeper.client import BookieId, BookKeeper
+from magnetar.bookkeeper.metadata import COOKIES_PATH, list_bookies
+from magnetar.bookkeeper.runtime import Clock
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from magnetar.bookkeeper.client.settings import (
+from magnetar.bookkeeper.client import (
     BookieClientSecurity,
     ClientSettings,
     RackPlacementSettings,

@@ -19,8 +19,13 @@ from types import TracebackType
 import trio
 
 from magnetar.bookkeeper.autorecovery.underreplication import UnderreplicationManager
-from magnetar.bookkeeper.metadata.api import MetadataStore, MetadataStoreError, Notification, SessionEvent
-from magnetar.bookkeeper.metadata.underreplication_paths import disable_path
+from magnetar.bookkeeper.metadata import (
+    MetadataStore,
+    MetadataStoreError,
+    Notification,
+    SessionEvent,
+    disable_path,
+)
 
 log = logging.getLogger(__name__)
 

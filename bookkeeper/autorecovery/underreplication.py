@@ -27,15 +27,13 @@ import logging
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 
-from magnetar.bookkeeper.metadata.api import (
+from magnetar.bookkeeper.metadata import (
+    LEDGERS_ROOT,
+    VOTE_PREFIX,
     BadVersionError,
     MetadataStore,
     NotEmptyError,
     NotFoundError,
-)
-from magnetar.bookkeeper.metadata.underreplication_paths import (
-    LEDGERS_ROOT,
-    VOTE_PREFIX,
     auditor_election_path,
     decommissioning_path,
     disable_path,
@@ -45,7 +43,7 @@ from magnetar.bookkeeper.metadata.underreplication_paths import (
     ur_ledgers_path,
     ur_lock_path,
 )
-from magnetar.bookkeeper.runtime.clock import Clock, SystemClock
+from magnetar.bookkeeper.runtime import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 

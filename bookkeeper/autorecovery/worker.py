@@ -22,8 +22,8 @@ registered bookie the mark names is probed (:mod:`.probe`): one that came back w
 so its marks end (BookKeeper #2766); one that lacks entries (an add that never reached it before the others
 acknowledged the entry, or a disk that lost data) gets them copied back - BookKeeper would replace it, which
 needs a spare bookie that a small cluster may not have. The LAC of an open ledger is never read from a failed
-bookie (#2755): an open last fragment is only ever ended by ledger recovery, which needs answers from a
-quorum, not from all.
+bookie (BookKeeper #2755): an open last fragment is only ever ended by ledger recovery, which needs answers
+from a quorum, not from all.
 
 Metadata-store outages (``store.health``): the worker takes no ledger while the store is unhealthy, and a
 ledger whose view of the registered bookies was read across the start of an outage is released untouched. A
@@ -48,16 +48,17 @@ from magnetar.bookkeeper.autorecovery.probe import Verdict, probe_bookie
 from magnetar.bookkeeper.autorecovery.settings import AutoRecoverySettings
 from magnetar.bookkeeper.autorecovery.signals import ChangeSignal, ReplicationSwitch
 from magnetar.bookkeeper.autorecovery.underreplication import Mark, UnderreplicationManager
-from magnetar.bookkeeper.client.bookkeeper import BookKeeper
-from magnetar.bookkeeper.client.errors import BKError, BKReadError, NoSuchLedgerError
-from magnetar.bookkeeper.client.metadata import LedgerMetadata
-from magnetar.bookkeeper.client.transport import BookieId, next_request_id
-from magnetar.bookkeeper.metadata.api import MetadataStoreError
-from magnetar.bookkeeper.metadata.bookies import list_bookies
-from magnetar.bookkeeper.metadata.underreplication_paths import ur_ledgers_path, ur_locks_path
-from magnetar.bookkeeper.protocol.digest import Digester
-from magnetar.bookkeeper.protocol.messages import ReadRequest, ReadResponse
-from magnetar.bookkeeper.protocol.status import ENTRY_ID_LAST, BookieStatus
+from magnetar.bookkeeper.client import (
+    BKError,
+    BKReadError,
+    BookieId,
+    BookKeeper,
+    LedgerMetadata,
+    NoSuchLedgerError,
+    next_request_id,
+)
+from magnetar.bookkeeper.metadata import MetadataStoreError, list_bookies, ur_ledgers_path, ur_locks_path
+from magnetar.bookkeeper.protocol import ENTRY_ID_LAST, BookieStatus, Digester, ReadRequest, ReadResponse
 
 log = logging.getLogger(__name__)
 

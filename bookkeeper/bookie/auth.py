@@ -21,12 +21,12 @@ from __future__ import annotations
 import ssl
 
 from magnetar.bookkeeper.bookie.settings import BookieServerSettings
-from magnetar.bookkeeper.protocol.messages import AUTH_PLUGIN_TOKEN, AuthRequest
+from magnetar.bookkeeper.protocol import AUTH_PLUGIN_TOKEN, AuthRequest
+from magnetar.bookkeeper.runtime import Clock, SystemClock
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.auth.keys import verification_key
 from magnetar.bookkeeper.runtime.auth.tls import server_ssl_context
 from magnetar.bookkeeper.runtime.auth.tokens import TokenVerifier
-from magnetar.bookkeeper.runtime.clock import Clock, SystemClock
 
 
 class BookieAuthenticator:

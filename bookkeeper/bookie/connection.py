@@ -52,25 +52,28 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from magnetar.bookkeeper.protocol.codec import NEED_DATA, BadRequest, ServerProtocol, response_for_status
-from magnetar.bookkeeper.protocol.frames import FramingError
-from magnetar.bookkeeper.protocol.messages import (
+from magnetar.bookkeeper.protocol import (
     AUTH_PLUGIN_TOKEN,
+    NEED_DATA,
     AddRequest,
     AuthRequest,
     AuthResponse,
+    BadRequest,
+    BookieStatus,
     ErrorResponse,
+    FramingError,
     GetBookieInfoRequest,
     ReadLacRequest,
     ReadRequest,
     Request,
     Response,
+    ServerProtocol,
     WriteLacRequest,
+    response_for_status,
 )
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.runtime import SendTimer
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
-from magnetar.bookkeeper.runtime.send_timer import SendTimer
 
 if TYPE_CHECKING:
     from magnetar.bookkeeper.bookie.server import BookieServer

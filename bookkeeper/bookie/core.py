@@ -24,19 +24,21 @@ import hmac
 import logging
 from collections.abc import Callable
 
-from magnetar.bookkeeper.bookie.storage.errors import (
+from magnetar.bookkeeper.bookie.storage import (
     BookieError,
+    DiskUsage,
     LedgerFencedError,
+    LedgerStore,
     NoLedgerError,
     StorageBusyError,
 )
-from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage, LedgerStore
-from magnetar.bookkeeper.protocol.digest import DigestError, peek_ids
-from magnetar.bookkeeper.protocol.messages import (
+from magnetar.bookkeeper.protocol import (
     BOOKIE_INFO_FREE_DISK,
     BOOKIE_INFO_TOTAL_DISK,
     AddRequest,
     AddResponse,
+    BookieStatus,
+    DigestError,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
     ReadLacRequest,
@@ -47,8 +49,8 @@ from magnetar.bookkeeper.protocol.messages import (
     Response,
     WriteLacRequest,
     WriteLacResponse,
+    peek_ids,
 )
-from magnetar.bookkeeper.protocol.status import BookieStatus
 
 log = logging.getLogger(__name__)
 

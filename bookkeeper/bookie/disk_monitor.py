@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 import trio
 
-from magnetar.bookkeeper.bookie.storage.errors import BookieError
-from magnetar.bookkeeper.bookie.storage.ledger_store import DiskUsage
+from magnetar.bookkeeper.bookie.storage import BookieError, DiskUsage
 
 log = logging.getLogger(__name__)
 

@@ -40,14 +40,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeVar
 
 from magnetar.bookkeeper.bookie.server import Bookie
+from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
     AuthenticationSettings,
     http_reason,
 )
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
-from magnetar.bookkeeper.runtime.clock import Clock
 from magnetar.bookkeeper.runtime.http import (
+    HeadCheck,
     HttpError,
     HttpRequest,
     HttpResponse,
@@ -56,7 +57,6 @@ from magnetar.bookkeeper.runtime.http import (
     error_response,
     json_response,
 )
-from magnetar.bookkeeper.runtime.http.router import HeadCheck
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 SUPERUSER_REQUIRED = "This operation requires super-user access"

@@ -68,25 +68,26 @@ from magnetar.bookkeeper.bookie.cookie import (
     CookieFormatError,
 )
 from magnetar.bookkeeper.bookie.settings import BookieServerSettings
-from magnetar.bookkeeper.bookie.storage.entry_index import index_is_empty
-from magnetar.bookkeeper.bookie.storage.journal_format import HEADER_BYTES, RECORD_HEADER_BYTES
-from magnetar.bookkeeper.bookie.storage.log_mark import fsync_dir
-from magnetar.bookkeeper.bookie.storage.opening import check_not_in_use
-from magnetar.bookkeeper.metadata.api import (
+from magnetar.bookkeeper.bookie.storage import (
+    JOURNAL_HEADER_BYTES,
+    RECORD_HEADER_BYTES,
+    check_not_in_use,
+    fsync_dir,
+    index_is_empty,
+)
+from magnetar.bookkeeper.metadata import (
     BadVersionError,
     MetadataStore,
     MetadataStoreError,
     NotFoundError,
-    join,
-)
-from magnetar.bookkeeper.metadata.bookies import (
     cookie_path,
+    decommissioning_path,
     ensure_instance_id,
+    join,
     read_cookie,
     readonly_path,
     writable_path,
 )
-from magnetar.bookkeeper.metadata.underreplication_paths import decommissioning_path
 
 log = logging.getLogger(__name__)
 
@@ -493,7 +494,7 @@ def _no_record(journal: Path) -> bool:
     """The journal file holds no record: the word after its header is zero (files are preallocated with
     zeros, and a zero word ends the records)."""
     with open(journal, "rb") as f:
-        f.seek(HEADER_BYTES)
+        f.seek(JOURNAL_HEADER_BYTES)
         first_word = f.read(RECORD_HEADER_BYTES)
     return not first_word.strip(b"\0")
 

@@ -25,14 +25,16 @@ from collections.abc import Callable
 import trio
 
 from magnetar.bookkeeper.bookie.disk_monitor import ReadOnlyState
-from magnetar.bookkeeper.metadata.api import (
+from magnetar.bookkeeper.metadata import (
     BadVersionError,
+    BookieServiceInfo,
     MetadataStore,
     MetadataStoreError,
     NotFoundError,
     SessionEvent,
+    readonly_path,
+    writable_path,
 )
-from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo, readonly_path, writable_path
 
 log = logging.getLogger(__name__)
 

@@ -31,11 +31,10 @@ from magnetar.bookkeeper.bookie.disk_monitor import DiskMonitor, DiskThresholds,
 from magnetar.bookkeeper.bookie.metrics import BookieMetrics
 from magnetar.bookkeeper.bookie.registration import BookieRegistration
 from magnetar.bookkeeper.bookie.settings import BookieServerSettings, bookie_id_for
-from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerStore
-from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.bookkeeper.metadata.bookies import BookieServiceInfo
+from magnetar.bookkeeper.bookie.storage import LedgerStore
+from magnetar.bookkeeper.metadata import BookieServiceInfo, MetadataStore
+from magnetar.bookkeeper.runtime import open_listeners
 from magnetar.bookkeeper.runtime.auth.tls import peer_address
-from magnetar.bookkeeper.runtime.listen import open_listeners
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from magnetar.bookkeeper.bookie.storage.settings import BookieDirectories, BookieStorageSettings
-from magnetar.bookkeeper.metadata.settings import ProcessMetadataSettings
-from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT
-from magnetar.bookkeeper.runtime.address_settings import AdvertisedAddressSettings, advertised_host_for
+from magnetar.bookkeeper.bookie.storage import BookieDirectories, BookieStorageSettings
+from magnetar.bookkeeper.metadata import ProcessMetadataSettings
+from magnetar.bookkeeper.protocol import FRAME_BYTES_MAX_DEFAULT
+from magnetar.bookkeeper.runtime import AdvertisedAddressSettings, advertised_host_for
 from magnetar.bookkeeper.runtime.auth.authentication import (
     MetricsAccessSettings,
     Roles,

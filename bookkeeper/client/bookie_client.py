@@ -30,7 +30,7 @@ from magnetar.bookkeeper.client.transport import (
     TimesOutRequests,
     TransportFailure,
 )
-from magnetar.bookkeeper.protocol.messages import AddRequest, Request, Response
+from magnetar.bookkeeper.protocol import AddRequest, Request, Response
 
 Answer = Response | TransportFailure
 AnswerCallback = Callable[[Answer], None]

@@ -31,9 +31,9 @@ from magnetar.bookkeeper.client.read_handle import ReadHandle
 from magnetar.bookkeeper.client.settings import ClientSettings
 from magnetar.bookkeeper.client.stats import ClientStats
 from magnetar.bookkeeper.client.transport import BookieTransport
-from magnetar.bookkeeper.metadata.api import MetadataStore
-from magnetar.bookkeeper.protocol.digest import DigestType
-from magnetar.bookkeeper.runtime.clock import Clock, TrioClock
+from magnetar.bookkeeper.metadata import MetadataStore
+from magnetar.bookkeeper.protocol import DigestType
+from magnetar.bookkeeper.runtime import Clock, TrioClock
 
 
 class BookKeeper:

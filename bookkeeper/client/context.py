@@ -23,7 +23,7 @@ from magnetar.bookkeeper.client.ledger_manager import LedgerManager
 from magnetar.bookkeeper.client.placement import EnsemblePlacement
 from magnetar.bookkeeper.client.settings import ClientSettings
 from magnetar.bookkeeper.client.stats import ClientStats
-from magnetar.bookkeeper.runtime.clock import Clock
+from magnetar.bookkeeper.runtime import Clock
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ that come back from the wire are translated by :func:`error_for_status` (BookKee
 
 from __future__ import annotations
 
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.protocol import BookieStatus
 
 
 class BKError(Exception):

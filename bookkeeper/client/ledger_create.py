@@ -15,7 +15,7 @@ from magnetar.bookkeeper.client.errors import IncorrectParameterError, LedgerExi
 from magnetar.bookkeeper.client.ledger_handle import LedgerHandle
 from magnetar.bookkeeper.client.metadata import LedgerMetadata, Versioned
 from magnetar.bookkeeper.client.settings import check_quorums
-from magnetar.bookkeeper.protocol.digest import Digester, DigestType, master_key
+from magnetar.bookkeeper.protocol import Digester, DigestType, master_key
 
 
 class LedgerCreateOp:

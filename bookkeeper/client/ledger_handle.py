@@ -38,7 +38,7 @@ from magnetar.bookkeeper.client.metadata import LedgerMetadata, LedgerState, Ver
 from magnetar.bookkeeper.client.read_handle import LedgerEntry, read_range
 from magnetar.bookkeeper.client.update_loop import MetadataUpdateLoop
 from magnetar.bookkeeper.client.writer import AddCallback, LedgerWriter
-from magnetar.bookkeeper.protocol.digest import Digester, Payload, payload_size
+from magnetar.bookkeeper.protocol import Digester, Payload, payload_size
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,15 @@ from magnetar.bookkeeper.client.errors import (
     NoSuchLedgerError,
 )
 from magnetar.bookkeeper.client.metadata import LedgerMetadata, MetadataFormatError, Versioned
-from magnetar.bookkeeper.metadata.api import (
+from magnetar.bookkeeper.metadata import (
+    SHORT_ID_LIMIT,
     BadVersionError,
     MetadataStore,
     MetadataStoreError,
     NotFoundError,
+    ledger_id_of,
+    ledger_path,
 )
-from magnetar.bookkeeper.metadata.ledger_paths import SHORT_ID_LIMIT, ledger_id_of, ledger_path
 
 __all__ = ["SHORT_ID_LIMIT", "LedgerManager", "ledger_id_of", "ledger_path"]
 

@@ -22,7 +22,7 @@ from magnetar.bookkeeper.client.context import ClientContext
 from magnetar.bookkeeper.client.errors import BKError, UnauthorizedError
 from magnetar.bookkeeper.client.read_handle import ReadHandle
 from magnetar.bookkeeper.client.recovery import LedgerRecoveryOp
-from magnetar.bookkeeper.protocol.digest import Digester, master_key
+from magnetar.bookkeeper.protocol import Digester, master_key
 
 
 class LedgerOpenOp:

@@ -21,7 +21,7 @@ import trio
 
 from magnetar.bookkeeper.client.call_soon import CallSoon
 from magnetar.bookkeeper.client.transport import BookieId, FailureReason, ResponseCallback, TransportFailure
-from magnetar.bookkeeper.protocol.messages import Request, Response
+from magnetar.bookkeeper.protocol import Request, Response
 
 
 class RequestHandler(Protocol):

@@ -31,8 +31,8 @@ from typing import Any
 
 from magnetar.bookkeeper.client.settings import check_quorums
 from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.protocol.digest import DigestType
-from magnetar.bookkeeper.runtime.transitions import IllegalTransitionError, TransitionTable
+from magnetar.bookkeeper.protocol import DigestType
+from magnetar.bookkeeper.runtime import IllegalTransitionError, TransitionTable
 
 FORMAT_HEADER = "MagnetarLedgerMetadataFormatVersion"
 FORMAT_VERSION = 1

@@ -38,9 +38,8 @@ from dataclasses import dataclass
 
 from magnetar.bookkeeper.client.errors import MetaStoreError, NotEnoughBookiesError
 from magnetar.bookkeeper.client.transport import BookieId
-from magnetar.bookkeeper.metadata.api import MetadataStore, MetadataStoreError
-from magnetar.bookkeeper.metadata.underreplication_paths import decommissioning_path
-from magnetar.bookkeeper.runtime.clock import Clock
+from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError, decommissioning_path
+from magnetar.bookkeeper.runtime import Clock
 
 READONLY_CHILD = "readonly"
 DEFAULT_RACK = "/default-rack"

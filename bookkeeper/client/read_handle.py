@@ -16,7 +16,7 @@ from magnetar.bookkeeper.client.errors import BKReadError, IncorrectParameterErr
 from magnetar.bookkeeper.client.metadata import LedgerMetadata, Versioned
 from magnetar.bookkeeper.client.read_lac import ReadLastConfirmedOp
 from magnetar.bookkeeper.client.read_op import ReadEntriesOp
-from magnetar.bookkeeper.protocol.digest import Digester
+from magnetar.bookkeeper.protocol import Digester
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,8 @@ class ReadHandle:
             self.length = md.length
             return self.last_add_confirmed
         op = ReadLastConfirmedOp(self._ctx, self.ledger_id, md, self._digester, fence=False)
-        # Every entry before the last ensemble was acknowledged before the writer moved to it (#2615).
+        # Every entry before the last ensemble was acknowledged before the writer moved to it
+        # (BookKeeper #2615).
         floor = md.last_ensemble[0] - 1
         self.last_add_confirmed = max(self.last_add_confirmed, await op.run(), floor)
         return self.last_add_confirmed

@@ -26,9 +26,14 @@ from magnetar.bookkeeper.client.errors import BKError, BKReadError, Unauthorized
 from magnetar.bookkeeper.client.metadata import LedgerMetadata
 from magnetar.bookkeeper.client.read_op import answer_error
 from magnetar.bookkeeper.client.transport import next_request_id
-from magnetar.bookkeeper.protocol.digest import Digester, DigestError
-from magnetar.bookkeeper.protocol.messages import ReadRequest, ReadResponse
-from magnetar.bookkeeper.protocol.status import ENTRY_ID_LAST, BookieStatus
+from magnetar.bookkeeper.protocol import (
+    ENTRY_ID_LAST,
+    BookieStatus,
+    Digester,
+    DigestError,
+    ReadRequest,
+    ReadResponse,
+)
 
 _ABSENT = (BookieStatus.ENOENTRY, BookieStatus.ENOLEDGER)
 

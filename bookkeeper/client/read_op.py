@@ -29,9 +29,14 @@ from magnetar.bookkeeper.client.errors import (
 )
 from magnetar.bookkeeper.client.metadata import LedgerMetadata
 from magnetar.bookkeeper.client.transport import FailureReason, TransportFailure, next_request_id
-from magnetar.bookkeeper.protocol.digest import Digester, DigestError, PackagedEntry
-from magnetar.bookkeeper.protocol.messages import ReadRequest, ReadResponse
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.protocol import (
+    BookieStatus,
+    Digester,
+    DigestError,
+    PackagedEntry,
+    ReadRequest,
+    ReadResponse,
+)
 
 
 def answer_error(answer: Answer) -> BKError:

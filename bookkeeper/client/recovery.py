@@ -47,9 +47,14 @@ from magnetar.bookkeeper.client.read_op import ReadEntriesOp
 from magnetar.bookkeeper.client.transport import next_request_id
 from magnetar.bookkeeper.client.update_loop import MetadataUpdateLoop
 from magnetar.bookkeeper.client.writer import LedgerWriter
-from magnetar.bookkeeper.protocol.digest import Digester, DigestError, PackagedEntry
-from magnetar.bookkeeper.protocol.messages import ReadRequest, ReadResponse
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.protocol import (
+    BookieStatus,
+    Digester,
+    DigestError,
+    PackagedEntry,
+    ReadRequest,
+    ReadResponse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +64,11 @@ class InjectedBugs:
     """Test-only: re-introduce known recovery defects. Never set outside tests."""
 
     unfenced_recovery_reads: bool = False
-    """BookKeeper < 4.14: recovery reads without the fence flag (#2614)."""
+    """BookKeeper < 4.14: recovery reads without the fence flag (BookKeeper #2614)."""
     negative_answers: int | None = None
     """Declare an entry absent after this many NoSuchEntry answers instead of WQ - AQ + 1."""
     no_lac_floor: bool = False
-    """BookKeeper < 4.14: recovery LAC not floored at the last ensemble's first entry - 1 (#2615)."""
+    """BookKeeper < 4.14: recovery LAC not floored at the last ensemble's first entry - 1 (its #2615)."""
 
 
 INJECTED_BUGS = InjectedBugs()

@@ -16,7 +16,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from magnetar.bookkeeper.protocol.digest import DigestType
+from magnetar.bookkeeper.protocol import DigestType
 
 
 class QuorumSettings(BaseModel):

@@ -64,21 +64,23 @@ from magnetar.bookkeeper.client.transport import (
     TransportFailure,
     next_request_id,
 )
-from magnetar.bookkeeper.protocol.codec import NEED_DATA, ClientProtocol
-from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT, FramingError
-from magnetar.bookkeeper.protocol.messages import (
+from magnetar.bookkeeper.protocol import (
     AUTH_PLUGIN_TOKEN,
+    FRAME_BYTES_MAX_DEFAULT,
+    NEED_DATA,
     AddRequest,
     AuthRequest,
     AuthResponse,
+    BookieStatus,
+    ClientProtocol,
     ErrorResponse,
+    FramingError,
     InvalidMessageError,
     Request,
     Response,
     WriteLacRequest,
 )
-from magnetar.bookkeeper.protocol.status import BookieStatus
-from magnetar.bookkeeper.runtime.send_timer import SendTimer
+from magnetar.bookkeeper.runtime import SendTimer
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from magnetar.bookkeeper.protocol.messages import Request, Response
+from magnetar.bookkeeper.protocol import Request, Response
 
 BookieId = str
 """A bookie's identity, ``host:port`` (BookKeeper's default bookie id)."""

@@ -37,9 +37,14 @@ from magnetar.bookkeeper.client.context import ClientContext
 from magnetar.bookkeeper.client.distribution import write_set
 from magnetar.bookkeeper.client.errors import BKError, BKWriteError, TooManyRequestsError, error_for_status
 from magnetar.bookkeeper.client.transport import BookieId, next_request_id
-from magnetar.bookkeeper.protocol.digest import Digester, Payload, payload_size
-from magnetar.bookkeeper.protocol.messages import AddRequest, AddResponse
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.protocol import (
+    AddRequest,
+    AddResponse,
+    BookieStatus,
+    Digester,
+    Payload,
+    payload_size,
+)
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 from magnetar.bookkeeper.metadata.api import BadVersionError, GetResult, MetadataStore, join
 
-LEDGERS_ROOT = "/ledgers"
 AVAILABLE_PATH = "/ledgers/available"
 READONLY = "readonly"
 READONLY_PATH = "/ledgers/available/readonly"

@@ -21,7 +21,8 @@ decommissioning bookies) and AutoRecovery both read them.
 
 from __future__ import annotations
 
-LEDGERS_ROOT = "/ledgers"
+from magnetar.bookkeeper.metadata.ledger_paths import LEDGERS_ROOT
+
 UNDERREPLICATION = "underreplication"
 UR_PREFIX = "urL"
 VOTE_PREFIX = "V_"

@@ -1,1 +1,85 @@
-"""The bookie wire protocol: sans-IO frame codec, request/response messages, entry digests."""
+"""The bookie wire protocol, sans-IO: frames and their codec, request/response messages, status codes, entry
+digests, and the chain of size limits from a client's message to a bookie's frame (:mod:`.size_chain`)."""
+
+from magnetar.bookkeeper.protocol.codec import (
+    NEED_DATA,
+    BadRequest,
+    ClientProtocol,
+    ServerProtocol,
+    response_for_status,
+)
+from magnetar.bookkeeper.protocol.digest import (
+    Digester,
+    DigestError,
+    DigestType,
+    PackagedEntry,
+    Payload,
+    master_key,
+    payload_size,
+    peek_ids,
+)
+from magnetar.bookkeeper.protocol.frames import FRAME_BYTES_MAX_DEFAULT, FramingError
+from magnetar.bookkeeper.protocol.messages import (
+    AUTH_PLUGIN_TOKEN,
+    BOOKIE_INFO_FREE_DISK,
+    BOOKIE_INFO_TOTAL_DISK,
+    AddRequest,
+    AddResponse,
+    AuthRequest,
+    AuthResponse,
+    ErrorResponse,
+    GetBookieInfoRequest,
+    GetBookieInfoResponse,
+    InvalidMessageError,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    Response,
+    WriteLacRequest,
+    WriteLacResponse,
+)
+from magnetar.bookkeeper.protocol.size_chain import SizeLimit, check_size_chain
+from magnetar.bookkeeper.protocol.status import ENTRY_ID_LAST, BookieStatus
+
+__all__ = [
+    "AUTH_PLUGIN_TOKEN",
+    "BOOKIE_INFO_FREE_DISK",
+    "BOOKIE_INFO_TOTAL_DISK",
+    "ENTRY_ID_LAST",
+    "FRAME_BYTES_MAX_DEFAULT",
+    "NEED_DATA",
+    "AddRequest",
+    "AddResponse",
+    "AuthRequest",
+    "AuthResponse",
+    "BadRequest",
+    "BookieStatus",
+    "ClientProtocol",
+    "DigestError",
+    "DigestType",
+    "Digester",
+    "ErrorResponse",
+    "FramingError",
+    "GetBookieInfoRequest",
+    "GetBookieInfoResponse",
+    "InvalidMessageError",
+    "PackagedEntry",
+    "Payload",
+    "ReadLacRequest",
+    "ReadLacResponse",
+    "ReadRequest",
+    "ReadResponse",
+    "Request",
+    "Response",
+    "ServerProtocol",
+    "SizeLimit",
+    "WriteLacRequest",
+    "WriteLacResponse",
+    "check_size_chain",
+    "master_key",
+    "payload_size",
+    "peek_ids",
+    "response_for_status",
+]

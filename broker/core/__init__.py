@@ -4,3 +4,61 @@ It speaks in publish requests (:mod:`.publish`), deliveries under flow control (
 acknowledgements as positions (:mod:`.subscriber`); it never sees a frame. Each client protocol is an adapter
 in :mod:`magnetar.broker.protocols`; the wire formats clients share are in :mod:`magnetar.broker.wire`.
 """
+
+from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.delivery import Delivery, FlowControl
+from magnetar.broker.core.dispatcher import SubscriptionType
+from magnetar.broker.core.errors import (
+    AccessError,
+    AuthorizationUncheckedError,
+    ErrorKind,
+    NotAuthenticatedError,
+    NotAuthorizedError,
+    NotOwnerError,
+    ServiceError,
+    ServiceUnitNotReadyError,
+    SubscriptionBusyError,
+    TooManyTopicsError,
+    TopicNotFoundError,
+)
+from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
+from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
+from magnetar.broker.core.producer import Capacity, Producer
+from magnetar.broker.core.publish import MESSAGES, PublishRequest
+from magnetar.broker.core.redelivery_timers import RedeliveryTimers
+from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.core.subscription import Subscription
+from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core.topic_metrics import PUBLISH_LATENCY_BUCKETS_S, TopicMetrics
+
+__all__ = [
+    "MESSAGES",
+    "PUBLISH_LATENCY_BUCKETS_S",
+    "AccessError",
+    "AuthorizationUncheckedError",
+    "Capacity",
+    "Consumer",
+    "Delivery",
+    "ErrorKind",
+    "FlowControl",
+    "NonPersistentSubscription",
+    "NonPersistentTopic",
+    "NotAuthenticatedError",
+    "NotAuthorizedError",
+    "NotOwnerError",
+    "PartitionRouter",
+    "PersistentTopic",
+    "Producer",
+    "PublishRequest",
+    "RedeliveryTimers",
+    "ServiceError",
+    "ServiceUnitNotReadyError",
+    "Subscriber",
+    "Subscription",
+    "SubscriptionBusyError",
+    "SubscriptionType",
+    "TooManyTopicsError",
+    "TopicMetrics",
+    "TopicNotFoundError",
+]

@@ -40,7 +40,7 @@ from magnetar.broker.core.delivery import (
     MsgKey,
 )
 from magnetar.broker.core.rates import Rate
-from magnetar.broker.wire.date_format import format_timestamp
+from magnetar.broker.wire import format_timestamp
 
 _consumer_ids = itertools.count(1)
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from magnetar.broker.wire.entry_format import StoredMessage
+from magnetar.broker.wire import StoredMessage
 
 MsgKey = tuple[int, int, int]
 """``(ledgerId, entryId, batchIndex)`` of a message within one topic (partition)."""

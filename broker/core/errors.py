@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from magnetar.broker.wire.errors import BrokerError
+from magnetar.broker.wire import BrokerError
 
 
 class ErrorKind(Enum):

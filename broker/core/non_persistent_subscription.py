@@ -33,7 +33,7 @@ from magnetar.broker.core.dispatcher import SubscriptionType, pick_active
 from magnetar.broker.core.errors import ConsumerBusyError
 from magnetar.broker.core.key_hash import HashRing, sticky_key_slot
 from magnetar.broker.core.rates import Rate
-from magnetar.broker.wire.message_id import MessageId
+from magnetar.broker.wire import MessageId
 
 log = logging.getLogger(__name__)
 

@@ -37,9 +37,7 @@ from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.topic_base import TopicBase, detach_subscription
 from magnetar.broker.core.topic_metrics import TopicMetrics
-from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
-from magnetar.broker.wire.message_id import MessageId
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import CorruptEntryError, MessageId, TopicName, decode_entry
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ import trio
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.broker.core.publish import CompactLayout, EntryLayout, PublishCompletion, PublishRequest
 from magnetar.broker.core.rates import Rate
-from magnetar.broker.wire.date_format import format_timestamp
+from magnetar.broker.wire import format_timestamp
 
 
 class Capacity:

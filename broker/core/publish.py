@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, cast
 
-from magnetar.broker.wire.entry_format import MessageFields, encode_compact_batch, encode_entry
+from magnetar.broker.wire import MessageFields, encode_compact_batch, encode_entry
 
 
 class RequestOwner(Protocol):

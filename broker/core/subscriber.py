@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import MsgKey
-from magnetar.broker.wire.message_id import MessageId
+from magnetar.broker.wire import MessageId
 
 
 class EndOfTopic(Protocol):

@@ -36,8 +36,7 @@ from magnetar.broker.core.delivery import Delivery, MsgKey
 from magnetar.broker.core.dispatcher import Dispatcher, SubscriptionType
 from magnetar.broker.core.key_hash import sticky_key_slot
 from magnetar.broker.core.rates import Rate
-from magnetar.broker.wire.entry_format import CorruptEntryError, decode_entry
-from magnetar.broker.wire.message_id import MessageId
+from magnetar.broker.wire import CorruptEntryError, MessageId, decode_entry
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.cursor_state import InvalidAckError
 from magnetar.managed_ledger.entry import Entry

@@ -43,9 +43,7 @@ from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
 from magnetar.broker.core.topic_base import TopicBase, detach_subscription
 from magnetar.broker.core.topic_metrics import TopicMetrics
-from magnetar.broker.wire.entry_format import decode_entry
-from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import EARLIEST, LATEST, MessageId, TopicName, decode_entry
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.ledger import ManagedLedger

@@ -16,7 +16,7 @@ from magnetar.broker.core.errors import (
     TopicNotFoundError,
 )
 from magnetar.broker.core.producer import Producer
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 
 
 class _Detachable(Protocol):

@@ -66,14 +66,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
-from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.core.topic_metrics import PUBLISH_LATENCY_BUCKETS_S, TopicMetrics
+from magnetar.broker.core import (
+    PUBLISH_LATENCY_BUCKETS_S,
+    NonPersistentSubscription,
+    NonPersistentTopic,
+    TopicMetrics,
+)
 from magnetar.broker.metrics.exposition import Exposition, Family, FamilyRows, Kind, MetricsSource, Row
 
 if TYPE_CHECKING:
-    from magnetar.broker.core.subscription import Subscription
-    from magnetar.broker.core.topic import PersistentTopic
+    from magnetar.broker.core import PersistentTopic, Subscription
 
     Topic = PersistentTopic | NonPersistentTopic
     """Both kinds: a non-persistent topic stores nothing (storage, backlog and write figures are 0)."""

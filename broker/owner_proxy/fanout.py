@@ -63,8 +63,8 @@ from magnetar.bookkeeper.runtime.http import (
     CLOSE_NORMAL,
     WebSocket,
     WebSocketClosed,
+    WsClient,
 )
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient
 from magnetar.broker.owner_proxy.relay import Connect, Relay, send_frames
 from magnetar.broker.protocols.fan import Fan, Frame, Routed
 from magnetar.broker.protocols.relay_tracking import Tracker

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Protocol
 
 from magnetar.bookkeeper.runtime.http import HttpLimits
-from magnetar.broker.ownership.load_manager import Resolution
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.ownership import Resolution
+from magnetar.broker.wire import TopicName
 
 
 class RelaySettings(Protocol):

@@ -27,8 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from magnetar.broker.metrics.broker_metrics import broker_wide
-from magnetar.broker.metrics.exposition import Family, FamilyRows, Kind
+from magnetar.broker.metrics import Family, FamilyRows, Kind, broker_wide
 
 
 @dataclass(slots=True)

@@ -12,10 +12,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
-from magnetar.bookkeeper.runtime.http import WebSocketRequest, error_response
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsRejected, open_ws_client
-from magnetar.broker.core.errors import ServiceError
-from magnetar.broker.core.routing import PartitionRouter
+from magnetar.bookkeeper.runtime.http import (
+    WebSocketRequest,
+    WsClient,
+    WsRejected,
+    error_response,
+    open_ws_client,
+)
+from magnetar.broker.core import PartitionRouter, ServiceError
 from magnetar.broker.owner_proxy.fanout import FanOutSession
 from magnetar.broker.owner_proxy.metrics import ProxyCounters, ProxyMetrics
 from magnetar.broker.owner_proxy.relay import (
@@ -31,7 +35,7 @@ from magnetar.broker.protocols.adapter import ProtocolAdapter
 from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.params import ProducerParams, WsKind
 from magnetar.broker.protocols.relay_tracking import Tracker
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 
 if TYPE_CHECKING:
     from magnetar.broker.owner_proxy.host import ProxyHost

@@ -28,9 +28,15 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from magnetar.bookkeeper.runtime.http import CLOSE_GOING_AWAY, CLOSE_NORMAL, WebSocketClosed
-from magnetar.bookkeeper.runtime.http.ws_client import WsClient, WsClosed, WsRejected
-from magnetar.bookkeeper.runtime.http.ws_frames import CLOSE_POLICY_VIOLATION
+from magnetar.bookkeeper.runtime.http import (
+    CLOSE_GOING_AWAY,
+    CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
+    WebSocketClosed,
+    WsClient,
+    WsClosed,
+    WsRejected,
+)
 from magnetar.broker.owner_proxy.metrics import ProxyCounters
 from magnetar.broker.protocols.relay_tracking import FrameKind, Tracker
 

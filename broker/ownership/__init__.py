@@ -10,3 +10,46 @@ placement, shedding and splits (:mod:`.load_decisions`, sans-IO). :mod:`.peer_ad
 of the other live brokers. Nothing here imports the session front door, the owner proxy or the service: the
 service composes them.
 """
+
+from magnetar.broker.ownership.bundle_map import Bundle, BundleMap
+from magnetar.broker.ownership.load_balancer_settings import LoadBalancerSettings
+from magnetar.broker.ownership.load_manager import (
+    Handlers,
+    LoadManager,
+    OwnerGoneError,
+    Resolution,
+    bundle_stats,
+    tcp_probe,
+)
+from magnetar.broker.ownership.load_report import BundleStats
+from magnetar.broker.ownership.lookup import LookupHandlers
+from magnetar.broker.ownership.manager import OwnerInfo, OwnershipManager
+from magnetar.broker.ownership.namespace_bundle import (
+    BUNDLES_MAX,
+    DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES,
+    NamespaceBundle,
+    bundle_boundaries,
+)
+from magnetar.broker.ownership.peer_addresses import PeerAddresses, maintain_peer_addresses
+
+__all__ = [
+    "BUNDLES_MAX",
+    "DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES",
+    "Bundle",
+    "BundleMap",
+    "BundleStats",
+    "Handlers",
+    "LoadBalancerSettings",
+    "LoadManager",
+    "LookupHandlers",
+    "NamespaceBundle",
+    "OwnerGoneError",
+    "OwnerInfo",
+    "OwnershipManager",
+    "PeerAddresses",
+    "Resolution",
+    "bundle_boundaries",
+    "bundle_stats",
+    "maintain_peer_addresses",
+    "tcp_probe",
+]

@@ -10,7 +10,7 @@ two splits of one namespace never lose each other's boundary."""
 from __future__ import annotations
 
 from magnetar.bookkeeper.metadata import MetadataStoreError
-from magnetar.broker.core.errors import ServiceUnitNotReadyError, TopicNotFoundError
+from magnetar.broker.core import ServiceUnitNotReadyError, TopicNotFoundError
 from magnetar.broker.ownership.namespace_bundle import (
     NamespaceBundle,
     bundle_boundaries,
@@ -19,8 +19,8 @@ from magnetar.broker.ownership.namespace_bundle import (
     split_in_half,
     topic_hash,
 )
-from magnetar.broker.policies.store import Policies, PolicyError, PolicyStore
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.policies import Policies, PolicyError, PolicyStore
+from magnetar.broker.wire import TopicName
 
 Bundle = tuple[str, str]
 """A namespace and the range name of one of its bundles (``0xLOW_0xHIGH``)."""

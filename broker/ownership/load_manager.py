@@ -40,8 +40,7 @@ from urllib.parse import quote, unquote, urlsplit
 import trio
 
 from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, MetadataStoreError, NotFoundError
-from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core import NonPersistentTopic, PersistentTopic
 from magnetar.broker.ownership.load_balancer_settings import LoadBalancerSettings
 from magnetar.broker.ownership.load_decisions import (
     Placement,

@@ -19,14 +19,12 @@ from urllib.parse import urlencode
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, HttpResponse, RequestHead, json_response
-from magnetar.broker.core.errors import ServiceError
+from magnetar.broker.core import ServiceError
 from magnetar.broker.ownership.load_manager import Resolution
 from magnetar.broker.ownership.manager import OwnerInfo
 from magnetar.broker.protocols.http_status import http_status
-from magnetar.broker.security.authorization import TopicOperation
-from magnetar.broker.security.broker_security import BrokerSecurity
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicDomain, TopicName
+from magnetar.broker.security import BrokerSecurity, TopicOperation
+from magnetar.broker.wire import InvalidTopicNameError, TopicDomain, TopicName
 
 
 def topic_from_path(request: HttpRequest | RequestHead) -> TopicName:

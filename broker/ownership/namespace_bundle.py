@@ -29,8 +29,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import InvalidTopicNameError, TopicName
 
 _HEX_BOUND = re.compile(r"0[xX][0-9a-fA-F]{1,8}", re.ASCII)
 """A bundle bound as a range name spells it: ``0x`` and at most 8 ASCII hex digits (``int(text, 16)`` alone

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-OK = "ok"
-HOLD = "hold"
-REJECT = "reject"
+ADMISSION_OK = "ok"
+ADMISSION_HOLD = "hold"
+ADMISSION_REJECT = "reject"
 
 
 class PublishGate(Protocol):

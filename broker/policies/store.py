@@ -34,7 +34,7 @@ from magnetar.bookkeeper.metadata import (
     NotFoundError,
     StoreUnavailableError,
 )
-from magnetar.broker.wire.topic_name import url_decode, url_encode
+from magnetar.broker.wire import url_decode, url_encode
 
 CLUSTERS = "/admin/clusters"
 POLICIES = "/admin/policies"

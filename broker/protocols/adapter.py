@@ -26,10 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from magnetar.broker.core.delivery import FlowControl
-from magnetar.broker.core.producer import Capacity, Producer
-from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.core import Capacity, FlowControl, PartitionRouter, Producer, Subscriber
 from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.outbound import OutboundFrames
 from magnetar.broker.protocols.relay_tracking import Tracker

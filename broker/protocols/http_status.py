@@ -7,7 +7,7 @@ unsettled topic 503, another broker's topic 307 (with its ``Location``), a calle
 
 from __future__ import annotations
 
-from magnetar.broker.core.errors import ErrorKind, ServiceError
+from magnetar.broker.core import ErrorKind, ServiceError
 
 HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.NOT_FOUND: 404,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import trio
 
 from magnetar.bookkeeper.runtime.http import WebSocket, WebSocketClosed
-from magnetar.broker.core.delivery import Delivery
+from magnetar.broker.core import Delivery
 from magnetar.broker.wire.magnetar_v1 import messages_frame
 
 RECORDS_FRAME_BYTES_MAX = 1024 * 1024

@@ -31,16 +31,22 @@ from dataclasses import dataclass
 from enum import Enum
 
 from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsUpgradeError
-from magnetar.broker.wire.errors import InvalidMessageIdError, InvalidTopicNameError
-from magnetar.broker.wire.message_id import EARLIEST, LATEST, MessageId
-from magnetar.broker.wire.strict_input import (
+from magnetar.broker.wire import (
+    EARLIEST,
+    LATEST,
+    InvalidMessageIdError,
+    InvalidTopicNameError,
+    MessageId,
     NumberFormatError,
+    TopicDomain,
+    TopicName,
     UnsafeNameError,
     check_name_characters,
+    check_subscription_name,
     parse_int,
     parse_long,
+    url_decode,
 )
-from magnetar.broker.wire.topic_name import TopicDomain, TopicName, check_subscription_name, url_decode
 
 RECEIVER_QUEUE_SIZE_MAX = 1000
 MIN_ACK_TIMEOUT_MS = 1000

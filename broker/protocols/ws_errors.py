@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from enum import Enum, IntEnum
 
-from magnetar.broker.wire.errors import BrokerError
+from magnetar.broker.wire import BrokerError
 
 WS_CLOSE_CODE_BASE = 4000
 

@@ -43,9 +43,8 @@ from pydantic import ConfigDict
 
 from magnetar.bookkeeper.runtime.auth.authentication import SuperUserSettings
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
-from magnetar.broker.policies.store import NotFound, Policies, PolicyStore, PreconditionFailed
-from magnetar.broker.wire.strict_input import UnsafeNameError, check_name_characters
-from magnetar.broker.wire.topic_name import NamespaceName, TopicName
+from magnetar.broker.policies import NotFound, Policies, PolicyStore, PreconditionFailed
+from magnetar.broker.wire import NamespaceName, TopicName, UnsafeNameError, check_name_characters
 
 ROLE_BYTES_MAX = 1024
 NAMESPACE_AUTH = "namespace_auth"

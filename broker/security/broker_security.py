@@ -30,23 +30,22 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.bookkeeper.metadata import MetadataStoreError
+from magnetar.bookkeeper.runtime import Clock, KeyedRateLimiter, RateLimitedError, TokenBucket
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
     Principal,
     http_reason,
 )
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError, AuthorizationError
-from magnetar.bookkeeper.runtime.clock import Clock
 from magnetar.bookkeeper.runtime.http import HttpError, RequestHead
-from magnetar.bookkeeper.runtime.rate_limit import KeyedRateLimiter, RateLimitedError, TokenBucket
-from magnetar.broker.core.errors import (
+from magnetar.broker.core import (
     AuthorizationUncheckedError,
     NotAuthenticatedError,
     NotAuthorizedError,
     TooManyTopicsError,
 )
 from magnetar.broker.security.authorization import AuthorizationService, TopicOperation
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import TopicName
 
 WWW_AUTHENTICATE = ("www-authenticate", 'Bearer realm="magnetar"')
 

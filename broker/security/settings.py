@@ -35,7 +35,8 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.bookkeeper.client import BookieClientSecurity
-from magnetar.bookkeeper.protocol.digest import DigestType
+from magnetar.bookkeeper.protocol import DigestType
+from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.auth.authentication import (
     AuthenticationService,
     AuthenticationSettings,
@@ -43,8 +44,7 @@ from magnetar.bookkeeper.runtime.auth.authentication import (
 )
 from magnetar.bookkeeper.runtime.auth.keys import read_secret_setting, read_token_setting
 from magnetar.bookkeeper.runtime.auth.tls import ServerTlsSettings, client_ssl_context, server_ssl_context
-from magnetar.bookkeeper.runtime.clock import Clock
-from magnetar.broker.policies.store import PolicyStore
+from magnetar.broker.policies import PolicyStore
 from magnetar.broker.security.authorization import AuthorizationService, AuthorizationSettings
 from magnetar.broker.security.broker_security import BrokerSecurity, SecurityLimits
 

@@ -58,18 +58,23 @@ from magnetar.bookkeeper.runtime.http import (
     WebSocketRequest,
     error_response,
 )
-from magnetar.broker.core.consumer import Consumer
-from magnetar.broker.core.delivery import FlowControl
-from magnetar.broker.core.dispatcher import SubscriptionType
-from magnetar.broker.core.errors import AccessError, NotOwnerError, ServiceError
-from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.core.producer import Capacity, Producer
-from magnetar.broker.core.redelivery_timers import RedeliveryTimers
-from magnetar.broker.core.routing import PartitionRouter
-from magnetar.broker.core.subscriber import Subscriber
-from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core import (
+    AccessError,
+    Capacity,
+    Consumer,
+    FlowControl,
+    NonPersistentTopic,
+    NotOwnerError,
+    PartitionRouter,
+    PersistentTopic,
+    Producer,
+    RedeliveryTimers,
+    ServiceError,
+    Subscriber,
+    SubscriptionType,
+)
 from magnetar.broker.owner_proxy.proxy import OwnerProxy
-from magnetar.broker.policies import publish_gate
+from magnetar.broker.policies import ADMISSION_HOLD, ADMISSION_OK, ADMISSION_REJECT
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession, PublishRefusal
 from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.protocols.outbound import OutboundFrames
@@ -83,11 +88,10 @@ from magnetar.broker.protocols.params import (
 )
 from magnetar.broker.protocols.ws_errors import UpgradeFailure, WsSessionError, WsUpgradeError
 from magnetar.broker.sessions.registry import adapter_for
-from magnetar.broker.wire.message_id import EARLIEST, LATEST
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.wire import EARLIEST, LATEST, TopicName
 
 if TYPE_CHECKING:
-    from magnetar.broker.security.broker_security import PublishLimiter
+    from magnetar.broker.security import PublishLimiter
     from magnetar.broker.sessions.host import SessionHost, SessionSettings
 
 log = logging.getLogger(__name__)
@@ -272,7 +276,7 @@ class SessionFrontDoor:
                 producer.address = self._address(request)
                 producer.client_version = "websocket"
                 producers.append((topic, producer))
-            if self._quota_verdict(producers) == publish_gate.REJECT:
+            if self._quota_verdict(producers) == ADMISSION_REJECT:
                 raise WsUpgradeError.of(
                     UpgradeFailure.QUOTA_EXCEEDED_OR_TERMINATED,
                     f"Cannot create producer on topic with backlog quota exceeded: {target.topic}",
@@ -326,17 +330,17 @@ class SessionFrontDoor:
     def _quota_verdict(self, producers: list[tuple[ServedTopic, Producer]]) -> str:
         gate = self._service.publish_gate
         if gate is None or not gate.any_exceeded:
-            return publish_gate.OK
+            return ADMISSION_OK
         verdicts = {gate.admission(t.ml.name) for t, _ in producers if isinstance(t, PersistentTopic)}
-        for verdict in (publish_gate.REJECT, publish_gate.HOLD):
+        for verdict in (ADMISSION_REJECT, ADMISSION_HOLD):
             if verdict in verdicts:
                 return verdict
-        return publish_gate.OK
+        return ADMISSION_OK
 
     async def _admitted(self, producers: list[tuple[ServedTopic, Producer]]) -> bool:
         """Backlog quotas: False to reject the publish; waits while the topic is held."""
-        while (verdict := self._quota_verdict(producers)) != publish_gate.OK:
-            if verdict == publish_gate.REJECT:
+        while (verdict := self._quota_verdict(producers)) != ADMISSION_OK:
+            if verdict == ADMISSION_REJECT:
                 return False
             gate = self._service.publish_gate
             assert gate is not None

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
-from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core import NonPersistentTopic, PersistentTopic
 from magnetar.broker.owner_proxy.host import ProxyHost, ProxyHostSettings
-from magnetar.broker.policies.publish_gate import PublishGate
-from magnetar.broker.security.broker_security import BrokerSecurity
-from magnetar.broker.wire.topic_name import TopicName
+from magnetar.broker.policies import PublishGate
+from magnetar.broker.security import BrokerSecurity
+from magnetar.broker.wire import TopicName
 
 
 class SessionSettings(ProxyHostSettings, Protocol):

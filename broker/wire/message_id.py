@@ -32,11 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.broker.wire.errors import InvalidMessageIdError
+from magnetar.broker.wire.strict_input import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
-INT32_MIN = -(2**31)
-INT32_MAX = 2**31 - 1
 _U64 = 2**64 - 1
 MESSAGE_ID_BYTES_MAX = 1024
 """Largest serialized MessageIdData accepted (a real one is at most ~50 bytes without ack_set)."""

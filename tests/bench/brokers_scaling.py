@@ -1,4 +1,4 @@
-"""Aggregate publish throughput of a dev cluster with 1, 2 and 3 brokers (issue #27's scale-out figure).
+"""Aggregate publish throughput of a dev cluster with 1, 2 and 3 brokers (the scale-out figure).
 
 For each broker count N: ``magnetar dev-cluster --zk 1 --bookies 3 --brokers N`` (disk bookies, E/W/A
 3/3/2), a namespace ``public/scale`` of ``--bundles`` bundles, then ``magnetar perf produce --topics T

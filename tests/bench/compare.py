@@ -1,4 +1,4 @@
-"""Magnetar side by side with the alternatives on this machine, measured in the same run (issue #11).
+"""Magnetar side by side with the alternatives on this machine, measured in the same run.
 
     .venv/bin/python tests/bench/compare.py                       # everything (about 20 minutes)
     .venv/bin/python tests/bench/compare.py --quick               # a short run CI could afford

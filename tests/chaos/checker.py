@@ -1,7 +1,7 @@
 """The failure suite's checker: every publish, acknowledgement and delivery, and what they must satisfy.
 
 Sans-IO: the workload tells it what happened (``sent``, ``acked``, ``failed``, ``delivered``), with the time
-and the phase of the scenario; :meth:`Checker.verdict` says what went wrong. The properties (issue #9):
+and the phase of the scenario; :meth:`Checker.verdict` says what went wrong. The properties:
 
 * **no loss** - every acknowledged message is delivered, at least once, to every durable subscription;
 * **order per producer** - on each subscription, the *first* deliveries of one producer's messages come in

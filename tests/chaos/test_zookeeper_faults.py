@@ -1,4 +1,4 @@
-"""ZooKeeper outages: the data path must not notice them (issue #26).
+"""ZooKeeper outages: the data path must not notice them.
 
 Ledgers are kept small here (200 entries, about two seconds of the workload) so that rollovers - metadata
 writes - fall due during every outage. Writes to bookies need no ZooKeeper, so the owner of the topic goes on

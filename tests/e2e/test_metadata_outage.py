@@ -1,6 +1,6 @@
 """A broker whose metadata store is away: publishing and delivery go on past the ledger cap, what needs the
 store waits (bounded) and fails with 503, the outage is logged once as it begins and once as it ends, the
-figures are metrics, and everything resumes when the store is back (issue #26)."""
+figures are metrics, and everything resumes when the store is back."""
 
 from __future__ import annotations
 

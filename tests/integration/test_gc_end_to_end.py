@@ -1,4 +1,4 @@
-"""End to end: space that retention frees comes back on the bookies' disks (issue #7's acceptance test).
+"""End to end: space that retention frees comes back on the bookies' disks.
 
 Several topics are written concurrently through managed ledgers (the broker's storage layer; written directly
 rather than over the WebSocket API so that hundreds of megabytes fit in the test's time budget) to three

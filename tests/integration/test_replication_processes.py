@@ -1,4 +1,4 @@
-"""Replication against real bookie processes (issue #3 integration tests).
+"""Replication against real bookie processes.
 
 A real ZooKeeper (fixture), real ``magnetar bookie`` processes (disk storage) on port 0, the replication
 client over TCP: a writer survives a bookie SIGKILLed mid-stream (ensemble change), a SIGKILLed writer's

@@ -11,8 +11,8 @@ marked, and the marks must end when the bookie returns.
 Checks (violations):
 
 * after healing, AutoRecovery converges within ``CONVERGE_S``: no ledger names a lost bookie, no mark is
-  left - neither of a deleted ledger (#3316) nor of a bookie that came back (#2766) - and a ledger left open
-  by an idle writer on a lost bookie is recovered rather than waited on forever (#2755);
+  left - neither of a deleted ledger nor of a bookie that came back (BookKeeper #3316, #2766) - and a ledger
+  left open by an idle writer on a lost bookie is recovered rather than waited on forever (BookKeeper #2755);
 * at the end, every entry of every closed ledger - every acknowledged one included - is on exactly W live
   replicas (its write set per the final metadata), none of them a lost bookie.
 """

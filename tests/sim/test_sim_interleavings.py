@@ -131,7 +131,7 @@ async def test_recovery_in_flight_makes_writer_close_fail_then_closes_at_writer_
             await lh.add_entry(b"late")
 
 
-# -- TLA+ defect 1 (#2614): the first writer must not commit after the second one closes -------------------
+# -- TLA+ defect 1 (BookKeeper #2614): the first writer must not commit after the second one closes ----
 
 
 @pytest.mark.parametrize("defect", [False, True], ids=["fixed", "unfenced-recovery-reads"])
@@ -165,7 +165,7 @@ async def test_first_writer_cannot_commit_after_second_writer_closes(
         slow_a.drop()
 
 
-# -- TLA+ defect 2 (#2615): the last ensemble has no entries, its bookies answer LAC -1 ---------------------
+# -- TLA+ defect 2 (BookKeeper #2615): the last ensemble has no entries, its bookies answer LAC -1 ------
 
 
 @pytest.mark.parametrize("defect", [False, True], ids=["fixed", "no-lac-floor"])

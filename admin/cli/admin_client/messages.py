@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.admin.pulsar_batch import BatchFormatError, SingleMessage, decode_batch
-from magnetar.broker.wire.date_format import format_timestamp
+from magnetar.broker.wire import format_timestamp
 
 PAYLOAD_FORMATS = ("auto", "text", "base64", "hex")
 PROPERTY_HEADER_PREFIX = "x-pulsar-property-"

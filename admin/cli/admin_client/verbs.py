@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magnetar.admin.cli.admin_client.client import AdminClient
-from magnetar.broker.wire.errors import InvalidTopicNameError
-from magnetar.broker.wire.topic_name import NamespaceName, parse_topic_name
+from magnetar.broker.wire import InvalidTopicNameError, NamespaceName, parse_topic_name
 
 Action = Callable[[AdminClient, argparse.Namespace], Any]
 Arguments = Callable[[argparse.ArgumentParser], object]

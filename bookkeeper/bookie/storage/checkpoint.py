@@ -52,7 +52,7 @@ from magnetar.bookkeeper.bookie.storage.errors import BookieError, StorageIOErro
 from magnetar.bookkeeper.bookie.storage.journal import storage_error
 from magnetar.bookkeeper.bookie.storage.ledger_store import LedgerState
 from magnetar.bookkeeper.bookie.storage.write_cache import WriteCache
-from magnetar.bookkeeper.runtime.pacing import GiveWay
+from magnetar.bookkeeper.runtime import GiveWay
 
 log = logging.getLogger(__name__)
 

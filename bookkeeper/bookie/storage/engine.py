@@ -70,7 +70,7 @@ from magnetar.bookkeeper.bookie.storage.read_cache import ReadCache
 from magnetar.bookkeeper.bookie.storage.replay import ReplayStats, replay_journal
 from magnetar.bookkeeper.bookie.storage.settings import BookieStorageSettings
 from magnetar.bookkeeper.bookie.storage.write_cache import DoubleWriteCache, WriteCache
-from magnetar.bookkeeper.runtime.pacing import GiveWay
+from magnetar.bookkeeper.runtime import GiveWay
 
 log = logging.getLogger(__name__)
 

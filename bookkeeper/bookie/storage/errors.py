@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.protocol import BookieStatus
 
 
 class BookieError(Exception):

@@ -70,7 +70,7 @@ from magnetar.bookkeeper.bookie.storage.journal_format import (
 )
 from magnetar.bookkeeper.bookie.storage.ledger_store import DurableCallback
 from magnetar.bookkeeper.bookie.storage.log_mark import LogMark
-from magnetar.bookkeeper.runtime.sync_thread import SyncThread, open_sync_thread
+from magnetar.bookkeeper.runtime import SyncThread, open_sync_thread
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from magnetar.bookkeeper.runtime.flat_settings import rename_old
+from magnetar.bookkeeper.runtime import rename_old
 
 KIB = 1024
 MIB = 1024 * KIB

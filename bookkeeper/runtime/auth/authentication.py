@@ -28,6 +28,7 @@ from typing import Annotated, Any, Protocol, Self
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
+from magnetar.bookkeeper.runtime import Clock, SystemClock
 from magnetar.bookkeeper.runtime.auth.errors import (
     AuthenticationError,
     MalformedTokenError,
@@ -35,7 +36,6 @@ from magnetar.bookkeeper.runtime.auth.errors import (
 )
 from magnetar.bookkeeper.runtime.auth.keys import verification_key
 from magnetar.bookkeeper.runtime.auth.tokens import TOKEN_BYTES_MAX_DEFAULT, TokenVerifier
-from magnetar.bookkeeper.runtime.clock import Clock, SystemClock
 
 TOKEN_QUERY_PARAMETER = "token"
 BEARER_PREFIX = "bearer "

@@ -30,6 +30,7 @@ from typing import Any
 
 import jwt
 
+from magnetar.bookkeeper.runtime import Clock
 from magnetar.bookkeeper.runtime.auth.errors import (
     InvalidClaimsError,
     InvalidSignatureError,
@@ -40,7 +41,6 @@ from magnetar.bookkeeper.runtime.auth.errors import (
     TokenNotYetValidError,
 )
 from magnetar.bookkeeper.runtime.auth.keys import TokenKey
-from magnetar.bookkeeper.runtime.clock import Clock
 
 TOKEN_BYTES_MAX_DEFAULT = 8192
 """Longest token accepted (Jetty's default request-header limit is 8 KiB, so a longer one cannot arrive)."""

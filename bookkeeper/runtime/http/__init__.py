@@ -6,9 +6,9 @@ trio sockets carry them. Build a :class:`Router`, then start the server with
 ``shutdown()``). See :mod:`.connection` and :mod:`.websocket` for how requests and sessions are served.
 """
 
-from magnetar.bookkeeper.runtime.http.router import Router, WebSocketHandler
+from magnetar.bookkeeper.runtime.http.router import HeadCheck, Router, WebSocketHandler
 from magnetar.bookkeeper.runtime.http.server import HttpServer, serve_http
-from magnetar.bookkeeper.runtime.http.settings import HttpLimits, HttpSettings
+from magnetar.bookkeeper.runtime.http.settings import HttpLimits, HttpListenSettings, HttpSettings
 from magnetar.bookkeeper.runtime.http.types import (
     HttpError,
     HttpHandler,
@@ -26,11 +26,19 @@ from magnetar.bookkeeper.runtime.http.websocket import (
     WebSocketClosed,
     WebSocketRequest,
 )
+from magnetar.bookkeeper.runtime.http.ws_client import (
+    WsClient,
+    WsClosed,
+    WsRejected,
+    connection_loss,
+    open_ws_client,
+)
 from magnetar.bookkeeper.runtime.http.ws_frames import (
     CLOSE_GOING_AWAY,
     CLOSE_INTERNAL_ERROR,
     CLOSE_MESSAGE_TOO_BIG,
     CLOSE_NORMAL,
+    CLOSE_POLICY_VIOLATION,
 )
 
 __all__ = [
@@ -38,9 +46,12 @@ __all__ = [
     "CLOSE_INTERNAL_ERROR",
     "CLOSE_MESSAGE_TOO_BIG",
     "CLOSE_NORMAL",
+    "CLOSE_POLICY_VIOLATION",
+    "HeadCheck",
     "HttpError",
     "HttpHandler",
     "HttpLimits",
+    "HttpListenSettings",
     "HttpRequest",
     "HttpResponse",
     "HttpServer",
@@ -52,9 +63,14 @@ __all__ = [
     "WebSocketClosed",
     "WebSocketHandler",
     "WebSocketRequest",
+    "WsClient",
+    "WsClosed",
+    "WsRejected",
+    "connection_loss",
     "error_response",
     "json_bytes",
     "json_response",
+    "open_ws_client",
     "serve_http",
     "text_response",
 ]

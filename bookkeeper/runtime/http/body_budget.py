@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import trio
 
-from magnetar.bookkeeper.runtime.memory import process_trimmer
+from magnetar.bookkeeper.runtime import process_trimmer
 
 
 class BodyBudget:

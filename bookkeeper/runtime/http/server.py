@@ -35,16 +35,14 @@ from collections.abc import Callable
 
 import trio
 
+from magnetar.bookkeeper.runtime import ConnectionCounter, open_listeners, process_connection_slots
 from magnetar.bookkeeper.runtime.auth.tls import peer_address
-from magnetar.bookkeeper.runtime.descriptors import process_connection_slots
 from magnetar.bookkeeper.runtime.http.body_budget import BodyBudget
 from magnetar.bookkeeper.runtime.http.connection import HttpConnection
 from magnetar.bookkeeper.runtime.http.router import Router
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import json_bytes, status_phrase
 from magnetar.bookkeeper.runtime.http.ws_budget import ReceiveBudget
-from magnetar.bookkeeper.runtime.listen import open_listeners
-from magnetar.bookkeeper.runtime.rate_limit import ConnectionCounter
 
 log = logging.getLogger(__name__)
 

@@ -49,6 +49,7 @@ from typing import Protocol
 
 import trio
 
+from magnetar.bookkeeper.runtime import SendTimer
 from magnetar.bookkeeper.runtime.http.settings import HttpSettings
 from magnetar.bookkeeper.runtime.http.types import HttpResponse, QueryParams, RequestHead
 from magnetar.bookkeeper.runtime.http.ws_budget import ReceiveBudget
@@ -70,7 +71,6 @@ from magnetar.bookkeeper.runtime.http.ws_frames import (
     close_payload,
     frame_header,
 )
-from magnetar.bookkeeper.runtime.send_timer import SendTimer
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from typing import Protocol
 
 import trio
 
-from magnetar.bookkeeper.runtime.memory import process_trimmer
+from magnetar.bookkeeper.runtime import process_trimmer
 
 EVICT_BYTES_MIN = 65536
 """A session holding less of an unfinished message than this is not evicted (evicting it frees too little)."""

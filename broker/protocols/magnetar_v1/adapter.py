@@ -5,7 +5,7 @@ by a client that offers the subprotocol. Producers in :mod:`.producer`, consumer
 
 from __future__ import annotations
 
-from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.core import PartitionRouter
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession
 from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.magnetar_v1.consumer import BinaryConsumerCommands, BinaryReaderCommands

@@ -15,11 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from magnetar.bookkeeper.runtime.http import CLOSE_NORMAL
-from magnetar.broker.core.delivery import FlowControl
-from magnetar.broker.core.errors import ServiceError
-from magnetar.broker.core.subscriber import Subscriber
+from magnetar.broker.core import FlowControl, ServiceError, Subscriber
 from magnetar.broker.protocols.outbound import OutboundFrames
 from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
+from magnetar.broker.wire import MessageId
 from magnetar.broker.wire.magnetar_v1 import (
     BinaryFrameError,
     ConsumerFrame,
@@ -27,7 +26,6 @@ from magnetar.broker.wire.magnetar_v1 import (
     end_of_topic_frame,
     parse_consumer_frame,
 )
-from magnetar.broker.wire.message_id import MessageId
 
 Kick = Callable[[int, str], None]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.core import PartitionRouter
 from magnetar.broker.protocols.fan import ConsumerFan, Fan, Frame, Routed
 from magnetar.broker.protocols.magnetar_v1.producer import route_frame
 from magnetar.broker.protocols.outbound import RECORDS_FRAME_BYTES_MAX

@@ -25,10 +25,7 @@ from typing import TypeVar
 
 import trio
 
-from magnetar.broker.core.delivery import Delivery
-from magnetar.broker.core.producer import Capacity, Producer
-from magnetar.broker.core.publish import PublishRequest
-from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.core import Capacity, Delivery, PartitionRouter, Producer, PublishRequest
 from magnetar.broker.protocols.outbound import (
     OUTBOUND_BYTES_MAX,
     OUTBOUND_MESSAGES_MAX,

@@ -9,6 +9,7 @@ import struct
 
 from magnetar.broker.protocols.relay_tracking import ConsumerTracker, FrameKind, Tracker
 from magnetar.broker.protocols.ws_errors import WsErrorCode
+from magnetar.broker.wire import encode_message_id
 from magnetar.broker.wire.magnetar_v1 import (
     FrameType,
     encode_permit,
@@ -16,7 +17,6 @@ from magnetar.broker.wire.magnetar_v1 import (
     end_of_topic_frame,
     parse_messages,
 )
-from magnetar.broker.wire.message_id import encode_message_id
 
 _U64_AT_1 = struct.Struct("<Q")
 _U32_AT_1 = struct.Struct("<I")

@@ -14,10 +14,7 @@ from __future__ import annotations
 import trio
 
 from magnetar.bookkeeper.runtime.http import CLOSE_NORMAL
-from magnetar.broker.core.errors import ServiceError
-from magnetar.broker.core.producer import Producer
-from magnetar.broker.core.publish import MESSAGES
-from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.core import MESSAGES, PartitionRouter, Producer, ServiceError
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession
 from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.outbound import OutboundFrames

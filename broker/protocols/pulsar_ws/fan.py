@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from magnetar.broker.core.routing import PartitionRouter
+from magnetar.broker.core import PartitionRouter
 from magnetar.broker.protocols.fan import ConsumerFan, Fan, Frame, Routed
 from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
@@ -21,7 +21,7 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
     plain_ack_fields,
 )
 from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
-from magnetar.broker.wire.message_id import MessageId
+from magnetar.broker.wire import MessageId
 
 _DELIVERY_PREFIX = '{"messageId":"'
 _END_OF_TOPIC_PREFIX = '{"endOfTopic":'

@@ -46,18 +46,21 @@ from typing import Any, NamedTuple
 import orjson
 
 from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
-from magnetar.broker.wire.date_format import DateParseError, format_timestamp, parse_timestamp
-from magnetar.broker.wire.errors import BrokerError, InvalidMessageIdError
-from magnetar.broker.wire.message_id import (
+from magnetar.broker.wire import (
     INT32_MAX,
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
+    BrokerError,
+    DateParseError,
+    InvalidMessageIdError,
     MessageId,
     decode_base64_java,
     delivered_id_fields,
+    format_timestamp,
+    is_decimal_integer,
+    parse_timestamp,
 )
-from magnetar.broker.wire.strict_input import is_decimal_integer
 
 # --- publish request ----------------------------------------------------------------------------------------
 

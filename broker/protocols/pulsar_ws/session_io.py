@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from magnetar.broker.core.delivery import Delivery
-from magnetar.broker.core.publish import PublishRequest
+from magnetar.broker.core import Delivery, PublishRequest
 from magnetar.broker.protocols.outbound import OUTBOUND_BYTES_MAX, OUTBOUND_MESSAGES_MAX, OutboundFrames
 from magnetar.broker.protocols.pulsar_ws.messages import (
     consumer_message_frame,
@@ -20,8 +19,7 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
     producer_ack_ok,
 )
 from magnetar.broker.protocols.ws_errors import WsErrorCode
-from magnetar.broker.wire.date_format import format_timestamp
-from magnetar.broker.wire.message_id import delivered_message_id, encode_message_id
+from magnetar.broker.wire import delivered_message_id, encode_message_id, format_timestamp
 
 
 class JsonFrames(OutboundFrames):

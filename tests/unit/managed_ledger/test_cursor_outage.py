@@ -1,6 +1,6 @@
 """Cursor persistence while the metadata store is away: position entries go on to the cursor ledger (bookies
 only), a full cursor ledger takes entries past its cap, and a new owner recovers what was persisted during the
-outage (issue #26)."""
+outage."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Rollovers while the metadata store is away: the current ledger takes entries past its cap (bounded), the
 roll happens when the store is back, an unknown outcome of the list write is settled, and a broker that took
-the topic over meanwhile fences the old writer (issue #26)."""
+the topic over meanwhile fences the old writer."""
 
 from __future__ import annotations
 
