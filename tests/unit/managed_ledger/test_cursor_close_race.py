@@ -40,7 +40,8 @@ async def test_a_close_during_a_flush_keeps_the_final_mark_delete() -> None:
         cursor.ack(positions[0])
         await cursor.flush()  # the cursor ledger exists
         store = cursor._store
-        assert store is not None and store._ledger is not None
+        assert store is not None
+        assert store._ledger is not None
         handle = store._ledger
         sent = trio.Event()
 
