@@ -56,6 +56,10 @@ class ManagedCursor:
         (in memory, as the subscription's batch-index acks; the entry is acknowledged once all are)."""
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def durable(self) -> bool:
         return self._store is not None
 
@@ -281,7 +285,7 @@ class ManagedCursor:
         self._last_persist_s = trio.current_time()
         try:
             async with self._persisting:
-                if self._closed:  # the close's final snapshot holds this state and newer
+                if self.closed:  # closed while waiting: the final snapshot holds this state and newer
                     return
                 await self._store.persist(self.snapshot())
         except ManagedLedgerFencedError as exc:
