@@ -308,7 +308,7 @@ class Subscription:
         nacked, timed_out = consumer.due_redeliveries(now)
         for delivery in timed_out:
             self.dispatcher.on_released(consumer, delivery)
-        due = [delivery for delivery in nacked + timed_out if not self._acked(delivery)]
+        due = [delivery for delivery in nacked + timed_out if not self.acked(delivery)]
         if not due:
             return
         for delivery in due:
@@ -317,9 +317,9 @@ class Subscription:
         due.sort(key=lambda d: d.key)
         self.dispatcher.redeliver(due)
 
-    def _acked(self, delivery: Delivery) -> bool:
+    def acked(self, delivery: Delivery) -> bool:
         """Whether ``delivery``'s message was acknowledged meanwhile (through another copy of it: a negative
-        ack or an ack timeout must not deliver it again)."""
+        ack, an ack timeout or its consumer leaving must not deliver it again)."""
         position = Position(delivery.ledger_id, delivery.entry_id)
         if self.cursor.is_acked(position):
             return True

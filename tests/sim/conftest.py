@@ -1,7 +1,7 @@
 """Options of the deterministic simulations (see README.md here).
 
 ``--sim-seed=N`` runs exactly seed N (reproducing a failure); ``--sim-seeds=K`` runs seeds 0..K-1
-(default 500 in CI; ``make sim-long`` runs 5000). The managed-ledger tier runs 2/5 of them.
+(default 500 in CI; ``make sim-long`` runs 5000). The managed-ledger and topic tiers run 2/5 of them.
 """
 
 from __future__ import annotations

@@ -75,16 +75,16 @@ def test_a_seed_replays_the_same_trace() -> None:
 def _redelivery_ignores_acknowledgements() -> Iterator[None]:
     """A negative ack or an ack timeout redelivers a message although another copy of it was acknowledged
     meanwhile (the defect this tier found): an acknowledged message is delivered again."""
-    original = Subscription._acked
+    original = Subscription.acked
 
     def never(self: Subscription, delivery: Delivery) -> bool:
         return False
 
-    Subscription._acked = never  # type: ignore[method-assign]
+    Subscription.acked = never  # type: ignore[method-assign]
     try:
         yield
     finally:
-        Subscription._acked = original  # type: ignore[method-assign]
+        Subscription.acked = original  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize(

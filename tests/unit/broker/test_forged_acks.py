@@ -234,3 +234,29 @@ def test_a_message_acked_while_its_negative_ack_waits_is_not_delivered_again() -
         assert pushed == []
 
     trio.run(main)
+
+
+def test_a_message_acked_while_its_negative_ack_waits_does_not_go_to_another_consumer() -> None:
+    """The same, when the consumer holding the waiting negative ack leaves a Shared subscription: what it
+    held goes back for redelivery to the others, except what was acknowledged."""
+
+    async def main() -> None:
+        sub, first = subscription()
+        second = Consumer(
+            name="d", priority_level=0, partition=-1, flow=FlowControl(0, pull_mode=True), sink=Sink()
+        )
+        sub.add_consumer(second, SubscriptionType.SHARED)
+        pushed: list[tuple[int, int, int]] = []
+        sink = second.sink
+        sink.deliver = lambda delivery, partition, count: pushed.append(delivery.key)  # type: ignore[method-assign]
+        second.flow.grant(100)
+        deliver(sub, first, EXACT, 0, -1)
+        deliver(sub, first, EXACT, 1, 0)
+        for key in ((EXACT, 0, -1), (EXACT, 1, 0)):
+            sub.nack(first, MessageId(key[0], key[1], -1, key[2]))
+        assert sub.ack_fields(first, -1, EXACT, 0, -1)  # acknowledged through another copy
+        sub.remove_consumer(first)
+        sub.dispatcher._dispatch_redeliveries()
+        assert pushed == [(EXACT, 1, 0)]  # the message not acknowledged, only
+
+    trio.run(main)
