@@ -47,14 +47,12 @@ cursor. The checkers:
 from __future__ import annotations
 
 import contextlib
-import logging
 import random
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import trio
-import trio._core._run as trio_run
 import trio.testing
 from sim.sim_managed_ledger import (
     FAILURES,
@@ -62,13 +60,12 @@ from sim.sim_managed_ledger import (
     TOPIC,
     MlScenario,
     MlWorld,
-    _Rollbacks,
     draw_ml_scenario,
     message,
     message_index,
+    run_world,
 )
 
-from magnetar.bookkeeper.metadata import memory as memory_store
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.runtime.clock import TrioClock
 from magnetar.broker.core.consumer import Consumer
@@ -85,7 +82,6 @@ from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.wire.entry_format import decode_entry
 from magnetar.broker.wire.message_id import MessageId
 from magnetar.broker.wire.topic_name import parse_topic_name
-from magnetar.managed_ledger import cursor_store
 from magnetar.managed_ledger.cursor_store import CursorSnapshot
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 from magnetar.managed_ledger.position import Position
@@ -239,8 +235,6 @@ class TopicWorld(MlWorld):
     in_flight: dict[int, float] = field(default_factory=dict)
     """Messages sent and not answered -> when they were sent."""
     resend: set[int] = field(default_factory=set)
-    present: set[int] = field(default_factory=set)
-    """Messages the verifier read."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -320,31 +314,17 @@ class TopicWorld(MlWorld):
             task_status.started()
             await trio.sleep_forever()
 
-    async def session_losses(self, brokers: trio.Nursery) -> None:
-        """The managed-ledger tier's session losses, and clean unloads: the owner closes the topic
-        (accepted writes finished, the cursor's final snapshot written) and the next broker loads it."""
-        s = self.ts
-        spare = [f"broker{i}" for i in range(1, s.brokers)]
-        while True:
-            await trio.sleep(self.rng.expovariate(1.0 / s.session_interval_s))
-            owner = self.topic_owner
-            store = owner.store
-            if spare and self.rng.random() < s.unload:
-                self.log(f"{owner.name} unloads the topic")
-                with trio.move_on_after(5.0):
-                    await owner.topic.close("Topic unloaded")
-                await brokers.start(self.take_over, spare.pop(0))
-                continue
-            self.log(f"{owner.name}: metadata session disconnected")
-            store.disconnect()
-            expired = self.rng.random() < 0.6
-            await trio.sleep(self.rng.uniform(0.05, s.session_down_max_s))
-            if expired:
-                self.log(f"{owner.name}: metadata session expired")
-                store.expire_session()
-            if expired and spare and self.rng.random() < s.takeover:
-                await brokers.start(self.take_over, spare.pop(0))
-            self.scheduler.at(self.rng.uniform(0.0, s.session_down_max_s), store.reconnect)
+    async def unloaded(self, brokers: trio.Nursery, spare: list[str]) -> bool:
+        """A clean unload, now and then: the owner closes the topic (accepted writes finished, the cursor's
+        final snapshot written) and the next broker loads it."""
+        if self.rng.random() >= self.ts.unload:
+            return False
+        owner = self.topic_owner
+        self.log(f"{owner.name} unloads the topic")
+        with trio.move_on_after(5.0):
+            await owner.topic.close("Topic unloaded")
+        await brokers.start(self.take_over, spare.pop(0))
+        return True
 
     def _fenced(self, topic: PersistentTopic, nursery: trio.Nursery) -> None:
         """What the broker service does when another broker took the managed ledger over."""
@@ -607,49 +587,8 @@ class TopicWorld(MlWorld):
         if after < before:
             self.violation(f"mark-delete of {owner.name} moved back from {before} to {after}")
 
-    # -- the end -------------------------------------------------------------------------------------------
-
-    async def verify(self) -> None:
-        """A fresh broker takes the topic over, reads every entry and recovers the cursor."""
-        async with self.broker_factory("verifier") as (_, factory):
-            for _ in range(10):
-                self.rollbacks.clear()
-                try:
-                    ml = await factory.open(TOPIC)
-                    cursor = await ml.open_cursor(SUBSCRIPTION)
-                    break
-                except FAILURES as exc:
-                    self.log(f"verifier could not open the topic: {exc!r}")
-                    with contextlib.suppress(*FAILURES):
-                        await factory.close_ledger(TOPIC)
-                    await trio.sleep(1.0)
-            else:
-                self.violation("liveness: the topic could not be opened after healing")
-                return
-            stored: dict[Position, int] = {}
-            first = ml.ledgers.first_position()
-            if first is not None:
-                try:
-                    for entry in await ml.read_entries(first, 10_000):
-                        for m in decode_entry(entry.data).messages:
-                            stored[entry.position] = message_index(m.payload)
-                            self.present.add(message_index(m.payload))
-                except FAILURES as exc:
-                    self.violation(f"the topic is unreadable after healing: {exc!r}")
-                    return
-            self.check(stored, cursor.mark_delete)
-
-    def check(self, stored: dict[Position, int], final_mark: Position) -> None:
-        for index, key in sorted(self.published.items()):
-            if index not in self.present:
-                self.violation(f"acknowledged message {index} (stored at {key}) lost")
-            elif index not in self.delivered:
-                self.violation(f"acknowledged message {index} never reached the subscription")
-        floor = max(self.persisted_marks, default=None)
-        if floor is not None and final_mark < floor and not self._rolled_back("the verifier"):
-            self.violation(
-                f"mark-delete moved back: {floor} was persisted, the verifier recovered {final_mark}"
-            )
+    def messages_in(self, data: bytes) -> list[int]:
+        return [message_index(m.payload) for m in decode_entry(data).messages]
 
 
 @dataclass
@@ -667,23 +606,7 @@ def run_topic_seed(
     seed: int, inject: Callable[[], AbstractContextManager[object]] | None = None
 ) -> TopicResult:
     world = TopicWorld(draw_topic_scenario(seed))
-    trio_run._r.seed(seed)
-    notices = _Rollbacks(world.rollbacks)
-    store_log = logging.getLogger(cursor_store.__name__)
-    saved = store_log.level, store_log.propagate
-    store_log.setLevel(logging.WARNING)
-    store_log.propagate = False
-    store_log.addHandler(notices)
-    try:
-        with inject() if inject is not None else contextlib.nullcontext():
-            trio.run(world.main, clock=trio.testing.MockClock(autojump_threshold=0))
-    except Exception as exc:  # a crash of the run is a finding too
-        world.violation(f"the run crashed: {exc!r} {getattr(exc, 'exceptions', '')}")
-    finally:
-        memory_store._shared_trees.pop(world.tree, None)
-        store_log.removeHandler(notices)
-        store_log.setLevel(saved[0])
-        store_log.propagate = saved[1]
+    run_world(world, inject)
     return TopicResult(
         seed,
         world.scenario,
