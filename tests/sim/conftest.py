@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import pytest
 
 DEFAULT_SEEDS = 500
@@ -23,3 +26,15 @@ def sim_seeds(request: pytest.FixtureRequest) -> list[int]:
     if seed is not None:
         return [seed]
     return list(range(request.config.getoption("--sim-seeds")))
+
+
+@pytest.fixture
+def quiet_magnetar() -> Iterator[None]:
+    """The managed ledger and the broker log every fault they ride out; thousands of lines per seed would
+    cost more than the simulation. Errors still end up in the checkers' view: an unexpected exception
+    crashes the run."""
+    logger = logging.getLogger("magnetar")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    yield
+    logger.setLevel(level)

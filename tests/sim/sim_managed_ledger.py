@@ -44,6 +44,7 @@ from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
 import hypothesis  # noqa: F401  - enables trio's deterministic scheduling (its hypothesis plugin)
+import pytest
 import trio
 import trio._core._run as trio_run
 import trio.testing
@@ -478,6 +479,22 @@ class _Rollbacks(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if "unreadable" in str(record.msg) and "using the" in str(record.msg):
             self.notes.append(record.getMessage())
+
+
+SHARDS = 4
+"""The managed-ledger and topic tiers split their seeds into this many tests (``make test``'s workers share
+them)."""
+SHARE = 2 / 5
+"""The part of ``--sim-seeds`` those tiers run (their seeds cost about three times the replication tier's)."""
+
+
+def shard_seeds(sim_seeds: list[int], shard: int) -> list[int]:
+    """Shard ``shard``'s part of :data:`SHARE` of the seeds (or the one ``--sim-seed``); skips when empty."""
+    seeds = sim_seeds if len(sim_seeds) == 1 else sim_seeds[: max(1, int(len(sim_seeds) * SHARE))]
+    seeds = seeds[shard::SHARDS]
+    if not seeds:
+        pytest.skip(f"--sim-seed/--sim-seeds left no seed to shard {shard}")
+    return seeds
 
 
 def run_world(world: MlWorld, inject: Callable[[], AbstractContextManager[object]] | None = None) -> None:

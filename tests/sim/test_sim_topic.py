@@ -11,11 +11,11 @@ prints the command that reproduces it.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from sim.sim_managed_ledger import SHARDS, shard_seeds
 from sim.sim_topic import TopicScenario, draw_topic_scenario, run_topic_seed
 from sim.sim_world import report
 from sim.test_sim_managed_ledger import _cursor_recovery_takes_the_first_position_entry
@@ -26,29 +26,13 @@ from magnetar.broker.core.subscription import Subscription
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.errors import ManagedLedgerError
 
-SHARDS = 4
-SHARE = 2 / 5
-"""The part of ``--sim-seeds`` this tier runs."""
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    """The broker and managed ledger log every fault they ride out (see ``test_sim_managed_ledger.py``)."""
-    logger = logging.getLogger("magnetar")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
+pytestmark = pytest.mark.usefixtures("quiet_magnetar")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(SHARDS), ids=lambda shard: f"shard{shard}")
 def test_topic_simulation_loses_no_acknowledged_message(sim_seeds: list[int], shard: int) -> None:
-    seeds = sim_seeds if len(sim_seeds) == 1 else sim_seeds[: max(1, int(len(sim_seeds) * SHARE))]
-    seeds = seeds[shard::SHARDS]
-    if not seeds:
-        pytest.skip(f"--sim-seed/--sim-seeds left no seed to shard {shard}")
-    failures = [result for result in map(run_topic_seed, seeds) if result.violations]
+    failures = [result for result in map(run_topic_seed, shard_seeds(sim_seeds, shard)) if result.violations]
     assert not failures, report("test_topic_simulation_loses_no_acknowledged_message", failures)
 
 
