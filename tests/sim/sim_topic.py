@@ -38,8 +38,8 @@ cursor. The checkers:
    a. *same owner*: once the subscription accepted an acknowledgement of message ``(ledger, entry, batch
       index)`` (``ack_fields`` returned True, or it was pending at the consumer inside an ``ack_range``), that
       owner's topic never delivers it again;
-   b. *across owners*: once a cursor state was reported persisted, no owner that began opening the topic
-      afterwards (and not the persisting owner itself) delivers a message of an entry at or below its
+   b. *across owners*: once a cursor state was reported persisted, neither the owner that persisted it nor
+      any owner that began opening the topic afterwards delivers a message of an entry at or below its
       mark-delete or inside its persisted acknowledged ranges (a rollback resets this, as in 2.).
 4. *No crash*: anything but the faults' own errors ending a task is a finding.
 """
