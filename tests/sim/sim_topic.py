@@ -15,7 +15,8 @@ seed); what changes is what each broker serves and how the clients speak to it:
   :class:`~magnetar.broker.core.producer.Producer` on the owner's topic, several in flight (so the publish
   queue batches them into entries), re-sending what failed or was not answered within 5 s, and moving to the
   next owner when the topic changes hands. A message is *acknowledged* once its completion said ``stored``.
-* **The consumer** (a client) subscribes (Exclusive or Shared) with a core
+* **The consumer** (a client; two on some Shared subscriptions, which now and then leave - what they got
+  and did not answer goes to the other - and come back) subscribes (Exclusive or Shared) with a core
   :class:`~magnetar.broker.core.consumer.Consumer` whose delivery sink is the client's inbox, under push-mode
   windows or pull-mode permits; it acknowledges individually (``ack_fields``) or "cumulatively" (an
   ``ack_range`` from its oldest pending message up to one it received: everything pending up to it, as the
@@ -109,6 +110,11 @@ class TopicScenario(MlScenario):
     ack_timeout_ms: int = 0
     unload: float = 0.0
     """Probability that an owner about to lose the topic unloads it cleanly first."""
+    consumers: int = 1
+    """Consumer clients of a Shared subscription (one for Exclusive)."""
+    leave: float = 0.0
+    """Shared: probability, each round, that a consumer leaves (what it holds goes to the others) and comes
+    back."""
 
 
 def draw_topic_scenario(seed: int) -> TopicScenario:
@@ -125,6 +131,8 @@ def draw_topic_scenario(seed: int) -> TopicScenario:
         hold=rng.choice([0.0, 0.1, 0.3]),
         ack_timeout_ms=rng.choice([0, 300, 1000]),
         unload=rng.choice([0.0, 0.3, 0.7]),
+        consumers=rng.choice([1, 2]),
+        leave=rng.choice([0.0, 0.01, 0.03]),
     )
 
 
@@ -455,22 +463,31 @@ class TopicWorld(MlWorld):
         self.producer_done.set()
 
     async def consumer(self) -> None:
+        """The subscription's consumer clients (two on some Shared subscriptions), until all are done."""
+        s = self.ts
+        count = s.consumers if s.shared else 1
+        async with trio.open_nursery() as nursery:
+            for number in range(count):
+                nursery.start_soon(self._client, "consumer" if number == 0 else f"consumer{number + 1}")
+        self.consumer_done.set()
+
+    async def _client(self, name: str) -> None:
         while True:
             owner = self.topic_owner
             try:
-                done = await self._consume_on(owner)
+                done = await self._consume_on(owner, name)
             except ServiceError as exc:
-                self.log(f"consumer: cannot subscribe on {owner.name}: {exc}")
+                self.log(f"{name}: cannot subscribe on {owner.name}: {exc}")
                 done = False
             if done:
-                self.consumer_done.set()
                 return
             with trio.move_on_after(0.2):
                 await self.owner_changed.wait()
 
-    async def _consume_on(self, owner: TopicBroker) -> bool:
-        """One consumer session on ``owner``'s topic, until it ends or the topic changes hands; True when
-        everything acknowledged was received and the producer is done."""
+    async def _consume_on(self, owner: TopicBroker, name: str) -> bool:
+        """One consumer session on ``owner``'s topic, until it ends, the topic changes hands or the client
+        leaves; True when everything acknowledged was received, the producer is done and the client
+        answered all it got."""
         s = self.ts
         inbox = Inbox(self, owner)
         flow = FlowControl(s.window, pull_mode=s.pull_mode)
@@ -479,7 +496,7 @@ class TopicWorld(MlWorld):
 
         def make() -> Consumer:
             consumer = Consumer(
-                name="consumer",
+                name=name,
                 priority_level=0,
                 partition=-1,
                 flow=flow,
@@ -496,7 +513,7 @@ class TopicWorld(MlWorld):
             SUBSCRIPTION, make, sub_type, durable=True, start_earliest=True
         )
         consumer = consumer_box[0]
-        self.log(f"consumer: subscribed on {owner.name}")
+        self.log(f"{name}: subscribed on {owner.name}")
         held: list[Delivery] = []
         drained = False
         linger: float | None = None
@@ -518,6 +535,9 @@ class TopicWorld(MlWorld):
                         inbox.arrived = trio.Event()
                         with trio.move_on_after(0.1):
                             await inbox.arrived.wait()
+                    if s.shared and self.rng.random() < s.leave:  # what it got and did not answer goes back
+                        self.log(f"{name}: leaves {owner.name}, holding {len(consumer.pending)} messages")
+                        break
                     deliveries, inbox.received = inbox.received, []
                     for delivery in deliveries:
                         self._answer(owner, subscriber, consumer, delivery, held)
@@ -549,7 +569,7 @@ class TopicWorld(MlWorld):
         key = delivery.key
         roll = self.rng.random()
         if roll < s.nack:
-            self.log(f"consumer: nack {key} on {owner.name}")
+            self.log(f"{consumer.name}: nack {key} on {owner.name}")
             subscriber.nack(MessageId(key[0], key[1], -1, key[2], delivery.batch_size))
         elif roll < s.nack + s.hold:
             held.append(delivery)
@@ -560,7 +580,7 @@ class TopicWorld(MlWorld):
         before = owner.subscription.cursor.mark_delete
         if subscriber.ack_fields(-1, key[0], key[1], key[2]):
             owner.acked.add(key)
-            self.log(f"consumer: acked {key} on {owner.name}")
+            self.log(f"{subscriber.consumer.name}: acked {key} on {owner.name}")
         self._check_mark(owner, before)
 
     def _ack_held(
@@ -575,7 +595,7 @@ class TopicWorld(MlWorld):
             acked = subscriber.ack_range(first, last)
             if acked:
                 owner.acked.update(keys)
-            self.log(f"consumer: acked the range {first}..{last} ({acked}) on {owner.name}")
+            self.log(f"{consumer.name}: acked the range {first}..{last} ({acked}) on {owner.name}")
             self._check_mark(owner, before)
         else:
             for delivery in held:
