@@ -21,8 +21,8 @@ seed); what changes is what each broker serves and how the clients speak to it:
   windows or pull-mode permits; it acknowledges individually (``ack_fields``) or "cumulatively" (an
   ``ack_range`` from its oldest pending message up to one it received: everything pending up to it, as the
   binary protocol's ranges do), negatively acknowledges some messages, holds some past the ack timeout (they
-  come back with the session's :class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`), and
-  re-subscribes on the next owner.
+  come back with the session's :class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`, and it
+  negatively acknowledges such a second copy), and re-subscribes on the next owner.
 
 At the end the network heals, the subscription drains, and a fresh broker reads the topic and recovers the
 cursor. The checkers:
@@ -112,6 +112,10 @@ class TopicScenario(MlScenario):
     """Probability that an owner about to lose the topic unloads it cleanly first."""
     consumers: int = 1
     """Consumer clients of a Shared subscription (one for Exclusive)."""
+    hold_s: float = 0.0
+    """How long the consumer holds messages before it acknowledges them (past the ack timeout, sometimes:
+    they come back meanwhile, and the client then holds two copies of one message)."""
+    nack_delay_ms: int = 100
     leave: float = 0.0
     """Shared: probability, each round, that a consumer leaves (what it holds goes to the others) and comes
     back."""
@@ -133,6 +137,8 @@ def draw_topic_scenario(seed: int) -> TopicScenario:
         unload=rng.choice([0.0, 0.3, 0.7]),
         consumers=rng.choice([1, 2]),
         leave=rng.choice([0.0, 0.01, 0.03]),
+        hold_s=rng.choice([0.05, 0.2, 0.5]),
+        nack_delay_ms=rng.choice([100, 1000]),
     )
 
 
@@ -502,7 +508,7 @@ class TopicWorld(MlWorld):
                 flow=flow,
                 sink=inbox,
                 ack_timeout_ms=s.ack_timeout_ms,
-                nack_delay_ms=100,
+                nack_delay_ms=s.nack_delay_ms,
             )
             consumer.disconnect = lambda reason: ended.set()
             consumer_box.append(consumer)
@@ -515,6 +521,7 @@ class TopicWorld(MlWorld):
         consumer = consumer_box[0]
         self.log(f"{name}: subscribed on {owner.name}")
         held: list[Delivery] = []
+        held_since = 0.0
         drained = False
         linger: float | None = None
         try:
@@ -539,9 +546,11 @@ class TopicWorld(MlWorld):
                         self.log(f"{name}: leaves {owner.name}, holding {len(consumer.pending)} messages")
                         break
                     deliveries, inbox.received = inbox.received, []
+                    if deliveries and not held:
+                        held_since = trio.current_time()
                     for delivery in deliveries:
                         self._answer(owner, subscriber, consumer, delivery, held)
-                    if held and (self.rng.random() < 0.2 or not deliveries):
+                    if held and trio.current_time() - held_since >= s.hold_s:
                         self._ack_held(owner, subscriber, consumer, held)
                     await trio.sleep(self.rng.uniform(0.0, 0.03))
                 nursery.cancel_scope.cancel()  # (the redelivery timers)
@@ -568,6 +577,8 @@ class TopicWorld(MlWorld):
         s = self.ts
         key = delivery.key
         roll = self.rng.random()
+        if any(d.key == key for d in held):  # a second copy (the ack timeout): answered apart from the first
+            roll = min(roll, s.nack)
         if roll < s.nack:
             self.log(f"{consumer.name}: nack {key} on {owner.name}")
             subscriber.nack(MessageId(key[0], key[1], -1, key[2], delivery.batch_size))

@@ -99,7 +99,8 @@ def _close_does_not_wait_for_a_flush() -> Iterator[None]:
 
 
 def _unloads(scenario: TopicScenario) -> bool:
-    return scenario.unload > 0
+    """Scenarios with frequent clean unloads while bookies crash (a flush's add is then slow at times)."""
+    return scenario.unload > 0 and scenario.crash_interval_s <= 2.0 and scenario.session_interval_s <= 1.2
 
 
 def _any(scenario: TopicScenario) -> bool:
@@ -107,9 +108,16 @@ def _any(scenario: TopicScenario) -> bool:
 
 
 def _copies_meet(scenario: TopicScenario) -> bool:
-    """Scenarios where a client can hold two copies of a message and answer them differently (negative
-    acks, held messages, an ack timeout): the others cannot show the second defect, so they are not run."""
-    return scenario.nack > 0 and scenario.hold > 0 and scenario.ack_timeout_ms > 0
+    """Scenarios where a client holds a message past its ack timeout (a second copy comes), negatively
+    acknowledges the second and acknowledges the first before the negative ack is due: the others cannot
+    show the second defect, so they are not run."""
+    timeout_s = scenario.ack_timeout_ms / 1000
+    return (
+        scenario.nack > 0
+        and scenario.hold > 0
+        and 0 < timeout_s < scenario.hold_s
+        and scenario.hold_s - timeout_s < scenario.nack_delay_ms / 1000
+    )
 
 
 @pytest.mark.parametrize(
@@ -117,7 +125,7 @@ def _copies_meet(scenario: TopicScenario) -> bool:
     [
         (_cursor_recovery_takes_the_first_position_entry, 150, _any, "mark-delete moved back"),
         (_redelivery_ignores_acknowledgements, 150, _copies_meet, "again after accepting its ack"),
-        (_close_does_not_wait_for_a_flush, 150, _unloads, "mark-delete moved back"),
+        (_close_does_not_wait_for_a_flush, 300, _unloads, "mark-delete moved back"),
     ],
     ids=["mark-delete-moves-back-on-reopen", "acked-message-redelivered", "close-races-a-flush"],
 )
