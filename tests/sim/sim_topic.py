@@ -311,15 +311,16 @@ class TopicWorld(MlWorld):
             mark = subscription.cursor.mark_delete
             self.log(f"{name} owns the topic: ledger {ml.current_ledger_id}, mark-delete {mark}")
             floor = max((d.mark_delete for d in binding), default=None)
-            if floor is not None and mark < floor:
-                if self._rolled_back(name):
-                    binding = [Durable(mark, ())]
-                    self.durable = [Durable(mark, ())]
-                    self.persisted_marks = [mark]
-                else:
-                    self.violation(
-                        f"mark-delete moved back across owners: {floor} persisted, {name} has {mark}"
-                    )
+            if self._rolled_back(name):
+                # The documented rollback: the cursor restarted from its metadata snapshot, so what was
+                # acknowledged since (a higher mark-delete, or only ranges of individual acks) comes again.
+                # What was recovered binds from here on.
+                recovered = Durable(mark, subscription.cursor.acked_ranges)
+                binding = [recovered]
+                self.durable = [recovered]
+                self.persisted_marks = [mark]
+            elif floor is not None and mark < floor:
+                self.violation(f"mark-delete moved back across owners: {floor} persisted, {name} has {mark}")
             owner = TopicBroker(name, store, factory, topic, subscription, binding)
             self._record_persists(owner)
             self.owners.append(owner)  # type: ignore[arg-type]
