@@ -91,7 +91,7 @@ helm-check: venv
 	$(BIN)/yamllint -s -c helm/.yamllint helm
 	$(BIN)/python -m pytest tests/helm -q
 
-## sim-long: thousands of seeds of the deterministic simulations (replication, managed ledger)
+## sim-long: thousands of seeds of the deterministic simulations (replication, managed ledger, topic)
 sim-long: venv
 	$(BIN)/python -m pytest tests/sim --sim-seeds=5000 -q --timeout=0
 

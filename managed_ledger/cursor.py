@@ -46,11 +46,18 @@ class ManagedCursor:
         self._last_persist_s = -1e9
         self._closed = False
         self._persist_failing = False
+        self._persisting = trio.Lock()
+        """Held while the store writes: the close's final snapshot waits for a flush in flight, so an older
+        state (a failed position entry falls back to the metadata node) never lands after it."""
         self.messages_consumed_counter = 0
         self.last_active_ms = 0
         self._batch_unacked: dict[Position, int] = {}
         """Entries some of whose messages a consumer acknowledged one by one: the messages still unacked
         (in memory, as the subscription's batch-index acks; the entry is acknowledged once all are)."""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def durable(self) -> bool:
@@ -277,7 +284,10 @@ class ManagedCursor:
         self._dirty = False
         self._last_persist_s = trio.current_time()
         try:
-            await self._store.persist(self.snapshot())
+            async with self._persisting:
+                if self.closed:  # closed while waiting: the final snapshot holds this state and newer
+                    return
+                await self._store.persist(self.snapshot())
         except ManagedLedgerFencedError as exc:
             self.ml.fence_from_cursor(str(exc))
         except (BKError, ManagedLedgerError) as exc:
@@ -298,7 +308,8 @@ class ManagedCursor:
         self._closed = True
         if self._store is not None and persist:
             try:
-                await self._store.close(self.snapshot())
+                async with self._persisting:  # after a flush in flight (see ``_persisting``)
+                    await self._store.close(self.snapshot())
             except (BKError, ManagedLedgerError) as exc:
                 log.warning("cursor %s/%s: final snapshot failed: %s", self.ml.name, self.name, exc)
 

@@ -92,6 +92,8 @@ class DispatchSource(Protocol):
 
     def push(self, consumer: Consumer, delivery: Delivery, now: float) -> None: ...
 
+    def acked(self, delivery: Delivery) -> bool: ...
+
 
 class Dispatcher:
     def __init__(
@@ -185,7 +187,7 @@ class Dispatcher:
     def redeliver(self, deliveries: list[Delivery]) -> None:
         for delivery in deliveries:
             key = delivery.key
-            if key in self._redeliver:
+            if key in self._redeliver or self._sub.acked(delivery):  # acked through another copy of it
                 continue
             self._redeliver[key] = delivery
             bisect.insort(self._redeliver_keys, key)

@@ -307,7 +307,7 @@ class Subscription:
         nacked, timed_out = consumer.due_redeliveries(now)
         for delivery in timed_out:
             self.dispatcher.on_released(consumer, delivery)
-        due = nacked + timed_out
+        due = [delivery for delivery in nacked + timed_out if not self.acked(delivery)]
         if not due:
             return
         for delivery in due:
@@ -315,6 +315,20 @@ class Subscription:
         self.msg_redeliver_counter += len(due)
         due.sort(key=lambda d: d.key)
         self.dispatcher.redeliver(due)
+
+    def acked(self, delivery: Delivery) -> bool:
+        """Whether ``delivery``'s message was acknowledged meanwhile (through another copy of it: a negative
+        ack, an ack timeout or its consumer leaving must not deliver it again)."""
+        position = Position(delivery.ledger_id, delivery.entry_id)
+        if self.cursor.is_acked(position):
+            return True
+        index = delivery.batch_index
+        if index < 0:
+            return False
+        unacked = self._batches.get((delivery.ledger_id, delivery.entry_id))
+        if unacked is not None:
+            return index not in unacked
+        return index < self.cursor.prefix_acked(position)
 
     # -- admin operations ----------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
 import hypothesis  # noqa: F401  - enables trio's deterministic scheduling (its hypothesis plugin)
+import pytest
 import trio
 import trio._core._run as trio_run
 import trio.testing
@@ -364,6 +365,8 @@ class MlWorld:
         spare = [f"broker{i}" for i in range(1, s.brokers)]
         while True:
             await trio.sleep(self.rng.expovariate(1.0 / s.session_interval_s))
+            if spare and await self.unloaded(brokers, spare):
+                continue
             owner = self.owner
             store = owner.store
             self.log(f"{owner.name}: metadata session disconnected")
@@ -376,6 +379,11 @@ class MlWorld:
             if expired and spare and self.rng.random() < s.takeover:
                 await brokers.start(self.take_over, spare.pop(0))
             self.scheduler.at(self.rng.uniform(0.0, s.session_down_max_s), store.reconnect)
+
+    async def unloaded(self, brokers: trio.Nursery, spare: list[str]) -> bool:
+        """Instead of a session loss, whether the owner unloaded the topic and the next of ``spare`` took it
+        (this tier never unloads; the topic tier does)."""
+        return False
 
     # -- the run -------------------------------------------------------------------------------------------
 
@@ -432,19 +440,22 @@ class MlWorld:
             else:
                 self.violation("liveness: the topic could not be opened after healing")
                 return
-            stored: dict[Position, int] = {}
+            present: set[int] = set()
             first = ml.ledgers.first_position()
             if first is not None:
                 try:
                     for entry in await ml.read_entries(first, 10_000):
-                        stored[entry.position] = message_index(entry.data)
+                        present.update(self.messages_in(entry.data))
                 except FAILURES as exc:
                     self.violation(f"the topic is unreadable after healing: {exc!r}")
                     return
-            self.check(stored, cursor.mark_delete)
+            self.check(present, cursor.mark_delete)
 
-    def check(self, stored: dict[Position, int], final_mark: Position) -> None:
-        present = set(stored.values())
+    def messages_in(self, data: bytes) -> list[int]:
+        """The messages an entry holds (here: one, the entry's bytes)."""
+        return [message_index(data)]
+
+    def check(self, present: set[int], final_mark: Position) -> None:
         for index, position in sorted(self.acknowledged.items()):
             if index not in present:
                 self.violation(f"acknowledged message {index} (stored at {position}) lost")
@@ -470,9 +481,26 @@ class _Rollbacks(logging.Handler):
             self.notes.append(record.getMessage())
 
 
-def run_ml_seed(seed: int, inject: Callable[[], AbstractContextManager[object]] | None = None) -> MlResult:
-    world = MlWorld(draw_ml_scenario(seed))
-    trio_run._r.seed(seed)
+SHARDS = 4
+"""The managed-ledger and topic tiers split their seeds into this many tests (``make test``'s workers share
+them)."""
+SHARE = 2 / 5
+"""The part of ``--sim-seeds`` those tiers run (their seeds cost about three times the replication tier's)."""
+
+
+def shard_seeds(sim_seeds: list[int], shard: int) -> list[int]:
+    """Shard ``shard``'s part of :data:`SHARE` of the seeds (or the one ``--sim-seed``); skips when empty."""
+    seeds = sim_seeds if len(sim_seeds) == 1 else sim_seeds[: max(1, int(len(sim_seeds) * SHARE))]
+    seeds = seeds[shard::SHARDS]
+    if not seeds:
+        pytest.skip(f"--sim-seed/--sim-seeds left no seed to shard {shard}")
+    return seeds
+
+
+def run_world(world: MlWorld, inject: Callable[[], AbstractContextManager[object]] | None = None) -> None:
+    """Run ``world`` under its seed (with ``inject``'s defect, if any); a crash of the run - an illegal state
+    move included - is recorded as a violation."""
+    trio_run._r.seed(world.scenario.seed)
     notices = _Rollbacks(world.rollbacks)
     store_log = logging.getLogger(cursor_store.__name__)
     saved = store_log.level, store_log.propagate
@@ -489,6 +517,11 @@ def run_ml_seed(seed: int, inject: Callable[[], AbstractContextManager[object]] 
         store_log.removeHandler(notices)
         store_log.setLevel(saved[0])
         store_log.propagate = saved[1]
+
+
+def run_ml_seed(seed: int, inject: Callable[[], AbstractContextManager[object]] | None = None) -> MlResult:
+    world = MlWorld(draw_ml_scenario(seed))
+    run_world(world, inject)
     return MlResult(
         seed, world.scenario, world.violations, world.trace, len(world.acknowledged), len(world.owners)
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ from magnetar.broker.core.delivery import Delivery, FlowControl
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.subscription import Subscription
 from magnetar.broker.wire.entry_format import StoredMessage
+from magnetar.broker.wire.message_id import MessageId
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.cursor_state import CursorState
 from magnetar.managed_ledger.info import LedgerInfo
@@ -205,3 +207,56 @@ def test_forged_ids_never_allocate_beyond_the_stored_entries_nor_break_the_backl
     by_index = {(lid, eid, i) for lid, eid, i in acked if i >= 0 and (lid, eid) not in whole}
     expected = STORED - sum(SIZES[lid][eid] for lid, eid in whole) - len(by_index)
     assert sub.backlog() == expected
+
+
+def test_a_message_acked_while_its_negative_ack_waits_is_not_delivered_again() -> None:
+    """A client that received a message twice (an ack timeout redelivered it) may negatively acknowledge
+    one copy and acknowledge the other. Once acknowledged, neither the waiting negative ack nor an ack
+    timeout delivers it again (the topic simulation, ``tests/sim/sim_topic.py``, found the broker doing so
+    after the acknowledgement was persisted)."""
+
+    async def main() -> None:
+        sub, consumer = subscription()
+        pushed: list[tuple[int, int, int]] = []
+        sink = consumer.sink
+        sink.deliver = lambda delivery, partition, count: pushed.append(delivery.key)  # type: ignore[method-assign]
+        consumer.flow.grant(100)
+        for entry_id, index in ((0, -1), (1, 0), (1, 1)):
+            deliver(sub, consumer, EXACT, entry_id, index)
+        for key in ((EXACT, 0, -1), (EXACT, 1, 0)):
+            sub.nack(consumer, MessageId(key[0], key[1], -1, key[2]))
+            assert sub.ack_fields(consumer, -1, *key)  # the other copy's acknowledgement
+        consumer.ack_timeout_s = 0.001  # (1, 1) stays pending past its ack timeout, then is acknowledged late
+        sub.redeliver_due(consumer, 1e9)  # the negative acks are due, and (1, 1) timed out
+        assert sub.ack_fields(consumer, -1, EXACT, 1, 1)
+        pushed.clear()
+        sub.dispatcher._dispatch_redeliveries()
+        assert pushed == []
+
+    trio.run(main)
+
+
+def test_a_message_acked_while_its_negative_ack_waits_does_not_go_to_another_consumer() -> None:
+    """The same, when the consumer holding the waiting negative ack leaves a Shared subscription: what it
+    held goes back for redelivery to the others, except what was acknowledged."""
+
+    async def main() -> None:
+        sub, first = subscription()
+        second = Consumer(
+            name="d", priority_level=0, partition=-1, flow=FlowControl(0, pull_mode=True), sink=Sink()
+        )
+        sub.add_consumer(second, SubscriptionType.SHARED)
+        pushed: list[tuple[int, int, int]] = []
+        sink = second.sink
+        sink.deliver = lambda delivery, partition, count: pushed.append(delivery.key)  # type: ignore[method-assign]
+        second.flow.grant(100)
+        deliver(sub, first, EXACT, 0, -1)
+        deliver(sub, first, EXACT, 1, 0)
+        for key in ((EXACT, 0, -1), (EXACT, 1, 0)):
+            sub.nack(first, MessageId(key[0], key[1], -1, key[2]))
+        assert sub.ack_fields(first, -1, EXACT, 0, -1)  # acknowledged through another copy
+        sub.remove_consumer(first)
+        sub.dispatcher._dispatch_redeliveries()
+        assert pushed == [(EXACT, 1, 0)]  # the message not acknowledged, only
+
+    trio.run(main)
