@@ -39,8 +39,8 @@ WITHOUT_FACE: dict[str, str] = {
     "imported by name",
     "magnetar.admin.processes": "the composition roots: a face would load every process kind (ZooKeeper, "
     "RocksDB, the broker, the bookie) for whichever one a command starts",
-    "magnetar.bookkeeper.runtime.auth": "its __init__ imports nothing eagerly: authentication imports the "
-    "HTTP request types and the HTTP server imports tls (runtime.auth and runtime.http import each other)",
+    "magnetar.bookkeeper.runtime.auth": "its __init__ imports nothing eagerly: the HTTP server imports tls "
+    "alone, and a face would load the JWT and key libraries into every process that serves HTTP",
     "magnetar.managed_ledger": "its __init__ runs on every import of entry_prefix, the stored entries' index "
     "prefix, which the Spark source's executors read without the managed ledger (spark/test_layering.py)",
     "magnetar.broker.protocols": "not yet: the broker's top level, sessions, owner proxy and adapters are "

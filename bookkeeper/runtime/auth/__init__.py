@@ -7,6 +7,6 @@
 * :mod:`.tls` - SSL contexts from certificate files and the bounded server/client handshake;
 * :mod:`.errors` - the exceptions, each with the HTTP status it becomes.
 
-The package imports nothing eagerly (the HTTP server imports :mod:`.tls`, and :mod:`.authentication` imports
-the HTTP request types): import the submodule you need.
+The package imports nothing eagerly (the HTTP server imports :mod:`.tls` alone, which must not load the JWT
+and key libraries): import the submodule you need.
 """
