@@ -4,9 +4,11 @@ RESULTS.md entry (``--markdown``). Pure: it formats the summaries of ``tests/ben
 from __future__ import annotations
 
 import datetime
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
-from bench.ab_stats import PhaseSummary, pairs_needed, percent
+from bench.ab_stats import Pair, PhaseSummary, pairs_needed, percent, summarize
 
 HEADER = ("phase", "old median", "new median", "change", "A/A change", "detectable", "verdict")
 
@@ -124,12 +126,13 @@ class Report:
 
     def markdown(self) -> str:
         ran = f" (runs `{self.tool}`)" if self.tool else ""
+        plural = "pairs" if self.pairs > 1 else "pair"
         lines = [
             f"## bench-ab: {self.measure.quantity} per message, {self.new} against {self.old} "
             f"({self.dates()})",
             "",
             f"Command: `{self.command}`{ran}. Old: {self.old_detail}. New: {self.new_detail}. Measure: "
-            f"{self.measure.description}. {self.pairs} A/B pairs and {self.pairs} A/A pairs (the rounds "
+            f"{self.measure.description}. {self.pairs} A/B and {self.pairs} A/A {plural} (the rounds "
             f"alternate; the A/A control runs old against old and new against new), {self.message_counts()}. "
             f"`uptime` at the start: `{self.load_start}`; at the end: `{self.load_end}`.",
             "",
@@ -143,3 +146,54 @@ class Report:
         if notes:
             lines += ["", *(f"- {note}" for note in notes)]
         return "\n".join(lines)
+
+
+def pairs_from_runs(runs: Sequence[Mapping[str, Any]]) -> tuple[dict[str, list[Pair]], dict[str, list[Pair]]]:
+    """The A/B and A/A pairs of each phase, from the runs' records (``round``, ``kind``, ``phase``, ``slot``:
+    the old or new place, ``per_message``), phases in the order they ran; a pair missing a run (an
+    interrupted round) is left out."""
+    places: dict[tuple[int, str], dict[str, float]] = {}
+    kinds: dict[tuple[int, str], str] = {}
+    for run in runs:
+        key = (int(run["round"]), str(run["phase"]))
+        places.setdefault(key, {})[str(run["slot"])] = float(run["per_message"])
+        kinds[key] = str(run["kind"])
+    ab: dict[str, list[Pair]] = {}
+    aa: dict[str, list[Pair]] = {}
+    for key, place in places.items():
+        _, phase = key
+        ab.setdefault(phase, [])
+        aa.setdefault(phase, [])
+        if "old" in place and "new" in place:
+            (ab if kinds[key] == "A/B" else aa)[phase].append(Pair(old=place["old"], new=place["new"]))
+    return ab, aa
+
+
+def report_from_saved(saved: Mapping[str, Any]) -> Report:
+    """The report of a run saved by ``tests/bench/ab_standalone.py`` (``.bench/ab/last-run.json``)."""
+    ab, aa = pairs_from_runs(saved["runs"])
+    tolerance = float(saved["tolerance"])
+    summaries = tuple(summarize(phase, ab[phase], aa[phase], tolerance) for phase in ab if ab[phase])
+    if not summaries:
+        raise ValueError("the saved run holds no complete A/B pair")
+    return Report(
+        command=saved["command"],
+        tool=saved["tool"],
+        started=datetime.datetime.fromisoformat(saved["started"]),
+        ended=datetime.datetime.fromisoformat(saved["ended"] or saved["started"]),
+        load_start=saved["load_start"],
+        load_end=saved["load_end"] or "(interrupted)",
+        old=saved["old"],
+        new=saved["new"],
+        old_detail=saved["old_detail"],
+        new_detail=saved["new_detail"],
+        measure=Measure(**saved["measure"]),
+        pairs=min(len(pairs) for pairs in ab.values() if pairs),
+        messages=dict(saved["messages"]),
+        tolerance=tolerance,
+        summaries=summaries,
+    )
+
+
+def measure_fields(measure: Measure) -> dict[str, Any]:
+    return asdict(measure)

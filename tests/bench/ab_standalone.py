@@ -44,20 +44,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.ab_report import Measure, Report
-from bench.ab_stats import Pair, summarize
+from bench.ab_report import Measure, Report, measure_fields, report_from_saved
 from bench.comparison.processes import free_port
 from fixtures.processes import MagnetarProcess, ProcessFailedError
 
 REPO = Path(__file__).resolve().parents[2]
 SCRATCH = REPO / ".bench" / "ab"
+LAST_RUN = SCRATCH / "last-run.json"
 PACKAGE_DIRS = ("admin", "bookkeeper", "broker", "gc", "managed_ledger", "pyproject.toml")
 PHASE_TIMEOUT_S = 600.0
 STANDALONE_START_S = 90.0
@@ -368,15 +368,6 @@ def schedule(old: Build, new: Build, pairs: int) -> list[Round]:
     return rounds
 
 
-@dataclass
-class Figures:
-    """Per phase, the pairs of each kind, and every run's raw record."""
-
-    ab: dict[str, list[Pair]] = field(default_factory=dict)
-    aa: dict[str, list[Pair]] = field(default_factory=dict)
-    runs: list[dict[str, Any]] = field(default_factory=list)
-
-
 class Standalone:
     def __init__(self, build: Build, name: str, tmp: Path) -> None:
         self.build = build
@@ -457,7 +448,7 @@ def run_round(
     phases: Sequence[Phase],
     messages: dict[str, int],
     meter: Meter,
-    figures: Figures,
+    runs: list[dict[str, Any]],
     progress: Callable[[str], None],
 ) -> None:
     with tempfile.TemporaryDirectory(prefix=f"ab-round{plan.index}-") as tmp_name:
@@ -468,12 +459,10 @@ def run_round(
                 side.start()
             for number, phase in enumerate(phases):
                 order = [0, 1] if number % 2 == 0 else [1, 0]
-                values = [0.0, 0.0]
                 for slot in order:
                     value, record = run_phase(sides[slot], phase, messages[phase.protocol], meter, tmp)
-                    values[slot] = value
                     where = "old" if slot == plan.old_slot else "new"
-                    figures.runs.append(
+                    runs.append(
                         {"round": plan.index, "kind": plan.kind, "phase": phase.name, "build":
                          sides[slot].build.label, "slot": where, "per_message": value, **record}
                     )  # fmt: skip
@@ -483,9 +472,6 @@ def run_round(
                         f"{value:10.{meter.measure.digits}f} {meter.measure.unit}/msg  "
                         f"{rate / 1000:6.1f}k msg/s  {record['wall_s']:5.1f} s"
                     )
-                pair = Pair(old=values[plan.old_slot], new=values[1 - plan.old_slot])
-                target = figures.ab if plan.kind == "A/B" else figures.aa
-                target.setdefault(phase.name, []).append(pair)
         finally:
             for side in sides:
                 side.process.stop()
@@ -509,6 +495,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     old = parser.add_mutually_exclusive_group(required=True)
     old.add_argument("--old", help="the earlier revision (anything `git rev-parse` takes)")
     old.add_argument("--old-pythonpath", help="run the old build from this directory on PYTHONPATH instead")
+    old.add_argument(
+        "--report",
+        metavar="FILE",
+        help=f"measure nothing: print the report of a saved run again (e.g. {LAST_RUN.relative_to(REPO)})",
+    )
     parser.add_argument("--new", help="the later revision (default: the working tree and its .venv)")
     parser.add_argument("--pairs", type=int, default=12, help="A/B pairs, as many A/A pairs (default: 12)")
     parser.add_argument("--json-messages", type=int, default=100_000, help="messages per JSON phase")
@@ -581,7 +572,6 @@ def tool_command(argv: Sequence[str]) -> str:
 
 
 def run(args: argparse.Namespace, tool: str) -> Report:
-    command = args.make_command or tool
     if args.old_pythonpath:
         old = pythonpath_build(args.old_pythonpath)
     else:
@@ -591,11 +581,25 @@ def run(args: argparse.Namespace, tool: str) -> Report:
     progress(f"measure: {meter.measure.description}")
     phases = [phase for phase in PHASES if phase.protocol in args.protocols]
     messages = {"json": args.json_messages, "binary": args.binary_messages}
-    messages = {protocol: messages[protocol] for protocol in args.protocols}
-    figures = Figures()
-    started = datetime.datetime.now(datetime.UTC)
-    load_start = uptime()
-    progress(f"uptime: {load_start}")
+    runs: list[dict[str, Any]] = []
+    saved: dict[str, Any] = {
+        "command": args.make_command or tool,
+        "tool": tool if args.make_command else None,
+        "started": datetime.datetime.now(datetime.UTC).isoformat(),
+        "ended": None,
+        "load_start": uptime(),
+        "load_end": None,
+        "old": old.name,
+        "new": new.name,
+        "old_detail": old.detail,
+        "new_detail": new.detail,
+        "measure": measure_fields(meter.measure),
+        "pairs": args.pairs,
+        "messages": {protocol: messages[protocol] for protocol in args.protocols},
+        "tolerance": args.tolerance,
+        "runs": runs,
+    }
+    progress(f"uptime: {saved['load_start']}")
     rounds = schedule(old, new, args.pairs)
     clock = time.monotonic()
     try:
@@ -605,41 +609,28 @@ def run(args: argparse.Namespace, tool: str) -> Report:
             if plan.index:
                 left = f", about {elapsed / plan.index * (len(rounds) - plan.index) / 60:.0f} min left"
             progress(f"round {plan.index + 1}/{len(rounds)} {plan.title()} ({elapsed / 60:.1f} min{left})")
-            run_round(plan, phases, messages, meter, figures, progress)
+            run_round(plan, phases, messages, meter, runs, progress)
+        saved["load_end"] = uptime()
+        saved["ended"] = datetime.datetime.now(datetime.UTC).isoformat()
+        progress(f"uptime: {saved['load_end']}")
     finally:
         meter.close()
         SCRATCH.mkdir(parents=True, exist_ok=True)
-        raw = {"command": command, "tool": tool, "old": old.detail, "new": new.detail, "runs": figures.runs}
-        (SCRATCH / "last-run.json").write_text(json.dumps(raw, indent=1) + "\n")
-    load_end = uptime()
-    ended = datetime.datetime.now(datetime.UTC)
-    progress(f"uptime: {load_end}")
-    summaries = tuple(
-        summarize(phase.name, figures.ab[phase.name], figures.aa.get(phase.name, []), args.tolerance)
-        for phase in phases
-    )
-    return Report(
-        command=command,
-        tool=tool if args.make_command else None,
-        started=started,
-        ended=ended,
-        load_start=load_start,
-        load_end=load_end,
-        old=old.name,
-        new=new.name,
-        old_detail=old.detail,
-        new_detail=new.detail,
-        measure=meter.measure,
-        pairs=args.pairs,
-        messages=messages,
-        tolerance=args.tolerance,
-        summaries=summaries,
-    )
+        LAST_RUN.write_text(json.dumps(saved, indent=1) + "\n")
+    return report_from_saved(saved)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.report:
+        try:
+            again = report_from_saved(json.loads(Path(args.report).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"bench-ab: --report {args.report}: {exc!r}", file=sys.stderr)
+            return 2
+        print(again.markdown() if args.markdown else again.text())
+        return 0
     try:
         with interruptible():
             report = run(args, tool_command(argv))

@@ -7,7 +7,8 @@ import datetime
 from collections import Counter
 from pathlib import Path
 
-from bench.ab_report import Measure, Report
+import pytest
+from bench.ab_report import Measure, Report, measure_fields, pairs_from_runs, report_from_saved
 from bench.ab_standalone import Build, parse_perf_csv, schedule, tool_command
 from bench.ab_stats import Pair, summarize
 
@@ -115,3 +116,66 @@ def test_the_text_report_aligns_its_columns() -> None:
     columns = ["phase", "old median", "new median", "change", "A/A change", "detectable", "verdict"]
     for cell, column in zip(cells, columns, strict=True):
         assert row.index(cell) == header.index(column), (cell, column)
+
+
+def run(round_: int, kind: str, phase: str, slot: str, per_message: float) -> dict[str, object]:
+    return {
+        "round": round_,
+        "kind": kind,
+        "phase": phase,
+        "build": "old",
+        "slot": slot,
+        "per_message": per_message,
+    }
+
+
+def test_pairs_are_rebuilt_from_the_saved_runs_and_a_half_pair_is_left_out() -> None:
+    runs = [
+        run(0, "A/B", "consume json", "old", 11.36),
+        run(0, "A/B", "consume json", "new", 11.55),
+        run(1, "A/A", "consume json", "new", 11.41),  # the order a round ran in does not matter
+        run(1, "A/A", "consume json", "old", 11.06),
+        run(2, "A/B", "consume json", "old", 13.28),  # interrupted before its new run
+    ]
+    ab, aa = pairs_from_runs(runs)
+    assert ab == {"consume json": [Pair(11.36, 11.55)]}
+    assert aa == {"consume json": [Pair(11.06, 11.41)]}
+
+
+def test_a_saved_run_gives_the_same_report_again() -> None:
+    original = report()
+    runs = []
+    for index, (old, new) in enumerate([(14.77, 14.03), (14.17, 14.37), (13.70, 14.20)]):
+        runs += [
+            run(2 * index, "A/B", "produce json", "old", old),
+            run(2 * index, "A/B", "produce json", "new", new),
+        ]
+    noise = [(11.07, 11.12), (9.45, 10.21), (11.10, 11.12), (10.95, 10.52), (12.0, 11.7)]
+    for index, (old, new) in enumerate(noise):
+        runs += [
+            run(2 * index + 1, "A/A", "produce json", "old", old),
+            run(2 * index + 1, "A/A", "produce json", "new", new),
+        ]
+    saved = {
+        "command": original.command,
+        "tool": original.tool,
+        "started": original.started.isoformat(),
+        "ended": original.ended.isoformat(),
+        "load_start": original.load_start,
+        "load_end": original.load_end,
+        "old": original.old,
+        "new": original.new,
+        "old_detail": original.old_detail,
+        "new_detail": original.new_detail,
+        "measure": measure_fields(original.measure),
+        "pairs": 3,
+        "messages": original.messages,
+        "tolerance": 3.0,
+        "runs": runs,
+    }
+    again = report_from_saved(saved)
+    assert again.summaries == original.summaries[:1]
+    assert again.markdown().splitlines()[:7] == original.markdown().splitlines()[:7]
+    interrupted = {**saved, "ended": None, "load_end": None, "runs": runs[:1]}
+    with pytest.raises(ValueError, match="no complete A/B pair"):
+        report_from_saved(interrupted)
