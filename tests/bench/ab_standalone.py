@@ -27,7 +27,14 @@ pairs: ``tests/bench/ab_stats.py``) and a verdict: worse / better (beyond the de
 (any regression is below ``--tolerance``, 3 %), or inside the noise (the run cannot rule out a regression of
 that size: take more pairs, or a quieter machine). With the exact command, the date (UTC) and ``uptime`` at
 start and end, as a RESULTS.md entry with ``--markdown``. Progress goes to stderr; the raw figures of every
-run to ``.bench/ab/last-run.json``. Every process started here is stopped by its pid, on Ctrl-C too.
+run to ``.bench/ab/last-run.json`` (``--report FILE`` prints a saved run again). Every process started here
+is stopped by its pid, on Ctrl-C too.
+
+Noise. CPU time per message follows the rate: a client slowed by other load hands the standalone smaller
+batches. On the project's shared 2-core VM at load average 3-4, the A/A pairs spread by about ±5-7 % per pair
+in three phases and ±11 % in produce binary, so 16 pairs detect 3-5 % there but not produce binary's 3 %
+(tests/bench/RESULTS.md); the report says how many pairs the tolerance would take. The working tree is
+measured as it is while the run lasts: do not edit it meanwhile.
 """
 
 from __future__ import annotations
