@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: run test venv run-venv zookeeper lint typecheck pytest helm-check sim-long chaos chaos-long dev-cluster \
-	bench bench-bookie-storage bench-peers bench-compare clean
+	bench bench-bookie-storage bench-peers bench-compare bench-ab clean
 
 ARGS ?=
 
@@ -73,7 +73,8 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy
-	cd tests && ../$(BIN)/mypy --config-file ../pyproject.toml bench/compare.py bench/comparison bench/fixed_rate_cpu.py
+	cd tests && ../$(BIN)/mypy --config-file ../pyproject.toml bench/compare.py bench/comparison bench/fixed_rate_cpu.py \
+		bench/ab_standalone.py bench/ab_stats.py bench/ab_report.py
 
 # The CPU-bound tests (no process clusters, no timing) run on PYTEST_WORKERS pytest-xdist workers; the rest -
 # real process clusters, the failure suite, end-to-end tests whose timing a busy CPU would disturb - runs
@@ -129,6 +130,24 @@ bench-peers: zookeeper venv
 COMPARE_ARGS ?=
 bench-compare: bench-peers
 	$(BIN)/python tests/bench/compare.py $(COMPARE_ARGS)
+
+## bench-ab: the data path's guard - interleaved A/B of the standalone's cost per message, per phase (produce
+## and consume, JSON and binary), of the working tree (or NEW=<rev>) against OLD=<rev>, with an A/A control
+## and the smallest effect the run can detect: instructions per message where `perf stat` counts them, else
+## CPU time. Each revision is checked out and installed in its own venv under .bench/ab/ (reused). PAIRS=12
+## by default (2 x PAIRS rounds of about 20-40 s each); AB_ARGS=--markdown prints a RESULTS.md entry. Not part
+## of `make test`. Example: make bench-ab OLD=288a165 PAIRS=20
+AB_ARGS ?=
+ifneq ($(filter bench-ab,$(MAKECMDGOALS)),)
+ifeq ($(strip $(OLD)),)
+$(error make bench-ab needs OLD=<rev>, the earlier revision to compare with (e.g. make bench-ab OLD=288a165))
+endif
+endif
+AB_MAKE_COMMAND = make bench-ab OLD=$(OLD)$(if $(NEW), NEW=$(NEW))$(if $(PAIRS), PAIRS=$(PAIRS))$(if \
+	$(AB_ARGS), AB_ARGS="$(AB_ARGS)")
+bench-ab: venv
+	$(BIN)/python tests/bench/ab_standalone.py --old '$(OLD)'$(if $(NEW), --new '$(NEW)')$(if $(PAIRS), \
+		--pairs $(PAIRS)) $(AB_ARGS) --make-command '$(AB_MAKE_COMMAND)'
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache
