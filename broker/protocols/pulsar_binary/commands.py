@@ -603,6 +603,10 @@ def encode_message_command(
     return _base(CommandType.MESSAGE, w)
 
 
+def encode_ack_response(consumer_id: int, request_id: int) -> bytes:
+    return _base(CommandType.ACK_RESPONSE, Writer().uint(1, consumer_id).uint(6, request_id))
+
+
 def encode_close_producer(producer_id: int) -> bytes:
     return _base(CommandType.CLOSE_PRODUCER, Writer().uint(1, producer_id).uint(2, NO_REQUEST))
 
