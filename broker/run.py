@@ -21,6 +21,7 @@ as Pulsar standalone does.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +37,7 @@ from magnetar.broker.http_app import build_router
 from magnetar.broker.ownership import PeerAddresses, maintain_peer_addresses
 from magnetar.broker.policies import initialize_cluster_metadata
 from magnetar.broker.service import BrokerService
+from magnetar.broker.sessions.binary_door import BinaryFrontDoor
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire import entry_message_count
 from magnetar.managed_ledger.entry_prefix import EntryIndexing
@@ -57,6 +59,10 @@ class BrokerHandle:
     http_url: str
     tls_port: int | None = None
     http_url_tls: str = ""
+    broker_service_port: int = 0
+    """The bound port of Pulsar's binary protocol."""
+    broker_url: str = ""
+    """``pulsar://host:port``: what lookups answer as ``brokerUrl``."""
     _stop: trio.Event = field(default_factory=trio.Event)
     stopped: trio.Event = field(default_factory=trio.Event)
 
@@ -70,12 +76,17 @@ WILDCARDS = {"0.0.0.0", "::"}
 
 HTTP_SERVICE = "broker HTTP"
 HTTPS_SERVICE = "broker HTTPS"
+BINARY_SERVICE = "broker binary protocol"
 
 
 def broker_ports(settings: BrokerSettings) -> list[tuple[int, str, str, str]]:
     """The ports :func:`run_broker` binds, as ``(port, host, server, setting)``: for a process that checks
     them (:func:`~magnetar.bookkeeper.runtime.listen.check_ports_free`) before it writes anything."""
     ports = [(settings.http_port, settings.bind_address, HTTP_SERVICE, "http_port")]
+    if settings.broker_service_port:
+        ports.append(
+            (settings.broker_service_port, settings.bind_address, BINARY_SERVICE, "broker_service_port")
+        )
     if settings.http_port_tls is not None and settings.web_ssl_context() is not None:
         ports.append((settings.http_port_tls, settings.bind_address, HTTPS_SERVICE, "http_port_tls"))
     return ports
@@ -86,7 +97,7 @@ ENTRY_INDEXING = EntryIndexing(entry_message_count)
 managed ledger asks the broker's entry format only how many messages an entry holds."""
 
 
-async def run_broker(
+async def run_broker(  # noqa: PLR0915 (one composition root: every listener starts here)
     settings: BrokerSettings,
     metadata: MetadataStore,
     bk: BookKeeper,
@@ -124,13 +135,27 @@ async def run_broker(
             if tls_server is not None:
                 tls_port = (await nursery.start(tls_server.serve))[0]
                 http_url_tls = f"https://{settings.advertised_host()}:{tls_port}"
+            broker_url = ""
+            binary_door = BinaryFrontDoor(service, broker_url=lambda: broker_url)
+            listeners = await nursery.start(
+                functools.partial(
+                    trio.serve_tcp,
+                    binary_door.serve,
+                    settings.broker_service_port,
+                    host=settings.bind_address,
+                )
+            )
+            binary_port = int(listeners[0].socket.getsockname()[1])
+            broker_url = f"pulsar://{settings.advertised_host()}:{binary_port}"
             if initialize_metadata and settings.cluster_metadata_init:
                 await initialize_cluster_metadata(service.policies, settings.cluster, http_url)
             service_scope = trio.CancelScope()
 
             async def run_service(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
                 with service_scope:
-                    await service.run(http_url, http_url_tls=http_url_tls, task_status=task_status)
+                    await service.run(
+                        http_url, http_url_tls=http_url_tls, native_url=broker_url, task_status=task_status
+                    )
 
             await nursery.start(run_service)
             peers_scope = trio.CancelScope()
@@ -147,7 +172,9 @@ async def run_broker(
                         task_status.started()
 
             await nursery.start(run_factory_services)
-            handle = BrokerHandle(service, router, ports[0], http_url, tls_port, http_url_tls)
+            handle = BrokerHandle(
+                service, router, ports[0], http_url, tls_port, http_url_tls, binary_port, broker_url
+            )
             log.info("broker serving at %s", http_url)
             task_status.started(handle)
             try:
@@ -156,6 +183,8 @@ async def run_broker(
                 with trio.CancelScope(shield=True):
                     await service.shutdown()
                     server.shutdown()
+                    for listener in listeners:
+                        await listener.aclose()
                     if tls_server is not None:
                         tls_server.shutdown()
                     service_scope.cancel()

@@ -150,12 +150,13 @@ class BrokerService:
         http_url: str,
         *,
         http_url_tls: str = "",
+        native_url: str = "",
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Register the broker under ``http_url`` (and ``http_url_tls`` when it serves TLS) and serve until
-        cancelled (call :meth:`shutdown` first for a clean stop)."""
+        """Register the broker under ``http_url`` (and ``http_url_tls`` when it serves TLS; ``native_url``:
+        its ``pulsar://`` URL) and serve until cancelled (call :meth:`shutdown` first for a clean stop)."""
         self.http_url = http_url
-        me = OwnerInfo(httpUrl=http_url, httpUrlTls=http_url_tls)
+        me = OwnerInfo(httpUrl=http_url, httpUrlTls=http_url_tls, nativeUrl=native_url)
         self._ownership = OwnershipManager(
             self.metadata,
             self.broker_id,

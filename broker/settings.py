@@ -35,7 +35,7 @@ from __future__ import annotations
 import random
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSettings
@@ -70,7 +70,19 @@ class NamespaceDefaultsSettings(RetentionDefaults):
     off)."""
 
 
+class BrokerServicePortSettings(BaseModel):
+    """The port of Pulsar's binary protocol, declared once: a broker's and ``magnetar standalone``'s
+    inherit it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    broker_service_port: int = Field(default=6650, ge=0, le=65535)
+    """TCP port of Pulsar's binary protocol (Pulsar's ``brokerServicePort``: the official clients'
+    ``pulsar://host:port``), on ``bind_address``; 0 picks a free one (reported in the ready line)."""
+
+
 class BrokerSettings(
+    BrokerServicePortSettings,
     SecuritySettings,
     ProcessMetadataSettings,
     RetentionSettings,

@@ -23,6 +23,7 @@ SERVER_SECURITY_FLAGS = (
 FLAGS = (
     "metadata_url",
     "http_port",
+    "broker_service_port",
     "bind_address",
     "advertised_address",
     "cluster",
@@ -54,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metadata-url", help="metadata store: zk:HOST:PORT[/chroot], memory://[NAME]")
     parser.add_argument("--http-port", type=int, help="HTTP/WebSocket port (default 8080; 0: any free port)")
     parser.add_argument("--port", dest="http_port", type=int, help="alias of --http-port")
+    parser.add_argument(
+        "--broker-service-port", type=int, help="Pulsar binary protocol port (default 6650; 0: any free port)"
+    )
     parser.add_argument("--bind", dest="bind_address", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--advertised-address", help="host clients are told to use (lookup, redirects)")
     parser.add_argument("--cluster", help="cluster name (default standalone)")

@@ -91,6 +91,8 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
                     "brokerId": handle.service.broker_id,
                     "httpUrl": handle.http_url,
                     "port": handle.port,
+                    "brokerUrl": handle.broker_url,
+                    "brokerServicePort": handle.broker_service_port,
                 }
                 if handle.tls_port is not None:
                     ready.update(httpUrlTls=handle.http_url_tls, tlsPort=handle.tls_port)

@@ -264,6 +264,8 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
                     "event": "standalone-ready",
                     "httpUrl": handle.http_url,
                     "port": handle.port,
+                    "brokerUrl": handle.broker_url,
+                    "brokerServicePort": handle.broker_service_port,
                 }
                 if handle.tls_port is not None:
                     ready.update(httpUrlTls=handle.http_url_tls, tlsPort=handle.tls_port)

@@ -51,7 +51,7 @@ from magnetar.admin.processes.bookie_settings import BookieSettings
 from magnetar.admin.processes.config import Parts
 from magnetar.bookkeeper.protocol import SizeLimit, check_size_chain
 from magnetar.bookkeeper.runtime.http import HttpListenSettings
-from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.settings import BrokerServicePortSettings, BrokerSettings
 
 MIB = 1024 * 1024
 
@@ -83,6 +83,7 @@ SET_BY_STANDALONE: dict[str, dict[str, str]] = {
     "broker": {
         "metadata_url": METADATA,
         "http_port": "the standalone's http_port",
+        "broker_service_port": "the standalone's broker_service_port",
         "bind_address": "the standalone's bind_address",
         "ensemble_size": "the standalone's ensemble_size (default from bookies)",
         "write_quorum": "the standalone's write_quorum (default from bookies)",
@@ -114,7 +115,7 @@ def _deep_merge(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, An
     return merged
 
 
-class StandaloneSettings(BaseSettings, HttpListenSettings):
+class StandaloneSettings(BaseSettings, HttpListenSettings, BrokerServicePortSettings):
     model_config = SettingsConfigDict(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
     )
@@ -176,6 +177,7 @@ class StandaloneSettings(BaseSettings, HttpListenSettings):
                 **self.broker.model_dump(),
                 "metadata_url": metadata_url,
                 "http_port": self.http_port,
+                "broker_service_port": self.broker_service_port,
                 "bind_address": self.bind_address,
                 "ensemble_size": e,
                 "write_quorum": w,

@@ -24,7 +24,7 @@ from magnetar.broker.core.errors import (
 from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
-from magnetar.broker.core.publish import MESSAGES, PublishRequest
+from magnetar.broker.core.publish import MESSAGES, CompactLayout, PublishRequest
 from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
@@ -38,6 +38,7 @@ __all__ = [
     "AccessError",
     "AuthorizationUncheckedError",
     "Capacity",
+    "CompactLayout",
     "Consumer",
     "Delivery",
     "ErrorKind",

@@ -27,3 +27,8 @@ def adapter_for(subprotocols: Sequence[str]) -> ProtocolAdapter:
             return adapter
     assert default is not None, "an adapter without a subprotocol serves clients that offer none"
     return default
+
+
+CONNECTION_ADAPTERS: tuple[str, ...] = ("pulsar_binary",)
+"""Adapters of protocols with a listener of their own instead of the WebSocket endpoints: Pulsar's binary
+protocol, served by :mod:`.binary_door` on ``broker_service_port``."""

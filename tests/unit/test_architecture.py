@@ -454,6 +454,7 @@ def test_protocol_adapters_import_only_shared_helpers() -> None:
     from magnetar.broker.sessions import registry
 
     registered = {type(adapter).__module__.split(".")[3] for adapter in registry.ADAPTERS}
+    registered |= set(registry.CONNECTION_ADAPTERS)
     assert registered == adapters, "every adapter folder is registered once in broker.sessions.registry"
 
 

@@ -47,6 +47,7 @@ WITHOUT_FACE: dict[str, str] = {
     "being regrouped; their faces follow (the shared helpers must not load an adapter)",
     "magnetar.broker.protocols.pulsar_ws": "as magnetar.broker.protocols",
     "magnetar.broker.protocols.magnetar_v1": "as magnetar.broker.protocols",
+    "magnetar.broker.protocols.pulsar_binary": "as magnetar.broker.protocols",
     "magnetar.broker.sessions": "as magnetar.broker.protocols; the front door imports the owner proxy, "
     "which imports the registry here: an eager face would close that circle at import time",
     "magnetar.broker.owner_proxy": "as magnetar.broker.sessions",

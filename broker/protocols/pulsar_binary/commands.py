@@ -1,0 +1,772 @@
+"""The commands of Pulsar's binary protocol that Magnetar reads and writes, as frozen, validated values.
+
+A ``BaseCommand`` is a ``type`` enum (field 1) plus one sub-message whose field number equals the type's
+value. :func:`decode_command` turns a command's bytes into one of the dataclasses below (every field checked
+for type and range when it is built, so a handler never sees a half-valid command), or
+:class:`UnsupportedCommand` for a type Magnetar does not serve - still carrying its ``request_id`` when the
+type has one, so the refusal can name the request. The ``encode_*`` functions build what the broker sends.
+
+Message metadata (``MessageMetadata``, ``SingleMessageMetadata``) and the batch payload layout are here too,
+as the producer writes them; the frame around all of it is :mod:`.framing`.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from magnetar.broker.protocols.pulsar_binary.protobuf import Fields, ProtobufError, Writer, parse_message
+
+PROTOCOL_VERSION_MAX = 21
+"""The newest protocol version we answer with; CONNECTED carries min(this, the client's)."""
+BATCH_MESSAGES_MAX = 65_535
+"""Messages one client batch may hold."""
+PROPERTIES_MAX = 1024
+"""Properties one message may carry."""
+SERVER_VERSION = "Magnetar"
+
+
+class CommandType(enum.IntEnum):
+    CONNECT = 2
+    CONNECTED = 3
+    SUBSCRIBE = 4
+    PRODUCER = 5
+    SEND = 6
+    SEND_RECEIPT = 7
+    SEND_ERROR = 8
+    MESSAGE = 9
+    ACK = 10
+    FLOW = 11
+    UNSUBSCRIBE = 12
+    SUCCESS = 13
+    ERROR = 14
+    CLOSE_PRODUCER = 15
+    CLOSE_CONSUMER = 16
+    PRODUCER_SUCCESS = 17
+    PING = 18
+    PONG = 19
+    REDELIVER_UNACKNOWLEDGED_MESSAGES = 20
+    PARTITIONED_METADATA = 21
+    PARTITIONED_METADATA_RESPONSE = 22
+    LOOKUP = 23
+    LOOKUP_RESPONSE = 24
+    CONSUMER_STATS = 25
+    CONSUMER_STATS_RESPONSE = 26
+    REACHED_END_OF_TOPIC = 27
+    SEEK = 28
+    GET_LAST_MESSAGE_ID = 29
+    GET_LAST_MESSAGE_ID_RESPONSE = 30
+    ACTIVE_CONSUMER_CHANGE = 31
+    GET_TOPICS_OF_NAMESPACE = 32
+    GET_TOPICS_OF_NAMESPACE_RESPONSE = 33
+    GET_SCHEMA = 34
+    GET_SCHEMA_RESPONSE = 35
+    AUTH_CHALLENGE = 36
+    AUTH_RESPONSE = 37
+    ACK_RESPONSE = 38
+    GET_OR_CREATE_SCHEMA = 39
+    GET_OR_CREATE_SCHEMA_RESPONSE = 40
+    NEW_TXN = 50
+    ADD_PARTITION_TO_TXN = 52
+    ADD_SUBSCRIPTION_TO_TXN = 54
+    END_TXN = 56
+    END_TXN_ON_PARTITION = 58
+    END_TXN_ON_SUBSCRIPTION = 60
+    TC_CLIENT_CONNECT_REQUEST = 62
+    WATCH_TOPIC_LIST = 64
+    WATCH_TOPIC_LIST_CLOSE = 67
+
+
+class ServerError(enum.IntEnum):
+    UnknownError = 0
+    MetadataError = 1
+    PersistenceError = 2
+    AuthenticationError = 3
+    AuthorizationError = 4
+    ConsumerBusy = 5
+    ServiceNotReady = 6
+    ProducerBlockedQuotaExceededError = 7
+    ProducerBlockedQuotaExceededException = 8
+    ChecksumError = 9
+    UnsupportedVersionError = 10
+    TopicNotFound = 11
+    SubscriptionNotFound = 12
+    ConsumerNotFound = 13
+    TooManyRequests = 14
+    TopicTerminatedError = 15
+    ProducerBusy = 16
+    InvalidTopicName = 17
+    IncompatibleSchema = 18
+    ConsumerAssignError = 19
+    NotAllowedError = 22
+
+
+class SubType(enum.IntEnum):
+    Exclusive = 0
+    Shared = 1
+    Failover = 2
+    Key_Shared = 3
+
+
+class AckType(enum.IntEnum):
+    Individual = 0
+    Cumulative = 1
+
+
+class CompressionType(enum.IntEnum):
+    NONE = 0
+    LZ4 = 1
+    ZLIB = 2
+    ZSTD = 3
+    SNAPPY = 4
+
+
+LOOKUP_REDIRECT = 0
+LOOKUP_CONNECT = 1
+LOOKUP_FAILED = 2
+PARTITIONS_SUCCESS = 0
+PARTITIONS_FAILED = 1
+NO_REQUEST = 2**64 - 1
+"""``request_id`` -1 as the uint64 the broker writes for unsolicited ERROR/CLOSE commands."""
+
+
+class CommandError(ProtobufError):
+    """A command that cannot be served as sent; ``request_id`` is set when the request could be named."""
+
+    def __init__(self, message: str, request_id: int | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+# -- inbound commands ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    client_version: str
+    protocol_version: int
+    auth_method_name: str | None
+    auth_data: bytes
+    proxy_to_broker_url: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    request_id: int
+    topic: str
+    authoritative: bool
+    listener_name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionedMetadata:
+    request_id: int
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateProducer:
+    request_id: int
+    producer_id: int
+    topic: str
+    producer_name: str | None
+    epoch: int
+    access_mode: int
+    has_schema: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    producer_id: int
+    sequence_id: int
+    num_messages: int
+    highest_sequence_id: int
+    is_chunk: bool
+    txn: bool
+    marker: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribe:
+    request_id: int
+    consumer_id: int
+    topic: str
+    subscription: str
+    sub_type: SubType
+    consumer_name: str
+    priority_level: int
+    durable: bool
+    start_message_id: tuple[int, int] | None
+    initial_earliest: bool
+    read_compacted: bool
+    force_topic_creation: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    consumer_id: int
+    permits: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckId:
+    ledger_id: int
+    entry_id: int
+    partition: int
+    batch_index: int
+    ack_set: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    consumer_id: int
+    ack_type: AckType
+    ids: tuple[AckId, ...]
+    validation_error: int | None
+    request_id: int | None
+    txn: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CloseHandle:
+    """CLOSE_PRODUCER or CLOSE_CONSUMER from the client."""
+
+    producer: bool
+    handle_id: int
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribe:
+    consumer_id: int
+    request_id: int
+    force: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Redeliver:
+    consumer_id: int
+    ids: tuple[AckId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UnsupportedCommand:
+    """A command type Magnetar does not serve (yet); answered with an error naming it."""
+
+    type: int
+    request_id: int | None
+
+    @property
+    def name(self) -> str:
+        try:
+            return CommandType(self.type).name
+        except ValueError:
+            return f"command type {self.type}"
+
+
+Command = (
+    Connect
+    | Ping
+    | Pong
+    | Lookup
+    | PartitionedMetadata
+    | CreateProducer
+    | Send
+    | Subscribe
+    | Flow
+    | Ack
+    | CloseHandle
+    | Unsubscribe
+    | Redeliver
+    | UnsupportedCommand
+)
+
+_ID_MAX = 2**63 - 1
+
+
+def _id(fields: Fields, number: int) -> int:
+    """A client-chosen id (request, producer, consumer): Java ``long``s, so non-negative ones fit 63 bits."""
+    value = fields.required_uint(number)
+    if value > _ID_MAX:
+        raise ProtobufError(f"{fields.name}: id field {number} = {value} is out of range")
+    return value
+
+
+def _message_id(fields: Fields) -> AckId:
+    ledger = fields.required_uint(1)
+    entry = fields.required_uint(2)
+    if ledger > _ID_MAX or entry > _ID_MAX:
+        raise ProtobufError("MessageIdData: ledger or entry id out of range")
+    ack_set = fields.repeated_int64(5)
+    if len(ack_set) > BATCH_MESSAGES_MAX // 64 + 1:
+        raise ProtobufError("MessageIdData: ack_set longer than a batch")
+    return AckId(ledger, entry, fields.int32(3, -1), fields.int32(4, -1), tuple(ack_set))
+
+
+def _request_id_of(sub: Fields, kind: CommandType) -> int | None:
+    """Where the request id sits in the commands we refuse (so the refusal can name it)."""
+    number = {
+        CommandType.SEEK: 2,
+        CommandType.GET_LAST_MESSAGE_ID: 2,
+        CommandType.GET_TOPICS_OF_NAMESPACE: 1,
+        CommandType.GET_SCHEMA: 1,
+        CommandType.GET_OR_CREATE_SCHEMA: 1,
+        CommandType.CONSUMER_STATS: 1,
+        CommandType.NEW_TXN: 1,
+        CommandType.ADD_PARTITION_TO_TXN: 1,
+        CommandType.ADD_SUBSCRIPTION_TO_TXN: 1,
+        CommandType.END_TXN: 1,
+        CommandType.END_TXN_ON_PARTITION: 1,
+        CommandType.END_TXN_ON_SUBSCRIPTION: 1,
+        CommandType.TC_CLIENT_CONNECT_REQUEST: 1,
+        CommandType.WATCH_TOPIC_LIST: 1,
+    }.get(kind)
+    if number is None or not sub.has(number):
+        return None
+    try:
+        return _id(sub, number)
+    except ProtobufError:
+        return None
+
+
+def decode_command(data: bytes | memoryview) -> Command:
+    """A ``BaseCommand``'s bytes as a command (:class:`ProtobufError` when malformed)."""
+    base = parse_message(data, "BaseCommand")
+    kind = base.required_uint(1)
+    sub = base.message(kind, "command") if 0 < kind < 2**29 else None
+    if sub is None:
+        if kind in (CommandType.PING, CommandType.PONG):
+            return Ping() if kind == CommandType.PING else Pong()
+        raise ProtobufError(f"BaseCommand: type {kind} without its command (field {kind})")
+    try:
+        kind_enum = CommandType(kind)
+    except ValueError:
+        return UnsupportedCommand(kind, None)
+    try:
+        return _DECODERS[kind_enum](sub)
+    except KeyError:
+        return UnsupportedCommand(kind, _request_id_of(sub, kind_enum))
+
+
+def _connect(f: Fields) -> Connect:
+    version = f.uint(4, 0)
+    return Connect(
+        client_version=f.required_string(1),
+        protocol_version=min(version, 2**31 - 1),
+        auth_method_name=f.optional_string(5),
+        auth_data=f.bytes_(3),
+        proxy_to_broker_url=f.optional_string(6),
+    )
+
+
+def _lookup(f: Fields) -> Lookup:
+    return Lookup(_id(f, 2), f.required_string(1), f.boolean(3), f.optional_string(7))
+
+
+def _partitioned(f: Fields) -> PartitionedMetadata:
+    return PartitionedMetadata(_id(f, 2), f.required_string(1))
+
+
+def _producer(f: Fields) -> CreateProducer:
+    return CreateProducer(
+        request_id=_id(f, 3),
+        producer_id=_id(f, 2),
+        topic=f.required_string(1),
+        producer_name=f.optional_string(4),
+        epoch=f.uint(8),
+        access_mode=f.uint(10),
+        has_schema=f.has(7),
+    )
+
+
+def _send(f: Fields) -> Send:
+    num = f.int32(3, 1)
+    if not 1 <= num <= BATCH_MESSAGES_MAX:
+        raise CommandError(f"CommandSend: num_messages {num} out of range")
+    sequence_id = f.required_uint(2)
+    return Send(
+        producer_id=_id(f, 1),
+        sequence_id=sequence_id,
+        num_messages=num,
+        highest_sequence_id=f.uint(6),
+        is_chunk=f.boolean(7),
+        txn=f.has(4) or f.has(5),
+        marker=f.boolean(8),
+    )
+
+
+def _subscribe(f: Fields) -> Subscribe:
+    request_id = _id(f, 5)
+    try:
+        sub_type = SubType(f.required_uint(3))
+    except ValueError:
+        raise CommandError("CommandSubscribe: unknown subscription type", request_id) from None
+    start = f.message(9, "MessageIdData")
+    start_id = None
+    if start is not None:
+        parsed = _message_id(start)
+        start_id = (parsed.ledger_id, parsed.entry_id)
+    priority = f.int32(7, 0)
+    return Subscribe(
+        request_id=request_id,
+        consumer_id=_id(f, 4),
+        topic=f.required_string(1),
+        subscription=f.required_string(2),
+        sub_type=sub_type,
+        consumer_name=f.string(6),
+        priority_level=max(0, priority),
+        durable=f.boolean(8, True),
+        start_message_id=start_id,
+        initial_earliest=f.uint(13) == 1,
+        read_compacted=f.boolean(11),
+        force_topic_creation=f.boolean(15, True),
+    )
+
+
+def _flow(f: Fields) -> Flow:
+    return Flow(_id(f, 1), f.uint32(2))
+
+
+def _ack(f: Fields) -> Ack:
+    try:
+        ack_type = AckType(f.required_uint(2))
+    except ValueError:
+        raise CommandError("CommandAck: unknown ack type") from None
+    ids = tuple(_message_id(m) for m in f.repeated_messages(3, "MessageIdData"))
+    request_id = _id(f, 8) if f.has(8) else None
+    return Ack(
+        consumer_id=_id(f, 1),
+        ack_type=ack_type,
+        ids=ids,
+        validation_error=f.uint(4) if f.has(4) else None,
+        request_id=request_id,
+        txn=f.has(6) or f.has(7),
+    )
+
+
+def _close_producer(f: Fields) -> CloseHandle:
+    return CloseHandle(True, _id(f, 1), _id(f, 2))
+
+
+def _close_consumer(f: Fields) -> CloseHandle:
+    return CloseHandle(False, _id(f, 1), _id(f, 2))
+
+
+def _unsubscribe(f: Fields) -> Unsubscribe:
+    return Unsubscribe(_id(f, 1), _id(f, 2), f.boolean(3))
+
+
+def _redeliver(f: Fields) -> Redeliver:
+    return Redeliver(_id(f, 1), tuple(_message_id(m) for m in f.repeated_messages(2, "MessageIdData")))
+
+
+def _empty_ping(_: Fields) -> Ping:
+    return Ping()
+
+
+def _empty_pong(_: Fields) -> Pong:
+    return Pong()
+
+
+_DECODERS: dict[CommandType, Callable[[Fields], Command]] = {
+    CommandType.CONNECT: _connect,
+    CommandType.PING: _empty_ping,
+    CommandType.PONG: _empty_pong,
+    CommandType.LOOKUP: _lookup,
+    CommandType.PARTITIONED_METADATA: _partitioned,
+    CommandType.PRODUCER: _producer,
+    CommandType.SEND: _send,
+    CommandType.SUBSCRIBE: _subscribe,
+    CommandType.FLOW: _flow,
+    CommandType.ACK: _ack,
+    CommandType.CLOSE_PRODUCER: _close_producer,
+    CommandType.CLOSE_CONSUMER: _close_consumer,
+    CommandType.UNSUBSCRIBE: _unsubscribe,
+    CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES: _redeliver,
+}
+
+
+# -- outbound commands --------------------------------------------------------------------------------
+
+
+def _base(kind: CommandType, sub: Writer) -> bytes:
+    return Writer().uint(1, kind).data(kind, sub.bytes()).bytes()
+
+
+def encode_connect(
+    client_version: str, protocol_version: int, auth: tuple[str, bytes] | None = None
+) -> bytes:
+    """CONNECT (what a client sends; the tests' raw client uses it)."""
+    w = Writer().string(1, client_version)
+    if auth is not None:
+        w.data(3, auth[1])
+    w.uint(4, protocol_version)
+    if auth is not None:
+        w.string(5, auth[0])
+    return _base(CommandType.CONNECT, w)
+
+
+def encode_connected(protocol_version: int, max_message_size: int) -> bytes:
+    w = Writer().string(1, SERVER_VERSION).uint(2, protocol_version).uint(3, max_message_size)
+    return _base(CommandType.CONNECTED, w)
+
+
+def encode_ping() -> bytes:
+    return _base(CommandType.PING, Writer())
+
+
+def encode_pong() -> bytes:
+    return _base(CommandType.PONG, Writer())
+
+
+def encode_error(request_id: int, error: ServerError, message: str) -> bytes:
+    w = Writer().uint(1, request_id).uint(2, error).string(3, message)
+    return _base(CommandType.ERROR, w)
+
+
+def encode_success(request_id: int) -> bytes:
+    return _base(CommandType.SUCCESS, Writer().uint(1, request_id))
+
+
+def encode_lookup_response(
+    request_id: int, *, url: str = "", url_tls: str = "", redirect: bool = False, authoritative: bool = True
+) -> bytes:
+    w = Writer()
+    if url:
+        w.string(1, url)
+    if url_tls:
+        w.string(2, url_tls)
+    w.uint(3, LOOKUP_REDIRECT if redirect else LOOKUP_CONNECT).uint(4, request_id).boolean(5, authoritative)
+    return _base(CommandType.LOOKUP_RESPONSE, w)
+
+
+def encode_lookup_failed(request_id: int, error: ServerError, message: str) -> bytes:
+    w = Writer().uint(3, LOOKUP_FAILED).uint(4, request_id).uint(6, error).string(7, message)
+    return _base(CommandType.LOOKUP_RESPONSE, w)
+
+
+def encode_partitions(request_id: int, partitions: int) -> bytes:
+    w = Writer().uint(1, partitions).uint(2, request_id).uint(3, PARTITIONS_SUCCESS)
+    return _base(CommandType.PARTITIONED_METADATA_RESPONSE, w)
+
+
+def encode_partitions_failed(request_id: int, error: ServerError, message: str) -> bytes:
+    w = Writer().uint(2, request_id).uint(3, PARTITIONS_FAILED).uint(4, error).string(5, message)
+    return _base(CommandType.PARTITIONED_METADATA_RESPONSE, w)
+
+
+def encode_producer_success(request_id: int, producer_name: str, last_sequence_id: int) -> bytes:
+    w = Writer().uint(1, request_id).string(2, producer_name).sint(3, last_sequence_id).boolean(6, True)
+    return _base(CommandType.PRODUCER_SUCCESS, w)
+
+
+def _message_id_bytes(ledger_id: int, entry_id: int, partition: int = -1, batch_index: int = -1) -> bytes:
+    w = Writer().uint(1, ledger_id).uint(2, entry_id)
+    if partition >= 0:
+        w.sint(3, partition)
+    if batch_index >= 0:
+        w.sint(4, batch_index)
+    return w.bytes()
+
+
+def encode_send_receipt(
+    producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int
+) -> bytes:
+    w = Writer().uint(1, producer_id).uint(2, sequence_id)
+    w.data(3, _message_id_bytes(ledger_id, entry_id)).uint(4, highest_sequence_id)
+    return _base(CommandType.SEND_RECEIPT, w)
+
+
+def encode_send_error(producer_id: int, sequence_id: int, error: ServerError, message: str) -> bytes:
+    w = Writer().uint(1, producer_id).uint(2, sequence_id).uint(3, error).string(4, message)
+    return _base(CommandType.SEND_ERROR, w)
+
+
+def encode_message_command(
+    consumer_id: int, ledger_id: int, entry_id: int, partition: int, redelivery_count: int
+) -> bytes:
+    w = Writer().uint(1, consumer_id).data(2, _message_id_bytes(ledger_id, entry_id, partition))
+    if redelivery_count > 0:
+        w.uint(3, redelivery_count)
+    return _base(CommandType.MESSAGE, w)
+
+
+def encode_ack_response(consumer_id: int, request_id: int) -> bytes:
+    return _base(CommandType.ACK_RESPONSE, Writer().uint(1, consumer_id).uint(6, request_id))
+
+
+def encode_close_producer(producer_id: int) -> bytes:
+    return _base(CommandType.CLOSE_PRODUCER, Writer().uint(1, producer_id).uint(2, NO_REQUEST))
+
+
+def encode_close_consumer(consumer_id: int) -> bytes:
+    return _base(CommandType.CLOSE_CONSUMER, Writer().uint(1, consumer_id).uint(2, NO_REQUEST))
+
+
+# -- message metadata ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MessageMetadata:
+    """What the broker reads of a producer's ``MessageMetadata`` (and writes for a consumer)."""
+
+    producer_name: str
+    sequence_id: int
+    publish_time_ms: int
+    properties: Mapping[str, str] = field(default_factory=dict)
+    partition_key: str | None = None
+    event_time_ms: int = 0
+    compression: int = CompressionType.NONE
+    uncompressed_size: int = 0
+    num_messages_in_batch: int | None = None
+    """Present (even 1) when the payload is a batch."""
+    ordering_key: bytes | None = None
+    deliver_at_time_ms: int | None = None
+    chunked: bool = False
+    encrypted: bool = False
+    null_value: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SingleMessage:
+    """One message of a client batch: its ``SingleMessageMetadata`` and its payload."""
+
+    payload: bytes
+    properties: Mapping[str, str] = field(default_factory=dict)
+    partition_key: str | None = None
+    event_time_ms: int = 0
+    null_value: bool = False
+
+
+def _properties(fields: Fields, number: int) -> Mapping[str, str]:
+    out: dict[str, str] = {}
+    for count, kv in enumerate(fields.repeated_messages(number, "KeyValue")):
+        if count >= PROPERTIES_MAX:
+            raise ProtobufError(f"{fields.name}: more than {PROPERTIES_MAX} properties")
+        out[kv.required_string(1)] = kv.required_string(2)
+    return out
+
+
+def decode_metadata(data: bytes | memoryview) -> MessageMetadata:
+    f = parse_message(data, "MessageMetadata")
+    batch = f.int32(11) if f.has(11) else None
+    if batch is not None and not 0 <= batch <= BATCH_MESSAGES_MAX:
+        raise ProtobufError(f"MessageMetadata: num_messages_in_batch {batch} out of range")
+    compression = f.uint(8)
+    return MessageMetadata(
+        producer_name=f.required_string(1),
+        sequence_id=f.required_uint(2),
+        publish_time_ms=f.required_uint(3),
+        properties=_properties(f, 4),
+        partition_key=f.optional_string(6),
+        event_time_ms=f.uint(12),
+        compression=compression,
+        uncompressed_size=f.uint32(9),
+        num_messages_in_batch=batch,
+        ordering_key=f.bytes_(18) if f.has(18) else None,
+        deliver_at_time_ms=f.int64(19) if f.has(19) else None,
+        chunked=f.int32(27, 0) > 1 or f.has(26),
+        encrypted=f.has(13),
+        null_value=f.boolean(25),
+    )
+
+
+def _key_values(w: Writer, number: int, properties: Mapping[str, str]) -> None:
+    for key, value in properties.items():
+        w.data(number, Writer().string(1, key).string(2, value).bytes())
+
+
+def encode_metadata(meta: MessageMetadata) -> bytes:
+    w = Writer().string(1, meta.producer_name).uint(2, meta.sequence_id).uint(3, meta.publish_time_ms)
+    _key_values(w, 4, meta.properties)
+    if meta.partition_key is not None:
+        w.string(6, meta.partition_key)
+    if meta.compression:
+        w.uint(8, meta.compression)
+    if meta.uncompressed_size:
+        w.uint(9, meta.uncompressed_size)
+    if meta.num_messages_in_batch is not None:
+        w.sint(11, meta.num_messages_in_batch)
+    if meta.event_time_ms:
+        w.uint(12, meta.event_time_ms)
+    if meta.ordering_key is not None:
+        w.data(18, meta.ordering_key)
+    if meta.deliver_at_time_ms is not None:
+        w.sint(19, meta.deliver_at_time_ms)
+    if meta.null_value:
+        w.boolean(25, True)
+    return w.bytes()
+
+
+_U32 = struct.Struct(">I")
+
+
+def decode_batch(payload: bytes | memoryview, claimed: int) -> list[SingleMessage]:
+    """A batch payload's messages, counted from the bytes: exactly ``claimed`` of them, each whole, and
+    nothing after the last (else :class:`ProtobufError`)."""
+    view = payload if isinstance(payload, memoryview) else memoryview(payload)
+    if not 1 <= claimed <= BATCH_MESSAGES_MAX:
+        raise ProtobufError(f"batch of {claimed} messages")
+    out: list[SingleMessage] = []
+    pos = 0
+    end = len(view)
+    while pos < end:
+        if len(out) >= claimed:
+            raise ProtobufError(f"batch holds more than the {claimed} messages its metadata claims")
+        if end - pos < 4:
+            raise ProtobufError("batch: truncated metadata size")
+        (size,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if size > end - pos:
+            raise ProtobufError(f"batch: metadata of {size} bytes, {end - pos} remain")
+        f = parse_message(view[pos : pos + size], "SingleMessageMetadata")
+        pos += size
+        length = f.int32(3, -1) if f.has(3) else -1
+        if length < 0:
+            raise ProtobufError("SingleMessageMetadata: payload_size missing or negative")
+        if length > end - pos:
+            raise ProtobufError(f"batch: payload of {length} bytes, {end - pos} remain")
+        out.append(
+            SingleMessage(
+                payload=bytes(view[pos : pos + length]),
+                properties=_properties(f, 1),
+                partition_key=f.optional_string(2),
+                event_time_ms=f.uint(5),
+                null_value=f.boolean(9),
+            )
+        )
+        pos += length
+    if len(out) != claimed:
+        raise ProtobufError(f"batch holds {len(out)} messages, its metadata claims {claimed}")
+    return out
+
+
+def encode_single(message: SingleMessage) -> bytes:
+    """One message of a batch payload: size, ``SingleMessageMetadata``, payload."""
+    w = Writer()
+    _key_values(w, 1, message.properties)
+    if message.partition_key is not None:
+        w.string(2, message.partition_key)
+    w.sint(3, len(message.payload))
+    if message.event_time_ms:
+        w.uint(5, message.event_time_ms)
+    if message.null_value:
+        w.boolean(9, True)
+    meta = w.bytes()
+    return _U32.pack(len(meta)) + meta + message.payload
+
+
+def encode_batch(messages: Sequence[SingleMessage]) -> bytes:
+    return b"".join(encode_single(m) for m in messages)

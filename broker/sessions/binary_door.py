@@ -1,0 +1,601 @@
+"""The front door of Pulsar's binary protocol: the ``pulsar://`` listener (``broker_service_port``).
+
+One connection carries any number of producers and consumers, each named by the client's id. This module
+does for a connection what :mod:`.front_door` does for a WebSocket session - authentication (a token in
+CONNECT's ``auth_data``, method ``token``), authorization, binding producers and subscriptions to topics
+(the core's :class:`~magnetar.broker.core.Producer` and ``subscribe``), and closing them when the client or
+the topic goes away - and hands the rest to the adapter (:mod:`magnetar.broker.protocols.pulsar_binary`):
+frames, the SEND payloads as publish requests, deliveries as MESSAGE commands, acknowledgements as
+positions. A malformed frame ends its connection only (with an ERROR naming the fault when the stream can
+still carry one); commands Magnetar does not serve are answered with an error that names them.
+``docs/binary-protocol.md`` describes the protocol as served.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import trio
+
+from magnetar.bookkeeper.runtime.auth.authentication import Principal
+from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
+from magnetar.broker.core import (
+    Capacity,
+    CompactLayout,
+    Consumer,
+    ErrorKind,
+    FlowControl,
+    Producer,
+    ServiceError,
+    Subscriber,
+    SubscriptionType,
+)
+from magnetar.broker.protocols.pulsar_binary.commands import (
+    NO_REQUEST,
+    PROTOCOL_VERSION_MAX,
+    Ack,
+    AckType,
+    CloseHandle,
+    Command,
+    Connect,
+    CreateProducer,
+    Flow,
+    Lookup,
+    PartitionedMetadata,
+    Ping,
+    Pong,
+    Redeliver,
+    Send,
+    ServerError,
+    Subscribe,
+    Unsubscribe,
+    UnsupportedCommand,
+    decode_command,
+    encode_ack_response,
+    encode_close_consumer,
+    encode_close_producer,
+    encode_connected,
+    encode_error,
+    encode_lookup_failed,
+    encode_lookup_response,
+    encode_partitions,
+    encode_partitions_failed,
+    encode_ping,
+    encode_pong,
+    encode_producer_success,
+    encode_send_error,
+    encode_success,
+)
+from magnetar.broker.protocols.pulsar_binary.connection import (
+    ConsumerDeliveries,
+    Outbound,
+    SendCompletion,
+    SendRefused,
+    compact_messages,
+)
+from magnetar.broker.protocols.pulsar_binary.framing import (
+    FRAME_BYTES_MAX_DEFAULT,
+    MAX_MESSAGE_SIZE_DEFAULT,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    PayloadError,
+    encode_frame,
+)
+from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
+from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
+
+if TYPE_CHECKING:
+    from magnetar.broker.sessions.host import SessionHost
+
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_S = 30.0
+"""Pulsar's ``keepAliveIntervalSeconds``: a PING after this long without a command; none answered by the next
+tick ends the connection."""
+HANDSHAKE_TIMEOUT_S = 30.0
+HANDLES_MAX = 10_000
+"""Producers plus consumers one connection may hold."""
+RECEIVE_BYTES = 64 * 1024
+_SUB_TYPES = {
+    0: SubscriptionType.EXCLUSIVE,
+    1: SubscriptionType.SHARED,
+    2: SubscriptionType.FAILOVER,
+    3: SubscriptionType.KEY_SHARED,
+}
+
+
+class _Closed(Exception):
+    """The connection ends (the reason is logged)."""
+
+
+@dataclass
+class _ProducerHandle:
+    topic_name: TopicName
+    producer: Producer
+    topic: object
+
+
+@dataclass
+class _ConsumerHandle:
+    subscriber: Subscriber
+    sink: ConsumerDeliveries
+    flow: FlowControl
+    sub_type: SubscriptionType
+
+
+@dataclass
+class _Connection:
+    stream: trio.abc.Stream
+    address: str
+    outbound: Outbound = field(default_factory=Outbound)
+    principal: Principal | None = None
+    protocol_version: int = 0
+    producers: dict[int, _ProducerHandle] = field(default_factory=dict)
+    consumers: dict[int, _ConsumerHandle] = field(default_factory=dict)
+    received_since_tick: bool = True
+    ping_outstanding: bool = False
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+    def send(self, command: bytes) -> None:
+        self.outbound.push(encode_frame(command))
+
+
+class BinaryFrontDoor:
+    """Serves Pulsar binary-protocol connections for one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        service: SessionHost,
+        *,
+        broker_url: Callable[[], str],
+        frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
+    ) -> None:
+        self._service = service
+        self._broker_url = broker_url
+        self._frame_bytes_max = frame_bytes_max
+        self.connections = 0
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        """One client connection, until either side ends it."""
+        try:
+            peer = stream.socket.getpeername()
+            address = f"{peer[0]}:{peer[1]}"
+        except OSError:
+            address = ""
+        conn = _Connection(stream, address)
+        self.connections += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write, conn)
+                nursery.start_soon(self._keepalive, conn)
+                with conn.scope:
+                    try:
+                        await self._read(conn)
+                    except _Closed as exc:
+                        log.info("binary connection %s closed: %s", address, exc)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+                # what is queued (an ERROR naming the fault) goes out before the close, bounded in time
+                with trio.move_on_after(1.0):
+                    while conn.outbound.bytes:  # noqa: ASYNC110 (the writer owns the queue)
+                        await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+        finally:
+            self.connections -= 1
+            conn.outbound.closed = True
+            self._release(conn)
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await stream.aclose()
+
+    # -- I/O ---------------------------------------------------------------------------------------
+
+    async def _write(self, conn: _Connection) -> None:
+        try:
+            while True:
+                frames = await conn.outbound.take()
+                data = b"".join(frames)
+                await conn.stream.send_all(data)
+                conn.outbound.written(len(data))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            conn.scope.cancel()
+
+    async def _keepalive(self, conn: _Connection) -> None:
+        with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
+            while conn.principal is None:  # noqa: ASYNC110 (the reader sets it)
+                await trio.sleep(0.1)
+        if conn.principal is None:
+            log.info("binary connection %s: no CONNECT in %ss", conn.address, HANDSHAKE_TIMEOUT_S)
+            conn.scope.cancel()
+            return
+        while True:
+            await trio.sleep(KEEPALIVE_S)
+            if conn.received_since_tick:
+                conn.received_since_tick = False
+                conn.ping_outstanding = False
+                continue
+            if conn.ping_outstanding:
+                log.info("binary connection %s: no answer to PING", conn.address)
+                conn.scope.cancel()
+                return
+            conn.ping_outstanding = True
+            conn.send(encode_ping())
+
+    async def _read(self, conn: _Connection) -> None:
+        decoder = FrameDecoder(self._frame_bytes_max)
+        while True:
+            data = await conn.stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                raise _Closed("the client closed the connection")
+            decoder.receive_data(data)
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except FrameError as exc:
+                    conn.send(encode_error(NO_REQUEST, ServerError.UnknownError, f"Invalid frame: {exc}"))
+                    raise _Closed(f"invalid frame: {exc}") from None
+                if frame is None:
+                    break
+                conn.received_since_tick = True
+                try:
+                    command = decode_command(frame.command)
+                except ProtobufError as exc:
+                    conn.send(encode_error(NO_REQUEST, ServerError.UnknownError, f"Invalid command: {exc}"))
+                    raise _Closed(f"invalid command: {exc}") from None
+                await self._handle(conn, command, frame)
+
+    # -- commands ----------------------------------------------------------------------------------
+
+    async def _handle(self, conn: _Connection, command: Command, frame: Frame) -> None:
+        if isinstance(command, Connect):
+            self._connect(conn, command)
+            return
+        if conn.principal is None:
+            conn.send(encode_error(NO_REQUEST, ServerError.NotAllowedError, "CONNECT first"))
+            raise _Closed("a command before CONNECT")
+        if isinstance(command, Ping):
+            conn.send(encode_pong())
+        elif isinstance(command, Pong):
+            conn.ping_outstanding = False
+        elif isinstance(command, Send):
+            await self._send(conn, command, frame)
+        elif isinstance(command, Flow):
+            handle = conn.consumers.get(command.consumer_id)
+            if handle is not None:
+                handle.flow.grant(command.permits)
+        elif isinstance(command, Ack):
+            self._ack(conn, command)
+        elif isinstance(command, Lookup):
+            await self._lookup(conn, command)
+        elif isinstance(command, PartitionedMetadata):
+            await self._partitions(conn, command)
+        elif isinstance(command, CreateProducer):
+            await self._producer(conn, command)
+        elif isinstance(command, Subscribe):
+            await self._subscribe(conn, command)
+        elif isinstance(command, CloseHandle):
+            self._close_handle(conn, command)
+        elif isinstance(command, Unsubscribe):
+            await self._unsubscribe(conn, command)
+        elif isinstance(command, Redeliver):
+            self._redeliver(conn, command)
+        else:
+            assert isinstance(command, UnsupportedCommand)
+            reason = f"{command.name} is not supported by Magnetar yet"
+            if command.request_id is None:
+                conn.send(encode_error(NO_REQUEST, ServerError.NotAllowedError, reason))
+                raise _Closed(reason)
+            conn.send(encode_error(command.request_id, ServerError.NotAllowedError, reason))
+
+    def _connect(self, conn: _Connection, command: Connect) -> None:
+        if conn.principal is not None:
+            conn.send(encode_error(NO_REQUEST, ServerError.NotAllowedError, "CONNECT twice"))
+            raise _Closed("CONNECT twice")
+        authentication = self._service.security.authentication
+        try:
+            if not authentication.enabled:
+                principal = authentication.authenticate_token("")
+            elif command.auth_method_name == "token" and command.auth_data:
+                principal = authentication.authenticate_token(command.auth_data.decode("utf-8", "replace"))
+            elif authentication.settings.anonymous_user_role is not None:
+                principal = Principal(authentication.settings.anonymous_user_role)
+            else:
+                raise _NoToken
+        except (AuthenticationError, _NoToken) as exc:
+            reason = getattr(exc, "reason", "no token: CONNECT with auth_method_name 'token'")
+            conn.send(
+                encode_error(NO_REQUEST, ServerError.AuthenticationError, f"Failed to authenticate: {reason}")
+            )
+            raise _Closed("authentication failed") from None
+        conn.principal = principal
+        conn.protocol_version = min(command.protocol_version, PROTOCOL_VERSION_MAX)
+        conn.send(encode_connected(conn.protocol_version, MAX_MESSAGE_SIZE_DEFAULT))
+
+    @staticmethod
+    def _topic(name: str) -> TopicName:
+        return parse_topic_name(name, allow_non_persistent=True)
+
+    async def _lookup(self, conn: _Connection, command: Lookup) -> None:
+        try:
+            topic = self._topic(command.topic)
+            resolution = await self._service.lookup(topic)
+        except InvalidTopicNameError as exc:
+            conn.send(encode_lookup_failed(command.request_id, ServerError.InvalidTopicName, str(exc)))
+            return
+        except ServiceError as exc:
+            conn.send(encode_lookup_failed(command.request_id, _error_of(exc), str(exc)))
+            return
+        owner = resolution.owner
+        url = owner.nativeUrl or (self._broker_url() if not resolution.redirect else "")
+        if not url:
+            conn.send(
+                encode_lookup_failed(
+                    command.request_id, ServerError.ServiceNotReady, f"no binary URL for {owner.httpUrl}"
+                )
+            )
+            return
+        conn.send(
+            encode_lookup_response(
+                command.request_id,
+                url=url,
+                redirect=resolution.redirect,
+                authoritative=resolution.authoritative if resolution.redirect else True,
+            )
+        )
+
+    async def _partitions(self, conn: _Connection, command: PartitionedMetadata) -> None:
+        try:
+            topic = self._topic(command.topic)
+            partitions = await self._service.partitions(topic)
+        except InvalidTopicNameError as exc:
+            conn.send(encode_partitions_failed(command.request_id, ServerError.InvalidTopicName, str(exc)))
+            return
+        except ServiceError as exc:
+            conn.send(encode_partitions_failed(command.request_id, _error_of(exc), str(exc)))
+            return
+        conn.send(encode_partitions(command.request_id, partitions))
+
+    def _room_for_handle(self, conn: _Connection, request_id: int) -> bool:
+        if len(conn.producers) + len(conn.consumers) >= HANDLES_MAX:
+            conn.send(
+                encode_error(request_id, ServerError.NotAllowedError, f"more than {HANDLES_MAX} handles")
+            )
+            return False
+        return True
+
+    async def _producer(self, conn: _Connection, command: CreateProducer) -> None:
+        existing = conn.producers.get(command.producer_id)
+        if existing is not None:
+            conn.send(encode_producer_success(command.request_id, existing.producer.name, -1))
+            return
+        if not self._room_for_handle(conn, command.request_id):
+            return
+        if command.has_schema:
+            pass  # schemas are not stored yet: the producer's bytes are published as they are
+        if command.access_mode != 0:
+            conn.send(
+                encode_error(
+                    command.request_id, ServerError.NotAllowedError, "only the Shared producer access mode"
+                )
+            )
+            return
+        try:
+            topic_name = self._topic(command.topic)
+            assert conn.principal is not None
+            await self._service.security.authorize_producer(conn.principal, topic_name)
+            topic = await self._service.serve_topic(topic_name)
+            name = command.producer_name or self._service.next_producer_name()
+            capacity = Capacity(self._service.settings.producer_pending_messages_max)
+
+            def make() -> Producer:
+                return Producer(topic, name, capacity, partition=topic.partition, clock=topic.clock)
+
+            producer = topic.add_producer(name, make)
+        except InvalidTopicNameError as exc:
+            conn.send(encode_error(command.request_id, ServerError.InvalidTopicName, str(exc)))
+            return
+        except ServiceError as exc:
+            conn.send(encode_error(command.request_id, _error_of(exc), str(exc)))
+            return
+        producer.address = conn.address
+        producer.client_version = "pulsar-binary"
+        producer_id = command.producer_id
+
+        def going_away(reason: str) -> None:
+            handle = conn.producers.pop(producer_id, None)
+            if handle is not None:
+                conn.send(encode_close_producer(producer_id))
+
+        producer.disconnect = going_away
+        conn.producers[producer_id] = _ProducerHandle(topic_name, producer, topic)
+        conn.send(encode_producer_success(command.request_id, name, -1))
+
+    async def _send(self, conn: _Connection, command: Send, frame: Frame) -> None:
+        handle = conn.producers.get(command.producer_id)
+        if handle is None:
+            raise _Closed(f"SEND for unknown producer {command.producer_id}")
+        highest = max(command.highest_sequence_id, command.sequence_id)
+        try:
+            if command.txn:
+                raise SendRefused(ServerError.NotAllowedError, "transactions are not supported by Magnetar")
+            section = frame.payload_section()
+            body, messages, payload_bytes = compact_messages(section)
+        except PayloadError as exc:
+            conn.send(
+                encode_send_error(
+                    command.producer_id,
+                    command.sequence_id,
+                    ServerError.MetadataError,
+                    f"Invalid payload: {exc}",
+                )
+            )
+            return
+        except SendRefused as exc:
+            conn.send(encode_send_error(command.producer_id, command.sequence_id, exc.error, exc.message))
+            return
+        producer = handle.producer
+        await producer.capacity.wait_for(messages)
+        producer.publish(
+            CompactLayout(),  # one entry per SEND: the client numbers a batch's messages from 0
+            body,
+            messages,
+            payload_bytes,
+            SendCompletion(conn.outbound),
+            (command.producer_id, command.sequence_id, highest),
+            trio.current_time(),
+        )
+
+    async def _subscribe(self, conn: _Connection, command: Subscribe) -> None:
+        if command.consumer_id in conn.consumers:
+            conn.send(encode_success(command.request_id))
+            return
+        if not self._room_for_handle(conn, command.request_id):
+            return
+        settings = self._service.settings
+        sink = ConsumerDeliveries(command.consumer_id, conn.outbound)
+        flow = FlowControl(0, pull_mode=True)
+        sub_type = _SUB_TYPES[command.sub_type]
+        try:
+            topic_name = self._topic(command.topic)
+            assert conn.principal is not None
+            await self._service.security.authorize_consumer(conn.principal, topic_name, command.subscription)
+            if await self._service.partitions(topic_name) > 0:
+                raise _Refusal(
+                    ServerError.NotAllowedError, "subscribe to each partition of a partitioned topic"
+                )
+            topic = await self._service.serve_topic(topic_name, create=command.force_topic_creation)
+            name = command.consumer_name or "consumer"
+
+            def make() -> Consumer:
+                consumer = Consumer(
+                    name=name,
+                    priority_level=command.priority_level,
+                    partition=topic.partition,
+                    flow=flow,
+                    sink=cast("Any", sink),  # the sink reads its bytes through a property
+                    unacked_messages_max=settings.consumer_unacked_messages_max,
+                    unacked_bytes_max=settings.consumer_unacked_bytes_max,
+                )
+                consumer.address = conn.address
+                consumer.connected_since_ms = topic.now_ms()
+                return consumer
+
+            subscriber = await topic.subscribe(
+                command.subscription,
+                make,
+                sub_type,
+                durable=command.durable,
+                start_earliest=command.initial_earliest,
+            )
+        except _Refusal as exc:
+            conn.send(encode_error(command.request_id, exc.error, exc.message))
+            return
+        except InvalidTopicNameError as exc:
+            conn.send(encode_error(command.request_id, ServerError.InvalidTopicName, str(exc)))
+            return
+        except ServiceError as exc:
+            conn.send(encode_error(command.request_id, _error_of(exc), str(exc)))
+            return
+        consumer_id = command.consumer_id
+
+        def going_away(reason: str) -> None:
+            handle = conn.consumers.pop(consumer_id, None)
+            if handle is not None:
+                handle.subscriber.close()
+                conn.send(encode_close_consumer(consumer_id))
+
+        subscriber.consumer.disconnect = going_away
+        conn.consumers[consumer_id] = _ConsumerHandle(subscriber, sink, flow, sub_type)
+        conn.send(encode_success(command.request_id))
+
+    def _ack(self, conn: _Connection, command: Ack) -> None:
+        handle = conn.consumers.get(command.consumer_id)
+        if handle is not None and command.validation_error is None and not command.txn:
+            cumulative = command.ack_type is AckType.Cumulative
+            if cumulative and (
+                len(command.ids) != 1
+                or handle.sub_type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED)
+            ):
+                pass  # ignored, as Pulsar does
+            else:
+                for message_id in command.ids:
+                    handle.sink.ack(handle.subscriber, message_id, cumulative=cumulative)
+        if command.request_id is not None:
+            conn.send(encode_ack_response(command.consumer_id, command.request_id))
+
+    def _redeliver(self, conn: _Connection, command: Redeliver) -> None:
+        """Redelivery on request is not served yet: unacknowledged messages come back when the consumer
+        leaves (or by ack timeout); the request is ignored, as Pulsar ignores one it cannot serve."""
+
+    def _close_handle(self, conn: _Connection, command: CloseHandle) -> None:
+        if command.producer:
+            handle = conn.producers.pop(command.handle_id, None)
+            if handle is not None:
+                _remove_producer(handle)
+        else:
+            consumer = conn.consumers.pop(command.handle_id, None)
+            if consumer is not None:
+                consumer.subscriber.close()
+        conn.send(encode_success(command.request_id))
+
+    async def _unsubscribe(self, conn: _Connection, command: Unsubscribe) -> None:
+        handle = conn.consumers.get(command.consumer_id)
+        if handle is None:
+            conn.send(encode_error(command.request_id, ServerError.MetadataError, "Consumer not found"))
+            return
+        try:
+            await handle.subscriber.unsubscribe()
+        except ServiceError as exc:
+            conn.send(encode_error(command.request_id, _error_of(exc), str(exc)))
+            return
+        conn.consumers.pop(command.consumer_id, None)
+        handle.subscriber.close()
+        conn.send(encode_success(command.request_id))
+
+    def _release(self, conn: _Connection) -> None:
+        for handle in conn.producers.values():
+            _remove_producer(handle)
+        conn.producers.clear()
+        for consumer in conn.consumers.values():
+            consumer.subscriber.close()
+        conn.consumers.clear()
+
+
+def _remove_producer(handle: _ProducerHandle) -> None:
+    topic = handle.topic
+    remove = getattr(topic, "remove_producer", None)
+    if remove is not None:
+        remove(handle.producer)
+
+
+class _NoToken(Exception):
+    pass
+
+
+class _Refusal(Exception):
+    def __init__(self, error: ServerError, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+_ERRORS = {
+    ErrorKind.NOT_FOUND: ServerError.TopicNotFound,
+    ErrorKind.BUSY: ServerError.ConsumerBusy,
+    ErrorKind.IN_USE: ServerError.ConsumerBusy,
+    ErrorKind.LIMIT_REACHED: ServerError.NotAllowedError,
+    ErrorKind.UNAVAILABLE: ServerError.ServiceNotReady,
+    ErrorKind.ELSEWHERE: ServerError.ServiceNotReady,
+    ErrorKind.UNAUTHENTICATED: ServerError.AuthenticationError,
+    ErrorKind.FORBIDDEN: ServerError.AuthorizationError,
+    ErrorKind.INTERNAL: ServerError.UnknownError,
+}
+
+
+def _error_of(exc: ServiceError) -> ServerError:
+    """Pulsar's error for a refusal of the core (by its protocol-neutral kind)."""
+    return _ERRORS.get(exc.kind, ServerError.UnknownError)
