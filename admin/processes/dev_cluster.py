@@ -139,6 +139,9 @@ class Ports:
             ports.bookies.append({"bookie": pick(), "http": pick()})
         while len(ports.brokers) < spec.brokers:
             ports.brokers.append({"http": pick()})
+        for broker in ports.brokers:  # a state file written before brokers spoke the binary protocol
+            if "binary" not in broker:
+                broker["binary"] = pick()
         return ports
 
     def save(self, data_dir: Path) -> None:
@@ -242,9 +245,10 @@ class DevCluster:
                     "name": name,
                     "httpUrl": url,
                     "wsUrl": url.replace("http://", "ws://"),
+                    "brokerUrl": f"pulsar://{self.broker_address(i)}:{self.ports.brokers[i]['binary']}",
                     "pid": self.processes[name].pid,
                 }
-                for name, url in zip(self.broker_names, self.broker_urls, strict=True)
+                for i, (name, url) in enumerate(zip(self.broker_names, self.broker_urls, strict=True))
             ],
             "dataDir": str(self.data_dir),
             "logDir": str(self.data_dir / "logs"),
@@ -446,7 +450,9 @@ class DevCluster:
         e, w, a = self.spec.quorums()
         command = magnetar_command(
             "broker", "--metadata-url", self.metadata_urls.get(name, self.metadata_url),
-            "--http-port", str(self.ports.brokers[index]["http"]), "--bind", self.broker_address(index),
+            "--http-port", str(self.ports.brokers[index]["http"]),
+            "--broker-service-port", str(self.ports.brokers[index]["binary"]),
+            "--bind", self.broker_address(index),
             "--advertised-address", self.broker_address(index), "--cluster", self.spec.cluster,
             "--ensemble-size", str(e), "--write-quorum", str(w), "--ack-quorum", str(a),
         )  # fmt: skip

@@ -198,7 +198,7 @@ class LoadManager:
             last_update_ms=int(time.time() * 1000),
             connections=self._handlers.connections(),
             bundles=bundles,
-            extra={**self._extra, "httpUrlTls": self.me.httpUrlTls},
+            extra={**self._extra, "httpUrlTls": self.me.httpUrlTls, "nativeUrl": self.me.nativeUrl},
         )
         return self._resources(report)
 
@@ -270,7 +270,11 @@ class LoadManager:
         timeout_s = self.settings.lookup_owner_probe_timeout_ms / 1000
         if not await self._probe(report.http_url, timeout_s):
             return None
-        return OwnerInfo(httpUrl=report.http_url, httpUrlTls=str(report.extra.get("httpUrlTls", "")))
+        return OwnerInfo(
+            httpUrl=report.http_url,
+            httpUrlTls=str(report.extra.get("httpUrlTls", "")),
+            nativeUrl=str(report.extra.get("nativeUrl", "")),
+        )
 
     async def check_owner_alive(self, owner: OwnerInfo, namespace: str, bundle: str) -> None:
         if owner.httpUrl == self.me.httpUrl:

@@ -210,7 +210,8 @@ class LoadReport:
         )
 
 
-_EXTRA_KEPT = frozenset({"cluster"})
+_EXTRA_KEPT = frozenset({"cluster", "httpUrlTls", "nativeUrl"})
+"""What a report carries beyond its figures: the cluster and the addresses a lookup hands to clients."""
 
 
 def percent_change(old: float, new: float) -> float:

@@ -319,9 +319,19 @@ def test_broker_deployment_service_and_probes(chart: helm_python.Chart) -> None:
     data = rendered.config_map_data(container["envFrom"][0]["configMapRef"]["name"])
     assert broker_replication(rendered) == ("2", "2", "2")
     assert data["MAGNETAR_HTTP_PORT"] == "8080"
+    assert data["MAGNETAR_BROKER_SERVICE_PORT"] == "6650"
+    assert {"name": "pulsar", "containerPort": 6650} in container["ports"]
     service = rendered.get("Service", "broker")
     assert service["spec"]["type"] == "ClusterIP"
-    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "http"}]
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 8080, "targetPort": "http"},
+        {"name": "pulsar", "port": 6650, "targetPort": "pulsar"},
+    ]
+    assert "pulsar://demo-magnetar-broker." in rendered.notes
+    init_args = only_container(rendered.get("Job", "init"))["args"]
+    url = init_args[init_args.index("--broker-service-url") + 1]
+    assert url.startswith("pulsar://demo-magnetar-broker.")
+    assert url.endswith(":6650")
     assert labels_match(service["spec"]["selector"], broker["spec"]["template"]["metadata"]["labels"])
     assert not rendered.of_kind("HorizontalPodAutoscaler")
     assert "port-forward service/demo-magnetar-broker 8080:8080" in rendered.notes

@@ -354,7 +354,7 @@ def test_secure_mode_wires_tokens_and_tls_from_secrets(chart: helm_python.Chart)
     assert mounted_files(job, only_container(job)) == {"/etc/magnetar/tls": f"{RELEASE}-magnetar-broker-tls"}
     # The broker Service offers HTTPS too; probes stay on the plain port.
     ports = {p["name"]: p["port"] for p in rendered.get("Service", "broker")["spec"]["ports"]}
-    assert ports == {"http": 8080, "https": 8443}
+    assert ports == {"http": 8080, "pulsar": 6650, "https": 8443}
 
 
 def test_own_secrets_and_a_public_key(chart: helm_python.Chart) -> None:
@@ -692,12 +692,12 @@ def todo(marker: str) -> bool:
     return any(line.startswith("- [ ] TODO") and marker in line for line in README.splitlines())
 
 
-def test_the_binary_protocol_port_is_a_todo_until_it_lands() -> None:
-    landed = {"broker_service_port", "binary_port", "pulsar_port"} & set(BrokerSettings.model_fields)
+def test_the_binary_protocol_tls_port_is_a_todo_until_it_lands() -> None:
+    landed = {"broker_service_port_tls", "binary_port_tls"} & set(BrokerSettings.model_fields)
     assert not landed, (
-        f"{landed} has landed: add the port to the broker Service and the init job's --broker-service-url"
+        f"{landed} has landed: add the port to the broker Service and the init job's --broker-service-url-tls"
     )
-    assert todo("Pulsar's binary protocol")
+    assert todo("Pulsar's binary protocol over TLS")
 
 
 def test_the_console_path_is_a_todo_until_it_lands() -> None:

@@ -243,7 +243,7 @@ def test_the_init_job_is_the_one_place_that_initializes_the_cluster(
         broker_wait["args"],
         pod.localize(container_environment(rendered, "broker-wait")),
     )
-    broker_pod = LocalPod(zookeeper_url, ports={"MAGNETAR_HTTP_PORT": 0})
+    broker_pod = LocalPod(zookeeper_url, ports={"MAGNETAR_HTTP_PORT": 0, "MAGNETAR_BROKER_SERVICE_PORT": 0})
     broker_env = broker_pod.localize(container_environment(rendered, "broker", {"POD_IP": "127.0.0.1"}))
 
     # A broker that starts before the init job serves, and initializes nothing: it once wrote its own address
@@ -574,7 +574,11 @@ def run_secure_cluster(
     assert done.returncode == 0, done.stderr
 
     # A broker: authentication, authenticated /metrics, HTTPS, TLS and a token to the bookie, ledger password.
-    broker_pod = LocalPod(url, secrets=secrets, ports={"MAGNETAR_HTTP_PORT": 0, "MAGNETAR_HTTP_PORT_TLS": 0})
+    broker_pod = LocalPod(
+        url,
+        secrets=secrets,
+        ports={"MAGNETAR_HTTP_PORT": 0, "MAGNETAR_HTTP_PORT_TLS": 0, "MAGNETAR_BROKER_SERVICE_PORT": 0},
+    )
     broker = start(
         group,
         "broker",

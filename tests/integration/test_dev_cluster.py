@@ -10,6 +10,7 @@ import signal
 import socket
 from pathlib import Path
 
+import pulsar
 import pytest
 import websocket
 from fixtures.broker import b64, recv_json, send_json, unb64
@@ -76,6 +77,24 @@ def test_an_ensemble_serves_stops_cleanly_and_restarts_with_its_data(
     send_json(producer, {"payload": b64("kept"), "context": "1"})
     assert recv_json(producer)["result"] == "ok"
     producer.close()
+    # Pulsar's official client through each broker's binary port, the owner or not: a lookup at the other
+    # broker redirects it to the owner.
+    broker_urls = [broker["brokerUrl"] for broker in ready["brokers"]]
+    assert len(set(broker_urls)) == 2
+    for index, url in enumerate(broker_urls):
+        client = pulsar.Client(url, operation_timeout_seconds=20)
+        try:
+            consumer = client.subscribe(
+                f"persistent://{TOPIC.removeprefix('persistent/')}",
+                f"binary-{index}",
+                initial_position=pulsar.InitialPosition.Earliest,
+            )
+            message = consumer.receive(timeout_millis=20_000)
+            assert message.data() == b"kept", f"through broker {index}"
+            consumer.acknowledge(message)
+            consumer.close()
+        finally:
+            client.close()
 
     pids = child_pids(ready)
     assert process.stop() == 0  # SIGTERM

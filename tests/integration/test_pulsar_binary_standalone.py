@@ -13,14 +13,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pulsar
 import pytest
+import websocket
 from fixtures.processes import MagnetarProcess, ProcessGroup
 
-pulsar = pytest.importorskip("pulsar")
-websocket = pytest.importorskip("websocket")
-
-from magnetar.broker.protocols.pulsar_binary.commands import encode_connect  # noqa: E402
-from magnetar.broker.protocols.pulsar_binary.framing import encode_frame  # noqa: E402
+from magnetar.broker.protocols.pulsar_binary.commands import encode_connect
+from magnetar.broker.protocols.pulsar_binary.framing import encode_frame
 
 pytestmark = [pytest.mark.processes]
 

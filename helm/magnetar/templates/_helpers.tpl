@@ -173,6 +173,7 @@ advertised_address: (the pod's name or IP)
 log_level: logLevel
 port: bookie.ports.bookie
 http_port: bookie.ports.http / broker.httpPort / autorecovery.deployment.httpPort
+broker_service_port: broker.brokerServicePort
 daemon_id: (the pod's name)
 journal_dir: bookie.journal.mountPath
 data_dir: bookie.ledgers.mountPath

@@ -20,7 +20,12 @@ class Broker:
     def __init__(self, store_name: str, name: str, alive: set[str], settings: LoadBalancerSettings) -> None:
         self.store = MemoryMetadataStore(store_name)
         self.ownership = OwnershipManager(
-            self.store, name, OwnerInfo(httpUrl=f"http://{name}"), lambda _: None
+            self.store,
+            name,
+            OwnerInfo(
+                httpUrl=f"http://{name}", httpUrlTls=f"https://{name}", nativeUrl=f"pulsar://{name}:6650"
+            ),
+            lambda _: None,
         )
         self.unloaded: list[tuple[str, str]] = []
         self.stats: list[tuple[tuple[str, str], BundleStats]] = []
@@ -99,6 +104,27 @@ async def test_lookups_through_one_broker_spread_a_namespace_and_name_only_live_
     alive.discard("c")
     for i in range(12, 16):
         assert await place(brokers, "b", bundle(i)) in {"a", "b"}
+
+
+async def test_a_lookup_placed_on_another_broker_names_all_of_its_addresses() -> None:
+    """A broker chosen by placement is named by what its load report carries: its HTTP, HTTPS and binary
+    protocol addresses (a client of Pulsar's binary protocol is sent to ``brokerUrl``)."""
+    alive = {"a", "b", "c"}
+    brokers = {name: Broker("lm-urls", name, alive, LoadBalancerSettings()) for name in ("a", "b", "c")}
+    for broker in brokers.values():
+        await broker.start()
+    named = []
+    for i in range(12):
+        resolution = await brokers["b"].manager.resolve(NS, bundle(i))
+        if resolution is None:
+            continue
+        host = resolution.owner.httpUrl.removeprefix("http://")
+        assert host != "b"
+        assert resolution.owner.httpUrlTls == f"https://{host}"
+        assert resolution.owner.nativeUrl == f"pulsar://{host}:6650"
+        named.append(host)
+    assert named
+    assert set(named) <= {"a", "c"}
 
 
 async def test_the_leaders_unload_requests_are_carried_out_by_the_owner() -> None:
