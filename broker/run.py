@@ -63,6 +63,10 @@ class BrokerHandle:
     """The bound port of Pulsar's binary protocol."""
     broker_url: str = ""
     """``pulsar://host:port``: what lookups answer as ``brokerUrl``."""
+    broker_service_port_tls: int | None = None
+    """The bound TLS port of Pulsar's binary protocol (None: not served)."""
+    broker_url_tls: str = ""
+    """``pulsar+ssl://host:port``: what lookups answer as ``brokerUrlTls``."""
     _stop: trio.Event = field(default_factory=trio.Event)
     stopped: trio.Event = field(default_factory=trio.Event)
 
@@ -77,6 +81,7 @@ WILDCARDS = {"0.0.0.0", "::"}
 HTTP_SERVICE = "broker HTTP"
 HTTPS_SERVICE = "broker HTTPS"
 BINARY_SERVICE = "broker binary protocol"
+BINARY_TLS_SERVICE = "broker binary protocol over TLS"
 
 
 def broker_ports(settings: BrokerSettings) -> list[tuple[int, str, str, str]]:
@@ -86,6 +91,15 @@ def broker_ports(settings: BrokerSettings) -> list[tuple[int, str, str, str]]:
     if settings.broker_service_port:
         ports.append(
             (settings.broker_service_port, settings.bind_address, BINARY_SERVICE, "broker_service_port")
+        )
+    if settings.broker_service_port_tls:
+        ports.append(
+            (
+                settings.broker_service_port_tls,
+                settings.bind_address,
+                BINARY_TLS_SERVICE,
+                "broker_service_port_tls",
+            )
         )
     if settings.http_port_tls is not None and settings.web_ssl_context() is not None:
         ports.append((settings.http_port_tls, settings.bind_address, HTTPS_SERVICE, "http_port_tls"))
@@ -136,7 +150,14 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 tls_port = (await nursery.start(tls_server.serve))[0]
                 http_url_tls = f"https://{settings.advertised_host()}:{tls_port}"
             broker_url = ""
-            binary_door = BinaryFrontDoor(service, broker_url=lambda: broker_url)
+            broker_url_tls = ""
+            binary_ssl = settings.binary_ssl_context()
+            binary_door = BinaryFrontDoor(
+                service,
+                broker_url=lambda: broker_url,
+                broker_url_tls=lambda: broker_url_tls,
+                ssl_context=binary_ssl,
+            )
             listeners = await nursery.start(
                 functools.partial(
                     trio.serve_tcp,
@@ -147,6 +168,19 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
             )
             binary_port = int(listeners[0].socket.getsockname()[1])
             broker_url = f"pulsar://{settings.advertised_host()}:{binary_port}"
+            binary_tls_port: int | None = None
+            if binary_ssl is not None and settings.broker_service_port_tls is not None:
+                tls_listeners = await nursery.start(
+                    functools.partial(
+                        trio.serve_tcp,
+                        binary_door.serve_tls,
+                        settings.broker_service_port_tls,
+                        host=settings.bind_address,
+                    )
+                )
+                listeners = [*listeners, *tls_listeners]
+                binary_tls_port = int(tls_listeners[0].socket.getsockname()[1])
+                broker_url_tls = f"pulsar+ssl://{settings.advertised_host()}:{binary_tls_port}"
             if initialize_metadata and settings.cluster_metadata_init:
                 await initialize_cluster_metadata(service.policies, settings.cluster, http_url)
             service_scope = trio.CancelScope()
@@ -154,7 +188,11 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
             async def run_service(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
                 with service_scope:
                     await service.run(
-                        http_url, http_url_tls=http_url_tls, native_url=broker_url, task_status=task_status
+                        http_url,
+                        http_url_tls=http_url_tls,
+                        native_url=broker_url,
+                        native_url_tls=broker_url_tls,
+                        task_status=task_status,
                     )
 
             await nursery.start(run_service)
@@ -173,7 +211,16 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
 
             await nursery.start(run_factory_services)
             handle = BrokerHandle(
-                service, router, ports[0], http_url, tls_port, http_url_tls, binary_port, broker_url
+                service,
+                router,
+                ports[0],
+                http_url,
+                tls_port,
+                http_url_tls,
+                binary_port,
+                broker_url,
+                binary_tls_port,
+                broker_url_tls,
             )
             log.info("broker serving at %s", http_url)
             task_status.started(handle)

@@ -8,12 +8,16 @@ the topic goes away - and hands the rest to the adapter (:mod:`magnetar.broker.p
 frames, the SEND payloads as publish requests, deliveries as MESSAGE commands, acknowledgements as
 positions. A malformed frame ends its connection only (with an ERROR naming the fault when the stream can
 still carry one); commands Magnetar does not serve are answered with an error that names them.
+The same door serves the TLS port (``broker_service_port_tls``, ``pulsar+ssl://``): each connection's TLS
+handshake runs in its own task, bounded in time, before the first command is read; a client that fails it
+(plain text, garbage, a stalled handshake) loses that connection only.
 ``docs/binary-protocol.md`` describes the protocol as served.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -22,6 +26,7 @@ import trio
 
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
+from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.broker.core import (
     Capacity,
     CompactLayout,
@@ -98,6 +103,9 @@ KEEPALIVE_S = 30.0
 """Pulsar's ``keepAliveIntervalSeconds``: a PING after this long without a command; none answered by the next
 tick ends the connection."""
 HANDSHAKE_TIMEOUT_S = 30.0
+"""From the connection's start (after TLS) to its CONNECT."""
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+"""A connection to the TLS port completes its TLS handshake within this, else it is closed."""
 HANDLES_MAX = 10_000
 """Producers plus consumers one connection may hold."""
 RECEIVE_BYTES = 64 * 1024
@@ -132,6 +140,7 @@ class _ConsumerHandle:
 class _Connection:
     stream: trio.abc.Stream
     address: str
+    tls: bool = False
     outbound: Outbound = field(default_factory=Outbound)
     principal: Principal | None = None
     protocol_version: int = 0
@@ -153,21 +162,36 @@ class BinaryFrontDoor:
         service: SessionHost,
         *,
         broker_url: Callable[[], str],
+        broker_url_tls: Callable[[], str] = lambda: "",
+        ssl_context: ssl.SSLContext | None = None,
         frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
     ) -> None:
         self._service = service
         self._broker_url = broker_url
+        self._broker_url_tls = broker_url_tls
+        self._ssl_context = ssl_context
         self._frame_bytes_max = frame_bytes_max
         self.connections = 0
 
+    async def serve_tls(self, stream: trio.SocketStream) -> None:
+        """One client connection to the TLS port: the handshake (bounded), then as :meth:`serve`."""
+        assert self._ssl_context is not None
+        address = _address(stream)
+        wrapped = trio.SSLStream(stream, self._ssl_context, server_side=True)
+        try:
+            await handshake(wrapped, TLS_HANDSHAKE_TIMEOUT_S)
+        except TlsHandshakeError as exc:
+            log.info("binary TLS connection %s: %s", address, exc)
+            await trio.aclose_forcefully(stream)
+            return
+        await self._serve(wrapped, address, tls=True)
+
     async def serve(self, stream: trio.SocketStream) -> None:
         """One client connection, until either side ends it."""
-        try:
-            peer = stream.socket.getpeername()
-            address = f"{peer[0]}:{peer[1]}"
-        except OSError:
-            address = ""
-        conn = _Connection(stream, address)
+        await self._serve(stream, _address(stream), tls=False)
+
+    async def _serve(self, stream: trio.abc.Stream, address: str, *, tls: bool) -> None:
+        conn = _Connection(stream, address, tls)
         self.connections += 1
         try:
             async with trio.open_nursery() as nursery:
@@ -331,10 +355,12 @@ class BinaryFrontDoor:
             return
         owner = resolution.owner
         url = owner.nativeUrl or (self._broker_url() if not resolution.redirect else "")
-        if not url:
+        url_tls = owner.nativeUrlTls or (self._broker_url_tls() if not resolution.redirect else "")
+        if not (url_tls if conn.tls else url):
+            kind = "TLS binary URL" if conn.tls else "binary URL"
             conn.send(
                 encode_lookup_failed(
-                    command.request_id, ServerError.ServiceNotReady, f"no binary URL for {owner.httpUrl}"
+                    command.request_id, ServerError.ServiceNotReady, f"no {kind} for {owner.httpUrl}"
                 )
             )
             return
@@ -342,6 +368,7 @@ class BinaryFrontDoor:
             encode_lookup_response(
                 command.request_id,
                 url=url,
+                url_tls=url_tls,
                 redirect=resolution.redirect,
                 authoritative=resolution.authoritative if resolution.redirect else True,
             )
@@ -563,6 +590,14 @@ class BinaryFrontDoor:
         for consumer in conn.consumers.values():
             consumer.subscriber.close()
         conn.consumers.clear()
+
+
+def _address(stream: trio.SocketStream) -> str:
+    try:
+        peer = stream.socket.getpeername()
+    except OSError:
+        return ""
+    return f"{peer[0]}:{peer[1]}"
 
 
 def _remove_producer(handle: _ProducerHandle) -> None:
