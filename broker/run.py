@@ -21,7 +21,6 @@ as Pulsar standalone does.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
@@ -158,27 +157,25 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 broker_url_tls=lambda: broker_url_tls,
                 ssl_context=binary_ssl,
             )
+            binary_scope = trio.CancelScope()
             listeners = await nursery.start(
-                functools.partial(
-                    trio.serve_tcp,
-                    binary_door.serve,
-                    settings.broker_service_port,
-                    host=settings.bind_address,
-                )
+                _serve_binary,
+                binary_scope,
+                binary_door.serve,
+                settings.broker_service_port,
+                settings.bind_address,
             )
             binary_port = int(listeners[0].socket.getsockname()[1])
             broker_url = f"pulsar://{settings.advertised_host()}:{binary_port}"
             binary_tls_port: int | None = None
             if binary_ssl is not None and settings.broker_service_port_tls is not None:
                 tls_listeners = await nursery.start(
-                    functools.partial(
-                        trio.serve_tcp,
-                        binary_door.serve_tls,
-                        settings.broker_service_port_tls,
-                        host=settings.bind_address,
-                    )
+                    _serve_binary,
+                    binary_scope,
+                    binary_door.serve_tls,
+                    settings.broker_service_port_tls,
+                    settings.bind_address,
                 )
-                listeners = [*listeners, *tls_listeners]
                 binary_tls_port = int(tls_listeners[0].socket.getsockname()[1])
                 broker_url_tls = f"pulsar+ssl://{settings.advertised_host()}:{binary_tls_port}"
             if initialize_metadata and settings.cluster_metadata_init:
@@ -230,14 +227,26 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 with trio.CancelScope(shield=True):
                     await service.shutdown()
                     server.shutdown()
-                    for listener in listeners:
-                        await listener.aclose()
+                    binary_scope.cancel()  # closes the listeners (closing them under accept() fails it)
                     if tls_server is not None:
                         tls_server.shutdown()
                     service_scope.cancel()
                     services_scope.cancel()
                     peers_scope.cancel()
         handle.stopped.set()
+
+
+async def _serve_binary(
+    scope: trio.CancelScope,
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    port: int,
+    host: str,
+    *,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A binary-protocol listener (and its connections) until ``scope`` is cancelled."""
+    with scope:
+        await trio.serve_tcp(handler, port, host=host, task_status=task_status)
 
 
 def _http_servers(

@@ -70,6 +70,7 @@ def standalone(
                 f"/admin/v2/namespaces/{NAMESPACE}/permissions/reader", json=["consume"]
             ).raise_for_status()
         yield process
+        assert process.stop() == 0, process.log_tail()  # a clean stop: both binary listeners close
     finally:
         group.stop_all()
 
