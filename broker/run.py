@@ -157,10 +157,10 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 broker_url_tls=lambda: broker_url_tls,
                 ssl_context=binary_ssl,
             )
-            binary_scope = trio.CancelScope()
+            binary_scopes = [trio.CancelScope(), trio.CancelScope()]  # plain and TLS listeners
             listeners = await nursery.start(
                 _serve_binary,
-                binary_scope,
+                binary_scopes[0],
                 binary_door.serve,
                 settings.broker_service_port,
                 settings.bind_address,
@@ -171,7 +171,7 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
             if binary_ssl is not None and settings.broker_service_port_tls is not None:
                 tls_listeners = await nursery.start(
                     _serve_binary,
-                    binary_scope,
+                    binary_scopes[1],
                     binary_door.serve_tls,
                     settings.broker_service_port_tls,
                     settings.bind_address,
@@ -227,7 +227,8 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 with trio.CancelScope(shield=True):
                     await service.shutdown()
                     server.shutdown()
-                    binary_scope.cancel()  # closes the listeners (closing them under accept() fails it)
+                    for scope in binary_scopes:  # closes the listeners (closing them under accept() fails it)
+                        scope.cancel()
                     if tls_server is not None:
                         tls_server.shutdown()
                     service_scope.cancel()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -43,6 +44,7 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     PROTOCOL_VERSION_MAX,
     Ack,
     AckType,
+    AuthResponse,
     CloseHandle,
     Command,
     Connect,
@@ -60,6 +62,7 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     UnsupportedCommand,
     decode_command,
     encode_ack_response,
+    encode_auth_challenge,
     encode_close_consumer,
     encode_close_producer,
     encode_connected,
@@ -147,6 +150,8 @@ class _Connection:
     producers: dict[int, _ProducerHandle] = field(default_factory=dict)
     consumers: dict[int, _ConsumerHandle] = field(default_factory=dict)
     received_since_tick: bool = True
+    challenged: bool = False
+    """An AUTH_CHALLENGE is out and unanswered."""
     ping_outstanding: bool = False
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
@@ -197,6 +202,7 @@ class BinaryFrontDoor:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write, conn)
                 nursery.start_soon(self._keepalive, conn)
+                nursery.start_soon(self._refresh, conn)
                 with conn.scope:
                     try:
                         await self._read(conn)
@@ -248,6 +254,30 @@ class BinaryFrontDoor:
                 return
             conn.ping_outstanding = True
             conn.send(encode_ping())
+
+    async def _refresh(self, conn: _Connection) -> None:
+        """Pulsar's authentication refresh: an expired token gets one AUTH_CHALLENGE; still expired (no valid
+        AUTH_RESPONSE) at the next check, the connection ends."""
+        interval = self._service.settings.authentication_refresh_check_seconds
+        while True:
+            await trio.sleep(interval)
+            principal = conn.principal
+            if principal is None or principal.expires_at_ms is None:
+                continue
+            if time.time() * 1000 < principal.expires_at_ms:
+                conn.challenged = False
+                continue
+            if conn.challenged:
+                log.info("binary connection %s: token expired, not refreshed", conn.address)
+                conn.send(
+                    encode_error(
+                        NO_REQUEST, ServerError.AuthenticationError, "Failed to authenticate: token expired"
+                    )
+                )
+                conn.scope.cancel()
+                return
+            conn.challenged = True
+            conn.send(encode_auth_challenge("token", conn.protocol_version))
 
     async def _read(self, conn: _Connection) -> None:
         decoder = FrameDecoder(self._frame_bytes_max)
@@ -307,6 +337,8 @@ class BinaryFrontDoor:
             await self._unsubscribe(conn, command)
         elif isinstance(command, Redeliver):
             self._redeliver(conn, command)
+        elif isinstance(command, AuthResponse):
+            self._auth_response(conn, command)
         else:
             assert isinstance(command, UnsupportedCommand)
             reason = f"{command.name} is not supported by Magnetar yet"
@@ -338,6 +370,34 @@ class BinaryFrontDoor:
         conn.principal = principal
         conn.protocol_version = min(command.protocol_version, PROTOCOL_VERSION_MAX)
         conn.send(encode_connected(conn.protocol_version, MAX_MESSAGE_SIZE_DEFAULT))
+
+    def _auth_response(self, conn: _Connection, command: AuthResponse) -> None:
+        """Fresh credentials after AUTH_CHALLENGE: a valid token of the same role renews the connection's."""
+        if not conn.challenged:
+            conn.send(
+                encode_error(NO_REQUEST, ServerError.NotAllowedError, "AUTH_RESPONSE without AUTH_CHALLENGE")
+            )
+            raise _Closed("AUTH_RESPONSE without AUTH_CHALLENGE")
+        assert conn.principal is not None
+        reason = "no token: AUTH_RESPONSE with auth_method_name 'token'"
+        principal: Principal | None = None
+        if command.auth_method_name == "token" and command.auth_data:
+            try:
+                principal = self._service.security.authentication.authenticate_token(
+                    command.auth_data.decode("utf-8", "replace")
+                )
+            except AuthenticationError as exc:
+                reason = exc.reason
+        if principal is not None and principal.role != conn.principal.role:
+            reason, principal = f"the role changed from {conn.principal.role} to {principal.role}", None
+        if principal is None:
+            conn.send(
+                encode_error(NO_REQUEST, ServerError.AuthenticationError, f"Failed to authenticate: {reason}")
+            )
+            raise _Closed(f"authentication refresh failed: {reason}")
+        conn.principal = principal
+        conn.challenged = False
+        log.debug("binary connection %s: credentials refreshed", conn.address)
 
     @staticmethod
     def _topic(name: str) -> TopicName:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,14 @@ import pytest
 from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.processes import MagnetarProcess, ProcessGroup
 
-from magnetar.broker.protocols.pulsar_binary.commands import CommandType, ServerError, encode_connect
+from magnetar.bookkeeper.runtime.auth.tokens import create_token
+from magnetar.broker.protocols.pulsar_binary.commands import (
+    CommandType,
+    ServerError,
+    encode_auth_response,
+    encode_connect,
+    encode_ping,
+)
 from magnetar.broker.protocols.pulsar_binary.framing import FrameDecoder, encode_frame
 from magnetar.broker.protocols.pulsar_binary.protobuf import parse_message
 
@@ -53,7 +61,8 @@ def standalone(
         "--broker-service-port-tls", "0", "--tls-certificate-file", str(tls_files.server_cert),
         "--tls-key-file", str(tls_files.server_key),
     ]  # fmt: skip
-    process = MagnetarProcess("secure-binary-standalone", args, tmp)
+    refresh = {"MAGNETAR_AUTHENTICATION_REFRESH_CHECK_SECONDS": "1"}  # expired tokens are noticed within 1 s
+    process = MagnetarProcess("secure-binary-standalone", args, tmp, refresh)
     group.processes.append(process)
     try:
         process.start(timeout_s=60)
@@ -275,5 +284,115 @@ def test_garbage_after_the_tls_handshake_ends_that_connection_only(
     )
     try:
         assert _round_trip(client, 3) == [b"m0", b"m1", b"m2"]
+    finally:
+        client.close()
+
+
+# -- authentication refresh (AUTH_CHALLENGE) -----------------------------------------------------------------
+
+
+def _short_token(token_keys: TokenKeys, role: str = "app", seconds: int = 2) -> str:
+    """A token of ``role`` that expires ``seconds`` from now (real time)."""
+    return create_token(token_keys.signer(), role, expires_at_s=int(time.time()) + seconds)
+
+
+class _Raw:
+    """A raw binary-protocol connection that reads the broker's commands one by one."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection((HOST, port), timeout=15)
+        self.decoder = FrameDecoder(1 << 20)
+
+    def send(self, command: bytes) -> None:
+        self.sock.sendall(encode_frame(command))
+
+    def next(self) -> tuple[int, Any] | None:
+        """The next command's (type, fields), or None once the broker closed the connection."""
+        while (frame := self.decoder.next_frame()) is None:
+            data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.decoder.receive_data(data)
+        base = parse_message(frame.command, "BaseCommand")
+        kind = base.uint(1)
+        return kind, base.message(kind, "command")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_an_expired_token_is_challenged_and_a_fresh_one_keeps_the_connection(
+    standalone: MagnetarProcess, token_keys: TokenKeys
+) -> None:
+    raw = _Raw(standalone.ready["brokerServicePort"])
+    try:
+        raw.send(encode_connect("raw", 21, ("token", _short_token(token_keys).encode())))
+        assert raw.next() is not None  # CONNECTED
+        challenge = raw.next()  # once the token has expired
+        assert challenge is not None
+        assert challenge[0] == CommandType.AUTH_CHALLENGE
+        assert challenge[1].message(2, "AuthData").optional_string(1) == "token"
+        raw.send(encode_auth_response("token", _short_token(token_keys, seconds=3600).encode(), 21))
+        time.sleep(3)  # three refresh checks: the fresh token holds
+        raw.send(encode_ping())
+        answer = raw.next()
+        assert answer is not None
+        assert answer[0] == CommandType.PONG
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("answer", ["none", "expired", "another role", "garbage"])
+def test_an_expired_token_not_refreshed_ends_the_connection(
+    standalone: MagnetarProcess, token_keys: TokenKeys, answer: str
+) -> None:
+    raw = _Raw(standalone.ready["brokerServicePort"])
+    try:
+        raw.send(encode_connect("raw", 21, ("token", _short_token(token_keys).encode())))
+        assert raw.next() is not None  # CONNECTED
+        challenge = raw.next()
+        assert challenge is not None
+        assert challenge[0] == CommandType.AUTH_CHALLENGE
+        tokens = {
+            "expired": token_keys.token("app", expires_in_s=1),
+            "another role": token_keys.token("admin"),
+            "garbage": "\u202e\x00" * 1000,
+        }
+        if answer in tokens:
+            raw.send(encode_auth_response("token", tokens[answer].encode(), 21))
+        refusal = raw.next()
+        assert refusal is not None
+        assert refusal[0] == CommandType.ERROR
+        assert refusal[1].uint(2) == ServerError.AuthenticationError
+        assert raw.next() is None  # closed
+    finally:
+        raw.close()
+    assert standalone.is_running()
+
+
+def test_the_official_client_answers_the_challenge_with_its_token_supplier(
+    standalone: MagnetarProcess, token_keys: TokenKeys
+) -> None:
+    supplied: list[str] = []
+
+    def supplier() -> str:
+        supplied.append(_short_token(token_keys))
+        return supplied[-1]
+
+    client = pulsar.Client(
+        standalone.ready["brokerUrl"],
+        authentication=pulsar.AuthenticationToken(supplier),
+        operation_timeout_seconds=10,
+    )
+    try:
+        topic = _topic()
+        consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic)
+        for i in range(8):  # about 4 s: the 2 s tokens expire and are refreshed
+            producer.send(f"r{i}".encode())
+            time.sleep(0.5)
+        assert [consumer.receive(10_000).data() for _ in range(8)] == [f"r{i}".encode() for i in range(8)]
+        assert len(supplied) > 1
+        assert producer.is_connected()
     finally:
         client.close()
