@@ -21,7 +21,6 @@ as Pulsar standalone does.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
@@ -63,6 +62,10 @@ class BrokerHandle:
     """The bound port of Pulsar's binary protocol."""
     broker_url: str = ""
     """``pulsar://host:port``: what lookups answer as ``brokerUrl``."""
+    broker_service_port_tls: int | None = None
+    """The bound TLS port of Pulsar's binary protocol (None: not served)."""
+    broker_url_tls: str = ""
+    """``pulsar+ssl://host:port``: what lookups answer as ``brokerUrlTls``."""
     _stop: trio.Event = field(default_factory=trio.Event)
     stopped: trio.Event = field(default_factory=trio.Event)
 
@@ -77,6 +80,7 @@ WILDCARDS = {"0.0.0.0", "::"}
 HTTP_SERVICE = "broker HTTP"
 HTTPS_SERVICE = "broker HTTPS"
 BINARY_SERVICE = "broker binary protocol"
+BINARY_TLS_SERVICE = "broker binary protocol over TLS"
 
 
 def broker_ports(settings: BrokerSettings) -> list[tuple[int, str, str, str]]:
@@ -86,6 +90,15 @@ def broker_ports(settings: BrokerSettings) -> list[tuple[int, str, str, str]]:
     if settings.broker_service_port:
         ports.append(
             (settings.broker_service_port, settings.bind_address, BINARY_SERVICE, "broker_service_port")
+        )
+    if settings.broker_service_port_tls:
+        ports.append(
+            (
+                settings.broker_service_port_tls,
+                settings.bind_address,
+                BINARY_TLS_SERVICE,
+                "broker_service_port_tls",
+            )
         )
     if settings.http_port_tls is not None and settings.web_ssl_context() is not None:
         ports.append((settings.http_port_tls, settings.bind_address, HTTPS_SERVICE, "http_port_tls"))
@@ -136,17 +149,35 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 tls_port = (await nursery.start(tls_server.serve))[0]
                 http_url_tls = f"https://{settings.advertised_host()}:{tls_port}"
             broker_url = ""
-            binary_door = BinaryFrontDoor(service, broker_url=lambda: broker_url)
+            broker_url_tls = ""
+            binary_ssl = settings.binary_ssl_context()
+            binary_door = BinaryFrontDoor(
+                service,
+                broker_url=lambda: broker_url,
+                broker_url_tls=lambda: broker_url_tls,
+                ssl_context=binary_ssl,
+            )
+            binary_scopes = [trio.CancelScope(), trio.CancelScope()]  # plain and TLS listeners
             listeners = await nursery.start(
-                functools.partial(
-                    trio.serve_tcp,
-                    binary_door.serve,
-                    settings.broker_service_port,
-                    host=settings.bind_address,
-                )
+                _serve_binary,
+                binary_scopes[0],
+                binary_door.serve,
+                settings.broker_service_port,
+                settings.bind_address,
             )
             binary_port = int(listeners[0].socket.getsockname()[1])
             broker_url = f"pulsar://{settings.advertised_host()}:{binary_port}"
+            binary_tls_port: int | None = None
+            if binary_ssl is not None and settings.broker_service_port_tls is not None:
+                tls_listeners = await nursery.start(
+                    _serve_binary,
+                    binary_scopes[1],
+                    binary_door.serve_tls,
+                    settings.broker_service_port_tls,
+                    settings.bind_address,
+                )
+                binary_tls_port = int(tls_listeners[0].socket.getsockname()[1])
+                broker_url_tls = f"pulsar+ssl://{settings.advertised_host()}:{binary_tls_port}"
             if initialize_metadata and settings.cluster_metadata_init:
                 await initialize_cluster_metadata(service.policies, settings.cluster, http_url)
             service_scope = trio.CancelScope()
@@ -154,7 +185,11 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
             async def run_service(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
                 with service_scope:
                     await service.run(
-                        http_url, http_url_tls=http_url_tls, native_url=broker_url, task_status=task_status
+                        http_url,
+                        http_url_tls=http_url_tls,
+                        native_url=broker_url,
+                        native_url_tls=broker_url_tls,
+                        task_status=task_status,
                     )
 
             await nursery.start(run_service)
@@ -173,7 +208,16 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
 
             await nursery.start(run_factory_services)
             handle = BrokerHandle(
-                service, router, ports[0], http_url, tls_port, http_url_tls, binary_port, broker_url
+                service,
+                router,
+                ports[0],
+                http_url,
+                tls_port,
+                http_url_tls,
+                binary_port,
+                broker_url,
+                binary_tls_port,
+                broker_url_tls,
             )
             log.info("broker serving at %s", http_url)
             task_status.started(handle)
@@ -183,14 +227,27 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 with trio.CancelScope(shield=True):
                     await service.shutdown()
                     server.shutdown()
-                    for listener in listeners:
-                        await listener.aclose()
+                    for scope in binary_scopes:  # closes the listeners (closing them under accept() fails it)
+                        scope.cancel()
                     if tls_server is not None:
                         tls_server.shutdown()
                     service_scope.cancel()
                     services_scope.cancel()
                     peers_scope.cancel()
         handle.stopped.set()
+
+
+async def _serve_binary(
+    scope: trio.CancelScope,
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    port: int,
+    host: str,
+    *,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A binary-protocol listener (and its connections) until ``scope`` is cancelled."""
+    with scope:
+        await trio.serve_tcp(handler, port, host=host, task_status=task_status)
 
 
 def _http_servers(

@@ -151,12 +151,16 @@ class BrokerService:
         *,
         http_url_tls: str = "",
         native_url: str = "",
+        native_url_tls: str = "",
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Register the broker under ``http_url`` (and ``http_url_tls`` when it serves TLS; ``native_url``:
-        its ``pulsar://`` URL) and serve until cancelled (call :meth:`shutdown` first for a clean stop)."""
+        its ``pulsar://`` URL, ``native_url_tls`` its ``pulsar+ssl://`` one) and serve until cancelled (call
+        :meth:`shutdown` first for a clean stop)."""
         self.http_url = http_url
-        me = OwnerInfo(httpUrl=http_url, httpUrlTls=http_url_tls, nativeUrl=native_url)
+        me = OwnerInfo(
+            httpUrl=http_url, httpUrlTls=http_url_tls, nativeUrl=native_url, nativeUrlTls=native_url_tls
+        )
         self._ownership = OwnershipManager(
             self.metadata,
             self.broker_id,

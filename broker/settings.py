@@ -33,6 +33,7 @@ with what the broker sets itself (its address and port, the quorum, the ledgers'
 from __future__ import annotations
 
 import random
+import ssl
 from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -42,6 +43,7 @@ from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSett
 from magnetar.bookkeeper.metadata import ProcessMetadataSettings
 from magnetar.bookkeeper.protocol import FRAME_BYTES_MAX_DEFAULT, SizeLimit, check_size_chain
 from magnetar.bookkeeper.runtime import AdvertisedAddressSettings, advertised_host_for, nest_flat
+from magnetar.bookkeeper.runtime.auth.tls import server_ssl_context
 from magnetar.bookkeeper.runtime.http import HttpLimits, HttpListenSettings, HttpSettings
 from magnetar.broker.owner_proxy.settings import ProxySettings
 from magnetar.broker.ownership import BUNDLES_MAX, LoadBalancerSettings
@@ -79,6 +81,11 @@ class BrokerServicePortSettings(BaseModel):
     broker_service_port: int = Field(default=6650, ge=0, le=65535)
     """TCP port of Pulsar's binary protocol (Pulsar's ``brokerServicePort``: the official clients'
     ``pulsar://host:port``), on ``bind_address``; 0 picks a free one (reported in the ready line)."""
+    broker_service_port_tls: int | None = Field(default=None, ge=0, le=65535)
+    """TCP port of Pulsar's binary protocol over TLS (Pulsar's ``brokerServicePortTls``: ``pulsar+ssl://``),
+    on ``bind_address``, with the certificate files of the HTTPS port (``tls_certificate_file``,
+    ``tls_key_file``, ``tls_trust_certs_file``); unset: off; 0 picks a free one (reported in the ready
+    line)."""
 
 
 class BrokerSettings(
@@ -215,6 +222,10 @@ class BrokerSettings(
     @model_validator(mode="after")
     def _check_relations(self) -> Self:
         check_size_chain(**self.size_chain())
+        if self.broker_service_port_tls is not None and (
+            self.tls_certificate_file is None or self.tls_key_file is None
+        ):
+            raise ValueError("broker_service_port_tls needs tls_certificate_file and tls_key_file")
         if (
             self.ws_proxy_enabled
             and self.broker_client_tls_enabled
@@ -230,6 +241,22 @@ class BrokerSettings(
                 "uses the owners' plain port) or ws_proxy_enabled=false (sessions on a non-owner get 307)"
             )
         return self
+
+    def binary_ssl_context(self) -> ssl.SSLContext | None:
+        """The server context of the binary protocol's TLS port (None without ``broker_service_port_tls``):
+        the same certificate files, client-certificate rule and protocol floor as the HTTPS port's."""
+        if (
+            self.broker_service_port_tls is None
+            or self.tls_certificate_file is None
+            or self.tls_key_file is None
+        ):
+            return None
+        return server_ssl_context(
+            self.tls_certificate_file,
+            self.tls_key_file,
+            trust_certs_file=self.tls_trust_certs_file,
+            require_client_cert=self.tls_require_trusted_client_cert,
+        )
 
     def advertised_host(self) -> str:
         return advertised_host_for(self.advertised_address, self.bind_address)

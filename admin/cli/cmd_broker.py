@@ -24,6 +24,7 @@ FLAGS = (
     "metadata_url",
     "http_port",
     "broker_service_port",
+    "broker_service_port_tls",
     "bind_address",
     "advertised_address",
     "cluster",
@@ -57,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", dest="http_port", type=int, help="alias of --http-port")
     parser.add_argument(
         "--broker-service-port", type=int, help="Pulsar binary protocol port (default 6650; 0: any free port)"
+    )
+    parser.add_argument(
+        "--broker-service-port-tls",
+        type=int,
+        help="Pulsar binary protocol over TLS, pulsar+ssl:// (default off; 0: any; needs the TLS files)",
     )
     parser.add_argument("--bind", dest="bind_address", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--advertised-address", help="host clients are told to use (lookup, redirects)")

@@ -17,7 +17,15 @@ from typing import Any
 
 from magnetar.admin.cli.cmd_broker import SERVER_SECURITY_FLAGS, add_server_security_arguments
 
-FLAGS = ("data_dir", "http_port", "broker_service_port", "bind_address", "bookies", "bookie_port")
+FLAGS = (
+    "data_dir",
+    "http_port",
+    "broker_service_port",
+    "broker_service_port_tls",
+    "bind_address",
+    "bookies",
+    "bookie_port",
+)
 QUORUM_FLAGS = ("ensemble_size", "write_quorum", "ack_quorum")
 BROKER_ONLY_FLAGS = ("tls_certificate_file", "tls_key_file")
 """Flags that set the broker's setting only (the certificate of ``--http-port-tls``), not the bookies'."""
@@ -31,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--broker-service-port",
         type=int,
         help="Pulsar binary protocol port, pulsar://host:port (default 6650; 0: any)",
+    )
+    parser.add_argument(
+        "--broker-service-port-tls",
+        type=int,
+        help="Pulsar binary protocol over TLS, pulsar+ssl://host:port (default off; 0: any; "
+        "needs --tls-certificate-file and --tls-key-file)",
     )
     parser.add_argument(
         "--bind", dest="bind_address", help="address the broker listens on (default 127.0.0.1)"

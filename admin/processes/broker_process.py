@@ -96,6 +96,11 @@ async def serve(settings: BrokerSettings, port_file: Path | None = None) -> int:
                 }
                 if handle.tls_port is not None:
                     ready.update(httpUrlTls=handle.http_url_tls, tlsPort=handle.tls_port)
+                if handle.broker_service_port_tls is not None:
+                    ready.update(
+                        brokerUrlTls=handle.broker_url_tls,
+                        brokerServicePortTls=handle.broker_service_port_tls,
+                    )
                 announce(ready, port_file)
                 await first_signal(signals, log)
                 handle.stop()

@@ -269,6 +269,11 @@ async def serve(settings: StandaloneSettings, register_routes: RouteRegistration
                 }
                 if handle.tls_port is not None:
                     ready.update(httpUrlTls=handle.http_url_tls, tlsPort=handle.tls_port)
+                if handle.broker_service_port_tls is not None:
+                    ready.update(
+                        brokerUrlTls=handle.broker_url_tls,
+                        brokerServicePortTls=handle.broker_service_port_tls,
+                    )
                 announce(ready)
                 await first_signal(signals, log)
                 handle.stop()

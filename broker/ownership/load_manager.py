@@ -198,7 +198,12 @@ class LoadManager:
             last_update_ms=int(time.time() * 1000),
             connections=self._handlers.connections(),
             bundles=bundles,
-            extra={**self._extra, "httpUrlTls": self.me.httpUrlTls, "nativeUrl": self.me.nativeUrl},
+            extra={
+                **self._extra,
+                "httpUrlTls": self.me.httpUrlTls,
+                "nativeUrl": self.me.nativeUrl,
+                "nativeUrlTls": self.me.nativeUrlTls,
+            },
         )
         return self._resources(report)
 
@@ -274,6 +279,7 @@ class LoadManager:
             httpUrl=report.http_url,
             httpUrlTls=str(report.extra.get("httpUrlTls", "")),
             nativeUrl=str(report.extra.get("nativeUrl", "")),
+            nativeUrlTls=str(report.extra.get("nativeUrlTls", "")),
         )
 
     async def check_owner_alive(self, owner: OwnerInfo, namespace: str, bundle: str) -> None:

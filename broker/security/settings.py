@@ -69,6 +69,12 @@ class SecuritySettings(
     http_port_tls: Annotated[int, Field(ge=0, le=65535)] | None = None
     """Serve the same routes over TLS on this port too (0: any free port); needs the certificate files."""
 
+    # -- re-authentication of long-lived connections (Pulsar's binary protocol) -----------------------
+    authentication_refresh_check_seconds: Annotated[int, Field(ge=1, le=86_400)] = 60
+    """Pulsar's ``authenticationRefreshCheckSeconds``: how often a binary-protocol connection's token is
+    checked for expiry; once expired, the broker asks the client for a fresh one (AUTH_CHALLENGE) and closes
+    the connection when the next check finds no valid answer."""
+
     # -- as a client of the bookies and of ZooKeeper -------------------------------------------------
     # bookkeeper_auth_token and bookkeeper_tls_* (the token and TLS files): BookieClientSecurity's
     bookkeeper_tls_hostname_verification: bool = True

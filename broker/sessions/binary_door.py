@@ -8,12 +8,17 @@ the topic goes away - and hands the rest to the adapter (:mod:`magnetar.broker.p
 frames, the SEND payloads as publish requests, deliveries as MESSAGE commands, acknowledgements as
 positions. A malformed frame ends its connection only (with an ERROR naming the fault when the stream can
 still carry one); commands Magnetar does not serve are answered with an error that names them.
+The same door serves the TLS port (``broker_service_port_tls``, ``pulsar+ssl://``): each connection's TLS
+handshake runs in its own task, bounded in time, before the first command is read; a client that fails it
+(plain text, garbage, a stalled handshake) loses that connection only.
 ``docs/binary-protocol.md`` describes the protocol as served.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -22,6 +27,7 @@ import trio
 
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
+from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.broker.core import (
     Capacity,
     CompactLayout,
@@ -38,6 +44,7 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     PROTOCOL_VERSION_MAX,
     Ack,
     AckType,
+    AuthResponse,
     CloseHandle,
     Command,
     Connect,
@@ -55,6 +62,7 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     UnsupportedCommand,
     decode_command,
     encode_ack_response,
+    encode_auth_challenge,
     encode_close_consumer,
     encode_close_producer,
     encode_connected,
@@ -98,6 +106,9 @@ KEEPALIVE_S = 30.0
 """Pulsar's ``keepAliveIntervalSeconds``: a PING after this long without a command; none answered by the next
 tick ends the connection."""
 HANDSHAKE_TIMEOUT_S = 30.0
+"""From the connection's start (after TLS) to its CONNECT."""
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+"""A connection to the TLS port completes its TLS handshake within this, else it is closed."""
 HANDLES_MAX = 10_000
 """Producers plus consumers one connection may hold."""
 RECEIVE_BYTES = 64 * 1024
@@ -132,12 +143,15 @@ class _ConsumerHandle:
 class _Connection:
     stream: trio.abc.Stream
     address: str
+    tls: bool = False
     outbound: Outbound = field(default_factory=Outbound)
     principal: Principal | None = None
     protocol_version: int = 0
     producers: dict[int, _ProducerHandle] = field(default_factory=dict)
     consumers: dict[int, _ConsumerHandle] = field(default_factory=dict)
     received_since_tick: bool = True
+    challenged: bool = False
+    """An AUTH_CHALLENGE is out and unanswered."""
     ping_outstanding: bool = False
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
@@ -153,26 +167,42 @@ class BinaryFrontDoor:
         service: SessionHost,
         *,
         broker_url: Callable[[], str],
+        broker_url_tls: Callable[[], str] = lambda: "",
+        ssl_context: ssl.SSLContext | None = None,
         frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
     ) -> None:
         self._service = service
         self._broker_url = broker_url
+        self._broker_url_tls = broker_url_tls
+        self._ssl_context = ssl_context
         self._frame_bytes_max = frame_bytes_max
         self.connections = 0
 
+    async def serve_tls(self, stream: trio.SocketStream) -> None:
+        """One client connection to the TLS port: the handshake (bounded), then as :meth:`serve`."""
+        assert self._ssl_context is not None
+        address = _address(stream)
+        wrapped = trio.SSLStream(stream, self._ssl_context, server_side=True)
+        try:
+            await handshake(wrapped, TLS_HANDSHAKE_TIMEOUT_S)
+        except TlsHandshakeError as exc:
+            log.info("binary TLS connection %s: %s", address, exc)
+            await trio.aclose_forcefully(stream)
+            return
+        await self._serve(wrapped, address, tls=True)
+
     async def serve(self, stream: trio.SocketStream) -> None:
         """One client connection, until either side ends it."""
-        try:
-            peer = stream.socket.getpeername()
-            address = f"{peer[0]}:{peer[1]}"
-        except OSError:
-            address = ""
-        conn = _Connection(stream, address)
+        await self._serve(stream, _address(stream), tls=False)
+
+    async def _serve(self, stream: trio.abc.Stream, address: str, *, tls: bool) -> None:
+        conn = _Connection(stream, address, tls)
         self.connections += 1
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._write, conn)
                 nursery.start_soon(self._keepalive, conn)
+                nursery.start_soon(self._refresh, conn)
                 with conn.scope:
                     try:
                         await self._read(conn)
@@ -224,6 +254,30 @@ class BinaryFrontDoor:
                 return
             conn.ping_outstanding = True
             conn.send(encode_ping())
+
+    async def _refresh(self, conn: _Connection) -> None:
+        """Pulsar's authentication refresh: an expired token gets one AUTH_CHALLENGE; still expired (no valid
+        AUTH_RESPONSE) at the next check, the connection ends."""
+        interval = self._service.settings.authentication_refresh_check_seconds
+        while True:
+            await trio.sleep(interval)
+            principal = conn.principal
+            if principal is None or principal.expires_at_ms is None:
+                continue
+            if time.time() * 1000 < principal.expires_at_ms:
+                conn.challenged = False
+                continue
+            if conn.challenged:
+                log.info("binary connection %s: token expired, not refreshed", conn.address)
+                conn.send(
+                    encode_error(
+                        NO_REQUEST, ServerError.AuthenticationError, "Failed to authenticate: token expired"
+                    )
+                )
+                conn.scope.cancel()
+                return
+            conn.challenged = True
+            conn.send(encode_auth_challenge("token", conn.protocol_version))
 
     async def _read(self, conn: _Connection) -> None:
         decoder = FrameDecoder(self._frame_bytes_max)
@@ -283,6 +337,8 @@ class BinaryFrontDoor:
             await self._unsubscribe(conn, command)
         elif isinstance(command, Redeliver):
             self._redeliver(conn, command)
+        elif isinstance(command, AuthResponse):
+            self._auth_response(conn, command)
         else:
             assert isinstance(command, UnsupportedCommand)
             reason = f"{command.name} is not supported by Magnetar yet"
@@ -315,6 +371,34 @@ class BinaryFrontDoor:
         conn.protocol_version = min(command.protocol_version, PROTOCOL_VERSION_MAX)
         conn.send(encode_connected(conn.protocol_version, MAX_MESSAGE_SIZE_DEFAULT))
 
+    def _auth_response(self, conn: _Connection, command: AuthResponse) -> None:
+        """Fresh credentials after AUTH_CHALLENGE: a valid token of the same role renews the connection's."""
+        if not conn.challenged:
+            conn.send(
+                encode_error(NO_REQUEST, ServerError.NotAllowedError, "AUTH_RESPONSE without AUTH_CHALLENGE")
+            )
+            raise _Closed("AUTH_RESPONSE without AUTH_CHALLENGE")
+        assert conn.principal is not None
+        reason = "no token: AUTH_RESPONSE with auth_method_name 'token'"
+        principal: Principal | None = None
+        if command.auth_method_name == "token" and command.auth_data:
+            try:
+                principal = self._service.security.authentication.authenticate_token(
+                    command.auth_data.decode("utf-8", "replace")
+                )
+            except AuthenticationError as exc:
+                reason = exc.reason
+        if principal is not None and principal.role != conn.principal.role:
+            reason, principal = f"the role changed from {conn.principal.role} to {principal.role}", None
+        if principal is None:
+            conn.send(
+                encode_error(NO_REQUEST, ServerError.AuthenticationError, f"Failed to authenticate: {reason}")
+            )
+            raise _Closed(f"authentication refresh failed: {reason}")
+        conn.principal = principal
+        conn.challenged = False
+        log.debug("binary connection %s: credentials refreshed", conn.address)
+
     @staticmethod
     def _topic(name: str) -> TopicName:
         return parse_topic_name(name, allow_non_persistent=True)
@@ -331,10 +415,12 @@ class BinaryFrontDoor:
             return
         owner = resolution.owner
         url = owner.nativeUrl or (self._broker_url() if not resolution.redirect else "")
-        if not url:
+        url_tls = owner.nativeUrlTls or (self._broker_url_tls() if not resolution.redirect else "")
+        if not (url_tls if conn.tls else url):
+            kind = "TLS binary URL" if conn.tls else "binary URL"
             conn.send(
                 encode_lookup_failed(
-                    command.request_id, ServerError.ServiceNotReady, f"no binary URL for {owner.httpUrl}"
+                    command.request_id, ServerError.ServiceNotReady, f"no {kind} for {owner.httpUrl}"
                 )
             )
             return
@@ -342,6 +428,7 @@ class BinaryFrontDoor:
             encode_lookup_response(
                 command.request_id,
                 url=url,
+                url_tls=url_tls,
                 redirect=resolution.redirect,
                 authoritative=resolution.authoritative if resolution.redirect else True,
             )
@@ -563,6 +650,14 @@ class BinaryFrontDoor:
         for consumer in conn.consumers.values():
             consumer.subscriber.close()
         conn.consumers.clear()
+
+
+def _address(stream: trio.SocketStream) -> str:
+    try:
+        peer = stream.socket.getpeername()
+    except OSError:
+        return ""
+    return f"{peer[0]}:{peer[1]}"
 
 
 def _remove_producer(handle: _ProducerHandle) -> None:

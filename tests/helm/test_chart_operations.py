@@ -354,7 +354,7 @@ def test_secure_mode_wires_tokens_and_tls_from_secrets(chart: helm_python.Chart)
     assert mounted_files(job, only_container(job)) == {"/etc/magnetar/tls": f"{RELEASE}-magnetar-broker-tls"}
     # The broker Service offers HTTPS too; probes stay on the plain port.
     ports = {p["name"]: p["port"] for p in rendered.get("Service", "broker")["spec"]["ports"]}
-    assert ports == {"http": 8080, "pulsar": 6650, "https": 8443}
+    assert ports == {"http": 8080, "pulsar": 6650, "https": 8443, "pulsar-ssl": 6651}
 
 
 def test_own_secrets_and_a_public_key(chart: helm_python.Chart) -> None:
@@ -692,12 +692,26 @@ def todo(marker: str) -> bool:
     return any(line.startswith("- [ ] TODO") and marker in line for line in README.splitlines())
 
 
-def test_the_binary_protocol_tls_port_is_a_todo_until_it_lands() -> None:
-    landed = {"broker_service_port_tls", "binary_port_tls"} & set(BrokerSettings.model_fields)
-    assert not landed, (
-        f"{landed} has landed: add the port to the broker Service and the init job's --broker-service-url-tls"
-    )
-    assert todo("Pulsar's binary protocol over TLS")
+def test_the_binary_protocol_tls_port_is_wired(chart: helm_python.Chart) -> None:
+    assert "broker_service_port_tls" in BrokerSettings.model_fields
+    assert not todo("Pulsar's binary protocol over TLS")
+    rendered = render(chart, SCENARIOS["secure"])
+    broker = rendered.get("Deployment", "broker")
+    container = only_container(broker)
+    assert broker_data(rendered)["MAGNETAR_BROKER_SERVICE_PORT_TLS"] == "6651"
+    assert {"name": "pulsar-ssl", "containerPort": 6651} in container["ports"]
+    service_ports = rendered.get("Service", "broker")["spec"]["ports"]
+    assert {"name": "pulsar-ssl", "port": 6651, "targetPort": "pulsar-ssl"} in service_ports
+    init_args = only_container(rendered.get("Job", "init"))["args"]
+    url = init_args[init_args.index("--broker-service-url-tls") + 1]
+    assert url.startswith(f"pulsar+ssl://{RELEASE}-magnetar-broker.")
+    assert url.endswith(":6651")
+    assert f"pulsar+ssl://{RELEASE}-magnetar-broker." in rendered.notes
+    # without tls.broker: no TLS port anywhere
+    plain = render(chart)
+    assert "MAGNETAR_BROKER_SERVICE_PORT_TLS" not in broker_data(plain)
+    assert "--broker-service-url-tls" not in only_container(plain.get("Job", "init"))["args"]
+    assert "pulsar-ssl" not in {p["name"] for p in plain.get("Service", "broker")["spec"]["ports"]}
 
 
 def test_the_console_path_is_a_todo_until_it_lands() -> None:

@@ -577,7 +577,12 @@ def run_secure_cluster(
     broker_pod = LocalPod(
         url,
         secrets=secrets,
-        ports={"MAGNETAR_HTTP_PORT": 0, "MAGNETAR_HTTP_PORT_TLS": 0, "MAGNETAR_BROKER_SERVICE_PORT": 0},
+        ports={
+            "MAGNETAR_HTTP_PORT": 0,
+            "MAGNETAR_HTTP_PORT_TLS": 0,
+            "MAGNETAR_BROKER_SERVICE_PORT": 0,
+            "MAGNETAR_BROKER_SERVICE_PORT_TLS": 0,
+        },
     )
     broker = start(
         group,

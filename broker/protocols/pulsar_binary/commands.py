@@ -262,6 +262,14 @@ class Redeliver:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthResponse:
+    """A client's answer to AUTH_CHALLENGE: its credentials again (``AuthData`` of the response)."""
+
+    auth_method_name: str | None
+    auth_data: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class UnsupportedCommand:
     """A command type Magnetar does not serve (yet); answered with an error naming it."""
 
@@ -290,6 +298,7 @@ Command = (
     | CloseHandle
     | Unsubscribe
     | Redeliver
+    | AuthResponse
     | UnsupportedCommand
 )
 
@@ -480,6 +489,13 @@ def _empty_pong(_: Fields) -> Pong:
     return Pong()
 
 
+def _auth_response(f: Fields) -> AuthResponse:
+    data = f.message(2, "AuthData")
+    if data is None:
+        return AuthResponse(None, b"")
+    return AuthResponse(data.optional_string(1), data.bytes_(2))
+
+
 _DECODERS: dict[CommandType, Callable[[Fields], Command]] = {
     CommandType.CONNECT: _connect,
     CommandType.PING: _empty_ping,
@@ -495,6 +511,7 @@ _DECODERS: dict[CommandType, Callable[[Fields], Command]] = {
     CommandType.CLOSE_CONSUMER: _close_consumer,
     CommandType.UNSUBSCRIBE: _unsubscribe,
     CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES: _redeliver,
+    CommandType.AUTH_RESPONSE: _auth_response,
 }
 
 
@@ -521,6 +538,24 @@ def encode_connect(
 def encode_connected(protocol_version: int, max_message_size: int) -> bytes:
     w = Writer().string(1, SERVER_VERSION).uint(2, protocol_version).uint(3, max_message_size)
     return _base(CommandType.CONNECTED, w)
+
+
+AUTH_REFRESH_DATA = b"PulsarAuthRefresh"
+"""What Pulsar's broker puts in an AUTH_CHALLENGE that asks for fresh credentials."""
+
+
+def encode_auth_challenge(auth_method_name: str, protocol_version: int) -> bytes:
+    """AUTH_CHALLENGE: the client answers AUTH_RESPONSE with its current credentials."""
+    data = Writer().string(1, auth_method_name).data(2, AUTH_REFRESH_DATA)
+    w = Writer().string(1, SERVER_VERSION).data(2, data.bytes()).uint(3, protocol_version)
+    return _base(CommandType.AUTH_CHALLENGE, w)
+
+
+def encode_auth_response(auth_method_name: str, auth_data: bytes, protocol_version: int) -> bytes:
+    """AUTH_RESPONSE (what a client sends; the tests' raw client uses it)."""
+    data = Writer().string(1, auth_method_name).data(2, auth_data)
+    w = Writer().string(1, "raw").data(2, data.bytes()).uint(3, protocol_version)
+    return _base(CommandType.AUTH_RESPONSE, w)
 
 
 def encode_ping() -> bytes:

@@ -590,6 +590,7 @@ MAGNETAR_AUTORECOVERY__BOOKKEEPER_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
 {{- if eq .component "broker" }}
 {{- if $tls.broker.enabled }}
 MAGNETAR_HTTP_PORT_TLS: {{ $tls.broker.port | quote }}
+MAGNETAR_BROKER_SERVICE_PORT_TLS: {{ $tls.broker.binaryPort | quote }}
 MAGNETAR_TLS_CERTIFICATE_FILE: /etc/magnetar/tls/tls.crt
 MAGNETAR_TLS_KEY_FILE: /etc/magnetar/tls/tls.key
 MAGNETAR_TLS_TRUST_CERTS_FILE: /etc/magnetar/tls/ca.crt

@@ -44,6 +44,10 @@ COMPANIONS: dict[str, dict[str, Any]] = {
         "tls_certificate_file": Path("/etc/reach/cert.pem"),
         "tls_key_file": Path("/etc/reach/key.pem"),
     },
+    "broker_service_port_tls": {
+        "tls_certificate_file": Path("/etc/reach/cert.pem"),
+        "tls_key_file": Path("/etc/reach/key.pem"),
+    },
     "tls_require_trusted_client_cert": {"tls_trust_certs_file": Path("/etc/reach/ca.pem")},
     "token_audience_claim": {"token_audience": "reach"},
     "token_audience": {"token_audience_claim": "aud"},

@@ -12,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.broker.protocols.pulsar_binary.commands import (
+    AUTH_REFRESH_DATA,
     Ack,
     AckType,
+    AuthResponse,
     CommandType,
     Connect,
     CreateProducer,
@@ -28,6 +30,8 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     decode_batch,
     decode_command,
     decode_metadata,
+    encode_auth_challenge,
+    encode_auth_response,
     encode_batch,
     encode_connect,
     encode_metadata,
@@ -285,3 +289,38 @@ def test_random_bytes_never_crash_the_decoders(data: bytes) -> None:
             parse(data)
     with contextlib.suppress(ProtobufError):
         decode_batch(data, 3)
+
+
+def test_auth_response_and_challenge() -> None:
+    token = "a.b.c"
+    decoded = decode_command(encode_auth_response("token", token.encode(), 21))
+    assert decoded == AuthResponse("token", token.encode())
+    challenge = parse_message(encode_auth_challenge("token", 21), "BaseCommand")
+    assert challenge.uint(1) == CommandType.AUTH_CHALLENGE
+    sub = challenge.message(CommandType.AUTH_CHALLENGE, "CommandAuthChallenge")
+    assert sub is not None
+    data = sub.message(2, "AuthData")
+    assert data is not None
+    assert (data.optional_string(1), data.bytes_(2), sub.uint(3)) == ("token", AUTH_REFRESH_DATA, 21)
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        Writer().string(1, "raw"),  # no AuthData: no credentials
+        Writer().data(2, Writer().data(2, b"x" * 100_000).bytes()),  # no method name, a large token
+        Writer().data(2, Writer().string(1, "token\u202e\x00").bytes()),  # control and bidi characters
+    ],
+)
+def test_hostile_auth_responses_decode_to_credentials_the_broker_refuses(response: Writer) -> None:
+    command = Writer().uint(1, CommandType.AUTH_RESPONSE).data(CommandType.AUTH_RESPONSE, response.bytes())
+    decoded = decode_command(command.bytes())
+    assert isinstance(decoded, AuthResponse)
+    assert decoded.auth_method_name != "token" or not decoded.auth_data
+
+
+def test_a_forged_auth_data_is_refused() -> None:
+    forged = Writer().data(2, b"\x12\xff\xff\xff\xff\x0f")  # AuthData whose auth_data claims 4 GiB
+    command = Writer().uint(1, CommandType.AUTH_RESPONSE).data(CommandType.AUTH_RESPONSE, forged.bytes())
+    with pytest.raises(ProtobufError):
+        decode_command(command.bytes())
