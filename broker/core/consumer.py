@@ -134,6 +134,36 @@ class Consumer:
                 self.pending_in_order = False
             pending[delivery.key] = delivery
 
+    def push_many(self, deliveries: list[Delivery], redelivery_counts: list[int] | None, now: float) -> int:
+        """:meth:`push` a run of messages in position order (the caller checked :meth:`available` for all of
+        them) with one call into the sink, which renders them in one pass; it stops after the message that
+        fills the outbound queue's bytes, so this returns how many were pushed (the first ones)."""
+        taken = self.sink.deliver_many(deliveries, self.partition, redelivery_counts)
+        if taken < len(deliveries):
+            deliveries = deliveries[:taken]
+        self.flow.on_pushed(taken)
+        size = 0
+        if self.track_pending:
+            pending = self.pending
+            in_order = self.pending_in_order or not pending
+            last = next(reversed(pending)) if pending and in_order else None
+            for delivery in deliveries:
+                size += len(delivery.message.payload)
+                delivery.sent_at = now
+                key = (delivery.ledger_id, delivery.entry_id, delivery.batch_index)
+                if in_order and last is not None and key < last:
+                    in_order = False
+                last = key
+                pending[key] = delivery
+            self.pending_in_order = in_order
+            self.pending_bytes += size
+        else:
+            for delivery in deliveries:
+                size += len(delivery.message.payload)
+        self.msg_out_counter += taken
+        self.bytes_out_counter += size
+        return taken
+
     def take_pending(self, key: MsgKey) -> Delivery | None:
         """Remove ``key`` from the pending messages (ack or nack), releasing its place in the window."""
         pending = self.pending

@@ -152,6 +152,17 @@ class Subscription:
         self.msg_out_counter += 1
         self.bytes_out_counter += len(delivery.message.payload)
 
+    def push_many(self, consumer: Consumer, deliveries: list[Delivery], now: float) -> int:
+        """:meth:`push` a run of messages to one consumer at once; returns how many it took (the first
+        ones: the sink stops at its byte bound)."""
+        counts = self._redelivery_counts
+        redelivery_counts = [counts.get(d.key, 0) for d in deliveries] if counts else None
+        out_bytes = consumer.bytes_out_counter
+        taken = consumer.push_many(deliveries, redelivery_counts, now)
+        self.msg_out_counter += taken
+        self.bytes_out_counter += consumer.bytes_out_counter - out_bytes
+        return taken
+
     # -- acknowledgements -----------------------------------------------------------------------
 
     def _take_pending(self, consumer: Consumer, key: MsgKey) -> Delivery | None:

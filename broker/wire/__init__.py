@@ -28,6 +28,7 @@ from magnetar.broker.wire.message_id import (
     decode_base64_java,
     delivered_id_fields,
     delivered_message_id,
+    delivered_message_ids,
     encode_message_id,
     write_varint,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "decode_entry",
     "delivered_id_fields",
     "delivered_message_id",
+    "delivered_message_ids",
     "encode_compact_batch",
     "encode_entry",
     "encode_message_id",

@@ -9,7 +9,7 @@ backlog is the number of stored messages not acknowledged, whatever was sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
 import trio
@@ -80,6 +80,11 @@ class Sink:
 
     def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
         pass
+
+    def deliver_many(
+        self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
+    ) -> int:
+        return len(deliveries)
 
 
 class FixedClock:
