@@ -176,6 +176,24 @@ class Consumer:
                 self.flow.notify()
         return delivery
 
+    def take_pending_many(self, keys: list[MsgKey]) -> list[Delivery | None]:
+        """:meth:`take_pending` of each key (a group of acks), the window released once for all found."""
+        pending = self.pending
+        taken = [pending.pop(key, None) for key in keys]
+        found = 0
+        size = 0
+        for delivery in taken:
+            if delivery is not None:
+                found += 1
+                size += len(delivery.message.payload)
+        if found:
+            self.pending_bytes = self.pending_bytes - size if pending else 0
+            self.flow.release(found)
+            if self._held_by_unacked:
+                self._held_by_unacked = False
+                self.flow.notify()
+        return taken
+
     def clear_pending(self) -> None:
         """Forget every pending message (they will be delivered again from the cursor), releasing the
         window."""

@@ -75,7 +75,13 @@ from magnetar.broker.core import (
 )
 from magnetar.broker.owner_proxy.proxy import OwnerProxy
 from magnetar.broker.policies import ADMISSION_HOLD, ADMISSION_OK, ADMISSION_REJECT
-from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession, PublishRefusal
+from magnetar.broker.protocols.adapter import (
+    ConsumerSession,
+    FrameGroups,
+    FrameHandler,
+    ProducerSession,
+    PublishRefusal,
+)
 from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.protocols.outbound import OutboundFrames
 from magnetar.broker.protocols.params import (
@@ -196,6 +202,7 @@ class SessionFrontDoor:
             finally:
                 frames_sent.set()
 
+        take_group = on_frame.take_group if isinstance(on_frame, FrameGroups) else None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(send_frames)
             if extra is not None:
@@ -204,7 +211,16 @@ class SessionFrontDoor:
                 try:
                     while True:
                         # Every message of a received chunk at once: one task switch per chunk.
-                        for message in await ws.receive_batch():
+                        batch = await ws.receive_batch()
+                        index = 0
+                        count = len(batch)
+                        while index < count:
+                            if take_group is not None:  # acks, a group at a time (they answer nothing)
+                                index = take_group(batch, index)
+                                if index >= count:
+                                    break
+                            message = batch[index]
+                            index += 1
                             queued = frames.messages
                             await on_frame(message)
                             if (frames.messages > queued or not deliveries) and frames.full:

@@ -35,7 +35,7 @@ and writes a ConsumerMessage ~3x faster (see tests/bench/RESULTS.md), which is m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, tzinfo
 from enum import Enum
@@ -408,6 +408,28 @@ def plain_ack_fields(text: str) -> tuple[int, int, int, int, int] | None:
     if text.startswith(_PLAIN_ACK_HEAD) and text.endswith(_PLAIN_ACK_TAIL):
         return delivered_id_fields(text[len(_PLAIN_ACK_HEAD) : -len(_PLAIN_ACK_TAIL)])
     return None
+
+
+def plain_acks(
+    messages: Sequence[str | bytes], start: int
+) -> tuple[list[tuple[int, int, int, int, int]], int]:
+    """:func:`plain_ack_fields` of the frames from ``start`` on, up to the first that is not such an ack:
+    their fields, and the index of that frame (``len(messages)`` when all are). One pass over a group of
+    acks the client sent together; the frame it stops at goes through :func:`parse_consumer_command`."""
+    head = _PLAIN_ACK_HEAD
+    tail = _PLAIN_ACK_TAIL
+    cut = len(_PLAIN_ACK_HEAD)
+    fields_of = delivered_id_fields
+    out: list[tuple[int, int, int, int, int]] = []
+    for index in range(start, len(messages)):
+        text = messages[index]
+        if not (isinstance(text, str) and text.startswith(head) and text.endswith(tail)):
+            return out, index
+        fields = fields_of(text[cut : -len(tail)])
+        if fields is None:
+            return out, index
+        out.append(fields)
+    return out, len(messages)
 
 
 def parse_consumer_command(text: str | bytes) -> ConsumerCommand:
