@@ -104,6 +104,11 @@ class StoredMessage(NamedTuple):
     """Read-only; a decoded message has a dict of its own."""
 
 
+_new_message = tuple.__new__
+"""``StoredMessage`` built from its fields in one C call: the decoders build one per message read, and a named
+tuple's own constructor is a Python function (twice the cost)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DecodedEntry:
     batched: bool
@@ -421,14 +426,17 @@ def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[s
             raise CorruptEntryError(f"entry truncated: need {payload_len} bytes at offset {pos}")
         payload = data[pos:payload_end]
         messages.append(
-            StoredMessage(
-                payload if isinstance(payload, bytes) else payload.tobytes(),
-                names[producer],
-                sequence_id,
-                publish,
-                event,
-                key,
-                properties,
+            _new_message(
+                StoredMessage,
+                (
+                    payload if isinstance(payload, bytes) else payload.tobytes(),
+                    names[producer],
+                    sequence_id,
+                    publish,
+                    event,
+                    key,
+                    properties,
+                ),
             )
         )
         pos = payload_end
@@ -477,14 +485,17 @@ def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name:
             raise CorruptEntryError(f"entry truncated or too large: {payload_len} bytes at offset {pos}")
         payload = data[pos:payload_end]
         messages.append(
-            StoredMessage(
-                payload if isinstance(payload, bytes) else payload.tobytes(),
-                name,
-                sequence_id,
-                publish,
-                event,
-                key,
-                properties,
+            _new_message(
+                StoredMessage,
+                (
+                    payload if isinstance(payload, bytes) else payload.tobytes(),
+                    name,
+                    sequence_id,
+                    publish,
+                    event,
+                    key,
+                    properties,
+                ),
             )
         )
         sequence_id += 1
