@@ -134,11 +134,17 @@ class Subscription:
             size = len(decoded.messages)
             unacked = self._batches.get((ledger_id, entry_id))
             skipped = self.cursor.prefix_acked(position)  # acknowledged by a skip that ended in this entry
-            for index, message in enumerate(decoded.messages):
-                if (unacked is not None and index not in unacked) or index < skipped:
-                    continue
-                slot = sticky_key_slot(message.key) if key_shared else 0
-                out.append(Delivery(ledger_id, entry_id, index, size, message, slot))
+            if unacked is None and not skipped and not key_shared:  # the usual entry: every message
+                out = [
+                    Delivery(ledger_id, entry_id, index, size, message)
+                    for index, message in enumerate(decoded.messages)
+                ]
+            else:
+                for index, message in enumerate(decoded.messages):
+                    if (unacked is not None and index not in unacked) or index < skipped:
+                        continue
+                    slot = sticky_key_slot(message.key) if key_shared else 0
+                    out.append(Delivery(ledger_id, entry_id, index, size, message, slot))
         if self._start_after is not None:
             start = self._start_after
             out = [d for d in out if d.key > start]

@@ -2,7 +2,7 @@
 frame codec and Pulsar's date format. Nothing here imports the server: the admin command line, the Spark
 source and the perf tools import these without it."""
 
-from magnetar.broker.wire.date_format import DateParseError, format_timestamp, parse_timestamp
+from magnetar.broker.wire.date_format import DateParseError, UtcTimestamps, format_timestamp, parse_timestamp
 from magnetar.broker.wire.entry_format import (
     COMPACT_HEAD,
     COMPACT_MESSAGE,
@@ -98,6 +98,7 @@ __all__ = [
     "TopicDomain",
     "TopicName",
     "UnsafeNameError",
+    "UtcTimestamps",
     "check_name_characters",
     "check_named_entity",
     "check_subscription_name",

@@ -447,9 +447,11 @@ def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[s
 
 def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
     """All messages of an entry; :class:`CorruptEntryError` if the bytes are not a well-formed entry. A
-    ``memoryview`` is decoded in place (each payload is then copied out of it once, as from ``bytes``)."""
-    buffer = data if isinstance(data, bytes | memoryview) else bytes(data)
-    reader = _Reader(buffer if isinstance(buffer, memoryview) else memoryview(buffer))
+    ``memoryview`` (the managed ledger's read, its prefix split off) is copied into ``bytes`` once and decoded
+    from there: one memcpy of the entry costs less than slicing and unpacking a memoryview per message (a
+    third of the decode of a batch of small messages), and each payload is then a slice of ``bytes``."""
+    buffer = data if isinstance(data, bytes) else bytes(data)
+    reader = _Reader(memoryview(buffer))
     kind, names, count = _read_head(reader)
     if kind == KIND_COMPACT:
         return DecodedEntry(True, _read_compact_messages(buffer, reader.pos, count, names[0]))

@@ -24,6 +24,7 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
 )
 from magnetar.broker.protocols.ws_errors import WsErrorCode
 from magnetar.broker.wire import (
+    UtcTimestamps,
     delivered_message_id,
     delivered_message_ids,
     encode_message_id,
@@ -38,17 +39,19 @@ class JsonFrames(OutboundFrames):
         self, *, bytes_max: int = OUTBOUND_BYTES_MAX, messages_max: int = OUTBOUND_MESSAGES_MAX
     ) -> None:
         super().__init__(text=True, bytes_max=bytes_max, messages_max=messages_max)
+        self._times = UtcTimestamps()
         self._last_time_ms = -1
         self._last_time_text = b""
 
     def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
-        """Pulsar's ``ConsumerMessage``; the publish time of consecutive messages is formatted once."""
+        """Pulsar's ``ConsumerMessage``; the publish time of consecutive messages is formatted once (and the
+        date and time of their second once: :class:`~magnetar.broker.wire.UtcTimestamps`)."""
         message = delivery.message
         event_ms = message.event_time_ms
         publish_ms = message.publish_time_ms
         if publish_ms != self._last_time_ms:
             self._last_time_ms = publish_ms
-            self._last_time_text = format_timestamp(publish_ms).encode("ascii")
+            self._last_time_text = self._times.format(publish_ms)
         self.push(
             consumer_message_frame(
                 delivered_message_id(
@@ -82,13 +85,14 @@ class JsonFrames(OutboundFrames):
         bytes_max = self.bytes_max
         last_ms = self._last_time_ms
         last_text = self._last_time_text
+        times = self._times
         taken = 0
         for delivery, message_id in zip(deliveries, ids, strict=True):
             message = delivery.message
             publish_ms = message.publish_time_ms
             if publish_ms != last_ms:
                 last_ms = publish_ms
-                last_text = format_timestamp(publish_ms).encode("ascii")
+                last_text = times.format(publish_ms)
             count = redelivery_counts[taken] if redelivery_counts is not None else 0
             event_ms = message.event_time_ms
             if message.key is None and not message.properties and event_ms == 0:

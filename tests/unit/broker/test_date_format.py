@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.wire.date_format import DateParseError, format_timestamp, parse_timestamp
+from magnetar.broker.wire.date_format import DateParseError, UtcTimestamps, format_timestamp, parse_timestamp
 
 PDT = timezone(timedelta(hours=-7))
 
@@ -64,3 +64,14 @@ def test_unparseable(text: str) -> None:
 def test_round_trip(ms: int) -> None:
     assert parse_timestamp(format_timestamp(ms)) == ms
     assert parse_timestamp(format_timestamp(ms, PDT)) == ms
+
+
+@given(st.lists(st.integers(-(2**41), 2**44), max_size=30), st.integers(0, 2000))
+def test_utc_timestamps_of_a_stream_are_format_timestamp(stamps: list[int], step: int) -> None:
+    """Whole seconds, fractions with trailing zeros, negative times, and runs within one second."""
+    times = UtcTimestamps()
+    for ms in [*stamps, *(stamps[0] + step * i for i in range(5) if stamps)]:
+        assert times.format(ms) == format_timestamp(ms).encode("ascii")
+    assert times.format(1_000) == b"1970-01-01T00:00:01Z"
+    assert times.format(1_120) == b"1970-01-01T00:00:01.12Z"
+    assert times.format(-5) == b"1969-12-31T23:59:59.995Z"
