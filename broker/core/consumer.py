@@ -1,10 +1,12 @@
 """A consumer: one client's place in one subscription (one partition of a session), protocol-neutral.
 
 A dispatcher asks :meth:`Consumer.available` before it pushes and pushes synchronously: the consumer hands the
-message to its session's :class:`~.delivery.DeliverySink` (the adapter's encoding into the session's outbound
-queue), whose sender task is the only one that awaits the connection - a slow client stalls only its own
-deliveries. What a consumer may be handed at once is bounded in messages and in bytes, whatever the client
-grants:
+message - or a run of them, :meth:`Consumer.push_many` - to its session's :class:`~.delivery.DeliverySink`
+(the adapter's encoding into the session's outbound queue), whose sender task is the only one that awaits the
+connection - a slow client stalls only its own deliveries. Acknowledgements take pending messages back one
+at a time or a group at a time (:meth:`Consumer.take_pending_many`: the window released once).
+
+What a consumer may be handed at once is bounded in messages and in bytes, whatever the client grants:
 
 * the session's outbound queue (``ws_send_queue_messages_max`` messages and ``ws_send_queue_bytes_max``
   bytes, plus the message that crossed the bound): ``available()`` is 0 while it is full;

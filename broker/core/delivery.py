@@ -5,7 +5,9 @@ position ``(ledgerId, entryId, batchIndex)``; a consumer pushes it into its sess
 which a protocol adapter implements - Pulsar's JSON ``ConsumerMessage`` frame, a ``magnetar.v1`` MESSAGES
 record, tomorrow a binary-protocol ``CommandMessage`` or a frame forwarded to a proxy. The sink is also the
 session's bounded outbound queue: the core pushes only while it has room (:meth:`DeliverySink.room`, and its
-bytes checked per message) and is called back when a full sink has room again.
+bytes checked per message) and is called back when a full sink has room again. A run of messages for one
+consumer goes in one call (:meth:`DeliverySink.deliver_many`), so that an adapter renders the run in one
+pass; the sink stops after the message that fills its bytes, as the one-at-a-time loop did.
 
 Flow control (:class:`FlowControl`) follows Pulsar's WebSocket handler (PR #3058), and Pulsar's binary
 protocol's permits fit it too:

@@ -4,9 +4,11 @@ One task per subscription runs :meth:`Dispatcher.run`. Each round it first hands
 redelivery (in position order), then messages already read, and only when consumers still have permits reads
 the next entries from the cursor - at most ``min(permits, dispatch_read_entries_max)`` entries, so it never
 holds more than the permits' worth of entries (an entry holds at least one message). Delivery itself is a
-synchronous push into the consumer's bounded delivery sink (:mod:`.delivery`). The task sleeps on one event,
-woken by new entries,
-released permits, consumer changes and redeliveries.
+synchronous push into the consumer's bounded delivery sink (:mod:`.delivery`): for the single active consumer
+of an Exclusive or Failover subscription, the whole run of ready messages it may take at once
+(:meth:`DispatchSource.push_many`, rendered by the sink in one pass, docs/architecture.md §2.2); for Shared
+and Key_Shared, which choose a consumer per message, one at a time. The task sleeps on one event, woken by
+new entries, released permits, consumer changes and redeliveries.
 
 Subscription types:
 

@@ -22,6 +22,12 @@ reconnected can still acknowledge what it received before. Ids of another partit
 exist (never written, or trimmed), batch indexes outside the batch and repeated acks are ignored, as Pulsar
 ignores unknown ids; they never acknowledge anything else and never close the session.
 
+Ack groups. The acks a client sent together (one read of its socket) may be applied as one group
+(:meth:`Subscription.ack_group`): consecutive acks of one batch entry take their pending messages and give
+back the window once, update the entry's bitmap and the cursor's count of its unacked messages once, and
+build one ``Position``; every key still gets the outcome :meth:`Subscription.ack_fields` would give it
+alone, in the order sent (a property test holds the two paths to that).
+
 ``redeliveryCount`` counts the negative acks and ack timeouts of a message (Pulsar's redelivery tracker).
 """
 

@@ -14,7 +14,9 @@ relayed to the owner and follows the topic when it moves; a partitioned topic wi
 elsewhere through one upstream session per partition) - or, with ``ws_proxy_enabled=false`` or for a session
 that is itself proxied, answered **307** with ``Location: ws://<owner>/<same path and query>``
 (``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs its tasks: the reader
-loop below (one frame at a time, handed to the adapter), the session's frame sender
+loop below (every frame of a received chunk handed to the adapter: a group at a time while the adapter's
+handler takes groups - a consumer's acks, :class:`~magnetar.broker.protocols.adapter.FrameGroups` - the
+others one at a time), the session's frame sender
 (:class:`~magnetar.broker.protocols.outbound.OutboundFrames`) and, for a consumer, its redelivery timers
 (:class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`). A frame the adapter cannot accept closes
 the session with its :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`. When the topic is unloaded

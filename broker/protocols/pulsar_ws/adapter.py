@@ -6,7 +6,8 @@ consumer's or reader's frame that is not a JSON command closes the session with 
 **4003** (see :mod:`magnetar.broker.protocols.ws_errors`). A binary frame is treated as a request that
 cannot be read: ``send-error:3`` for a producer, close 4003 for a consumer or reader. ``unsubscribe`` closes
 the session with 1000 once done. The common consumer frame, a plain ack, is applied without JSON parsing
-(:func:`~.messages.plain_ack_fields`).
+(:func:`~.messages.plain_ack_fields`), and the acks a client sent together as one group
+(:class:`JsonConsumerCommands`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,17 @@ frames, pushed into the session's outbound queue (:mod:`magnetar.broker.protocol
 :class:`~magnetar.broker.core.delivery.DeliverySink`); :class:`JsonAcks` answers a publish request (the core's
 :class:`~magnetar.broker.core.publish.PublishCompletion`) with one ``ProducerAck`` per message, carrying the
 request's ``context``.
+
+The delivery fast path (docs/architecture.md §2.2). The dispatcher hands :meth:`JsonFrames.deliver_many` a run
+of messages for one consumer - usually whole batch entries read together - and the run is rendered in one
+pass: the run's message ids first (:func:`~magnetar.broker.wire.delivered_message_ids`: the protobuf fields
+of the ledger, entry and partition written once per entry, each id remembered for the ack that will bring it
+back), then one ``ConsumerMessage`` per message - for a message without properties, key and event time the
+template :data:`~.messages.CONSUMER_MESSAGE_PLAIN` filled with the id, the payload in base64 (``pybase64``)
+and the publish time (formatted once per millisecond, its date and time once per second), anything else
+through :func:`~.messages.consumer_message_frame`. The frames join the queue as they are rendered; the run
+stops after the frame that takes the queue to ``bytes_max`` and says how many it took (the rest stays with
+the dispatcher), exactly where one :meth:`JsonFrames.deliver` per message would have stopped.
 """
 
 from __future__ import annotations
