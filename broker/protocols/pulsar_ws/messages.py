@@ -306,6 +306,10 @@ CONSUMER_MESSAGE_PLAIN = (
 )
 """The ``ConsumerMessage`` of a message without properties, key and event time, filled with the base64 id,
 the base64 payload, the publish time and the redelivery count (the dispatch hot path's template)."""
+CONSUMER_MESSAGE_HEAD = b'{"messageId":"%b","payload":"%b","properties":{},"publishTime":"'
+CONSUMER_MESSAGE_FIRST_TAIL = b'","redeliveryCount":0}'
+""":data:`CONSUMER_MESSAGE_PLAIN` in two pieces around the publish time: ``HEAD + time + FIRST_TAIL`` is the
+template of one publish time for messages delivered the first time, filled with the id and the payload."""
 
 
 def consumer_message_frame(

@@ -12,8 +12,9 @@ pass: the run's message ids first (:func:`~magnetar.broker.wire.delivered_messag
 of the ledger, entry and partition written once per entry, each id remembered for the ack that will bring it
 back), then one ``ConsumerMessage`` per message - for a message without properties, key and event time the
 template :data:`~.messages.CONSUMER_MESSAGE_PLAIN` filled with the id, the payload in base64 (``pybase64``)
-and the publish time (formatted once per millisecond, its date and time once per second), anything else
-through :func:`~.messages.consumer_message_frame`. The frames join the queue as they are rendered; the run
+and the publish time (its date and time formatted once per second; the template itself made once per
+publish time, for messages delivered the first time), anything else through
+:func:`~.messages.consumer_message_frame`. The frames join the queue as they are rendered; the run
 stops after the frame that takes the queue to ``bytes_max`` and says how many it took (the rest stays with
 the dispatcher), exactly where one :meth:`JsonFrames.deliver` per message would have stopped.
 """
@@ -28,6 +29,8 @@ from pybase64 import b64encode
 from magnetar.broker.core import Delivery, PublishRequest
 from magnetar.broker.protocols.outbound import OUTBOUND_BYTES_MAX, OUTBOUND_MESSAGES_MAX, OutboundFrames
 from magnetar.broker.protocols.pulsar_ws.messages import (
+    CONSUMER_MESSAGE_FIRST_TAIL,
+    CONSUMER_MESSAGE_HEAD,
     CONSUMER_MESSAGE_PLAIN,
     consumer_message_frame,
     producer_ack_error,
@@ -51,18 +54,12 @@ class JsonFrames(OutboundFrames):
     ) -> None:
         super().__init__(text=True, bytes_max=bytes_max, messages_max=messages_max)
         self._times = UtcTimestamps()
-        self._last_time_ms = -1
-        self._last_time_text = b""
+        """Publish times formatted once per second (:class:`~magnetar.broker.wire.UtcTimestamps`)."""
 
     def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
-        """Pulsar's ``ConsumerMessage``; the publish time of consecutive messages is formatted once (and the
-        date and time of their second once: :class:`~magnetar.broker.wire.UtcTimestamps`)."""
+        """Pulsar's ``ConsumerMessage`` of one message."""
         message = delivery.message
         event_ms = message.event_time_ms
-        publish_ms = message.publish_time_ms
-        if publish_ms != self._last_time_ms:
-            self._last_time_ms = publish_ms
-            self._last_time_text = self._times.format(publish_ms)
         self.push(
             consumer_message_frame(
                 delivered_message_id(
@@ -74,7 +71,7 @@ class JsonFrames(OutboundFrames):
                 ),
                 message.payload,
                 message.properties,
-                self._last_time_text,
+                self._times.format(message.publish_time_ms),
                 redelivery_count,
                 format_timestamp(event_ms).encode("ascii") if event_ms != 0 else None,
                 message.key,
@@ -84,47 +81,45 @@ class JsonFrames(OutboundFrames):
     def deliver_many(
         self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
     ) -> int:
-        """A run of ``ConsumerMessage`` frames rendered in one pass (the delivery fast path): the ids of the
-        run written and remembered together (:func:`~magnetar.broker.wire.delivered_message_ids`), a message
-        without properties, key and event time filled into one template, each publish time formatted once
-        for the messages that share it; stops after the frame that takes the queue to ``bytes_max``."""
+        """A run of ``ConsumerMessage`` frames rendered in one pass (the delivery fast path, see the module
+        docstring); stops after the frame that takes the queue to ``bytes_max``."""
         if self._closed:
             return len(deliveries)  # the session is over: dropped, as push() drops them
         ids = delivered_message_ids(deliveries, partition)
         frames = self._frames
         total = self.bytes
         bytes_max = self.bytes_max
-        last_ms = self._last_time_ms
-        last_text = self._last_time_text
         times = self._times
+        last_ms: int | None = None
+        publish_time = template = b""
         taken = 0
         for delivery, message_id in zip(deliveries, ids, strict=True):
-            message = delivery.message
-            publish_ms = message.publish_time_ms
+            # A stored message is a named tuple: its fields in one unpacking, not five attribute lookups.
+            payload, _, _, publish_ms, event_ms, key, properties = delivery.message
             if publish_ms != last_ms:
                 last_ms = publish_ms
-                last_text = times.format(publish_ms)
+                publish_time = times.format(publish_ms)
+                template = CONSUMER_MESSAGE_HEAD + publish_time + CONSUMER_MESSAGE_FIRST_TAIL
             count = redelivery_counts[taken] if redelivery_counts is not None else 0
-            event_ms = message.event_time_ms
-            if message.key is None and not message.properties and event_ms == 0:
-                frame = CONSUMER_MESSAGE_PLAIN % (message_id, b64encode(message.payload), last_text, count)
-            else:
+            if key is not None or properties or event_ms:
                 frame = consumer_message_frame(
                     message_id,
-                    message.payload,
-                    message.properties,
-                    last_text,
+                    payload,
+                    properties,
+                    publish_time,
                     count,
                     format_timestamp(event_ms).encode("ascii") if event_ms != 0 else None,
-                    message.key,
+                    key,
                 )
+            elif count:
+                frame = CONSUMER_MESSAGE_PLAIN % (message_id, b64encode(payload), publish_time, count)
+            else:  # the common message: this publish time's template, filled with the id and the payload
+                frame = template % (message_id, b64encode(payload))
             frames.append(frame)
             total += len(frame)
             taken += 1
             if total >= bytes_max:
                 break
-        self._last_time_ms = last_ms
-        self._last_time_text = last_text
         self.bytes = total
         self.messages += taken
         self._event.set()
