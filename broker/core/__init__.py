@@ -6,7 +6,7 @@ in :mod:`magnetar.broker.protocols`; the wire formats clients share are in :mod:
 """
 
 from magnetar.broker.core.consumer import Consumer
-from magnetar.broker.core.delivery import Delivery, FlowControl
+from magnetar.broker.core.delivery import Delivery, FlowControl, deliver_each
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
     AccessError,
@@ -62,4 +62,5 @@ __all__ = [
     "TooManyTopicsError",
     "TopicMetrics",
     "TopicNotFoundError",
+    "deliver_each",
 ]

@@ -1,10 +1,12 @@
 """A consumer: one client's place in one subscription (one partition of a session), protocol-neutral.
 
 A dispatcher asks :meth:`Consumer.available` before it pushes and pushes synchronously: the consumer hands the
-message to its session's :class:`~.delivery.DeliverySink` (the adapter's encoding into the session's outbound
-queue), whose sender task is the only one that awaits the connection - a slow client stalls only its own
-deliveries. What a consumer may be handed at once is bounded in messages and in bytes, whatever the client
-grants:
+message - or a run of them, :meth:`Consumer.push_many` - to its session's :class:`~.delivery.DeliverySink`
+(the adapter's encoding into the session's outbound queue), whose sender task is the only one that awaits the
+connection - a slow client stalls only its own deliveries. Acknowledgements take pending messages back one
+at a time or a group at a time (:meth:`Consumer.take_pending_many`: the window released once).
+
+What a consumer may be handed at once is bounded in messages and in bytes, whatever the client grants:
 
 * the session's outbound queue (``ws_send_queue_messages_max`` messages and ``ws_send_queue_bytes_max``
   bytes, plus the message that crossed the bound): ``available()`` is 0 while it is full;
@@ -134,6 +136,36 @@ class Consumer:
                 self.pending_in_order = False
             pending[delivery.key] = delivery
 
+    def push_many(self, deliveries: list[Delivery], redelivery_counts: list[int] | None, now: float) -> int:
+        """:meth:`push` a run of messages in position order (the caller checked :meth:`available` for all of
+        them) with one call into the sink, which renders them in one pass; it stops after the message that
+        fills the outbound queue's bytes, so this returns how many were pushed (the first ones)."""
+        taken = self.sink.deliver_many(deliveries, self.partition, redelivery_counts)
+        if taken < len(deliveries):
+            deliveries = deliveries[:taken]
+        self.flow.on_pushed(taken)
+        size = 0
+        if self.track_pending:
+            pending = self.pending
+            in_order = self.pending_in_order or not pending
+            last = next(reversed(pending)) if pending and in_order else None
+            for delivery in deliveries:
+                size += len(delivery.message.payload)
+                delivery.sent_at = now
+                key = (delivery.ledger_id, delivery.entry_id, delivery.batch_index)
+                if in_order and last is not None and key < last:
+                    in_order = False
+                last = key
+                pending[key] = delivery
+            self.pending_in_order = in_order
+            self.pending_bytes += size
+        else:
+            for delivery in deliveries:
+                size += len(delivery.message.payload)
+        self.msg_out_counter += taken
+        self.bytes_out_counter += size
+        return taken
+
     def take_pending(self, key: MsgKey) -> Delivery | None:
         """Remove ``key`` from the pending messages (ack or nack), releasing its place in the window."""
         pending = self.pending
@@ -145,6 +177,24 @@ class Consumer:
                 self._held_by_unacked = False
                 self.flow.notify()
         return delivery
+
+    def take_pending_many(self, keys: list[MsgKey]) -> list[Delivery | None]:
+        """:meth:`take_pending` of each key (a group of acks), the window released once for all found."""
+        pending = self.pending
+        taken = [pending.pop(key, None) for key in keys]
+        found = 0
+        size = 0
+        for delivery in taken:
+            if delivery is not None:
+                found += 1
+                size += len(delivery.message.payload)
+        if found:
+            self.pending_bytes = self.pending_bytes - size if pending else 0
+            self.flow.release(found)
+            if self._held_by_unacked:
+                self._held_by_unacked = False
+                self.flow.notify()
+        return taken
 
     def clear_pending(self) -> None:
         """Forget every pending message (they will be delivered again from the cursor), releasing the

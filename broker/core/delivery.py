@@ -5,7 +5,9 @@ position ``(ledgerId, entryId, batchIndex)``; a consumer pushes it into its sess
 which a protocol adapter implements - Pulsar's JSON ``ConsumerMessage`` frame, a ``magnetar.v1`` MESSAGES
 record, tomorrow a binary-protocol ``CommandMessage`` or a frame forwarded to a proxy. The sink is also the
 session's bounded outbound queue: the core pushes only while it has room (:meth:`DeliverySink.room`, and its
-bytes checked per message) and is called back when a full sink has room again.
+bytes checked per message) and is called back when a full sink has room again. A run of messages for one
+consumer goes in one call (:meth:`DeliverySink.deliver_many`), so that an adapter renders the run in one
+pass; the sink stops after the message that fills its bytes, as the one-at-a-time loop did.
 
 Flow control (:class:`FlowControl`) follows Pulsar's WebSocket handler (PR #3058), and Pulsar's binary
 protocol's permits fit it too:
@@ -22,7 +24,7 @@ partition sharing it, so the window holds for the whole session.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -79,6 +81,32 @@ class DeliverySink(Protocol):
         topic). Never blocks: the caller checked :meth:`room`."""
         ...
 
+    def deliver_many(
+        self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
+    ) -> int:
+        """Queue ``deliveries`` in order (the caller checked :meth:`room` for all of them), stopping after
+        the message that takes the queue to ``bytes_max``; returns how many were queued. One call per run of
+        messages to one consumer: an adapter renders them in one pass (:func:`deliver_each` is the plain
+        loop). ``redelivery_counts``: each message's, or None when all are 0."""
+        ...
+
+
+def deliver_each(
+    sink: DeliverySink,
+    deliveries: Sequence[Delivery],
+    partition: int,
+    redelivery_counts: Sequence[int] | None,
+) -> int:
+    """:meth:`DeliverySink.deliver_many` as a loop of :meth:`DeliverySink.deliver` (a sink with no faster way
+    of rendering a run of messages)."""
+    taken = 0
+    for delivery in deliveries:
+        sink.deliver(delivery, partition, redelivery_counts[taken] if redelivery_counts is not None else 0)
+        taken += 1
+        if sink.bytes >= sink.bytes_max:
+            break
+    return taken
+
 
 class FlowControl:
     """The delivery window of one session (see the module docstring)."""
@@ -93,8 +121,8 @@ class FlowControl:
     def available(self) -> int:
         return (0 if self.pull_mode else self.window) - self.outstanding
 
-    def on_pushed(self) -> None:
-        self.outstanding += 1
+    def on_pushed(self, count: int = 1) -> None:
+        self.outstanding += count
 
     def release(self, count: int = 1) -> None:
         """An ack, nack or timeout gave back ``count`` (push mode only)."""

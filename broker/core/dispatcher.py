@@ -4,9 +4,11 @@ One task per subscription runs :meth:`Dispatcher.run`. Each round it first hands
 redelivery (in position order), then messages already read, and only when consumers still have permits reads
 the next entries from the cursor - at most ``min(permits, dispatch_read_entries_max)`` entries, so it never
 holds more than the permits' worth of entries (an entry holds at least one message). Delivery itself is a
-synchronous push into the consumer's bounded delivery sink (:mod:`.delivery`). The task sleeps on one event,
-woken by new entries,
-released permits, consumer changes and redeliveries.
+synchronous push into the consumer's bounded delivery sink (:mod:`.delivery`): for the single active consumer
+of an Exclusive or Failover subscription, the whole run of ready messages it may take at once
+(:meth:`DispatchSource.push_many`, rendered by the sink in one pass, docs/architecture.md §2.2); for Shared
+and Key_Shared, which choose a consumer per message, one at a time. The task sleeps on one event, woken by
+new entries, released permits, consumer changes and redeliveries.
 
 Subscription types:
 
@@ -91,6 +93,8 @@ class DispatchSource(Protocol):
     def deliveries_of(self, entry: Entry) -> list[Delivery]: ...
 
     def push(self, consumer: Consumer, delivery: Delivery, now: float) -> None: ...
+
+    def push_many(self, consumer: Consumer, deliveries: list[Delivery], now: float) -> int: ...
 
     def acked(self, delivery: Delivery) -> bool: ...
 
@@ -274,18 +278,25 @@ class Dispatcher:
                 if self._redeliver_slots.get(delivery.slot) or not self._try_key_shared(delivery, now):
                     self.redeliver([delivery])
             return
-        push = self._sub.push
         if self.type is not None and self.type.single_active:
             active = self.active
             if active is None:
                 return
             available = active.available()
-            sink = active.sink  # its bytes, checked per message: a few large messages fill it
-            bytes_max = sink.bytes_max
-            while ready and available > 0 and sink.bytes < bytes_max:
-                push(active, ready.popleft(), now)
-                available -= 1
+            if available <= 0 or active.sink.bytes >= active.sink.bytes_max:
+                return
+            # One run to the active consumer: its sink renders the run in one pass and stops after the
+            # message that fills its bytes (a few large messages fill it); the rest stays ready.
+            if len(ready) <= available:
+                run = list(ready)
+                ready.clear()
+            else:
+                run = [ready.popleft() for _ in range(available)]
+            taken = self._sub.push_many(active, run, now)
+            if taken < len(run):
+                ready.extendleft(reversed(run[taken:]))
             return
+        push = self._sub.push
         while ready:
             consumer = self._next_shared_consumer()
             if consumer is None:

@@ -159,6 +159,9 @@ class NonPersistentSubscription:
     ) -> bool:
         return self._release(consumer, partition, 1)
 
+    def ack_group(self, consumer: Consumer, partition: int, keys: list[MsgKey]) -> int:
+        return len(keys) if self._release(consumer, partition, len(keys)) else 0
+
     def ack_range(self, consumer: Consumer, first: MsgKey, last: MsgKey) -> int:
         """A range of ids of one position: the batch indexes it spans (one for messages published alone)."""
         count = last[2] - first[2] + 1 if first[2] >= 0 and last[2] >= first[2] else 1

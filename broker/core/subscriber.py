@@ -42,6 +42,8 @@ class SubscriptionPort(Protocol):
 
     def ack_range(self, consumer: Consumer, first: MsgKey, last: MsgKey) -> int: ...
 
+    def ack_group(self, consumer: Consumer, partition: int, keys: list[MsgKey]) -> int: ...
+
     def nack(self, consumer: Consumer, message_id: MessageId) -> None: ...
 
     def redeliver_due(self, consumer: Consumer, now: float) -> None: ...
@@ -74,6 +76,11 @@ class Subscriber:
     def ack_fields(self, partition: int, ledger_id: int, entry_id: int, batch_index: int) -> bool:
         """:meth:`ack` given the id's fields (a client's batch size is never used: :mod:`.subscription`)."""
         return self.subscription.ack_fields(self.consumer, partition, ledger_id, entry_id, batch_index)
+
+    def ack_group(self, keys: list[MsgKey]) -> int:
+        """Acknowledge the messages ``keys`` of this partition, as one group (the acks a client sent
+        together, in order); returns how many were applied."""
+        return self.subscription.ack_group(self.consumer, self.partition, keys)
 
     def ack_range(self, first: MsgKey, last: MsgKey) -> int:
         """Acknowledge every message pending at this consumer from ``first`` to ``last``."""

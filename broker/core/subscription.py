@@ -22,6 +22,12 @@ reconnected can still acknowledge what it received before. Ids of another partit
 exist (never written, or trimmed), batch indexes outside the batch and repeated acks are ignored, as Pulsar
 ignores unknown ids; they never acknowledge anything else and never close the session.
 
+Ack groups. The acks a client sent together (one read of its socket) may be applied as one group
+(:meth:`Subscription.ack_group`): consecutive acks of one batch entry take their pending messages and give
+back the window once, update the entry's bitmap and the cursor's count of its unacked messages once, and
+build one ``Position``; every key still gets the outcome :meth:`Subscription.ack_fields` would give it
+alone, in the order sent (a property test holds the two paths to that).
+
 ``redeliveryCount`` counts the negative acks and ack timeouts of a message (Pulsar's redelivery tracker).
 """
 
@@ -134,11 +140,17 @@ class Subscription:
             size = len(decoded.messages)
             unacked = self._batches.get((ledger_id, entry_id))
             skipped = self.cursor.prefix_acked(position)  # acknowledged by a skip that ended in this entry
-            for index, message in enumerate(decoded.messages):
-                if (unacked is not None and index not in unacked) or index < skipped:
-                    continue
-                slot = sticky_key_slot(message.key) if key_shared else 0
-                out.append(Delivery(ledger_id, entry_id, index, size, message, slot))
+            if unacked is None and not skipped and not key_shared:  # the usual entry: every message
+                out = [
+                    Delivery(ledger_id, entry_id, index, size, message)
+                    for index, message in enumerate(decoded.messages)
+                ]
+            else:
+                for index, message in enumerate(decoded.messages):
+                    if (unacked is not None and index not in unacked) or index < skipped:
+                        continue
+                    slot = sticky_key_slot(message.key) if key_shared else 0
+                    out.append(Delivery(ledger_id, entry_id, index, size, message, slot))
         if self._start_after is not None:
             start = self._start_after
             out = [d for d in out if d.key > start]
@@ -152,21 +164,35 @@ class Subscription:
         self.msg_out_counter += 1
         self.bytes_out_counter += len(delivery.message.payload)
 
+    def push_many(self, consumer: Consumer, deliveries: list[Delivery], now: float) -> int:
+        """:meth:`push` a run of messages to one consumer at once; returns how many it took (the first
+        ones: the sink stops at its byte bound)."""
+        counts = self._redelivery_counts
+        redelivery_counts = [counts.get(d.key, 0) for d in deliveries] if counts else None
+        out_bytes = consumer.bytes_out_counter
+        taken = consumer.push_many(deliveries, redelivery_counts, now)
+        self.msg_out_counter += taken
+        self.bytes_out_counter += consumer.bytes_out_counter - out_bytes
+        return taken
+
     # -- acknowledgements -----------------------------------------------------------------------
 
     def _take_pending(self, consumer: Consumer, key: MsgKey) -> Delivery | None:
         delivery = consumer.take_pending(key)
-        owner = consumer
         if delivery is None:
-            for other in self.dispatcher.consumers:
-                if other is not consumer:
-                    delivery = other.take_pending(key)
-                    if delivery is not None:
-                        owner = other
-                        break
-        if delivery is not None:
-            self.dispatcher.on_released(owner, delivery)
+            return self._take_pending_elsewhere(consumer, key)
+        self.dispatcher.on_released(consumer, delivery)
         return delivery
+
+    def _take_pending_elsewhere(self, consumer: Consumer, key: MsgKey) -> Delivery | None:
+        """``key`` pending at another consumer of the subscription (delivered to a session that is gone)."""
+        for other in self.dispatcher.consumers:
+            if other is not consumer:
+                delivery = other.take_pending(key)
+                if delivery is not None:
+                    self.dispatcher.on_released(other, delivery)
+                    return delivery
+        return None
 
     def _stored(self, ledger_id: int, entry_id: int) -> bool:
         info = self.cursor.ml.ledgers.get(ledger_id)
@@ -292,6 +318,86 @@ class Subscription:
             return False
         self.last_ack_ms = self._clock.time_ms()
         return True
+
+    def ack_group(self, consumer: Consumer, partition: int, keys: list[MsgKey]) -> int:
+        """:meth:`ack_fields` of each key in order (a group of acks the client sent together); returns how
+        many were applied. The acks of consecutive messages of one batch entry are applied as one: the
+        pending messages taken and the window released once, the entry's bitmap and the cursor's count of
+        its unacked messages updated once, the cursor acknowledged once when the last of them is."""
+        if partition != consumer.partition:
+            return 0
+        acked = 0
+        start = 0
+        count = len(keys)
+        while start < count:
+            ledger_id, entry_id, _ = keys[start]
+            end = start + 1
+            while end < count and keys[end][1] == entry_id and keys[end][0] == ledger_id:
+                end += 1
+            run = keys[start:end] if end - start < count else keys
+            if len(run) == 1 or min(key[2] for key in run) < 0:
+                for key in run:
+                    acked += self.ack_fields(consumer, partition, key[0], key[1], key[2])
+            else:
+                acked += self._ack_batch_run(consumer, ledger_id, entry_id, run)
+            start = end
+        return acked
+
+    def _ack_batch_run(self, consumer: Consumer, ledger_id: int, entry_id: int, keys: list[MsgKey]) -> int:
+        """:meth:`ack_fields` of batch indexes ``keys`` (each >= 0) of one entry, with the same outcome for
+        each key, in one pass."""
+        if not self._stored(ledger_id, entry_id):
+            return 0
+        dispatcher = self.dispatcher
+        taken = consumer.take_pending_many(keys)
+        if dispatcher.consumers != [consumer] or dispatcher.type is SubscriptionType.KEY_SHARED:
+            for i, delivery in enumerate(taken):
+                if delivery is None:
+                    taken[i] = self._take_pending_elsewhere(consumer, keys[i])
+                else:
+                    dispatcher.on_released(consumer, delivery)
+        if dispatcher.redelivery_count:
+            for key in keys:
+                dispatcher.forget(key)
+        entry_key = (ledger_id, entry_id)
+        unacked = self._batches.get(entry_key)
+        position = Position(ledger_id, entry_id)
+        counts = self._redelivery_counts
+        stored_size = -1
+        acked = 0
+        for key, delivery in zip(keys, taken, strict=True):
+            index = key[2]
+            if unacked is None:
+                if delivery is not None:
+                    size = delivery.batch_size
+                else:
+                    if stored_size < 0:
+                        stored_size = self._stored_batch_size(position)
+                    size = stored_size
+                if not 0 <= index < size or self.cursor.is_acked(position):
+                    continue
+                unacked = UnackedIndexes(size, self.cursor.prefix_acked(position))
+                if not unacked.discard(index):
+                    unacked = None
+                    continue
+            elif not unacked.discard(index):
+                continue
+            acked += 1
+            if counts:
+                counts.pop(key, None)
+        if unacked is None:
+            return acked
+        if unacked:
+            self._batches[entry_key] = unacked
+            self.cursor.note_batch_unacked(position, len(unacked))
+            return acked
+        self._batches.pop(entry_key, None)
+        try:
+            self.cursor.ack(position)
+        except InvalidAckError:
+            return acked - 1
+        self.last_ack_ms = self._clock.time_ms()
+        return acked
 
     def nack(self, consumer: Consumer, message_id: MessageId) -> None:
         """Negative ack: redeliver after the consumer's ``negativeAckRedeliveryDelay``."""

@@ -22,9 +22,9 @@ An adapter imports only the core, the wire formats and the shared helpers of thi
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from magnetar.broker.core import Capacity, FlowControl, PartitionRouter, Producer, Subscriber
 from magnetar.broker.protocols.fan import Fan
@@ -33,6 +33,23 @@ from magnetar.broker.protocols.relay_tracking import Tracker
 
 FrameHandler = Callable[[str | bytes], Awaitable[None]]
 """Handles one frame the client sent (text or binary)."""
+
+
+@runtime_checkable
+class FrameGroups(Protocol):
+    """A consumer's frame handler that also takes the frames of a received group that need no await and
+    answer nothing (acknowledgements) in one pass: the front door hands it each group first, and the
+    frames it leaves to the handler one by one."""
+
+    def __call__(self, message: str | bytes) -> Awaitable[None]: ...
+
+    def take_group(self, messages: Sequence[str | bytes], start: int) -> int:
+        """Apply the frames from ``start`` on up to the first it does not take; returns that one's index
+        (``len(messages)`` when it took them all). It raises nothing: a frame it cannot apply as it is, it
+        leaves to the handler."""
+        ...
+
+
 Kick = Callable[[int, str], None]
 """Ends the session with a WebSocket close code and reason, once what is queued went out."""
 PublishRefusal = Callable[[int], Awaitable[str | None]]

@@ -13,12 +13,12 @@ to a client that sends without reading. Each adapter subclasses it with its own 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
 from magnetar.bookkeeper.runtime.http import WebSocket, WebSocketClosed
-from magnetar.broker.core import Delivery
+from magnetar.broker.core import Delivery, deliver_each
 from magnetar.broker.wire.magnetar_v1 import messages_frame
 
 RECORDS_FRAME_BYTES_MAX = 1024 * 1024
@@ -167,3 +167,10 @@ class OutboundFrames:
     def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
         """Queue one message for the client, in the adapter's encoding (see the subclasses)."""
         raise NotImplementedError(f"{type(self).__name__} carries no deliveries")
+
+    def deliver_many(
+        self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
+    ) -> int:
+        """Queue a run of messages (the core's :meth:`~magnetar.broker.core.delivery.DeliverySink.
+        deliver_many`): one :meth:`deliver` each, unless the subclass renders a run at once."""
+        return deliver_each(self, deliveries, partition, redelivery_counts)

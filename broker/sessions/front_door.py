@@ -14,7 +14,9 @@ relayed to the owner and follows the topic when it moves; a partitioned topic wi
 elsewhere through one upstream session per partition) - or, with ``ws_proxy_enabled=false`` or for a session
 that is itself proxied, answered **307** with ``Location: ws://<owner>/<same path and query>``
 (``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs its tasks: the reader
-loop below (one frame at a time, handed to the adapter), the session's frame sender
+loop below (every frame of a received chunk handed to the adapter: a group at a time while the adapter's
+handler takes groups - a consumer's acks, :class:`~magnetar.broker.protocols.adapter.FrameGroups` - the
+others one at a time), the session's frame sender
 (:class:`~magnetar.broker.protocols.outbound.OutboundFrames`) and, for a consumer, its redelivery timers
 (:class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`). A frame the adapter cannot accept closes
 the session with its :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`. When the topic is unloaded
@@ -75,7 +77,13 @@ from magnetar.broker.core import (
 )
 from magnetar.broker.owner_proxy.proxy import OwnerProxy
 from magnetar.broker.policies import ADMISSION_HOLD, ADMISSION_OK, ADMISSION_REJECT
-from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession, PublishRefusal
+from magnetar.broker.protocols.adapter import (
+    ConsumerSession,
+    FrameGroups,
+    FrameHandler,
+    ProducerSession,
+    PublishRefusal,
+)
 from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.protocols.outbound import OutboundFrames
 from magnetar.broker.protocols.params import (
@@ -196,6 +204,7 @@ class SessionFrontDoor:
             finally:
                 frames_sent.set()
 
+        take_group = on_frame.take_group if isinstance(on_frame, FrameGroups) else None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(send_frames)
             if extra is not None:
@@ -204,7 +213,16 @@ class SessionFrontDoor:
                 try:
                     while True:
                         # Every message of a received chunk at once: one task switch per chunk.
-                        for message in await ws.receive_batch():
+                        batch = await ws.receive_batch()
+                        index = 0
+                        count = len(batch)
+                        while index < count:
+                            if take_group is not None:  # acks, a group at a time (they answer nothing)
+                                index = take_group(batch, index)
+                                if index >= count:
+                                    break
+                            message = batch[index]
+                            index += 1
                             queued = frames.messages
                             await on_frame(message)
                             if (frames.messages > queued or not deliveries) and frames.full:

@@ -2,7 +2,7 @@
 frame codec and Pulsar's date format. Nothing here imports the server: the admin command line, the Spark
 source and the perf tools import these without it."""
 
-from magnetar.broker.wire.date_format import DateParseError, format_timestamp, parse_timestamp
+from magnetar.broker.wire.date_format import DateParseError, UtcTimestamps, format_timestamp, parse_timestamp
 from magnetar.broker.wire.entry_format import (
     COMPACT_HEAD,
     COMPACT_MESSAGE,
@@ -28,6 +28,7 @@ from magnetar.broker.wire.message_id import (
     decode_base64_java,
     delivered_id_fields,
     delivered_message_id,
+    delivered_message_ids,
     encode_message_id,
     write_varint,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "TopicDomain",
     "TopicName",
     "UnsafeNameError",
+    "UtcTimestamps",
     "check_name_characters",
     "check_named_entity",
     "check_subscription_name",
@@ -104,6 +106,7 @@ __all__ = [
     "decode_entry",
     "delivered_id_fields",
     "delivered_message_id",
+    "delivered_message_ids",
     "encode_compact_batch",
     "encode_entry",
     "encode_message_id",

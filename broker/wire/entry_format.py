@@ -104,6 +104,11 @@ class StoredMessage(NamedTuple):
     """Read-only; a decoded message has a dict of its own."""
 
 
+_new_message = tuple.__new__
+"""``StoredMessage`` built from its fields in one C call: the decoders build one per message read, and a named
+tuple's own constructor is a Python function (twice the cost)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DecodedEntry:
     batched: bool
@@ -421,14 +426,17 @@ def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[s
             raise CorruptEntryError(f"entry truncated: need {payload_len} bytes at offset {pos}")
         payload = data[pos:payload_end]
         messages.append(
-            StoredMessage(
-                payload if isinstance(payload, bytes) else payload.tobytes(),
-                names[producer],
-                sequence_id,
-                publish,
-                event,
-                key,
-                properties,
+            _new_message(
+                StoredMessage,
+                (
+                    payload if isinstance(payload, bytes) else payload.tobytes(),
+                    names[producer],
+                    sequence_id,
+                    publish,
+                    event,
+                    key,
+                    properties,
+                ),
             )
         )
         pos = payload_end
@@ -439,9 +447,11 @@ def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[s
 
 def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
     """All messages of an entry; :class:`CorruptEntryError` if the bytes are not a well-formed entry. A
-    ``memoryview`` is decoded in place (each payload is then copied out of it once, as from ``bytes``)."""
-    buffer = data if isinstance(data, bytes | memoryview) else bytes(data)
-    reader = _Reader(buffer if isinstance(buffer, memoryview) else memoryview(buffer))
+    ``memoryview`` (the managed ledger's read, its prefix split off) is copied into ``bytes`` once and decoded
+    from there: one memcpy of the entry costs less than slicing and unpacking a memoryview per message (a
+    third of the decode of a batch of small messages), and each payload is then a slice of ``bytes``."""
+    buffer = data if isinstance(data, bytes) else bytes(data)
+    reader = _Reader(memoryview(buffer))
     kind, names, count = _read_head(reader)
     if kind == KIND_COMPACT:
         return DecodedEntry(True, _read_compact_messages(buffer, reader.pos, count, names[0]))
@@ -477,14 +487,17 @@ def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name:
             raise CorruptEntryError(f"entry truncated or too large: {payload_len} bytes at offset {pos}")
         payload = data[pos:payload_end]
         messages.append(
-            StoredMessage(
-                payload if isinstance(payload, bytes) else payload.tobytes(),
-                name,
-                sequence_id,
-                publish,
-                event,
-                key,
-                properties,
+            _new_message(
+                StoredMessage,
+                (
+                    payload if isinstance(payload, bytes) else payload.tobytes(),
+                    name,
+                    sequence_id,
+                    publish,
+                    event,
+                    key,
+                    properties,
+                ),
             )
         )
         sequence_id += 1

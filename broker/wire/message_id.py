@@ -28,8 +28,9 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from magnetar.broker.wire.errors import InvalidMessageIdError
 from magnetar.broker.wire.strict_input import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
@@ -283,6 +284,14 @@ class _IdMemo:
         fields = self._current.get(text)
         return fields if fields is not None else self._previous.get(text)
 
+    def generation_for(self, count: int) -> dict[str, tuple[int, int, int, int, int]]:
+        """The generation to put ``count`` ids into (a new one when they would not fit: the memo holds at
+        most ``size_max`` plus one run per generation)."""
+        if len(self._current) + count > self._size_max:
+            self._previous = self._current
+            self._current = {}
+        return self._current
+
 
 def delivered_id_fields(text: str) -> tuple[int, int, int, int, int] | None:
     """``(ledger_id, entry_id, partition, batch_index, batch_size)`` of a base64 id this broker delivered
@@ -349,6 +358,57 @@ def encode_message_id(
     they are in range). Same text as ``MessageId(...).to_base64()``."""
     data = _id_bytes(ledger_id, entry_id, partition, batch_index, batch_size)
     return binascii.b2a_base64(data, newline=False)
+
+
+class StoredPosition(Protocol):
+    """Where a delivered message is stored (the core's ``Delivery`` has these)."""
+
+    @property
+    def ledger_id(self) -> int: ...
+
+    @property
+    def entry_id(self) -> int: ...
+
+    @property
+    def batch_index(self) -> int: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+
+def delivered_message_ids(positions: Sequence[StoredPosition], partition: int) -> list[bytes]:
+    """:func:`delivered_message_id` of each of a run of messages (the dispatch hot path: consecutive messages
+    mostly share their entry, so the fields before the batch index are written once per entry), remembered
+    for their acknowledgements as one."""
+    memo = _DELIVERED_IDS.generation_for(len(positions))
+    b2a = binascii.b2a_base64
+    index_fields = _BATCH_INDEX_FIELDS
+    size_fields = _BATCH_SIZE_FIELDS
+    ids: list[bytes] = []
+    ledger_id = entry_id = batch_size = -2
+    prefix = size_field = b""
+    partition = max(partition, -1)
+    for position in positions:
+        if (
+            position.entry_id != entry_id
+            or position.ledger_id != ledger_id
+            or position.batch_size != batch_size
+        ):
+            ledger_id, entry_id, batch_size = position.ledger_id, position.entry_id, position.batch_size
+            prefix = _id_prefix(ledger_id, entry_id, partition)
+            size_field = (
+                size_fields[batch_size]
+                if 0 <= batch_size < _SMALL_VARINTS_MAX
+                else (b"\x30" + _varint(batch_size) if batch_size > -1 else b"")
+            )
+        index = position.batch_index
+        if 0 <= index < _SMALL_VARINTS_MAX:
+            text = b2a(prefix + index_fields[index] + size_field, newline=False)
+        else:
+            text = b2a(_id_bytes(ledger_id, entry_id, partition, index, batch_size), newline=False)
+        memo[text.decode("ascii")] = (ledger_id, entry_id, partition, index, max(batch_size, 0))
+        ids.append(text)
+    return ids
 
 
 def delivered_message_id(

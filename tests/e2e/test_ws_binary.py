@@ -275,3 +275,23 @@ def test_backlog_quota_refuses_a_binary_send_like_a_json_publish(
         while not (receipt := send(producer, 3, [b"after"])).ok:
             assert time.monotonic() < deadline, "the quota never released the producer"
             time.sleep(0.05)
+
+
+def test_an_event_time_of_any_long_reaches_a_json_consumer(broker: Broker, ws_connect: Connect) -> None:
+    """A binary producer's event time is any 64-bit value; a JSON consumer gets it written as Java writes
+    an instant past year 9999 (the broker used to fail rendering it, and the process with it)."""
+    json_consumer = ws_connect(f"{broker.ws_url}/ws/v2/consumer/{NS}/far-times/sub")
+    producer = binary(ws_connect, f"{broker.ws_url}/ws/v2/producer/{NS}/far-times")
+    times = [2**63 - 1, -(2**63), 2**62, 253_402_300_800_000]
+    assert send(producer, 1, [OutgoingMessage(b"x", event_time_ms=ms) for ms in times]).ok
+    got = [recv_json(json_consumer)["eventTime"] for _ in times]
+    assert got == [
+        "+292278994-08-17T07:12:55.807Z",
+        "-292275055-05-16T16:47:04.192Z",
+        "+146140482-04-24T15:36:27.904Z",
+        "+10000-01-01T00:00:00Z",
+    ]
+    assert (
+        publish_many(ws_connect(f"{broker.ws_url}/ws/v2/producer/{NS}/far-times"), ["after"])[0]["result"]
+        == "ok"
+    )

@@ -18,6 +18,8 @@ from fixtures.broker import (
     unb64,
 )
 
+from magnetar.broker.wire import MessageId
+
 Connect = Callable[..., websocket.WebSocket]
 TOPIC = "persistent/public/default"
 
@@ -178,3 +180,49 @@ def test_unsubscribe_removes_the_subscription(broker: Broker, ws_connect: Connec
     assert opcode == websocket.ABNF.OPCODE_CLOSE
     # a new subscription of that name starts afresh (earliest again: both messages)
     assert payloads(receive(ws_connect(url), 2)) == ["a", "b"]
+
+
+def send_together(ws: websocket.WebSocket, texts: list[str]) -> None:
+    """Text frames in one socket write: the server reads them as one group."""
+    ws.sock.sendall(
+        b"".join(websocket.ABNF.create_frame(t, websocket.ABNF.OPCODE_TEXT).format() for t in texts)
+    )
+
+
+def test_acks_sent_together_are_applied_in_order_up_to_a_bad_frame(
+    broker: Broker, ws_connect: Connect
+) -> None:
+    """One socket write of many frames reaches the server as one group: the acks at its head are applied
+    as a group, the frames after them one at a time, in the order sent - a forged ack and an id of another
+    topic are ignored among them, a negative ack redelivers only its message, and a frame that is not a
+    command closes the session (4003) after everything before it was applied."""
+    base = f"{broker.ws_url}/ws/v2/consumer/{TOPIC}/grouped"
+    url = (
+        f"{base}/sub?receiverQueueSize=50&negativeAckRedeliveryDelay=100&subscriptionInitialPosition=Earliest"
+    )
+    producer = ws_connect(f"{broker.ws_url}/ws/v2/producer/{TOPIC}/grouped")
+    publish_many(producer, [f"m{i}" for i in range(12)])
+    other = ws_connect(f"{broker.ws_url}/ws/v2/consumer/{TOPIC}/grouped-other/sub")
+    ws_connect(f"{broker.ws_url}/ws/v2/producer/{TOPIC}/grouped-other").send(json.dumps({"payload": "eA=="}))
+    foreign = recv_json(other)["messageId"]  # delivered by this broker, on another topic
+    consumer = ws_connect(url)
+    got = receive(consumer, 12, ack=False)
+    ids = [m["messageId"] for m in got]
+    forged = MessageId(2**63 - 1, 0, -1, 2**31 - 1, 2**31 - 1).to_base64()
+    texts = [json.dumps({"messageId": i}, separators=(",", ":")) for i in ids[:4]]
+    texts += [json.dumps({"messageId": forged}), json.dumps({"messageId": foreign}, separators=(",", ":"))]
+    texts.append(json.dumps({"type": "negativeAcknowledge", "messageId": ids[4]}))
+    texts += [json.dumps({"messageId": i}, separators=(",", ":")) for i in ids[5:11]]
+    send_together(consumer, texts)
+    again = recv_json(consumer)
+    assert (again["messageId"], again["redeliveryCount"]) == (ids[4], 1)
+    assert nothing_arrives(consumer)
+    # a group that ends in a frame that is not a command: applied up to it, then the session closes
+    send_together(consumer, [json.dumps({"messageId": ids[4]}, separators=(",", ":")), '{"messageId":'])
+    opcode, data = consumer.recv_data(control_frame=True)
+    assert opcode == websocket.ABNF.OPCODE_CLOSE
+    assert int.from_bytes(data[:2], "big") == 4003
+    # every ack was applied: a new session gets the one message never acknowledged, nothing else
+    rest = ws_connect.retrying(url)  # type: ignore[attr-defined]
+    assert payloads(receive(rest, 1)) == ["m11"]
+    assert nothing_arrives(rest)

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -70,7 +70,7 @@ from sim.sim_managed_ledger import (
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
 from magnetar.bookkeeper.runtime.clock import TrioClock
 from magnetar.broker.core.consumer import Consumer
-from magnetar.broker.core.delivery import Delivery, FlowControl, MsgKey
+from magnetar.broker.core.delivery import Delivery, FlowControl, MsgKey, deliver_each
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import ServiceError
 from magnetar.broker.core.producer import Capacity, Producer
@@ -214,6 +214,11 @@ class Inbox:
         self.world.on_delivery(self.owner, delivery)
         self.received.append(delivery)
         self.arrived.set()
+
+    def deliver_many(
+        self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
+    ) -> int:
+        return deliver_each(self, deliveries, partition, redelivery_counts)
 
 
 class Completion:

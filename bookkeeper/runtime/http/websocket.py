@@ -68,6 +68,7 @@ from magnetar.bookkeeper.runtime.http.ws_frames import (
     Ping,
     Pong,
     ProtocolViolation,
+    append_frames,
     close_payload,
     frame_header,
 )
@@ -251,11 +252,7 @@ class WebSocket:
         """Queue several messages (UTF-8 text when ``text``, else binary) in one call; one socket write."""
         await trio.lowlevel.checkpoint_if_cancelled()
         self._check_open()
-        opcode = OPCODE_TEXT if text else OPCODE_BINARY
-        out = self._out
-        for data in messages:
-            out += frame_header(opcode, len(data))
-            out += data
+        append_frames(self._out, OPCODE_TEXT if text else OPCODE_BINARY, messages)
         await self._queued()
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:

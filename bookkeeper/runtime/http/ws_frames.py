@@ -31,7 +31,7 @@ big-integer XOR through ``int.from_bytes``, 24 us for the same frame.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 OPCODE_CONTINUATION = 0x0
@@ -136,6 +136,24 @@ def frame_header(opcode: int, length: int, *, fin: bool = True, masked: bool = F
     if length < 65536:
         return _HEADER_16.pack(first, mask_bit | 126, length)
     return _HEADER_64.pack(first, mask_bit | 127, length)
+
+
+def append_frames(out: bytearray, opcode: int, messages: Sequence[bytes]) -> None:
+    """Append each of ``messages`` to ``out`` as one unfragmented, unmasked frame (as a server sends them),
+    the headers written in the same pass (a session's outbound queue sends hundreds of small frames at
+    once: :func:`frame_header` per frame was a tenth of the write)."""
+    first = 0x80 | opcode
+    pack16 = _HEADER_16.pack
+    for data in messages:
+        size = len(data)
+        if size < 126:
+            out.append(first)
+            out.append(size)
+        elif size < 65536:
+            out += pack16(first, 126, size)
+        else:
+            out += _HEADER_64.pack(first, 127, size)
+        out += data
 
 
 def encode_frame(

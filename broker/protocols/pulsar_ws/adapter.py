@@ -6,10 +6,13 @@ consumer's or reader's frame that is not a JSON command closes the session with 
 **4003** (see :mod:`magnetar.broker.protocols.ws_errors`). A binary frame is treated as a request that
 cannot be read: ``send-error:3`` for a producer, close 4003 for a consumer or reader. ``unsubscribe`` closes
 the session with 1000 once done. The common consumer frame, a plain ack, is applied without JSON parsing
-(:func:`~.messages.plain_ack_fields`).
+(:func:`~.messages.plain_ack_fields`), and the acks a client sent together as one group
+(:class:`JsonConsumerCommands`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import trio
 
@@ -27,6 +30,7 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
     parse_publish_request,
     parse_reader_command,
     plain_ack_fields,
+    plain_acks,
     producer_ack_error,
 )
 from magnetar.broker.protocols.pulsar_ws.relay_tracking import JsonConsumerTracker, JsonProducerTracker
@@ -77,46 +81,7 @@ class PulsarWsAdapter:
 
     def consumer(self, session: ConsumerSession) -> FrameHandler:
         """Acks, negative acks, permits, the end-of-topic query and ``unsubscribe``."""
-        frames = session.frames
-        consumers = session.subscribers
-        flow = session.flow
-        by_partition = {c.partition: c for c in consumers}
-
-        async def on_frame(message: str | bytes) -> None:
-            if isinstance(message, bytes):
-                raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
-            fields = plain_ack_fields(message)
-            if fields is not None:  # the common frame, without JSON parsing and id decoding
-                ledger_id, entry_id, partition, batch_index, _ = fields
-                subscriber = by_partition.get(partition)
-                if subscriber is not None:
-                    subscriber.ack_fields(partition, ledger_id, entry_id, batch_index)
-                return
-            command = parse_consumer_command(message)
-            kind = command.type
-            if kind is CommandType.ACK or kind is CommandType.NEGATIVE_ACK:
-                assert command.message_id is not None
-                subscriber = by_partition.get(command.message_id.partition)
-                if subscriber is None:
-                    return  # an id of another topic/partition: ignored (see subscription.py)
-                if kind is CommandType.ACK:
-                    subscriber.ack(command.message_id)
-                else:
-                    subscriber.nack(command.message_id)
-            elif kind is CommandType.PERMIT:
-                assert command.permit_messages is not None
-                flow.grant(command.permit_messages)
-            elif kind is CommandType.IS_END_OF_TOPIC:
-                frames.push(end_of_topic_json(all(s.end_of_topic() for s in consumers)))
-            elif kind is CommandType.UNSUBSCRIBE:
-                try:
-                    for subscriber in consumers:
-                        await subscriber.unsubscribe()
-                except ServiceError as exc:
-                    raise WsSessionError(WsErrorCode.UNKNOWN_ERROR, f"Unsubscribe failed: {exc}") from None
-                session.kick(CLOSE_NORMAL, "Unsubscribed")
-
-        return on_frame
+        return JsonConsumerCommands(session)
 
     def reader(self, session: ConsumerSession) -> FrameHandler:
         """The end-of-topic query; any other command releases one message of the window."""
@@ -144,3 +109,71 @@ class PulsarWsAdapter:
 
     def consumer_fan(self, partitions: int, *, pull_mode: bool, reader: bool, prefetch: int) -> Fan:
         return JsonConsumerFan(partitions, pull_mode=pull_mode, reader=reader, prefetch=prefetch)
+
+
+class JsonConsumerCommands:
+    """A JSON consumer session's frames, applied to its subscribers (one per partition). The common frame, a
+    plain ack (:func:`~.messages.plain_ack_fields`), is taken a group at a time: the front door hands every
+    received group to :meth:`take_group` first (:class:`~magnetar.broker.protocols.adapter.FrameGroups`),
+    which applies the run of plain acks at its head as one group per partition
+    (:meth:`~magnetar.broker.core.subscriber.Subscriber.ack_group`); any other frame comes one at a time."""
+
+    def __init__(self, session: ConsumerSession) -> None:
+        self._session = session
+        self._frames = session.frames
+        self._consumers = session.subscribers
+        self._flow = session.flow
+        self._by_partition = {c.partition: c for c in session.subscribers}
+        self._single = session.subscribers[0] if len(session.subscribers) == 1 else None
+
+    def take_group(self, messages: Sequence[str | bytes], start: int) -> int:
+        acks, end = plain_acks(messages, start)
+        if not acks:
+            return end
+        single = self._single
+        if single is not None and all(fields[2] == single.partition for fields in acks):
+            single.ack_group([(ledger, entry, index) for ledger, entry, _, index, _ in acks])
+            return end
+        groups: dict[int, list[tuple[int, int, int]]] = {}
+        for ledger, entry, partition, index, _ in acks:
+            groups.setdefault(partition, []).append((ledger, entry, index))
+        for partition, keys in groups.items():
+            subscriber = self._by_partition.get(partition)
+            if subscriber is not None:  # an id of another topic/partition: ignored (see subscription.py)
+                subscriber.ack_group(keys)
+        return end
+
+    async def __call__(self, message: str | bytes) -> None:
+        if isinstance(message, bytes):
+            raise WsSessionError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, "binary frame")
+        by_partition = self._by_partition
+        fields = plain_ack_fields(message)
+        if fields is not None:  # the common frame, without JSON parsing and id decoding
+            ledger_id, entry_id, partition, batch_index, _ = fields
+            subscriber = by_partition.get(partition)
+            if subscriber is not None:
+                subscriber.ack_fields(partition, ledger_id, entry_id, batch_index)
+            return
+        command = parse_consumer_command(message)
+        kind = command.type
+        if kind is CommandType.ACK or kind is CommandType.NEGATIVE_ACK:
+            assert command.message_id is not None
+            subscriber = by_partition.get(command.message_id.partition)
+            if subscriber is None:
+                return  # an id of another topic/partition: ignored (see subscription.py)
+            if kind is CommandType.ACK:
+                subscriber.ack(command.message_id)
+            else:
+                subscriber.nack(command.message_id)
+        elif kind is CommandType.PERMIT:
+            assert command.permit_messages is not None
+            self._flow.grant(command.permit_messages)
+        elif kind is CommandType.IS_END_OF_TOPIC:
+            self._frames.push(end_of_topic_json(all(s.end_of_topic() for s in self._consumers)))
+        elif kind is CommandType.UNSUBSCRIBE:
+            try:
+                for subscriber in self._consumers:
+                    await subscriber.unsubscribe()
+            except ServiceError as exc:
+                raise WsSessionError(WsErrorCode.UNKNOWN_ERROR, f"Unsubscribe failed: {exc}") from None
+            self._session.kick(CLOSE_NORMAL, "Unsubscribed")

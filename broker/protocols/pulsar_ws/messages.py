@@ -35,8 +35,7 @@ and writes a ConsumerMessage ~3x faster (see tests/bench/RESULTS.md), which is m
 
 from __future__ import annotations
 
-import binascii
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, tzinfo
 from enum import Enum
@@ -44,6 +43,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import orjson
+from pybase64 import b64encode
 
 from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
 from magnetar.broker.wire import (
@@ -301,6 +301,15 @@ def producer_ack_error(
 _CONSUMER_MESSAGE = (
     b'{"messageId":"%b","payload":"%b","properties":%b,"publishTime":"%b","redeliveryCount":%d}'
 )
+CONSUMER_MESSAGE_PLAIN = (
+    b'{"messageId":"%b","payload":"%b","properties":{},"publishTime":"%b","redeliveryCount":%d}'
+)
+"""The ``ConsumerMessage`` of a message without properties, key and event time, filled with the base64 id,
+the base64 payload, the publish time and the redelivery count (the dispatch hot path's template)."""
+CONSUMER_MESSAGE_HEAD = b'{"messageId":"%b","payload":"%b","properties":{},"publishTime":"'
+CONSUMER_MESSAGE_FIRST_TAIL = b'","redeliveryCount":0}'
+""":data:`CONSUMER_MESSAGE_PLAIN` in two pieces around the publish time: ``HEAD + time + FIRST_TAIL`` is the
+template of one publish time for messages delivered the first time, filled with the id and the payload."""
 
 
 def consumer_message_frame(
@@ -318,7 +327,7 @@ def consumer_message_frame(
     need no escaping; properties and key go through ``orjson``. ``eventTime`` and ``key`` only when set."""
     frame = _CONSUMER_MESSAGE % (
         message_id,
-        binascii.b2a_base64(payload, newline=False),
+        b64encode(payload),
         orjson.dumps(properties) if properties else b"{}",
         publish_time,
         redelivery_count,
@@ -403,6 +412,28 @@ def plain_ack_fields(text: str) -> tuple[int, int, int, int, int] | None:
     if text.startswith(_PLAIN_ACK_HEAD) and text.endswith(_PLAIN_ACK_TAIL):
         return delivered_id_fields(text[len(_PLAIN_ACK_HEAD) : -len(_PLAIN_ACK_TAIL)])
     return None
+
+
+def plain_acks(
+    messages: Sequence[str | bytes], start: int
+) -> tuple[list[tuple[int, int, int, int, int]], int]:
+    """:func:`plain_ack_fields` of the frames from ``start`` on, up to the first that is not such an ack:
+    their fields, and the index of that frame (``len(messages)`` when all are). One pass over a group of
+    acks the client sent together; the frame it stops at goes through :func:`parse_consumer_command`."""
+    head = _PLAIN_ACK_HEAD
+    tail = _PLAIN_ACK_TAIL
+    cut = len(_PLAIN_ACK_HEAD)
+    fields_of = delivered_id_fields
+    out: list[tuple[int, int, int, int, int]] = []
+    for index in range(start, len(messages)):
+        text = messages[index]
+        if not (isinstance(text, str) and text.startswith(head) and text.endswith(tail)):
+            return out, index
+        fields = fields_of(text[cut : -len(tail)])
+        if fields is None:
+            return out, index
+        out.append(fields)
+    return out, len(messages)
 
 
 def parse_consumer_command(text: str | bytes) -> ConsumerCommand:

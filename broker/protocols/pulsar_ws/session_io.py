@@ -5,21 +5,45 @@ frames, pushed into the session's outbound queue (:mod:`magnetar.broker.protocol
 :class:`~magnetar.broker.core.delivery.DeliverySink`); :class:`JsonAcks` answers a publish request (the core's
 :class:`~magnetar.broker.core.publish.PublishCompletion`) with one ``ProducerAck`` per message, carrying the
 request's ``context``.
+
+The delivery fast path (docs/architecture.md §2.2). The dispatcher hands :meth:`JsonFrames.deliver_many` a run
+of messages for one consumer - usually whole batch entries read together - and the run is rendered in one
+pass: the run's message ids first (:func:`~magnetar.broker.wire.delivered_message_ids`: the protobuf fields
+of the ledger, entry and partition written once per entry, each id remembered for the ack that will bring it
+back), then one ``ConsumerMessage`` per message - for a message without properties, key and event time the
+template :data:`~.messages.CONSUMER_MESSAGE_PLAIN` filled with the id, the payload in base64 (``pybase64``)
+and the publish time (its date and time formatted once per second; the template itself made once per
+publish time, for messages delivered the first time), anything else through
+:func:`~.messages.consumer_message_frame`. The frames join the queue as they are rendered; the run
+stops after the frame that takes the queue to ``bytes_max`` and says how many it took (the rest stays with
+the dispatcher), exactly where one :meth:`JsonFrames.deliver` per message would have stopped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
+
+from pybase64 import b64encode
 
 from magnetar.broker.core import Delivery, PublishRequest
 from magnetar.broker.protocols.outbound import OUTBOUND_BYTES_MAX, OUTBOUND_MESSAGES_MAX, OutboundFrames
 from magnetar.broker.protocols.pulsar_ws.messages import (
+    CONSUMER_MESSAGE_FIRST_TAIL,
+    CONSUMER_MESSAGE_HEAD,
+    CONSUMER_MESSAGE_PLAIN,
     consumer_message_frame,
     producer_ack_error,
     producer_ack_ok,
 )
 from magnetar.broker.protocols.ws_errors import WsErrorCode
-from magnetar.broker.wire import delivered_message_id, encode_message_id, format_timestamp
+from magnetar.broker.wire import (
+    UtcTimestamps,
+    delivered_message_id,
+    delivered_message_ids,
+    encode_message_id,
+    format_timestamp,
+)
 
 
 class JsonFrames(OutboundFrames):
@@ -29,17 +53,13 @@ class JsonFrames(OutboundFrames):
         self, *, bytes_max: int = OUTBOUND_BYTES_MAX, messages_max: int = OUTBOUND_MESSAGES_MAX
     ) -> None:
         super().__init__(text=True, bytes_max=bytes_max, messages_max=messages_max)
-        self._last_time_ms = -1
-        self._last_time_text = b""
+        self._times = UtcTimestamps()
+        """Publish times formatted once per second (:class:`~magnetar.broker.wire.UtcTimestamps`)."""
 
     def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
-        """Pulsar's ``ConsumerMessage``; the publish time of consecutive messages is formatted once."""
+        """Pulsar's ``ConsumerMessage`` of one message."""
         message = delivery.message
         event_ms = message.event_time_ms
-        publish_ms = message.publish_time_ms
-        if publish_ms != self._last_time_ms:
-            self._last_time_ms = publish_ms
-            self._last_time_text = format_timestamp(publish_ms).encode("ascii")
         self.push(
             consumer_message_frame(
                 delivered_message_id(
@@ -51,12 +71,59 @@ class JsonFrames(OutboundFrames):
                 ),
                 message.payload,
                 message.properties,
-                self._last_time_text,
+                self._times.format(message.publish_time_ms),
                 redelivery_count,
                 format_timestamp(event_ms).encode("ascii") if event_ms != 0 else None,
                 message.key,
             )
         )
+
+    def deliver_many(
+        self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
+    ) -> int:
+        """A run of ``ConsumerMessage`` frames rendered in one pass (the delivery fast path, see the module
+        docstring); stops after the frame that takes the queue to ``bytes_max``."""
+        if self._closed:
+            return len(deliveries)  # the session is over: dropped, as push() drops them
+        ids = delivered_message_ids(deliveries, partition)
+        frames = self._frames
+        total = self.bytes
+        bytes_max = self.bytes_max
+        times = self._times
+        last_ms: int | None = None
+        publish_time = template = b""
+        taken = 0
+        for delivery, message_id in zip(deliveries, ids, strict=True):
+            # A stored message is a named tuple: its fields in one unpacking, not five attribute lookups.
+            payload, _, _, publish_ms, event_ms, key, properties = delivery.message
+            if publish_ms != last_ms:
+                last_ms = publish_ms
+                publish_time = times.format(publish_ms)
+                template = CONSUMER_MESSAGE_HEAD + publish_time + CONSUMER_MESSAGE_FIRST_TAIL
+            count = redelivery_counts[taken] if redelivery_counts is not None else 0
+            if key is not None or properties or event_ms:
+                frame = consumer_message_frame(
+                    message_id,
+                    payload,
+                    properties,
+                    publish_time,
+                    count,
+                    format_timestamp(event_ms).encode("ascii") if event_ms != 0 else None,
+                    key,
+                )
+            elif count:
+                frame = CONSUMER_MESSAGE_PLAIN % (message_id, b64encode(payload), publish_time, count)
+            else:  # the common message: this publish time's template, filled with the id and the payload
+                frame = template % (message_id, b64encode(payload))
+            frames.append(frame)
+            total += len(frame)
+            taken += 1
+            if total >= bytes_max:
+                break
+        self.bytes = total
+        self.messages += taken
+        self._event.set()
+        return taken
 
 
 class JsonAcks:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.wire.date_format import DateParseError, format_timestamp, parse_timestamp
+from magnetar.broker.wire.date_format import DateParseError, UtcTimestamps, format_timestamp, parse_timestamp
 
 PDT = timezone(timedelta(hours=-7))
 
@@ -64,3 +64,32 @@ def test_unparseable(text: str) -> None:
 def test_round_trip(ms: int) -> None:
     assert parse_timestamp(format_timestamp(ms)) == ms
     assert parse_timestamp(format_timestamp(ms, PDT)) == ms
+
+
+@given(st.lists(st.integers(-(2**41), 2**44), max_size=30), st.integers(0, 2000))
+def test_utc_timestamps_of_a_stream_are_format_timestamp(stamps: list[int], step: int) -> None:
+    """Whole seconds, fractions with trailing zeros, negative times, and runs within one second."""
+    times = UtcTimestamps()
+    for ms in [*stamps, *(stamps[0] + step * i for i in range(5) if stamps)]:
+        assert times.format(ms) == format_timestamp(ms).encode("ascii")
+    assert times.format(1_000) == b"1970-01-01T00:00:01Z"
+    assert times.format(1_120) == b"1970-01-01T00:00:01.12Z"
+    assert times.format(-5) == b"1969-12-31T23:59:59.995Z"
+
+
+@given(st.integers(-(2**63), 2**63 - 1), st.sampled_from([0, -7 * 60, 5 * 60 + 30]))
+def test_any_long_is_formatted_and_read_back_where_python_can(ms: int, offset_minutes: int) -> None:
+    """Java formats every ``long`` of milliseconds; so does this (years past 9999 with a sign), and where a
+    ``datetime`` can hold the instant the text parses back to it."""
+    tz = timezone(timedelta(minutes=offset_minutes))
+    text = format_timestamp(ms, tz)
+    if text[0] not in "+-" and not text.startswith("0000"):  # years 1-9999
+        assert parse_timestamp(text) == ms
+
+
+def test_the_ends_of_a_long_are_javas_texts() -> None:
+    assert format_timestamp(2**63 - 1) == "+292278994-08-17T07:12:55.807Z"
+    assert format_timestamp(-(2**63)) == "-292275055-05-16T16:47:04.192Z"
+    assert format_timestamp(253_402_300_800_000) == "+10000-01-01T00:00:00Z"
+    assert format_timestamp(-62_135_596_800_001) == "0000-12-31T23:59:59.999Z"
+    assert UtcTimestamps().format(2**63 - 1) == b"+292278994-08-17T07:12:55.807Z"

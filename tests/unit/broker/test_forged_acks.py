@@ -9,14 +9,13 @@ backlog is the number of stored messages not acknowledged, whatever was sent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import trio
+from fixtures.subscription_fakes import COARSE, EXACT, SIZES, STORED, FakeLedger, Sink, subscription_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from magnetar.bookkeeper.runtime import Clock
 from magnetar.broker.core.batch_acks import UnackedIndexes
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, FlowControl
@@ -24,84 +23,13 @@ from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.subscription import Subscription
 from magnetar.broker.wire.entry_format import StoredMessage
 from magnetar.broker.wire.message_id import MessageId
-from magnetar.managed_ledger.cursor import ManagedCursor
-from magnetar.managed_ledger.cursor_state import CursorState
-from magnetar.managed_ledger.info import LedgerInfo
-from magnetar.managed_ledger.ledger_list import LedgerList
-from magnetar.managed_ledger.message_index import MessageIndex
 from magnetar.managed_ledger.position import Position
 
-if TYPE_CHECKING:
-    from magnetar.managed_ledger.ledger import ManagedLedger
-
-EXACT, COARSE = 10, 11
-SIZES = {EXACT: (1, 3, 5), COARSE: (5, 3, 1)}
-"""Messages per entry of each ledger."""
-STORED = sum(sum(sizes) for sizes in SIZES.values())
 INT32_MAX = 2**31 - 1
 
 
-class FakeLedger:
-    """What a cursor and a subscription ask of a managed ledger, with the real message index."""
-
-    def __init__(self) -> None:
-        self.message_index = MessageIndex()
-        self.firsts: dict[Position, int] = {}
-        first = 0
-        for ledger_id, sizes in SIZES.items():
-            for entry_id, count in enumerate(sizes):
-                self.firsts[Position(ledger_id, entry_id)] = first
-                first += count
-        for entry_id, count in enumerate(SIZES[EXACT]):
-            self.message_index.append(Position(EXACT, entry_id), count)
-        start = self.firsts[Position(COARSE, 0)]
-        self.message_index.append_closed_ledger(COARSE, start, start + sum(SIZES[COARSE]), 3)
-        self.ledgers = LedgerList([LedgerInfo(EXACT, 3), LedgerInfo(COARSE, 3)])
-
-    def now_ms(self) -> int:
-        return 0
-
-    def read(self, position: Position) -> None:
-        """Reading an entry teaches a coarse ledger its index (as the managed ledger's reads do)."""
-        self.message_index.learn(
-            position, self.firsts[position], SIZES[position.ledger_id][position.entry_id]
-        )
-
-
-class Sink:
-    bytes = 0
-    bytes_max = 1 << 30
-
-    def room(self) -> int:
-        return 1 << 20
-
-    def add_listener(self, listener: Callable[[], None]) -> None:
-        pass
-
-    def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
-        pass
-
-
-class FixedClock:
-    def time_ms(self) -> int:
-        return 1
-
-    def monotonic(self) -> float:
-        return 1.0
-
-
 def subscription() -> tuple[Subscription, Consumer]:
-    fake = FakeLedger()
-    state = CursorState(fake.ledgers, Position(EXACT, -1))
-    cursor = ManagedCursor(cast("ManagedLedger", fake), "sub", state, None)
-    sub = Subscription(
-        "persistent://t/n/x", "sub", cursor, partition=-1, clock=cast("Clock", FixedClock()), durable=True,
-        read_entries_max=10, redelivery_max=100,
-    )  # fmt: skip
-    consumer = Consumer(
-        name="c", priority_level=0, partition=-1, flow=FlowControl(0, pull_mode=True), sink=Sink()
-    )
-    sub.add_consumer(consumer, SubscriptionType.SHARED)
+    sub, (consumer,) = subscription_of(SubscriptionType.SHARED, 1)
     return sub, consumer
 
 

@@ -3,14 +3,14 @@ once, ids ``0:0`` (Pulsar's ``NonPersistentTopic`` / ``NonPersistentDispatcher*`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 import trio
 
 from magnetar.bookkeeper.runtime.clock import SystemClock
 from magnetar.broker.core.consumer import Consumer
-from magnetar.broker.core.delivery import Delivery, FlowControl
+from magnetar.broker.core.delivery import Delivery, FlowControl, deliver_each
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
     ConsumerBusyError,
@@ -47,6 +47,11 @@ class Sink:
 
     def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
         self.delivered.append((delivery, partition))
+
+    def deliver_many(
+        self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
+    ) -> int:
+        return deliver_each(self, deliveries, partition, redelivery_counts)
 
     @property
     def payloads(self) -> list[bytes]:

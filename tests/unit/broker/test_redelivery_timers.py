@@ -19,6 +19,9 @@ class _Sink:
     def deliver(self, delivery: Any, partition: int, redelivery_count: int) -> None:
         raise AssertionError("nothing is delivered here")
 
+    def deliver_many(self, deliveries: Any, partition: int, redelivery_counts: Any) -> int:
+        raise AssertionError("nothing is delivered here")
+
     def room(self) -> int:
         return 100
 

@@ -29,6 +29,7 @@ from magnetar.bookkeeper.runtime.http.ws_frames import (
     Ping,
     Pong,
     ProtocolViolation,
+    append_frames,
     close_payload,
     encode_frame,
     mask,
@@ -289,3 +290,15 @@ def test_wsproto_opcodes_match() -> None:
         Opcode.PING,
         Opcode.PONG,
     )
+
+
+@pytest.mark.parametrize("opcode", [OPCODE_TEXT, OPCODE_BINARY])
+def test_frames_appended_at_once_are_those_encoded_one_by_one(opcode: int) -> None:
+    messages = [os.urandom(size) for size in (0, 1, 125, 126, 127, 65_535, 65_536, 70_000, 3)]
+    out = bytearray(b"queued ")
+    append_frames(out, opcode, messages)
+    assert bytes(out) == b"queued " + b"".join(encode_frame(opcode, m) for m in messages)
+    # and a client's decoder reads them back (a server's frames are unmasked)
+    decoder = FrameDecoder(expect_masked=False, message_bytes_max=1 << 20)
+    if opcode == OPCODE_BINARY:
+        assert decoder.feed(bytes(out[len(b"queued ") :])) == messages
