@@ -61,12 +61,18 @@ class Delivery:
 
 class DeliverySink(Protocol):
     """Where one session's consumers push messages: the adapter's encoding into the session's bounded
-    outbound queue. ``bytes`` and ``bytes_max`` are plain attributes (read per message on the hot path)."""
+    outbound queue. ``bytes`` and ``bytes_max`` are read per message on the hot path: plain attributes
+    where the adapter can keep them so (the protocol asks only that they can be read)."""
 
-    bytes: int
-    """Bytes queued and not yet taken by the connection."""
-    bytes_max: int
-    """The queue is full from this many bytes on."""
+    @property
+    def bytes(self) -> int:
+        """Bytes queued and not yet taken by the connection."""
+        ...
+
+    @property
+    def bytes_max(self) -> int:
+        """The queue is full from this many bytes on."""
+        ...
 
     def room(self) -> int:
         """Messages that may be pushed before the queue is full by count (0 when it is full by bytes)."""

@@ -21,7 +21,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -563,7 +563,7 @@ class BinaryFrontDoor:
                     priority_level=command.priority_level,
                     partition=topic.partition,
                     flow=flow,
-                    sink=cast("Any", sink),  # the sink reads its bytes through a property
+                    sink=sink,
                     unacked_messages_max=settings.consumer_unacked_messages_max,
                     unacked_bytes_max=settings.consumer_unacked_bytes_max,
                 )

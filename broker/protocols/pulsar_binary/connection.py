@@ -19,11 +19,11 @@ from __future__ import annotations
 import builtins
 import struct
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import trio
 
-from magnetar.broker.core import Delivery, PublishRequest, Subscriber
+from magnetar.broker.core import Delivery, PublishRequest, Subscriber, deliver_each
 from magnetar.broker.protocols.pulsar_binary.commands import (
     AckId,
     CompressionType,
@@ -169,6 +169,12 @@ class ConsumerDeliveries:
         self.flush()
         self._open = _Group(delivery, partition, redelivery_count)
         self._outbound.wake()
+
+    def deliver_many(
+        self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
+    ) -> int:
+        # Messages of one entry already gather into one batch MESSAGE as they arrive: the plain loop.
+        return deliver_each(self, deliveries, partition, redelivery_counts)
 
     def flush(self) -> None:
         """Send the open group as one batch MESSAGE."""
