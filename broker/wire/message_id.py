@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import pybase64
+
 from magnetar.broker.wire.errors import InvalidMessageIdError
 from magnetar.broker.wire.strict_input import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
@@ -224,13 +226,19 @@ LATEST = MessageId(INT64_MAX, INT64_MAX, -1)
 
 def decode_base64_java(text: str) -> bytes:
     """Java's basic ``Base64.getDecoder().decode``: RFC 4648 alphabet, no whitespace, ``=`` padding optional
-    but exact when present. Raises ``ValueError`` with the reason."""
-    if not len(text) % 4 and text[-3:-2] != "=":  # whole units (every padded payload): one C call
-        try:
-            return binascii.a2b_base64(text, strict_mode=True)
-        except (binascii.Error, ValueError):
-            pass  # refused: the checked path gives Java's reason (or accepts what only Python refuses)
-    return decode_base64_java_checked(text)
+    but exact when present. Raises ``ValueError`` with the reason.
+
+    The common payload (padded, whole 4-character units) is decoded by ``pybase64`` (SIMD: ~1 us for 10 KB
+    where ``binascii`` takes ~25 us), whose ``validate=True`` accepts a subset of what Java accepts, with the
+    same bytes (a property test holds it to that); whatever it refuses - an unpadded tail, a bad character -
+    takes the checked path, which gives Java's answer and reason."""
+    try:
+        return _b64decode(text, validate=True)
+    except ValueError:  # binascii.Error, or a str that is not ASCII
+        return decode_base64_java_checked(text)
+
+
+_b64decode = pybase64.b64decode
 
 
 def decode_base64_java_checked(text: str) -> bytes:
