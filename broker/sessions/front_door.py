@@ -14,7 +14,7 @@ relayed to the owner and follows the topic when it moves; a partitioned topic wi
 elsewhere through one upstream session per partition) - or, with ``ws_proxy_enabled=false`` or for a session
 that is itself proxied, answered **307** with ``Location: ws://<owner>/<same path and query>``
 (``websocket-client`` and ``websockets`` follow it). Once accepted, the session runs its tasks: the reader
-loop below (one frame at a time, handed to the adapter), the session's frame sender
+loop below (the frames of each read handed to the adapter at once), the session's frame sender
 (:class:`~magnetar.broker.protocols.outbound.OutboundFrames`) and, for a consumer, its redelivery timers
 (:class:`~magnetar.broker.core.redelivery_timers.RedeliveryTimers`). A frame the adapter cannot accept closes
 the session with its :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`. When the topic is unloaded
@@ -45,7 +45,7 @@ Java client's default) for a subscription it creates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -75,7 +75,14 @@ from magnetar.broker.core import (
 )
 from magnetar.broker.owner_proxy.proxy import OwnerProxy
 from magnetar.broker.policies import ADMISSION_HOLD, ADMISSION_OK, ADMISSION_REJECT
-from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession, PublishRefusal
+from magnetar.broker.protocols.adapter import (
+    ConsumerSession,
+    FrameHandler,
+    FramesHandler,
+    ProducerSession,
+    PublishesUnrestricted,
+    PublishRefusal,
+)
 from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.protocols.outbound import OutboundFrames
 from magnetar.broker.protocols.params import (
@@ -126,6 +133,21 @@ class _Session:
 
     async def accept(self, request: WebSocketRequest) -> WebSocket:
         return await request.accept(self.adapter.subprotocol)
+
+
+def _with_deliveries(on_frame: FrameHandler, frames: OutboundFrames) -> FramesHandler:
+    """A consumer's or reader's frames, one by one. Deliveries fill its outbound queue, and requests that
+    answer nothing (acks, permits) go on; one whose answer went into a full queue waits for the client to
+    read before the next frame is handled (a producer's handler does that after every answer)."""
+
+    async def on_frames(batch: Sequence[str | bytes]) -> None:
+        for message in batch:
+            queued = frames.messages
+            await on_frame(message)
+            if frames.messages > queued and frames.full:
+                await frames.wait_for_room()
+
+    return on_frames
 
 
 class SessionFrontDoor:
@@ -181,10 +203,8 @@ class SessionFrontDoor:
         self,
         ws: WebSocket,
         session: _Session,
-        on_frame: FrameHandler,
+        on_frames: FramesHandler,
         extra: Callable[[], Awaitable[None]] | None = None,
-        *,
-        deliveries: bool = False,
     ) -> None:
         close = (CLOSE_NORMAL, "")
         frames = session.frames
@@ -204,15 +224,7 @@ class SessionFrontDoor:
                 try:
                     while True:
                         # Every message of a received chunk at once: one task switch per chunk.
-                        for message in await ws.receive_batch():
-                            queued = frames.messages
-                            await on_frame(message)
-                            if (frames.messages > queued or not deliveries) and frames.full:
-                                # Answers wait for the client to read: read no more requests meanwhile. A
-                                # producer's queue holds answers only (acks, whenever they come); in a
-                                # consumer's, deliveries fill it, and requests that answer nothing (acks,
-                                # permits) go on.
-                                await frames.wait_for_room()
+                        await on_frames(await ws.receive_batch())
                 except WebSocketClosed:
                     pass
                 except WsSessionError as exc:
@@ -303,6 +315,7 @@ class SessionFrontDoor:
                     publisher=publisher,
                     capacity=capacity,
                     refusal=self._publish_refusal(target.topic, limiter, producers),
+                    unrestricted=self._publishes_unrestricted(limiter, producers),
                     batch_messages_max=settings.publish_batch_messages_max,
                     batch_bytes_max=settings.publish_batch_bytes_max,
                 )
@@ -310,6 +323,20 @@ class SessionFrontDoor:
             await self._serve(ws, session, handler)
         finally:
             self._remove_producers(producers)
+
+    def _publishes_unrestricted(
+        self, limiter: PublishLimiter, producers: list[tuple[ServedTopic, Producer]]
+    ) -> PublishesUnrestricted:
+        """Whether the session's publishes may skip the refusal now: no publish rate limit applies to it and
+        no backlog quota is exceeded anywhere (then :meth:`_publish_refusal` answers None at once)."""
+        if not limiter.unlimited:
+            return lambda: False
+
+        def unrestricted() -> bool:
+            gate = self._service.publish_gate
+            return gate is None or not gate.any_exceeded
+
+        return unrestricted
 
     def _publish_refusal(
         self, topic: TopicName, limiter: PublishLimiter, producers: list[tuple[ServedTopic, Producer]]
@@ -412,7 +439,7 @@ class SessionFrontDoor:
             ws = await session.accept(request)
             timers = RedeliveryTimers(consumers, self._service.settings.consumer_ack_timeout_tick_ms)
             handler = session.adapter.consumer(ConsumerSession(session.frames, consumers, flow, session.kick))
-            await self._serve(ws, session, handler, timers.run, deliveries=True)
+            await self._serve(ws, session, _with_deliveries(handler, session.frames), timers.run)
         finally:
             self._remove_consumers(consumers)
 
@@ -465,7 +492,7 @@ class SessionFrontDoor:
         try:
             ws = await session.accept(request)
             handler = session.adapter.reader(ConsumerSession(session.frames, consumers, flow, session.kick))
-            await self._serve(ws, session, handler, deliveries=True)
+            await self._serve(ws, session, _with_deliveries(handler, session.frames))
         finally:
             self._remove_consumers(consumers)
 
