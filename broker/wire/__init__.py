@@ -25,10 +25,12 @@ from magnetar.broker.wire.message_id import (
     EARLIEST,
     LATEST,
     MessageId,
+    batch_index_field,
     decode_base64_java,
     delivered_id_fields,
     delivered_message_id,
     encode_message_id,
+    message_id_parts,
     write_varint,
 )
 from magnetar.broker.wire.strict_input import (
@@ -97,6 +99,7 @@ __all__ = [
     "TopicDomain",
     "TopicName",
     "UnsafeNameError",
+    "batch_index_field",
     "check_name_characters",
     "check_named_entity",
     "check_subscription_name",
@@ -110,6 +113,7 @@ __all__ = [
     "entry_message_count",
     "format_timestamp",
     "is_decimal_integer",
+    "message_id_parts",
     "parse_int",
     "parse_long",
     "parse_timestamp",

@@ -349,6 +349,26 @@ def _id_bytes(ledger_id: int, entry_id: int, partition: int, batch_index: int, b
     return data
 
 
+def message_id_parts(ledger_id: int, entry_id: int, partition: int, batch_size: int) -> tuple[bytes, bytes]:
+    """The protobuf bytes of a stored message's id on either side of its batch index field
+    (:func:`batch_index_field`): shared by every message of one entry, so an adapter acknowledging the
+    messages of an entry one by one builds them once. ``head + batch_index_field(i) + tail`` is the id of
+    message ``i`` (:func:`encode_message_id` is its base64)."""
+    tail = b""
+    if 0 <= batch_size < _SMALL_VARINTS_MAX:
+        tail = _BATCH_SIZE_FIELDS[batch_size]
+    elif batch_size > -1:
+        tail = b"\x30" + _varint(batch_size)
+    return _id_prefix(ledger_id, entry_id, partition), tail
+
+
+def batch_index_field(batch_index: int) -> bytes:
+    """MessageIdData field 4 of ``batch_index`` (nothing for -1, a message stored alone)."""
+    if 0 <= batch_index < _SMALL_VARINTS_MAX:
+        return _BATCH_INDEX_FIELDS[batch_index]
+    return b"" if batch_index == -1 else b"\x20" + _varint(batch_index)
+
+
 def encode_message_id(
     ledger_id: int, entry_id: int, partition: int, batch_index: int, batch_size: int
 ) -> bytes:

@@ -315,8 +315,10 @@ def _parse_plain_publish(data: dict[str, Any]) -> PublishRequest | None:
 # --- outbound frames ----------------------------------------------------------------------------------------
 
 
-_PRODUCER_ACK_OK = b'{"result":"ok","messageId":"%b","errorCode":0,"schemaVersion":0}'
-_PRODUCER_ACK_OK_CONTEXT = b'{"result":"ok","messageId":"%b","context":%b,"errorCode":0,"schemaVersion":0}'
+PRODUCER_ACK_OK = b'{"result":"ok","messageId":"%b","errorCode":0,"schemaVersion":0}'
+"""A ``ProducerAck`` of a request without a context: its base64 message id goes in (no escaping needed)."""
+PRODUCER_ACK_OK_CONTEXT = b'{"result":"ok","messageId":"%b","context":%b,"errorCode":0,"schemaVersion":0}'
+"""A ``ProducerAck`` with a context: the base64 id, then the context as a JSON string (``orjson.dumps``)."""
 
 
 def producer_ack_ok(message_id: MessageId | str | bytes, context: str | None) -> bytes:
@@ -327,8 +329,8 @@ def producer_ack_ok(message_id: MessageId | str | bytes, context: str | None) ->
         message_id = message_id.to_base64()
     encoded = message_id.encode("ascii") if isinstance(message_id, str) else message_id
     if context is None:
-        return _PRODUCER_ACK_OK % encoded
-    return _PRODUCER_ACK_OK_CONTEXT % (encoded, orjson.dumps(context))
+        return PRODUCER_ACK_OK % encoded
+    return PRODUCER_ACK_OK_CONTEXT % (encoded, orjson.dumps(context))
 
 
 def producer_ack_error(

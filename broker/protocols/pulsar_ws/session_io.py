@@ -9,17 +9,26 @@ request's ``context``.
 
 from __future__ import annotations
 
+from binascii import b2a_base64
 from typing import cast
+
+from orjson import dumps
 
 from magnetar.broker.core import Delivery, PublishRequest
 from magnetar.broker.protocols.outbound import OUTBOUND_BYTES_MAX, OUTBOUND_MESSAGES_MAX, OutboundFrames
 from magnetar.broker.protocols.pulsar_ws.messages import (
+    PRODUCER_ACK_OK,
+    PRODUCER_ACK_OK_CONTEXT,
     consumer_message_frame,
     producer_ack_error,
-    producer_ack_ok,
 )
 from magnetar.broker.protocols.ws_errors import WsErrorCode
-from magnetar.broker.wire import delivered_message_id, encode_message_id, format_timestamp
+from magnetar.broker.wire import (
+    batch_index_field,
+    delivered_message_id,
+    format_timestamp,
+    message_id_parts,
+)
 
 
 class JsonFrames(OutboundFrames):
@@ -60,12 +69,21 @@ class JsonFrames(OutboundFrames):
 
 
 class JsonAcks:
-    """The producer acknowledgements of one JSON session: a request's ``tag`` is its ``context``."""
+    """The producer acknowledgements of one JSON session: a request's ``tag`` is its ``context``.
 
-    __slots__ = ("_frames",)
+    One ``ProducerAck`` per message, written from a template. The messages of one batch entry are answered one
+    after the other and their ids differ only in the batch index, so the protobuf bytes around it are built
+    once per entry (:func:`~magnetar.broker.wire.message_id_parts`): per message there remain the index field,
+    one base64 encoding, the context's JSON string and the template."""
+
+    __slots__ = ("_entry", "_frames", "_head", "_tail")
 
     def __init__(self, frames: OutboundFrames) -> None:
         self._frames = frames
+        self._entry: tuple[int, int, int, int] | None = None
+        """(ledger, entry, partition, batch size) of the last message acknowledged."""
+        self._head = b""
+        self._tail = b""
 
     def stored(
         self,
@@ -76,8 +94,16 @@ class JsonAcks:
         first_index: int,
         batch_size: int,
     ) -> None:
-        message_id = encode_message_id(ledger_id, entry_id, partition, first_index, batch_size)
-        self._frames.push(producer_ack_ok(message_id, cast("str | None", request.tag)))
+        entry = (ledger_id, entry_id, partition, batch_size)
+        if entry != self._entry:
+            self._entry = entry
+            self._head, self._tail = message_id_parts(ledger_id, entry_id, partition, batch_size)
+        message_id = b2a_base64(self._head + batch_index_field(first_index) + self._tail, newline=False)
+        context = request.tag
+        if context is None:
+            self._frames.push(PRODUCER_ACK_OK % message_id)
+        else:
+            self._frames.push(PRODUCER_ACK_OK_CONTEXT % (message_id, dumps(context)))
 
     def failed(self, request: PublishRequest, reason: str) -> None:
         context = cast("str | None", request.tag)

@@ -1,6 +1,7 @@
 """The Pulsar JSON producer's handler of one read (``PulsarWsAdapter.producer``), without a network: what it
 publishes, where it waits - for room among the session's pending messages, for the client to read answers
-that fill the outbound queue - and when it asks the refusal (rate limits, backlog quotas)."""
+that fill the outbound queue - and when it asks the refusal (rate limits, backlog quotas); and its
+acknowledgements, written per entry, byte for byte what the JSON encoder writes."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ from typing import Any, cast
 
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from magnetar.bookkeeper.runtime import TrioClock
 from magnetar.broker.core import Capacity, Producer, PublishRequest
 from magnetar.broker.protocols.adapter import ProducerSession
 from magnetar.broker.protocols.pulsar_ws.adapter import PulsarWsAdapter
-from magnetar.broker.protocols.pulsar_ws.session_io import JsonFrames
+from magnetar.broker.protocols.pulsar_ws.messages import producer_ack_ok
+from magnetar.broker.protocols.pulsar_ws.session_io import JsonAcks, JsonFrames
+from magnetar.broker.wire import MessageId, encode_message_id
 
 
 class HeldTopic:
@@ -166,3 +171,41 @@ async def test_the_refusal_is_asked_per_message_while_a_limit_may_apply() -> Non
     on_frames, _ = handler(topic, JsonFrames(), refusal=free, unrestricted=True)
     await on_frames([request(i) for i in range(3)])
     assert (free.asked, len(topic.requests)) == (0, 3)
+
+
+class Tagged:
+    def __init__(self, tag: str | None) -> None:
+        self.tag = tag
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**63 - 1),
+            st.integers(0, 2**63 - 1),
+            st.integers(-1, 2**31 - 1),
+            st.integers(-1, 70_000),
+            st.integers(0, 70_000),
+            st.none() | st.text(max_size=12),
+        ),
+        min_size=1,
+        max_size=6,
+    ).map(lambda acks: acks + acks[-1:])  # the same entry twice in a row: the parts built once
+)
+def test_acks_of_an_entry_are_those_a_json_encoder_writes(
+    acks: list[tuple[int, int, int, int, int, str | None]],
+) -> None:
+    frames = JsonFrames()
+    writer = JsonAcks(frames)
+    for ledger_id, entry_id, partition, index, size, context in acks:
+        writer.stored(cast(Any, Tagged(context)), partition, ledger_id, entry_id, index, size)
+    expected = [
+        producer_ack_ok(encode_message_id(ledger_id, entry_id, partition, index, size), context)
+        for ledger_id, entry_id, partition, index, size, context in acks
+    ]
+    assert list(cast(Any, frames)._frames) == expected
+    for frame, (ledger_id, entry_id, partition, index, size, context) in zip(expected, acks, strict=True):
+        ack = json.loads(frame)
+        stored = MessageId(ledger_id, entry_id, partition, index, size)
+        assert MessageId.from_base64(ack["messageId"]) == stored
+        assert ack.get("context") == context
