@@ -233,7 +233,7 @@ def decode_base64_java(text: str) -> bytes:
     same bytes (a property test holds it to that); whatever it refuses - an unpadded tail, a bad character -
     takes the checked path, which gives Java's answer and reason."""
     try:
-        return _b64decode(text, validate=True)
+        return _b64decode(text, None, True)  # validate=True, positional: a keyword costs ~250 ns
     except ValueError:  # binascii.Error, or a str that is not ASCII
         return decode_base64_java_checked(text)
 
