@@ -76,12 +76,12 @@ class JsonAcks:
     once per entry (:func:`~magnetar.broker.wire.message_id_parts`): per message there remain the index field,
     one base64 encoding, the context's JSON string and the template."""
 
-    __slots__ = ("_entry", "_frames", "_head", "_tail")
+    __slots__ = ("_batch_size", "_entry_id", "_frames", "_head", "_ledger_id", "_partition", "_tail")
 
     def __init__(self, frames: OutboundFrames) -> None:
         self._frames = frames
-        self._entry: tuple[int, int, int, int] | None = None
-        """(ledger, entry, partition, batch size) of the last message acknowledged."""
+        self._ledger_id = self._entry_id = self._partition = self._batch_size = -2
+        """The entry of the last message acknowledged (-2: none yet; no entry has these)."""
         self._head = b""
         self._tail = b""
 
@@ -94,11 +94,21 @@ class JsonAcks:
         first_index: int,
         batch_size: int,
     ) -> None:
-        entry = (ledger_id, entry_id, partition, batch_size)
-        if entry != self._entry:
-            self._entry = entry
+        if (
+            entry_id != self._entry_id
+            or ledger_id != self._ledger_id
+            or partition != self._partition
+            or batch_size != self._batch_size
+        ):
+            self._ledger_id, self._entry_id, self._partition, self._batch_size = (
+                ledger_id,
+                entry_id,
+                partition,
+                batch_size,
+            )
             self._head, self._tail = message_id_parts(ledger_id, entry_id, partition, batch_size)
-        message_id = b2a_base64(self._head + batch_index_field(first_index) + self._tail, newline=False)
+        # b2a_base64's newline cut off rather than refused by keyword (a keyword argument costs more)
+        message_id = b2a_base64(self._head + batch_index_field(first_index) + self._tail)[:-1]
         context = request.tag
         if context is None:
             self._frames.push(PRODUCER_ACK_OK % message_id)
