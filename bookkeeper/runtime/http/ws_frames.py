@@ -6,7 +6,10 @@ every event the bytes complete: ``str`` for a text message, ``bytes`` for a bina
 reassembled), and :class:`Ping`, :class:`Pong` and :class:`Close` for control frames (which may arrive
 between the fragments of a message). All frames of a chunk are handled in one call, with the per-frame work
 kept to a header parse, a slice and (server side) the unmasking: a few microseconds per small frame, where
-wsproto's generic state machine spent ~15 µs and an event object per frame.
+wsproto's generic state machine spent ~15 µs and an event object per frame. The common frame - a whole text
+or binary message under 64 KiB, masked as expected, in the limits and outside a fragmented message - is
+checked and decoded inside the chunk's loop; every other frame takes the general path with every check
+(:meth:`FrameDecoder._frame`).
 
 The decoder checks what RFC 6455 requires of a received frame, as wsproto did before it: reserved bits clear
 (no extension is negotiated), a known opcode, control frames unfragmented and at most 125 bytes, the payload

@@ -7,6 +7,17 @@ consumer's or reader's frame that is not a JSON command closes the session with 
 cannot be read: ``send-error:3`` for a producer, close 4003 for a consumer or reader. ``unsubscribe`` closes
 the session with 1000 once done. The common consumer frame, a plain ack, is applied without JSON parsing
 (:func:`~.messages.plain_ack_fields`).
+
+Theory of operation of the producer. Pulsar's JSON API carries one message per frame, so the producer works
+per read: the front door hands it every frame one socket read completed, and it goes over them once. The
+frames are parsed together (:func:`~.messages.parse_publish_batch`), the arrival time is read once, and
+each request becomes one publish of the core in frame order. What must hold per message still holds per
+message - a request waits for room among the session's pending messages (``maxPendingMessages``), and the
+read stops while answers fill the outbound queue (the client is not reading) - but each is a comparison
+unless it has to wait. The refusal (publish rate limits, backlog quotas) is asked per message only while
+``unrestricted`` says one could apply; the answer cannot change without an await, so it is looked at again
+after every wait. Errors are answered in frame order, as if each frame had come alone. Receipts come back
+through :class:`~.session_io.JsonAcks`, one template per message with the id bytes shared per entry.
 """
 
 from __future__ import annotations
