@@ -91,6 +91,9 @@ class Producer:
         self.partition = partition
         """The topic's partition index (-1: not a partition), for the ids of what it stores."""
         self._clock = clock
+        self._time_at = -1.0
+        self._time_ms = 0
+        """The publish time of the requests received at ``_time_at`` (one read of the clock per read)."""
         self.pending: deque[PublishRequest] = deque()
         self._sequence_id = -1 if initial_sequence_id is None else initial_sequence_id
         self.compact_layout = CompactLayout()
@@ -118,7 +121,12 @@ class Producer:
         received_at: float,
     ) -> None:
         """Publish ``messages`` messages laid out by ``layout`` (see :class:`~.publish.PublishRequest`); the
-        outcome goes to ``completion`` later (at once when the producer is closed)."""
+        outcome goes to ``completion`` later (at once when the producer is closed). Their publish time is the
+        clock's when the first request received at ``received_at`` was published: the requests an adapter
+        received together (one read, one frame) share one reading of the clock."""
+        if received_at != self._time_at:
+            self._time_at = received_at
+            self._time_ms = self._clock.time_ms()
         request = PublishRequest(
             self,
             layout,
@@ -126,7 +134,7 @@ class Producer:
             messages,
             payload_bytes,
             self._sequence_id + 1,
-            self._clock.time_ms(),
+            self._time_ms,
             completion,
             tag,
             received_at,
@@ -137,7 +145,7 @@ class Producer:
             return
         self._sequence_id += messages
         self.pending.append(request)
-        self.capacity.taken(messages)
+        self.capacity.count += messages  # Capacity.taken, in line (one per message published over JSON)
         self._target.publish(request)
 
     def on_stored(

@@ -148,6 +148,8 @@ class PublishQueue:
         self._open_bytes += request.payload_bytes
         if self._open_messages >= messages_max:
             self._close_open(full=True)
+        elif not self._groups and self._inflight >= settings.publish_inflight_entries_max:
+            return  # no closed group waits, and the open one may not be written with this much in flight
         self._write_ready()
 
     def _close_open(self, *, full: bool) -> None:

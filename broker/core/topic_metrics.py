@@ -8,6 +8,7 @@ ack quorum, counted per message in :data:`PUBLISH_LATENCY_BUCKETS_S`.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
@@ -84,13 +85,20 @@ class TopicMetrics:
         buckets = self.latency_buckets
         total = 0.0
         count = 0
+        payload_bytes = 0
+        received_at = latency = math.nan
+        bucket = 0
         for request in requests:
-            latency = now - request.received_at
+            if request.received_at != received_at:  # requests received together (one read) share a bucket
+                received_at = request.received_at
+                latency = now - received_at
+                bucket = bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency)
             messages = request.messages
-            self.bytes_in += request.payload_bytes
+            payload_bytes += request.payload_bytes
             count += messages
             total += latency * messages
-            buckets[bisect.bisect_left(PUBLISH_LATENCY_BUCKETS_S, latency)] += messages
+            buckets[bucket] += messages
+        self.bytes_in += payload_bytes
         self.msg_in += count
         self.latency_sum_s += total
 

@@ -11,7 +11,9 @@ rest, in its own terms:
   frame handler of a bound session: it parses each frame the client sends into calls on the core (a publish,
   an acknowledgement, a permit...) and pushes its answers into the outbound queue. A frame that ends the
   session raises :class:`~magnetar.broker.protocols.ws_errors.WsSessionError`; an ``unsubscribe`` that
-  succeeded calls the session's ``kick``;
+  succeeded calls the session's ``kick``. A producer's handler takes the frames of one read at once
+  (:data:`FramesHandler`): it may do per read what would otherwise be done per frame, and it holds the
+  session's back-pressure itself (:func:`frame_by_frame` wraps a per-frame handler);
 * :meth:`ProtocolAdapter.relay_tracker` - what the owner proxy (:mod:`magnetar.broker.owner_proxy`) must
   know of the adapter's frames to relay a session across a change of owner without knowing the protocol
   (:mod:`.relay_tracking`).
@@ -33,6 +35,15 @@ from magnetar.broker.protocols.relay_tracking import Tracker
 
 FrameHandler = Callable[[str | bytes], Awaitable[None]]
 """Handles one frame the client sent (text or binary)."""
+FramesHandler = Callable[[Sequence[str | bytes]], Awaitable[None]]
+"""Handles the frames of one read from the client, in order
+(:meth:`~magnetar.bookkeeper.runtime.http.WebSocket.receive_batch`). A producer's: after pushing an answer
+into a full outbound queue it waits for room (:meth:`~.outbound.OutboundFrames.wait_for_room`) before it
+handles the next frame, so a client that sends without reading is slowed down by TCP."""
+PublishesUnrestricted = Callable[[], bool]
+"""True when no publish rate limit applies to the session and no backlog quota is exceeded: the
+:data:`PublishRefusal` of any message would be None without waiting, so a publish need not ask it. Other
+tasks change it, so the answer holds until the handler next awaits."""
 
 
 @runtime_checkable
@@ -71,6 +82,8 @@ class ProducerSession:
     """``publish_batch_messages_max``: the most messages of one publish request."""
     batch_bytes_max: int
     """``publish_batch_bytes_max``: the most payload bytes of one publish request."""
+    unrestricted: PublishesUnrestricted
+    """Whether a publish may skip ``refusal`` now (no rate limit applies, no backlog quota is exceeded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +110,7 @@ class ProtocolAdapter(Protocol):
         """A new session's outbound queue (``ws_send_queue_bytes_max``, ``ws_send_queue_messages_max``)."""
         ...
 
-    def producer(self, session: ProducerSession) -> FrameHandler: ...
+    def producer(self, session: ProducerSession) -> FramesHandler: ...
 
     def consumer(self, session: ConsumerSession) -> FrameHandler: ...
 
@@ -118,3 +131,16 @@ class ProtocolAdapter(Protocol):
         client frame asks and what a partition's frame is, in this protocol's terms
         (:class:`~.fan.ConsumerFan`)."""
         ...
+
+
+def frame_by_frame(on_frame: FrameHandler, frames: OutboundFrames) -> FramesHandler:
+    """A producer's :data:`FramesHandler` from a per-frame handler: each frame in turn, waiting for room in
+    the outbound queue after any frame that left it full."""
+
+    async def on_frames(batch: Sequence[str | bytes]) -> None:
+        for message in batch:
+            await on_frame(message)
+            if frames.full:
+                await frames.wait_for_room()
+
+    return on_frames

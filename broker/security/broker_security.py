@@ -79,6 +79,11 @@ class PublishLimiter:
         self._role = role
         self._role_key = role_key
 
+    @property
+    def unlimited(self) -> bool:
+        """No publish limit applies to the session: :meth:`try_publish` always answers None."""
+        return self._connection is None and self._role is None
+
     def try_publish(self, messages: int = 1) -> str | None:
         """None when the messages may go; else why they may not (for a ``send-error`` ack)."""
         if self._connection is not None and not self._connection.try_acquire(messages):

@@ -47,7 +47,7 @@ Java client's default) for a subscription it creates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -81,7 +81,9 @@ from magnetar.broker.protocols.adapter import (
     ConsumerSession,
     FrameGroups,
     FrameHandler,
+    FramesHandler,
     ProducerSession,
+    PublishesUnrestricted,
     PublishRefusal,
 )
 from magnetar.broker.protocols.http_status import http_status
@@ -134,6 +136,32 @@ class _Session:
 
     async def accept(self, request: WebSocketRequest) -> WebSocket:
         return await request.accept(self.adapter.subprotocol)
+
+
+def _with_deliveries(on_frame: FrameHandler, frames: OutboundFrames) -> FramesHandler:
+    """A consumer's or reader's frames of one read: a group at a time while the handler takes groups (a
+    consumer's acks, :class:`~magnetar.broker.protocols.adapter.FrameGroups`: they answer nothing), the others
+    one by one. Deliveries fill its outbound queue, and requests that answer nothing (acks, permits) go on;
+    one whose answer went into a full queue waits for the client to read before the next frame is handled (a
+    producer's handler does that after every answer)."""
+    take_group = on_frame.take_group if isinstance(on_frame, FrameGroups) else None
+
+    async def on_frames(batch: Sequence[str | bytes]) -> None:
+        index = 0
+        count = len(batch)
+        while index < count:
+            if take_group is not None:
+                index = take_group(batch, index)
+                if index >= count:
+                    break
+            message = batch[index]
+            index += 1
+            queued = frames.messages
+            await on_frame(message)
+            if frames.messages > queued and frames.full:
+                await frames.wait_for_room()
+
+    return on_frames
 
 
 class SessionFrontDoor:
@@ -189,10 +217,8 @@ class SessionFrontDoor:
         self,
         ws: WebSocket,
         session: _Session,
-        on_frame: FrameHandler,
+        on_frames: FramesHandler,
         extra: Callable[[], Awaitable[None]] | None = None,
-        *,
-        deliveries: bool = False,
     ) -> None:
         close = (CLOSE_NORMAL, "")
         frames = session.frames
@@ -204,7 +230,6 @@ class SessionFrontDoor:
             finally:
                 frames_sent.set()
 
-        take_group = on_frame.take_group if isinstance(on_frame, FrameGroups) else None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(send_frames)
             if extra is not None:
@@ -213,24 +238,7 @@ class SessionFrontDoor:
                 try:
                     while True:
                         # Every message of a received chunk at once: one task switch per chunk.
-                        batch = await ws.receive_batch()
-                        index = 0
-                        count = len(batch)
-                        while index < count:
-                            if take_group is not None:  # acks, a group at a time (they answer nothing)
-                                index = take_group(batch, index)
-                                if index >= count:
-                                    break
-                            message = batch[index]
-                            index += 1
-                            queued = frames.messages
-                            await on_frame(message)
-                            if (frames.messages > queued or not deliveries) and frames.full:
-                                # Answers wait for the client to read: read no more requests meanwhile. A
-                                # producer's queue holds answers only (acks, whenever they come); in a
-                                # consumer's, deliveries fill it, and requests that answer nothing (acks,
-                                # permits) go on.
-                                await frames.wait_for_room()
+                        await on_frames(await ws.receive_batch())
                 except WebSocketClosed:
                     pass
                 except WsSessionError as exc:
@@ -321,6 +329,7 @@ class SessionFrontDoor:
                     publisher=publisher,
                     capacity=capacity,
                     refusal=self._publish_refusal(target.topic, limiter, producers),
+                    unrestricted=self._publishes_unrestricted(limiter, producers),
                     batch_messages_max=settings.publish_batch_messages_max,
                     batch_bytes_max=settings.publish_batch_bytes_max,
                 )
@@ -328,6 +337,20 @@ class SessionFrontDoor:
             await self._serve(ws, session, handler)
         finally:
             self._remove_producers(producers)
+
+    def _publishes_unrestricted(
+        self, limiter: PublishLimiter, producers: list[tuple[ServedTopic, Producer]]
+    ) -> PublishesUnrestricted:
+        """Whether the session's publishes may skip the refusal now: no publish rate limit applies to it and
+        no backlog quota is exceeded anywhere (then :meth:`_publish_refusal` answers None at once)."""
+        if not limiter.unlimited:
+            return lambda: False
+
+        def unrestricted() -> bool:
+            gate = self._service.publish_gate
+            return gate is None or not gate.any_exceeded
+
+        return unrestricted
 
     def _publish_refusal(
         self, topic: TopicName, limiter: PublishLimiter, producers: list[tuple[ServedTopic, Producer]]
@@ -430,7 +453,7 @@ class SessionFrontDoor:
             ws = await session.accept(request)
             timers = RedeliveryTimers(consumers, self._service.settings.consumer_ack_timeout_tick_ms)
             handler = session.adapter.consumer(ConsumerSession(session.frames, consumers, flow, session.kick))
-            await self._serve(ws, session, handler, timers.run, deliveries=True)
+            await self._serve(ws, session, _with_deliveries(handler, session.frames), timers.run)
         finally:
             self._remove_consumers(consumers)
 
@@ -483,7 +506,7 @@ class SessionFrontDoor:
         try:
             ws = await session.accept(request)
             handler = session.adapter.reader(ConsumerSession(session.frames, consumers, flow, session.kick))
-            await self._serve(ws, session, handler, deliveries=True)
+            await self._serve(ws, session, _with_deliveries(handler, session.frames))
         finally:
             self._remove_consumers(consumers)
 

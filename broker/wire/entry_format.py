@@ -192,9 +192,7 @@ def encode_entry(
         raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {len(messages)}")
     if not batched and len(messages) != 1:
         raise ValueError("a single-message entry holds one message")
-    names: dict[str, int] = {}
-    for name in producer_names:
-        names.setdefault(name, len(names))
+    names = {name: index for index, name in enumerate(dict.fromkeys(producer_names))}
     if len(names) > PRODUCERS_PER_ENTRY_MAX:
         raise ValueError(f"more than {PRODUCERS_PER_ENTRY_MAX} producers in one entry")
     parts = [_HEAD.pack(MAGIC, VERSION, KIND_BATCH if batched else KIND_SINGLE, len(names))]
@@ -203,10 +201,24 @@ def encode_entry(
         parts.append(_U16.pack(len(encoded)))
         parts.append(encoded)
     parts.append(_U32.pack(len(messages)))
+    append = parts.append
+    pack = _MESSAGE.pack
     for message, name, sequence_id, publish_time_ms in zip(
         messages, producer_names, sequence_ids, publish_times_ms, strict=True
     ):
-        _encode_message(parts, message, names[name], sequence_id, publish_time_ms)
+        payload = message.payload
+        size = len(payload)
+        if message.key is None and not message.properties and size <= PAYLOAD_BYTES_MAX:
+            # The common message, in line: no key, no properties. The 64-bit fields are checked by the
+            # packing; out of range, the general path says which one.
+            try:
+                append(pack(names[name], 0, sequence_id, publish_time_ms, message.event_time_ms, 0, 0, size))
+            except struct.error:
+                _encode_message(parts, message, names[name], sequence_id, publish_time_ms)
+                raise
+            append(payload)
+        else:
+            _encode_message(parts, message, names[name], sequence_id, publish_time_ms)
     return b"".join(parts)
 
 

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import pybase64
+
 from magnetar.broker.wire.errors import InvalidMessageIdError
 from magnetar.broker.wire.strict_input import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
@@ -225,13 +227,19 @@ LATEST = MessageId(INT64_MAX, INT64_MAX, -1)
 
 def decode_base64_java(text: str) -> bytes:
     """Java's basic ``Base64.getDecoder().decode``: RFC 4648 alphabet, no whitespace, ``=`` padding optional
-    but exact when present. Raises ``ValueError`` with the reason."""
-    if not len(text) % 4 and text[-3:-2] != "=":  # whole units (every padded payload): one C call
-        try:
-            return binascii.a2b_base64(text, strict_mode=True)
-        except (binascii.Error, ValueError):
-            pass  # refused: the checked path gives Java's reason (or accepts what only Python refuses)
-    return decode_base64_java_checked(text)
+    but exact when present. Raises ``ValueError`` with the reason.
+
+    The common payload (padded, whole 4-character units) is decoded by ``pybase64`` (SIMD: ~1 us for 10 KB
+    where ``binascii`` takes ~25 us), whose ``validate=True`` accepts a subset of what Java accepts, with the
+    same bytes (a property test holds it to that); whatever it refuses - an unpadded tail, a bad character -
+    takes the checked path, which gives Java's answer and reason."""
+    try:
+        return _b64decode(text, None, True)  # validate=True, positional: a keyword costs ~250 ns
+    except ValueError:  # binascii.Error, or a str that is not ASCII
+        return decode_base64_java_checked(text)
+
+
+_b64decode = pybase64.b64decode
 
 
 def decode_base64_java_checked(text: str) -> bytes:
@@ -348,6 +356,26 @@ def _id_bytes(ledger_id: int, entry_id: int, partition: int, batch_index: int, b
         small = batch_size < _SMALL_VARINTS_MAX
         data += _BATCH_SIZE_FIELDS[batch_size] if small else b"\x30" + _varint(batch_size)
     return data
+
+
+def message_id_parts(ledger_id: int, entry_id: int, partition: int, batch_size: int) -> tuple[bytes, bytes]:
+    """The protobuf bytes of a stored message's id on either side of its batch index field
+    (:func:`batch_index_field`): shared by every message of one entry, so an adapter acknowledging the
+    messages of an entry one by one builds them once. ``head + batch_index_field(i) + tail`` is the id of
+    message ``i`` (:func:`encode_message_id` is its base64)."""
+    tail = b""
+    if 0 <= batch_size < _SMALL_VARINTS_MAX:
+        tail = _BATCH_SIZE_FIELDS[batch_size]
+    elif batch_size > -1:
+        tail = b"\x30" + _varint(batch_size)
+    return _id_prefix(ledger_id, entry_id, partition), tail
+
+
+def batch_index_field(batch_index: int) -> bytes:
+    """MessageIdData field 4 of ``batch_index`` (nothing for -1, a message stored alone)."""
+    if 0 <= batch_index < _SMALL_VARINTS_MAX:
+        return _BATCH_INDEX_FIELDS[batch_index]
+    return b"" if batch_index == -1 else b"\x20" + _varint(batch_index)
 
 
 def encode_message_id(

@@ -76,6 +76,8 @@ from magnetar.bookkeeper.runtime.http.ws_frames import (
 log = logging.getLogger(__name__)
 
 RECEIVE_CHUNK_BYTES = 65536
+_MESSAGE_TYPES = (str, bytes)
+"""What the decoder gives for a message (a constant: ``str | bytes`` in a check is built every time)."""
 
 
 def _fresh(event: trio.Event) -> trio.Event:
@@ -464,7 +466,7 @@ class WebSocket:
         queued = 0
         ping: Ping | None = None
         for event in events:
-            if isinstance(event, str | bytes):
+            if isinstance(event, _MESSAGE_TYPES):
                 if self._close_code is None:  # closing: data frames are dropped
                     queue.append(event)
                     queued += len(event)

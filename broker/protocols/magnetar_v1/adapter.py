@@ -6,7 +6,13 @@ by a client that offers the subprotocol. Producers in :mod:`.producer`, consumer
 from __future__ import annotations
 
 from magnetar.broker.core import PartitionRouter
-from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession
+from magnetar.broker.protocols.adapter import (
+    ConsumerSession,
+    FrameHandler,
+    FramesHandler,
+    ProducerSession,
+    frame_by_frame,
+)
 from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.magnetar_v1.consumer import BinaryConsumerCommands, BinaryReaderCommands
 from magnetar.broker.protocols.magnetar_v1.fan import BinaryConsumerFan, BinaryProducerFan
@@ -25,8 +31,9 @@ class MagnetarV1Adapter:
     def outbound(self, *, bytes_max: int, messages_max: int) -> OutboundFrames:
         return BinaryFrames(bytes_max=bytes_max, messages_max=messages_max)
 
-    def producer(self, session: ProducerSession) -> FrameHandler:
-        """The same rate limits and backlog quotas as JSON publishes, applied to a whole SEND frame."""
+    def producer(self, session: ProducerSession) -> FramesHandler:
+        """The same rate limits and backlog quotas as JSON publishes, applied to a whole SEND frame (a SEND
+        frame carries many messages already: its frames are handled one by one)."""
         publisher = BinaryPublisher(
             session.publisher,
             session.frames,
@@ -35,7 +42,7 @@ class MagnetarV1Adapter:
             batch_messages_max=session.batch_messages_max,
             batch_bytes_max=session.batch_bytes_max,
         )
-        return publisher.on_frame
+        return frame_by_frame(publisher.on_frame, session.frames)
 
     def consumer(self, session: ConsumerSession) -> FrameHandler:
         commands = BinaryConsumerCommands(session.subscribers, session.flow, session.frames, session.kick)

@@ -8,6 +8,17 @@ cannot be read: ``send-error:3`` for a producer, close 4003 for a consumer or re
 the session with 1000 once done. The common consumer frame, a plain ack, is applied without JSON parsing
 (:func:`~.messages.plain_ack_fields`), and the acks a client sent together as one group
 (:class:`JsonConsumerCommands`).
+
+Theory of operation of the producer. Pulsar's JSON API carries one message per frame, so the producer works
+per read: the front door hands it every frame one socket read completed, and it goes over them once. The
+frames are parsed together (:func:`~.messages.parse_publish_batch`), the arrival time is read once, and
+each request becomes one publish of the core in frame order. What must hold per message still holds per
+message - a request waits for room among the session's pending messages (``maxPendingMessages``), and the
+read stops while answers fill the outbound queue (the client is not reading) - but each is a comparison
+unless it has to wait. The refusal (publish rate limits, backlog quotas) is asked per message only while
+``unrestricted`` says one could apply; the answer cannot change without an await, so it is looked at again
+after every wait. Errors are answered in frame order, as if each frame had come alone. Receipts come back
+through :class:`~.session_io.JsonAcks`, one template per message with the id bytes shared per entry.
 """
 
 from __future__ import annotations
@@ -18,7 +29,7 @@ import trio
 
 from magnetar.bookkeeper.runtime.http import CLOSE_NORMAL
 from magnetar.broker.core import MESSAGES, PartitionRouter, Producer, ServiceError
-from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, ProducerSession
+from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, FramesHandler, ProducerSession
 from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.outbound import OutboundFrames
 from magnetar.broker.protocols.pulsar_ws.fan import JsonConsumerFan, JsonProducerFan
@@ -27,7 +38,7 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
     PublishError,
     end_of_topic_json,
     parse_consumer_command,
-    parse_publish_request,
+    parse_publish_batch,
     parse_reader_command,
     plain_ack_fields,
     plain_acks,
@@ -47,37 +58,50 @@ class PulsarWsAdapter:
     def outbound(self, *, bytes_max: int, messages_max: int) -> OutboundFrames:
         return JsonFrames(bytes_max=bytes_max, messages_max=messages_max)
 
-    def producer(self, session: ProducerSession) -> FrameHandler:
+    def producer(self, session: ProducerSession) -> FramesHandler:
         """One publish request per text frame, its message given as its fields
-        (:data:`~magnetar.broker.core.publish.MESSAGES`), answered by :class:`JsonAcks`."""
+        (:data:`~magnetar.broker.core.publish.MESSAGES`), answered by :class:`JsonAcks`.
+
+        The frames of one read are handled in one pass: parsed together (:func:`parse_publish_batch`), the
+        time of their arrival read once, and the refusal (rate limits, backlog quotas) asked only while
+        ``unrestricted`` says it could refuse; what is checked per message is whether the session has room
+        for one more pending message and its outbound queue for more answers. Each check that awaits is
+        followed by a fresh look at the time and at ``unrestricted`` (other tasks ran meanwhile)."""
         frames = session.frames
         refusal = session.refusal
+        unrestricted = session.unrestricted
         capacity = session.capacity
         publisher = session.publisher
         acks = JsonAcks(frames)
         router = publisher if isinstance(publisher, PartitionRouter) else None
+        current_time = trio.current_time
 
-        async def on_frame(message: str | bytes) -> None:
-            if isinstance(message, bytes):
-                reason = "Binary frames are not supported: send the JSON request as a text frame"
-                frames.push(producer_ack_error(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, reason, None))
-                return
-            try:
-                publish = parse_publish_request(message)
-            except PublishError as exc:
-                frames.push(exc.ack_json())
-                return
-            refused = await refusal(1)
-            if refused is not None:
-                frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refused, publish.context))
-                return
-            await capacity.wait()
-            producer = publisher if router is None else router.route(publish.key)
-            assert isinstance(producer, Producer)
-            size = len(publish.payload)
-            producer.publish(MESSAGES, publish, 1, size, acks, publish.context, trio.current_time())
+        async def on_frames(batch: Sequence[str | bytes]) -> None:
+            free = unrestricted()
+            now = current_time()
+            for publish in parse_publish_batch(batch):
+                if isinstance(publish, PublishError):
+                    frames.push(publish.ack_json())
+                else:
+                    refused = None
+                    if not free:
+                        refused = await refusal(1)
+                        free, now = unrestricted(), current_time()
+                    if refused is not None:
+                        frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refused, publish.context))
+                    else:
+                        if capacity.count >= capacity.limit:
+                            await capacity.wait()
+                            free, now = unrestricted(), current_time()
+                        producer = publisher if router is None else router.route(publish.key)
+                        assert isinstance(producer, Producer)
+                        size = len(publish.payload)
+                        producer.publish(MESSAGES, publish, 1, size, acks, publish.context, now)
+                if frames.full:
+                    await frames.wait_for_room()
+                    free, now = unrestricted(), current_time()
 
-        return on_frame
+        return on_frames
 
     def consumer(self, session: ConsumerSession) -> FrameHandler:
         """Acks, negative acks, permits, the end-of-topic query and ``unsubscribe``."""

@@ -21,9 +21,11 @@ the dispatcher), exactly where one :meth:`JsonFrames.deliver` per message would 
 
 from __future__ import annotations
 
+from binascii import b2a_base64
 from collections.abc import Sequence
 from typing import cast
 
+from orjson import dumps
 from pybase64 import b64encode
 
 from magnetar.broker.core import Delivery, PublishRequest
@@ -32,17 +34,19 @@ from magnetar.broker.protocols.pulsar_ws.messages import (
     CONSUMER_MESSAGE_FIRST_TAIL,
     CONSUMER_MESSAGE_HEAD,
     CONSUMER_MESSAGE_PLAIN,
+    PRODUCER_ACK_OK,
+    PRODUCER_ACK_OK_CONTEXT,
     consumer_message_frame,
     producer_ack_error,
-    producer_ack_ok,
 )
 from magnetar.broker.protocols.ws_errors import WsErrorCode
 from magnetar.broker.wire import (
     UtcTimestamps,
+    batch_index_field,
     delivered_message_id,
     delivered_message_ids,
-    encode_message_id,
     format_timestamp,
+    message_id_parts,
 )
 
 
@@ -127,12 +131,21 @@ class JsonFrames(OutboundFrames):
 
 
 class JsonAcks:
-    """The producer acknowledgements of one JSON session: a request's ``tag`` is its ``context``."""
+    """The producer acknowledgements of one JSON session: a request's ``tag`` is its ``context``.
 
-    __slots__ = ("_frames",)
+    One ``ProducerAck`` per message, written from a template. The messages of one batch entry are answered one
+    after the other and their ids differ only in the batch index, so the protobuf bytes around it are built
+    once per entry (:func:`~magnetar.broker.wire.message_id_parts`): per message there remain the index field,
+    one base64 encoding, the context's JSON string and the template."""
+
+    __slots__ = ("_batch_size", "_entry_id", "_frames", "_head", "_ledger_id", "_partition", "_tail")
 
     def __init__(self, frames: OutboundFrames) -> None:
         self._frames = frames
+        self._ledger_id = self._entry_id = self._partition = self._batch_size = -2
+        """The entry of the last message acknowledged (-2: none yet; no entry has these)."""
+        self._head = b""
+        self._tail = b""
 
     def stored(
         self,
@@ -143,8 +156,26 @@ class JsonAcks:
         first_index: int,
         batch_size: int,
     ) -> None:
-        message_id = encode_message_id(ledger_id, entry_id, partition, first_index, batch_size)
-        self._frames.push(producer_ack_ok(message_id, cast("str | None", request.tag)))
+        if (
+            entry_id != self._entry_id
+            or ledger_id != self._ledger_id
+            or partition != self._partition
+            or batch_size != self._batch_size
+        ):
+            self._ledger_id, self._entry_id, self._partition, self._batch_size = (
+                ledger_id,
+                entry_id,
+                partition,
+                batch_size,
+            )
+            self._head, self._tail = message_id_parts(ledger_id, entry_id, partition, batch_size)
+        # b2a_base64's newline cut off rather than refused by keyword (a keyword argument costs more)
+        message_id = b2a_base64(self._head + batch_index_field(first_index) + self._tail)[:-1]
+        context = request.tag
+        if context is None:
+            self._frames.push(PRODUCER_ACK_OK % message_id)
+        else:
+            self._frames.push(PRODUCER_ACK_OK_CONTEXT % (message_id, dumps(context)))
 
     def failed(self, request: PublishRequest, reason: str) -> None:
         context = cast("str | None", request.tag)

@@ -214,3 +214,12 @@ def test_encoding_limits() -> None:
         encode_message(StoredMessage(b"", "p", 2**63, 0))
     with pytest.raises(ValueError, match="property value"):
         encode_message(StoredMessage(b"", "p", 0, 0, properties={"a": "v" * 70000}))
+
+
+@pytest.mark.parametrize("key", [None, "k"])  # a message without key or properties is packed in line
+@pytest.mark.parametrize("field", ["sequence_id", "publish_time_ms", "event_time_ms"])
+@pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 2**64 + 5])
+def test_a_field_out_of_64_bits_is_named(key: str | None, field: str, value: int) -> None:
+    message = StoredMessage(b"x", "p", 0, 0, key=key)._replace(**{field: value})
+    with pytest.raises(ValueError, match=f"{field}={value} does not fit in 64 bits"):
+        encode_batch([StoredMessage(b"y", "p", 1, 1), message])

@@ -115,6 +115,38 @@ def test_base64_decoding_accepts_and_refuses_what_javas_decoder_does(text: str) 
         assert decode_base64_java(text) == expected
 
 
+@st.composite
+def mangled_base64(draw: st.DrawFn) -> str:
+    """Base64 of up to 300 bytes (long enough for the SIMD decoder's blocks), then a few characters replaced,
+    inserted or removed."""
+    text = list(base64.b64encode(draw(st.binary(max_size=300))).decode())
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(text)))
+        char = draw(st.sampled_from("A/+=-_ \n\x00\u00e9\u0661."))
+        edit = draw(st.sampled_from(["replace", "insert", "remove"]))
+        if edit == "insert" or not text:
+            text.insert(at, char)
+        elif edit == "replace":
+            text[min(at, len(text) - 1)] = char
+        else:
+            del text[min(at, len(text) - 1)]
+    return "".join(text)
+
+
+@given(mangled_base64())
+def test_long_base64_is_decoded_as_javas_decoder_does(text: str) -> None:
+    """The SIMD decoder's answer, where it gives one, is Java's; the rest goes the checked path."""
+    try:
+        expected: bytes | None = decode_base64_java_checked(text)
+    except ValueError:
+        expected = None
+    if expected is None:
+        with pytest.raises(ValueError):
+            decode_base64_java(text)
+    else:
+        assert decode_base64_java(text) == expected
+
+
 ids = st.builds(
     MessageId,
     ledger_id=st.integers(-(2**63), 2**63 - 1),

@@ -302,3 +302,54 @@ def test_frames_appended_at_once_are_those_encoded_one_by_one(opcode: int) -> No
     decoder = FrameDecoder(expect_masked=False, message_bytes_max=1 << 20)
     if opcode == OPCODE_BINARY:
         assert decoder.feed(bytes(out[len(b"queued ") :])) == messages
+
+
+def boundary_frames() -> tuple[bytes, list[Event]]:
+    """Frames around the decoder's in-line path and its edges: whole text and binary messages of 0, 1, 125,
+    126, 127 and 300 bytes (7- and 16-bit lengths), a fragmented message with a ping inside, a pong."""
+    wire = bytearray()
+    expected: list[Event] = []
+    for size in (0, 1, 125, 126, 127, 300):
+        text = "é" * (size // 2) + "x" * (size % 2)
+        wire += client_frame(OPCODE_TEXT, text.encode())
+        wire += client_frame(OPCODE_BINARY, bytes([size % 256]) * size)
+        expected += [text, bytes([size % 256]) * size]
+    wire += client_frame(OPCODE_TEXT, b"frag", fin=False) + client_frame(OPCODE_PING, b"in between")
+    wire += client_frame(OPCODE_CONTINUATION, b"mented") + client_frame(OPCODE_PONG, b"")
+    wire += client_frame(OPCODE_BINARY, b"after")
+    expected += [Ping(b"in between"), "fragmented", Pong(b""), b"after"]
+    return bytes(wire), expected
+
+
+def test_frames_cut_at_every_byte_decode_the_same() -> None:
+    wire, expected = boundary_frames()
+    assert server_decoder().feed(wire) == expected
+    for cut in range(len(wire) + 1):
+        decoder = server_decoder()
+        assert decoder.feed(wire[:cut]) + decoder.feed(wire[cut:]) == expected, cut
+
+
+def test_many_frames_in_one_read() -> None:
+    wire, expected = boundary_frames()
+    many = client_frame(OPCODE_BINARY, b"\x00" * 65535) + client_frame(OPCODE_TEXT, b"y" * 65536)
+    events = server_decoder().feed(wire * 500 + many + wire)
+    assert events == expected * 500 + [b"\x00" * 65535, "y" * 65536] + expected
+
+
+def test_a_whole_message_over_the_limit_is_refused_and_later_ones_skipped() -> None:
+    decoder = server_decoder(limit=1000)
+    wire = client_frame(OPCODE_TEXT, b"ok") + client_frame(OPCODE_BINARY, b"z" * 1001)
+    wire += client_frame(OPCODE_TEXT, b"skipped") + client_frame(OPCODE_CLOSE, close_payload(1000))
+    assert decoder.feed(wire) == [
+        "ok",
+        ProtocolViolation(CLOSE_MESSAGE_TOO_BIG, "message larger than 1000 bytes"),
+        Close(1000, ""),
+    ]
+
+
+def test_after_abandon_whole_messages_are_skipped_and_the_close_still_read() -> None:
+    decoder = server_decoder()
+    assert decoder.feed(client_frame(OPCODE_TEXT, b"before")) == ["before"]
+    decoder.abandon()
+    wire = client_frame(OPCODE_TEXT, b"skipped") + client_frame(OPCODE_BINARY, b"too")
+    assert decoder.feed(wire + client_frame(OPCODE_CLOSE, close_payload(1001))) == [Close(1001, "")]
