@@ -49,6 +49,10 @@ from magnetar.broker.protocols.pulsar_ws.session_io import JsonAcks, JsonFrames
 from magnetar.broker.protocols.relay_tracking import Tracker
 from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
 
+PARSED_FRAMES_MAX = 256
+"""Frames of a read a JSON producer parses at a time: what it holds parsed while it waits (for room among
+pending messages, for a client that does not read its answers) stays small whatever the read held."""
+
 
 class PulsarWsAdapter:
     """Pulsar's JSON API: the adapter of a client that offers no registered subprotocol."""
@@ -79,27 +83,29 @@ class PulsarWsAdapter:
         async def on_frames(batch: Sequence[str | bytes]) -> None:
             free = unrestricted()
             now = current_time()
-            for publish in parse_publish_batch(batch):
-                if isinstance(publish, PublishError):
-                    frames.push(publish.ack_json())
-                else:
-                    refused = None
-                    if not free:
-                        refused = await refusal(1)
-                        free, now = unrestricted(), current_time()
-                    if refused is not None:
-                        frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, refused, publish.context))
+            for start in range(0, len(batch), PARSED_FRAMES_MAX):
+                for publish in parse_publish_batch(batch[start : start + PARSED_FRAMES_MAX]):
+                    if isinstance(publish, PublishError):
+                        frames.push(publish.ack_json())
                     else:
-                        if capacity.count >= capacity.limit:
-                            await capacity.wait()
+                        refused = None
+                        if not free:
+                            refused = await refusal(1)
                             free, now = unrestricted(), current_time()
-                        producer = publisher if router is None else router.route(publish.key)
-                        assert isinstance(producer, Producer)
-                        size = len(publish.payload)
-                        producer.publish(MESSAGES, publish, 1, size, acks, publish.context, now)
-                if frames.full:
-                    await frames.wait_for_room()
-                    free, now = unrestricted(), current_time()
+                        if refused is not None:
+                            code = WsErrorCode.UNKNOWN_ERROR
+                            frames.push(producer_ack_error(code, refused, publish.context))
+                        else:
+                            if capacity.count >= capacity.limit:
+                                await capacity.wait()
+                                free, now = unrestricted(), current_time()
+                            producer = publisher if router is None else router.route(publish.key)
+                            assert isinstance(producer, Producer)
+                            size = len(publish.payload)
+                            producer.publish(MESSAGES, publish, 1, size, acks, publish.context, now)
+                    if frames.full:
+                        await frames.wait_for_room()
+                        free, now = unrestricted(), current_time()
 
         return on_frames
 

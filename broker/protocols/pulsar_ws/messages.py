@@ -288,8 +288,8 @@ def parse_publish_batch(frames: Sequence[str | bytes]) -> list[PublishRequest | 
                     continue
             try:
                 append(parse_publish_request(frame))
-            except PublishError as exc:
-                append(exc)
+            except PublishError as exc:  # a fresh one: the caught one's traceback holds the parser's frames
+                append(PublishError(exc.code, exc.message, exc.context))
         else:
             append(PublishError(WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON, BINARY_PUBLISH_REASON))
     return out

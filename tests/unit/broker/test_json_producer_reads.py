@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from magnetar.bookkeeper.runtime import TrioClock
 from magnetar.broker.core import Capacity, Producer, PublishRequest
 from magnetar.broker.protocols.adapter import ProducerSession
-from magnetar.broker.protocols.pulsar_ws.adapter import PulsarWsAdapter
+from magnetar.broker.protocols.pulsar_ws.adapter import PARSED_FRAMES_MAX, PulsarWsAdapter
 from magnetar.broker.protocols.pulsar_ws.messages import producer_ack_ok
 from magnetar.broker.protocols.pulsar_ws.session_io import JsonAcks, JsonFrames
 from magnetar.broker.wire import MessageId, encode_message_id
@@ -90,6 +90,17 @@ async def test_a_read_is_published_in_order_and_acked_with_its_contexts() -> Non
         topic.store_first()
     assert [a["context"] for a in answers(frames)] == ["0", "1", "2", "3", "4"]
     assert {a["result"] for a in answers(frames)} == {"ok"}
+
+
+async def test_a_read_longer_than_one_parse_keeps_its_order() -> None:
+    topic = HeldTopic()
+    frames = JsonFrames()
+    on_frames, _ = handler(topic, frames, pending=10_000)
+    count = 3 * PARSED_FRAMES_MAX + 7
+    batch: list[str | bytes] = [request(i) if i % 3 else "{bad" for i in range(count)]
+    await on_frames(batch)
+    assert [r.tag for r in topic.requests] == [str(i) for i in range(count) if i % 3]
+    assert [a["result"] for a in answers(frames)] == ["send-error:3"] * len(range(0, count, 3))
 
 
 async def test_the_read_waits_for_room_among_pending_messages() -> None:

@@ -149,3 +149,12 @@ frames_strategy = st.lists(
 @given(frames_strategy)
 def test_any_read_is_parsed_as_its_frames_one_by_one(frames: list[str | bytes]) -> None:
     assert batched(frames) == one_by_one(frames)
+
+
+def test_an_error_holds_no_traceback_of_the_parser() -> None:
+    """A read of bad frames from a client that does not read its answers waits holding the parsed frames:
+    an error is its code, reason and context only, not the parser's frames (a traceback and its context
+    chain kept ~3 KB alive per bad frame)."""
+    for result in parse_publish_batch(["{", '{"payload":"a"}', '{"payload":"aGk=","eventTime":"x"}', b""]):
+        assert isinstance(result, PublishError)
+        assert (result.__traceback__, result.__context__, result.__cause__) == (None, None, None)
