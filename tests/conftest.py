@@ -30,10 +30,17 @@ module under ``tests/fixtures/`` and lists it in ``pytest_plugins`` below (``tes
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import pytest
 from hypothesis import settings
+
+# Every process a test starts takes a free port for Pulsar's binary protocol unless it names one, as tests
+# do for every other port: the shipped default (6650) would make processes of tests that run side by side,
+# or one after the other while a port is in TIME_WAIT, refuse to start. The dev cluster names its brokers'
+# ports itself (its test connects to the ports it names).
+os.environ.setdefault("MAGNETAR_BROKER_SERVICE_PORT", "0")
 
 # Hypothesis's per-example deadline (200 ms) is a timing assertion: on a loaded machine, or next to a second
 # pytest-xdist worker, a slow first run of an example fails the test as flaky. Tests that want a deadline
