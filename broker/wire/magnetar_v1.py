@@ -120,6 +120,9 @@ _ID = struct.Struct("<iqqii")
 _ACK_RANGE = struct.Struct("<iqqiqqi")
 _RECORD = struct.Struct("<iqqiiIqqHHI")
 """A MESSAGES record's fixed part: id, redelivery count, times, key/property/payload sizes."""
+pack_record_head = _RECORD.pack
+"""A MESSAGES record's fixed part, packed (the broker's delivery run renders a plain record with it: the
+fixed part and the payload, no key and no properties, see :func:`message_record`)."""
 
 MessageIdFields = tuple[int, int, int, int, int]
 """(partition, ledger_id, entry_id, batch_index, batch_size)."""

@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ab_standalone import cpu_s, free_port
+from bench.ab_standalone import process_cpu_ns
+from bench.comparison.processes import free_port
 from fixtures.processes import MagnetarProcess
 
 PHASES = [
@@ -69,6 +70,7 @@ def main() -> int:
     parser.add_argument("--protocol", choices=["json", "binary"], default="json")
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--rate-hz", type=int, default=400, help="py-spy samples per second")
+    parser.add_argument("--raw-out", default="", help="keep py-spy's collapsed stacks in this file")
     args = parser.parse_args()
     env = {"PYTHONPATH": args.pythonpath}
     with tempfile.TemporaryDirectory(prefix="phases-") as tmp:
@@ -111,13 +113,13 @@ def main() -> int:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             try:
-                before = cpu_s(process.pid)
+                before = process_cpu_ns(process.pid) / 1e9
                 consume = [*cli, "consume", *common, "--messages", str(args.messages)]
                 done = subprocess.run(
                     [*consume, "--initial-position", "Earliest"],
                     capture_output=True, text=True, check=True, env=run_env, timeout=900,
                 )  # fmt: skip
-                used_us = (cpu_s(process.pid) - before) / args.messages * 1e6
+                used_us = (process_cpu_ns(process.pid) / 1e9 - before) / args.messages * 1e6
             finally:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)
@@ -128,6 +130,8 @@ def main() -> int:
         for line in raw.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
             counts[phase_of(stack)] += int(count)
+        if args.raw_out:
+            Path(args.raw_out).write_text(raw.read_text())
     total = sum(counts.values())
     print(
         f"consume {args.protocol}: {rate:,.0f} msgs/s, standalone CPU {used_us:.2f} us/msg, {total} samples"

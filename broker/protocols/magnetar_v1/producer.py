@@ -20,7 +20,7 @@ SEND_ERROR with code 8).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import trio
@@ -34,6 +34,7 @@ from magnetar.broker.protocols.outbound import (
 )
 from magnetar.broker.protocols.ws_errors import WsErrorCode
 from magnetar.broker.wire.magnetar_v1 import (
+    NO_KEY,
     BinaryFrameError,
     ReceiptRange,
     SendFrame,
@@ -42,6 +43,7 @@ from magnetar.broker.wire.magnetar_v1 import (
     encode_receipt,
     encode_send_error,
     message_record,
+    pack_record_head,
     parse_send,
     send_messages,
     sub_run,
@@ -80,6 +82,71 @@ class BinaryFrames(OutboundFrames):
                 delivery.message,
             )
         )
+
+    def deliver_many(
+        self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
+    ) -> int:
+        """A run of records rendered in one pass (the core's delivery run): the common record - no key, no
+        properties - is its packed fixed part and the payload; the records join the current MESSAGES frame
+        as :meth:`deliver` would have pushed them, and the run stops after the record that takes the queue to
+        ``bytes_max``."""
+        if self._closed:
+            return len(deliveries)  # the session is over: dropped, as push_record() drops them
+        records = self._records
+        frame_bytes_max = self._records_frame_bytes_max
+        frame_bytes = self._records_bytes
+        total = self.bytes
+        bytes_max = self.bytes_max
+        pack = pack_record_head
+        taken = 0
+        for delivery in deliveries:
+            message = delivery.message
+            payload, _, _, publish_ms, event_ms, key, properties = message
+            count = redelivery_counts[taken] if redelivery_counts is not None else 0
+            if key is None and not properties:
+                record = (
+                    pack(
+                        partition,
+                        delivery.ledger_id,
+                        delivery.entry_id,
+                        delivery.batch_index,
+                        delivery.batch_size,
+                        count,
+                        publish_ms,
+                        event_ms,
+                        NO_KEY,
+                        0,
+                        len(payload),
+                    )
+                    + payload
+                )
+            else:
+                record = message_record(
+                    partition,
+                    delivery.ledger_id,
+                    delivery.entry_id,
+                    delivery.batch_index,
+                    delivery.batch_size,
+                    count,
+                    message,
+                )
+            records.append(record)
+            size = len(record)
+            frame_bytes += size
+            total += size
+            taken += 1
+            if frame_bytes >= frame_bytes_max:
+                self._records_bytes = frame_bytes
+                self._close_records()
+                records = self._records
+                frame_bytes = 0
+            if total >= bytes_max:
+                break
+        self._records_bytes = frame_bytes
+        self.bytes = total
+        self.messages += taken
+        self._event.set()
+        return taken
 
 
 class FrameReceipt:

@@ -21,6 +21,7 @@ from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, FlowControl
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.subscription import Subscription
+from magnetar.broker.protocols.magnetar_v1.producer import BinaryFrames
 from magnetar.broker.protocols.pulsar_ws.messages import plain_acks
 from magnetar.broker.protocols.pulsar_ws.session_io import JsonFrames
 from magnetar.broker.wire.entry_format import StoredMessage
@@ -167,6 +168,48 @@ def test_a_rendered_run_is_what_one_push_each_renders_and_stops_at_the_byte_boun
     bounded = JsonFrames(bytes_max=len(singly._frames[0]) + 1)
     assert bounded.deliver_many(run, 2, None) == 2
     assert bounded.messages == 2
+
+
+_BINARY_RUN = [
+    _message(b"a"),
+    _message(b"bb", key="k\u202e"),
+    _message(b"ccc", props={"x": "\x00y"}),
+    StoredMessage(b"\xff" * 40, "p", 0, 1, 2**63 - 1),
+    _message(b""),
+    _message(b"d" * 5000),
+    _message(b"e" * 3),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    frame_max=st.integers(1, 6000),
+    bytes_max=st.integers(1, 12_000),
+    counts=st.one_of(st.none(), st.lists(st.integers(0, 2**32 - 1), min_size=7, max_size=7)),
+    queued=st.integers(0, 3),
+)
+def test_a_binary_run_is_what_one_record_each_renders(
+    frame_max: int, bytes_max: int, counts: list[int] | None, queued: int
+) -> None:
+    """The ``magnetar.v1`` sink's run: the same MESSAGES frames, cut at the same records, the same bytes and
+    messages counted, the run stopping after the record that fills the queue, earlier records kept."""
+    run = [Delivery(7, 3, index, 7, message) for index, message in enumerate(_BINARY_RUN)]
+    singly = BinaryFrames(records_frame_bytes_max=frame_max, bytes_max=bytes_max)
+    at_once = BinaryFrames(records_frame_bytes_max=frame_max, bytes_max=bytes_max)
+    for sink in (singly, at_once):
+        for index in range(queued):
+            sink.deliver(Delivery(1, index, -1, 0, _message(b"q")), 2, 0)
+    taken = 0
+    for delivery in run:
+        singly.deliver(delivery, 2, counts[taken] if counts is not None else 0)
+        taken += 1
+        if singly.bytes >= singly.bytes_max:
+            break
+    assert at_once.deliver_many(run, 2, counts) == taken
+    for sink in (singly, at_once):
+        sink._close_records()
+    assert list(at_once._frames) == list(singly._frames)
+    assert (at_once.bytes, at_once.messages) == (singly.bytes, singly.messages)
 
 
 def test_push_many_tracks_what_the_sink_took() -> None:
