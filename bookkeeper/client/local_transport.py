@@ -1,10 +1,15 @@
 """An in-process :class:`~.transport.BookieTransport`: requests go straight to bookie request handlers
 (``BookieCore`` objects) in the same process - "in-process bookies" for tests of the layers above.
 
-Every delivery and every answer passes through the transport's :class:`~.call_soon.CallSoon` queue, so a
-callback never runs inside ``send`` and the order is the order of events. The transport keeps the
-exactly-once contract: :meth:`LocalTransport.disconnect` fails the requests a bookie has not answered with
-CLOSED (a crashed bookie never answers) and refuses new ones with CONNECT until :meth:`reconnect`.
+A request is handed to its bookie at once, inside ``send``, as one burst of the bookie's work
+(``begin_burst``/``end_burst``, as a bookie connection's reader dispatches what it read): a bookie whose
+journal would sync next anyway syncs the request's record right there, on the caller's step. Every answer
+passes through the transport's :class:`~.call_soon.CallSoon` queue, so a callback never runs inside ``send``
+and the order is the order of events. In the standalone this is the whole way from a publish to the
+bookie's journal: no task switch between the broker's add and the fdatasync that makes it durable, one
+between the sync and the broker's completion (RESULTS.md: scheduler passes per message). The transport keeps
+the exactly-once contract: :meth:`LocalTransport.disconnect` fails the requests a bookie has not answered
+with CLOSED (a crashed bookie never answers) and refuses new ones with CONNECT until :meth:`reconnect`.
 
 The client package may not import the bookie package, so handlers are typed structurally
 (:class:`RequestHandler`); ``BookieCore`` satisfies it. Run :meth:`LocalTransport.run` in a nursery, or use
@@ -13,6 +18,7 @@ The client package may not import the bookie package, so handlers are typed stru
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Protocol
@@ -23,9 +29,19 @@ from magnetar.bookkeeper.client.call_soon import CallSoon
 from magnetar.bookkeeper.client.transport import BookieId, FailureReason, ResponseCallback, TransportFailure
 from magnetar.bookkeeper.protocol import Request, Response
 
+log = logging.getLogger(__name__)
+
 
 class RequestHandler(Protocol):
     def handle(self, request: Request, respond: Callable[[Response], None]) -> None: ...
+
+    def begin_burst(self) -> None:
+        """Requests until :meth:`end_burst` arrive together (``BookieCore.begin_burst``)."""
+        ...
+
+    def end_burst(self) -> None:
+        """The burst is over: the bookie may make its records durable and answer now."""
+        ...
 
 
 class _InFlight:
@@ -64,18 +80,20 @@ class LocalTransport:
         self._tokens += 1
         token = self._tokens
         self._in_flight.setdefault(bookie, {})[token] = call
-        self._call_soon(self._deliver, bookie, token, request)
-
-    def _deliver(self, bookie: BookieId, token: int, request: Request) -> None:
-        if token not in self._in_flight.get(bookie, {}):
-            return  # failed by a disconnect before delivery
+        handler = self._handlers[bookie]
 
         def respond(response: Response) -> None:
             call = self._in_flight.get(bookie, {}).pop(token, None)
             if call is not None:
                 self._answer(call, response)
 
-        self._handlers[bookie].handle(request, respond)
+        handler.begin_burst()
+        try:
+            handler.handle(request, respond)
+        except Exception:  # a bookie bug must not surface in the caller; the request stays unanswered
+            log.exception("bookie %s failed to handle %r", bookie, request)
+        finally:
+            handler.end_burst()
 
     def _answer(self, call: _InFlight, answer: Response | TransportFailure) -> None:
         if not call.answered:

@@ -150,7 +150,7 @@ class OutboundFrames:
                     batch = list(frames)
                     frames.clear()
                     size, count = self.bytes, self.messages  # everything queued is in the batch
-                    await ws.send_many(batch, text=self.text)
+                    await ws.send_many(batch, text=self.text, now=True)
                     if not self._closed:
                         self._taken(size, count)
                     continue

@@ -31,7 +31,7 @@ class _Recorder:
         self.frames = frames
         self.sent: list[bytes] = []
 
-    async def send_many(self, batch: list[bytes], *, text: bool) -> None:
+    async def send_many(self, batch: list[bytes], *, text: bool, now: bool = False) -> None:
         assert text
         self.sent.extend(batch)
         self.frames.close()

@@ -21,7 +21,7 @@ class SlowSocket:
         self.sent: list[bytes] = []
         self.gate = trio.Event()
 
-    async def send_many(self, batch: list[bytes], *, text: bool) -> None:
+    async def send_many(self, batch: list[bytes], *, text: bool, now: bool = False) -> None:
         await self.gate.wait()
         self.gate = trio.Event()
         self.sent.extend(batch)

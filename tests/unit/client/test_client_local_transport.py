@@ -16,14 +16,22 @@ from magnetar.bookkeeper.protocol.messages import ReadRequest, ReadResponse, Req
 from magnetar.bookkeeper.protocol.status import BookieStatus
 
 
-class Silent:
+class NoBursts:
+    def begin_burst(self) -> None:
+        pass
+
+    def end_burst(self) -> None:
+        pass
+
+
+class Silent(NoBursts):
     """A bookie that takes requests and never answers."""
 
     def handle(self, request: Request, respond: object) -> None:
         pass
 
 
-class Echo:
+class Echo(NoBursts):
     def handle(self, request: Request, respond: object) -> None:
         assert isinstance(request, ReadRequest)
         respond(ReadResponse(request.request_id, BookieStatus.ENOENTRY, request.ledger_id, request.entry_id))  # type: ignore[operator]

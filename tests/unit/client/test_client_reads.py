@@ -67,6 +67,12 @@ class CorruptingHandler:
 
         self.core.handle(request, corrupt)
 
+    def begin_burst(self) -> None:
+        self.core.begin_burst()
+
+    def end_burst(self) -> None:
+        self.core.end_burst()
+
 
 @asynccontextmanager
 async def setup(**settings: int) -> AsyncIterator[tuple[BookKeeper, InProcessBookies, CountingTransport]]:
