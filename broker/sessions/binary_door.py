@@ -29,12 +29,15 @@ from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.broker.core import (
+    AccessMode,
     Capacity,
     CompactLayout,
     Consumer,
     ErrorKind,
     FlowControl,
     Producer,
+    ProducerBusyError,
+    ProducerFencedError,
     ServiceError,
     Subscriber,
     SubscriptionType,
@@ -112,6 +115,8 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 HANDLES_MAX = 10_000
 """Producers plus consumers one connection may hold."""
 RECEIVE_BYTES = 64 * 1024
+_EPOCH_MAX = 2**63 - 1
+"""A topic epoch is a Java ``long``."""
 _SUB_TYPES = {
     0: SubscriptionType.EXCLUSIVE,
     1: SubscriptionType.SHARED,
@@ -148,6 +153,9 @@ class _Connection:
     principal: Principal | None = None
     protocol_version: int = 0
     producers: dict[int, _ProducerHandle] = field(default_factory=dict)
+    pending_producers: dict[int, trio.CancelScope] = field(default_factory=dict)
+    """WaitForExclusive producers waiting in line for their topic (each in its own task)."""
+    nursery: trio.Nursery | None = None
     consumers: dict[int, _ConsumerHandle] = field(default_factory=dict)
     received_since_tick: bool = True
     challenged: bool = False
@@ -200,6 +208,7 @@ class BinaryFrontDoor:
         self.connections += 1
         try:
             async with trio.open_nursery() as nursery:
+                conn.nursery = nursery
                 nursery.start_soon(self._write, conn)
                 nursery.start_soon(self._keepalive, conn)
                 nursery.start_soon(self._refresh, conn)
@@ -447,7 +456,7 @@ class BinaryFrontDoor:
         conn.send(encode_partitions(command.request_id, partitions))
 
     def _room_for_handle(self, conn: _Connection, request_id: int) -> bool:
-        if len(conn.producers) + len(conn.consumers) >= HANDLES_MAX:
+        if len(conn.producers) + len(conn.pending_producers) + len(conn.consumers) >= HANDLES_MAX:
             conn.send(
                 encode_error(request_id, ServerError.NotAllowedError, f"more than {HANDLES_MAX} handles")
             )
@@ -457,19 +466,64 @@ class BinaryFrontDoor:
     async def _producer(self, conn: _Connection, command: CreateProducer) -> None:
         existing = conn.producers.get(command.producer_id)
         if existing is not None:
-            conn.send(encode_producer_success(command.request_id, existing.producer.name, -1))
+            producer = existing.producer
+            conn.send(
+                encode_producer_success(
+                    command.request_id, producer.name, -1, topic_epoch=producer.topic_epoch
+                )
+            )
+            return
+        if command.producer_id in conn.pending_producers:
+            conn.send(
+                encode_error(
+                    command.request_id,
+                    ServerError.ServiceNotReady,
+                    "Producer is already present on the connection",
+                )
+            )
             return
         if not self._room_for_handle(conn, command.request_id):
             return
         if command.has_schema:
             pass  # schemas are not stored yet: the producer's bytes are published as they are
-        if command.access_mode != 0:
+        try:
+            access = AccessMode(command.access_mode)
+        except ValueError:
             conn.send(
                 encode_error(
-                    command.request_id, ServerError.NotAllowedError, "only the Shared producer access mode"
+                    command.request_id,
+                    ServerError.NotAllowedError,
+                    f"unknown producer access mode {command.access_mode}",
                 )
             )
             return
+        if command.topic_epoch is not None and command.topic_epoch > _EPOCH_MAX:
+            conn.send(
+                encode_error(
+                    command.request_id,
+                    ServerError.NotAllowedError,
+                    f"topic_epoch {command.topic_epoch} is out of range",
+                )
+            )
+            return
+        if access is not AccessMode.WAIT_FOR_EXCLUSIVE or conn.nursery is None:
+            await self._create_producer(conn, command, access)
+            return
+        # A producer that may wait in line for the topic waits in its own task: the connection goes on.
+        scope = trio.CancelScope()
+        conn.pending_producers[command.producer_id] = scope
+
+        async def wait() -> None:
+            try:
+                with scope:
+                    await self._create_producer(conn, command, access)
+            finally:
+                conn.pending_producers.pop(command.producer_id, None)
+
+        conn.nursery.start_soon(wait)
+
+    async def _create_producer(self, conn: _Connection, command: CreateProducer, access: AccessMode) -> None:
+        request_id = command.request_id
         try:
             topic_name = self._topic(command.topic)
             assert conn.principal is not None
@@ -481,12 +535,23 @@ class BinaryFrontDoor:
             def make() -> Producer:
                 return Producer(topic, name, capacity, partition=topic.partition, clock=topic.clock)
 
-            producer = topic.add_producer(name, make)
+            def queued() -> None:
+                conn.send(encode_producer_success(request_id, name, -1, ready=False))
+
+            producer = await topic.wait_for_producer(
+                name, make, access=access, topic_epoch=command.topic_epoch, queued=queued
+            )
         except InvalidTopicNameError as exc:
-            conn.send(encode_error(command.request_id, ServerError.InvalidTopicName, str(exc)))
+            conn.send(encode_error(request_id, ServerError.InvalidTopicName, str(exc)))
+            return
+        except ProducerFencedError as exc:
+            conn.send(encode_error(request_id, ServerError.ProducerFenced, str(exc)))
+            return
+        except ProducerBusyError as exc:
+            conn.send(encode_error(request_id, ServerError.ProducerBusy, str(exc)))
             return
         except ServiceError as exc:
-            conn.send(encode_error(command.request_id, _error_of(exc), str(exc)))
+            conn.send(encode_error(request_id, _error_of(exc), str(exc)))
             return
         producer.address = conn.address
         producer.client_version = "pulsar-binary"
@@ -499,7 +564,7 @@ class BinaryFrontDoor:
 
         producer.disconnect = going_away
         conn.producers[producer_id] = _ProducerHandle(topic_name, producer, topic)
-        conn.send(encode_producer_success(command.request_id, name, -1))
+        conn.send(encode_producer_success(request_id, name, -1, topic_epoch=producer.topic_epoch))
 
     async def _send(self, conn: _Connection, command: Send, frame: Frame) -> None:
         handle = conn.producers.get(command.producer_id)
@@ -623,6 +688,9 @@ class BinaryFrontDoor:
             handle = conn.producers.pop(command.handle_id, None)
             if handle is not None:
                 _remove_producer(handle)
+            waiting = conn.pending_producers.pop(command.handle_id, None)
+            if waiting is not None:
+                waiting.cancel()
         else:
             consumer = conn.consumers.pop(command.handle_id, None)
             if consumer is not None:

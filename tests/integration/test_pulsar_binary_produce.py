@@ -1,13 +1,15 @@
 """The producer side of Pulsar's binary protocol against a real ``magnetar standalone``, with the official
 ``pulsar-client``: compressed sends (each codec, batching on and off, read back by binary and WebSocket
 consumers), and the hostile cases a raw client can send (decompression bombs, lying sizes, garbage, unknown
-codecs) answered with SEND_ERROR on that send only."""
+codecs) answered with SEND_ERROR on that send only; producer access modes (Exclusive, WaitForExclusive,
+ExclusiveWithFencing, the topic epoch) and producer names, as Pulsar's broker answers them."""
 
 from __future__ import annotations
 
 import base64
 import json
 import socket
+import threading
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ import pulsar
 import pytest
 import websocket
 from fixtures.processes import MagnetarProcess, ProcessGroup
-from fixtures.pulsar_raw import RawClient
+from fixtures.pulsar_raw import RawClient, command
 
 from magnetar.broker.protocols.pulsar_binary.commands import (
     CommandType,
@@ -28,6 +30,7 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     SingleMessage,
     encode_batch,
 )
+from magnetar.broker.protocols.pulsar_binary.protobuf import Writer
 
 pytestmark = [pytest.mark.processes]
 
@@ -213,3 +216,117 @@ def test_an_unknown_codec_is_refused_by_name(raw: RawClient, number: int) -> Non
     assert kind == CommandType.PRODUCER_SUCCESS
     raw.send(1, 0, MessageMetadata("raw-codec", 0, 1, compression=number, uncompressed_size=3), b"abc")
     _expect_send_error(raw, 0, ServerError.NotAllowedError, f"unknown compression type {number}")
+
+
+# -- producer access modes and names ------------------------------------------------------------------
+
+Mode = pulsar.ProducerAccessMode
+
+
+def test_an_exclusive_producer_keeps_the_topic(client: pulsar.Client) -> None:
+    topic = _topic("excl")
+    owner = client.create_producer(topic, access_mode=Mode.Exclusive)
+    with pytest.raises(pulsar.ProducerFenced):
+        client.create_producer(topic, access_mode=Mode.Exclusive)
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)  # Shared
+    owner.send(b"mine")
+    owner.close()
+    successor = client.create_producer(topic, access_mode=Mode.Exclusive)  # free again
+    successor.send(b"next")
+    successor.close()
+
+
+def test_exclusive_is_refused_while_shared_producers_publish(client: pulsar.Client) -> None:
+    topic = _topic("excl-shared")
+    shared = client.create_producer(topic)
+    with pytest.raises(pulsar.ProducerFenced):
+        client.create_producer(topic, access_mode=Mode.Exclusive)
+    shared.send(b"still shared")
+
+
+def test_wait_for_exclusive_gets_the_topic_when_it_is_free(client: pulsar.Client) -> None:
+    topic = _topic("wait")
+    consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    owner = client.create_producer(topic, access_mode=Mode.Exclusive)
+    created: list[pulsar.Producer] = []
+    waiter = threading.Thread(
+        target=lambda: created.append(client.create_producer(topic, access_mode=Mode.WaitForExclusive))
+    )
+    waiter.start()
+    waiter.join(1.0)
+    assert waiter.is_alive()  # queued: the topic is taken
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic)  # a Shared producer is refused while one waits
+    owner.send(b"first")
+    owner.close()
+    waiter.join(15)
+    assert created
+    created[0].send(b"second")
+    assert [consumer.receive(10_000).data() for _ in range(2)] == [b"first", b"second"]
+
+
+def test_exclusive_with_fencing_takes_the_topic(client: pulsar.Client) -> None:
+    topic = _topic("fence")
+    old = client.create_producer(topic, access_mode=Mode.Exclusive, send_timeout_millis=5_000)
+    old.send(b"before")
+    new = client.create_producer(topic, access_mode=Mode.ExclusiveWithFencing)
+    new.send(b"after")
+    with pytest.raises(pulsar.PulsarException):
+        old.send(b"fenced")  # the old producer was fenced out
+    with pytest.raises(pulsar.ProducerFenced):
+        client.create_producer(topic, access_mode=Mode.Exclusive)
+
+
+def test_a_producer_name_in_use_is_refused(client: pulsar.Client) -> None:
+    topic = _topic("names")
+    first = client.create_producer(topic, producer_name="the-one")
+    with pytest.raises(pulsar.ProducerBusy):
+        client.create_producer(topic, producer_name="the-one")
+    first.close()
+    again = client.create_producer(topic, producer_name="the-one")
+    assert again.producer_name() == "the-one"
+    assert again.last_sequence_id() == -1  # no deduplication: the broker keeps no sequence ids
+
+
+def test_hostile_producer_requests(raw: RawClient) -> None:
+    topic = _topic("raw-modes")
+    for request_id, mode in enumerate([4, 99, 2**32], start=1):
+        kind, fields = raw.producer(topic, request_id, request_id, access_mode=mode)
+        assert kind == CommandType.ERROR
+        assert fields.uint(2) == ServerError.NotAllowedError
+        assert f"unknown producer access mode {mode}" in fields.string(3)
+    for request_id, epoch in [(10, 2**63), (11, 2**64 - 1)]:
+        kind, fields = raw.producer(topic, request_id, request_id, access_mode=1, topic_epoch=epoch)
+        assert kind == CommandType.ERROR
+        assert "topic_epoch" in fields.string(3)
+    # an exclusive producer gets epoch 0; one that brings an older epoch than the topic's is fenced
+    kind, fields = raw.producer(topic, 20, 20, name="a", access_mode=1)
+    assert kind == CommandType.PRODUCER_SUCCESS
+    assert fields.uint(5) == 0
+    raw.send_command(command(CommandType.CLOSE_PRODUCER, Writer().uint(1, 20).uint(2, 21)))
+    assert raw.read()[0] == CommandType.SUCCESS
+    kind, fields = raw.producer(topic, 22, 22, name="b", access_mode=1)
+    assert fields.uint(5) == 1
+    raw.send_command(command(CommandType.CLOSE_PRODUCER, Writer().uint(1, 22).uint(2, 23)))
+    assert raw.read()[0] == CommandType.SUCCESS
+    kind, fields = raw.producer(topic, 24, 24, name="a", access_mode=1, topic_epoch=0)
+    assert kind == CommandType.ERROR
+    assert fields.uint(2) == ServerError.ProducerFenced
+    assert "Topic epoch has already moved" in fields.string(3)
+    # a waiting producer queued, told so, and leaving the line when its client closes it
+    kind, _ = raw.producer(topic, 30, 30, name="holder", access_mode=1)
+    assert kind == CommandType.PRODUCER_SUCCESS
+    kind, fields = raw.producer(topic, 31, 31, name="waiter", access_mode=2)
+    assert kind == CommandType.PRODUCER_SUCCESS
+    assert not fields.boolean(6, True)  # producer_ready false: queued
+    kind, fields = raw.producer(topic, 31, 32, name="waiter", access_mode=2)  # the same id again
+    assert kind == CommandType.ERROR
+    assert fields.uint(2) == ServerError.ServiceNotReady
+    raw.send_command(command(CommandType.CLOSE_PRODUCER, Writer().uint(1, 31).uint(2, 33)))
+    assert raw.read()[0] == CommandType.SUCCESS
+    raw.send_command(command(CommandType.CLOSE_PRODUCER, Writer().uint(1, 30).uint(2, 34)))
+    assert raw.read()[0] == CommandType.SUCCESS
+    kind, fields = raw.producer(topic, 35, 35, name="c", access_mode=1)  # nobody is left waiting
+    assert kind == CommandType.PRODUCER_SUCCESS
+    assert fields.uint(5) == 3

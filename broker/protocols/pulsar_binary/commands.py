@@ -101,6 +101,9 @@ class ServerError(enum.IntEnum):
     IncompatibleSchema = 18
     ConsumerAssignError = 19
     NotAllowedError = 22
+    TransactionConflict = 23
+    TransactionNotFound = 24
+    ProducerFenced = 25
 
 
 class SubType(enum.IntEnum):
@@ -185,6 +188,8 @@ class CreateProducer:
     epoch: int
     access_mode: int
     has_schema: bool
+    topic_epoch: int | None = None
+    """The epoch an exclusive producer was given before (a reconnect), as sent: any uint64."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +402,7 @@ def _producer(f: Fields) -> CreateProducer:
         epoch=f.uint(8),
         access_mode=f.uint(10),
         has_schema=f.has(7),
+        topic_epoch=f.uint(11) if f.has(11) else None,
     )
 
 
@@ -602,8 +608,20 @@ def encode_partitions_failed(request_id: int, error: ServerError, message: str) 
     return _base(CommandType.PARTITIONED_METADATA_RESPONSE, w)
 
 
-def encode_producer_success(request_id: int, producer_name: str, last_sequence_id: int) -> bytes:
-    w = Writer().uint(1, request_id).string(2, producer_name).sint(3, last_sequence_id).boolean(6, True)
+def encode_producer_success(
+    request_id: int,
+    producer_name: str,
+    last_sequence_id: int,
+    *,
+    topic_epoch: int | None = None,
+    ready: bool = True,
+) -> bytes:
+    """PRODUCER_SUCCESS; ``ready`` False tells a WaitForExclusive producer it is queued (a second one,
+    ready, follows when it gets the topic); ``topic_epoch`` for the exclusive modes."""
+    w = Writer().uint(1, request_id).string(2, producer_name).sint(3, last_sequence_id)
+    if topic_epoch is not None:
+        w.uint(5, topic_epoch)
+    w.boolean(6, ready)
     return _base(CommandType.PRODUCER_SUCCESS, w)
 
 
