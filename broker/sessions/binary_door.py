@@ -97,7 +97,9 @@ from magnetar.broker.protocols.pulsar_binary.framing import (
     encode_frame,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
-from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
+from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics, encode_topics_answer
+from magnetar.broker.protocols.pulsar_binary.topic_list import Mode as TopicsMode
+from magnetar.broker.wire import InvalidTopicNameError, NamespaceName, TopicName, parse_topic_name
 
 if TYPE_CHECKING:
     from magnetar.broker.sessions.host import SessionHost
@@ -348,6 +350,8 @@ class BinaryFrontDoor:
             self._redeliver(conn, command)
         elif isinstance(command, AuthResponse):
             self._auth_response(conn, command)
+        elif isinstance(command, GetTopics):
+            await self._get_topics(conn, command)
         else:
             assert isinstance(command, UnsupportedCommand)
             reason = f"{command.name} is not supported by Magnetar yet"
@@ -454,6 +458,37 @@ class BinaryFrontDoor:
             conn.send(encode_partitions_failed(command.request_id, _error_of(exc), str(exc)))
             return
         conn.send(encode_partitions(command.request_id, partitions))
+
+    async def _get_topics(self, conn: _Connection, command: GetTopics) -> None:
+        """GET_TOPICS_OF_NAMESPACE (:mod:`~magnetar.broker.protocols.pulsar_binary.topic_list`): pattern
+        consumers poll it; ``consume`` on the namespace, as Pulsar checks it."""
+        request_id = command.request_id
+        try:
+            mode = TopicsMode(command.mode)
+        except ValueError:
+            conn.send(encode_error(request_id, ServerError.NotAllowedError, f"unknown mode {command.mode}"))
+            return
+        try:
+            namespace = NamespaceName.parse(command.namespace)
+            assert conn.principal is not None
+            await self._service.security.authorize_namespace_topics(conn.principal, namespace)
+            topics = await self._service.namespace_topics(
+                namespace,
+                persistent=mode is not TopicsMode.NON_PERSISTENT,
+                non_persistent=mode is not TopicsMode.PERSISTENT,
+            )
+        except InvalidTopicNameError as exc:
+            conn.send(encode_error(request_id, ServerError.MetadataError, f"Invalid namespace: {exc}"))
+            return
+        except ServiceError as exc:
+            conn.send(encode_error(request_id, _error_of(exc), str(exc)))
+            return
+        answer = encode_topics_answer(command, topics)
+        if len(answer) > MAX_MESSAGE_SIZE_DEFAULT:
+            reason = f"the topics of {namespace} take {len(answer)} bytes, more than a frame holds"
+            conn.send(encode_error(request_id, ServerError.NotAllowedError, reason))
+            return
+        conn.send(answer)
 
     def _room_for_handle(self, conn: _Connection, request_id: int) -> bool:
         if len(conn.producers) + len(conn.pending_producers) + len(conn.consumers) >= HANDLES_MAX:

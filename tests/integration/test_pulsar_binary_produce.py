@@ -2,12 +2,14 @@
 ``pulsar-client``: compressed sends (each codec, batching on and off, read back by binary and WebSocket
 consumers), and the hostile cases a raw client can send (decompression bombs, lying sizes, garbage, unknown
 codecs) answered with SEND_ERROR on that send only; producer access modes (Exclusive, WaitForExclusive,
-ExclusiveWithFencing, the topic epoch) and producer names, as Pulsar's broker answers them."""
+ExclusiveWithFencing, the topic epoch) and producer names, as Pulsar's broker answers them; topic discovery
+for pattern consumers (GET_TOPICS_OF_NAMESPACE: modes, patterns, hash) and its hostile requests."""
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import socket
 import threading
 import uuid
@@ -15,11 +17,14 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import _pulsar
 import cramjam
+import httpx
 import lz4.block
 import pulsar
 import pytest
 import websocket
+from fixtures.auth import TokenKeys
 from fixtures.processes import MagnetarProcess, ProcessGroup
 from fixtures.pulsar_raw import RawClient, command
 
@@ -30,7 +35,8 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     SingleMessage,
     encode_batch,
 )
-from magnetar.broker.protocols.pulsar_binary.protobuf import Writer
+from magnetar.broker.protocols.pulsar_binary.protobuf import Fields, Writer
+from magnetar.broker.protocols.pulsar_binary.topic_list import topics_hash
 
 pytestmark = [pytest.mark.processes]
 
@@ -330,3 +336,182 @@ def test_hostile_producer_requests(raw: RawClient) -> None:
     kind, fields = raw.producer(topic, 35, 35, name="c", access_mode=1)  # nobody is left waiting
     assert kind == CommandType.PRODUCER_SUCCESS
     assert fields.uint(5) == 3
+
+
+# -- topic discovery (GET_TOPICS_OF_NAMESPACE) --------------------------------------------------------
+
+
+def test_a_pattern_consumer_receives_from_matching_topics_old_and_new(
+    client: pulsar.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Python wrapper (3.13) checks pattern_auto_discovery_period but never passes it on: the C++ core
+    # would poll every 60 s. Its configuration is given the period here, as the wrapper means to.
+    original = _pulsar.ConsumerConfiguration
+
+    def configuration() -> _pulsar.ConsumerConfiguration:
+        conf = original()
+        conf.pattern_auto_discovery_period(1)
+        return conf
+
+    monkeypatch.setattr(_pulsar, "ConsumerConfiguration", configuration)
+    prefix = f"pat-{uuid.uuid4().hex[:8]}"
+    first = client.create_producer(f"persistent://public/default/{prefix}-one")
+    other = client.create_producer(f"persistent://public/default/other-{prefix}")
+    consumer = client.subscribe(
+        re.compile(f"persistent://public/default/{prefix}-.*"),
+        "pattern-sub",
+        initial_position=pulsar.InitialPosition.Earliest,
+        pattern_auto_discovery_period=1,
+    )
+    first.send(b"one")
+    other.send(b"not for the pattern")
+    message = consumer.receive(10_000)
+    assert message.data() == b"one"
+    consumer.acknowledge(message)
+    later = client.create_producer(f"persistent://public/default/{prefix}-two")  # created after subscribing
+    later.send(b"two")
+    message = consumer.receive(15_000)  # found by the consumer's next poll
+    assert message.data() == b"two"
+    assert message.topic_name() == f"persistent://public/default/{prefix}-two"
+    consumer.acknowledge(message)
+    with pytest.raises(pulsar.Timeout):
+        consumer.receive(1_500)  # nothing from the topic that does not match
+
+
+def _topics_request(
+    raw: RawClient,
+    request_id: int,
+    namespace: str,
+    mode: int | None = None,
+    pattern: str | None = None,
+    digest: str | None = None,
+) -> tuple[int, Fields]:
+    w = Writer().uint(1, request_id).string(2, namespace)
+    if mode is not None:
+        w.uint(3, mode)
+    if pattern is not None:
+        w.string(4, pattern)
+    if digest is not None:
+        w.string(5, digest)
+    raw.send_command(command(CommandType.GET_TOPICS_OF_NAMESPACE, w))
+    return raw.read()
+
+
+def _listed(fields: Fields) -> list[str]:
+    return [bytes(v).decode() for v in fields._fields.get(2, [])]  # repeated string: read raw
+
+
+def test_topics_of_a_namespace_by_mode_pattern_and_hash(client: pulsar.Client, raw: RawClient) -> None:
+    prefix = f"list-{uuid.uuid4().hex[:8]}"
+    persistent = f"persistent://public/default/{prefix}-p"
+    non_persistent = f"non-persistent://public/default/{prefix}-np"
+    keep = [client.create_producer(persistent), client.create_producer(non_persistent)]
+    kind, fields = _topics_request(raw, 1, "public/default")  # mode PERSISTENT by default
+    assert kind == CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE
+    assert persistent in _listed(fields)
+    assert non_persistent not in _listed(fields)
+    assert not fields.boolean(3, True)  # not filtered: no pattern
+    _, fields = _topics_request(raw, 2, "public/default", mode=1)
+    assert non_persistent in _listed(fields)
+    assert persistent not in _listed(fields)
+    _, fields = _topics_request(raw, 3, "public/default", mode=2, pattern=f"public/default/{prefix}-.*")
+    assert sorted(_listed(fields)) == sorted([persistent, non_persistent])
+    assert fields.boolean(3)  # filtered by the broker
+    digest = fields.string(4)
+    assert digest == topics_hash([persistent, non_persistent])
+    _, fields = _topics_request(
+        raw, 4, "public/default", mode=2, pattern=f"public/default/{prefix}-.*", digest=digest
+    )
+    assert _listed(fields) == []
+    assert not fields.boolean(5, True)  # unchanged
+    _, fields = _topics_request(raw, 5, "public/default", mode=2, pattern=r"public/default/(x)\1")
+    assert not fields.boolean(3, True)  # not RE2: left to the client
+    assert persistent in _listed(fields)
+    for producer in keep:
+        producer.close()
+
+
+def test_hostile_topic_list_requests(raw: RawClient) -> None:
+    for request_id, (namespace, mode, text) in enumerate(
+        [
+            ("public", 0, "Invalid namespace"),
+            ("a/b/c", 0, "Invalid namespace"),
+            ("public/default", 3, "unknown mode 3"),
+            ("public/default", 2**64 - 1, f"unknown mode {2**64 - 1}"),
+        ],
+        start=1,
+    ):
+        kind, fields = _topics_request(raw, request_id, namespace, mode=mode)
+        assert kind == CommandType.ERROR
+        assert fields.uint(1) == request_id
+        assert text in fields.string(3)
+    kind, fields = _topics_request(raw, 9, "nobody/nothing")
+    assert kind == CommandType.GET_TOPICS_OF_NAMESPACE_RESPONSE  # an unknown namespace has no topics
+    assert _listed(fields) == []
+    _, fields = _topics_request(raw, 10, "public/default", pattern="(a+)+$" * 9)  # over 50 characters
+    assert not fields.boolean(3, True)
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory, token_keys: TokenKeys) -> Iterator[MagnetarProcess]:
+    """A standalone with authentication and authorization on: ``reader`` may consume in ``acme/feeds``,
+    ``topic-reader`` only on one topic of it."""
+    tmp: Path = tmp_path_factory.mktemp("binary-produce-secure")
+    key_file = tmp / "secret.key"
+    key_file.write_bytes(token_keys.secret)
+    group = ProcessGroup(tmp)
+    args = [
+        "standalone", "--data-dir", str(tmp / "data"), "--http-port", "0", "--broker-service-port", "0",
+        "--bookie-port", str(free_port()),
+        "--authentication-enabled", "--token-secret-key", key_file.as_uri(), "--super-user-roles", "admin",
+    ]  # fmt: skip
+    process = MagnetarProcess("secure-produce-standalone", args, tmp)
+    group.processes.append(process)
+    try:
+        process.start(timeout_s=60)
+        bearer = {"Authorization": f"Bearer {token_keys.token('admin')}"}
+        with httpx.Client(base_url=str(process.ready["httpUrl"]), headers=bearer, timeout=10) as http:
+            http.put(
+                "/admin/v2/tenants/acme", json={"adminRoles": [], "allowedClusters": ["standalone"]}
+            ).raise_for_status()
+            http.put("/admin/v2/namespaces/acme/feeds").raise_for_status()
+            http.post(
+                "/admin/v2/namespaces/acme/feeds/permissions/reader", json=["consume"]
+            ).raise_for_status()
+            http.post(
+                "/admin/v2/persistent/acme/feeds/feed-one/permissions/topic-reader", json=["consume"]
+            ).raise_for_status()
+        yield process
+    finally:
+        group.stop_all()
+
+
+def test_listing_a_namespace_needs_consume_on_the_namespace(
+    secure: MagnetarProcess, token_keys: TokenKeys
+) -> None:
+    url = secure.ready["brokerUrl"]
+    admin = pulsar.Client(url, authentication=pulsar.AuthenticationToken(token_keys.token("admin")))
+    admin.create_producer("persistent://acme/feeds/feed-one").send(b"feed")
+    pattern = re.compile("persistent://acme/feeds/feed-.*")
+    for role in ("stranger", "topic-reader"):  # a grant on one topic is not a grant on the namespace
+        raw = RawClient(HOST, secure.ready["brokerServicePort"], token_keys.token(role))
+        kind, fields = _topics_request(raw, 1, "acme/feeds")
+        raw.close()
+        assert kind == CommandType.ERROR
+        assert fields.uint(2) == ServerError.AuthorizationError
+        assert f"Role '{role}' is not authorized to get the topics of namespace acme/feeds" in fields.string(
+            3
+        )
+        denied = pulsar.Client(
+            url,
+            authentication=pulsar.AuthenticationToken(token_keys.token(role)),
+            operation_timeout_seconds=10,
+        )
+        with pytest.raises(pulsar.LookupError):  # how the C++ core reports a refused topic listing
+            denied.subscribe(pattern, "sub")
+        denied.close()
+    reader = pulsar.Client(url, authentication=pulsar.AuthenticationToken(token_keys.token("reader")))
+    consumer = reader.subscribe(pattern, "sub", initial_position=pulsar.InitialPosition.Earliest)
+    assert consumer.receive(10_000).data() == b"feed"
+    reader.close()
+    admin.close()

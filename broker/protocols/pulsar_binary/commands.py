@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from magnetar.broker.protocols.pulsar_binary.protobuf import Fields, ProtobufError, Writer, parse_message
+from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics, decode_get_topics
 
 PROTOCOL_VERSION_MAX = 21
 """The newest protocol version we answer with; CONNECTED carries min(this, the client's)."""
@@ -304,6 +305,7 @@ Command = (
     | Unsubscribe
     | Redeliver
     | AuthResponse
+    | GetTopics
     | UnsupportedCommand
 )
 
@@ -334,7 +336,6 @@ def _request_id_of(sub: Fields, kind: CommandType) -> int | None:
     number = {
         CommandType.SEEK: 2,
         CommandType.GET_LAST_MESSAGE_ID: 2,
-        CommandType.GET_TOPICS_OF_NAMESPACE: 1,
         CommandType.GET_SCHEMA: 1,
         CommandType.GET_OR_CREATE_SCHEMA: 1,
         CommandType.CONSUMER_STATS: 1,
@@ -518,6 +519,7 @@ _DECODERS: dict[CommandType, Callable[[Fields], Command]] = {
     CommandType.UNSUBSCRIBE: _unsubscribe,
     CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES: _redeliver,
     CommandType.AUTH_RESPONSE: _auth_response,
+    CommandType.GET_TOPICS_OF_NAMESPACE: decode_get_topics,
 }
 
 
