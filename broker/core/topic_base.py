@@ -110,16 +110,17 @@ class TopicBase:
         *,
         access: AccessMode,
         topic_epoch: int | None,
-        queued: Callable[[], None],
+        queued: Callable[[Callable[[], None]], None],
     ) -> Producer:
         """As :meth:`add_producer`, for every mode: a ``WAIT_FOR_EXCLUSIVE`` producer that finds the topic
-        taken calls ``queued`` and waits for its turn (cancelling the wait leaves the line)."""
+        taken calls ``queued(leave)`` and waits for its turn. Cancelling the wait leaves the line; so does
+        ``leave()`` at once (then cancel the wait), before another producer could be given the turn."""
         self._check_can_produce()
         self._check_name(name)
         admitted = self.access.admit(access, name, topic_epoch, self.producers, self._fence_producers)
         if isinstance(admitted, Waiter):
             waiter = admitted
-            queued()
+            queued(lambda: self.access.withdraw(waiter, self.producers))
             try:
                 await waiter.granted.wait()
             except BaseException:

@@ -29,15 +29,10 @@ from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.broker.core import (
-    AccessMode,
-    Capacity,
     CompactLayout,
     Consumer,
     ErrorKind,
     FlowControl,
-    Producer,
-    ProducerBusyError,
-    ProducerFencedError,
     ServiceError,
     Subscriber,
     SubscriptionType,
@@ -67,7 +62,6 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     encode_ack_response,
     encode_auth_challenge,
     encode_close_consumer,
-    encode_close_producer,
     encode_connected,
     encode_error,
     encode_lookup_failed,
@@ -76,7 +70,6 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     encode_partitions_failed,
     encode_ping,
     encode_pong,
-    encode_producer_success,
     encode_send_error,
     encode_success,
 )
@@ -97,9 +90,11 @@ from magnetar.broker.protocols.pulsar_binary.framing import (
     encode_frame,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
-from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics, encode_topics_answer
-from magnetar.broker.protocols.pulsar_binary.topic_list import Mode as TopicsMode
-from magnetar.broker.wire import InvalidTopicNameError, NamespaceName, TopicName, parse_topic_name
+from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics
+from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerRequests
+from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
+from magnetar.broker.sessions.binary_topics import answer_get_topics
+from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
 
 if TYPE_CHECKING:
     from magnetar.broker.sessions.host import SessionHost
@@ -117,8 +112,6 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 HANDLES_MAX = 10_000
 """Producers plus consumers one connection may hold."""
 RECEIVE_BYTES = 64 * 1024
-_EPOCH_MAX = 2**63 - 1
-"""A topic epoch is a Java ``long``."""
 _SUB_TYPES = {
     0: SubscriptionType.EXCLUSIVE,
     1: SubscriptionType.SHARED,
@@ -129,13 +122,6 @@ _SUB_TYPES = {
 
 class _Closed(Exception):
     """The connection ends (the reason is logged)."""
-
-
-@dataclass
-class _ProducerHandle:
-    topic_name: TopicName
-    producer: Producer
-    topic: object
 
 
 @dataclass
@@ -155,8 +141,7 @@ class _Connection:
     principal: Principal | None = None
     protocol_version: int = 0
     producers: dict[int, _ProducerHandle] = field(default_factory=dict)
-    pending_producers: dict[int, trio.CancelScope] = field(default_factory=dict)
-    """WaitForExclusive producers waiting in line for their topic (each in its own task)."""
+    pending_producers: dict[int, PendingProducer] = field(default_factory=dict)
     nursery: trio.Nursery | None = None
     consumers: dict[int, _ConsumerHandle] = field(default_factory=dict)
     received_since_tick: bool = True
@@ -186,6 +171,7 @@ class BinaryFrontDoor:
         self._broker_url_tls = broker_url_tls
         self._ssl_context = ssl_context
         self._frame_bytes_max = frame_bytes_max
+        self._producers = ProducerRequests(service, self._topic, _error_of)
         self.connections = 0
 
     async def serve_tls(self, stream: trio.SocketStream) -> None:
@@ -351,7 +337,8 @@ class BinaryFrontDoor:
         elif isinstance(command, AuthResponse):
             self._auth_response(conn, command)
         elif isinstance(command, GetTopics):
-            await self._get_topics(conn, command)
+            assert conn.principal is not None
+            conn.send(await answer_get_topics(self._service, conn.principal, command, _error_of))
         else:
             assert isinstance(command, UnsupportedCommand)
             reason = f"{command.name} is not supported by Magnetar yet"
@@ -459,37 +446,6 @@ class BinaryFrontDoor:
             return
         conn.send(encode_partitions(command.request_id, partitions))
 
-    async def _get_topics(self, conn: _Connection, command: GetTopics) -> None:
-        """GET_TOPICS_OF_NAMESPACE (:mod:`~magnetar.broker.protocols.pulsar_binary.topic_list`): pattern
-        consumers poll it; ``consume`` on the namespace, as Pulsar checks it."""
-        request_id = command.request_id
-        try:
-            mode = TopicsMode(command.mode)
-        except ValueError:
-            conn.send(encode_error(request_id, ServerError.NotAllowedError, f"unknown mode {command.mode}"))
-            return
-        try:
-            namespace = NamespaceName.parse(command.namespace)
-            assert conn.principal is not None
-            await self._service.security.authorize_namespace_topics(conn.principal, namespace)
-            topics = await self._service.namespace_topics(
-                namespace,
-                persistent=mode is not TopicsMode.NON_PERSISTENT,
-                non_persistent=mode is not TopicsMode.PERSISTENT,
-            )
-        except InvalidTopicNameError as exc:
-            conn.send(encode_error(request_id, ServerError.MetadataError, f"Invalid namespace: {exc}"))
-            return
-        except ServiceError as exc:
-            conn.send(encode_error(request_id, _error_of(exc), str(exc)))
-            return
-        answer = encode_topics_answer(command, topics)
-        if len(answer) > MAX_MESSAGE_SIZE_DEFAULT:
-            reason = f"the topics of {namespace} take {len(answer)} bytes, more than a frame holds"
-            conn.send(encode_error(request_id, ServerError.NotAllowedError, reason))
-            return
-        conn.send(answer)
-
     def _room_for_handle(self, conn: _Connection, request_id: int) -> bool:
         if len(conn.producers) + len(conn.pending_producers) + len(conn.consumers) >= HANDLES_MAX:
             conn.send(
@@ -499,107 +455,12 @@ class BinaryFrontDoor:
         return True
 
     async def _producer(self, conn: _Connection, command: CreateProducer) -> None:
-        existing = conn.producers.get(command.producer_id)
-        if existing is not None:
-            producer = existing.producer
-            conn.send(
-                encode_producer_success(
-                    command.request_id, producer.name, -1, topic_epoch=producer.topic_epoch
-                )
-            )
+        """Access modes, names and waiting producers: :mod:`.binary_producers`."""
+        if self._producers.answered_again(conn, command) or not self._room_for_handle(
+            conn, command.request_id
+        ):
             return
-        if command.producer_id in conn.pending_producers:
-            conn.send(
-                encode_error(
-                    command.request_id,
-                    ServerError.ServiceNotReady,
-                    "Producer is already present on the connection",
-                )
-            )
-            return
-        if not self._room_for_handle(conn, command.request_id):
-            return
-        if command.has_schema:
-            pass  # schemas are not stored yet: the producer's bytes are published as they are
-        try:
-            access = AccessMode(command.access_mode)
-        except ValueError:
-            conn.send(
-                encode_error(
-                    command.request_id,
-                    ServerError.NotAllowedError,
-                    f"unknown producer access mode {command.access_mode}",
-                )
-            )
-            return
-        if command.topic_epoch is not None and command.topic_epoch > _EPOCH_MAX:
-            conn.send(
-                encode_error(
-                    command.request_id,
-                    ServerError.NotAllowedError,
-                    f"topic_epoch {command.topic_epoch} is out of range",
-                )
-            )
-            return
-        if access is not AccessMode.WAIT_FOR_EXCLUSIVE or conn.nursery is None:
-            await self._create_producer(conn, command, access)
-            return
-        # A producer that may wait in line for the topic waits in its own task: the connection goes on.
-        scope = trio.CancelScope()
-        conn.pending_producers[command.producer_id] = scope
-
-        async def wait() -> None:
-            try:
-                with scope:
-                    await self._create_producer(conn, command, access)
-            finally:
-                conn.pending_producers.pop(command.producer_id, None)
-
-        conn.nursery.start_soon(wait)
-
-    async def _create_producer(self, conn: _Connection, command: CreateProducer, access: AccessMode) -> None:
-        request_id = command.request_id
-        try:
-            topic_name = self._topic(command.topic)
-            assert conn.principal is not None
-            await self._service.security.authorize_producer(conn.principal, topic_name)
-            topic = await self._service.serve_topic(topic_name)
-            name = command.producer_name or self._service.next_producer_name()
-            capacity = Capacity(self._service.settings.producer_pending_messages_max)
-
-            def make() -> Producer:
-                return Producer(topic, name, capacity, partition=topic.partition, clock=topic.clock)
-
-            def queued() -> None:
-                conn.send(encode_producer_success(request_id, name, -1, ready=False))
-
-            producer = await topic.wait_for_producer(
-                name, make, access=access, topic_epoch=command.topic_epoch, queued=queued
-            )
-        except InvalidTopicNameError as exc:
-            conn.send(encode_error(request_id, ServerError.InvalidTopicName, str(exc)))
-            return
-        except ProducerFencedError as exc:
-            conn.send(encode_error(request_id, ServerError.ProducerFenced, str(exc)))
-            return
-        except ProducerBusyError as exc:
-            conn.send(encode_error(request_id, ServerError.ProducerBusy, str(exc)))
-            return
-        except ServiceError as exc:
-            conn.send(encode_error(request_id, _error_of(exc), str(exc)))
-            return
-        producer.address = conn.address
-        producer.client_version = "pulsar-binary"
-        producer_id = command.producer_id
-
-        def going_away(reason: str) -> None:
-            handle = conn.producers.pop(producer_id, None)
-            if handle is not None:
-                conn.send(encode_close_producer(producer_id))
-
-        producer.disconnect = going_away
-        conn.producers[producer_id] = _ProducerHandle(topic_name, producer, topic)
-        conn.send(encode_producer_success(request_id, name, -1, topic_epoch=producer.topic_epoch))
+        await self._producers.create(conn, command)
 
     async def _send(self, conn: _Connection, command: Send, frame: Frame) -> None:
         handle = conn.producers.get(command.producer_id)
@@ -723,9 +584,7 @@ class BinaryFrontDoor:
             handle = conn.producers.pop(command.handle_id, None)
             if handle is not None:
                 _remove_producer(handle)
-            waiting = conn.pending_producers.pop(command.handle_id, None)
-            if waiting is not None:
-                waiting.cancel()
+            self._producers.close_waiting(conn, command.handle_id)
         else:
             consumer = conn.consumers.pop(command.handle_id, None)
             if consumer is not None:

@@ -3,6 +3,8 @@ may publish at once, the topic epoch, the line of WaitForExclusive producers, an
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import trio
 import trio.testing
@@ -39,7 +41,7 @@ async def _wait(
     try:
         out.append(
             await topic.wait_for_producer(
-                name, make, access=AccessMode.WAIT_FOR_EXCLUSIVE, topic_epoch=epoch, queued=lambda: None
+                name, make, access=AccessMode.WAIT_FOR_EXCLUSIVE, topic_epoch=epoch, queued=lambda leave: None
             )
         )
     except (ProducerFencedError, TopicClosedError) as exc:
@@ -158,3 +160,31 @@ async def test_a_waiter_with_an_old_epoch_is_fenced_when_its_turn_comes() -> Non
     assert isinstance(stale[0], ProducerFencedError)
     assert isinstance(fresh[0], Producer)
     assert fresh[0].topic_epoch == 2
+
+
+async def test_leave_takes_a_waiter_out_of_the_line_before_its_task_runs() -> None:
+    topic = _topic()
+    holder = _add(topic, "h", AccessMode.EXCLUSIVE)
+    leaves: list[Callable[[], None]] = []
+    got: list[Producer | Exception] = []
+
+    def make() -> Producer:
+        return Producer(topic, "w", Capacity(10), partition=topic.partition, clock=SystemClock())
+
+    async def waiter() -> None:
+        got.append(
+            await topic.wait_for_producer(
+                "w", make, access=AccessMode.WAIT_FOR_EXCLUSIVE, topic_epoch=None, queued=leaves.append
+            )
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        leaves[0]()  # the client closed it: out of the line now, whatever the scheduler does next
+        topic.remove_producer(holder)  # the topic is free, and nobody is given the turn
+        assert topic.access.holder is None
+        assert not topic.access.waiting
+        nursery.cancel_scope.cancel()
+    assert not got
+    assert _add(topic, "x", AccessMode.EXCLUSIVE).topic_epoch == 1
