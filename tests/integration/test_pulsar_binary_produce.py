@@ -515,3 +515,20 @@ def test_listing_a_namespace_needs_consume_on_the_namespace(
     assert consumer.receive(10_000).data() == b"feed"
     reader.close()
     admin.close()
+
+
+def test_a_websocket_producer_is_refused_while_a_binary_producer_holds_the_topic(
+    standalone: MagnetarProcess, client: pulsar.Client
+) -> None:
+    topic = _topic("ws-excl")
+    short = topic.removeprefix("persistent://")
+    url = f"ws://{HOST}:{standalone.ready['port']}/ws/v2/producer/persistent/{short}"
+    owner = client.create_producer(topic, access_mode=Mode.Exclusive)
+    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+        websocket.create_connection(url, timeout=10)
+    assert refused.value.status_code == 409  # the core's access rule, whatever the protocol
+    owner.close()
+    ws = websocket.create_connection(url, timeout=10)  # free again
+    ws.send(json.dumps({"payload": base64.b64encode(b"shared again").decode()}))
+    assert json.loads(ws.recv())["result"] == "ok"
+    ws.close()
