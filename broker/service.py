@@ -51,6 +51,7 @@ from magnetar.broker.core import (
 )
 from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
 from magnetar.broker.metrics import BrokerMetrics, MetadataFigures
+from magnetar.broker.namespace_topics import namespace_topics
 from magnetar.broker.non_persistent_service import NonPersistentTopics
 from magnetar.broker.ownership import (
     Bundle,
@@ -68,7 +69,7 @@ from magnetar.broker.ownership import (
 from magnetar.broker.policies import PolicyError, PolicyStore, PublishGate
 from magnetar.broker.security import build_security
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.wire import TopicName
+from magnetar.broker.wire import NamespaceName, TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 
@@ -357,6 +358,22 @@ class BrokerService:
             raise TopicNotFoundError(
                 f"Topic {topic} does not exist: {base} has {partitions} partitions (0 to {partitions - 1})"
             )
+
+    async def namespace_topics(
+        self, namespace: NamespaceName, *, persistent: bool, non_persistent: bool
+    ) -> list[str]:
+        """Full names of the namespace's topics (:mod:`.namespace_topics`): pattern consumers poll them."""
+        try:
+            return await namespace_topics(
+                self.metadata,
+                self.policies,
+                self.non_persistent,
+                namespace,
+                persistent=persistent,
+                non_persistent=non_persistent,
+            )
+        except (PolicyError, MetadataStoreError) as exc:
+            raise ServiceUnitNotReadyError(f"listing the topics of {namespace} failed: {exc}") from exc
 
     async def serve_topic(
         self, topic: TopicName, *, create: bool = True

@@ -15,6 +15,8 @@ from magnetar.broker.core.errors import (
     NotAuthenticatedError,
     NotAuthorizedError,
     NotOwnerError,
+    ProducerBusyError,
+    ProducerFencedError,
     ServiceError,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
@@ -24,6 +26,7 @@ from magnetar.broker.core.errors import (
 from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
+from magnetar.broker.core.producer_access import AccessMode
 from magnetar.broker.core.publish import MESSAGES, CompactLayout, PublishRequest
 from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
@@ -36,6 +39,7 @@ __all__ = [
     "MESSAGES",
     "PUBLISH_LATENCY_BUCKETS_S",
     "AccessError",
+    "AccessMode",
     "AuthorizationUncheckedError",
     "Capacity",
     "CompactLayout",
@@ -51,6 +55,8 @@ __all__ = [
     "PartitionRouter",
     "PersistentTopic",
     "Producer",
+    "ProducerBusyError",
+    "ProducerFencedError",
     "PublishRequest",
     "RedeliveryTimers",
     "ServiceError",

@@ -56,6 +56,13 @@ class ProducerBusyError(ServiceError):
     kind = ErrorKind.BUSY
 
 
+class ProducerFencedError(ServiceError):
+    """Pulsar's ``ProducerFencedException``: exclusive access refused or lost (another producer holds the
+    topic, or the topic epoch moved past the producer's)."""
+
+    kind = ErrorKind.BUSY
+
+
 class ConsumerBusyError(ServiceError):
     """Pulsar's ``ConsumerBusyException``: an exclusive subscription already has its consumer, or the
     subscription type differs from the one in use."""

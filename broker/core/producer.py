@@ -109,6 +109,10 @@ class Producer:
         self.address = ""
         self.client_version = ""
         """What the stats call the client (``clientVersion``; the adapter names its protocol)."""
+        self.access_mode = "Shared"
+        """Pulsar's name of its access mode (:mod:`.producer_access`), set when the topic admits it."""
+        self.topic_epoch: int | None = None
+        """The topic epoch it was admitted with (exclusive modes only)."""
 
     def publish(
         self,
@@ -197,7 +201,7 @@ class Producer:
             "averageMsgSize": self.bytes_in_counter / self.msg_in_counter if self.msg_in_counter else 0.0,
             "msgInCounter": self.msg_in_counter,
             "bytesInCounter": self.bytes_in_counter,
-            "accessMode": "Shared",
+            "accessMode": self.access_mode,
             "address": self.address,
             "connectedSince": format_timestamp(self.connected_since_ms),
             "clientVersion": self.client_version,

@@ -1,6 +1,7 @@
 """What both topic kinds share (:class:`~.topic.PersistentTopic`,
 :class:`~.non_persistent_topic.NonPersistentTopic`): their name and clock, the open check, their producers
-by name, how their sessions are ended, and how a subscription is taken out for deletion."""
+by name and their access modes (:mod:`.producer_access`), how their sessions are ended, and how a
+subscription is taken out for deletion."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from magnetar.bookkeeper.runtime import Clock
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.errors import (
     ProducerBusyError,
+    ServiceError,
     SubscriptionBusyError,
     TopicClosedError,
     TopicNotFoundError,
 )
 from magnetar.broker.core.producer import Producer
+from magnetar.broker.core.producer_access import AccessMode, ProducerAccess, Waiter
 from magnetar.broker.wire import TopicName
 
 
@@ -55,6 +58,8 @@ class TopicBase:
         self._clock = clock
         self.partition = name.partition_index
         self.producers: dict[str, Producer] = {}
+        self.access = ProducerAccess()
+        """Who may publish at once (access modes, the topic epoch): :mod:`.producer_access`."""
         self.closed = False
 
     @property
@@ -76,17 +81,81 @@ class TopicBase:
         """Refuse a new producer (a topic kind adds its own reasons)."""
         self._check_open()
 
-    def add_producer(self, name: str, producer_factory: Callable[[], Producer]) -> Producer:
-        self._check_can_produce()
+    def _check_name(self, name: str) -> None:
         if name in self.producers:
             raise ProducerBusyError(f"Producer with name '{name}' is already connected to topic")
+
+    def add_producer(
+        self,
+        name: str,
+        producer_factory: Callable[[], Producer],
+        *,
+        access: AccessMode = AccessMode.SHARED,
+        topic_epoch: int | None = None,
+    ) -> Producer:
+        """Add producer ``name`` now, in ``access`` mode (:mod:`.producer_access`); a mode that may wait
+        (``WAIT_FOR_EXCLUSIVE``) goes through :meth:`wait_for_producer`."""
+        if access is AccessMode.WAIT_FOR_EXCLUSIVE:
+            raise ValueError("WAIT_FOR_EXCLUSIVE producers are added with wait_for_producer")
+        self._check_can_produce()
+        self._check_name(name)
+        admitted = self.access.admit(access, name, topic_epoch, self.producers, self._fence_producers)
+        assert not isinstance(admitted, Waiter)
+        return self._install(name, producer_factory, access, admitted)
+
+    async def wait_for_producer(
+        self,
+        name: str,
+        producer_factory: Callable[[], Producer],
+        *,
+        access: AccessMode,
+        topic_epoch: int | None,
+        queued: Callable[[Callable[[], None]], None],
+    ) -> Producer:
+        """As :meth:`add_producer`, for every mode: a ``WAIT_FOR_EXCLUSIVE`` producer that finds the topic
+        taken calls ``queued(leave)`` and waits for its turn. Cancelling the wait leaves the line; so does
+        ``leave()`` at once (then cancel the wait), before another producer could be given the turn."""
+        self._check_can_produce()
+        self._check_name(name)
+        admitted = self.access.admit(access, name, topic_epoch, self.producers, self._fence_producers)
+        if isinstance(admitted, Waiter):
+            waiter = admitted
+            queued(lambda: self.access.withdraw(waiter, self.producers))
+            try:
+                await waiter.granted.wait()
+            except BaseException:
+                self.access.withdraw(waiter, self.producers)
+                raise
+            if waiter.error is not None:
+                raise waiter.error
+            try:
+                self._check_can_produce()
+                self._check_name(name)
+            except ServiceError:
+                self.access.withdraw(waiter, self.producers)
+                raise
+            admitted = waiter.epoch
+        return self._install(name, producer_factory, access, admitted)
+
+    def _install(
+        self, name: str, producer_factory: Callable[[], Producer], access: AccessMode, epoch: int | None
+    ) -> Producer:
         producer = producer_factory()
+        producer.access_mode = access.title
+        producer.topic_epoch = epoch
         self.producers[name] = producer
         return producer
+
+    def _fence_producers(self) -> None:
+        """An ``EXCLUSIVE_WITH_FENCING`` producer takes the topic: every connected producer goes."""
+        for producer in list(self.producers.values()):
+            producer.go_away("Fenced out by an exclusive producer")
+            self.remove_producer(producer)
 
     def _end_sessions(self, subscriptions: Iterable[_Detachable], reason: str) -> None:
         """Close every producer and the given subscriptions and end their sessions (the clients look the
         topic up again)."""
+        self.access.fail_waiting(TopicClosedError(reason))
         for producer in list(self.producers.values()):
             producer.go_away(reason)
         for subscription in list(subscriptions):
@@ -99,3 +168,4 @@ class TopicBase:
         producer.close()
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.access.released(producer.name, self.producers)

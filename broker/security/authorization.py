@@ -282,6 +282,14 @@ class AuthorizationService:
             return True
         return any(isinstance(r, str) and self._matches(r, role) for r in listed)
 
+    async def can_consume_namespace(self, namespace: NamespaceName, role: str | None) -> bool:
+        """Pulsar's check of a binary GET_TOPICS_OF_NAMESPACE: a tenant admin, or ``consume`` granted on the
+        namespace itself (a grant on one of its topics is not enough)."""
+        if await self.is_tenant_admin(namespace.tenant, role):
+            return True
+        assert role is not None
+        return AuthAction.CONSUME in await self._namespace_actions(namespace, role)
+
     async def can_lookup(self, topic: TopicName, role: str | None) -> bool:
         if await self.is_tenant_admin(topic.tenant, role):
             return True

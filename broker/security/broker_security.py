@@ -45,7 +45,7 @@ from magnetar.broker.core import (
     TooManyTopicsError,
 )
 from magnetar.broker.security.authorization import AuthorizationService, TopicOperation
-from magnetar.broker.wire import TopicName
+from magnetar.broker.wire import NamespaceName, TopicName
 
 WWW_AUTHENTICATE = ("www-authenticate", 'Bearer realm="magnetar"')
 
@@ -183,6 +183,21 @@ class BrokerSecurity:
 
     async def authorize_reader(self, principal: Principal, topic: TopicName) -> None:
         await self._authorize_session(principal, topic, TopicOperation.CONSUME, None)
+
+    async def authorize_namespace_topics(self, principal: Principal, namespace: NamespaceName) -> None:
+        """Listing a namespace's topics over the binary protocol (pattern consumers): ``consume`` on the
+        namespace, as Pulsar's broker checks it."""
+        try:
+            allowed = await self.authorization.can_consume_namespace(namespace, principal.role)
+        except MetadataStoreError as exc:
+            raise AuthorizationUncheckedError(
+                f"Failed to check authorization: {type(exc).__name__}"
+            ) from None
+        if not allowed:
+            raise NotAuthorizedError(
+                f"Not authorized: Role {principal.role!r} is not authorized to get the topics of "
+                f"namespace {namespace}"
+            )
 
     # -- limits --------------------------------------------------------------------------------------------
 

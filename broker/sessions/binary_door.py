@@ -29,12 +29,10 @@ from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.broker.core import (
-    Capacity,
     CompactLayout,
     Consumer,
     ErrorKind,
     FlowControl,
-    Producer,
     ServiceError,
     Subscriber,
     SubscriptionType,
@@ -64,7 +62,6 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     encode_ack_response,
     encode_auth_challenge,
     encode_close_consumer,
-    encode_close_producer,
     encode_connected,
     encode_error,
     encode_lookup_failed,
@@ -73,7 +70,6 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     encode_partitions_failed,
     encode_ping,
     encode_pong,
-    encode_producer_success,
     encode_send_error,
     encode_success,
 )
@@ -94,6 +90,10 @@ from magnetar.broker.protocols.pulsar_binary.framing import (
     encode_frame,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
+from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics
+from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerRequests
+from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
+from magnetar.broker.sessions.binary_topics import answer_get_topics
 from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
 
 if TYPE_CHECKING:
@@ -125,13 +125,6 @@ class _Closed(Exception):
 
 
 @dataclass
-class _ProducerHandle:
-    topic_name: TopicName
-    producer: Producer
-    topic: object
-
-
-@dataclass
 class _ConsumerHandle:
     subscriber: Subscriber
     sink: ConsumerDeliveries
@@ -148,6 +141,8 @@ class _Connection:
     principal: Principal | None = None
     protocol_version: int = 0
     producers: dict[int, _ProducerHandle] = field(default_factory=dict)
+    pending_producers: dict[int, PendingProducer] = field(default_factory=dict)
+    nursery: trio.Nursery | None = None
     consumers: dict[int, _ConsumerHandle] = field(default_factory=dict)
     received_since_tick: bool = True
     challenged: bool = False
@@ -176,6 +171,7 @@ class BinaryFrontDoor:
         self._broker_url_tls = broker_url_tls
         self._ssl_context = ssl_context
         self._frame_bytes_max = frame_bytes_max
+        self._producers = ProducerRequests(service, self._topic, _error_of)
         self.connections = 0
 
     async def serve_tls(self, stream: trio.SocketStream) -> None:
@@ -200,6 +196,7 @@ class BinaryFrontDoor:
         self.connections += 1
         try:
             async with trio.open_nursery() as nursery:
+                conn.nursery = nursery
                 nursery.start_soon(self._write, conn)
                 nursery.start_soon(self._keepalive, conn)
                 nursery.start_soon(self._refresh, conn)
@@ -339,6 +336,9 @@ class BinaryFrontDoor:
             self._redeliver(conn, command)
         elif isinstance(command, AuthResponse):
             self._auth_response(conn, command)
+        elif isinstance(command, GetTopics):
+            assert conn.principal is not None
+            conn.send(await answer_get_topics(self._service, conn.principal, command, _error_of))
         else:
             assert isinstance(command, UnsupportedCommand)
             reason = f"{command.name} is not supported by Magnetar yet"
@@ -447,7 +447,7 @@ class BinaryFrontDoor:
         conn.send(encode_partitions(command.request_id, partitions))
 
     def _room_for_handle(self, conn: _Connection, request_id: int) -> bool:
-        if len(conn.producers) + len(conn.consumers) >= HANDLES_MAX:
+        if len(conn.producers) + len(conn.pending_producers) + len(conn.consumers) >= HANDLES_MAX:
             conn.send(
                 encode_error(request_id, ServerError.NotAllowedError, f"more than {HANDLES_MAX} handles")
             )
@@ -455,51 +455,12 @@ class BinaryFrontDoor:
         return True
 
     async def _producer(self, conn: _Connection, command: CreateProducer) -> None:
-        existing = conn.producers.get(command.producer_id)
-        if existing is not None:
-            conn.send(encode_producer_success(command.request_id, existing.producer.name, -1))
+        """Access modes, names and waiting producers: :mod:`.binary_producers`."""
+        if self._producers.answered_again(conn, command) or not self._room_for_handle(
+            conn, command.request_id
+        ):
             return
-        if not self._room_for_handle(conn, command.request_id):
-            return
-        if command.has_schema:
-            pass  # schemas are not stored yet: the producer's bytes are published as they are
-        if command.access_mode != 0:
-            conn.send(
-                encode_error(
-                    command.request_id, ServerError.NotAllowedError, "only the Shared producer access mode"
-                )
-            )
-            return
-        try:
-            topic_name = self._topic(command.topic)
-            assert conn.principal is not None
-            await self._service.security.authorize_producer(conn.principal, topic_name)
-            topic = await self._service.serve_topic(topic_name)
-            name = command.producer_name or self._service.next_producer_name()
-            capacity = Capacity(self._service.settings.producer_pending_messages_max)
-
-            def make() -> Producer:
-                return Producer(topic, name, capacity, partition=topic.partition, clock=topic.clock)
-
-            producer = topic.add_producer(name, make)
-        except InvalidTopicNameError as exc:
-            conn.send(encode_error(command.request_id, ServerError.InvalidTopicName, str(exc)))
-            return
-        except ServiceError as exc:
-            conn.send(encode_error(command.request_id, _error_of(exc), str(exc)))
-            return
-        producer.address = conn.address
-        producer.client_version = "pulsar-binary"
-        producer_id = command.producer_id
-
-        def going_away(reason: str) -> None:
-            handle = conn.producers.pop(producer_id, None)
-            if handle is not None:
-                conn.send(encode_close_producer(producer_id))
-
-        producer.disconnect = going_away
-        conn.producers[producer_id] = _ProducerHandle(topic_name, producer, topic)
-        conn.send(encode_producer_success(command.request_id, name, -1))
+        await self._producers.create(conn, command)
 
     async def _send(self, conn: _Connection, command: Send, frame: Frame) -> None:
         handle = conn.producers.get(command.producer_id)
@@ -623,6 +584,7 @@ class BinaryFrontDoor:
             handle = conn.producers.pop(command.handle_id, None)
             if handle is not None:
                 _remove_producer(handle)
+            self._producers.close_waiting(conn, command.handle_id)
         else:
             consumer = conn.consumers.pop(command.handle_id, None)
             if consumer is not None:

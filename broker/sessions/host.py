@@ -11,7 +11,7 @@ from magnetar.broker.core import NonPersistentTopic, PersistentTopic
 from magnetar.broker.owner_proxy.host import ProxyHost, ProxyHostSettings
 from magnetar.broker.policies import PublishGate
 from magnetar.broker.security import BrokerSecurity
-from magnetar.broker.wire import TopicName
+from magnetar.broker.wire import NamespaceName, TopicName
 
 
 class SessionSettings(ProxyHostSettings, Protocol):
@@ -48,6 +48,12 @@ class SessionHost(ProxyHost, Protocol):
     def next_producer_name(self) -> str: ...
     async def partitions(self, topic: TopicName) -> int:
         """Partitions of a partitioned topic (0: not partitioned)."""
+        ...
+
+    async def namespace_topics(
+        self, namespace: NamespaceName, *, persistent: bool, non_persistent: bool
+    ) -> list[str]:
+        """Full names of the namespace's topics (GET_TOPICS_OF_NAMESPACE)."""
         ...
 
     async def serve_topic(

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from magnetar.broker.protocols.pulsar_binary.protobuf import Fields, ProtobufError, Writer, parse_message
+from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics, decode_get_topics
 
 PROTOCOL_VERSION_MAX = 21
 """The newest protocol version we answer with; CONNECTED carries min(this, the client's)."""
@@ -101,6 +102,9 @@ class ServerError(enum.IntEnum):
     IncompatibleSchema = 18
     ConsumerAssignError = 19
     NotAllowedError = 22
+    TransactionConflict = 23
+    TransactionNotFound = 24
+    ProducerFenced = 25
 
 
 class SubType(enum.IntEnum):
@@ -185,6 +189,8 @@ class CreateProducer:
     epoch: int
     access_mode: int
     has_schema: bool
+    topic_epoch: int | None = None
+    """The epoch an exclusive producer was given before (a reconnect), as sent: any uint64."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +305,7 @@ Command = (
     | Unsubscribe
     | Redeliver
     | AuthResponse
+    | GetTopics
     | UnsupportedCommand
 )
 
@@ -329,7 +336,6 @@ def _request_id_of(sub: Fields, kind: CommandType) -> int | None:
     number = {
         CommandType.SEEK: 2,
         CommandType.GET_LAST_MESSAGE_ID: 2,
-        CommandType.GET_TOPICS_OF_NAMESPACE: 1,
         CommandType.GET_SCHEMA: 1,
         CommandType.GET_OR_CREATE_SCHEMA: 1,
         CommandType.CONSUMER_STATS: 1,
@@ -397,6 +403,7 @@ def _producer(f: Fields) -> CreateProducer:
         epoch=f.uint(8),
         access_mode=f.uint(10),
         has_schema=f.has(7),
+        topic_epoch=f.uint(11) if f.has(11) else None,
     )
 
 
@@ -512,6 +519,7 @@ _DECODERS: dict[CommandType, Callable[[Fields], Command]] = {
     CommandType.UNSUBSCRIBE: _unsubscribe,
     CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES: _redeliver,
     CommandType.AUTH_RESPONSE: _auth_response,
+    CommandType.GET_TOPICS_OF_NAMESPACE: decode_get_topics,
 }
 
 
@@ -602,8 +610,20 @@ def encode_partitions_failed(request_id: int, error: ServerError, message: str) 
     return _base(CommandType.PARTITIONED_METADATA_RESPONSE, w)
 
 
-def encode_producer_success(request_id: int, producer_name: str, last_sequence_id: int) -> bytes:
-    w = Writer().uint(1, request_id).string(2, producer_name).sint(3, last_sequence_id).boolean(6, True)
+def encode_producer_success(
+    request_id: int,
+    producer_name: str,
+    last_sequence_id: int,
+    *,
+    topic_epoch: int | None = None,
+    ready: bool = True,
+) -> bytes:
+    """PRODUCER_SUCCESS; ``ready`` False tells a WaitForExclusive producer it is queued (a second one,
+    ready, follows when it gets the topic); ``topic_epoch`` for the exclusive modes."""
+    w = Writer().uint(1, request_id).string(2, producer_name).sint(3, last_sequence_id)
+    if topic_epoch is not None:
+        w.uint(5, topic_epoch)
+    w.boolean(6, ready)
     return _base(CommandType.PRODUCER_SUCCESS, w)
 
 

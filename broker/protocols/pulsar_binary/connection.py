@@ -10,7 +10,8 @@ SEND payloads as publish requests, and acknowledgements back into positions.
   each delivered group is remembered (its real batch indexes) until its acknowledgement arrives and
   :meth:`ConsumerDeliveries.ack` turns it back into positions.
 * :func:`compact_messages` - a SEND's payload section as compact messages (the entry format of
-  :mod:`magnetar.broker.wire.entry_format`), one per message of a client batch, counted from the bytes.
+  :mod:`magnetar.broker.wire.entry_format`), one per message of a client batch, counted from the bytes;
+  a compressed payload is decompressed first (:mod:`.compression`).
 * :class:`SendCompletion` - a publish request's outcome as SEND_RECEIPT or SEND_ERROR.
 """
 
@@ -38,7 +39,9 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     encode_send_error,
     encode_send_receipt,
 )
+from magnetar.broker.protocols.pulsar_binary.compression import DecompressionFailed, decompress
 from magnetar.broker.protocols.pulsar_binary.framing import (
+    MAX_MESSAGE_SIZE_DEFAULT,
     PayloadSection,
     encode_frame,
     encode_payload_section,
@@ -279,30 +282,35 @@ def _compact(payload: bytes, key: str | None, properties: Mapping[str, str], eve
     return b"".join((head, key_bytes, *parts, payload))
 
 
-def compact_messages(section: PayloadSection) -> tuple[bytes, int, int]:
-    """A SEND's messages as compact messages: (bytes, message count, payload bytes). Refuses what Magnetar
-    does not store yet (compression, chunks, encryption) with :class:`SendRefused`."""
+def compact_messages(
+    section: PayloadSection, message_size_max: int = MAX_MESSAGE_SIZE_DEFAULT
+) -> tuple[bytes, int, int]:
+    """A SEND's messages as compact messages: (bytes, message count, payload bytes). A compressed payload is
+    decompressed first (bounded by ``message_size_max``: :mod:`.compression`) and stored uncompressed.
+    Refuses what Magnetar does not store (a payload that does not decompress as its metadata says, chunks,
+    encryption) with :class:`SendRefused`."""
     if not section.checksum_ok:
         raise SendRefused(ServerError.ChecksumError, "Checksum failed on the broker")
     try:
         meta = decode_metadata(section.metadata)
     except ProtobufError as exc:
         raise SendRefused(ServerError.MetadataError, f"Invalid message metadata: {exc}") from None
-    if meta.compression != CompressionType.NONE:
-        try:
-            name = CompressionType(meta.compression).name
-        except ValueError:
-            name = str(meta.compression)
-        raise SendRefused(ServerError.NotAllowedError, f"compression {name} is not supported by Magnetar yet")
     if meta.chunked:
         raise SendRefused(ServerError.NotAllowedError, "chunked messages are not supported by Magnetar yet")
     if meta.encrypted:
         raise SendRefused(ServerError.NotAllowedError, "encrypted messages are not supported by Magnetar yet")
+    payload = section.payload
+    if meta.compression != CompressionType.NONE:
+        try:
+            payload = decompress(meta.compression, payload, meta.uncompressed_size, message_size_max)
+        except DecompressionFailed as exc:
+            error = ServerError.NotAllowedError if exc.unknown_codec else ServerError.MetadataError
+            raise SendRefused(error, f"Invalid compressed payload: {exc}") from None
     if meta.num_messages_in_batch is None:
-        body = _compact(section.payload, meta.partition_key, meta.properties, meta.event_time_ms)
-        return body, 1, len(section.payload)
+        body = _compact(payload, meta.partition_key, meta.properties, meta.event_time_ms)
+        return body, 1, len(payload)
     try:
-        messages = decode_batch(section.payload, meta.num_messages_in_batch)
+        messages = decode_batch(payload, meta.num_messages_in_batch)
     except ProtobufError as exc:
         raise SendRefused(ServerError.MetadataError, f"Invalid batch: {exc}") from None
     bodies = [_compact(m.payload, m.partition_key, m.properties, m.event_time_ms) for m in messages]
