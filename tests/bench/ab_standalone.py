@@ -30,6 +30,11 @@ start and end, as a RESULTS.md entry with ``--markdown``. Progress goes to stder
 run to ``.bench/ab/last-run.json`` (``--report FILE`` prints a saved run again). Every process started here
 is stopped by its pid, on Ctrl-C too.
 
+Latency. ``--latency RATE`` measures instead the publish latency's 99th percentile, ms, at a fixed rate
+(``magnetar perf produce --rate RATE``, ``--latency-s`` seconds per phase, 100-byte messages, from each
+send to its receipt as the client sees it), JSON and binary, in the same interleaved pairs with the same A/A
+control: scheduling and group commit set it, not CPU alone, and this machine moves it far more.
+
 Noise. CPU time per message follows the rate: a client slowed by other load hands the standalone smaller
 batches. On the project's shared 2-core VM at load average 3-4, the A/A pairs spread by about ±5-7 % per pair
 in three phases and ±11 % in produce binary, so 16 pairs detect 3-5 % there but not produce binary's 3 %
@@ -78,6 +83,40 @@ class Phase:
     verb: str  # produce / consume
     protocol: str  # json / binary
     extra: tuple[str, ...]
+    p99: bool = False
+    """The figure is the run's publish latency p99 (ms), not the meter's cost per message."""
+
+
+def latency_phases(rate: int, seconds: int) -> tuple[Phase, ...]:
+    paced = ("--size", "100", "--rate", str(rate))
+    return (
+        Phase(f"p99 json at {rate:,}/s", "produce", "json", paced, p99=True),
+        Phase(f"p99 binary at {rate:,}/s", "produce", "binary", paced, p99=True),
+    )
+
+
+class LatencyMeter:
+    """No meter: a latency phase's figure comes from the client's summary."""
+
+    def __init__(self, rate: int) -> None:
+        self.measure = Measure(
+            quantity="publish latency p99",
+            unit="ms",
+            description=(
+                f"the publish latency's 99th percentile at {rate:,} msgs/s, ms, from each send to its "
+                "receipt as `magnetar perf produce --rate` sees it (100-byte messages)"
+            ),
+            digits=2,
+        )
+
+    def begin(self, pid: int) -> int:
+        return pid
+
+    def end(self, token: int) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        pass
 
 
 PHASES = (
@@ -447,6 +486,11 @@ def run_phase(
         "wall_s": round(wall, 2),
         "errors": summary.get("errors", 0),
     }
+    if phase.p99:
+        try:
+            return float(summary["latency_ms"]["p99"]), record
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AbError(f"{build.who()} {phase.name}: no latency in the summary: {last[:300]!r}") from exc
     return value / count, record
 
 
@@ -520,6 +564,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default="auto",
         help="instructions per message where `perf stat` counts them (auto), else CPU time per message",
     )
+    parser.add_argument(
+        "--latency",
+        type=int,
+        metavar="RATE",
+        help="measure the publish latency p99 at this rate (msgs/s) instead of the cost per message",
+    )
+    parser.add_argument("--latency-s", type=int, default=6, help="seconds per latency phase (default: 6)")
     parser.add_argument("--tolerance", type=float, default=3.0, help="the regression (%%) the guard is for")
     parser.add_argument("--markdown", action="store_true", help="print the result as a RESULTS.md entry")
     parser.add_argument("--make-command", help=argparse.SUPPRESS)
@@ -532,6 +583,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if not protocols or any(name not in ("json", "binary") for name in protocols):
         parser.error(f"--protocols takes json and/or binary, got {args.protocols!r}")
     args.protocols = protocols
+    if args.latency is not None and not 1 <= args.latency <= 1_000_000:
+        parser.error(f"--latency takes a rate of 1 to 1,000,000 msgs/s, got {args.latency}")
+    if not 1 <= args.latency_s <= 600:
+        parser.error(f"--latency-s takes 1 to 600 seconds, got {args.latency_s}")
     return args
 
 
@@ -584,10 +639,16 @@ def run(args: argparse.Namespace, tool: str) -> Report:
     else:
         old = revision_build("old", args.old, progress)
     new = revision_build("new", args.new, progress) if args.new else working_tree_build(progress)
-    meter = choose_meter(args.measure)
+    meter: Meter
+    if args.latency is not None:
+        meter = LatencyMeter(args.latency)
+        phases = [p for p in latency_phases(args.latency, args.latency_s) if p.protocol in args.protocols]
+        messages = dict.fromkeys(("json", "binary"), args.latency * args.latency_s)
+    else:
+        meter = choose_meter(args.measure)
+        phases = [phase for phase in PHASES if phase.protocol in args.protocols]
+        messages = {"json": args.json_messages, "binary": args.binary_messages}
     progress(f"measure: {meter.measure.description}")
-    phases = [phase for phase in PHASES if phase.protocol in args.protocols]
-    messages = {"json": args.json_messages, "binary": args.binary_messages}
     runs: list[dict[str, Any]] = []
     saved: dict[str, Any] = {
         "command": args.make_command or tool,
