@@ -19,6 +19,7 @@ class Measure:
     unit: str  # "µs" / "instructions"
     description: str
     digits: int  # decimals of a figure per message
+    per: str = " per message"  # what a figure is of: "" for a latency percentile
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,11 @@ class Report:
 
     def legend(self) -> str:
         return (
-            f"Figures: {self.measure.unit} per message, medians of the A/B pairs' runs. Change: the median "
-            "over the A/B pairs of new / old; A/A change: the same over the A/A pairs (a build against "
-            "itself). Detectable: the smallest change this run tells from noise (~95 %, from the A/A pairs' "
-            "spread and the number of pairs). Verdict: worse / better beyond it; no worse: any regression is "
-            "below "
+            f"Figures: {self.measure.unit}{self.measure.per}, medians of the A/B pairs' runs. Change: the "
+            "median over the A/B pairs of new / old; A/A change: the same over the A/A pairs (a build "
+            "against itself). Detectable: the smallest change this run tells from noise (~95 %, from the "
+            "A/A pairs' spread and the number of pairs). Verdict: worse / better beyond it; no worse: any "
+            "regression is below "
             f"{self.tolerance:g} %; inside the noise: the run cannot rule out one of {self.tolerance:g} %."
         )
 
@@ -128,7 +129,7 @@ class Report:
         ran = f" (runs `{self.tool}`)" if self.tool else ""
         plural = "pairs" if self.pairs > 1 else "pair"
         lines = [
-            f"## bench-ab: {self.measure.quantity} per message, {self.new} against {self.old} "
+            f"## bench-ab: {self.measure.quantity}{self.measure.per}, {self.new} against {self.old} "
             f"({self.dates()})",
             "",
             f"Command: `{self.command}`{ran}. Old: {self.old_detail}. New: {self.new_detail}. Measure: "

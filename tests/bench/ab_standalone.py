@@ -107,6 +107,7 @@ class LatencyMeter:
                 "receipt as `magnetar perf produce --rate` sees it (100-byte messages)"
             ),
             digits=2,
+            per="",
         )
 
     def begin(self, pid: int) -> int:
@@ -424,7 +425,9 @@ class Standalone:
             name,
             ["standalone", "--data-dir", str(data), "--http-port", "0", "--bookie-port", str(free_port())],
             tmp,
-            build.env,
+            # Pulsar's binary port on a free port: two standalones run side by side (a build without the
+            # binary protocol ignores the variable, with a warning).
+            {**build.env, "MAGNETAR_BROKER_SERVICE_PORT": "0"},
             program=build.magnetar(),
         )
 
