@@ -15,6 +15,7 @@ from magnetar.bookkeeper.runtime.descriptors import (
     raise_nofile_limit,
 )
 from magnetar.bookkeeper.runtime.flat_settings import flat_names, nest_flat, nested_model, rename_old, renamed
+from magnetar.bookkeeper.runtime.gather import IOV_MAX, Buffer, rest_after
 from magnetar.bookkeeper.runtime.limits import LimitExceeded
 from magnetar.bookkeeper.runtime.listen import ListenError, check_ports_free, open_listeners
 from magnetar.bookkeeper.runtime.loop_monitor import ENVIRONMENT_VARIABLE as LOOP_MONITOR_ENV
@@ -32,8 +33,10 @@ from magnetar.bookkeeper.runtime.sync_thread import SyncThread, open_sync_thread
 from magnetar.bookkeeper.runtime.transitions import IllegalTransitionError, TransitionTable
 
 __all__ = [
+    "IOV_MAX",
     "LOOP_MONITOR_ENV",
     "AdvertisedAddressSettings",
+    "Buffer",
     "Clock",
     "ConnectionCounter",
     "GiveWay",
@@ -62,4 +65,5 @@ __all__ = [
     "raise_nofile_limit",
     "rename_old",
     "renamed",
+    "rest_after",
 ]

@@ -35,6 +35,7 @@ from magnetar.bookkeeper.bookie.storage.journal_format import (
     encode_header,
 )
 from magnetar.bookkeeper.bookie.storage.log_mark import LogMark, fsync_dir
+from magnetar.bookkeeper.runtime import IOV_MAX, Buffer, rest_after
 
 log = logging.getLogger(__name__)
 
@@ -66,26 +67,14 @@ def delete_journals_before(directory: Path, mark: LogMark, keep_backups: int) ->
     return doomed
 
 
-IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
-"""The most buffers one ``pwritev`` takes."""
-
-
 def write_parts(fd: int, parts: Sequence[bytes | bytearray], offset: int) -> int:
     """Write ``parts`` one after another at ``offset`` with ``pwritev`` (short writes resumed); the offset
     after them."""
-    pending: list[bytes | bytearray | memoryview] = [part for part in parts if part]
+    pending: list[Buffer] = [part for part in parts if part]
     while pending:
         written = os.pwritev(fd, pending[:IOV_MAX], offset)
         offset += written
-        done = 0
-        while written:
-            size = len(pending[done])
-            if written < size:
-                pending[done] = memoryview(pending[done])[written:]
-                break
-            written -= size
-            done += 1
-        del pending[:done]
+        pending = rest_after(pending, written)
     return offset
 
 

@@ -12,13 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from magnetar.bookkeeper.client import tcp_transport
-from magnetar.bookkeeper.client.gather_write import Buffer, advance
 from magnetar.bookkeeper.client.tcp_transport import open_tcp_transport
 from magnetar.bookkeeper.client.transport import next_request_id
 from magnetar.bookkeeper.protocol.codec import ClientProtocol
 from magnetar.bookkeeper.protocol.digest import Digester, DigestType
 from magnetar.bookkeeper.protocol.messages import AddRequest, AddResponse, ReadRequest, ReadResponse
 from magnetar.bookkeeper.protocol.status import BookieStatus
+from magnetar.bookkeeper.runtime import Buffer, rest_after
 
 PREFIX = b"Mi" + bytes(8)
 
@@ -80,9 +80,9 @@ def test_a_gather_frame_is_the_joined_frame(parts: list[bytes], key: int) -> Non
 
 
 @given(st.lists(st.binary(max_size=50), max_size=8), st.data())
-def test_advance_drops_exactly_the_bytes_sent(parts: list[bytes], data: st.DataObject) -> None:
+def test_rest_after_drops_exactly_the_bytes_written(parts: list[bytes], data: st.DataObject) -> None:
     total = b"".join(parts)
     sent = data.draw(st.integers(0, len(total)))
-    rest = advance(parts, sent)
+    rest = rest_after(parts, sent)
     assert b"".join(bytes(p) for p in rest) == total[sent:]
     assert all(len(p) for p in rest[:1])  # never offers an empty first buffer
