@@ -136,7 +136,8 @@ bench-compare: bench-peers
 ## and the smallest effect the run can detect: instructions per message where `perf stat` counts them, else
 ## CPU time. Each revision is checked out and installed in its own venv under .bench/ab/ (reused). PAIRS=12
 ## by default (2 x PAIRS rounds of about 20-40 s each); AB_ARGS=--markdown prints a RESULTS.md entry. Not part
-## of `make test`. Example: make bench-ab OLD=288a165 PAIRS=20
+## of `make test`. Example: make bench-ab OLD=288a165 PAIRS=20. AB_ARGS="--latency 5000": the publish
+## latency p99 at 5,000 msgs/s instead of the cost per message.
 AB_ARGS ?=
 ifneq ($(filter bench-ab,$(MAKECMDGOALS)),)
 ifeq ($(strip $(OLD)),)
