@@ -391,9 +391,9 @@ def end_of_topic_frame(end_of_topic: bool) -> bytes:
     return bytes((FrameType.END_OF_TOPIC, 1 if end_of_topic else 0))
 
 
-@dataclass(frozen=True, slots=True)
-class ReceivedMessage:
-    """A MESSAGES record as a client reads it."""
+class ReceivedMessage(NamedTuple):
+    """A MESSAGES record as a client reads it. A named tuple, built with one C call per record (a frozen
+    dataclass cost a client ~1.5 µs a message, as much as the broker spends sending it)."""
 
     message_id: MessageIdFields
     redelivery_count: int
@@ -402,6 +402,9 @@ class ReceivedMessage:
     key: str | None
     properties: dict[str, str]
     payload: bytes
+
+
+_new_received = tuple.__new__
 
 
 def parse_messages(frame: bytes) -> list[ReceivedMessage]:
@@ -432,7 +435,11 @@ def parse_messages(frame: bytes) -> list[ReceivedMessage]:
             if len(payload) != payload_len:
                 raise BinaryFrameError("MESSAGES truncated")
             pos += payload_len
-            out.append(ReceivedMessage(fields[:5], fields[5], fields[6], fields[7], key, properties, payload))
+            out.append(
+                _new_received(
+                    ReceivedMessage, (fields[:5], fields[5], fields[6], fields[7], key, properties, payload)
+                )
+            )
     except (struct.error, UnicodeDecodeError) as exc:
         raise BinaryFrameError(f"malformed MESSAGES frame: {exc}") from None
     return out
