@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import trio
@@ -194,7 +194,7 @@ class AddPipeline:
             info = ml.ledgers.get(ledger_id)
             if info is not None:
                 size_bytes = info.size_bytes + op.stored_size
-                ml.ledgers.update(replace(info, entries=result + 1, size_bytes=size_bytes))
+                ml.ledgers.update(info.grown(result + 1, size_bytes))
             assert position > ml.last_confirmed, f"acks out of order: {ml.last_confirmed} -> {position}"
             ml.last_confirmed = position
             ml.entries_added_counter += 1

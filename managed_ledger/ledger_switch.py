@@ -67,6 +67,8 @@ class LedgerSwitcher:
         self._ml = ml
         self._ctx = ctx
         self._settings = ctx.settings
+        self._limits = ctx.settings.rollover_limits()
+        """Built once (the settings are frozen): every add checks them."""
         self.ledger_created_ms = ctx.clock.time_ms()
         self._max_age_ms = self._jittered_max_age()
         self.rolling = False
@@ -92,9 +94,7 @@ class LedgerSwitcher:
         if info is None:
             return False
         age_ms = self._ctx.clock.time_ms() - self.ledger_created_ms
-        return ledger_is_full(
-            self._settings.rollover_limits(), info.entries, info.size_bytes, age_ms, self._max_age_ms
-        )
+        return ledger_is_full(self._limits, info.entries, info.size_bytes, age_ms, self._max_age_ms)
 
     def check_rollover(self) -> None:
         """Roll a non-empty ledger that is due (by entries, size or age)."""
@@ -344,5 +344,6 @@ class LedgerSwitcher:
         return await create_bk_ledger(self._ctx, self._ml.name)
 
     def _jittered_max_age(self) -> int:
-        limits = self._settings.rollover_limits()
-        return jittered_max_time_ms(limits, self._ctx.rng.random(), self._settings.rollover_jitter_fraction)
+        return jittered_max_time_ms(
+            self._limits, self._ctx.rng.random(), self._settings.rollover_jitter_fraction
+        )

@@ -27,7 +27,7 @@ from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscr
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.producer_access import AccessMode
-from magnetar.broker.core.publish import MESSAGES, CompactLayout, PublishRequest
+from magnetar.broker.core.publish import COMPACT_ALONE, MESSAGES, CompactLayout, PublishRequest
 from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
@@ -36,6 +36,7 @@ from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.core.topic_metrics import PUBLISH_LATENCY_BUCKETS_S, TopicMetrics
 
 __all__ = [
+    "COMPACT_ALONE",
     "MESSAGES",
     "PUBLISH_LATENCY_BUCKETS_S",
     "AccessError",

@@ -70,6 +70,12 @@ class PublishCompletion(Protocol):
 class EntryLayout(Protocol):
     """A group key that lays out the requests sharing an entry (see the module docstring)."""
 
+    @property
+    def alone(self) -> bool:
+        """Each request is an entry of its own, never grouped with the next (the client numbered its messages
+        from 0: a Pulsar binary SEND), so the publish queue writes it at once."""
+        ...
+
     def encode(
         self, group: Sequence[PublishRequest], messages: int, publish_time_ms: int
     ) -> tuple[bytes, bool]:
@@ -131,6 +137,7 @@ class _MessagesLayout:
     """:data:`MESSAGES`."""
 
     __slots__ = ()
+    alone = False
 
     def encode(
         self, group: Sequence[PublishRequest], messages: int, publish_time_ms: int
@@ -153,6 +160,7 @@ class CompactLayout:
     an entry."""
 
     __slots__ = ()
+    alone = False
 
     def encode(
         self, group: Sequence[PublishRequest], messages: int, publish_time_ms: int
@@ -161,3 +169,16 @@ class CompactLayout:
         bodies = cast("list[bytes | memoryview]", [request.content for request in group])
         data = encode_compact_batch(first.producer.name, first.sequence_id, publish_time_ms, messages, bodies)
         return data, True
+
+
+class _CompactAlone(CompactLayout):
+    """:data:`COMPACT_ALONE`."""
+
+    __slots__ = ()
+    alone = True
+
+
+COMPACT_ALONE: EntryLayout = _CompactAlone()
+"""Compact messages, each request an entry of its own (``kind = 3``): a Pulsar binary SEND, whose messages
+the client numbered from 0 in its receipt's entry. Written at once, pipelined with the entries in flight:
+the client batched already, and the bookies' journal group-commits the entries in flight together."""

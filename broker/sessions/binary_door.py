@@ -29,7 +29,7 @@ from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
 from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.broker.core import (
-    CompactLayout,
+    COMPACT_ALONE,
     Consumer,
     ErrorKind,
     FlowControl,
@@ -488,7 +488,7 @@ class BinaryFrontDoor:
         producer = handle.producer
         await producer.capacity.wait_for(messages)
         producer.publish(
-            CompactLayout(),  # one entry per SEND: the client numbers a batch's messages from 0
+            COMPACT_ALONE,  # one entry per SEND: the client numbers a batch's messages from 0
             body,
             messages,
             payload_bytes,

@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from magnetar.bookkeeper.runtime.clock import SystemClock
-from magnetar.broker.core.publish import MESSAGES, CompactLayout, PublishRequest
+from magnetar.broker.core.publish import COMPACT_ALONE, MESSAGES, CompactLayout, EntryLayout, PublishRequest
 from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.settings import BrokerSettings
@@ -166,7 +166,7 @@ class BinaryProducer:
     """(slot, entry_id, first_index, batch_size) per run."""
     failed: list[int] = field(default_factory=list)
     next_sequence_id: int = 0
-    layout: CompactLayout = field(default_factory=CompactLayout)
+    layout: EntryLayout = field(default_factory=CompactLayout)
 
     def run(self, slot: int, count: int) -> PublishRequest:
         payloads = [b"%s%02d" % (self.name.encode()[:2], self.next_sequence_id + i) for i in range(count)]
@@ -226,6 +226,35 @@ def test_binary_runs_that_wait_for_the_entry_in_flight_share_one_entry() -> None
     entry = decode_entry(written[0])
     assert [m.sequence_id for m in entry.messages] == [3, 4, 5, 6, 7, 8]  # consecutive across the runs
     assert [m.payload for m in entry.messages] == [b"p1%02d" % i for i in range(3, 9)]
+
+
+def test_requests_that_stand_alone_are_pipelined_each_in_its_own_entry() -> None:
+    """A Pulsar binary SEND (``COMPACT_ALONE``) is an entry of its own, written at once however many are in
+    flight - one unbatched producer once wrote one message per bookie round trip - and still in arrival order
+    behind a group of another layout that waits for its turn."""
+    alone = BinaryProducer("a1", layout=COMPACT_ALONE)
+    gathering = BinaryProducer("g1")
+    seen: list[list[int]] = []
+
+    def steps(topic: PersistentTopic, ledger: HeldLedger) -> None:
+        for slot in range(5):
+            topic.publish(alone.run(slot, 1 + slot % 2))
+        seen.append(ledger.sizes())  # five entries in flight, beyond publish_inflight_entries_max
+        topic.publish(gathering.run(0, 2))  # waits for the pipeline ...
+        topic.publish(alone.run(5, 1))  # ... and the next SEND waits behind it (arrival order)
+        seen.append(ledger.sizes())
+        while ledger.adds:
+            ledger.complete()
+        topic.publish(alone.run(6, 3))  # nothing in flight: at once
+        seen.append(ledger.sizes())
+        ledger.complete()
+
+    binary_scenario(steps, publish_inflight_entries_max=1)
+    assert seen == [[1, 2, 1, 2, 1], [1, 2, 1, 2, 1], [3]]
+    assert alone.stored == [
+        (0, 0, 0, 1), (1, 1, 0, 2), (2, 2, 0, 1), (3, 3, 0, 2), (4, 4, 0, 1), (5, 6, 0, 1), (6, 7, 0, 3)
+    ]  # fmt: skip
+    assert gathering.stored == [(0, 5, 0, 2)]
 
 
 def test_runs_of_different_producers_get_entries_of_their_own_in_arrival_order() -> None:

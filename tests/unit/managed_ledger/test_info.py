@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, decode_position_entry, encode_position_entry
@@ -108,3 +110,11 @@ def test_rollover_jitter_extends_the_deadline() -> None:
     assert ledger_is_full(LIMITS, 10, 10, 61_500, deadline)
     with pytest.raises(ValueError):
         RolloverLimits(min_time_ms=10, max_time_ms=5)
+
+
+def test_grown_keeps_every_other_field_as_replace_does() -> None:
+    """``grown`` spells the fields out for speed: a field added to LedgerInfo and forgotten there would be
+    reset to its default on every add."""
+    values = {field.name: 1000 + number for number, field in enumerate(dataclasses.fields(LedgerInfo))}
+    info = LedgerInfo(**values)
+    assert info.grown(7, 4096) == dataclasses.replace(info, entries=7, size_bytes=4096)
