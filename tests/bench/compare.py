@@ -11,9 +11,9 @@ storage), ``rabbitmq`` (streams), ``pulsar-lite`` (Pulsar binary protocol, measu
 ``pulsar-client``), ``magnetar-standalone`` (one bookie) and ``magnetar-cluster`` (ZooKeeper + 3 bookies
 + 1 broker, E=3 W=3 A=2) over Pulsar's WebSocket API, the same two over Magnetar's binary subprotocol
 ``magnetar.v1`` (``magnetar-standalone-binary``, ``magnetar-cluster-binary``), and over Pulsar's binary
-protocol with the official ``pulsar-client`` driven exactly as for pulsar-lite (``magnetar-standalone-pulsar``,
-``magnetar-cluster-pulsar``: same client, same driver, so those rows and pulsar-lite's differ by the server
-only). All on 127.0.0.1, free ports,
+protocol with the official ``pulsar-client`` driven exactly as for pulsar-lite
+(``magnetar-standalone-pulsar``, ``magnetar-cluster-pulsar``: same client, same driver, so those rows and
+pulsar-lite's differ by the server only). All on 127.0.0.1, free ports,
 data in a temp dir; one system at a time; every process stopped by pid. A system whose server or client is not
 installed is reported as not measured.
 

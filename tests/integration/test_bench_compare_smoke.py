@@ -1,9 +1,9 @@
 """The comparison harness end to end on Magnetar standalone: a few seconds of every phase, then stopped.
 
 The peers (Redis, NATS, RabbitMQ, pulsar-lite) are not part of `make test`; their drivers run with
-``make bench-compare``; the ``-pulsar`` row runs pulsar-lite's client driver (the official ``pulsar-client``,
-in the dev extra) against Magnetar's binary port. No figure is asserted - only that every phase measured something and that nothing
-the driver started outlives it.
+``make bench-compare``; the ``-pulsar`` row runs pulsar-lite's client driver (the official
+``pulsar-client``, in the dev extra) against Magnetar's binary port. No figure is asserted - only that every
+phase measured something and that nothing the driver started outlives it.
 """
 
 from __future__ import annotations
