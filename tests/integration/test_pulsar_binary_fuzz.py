@@ -103,7 +103,11 @@ def gauge(standalone: MagnetarProcess) -> BrokerGauge:
 
 def _produce_and_consume(standalone: MagnetarProcess, n: int = 20) -> None:
     """The official client still produces and consumes (closed afterwards: no connection stays)."""
-    client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=15)
+    client = pulsar.Client(
+        standalone.ready["brokerUrl"],
+        operation_timeout_seconds=15,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+    )
     try:
         topic = f"persistent://public/default/after-fuzz-{uuid.uuid4().hex[:8]}"
         consumer = client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
