@@ -68,9 +68,10 @@ SETTLE_S = 20.0
 WORKERS = 48
 SMALL_FLOOD_BYTES = 2 * 1024 * 1024
 """PINGs whose PONGs fit the broker's outbound queue (8 MiB) and the sockets' buffers."""
-BIG_FLOOD_BYTES = 24 * 1024 * 1024
+BIG_FLOOD_BYTES = 48 * 1024 * 1024
 """PINGs whose PONGs do not: the broker must stop reading the client (its PONGs held 4.8 bytes of memory for
-each byte of PING before it did)."""
+each byte of PING before it did). Larger than the queue plus every socket buffer on the way (loopback's
+buffers grow to a few MiB each), so the client's send cannot complete once the broker stops reading."""
 
 
 def _free_port() -> int:
