@@ -1,6 +1,6 @@
 """Magnetar side by side with the alternatives on this machine, measured in the same run.
 
-    .venv/bin/python tests/bench/compare.py                       # everything (about 20 minutes)
+    .venv/bin/python tests/bench/compare.py                       # everything (about 30 minutes)
     .venv/bin/python tests/bench/compare.py --quick               # a short run CI could afford
     .venv/bin/python tests/bench/compare.py --peers redis-always,magnetar-standalone --sizes 100
     .venv/bin/python tests/bench/compare.py --rounds 3 ...       # medians of 3 rounds (this machine drifts)
