@@ -125,7 +125,7 @@ bench-peers: zookeeper venv
 	$(BIN)/python -m pip install --quiet -e '.[dev,spark,helm,bench]' --config-settings editable_mode=strict \
 		> $(VENV)/bench-install.log 2>&1 || { cat $(VENV)/bench-install.log; exit 1; }
 
-## bench-compare: Magnetar side by side with Redis, NATS, RabbitMQ and pulsar-lite on this machine (about 20
+## bench-compare: Magnetar side by side with Redis, NATS, RabbitMQ and pulsar-lite on this machine (about 30
 ## minutes; figures appended to tests/bench/RESULTS.md). COMPARE_ARGS=--quick for a short run.
 COMPARE_ARGS ?=
 bench-compare: bench-peers

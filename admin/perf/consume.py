@@ -1,4 +1,4 @@
-"""``magnetar perf consume``: see :mod:`.ws`."""
+"""``magnetar perf consume``: see :mod:`.ws` (and :mod:`.pulsar_perf` for ``--protocol pulsar``)."""
 
 from __future__ import annotations
 
@@ -13,4 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.protocol == "pulsar":
+        from magnetar.admin.perf.pulsar_perf import run_consume as run_pulsar  # noqa: PLC0415 (pulsar-client)
+
+        return run_pulsar(args)
     return run_consume(args)

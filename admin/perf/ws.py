@@ -22,7 +22,8 @@ consume: one consumer (``--subscription``, ``--subscription-type``) acknowledgin
 (which then serves it through itself or redirects); it looks up again on every reconnect.
 
 ``--protocol binary`` runs both over Magnetar's binary subprotocol ``magnetar.v1`` (see
-:mod:`.ws_binary`; ``--batch-size`` messages per SEND frame) instead of Pulsar's JSON API.
+:mod:`.ws_binary`; ``--batch-size`` messages per SEND frame) instead of Pulsar's JSON API; ``--protocol
+pulsar`` over Pulsar's binary protocol with the official client (:mod:`.pulsar_perf`).
 
 Failures that retrying cannot fix stop the run at once with the broker's reason on stderr and exit code 1:
 an upgrade refused with 400, 401 (authentication), 403 (authorization), 404, 405 or 412, a session closed
@@ -55,7 +56,7 @@ import trio
 
 from magnetar.admin.perf import ws_binary as perf_ws_binary
 from magnetar.admin.perf.common import messages_due
-from magnetar.admin.perf.ws_args import DEFAULT_DURATION_S
+from magnetar.admin.perf.ws_args import DEFAULT_DURATION_S, DEFAULT_WS_URL
 from magnetar.admin.perf.ws_connect import Session, auth_token, check_close, connect, topic_paths
 from magnetar.admin.perf.ws_stats import PerfFailure, SendProgress, Stats, report_line, summary_line
 from magnetar.admin.processes.process_common import tune_gc
@@ -357,8 +358,10 @@ def _execute(
 
 
 def run_produce(args: argparse.Namespace) -> int:
+    args.url = args.url or DEFAULT_WS_URL
     return _execute(PerfRun("produce", args.messages), produce, args)
 
 
 def run_consume(args: argparse.Namespace) -> int:
+    args.url = args.url or DEFAULT_WS_URL
     return _execute(PerfRun("consume", args.messages), consume, args)

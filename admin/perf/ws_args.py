@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+DEFAULT_WS_URL = "ws://127.0.0.1:8080"
 DEFAULT_DURATION_S = 30.0
 """How long a run without ``--messages`` lasts unless ``--duration-s`` says otherwise."""
 TOPICS_MAX = 10_000
@@ -38,7 +39,12 @@ RATE = _number(float, 0.0, "a rate >= 0")
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default="ws://127.0.0.1:8080", help="broker URL (ws:// or http://)")
+    parser.add_argument(
+        "--url",
+        default=None,
+        help=f"broker URL: ws:// or http:// ({DEFAULT_WS_URL} when unset); with --protocol pulsar its "
+        "pulsar:// URL (pulsar://127.0.0.1:6650 when unset)",
+    )
     parser.add_argument(
         "--topic", required=True, help="persistent://tenant/ns/topic, tenant/ns/topic or topic"
     )
@@ -74,8 +80,9 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--protocol",
         default="json",
-        choices=["json", "binary"],
-        help="Pulsar's JSON API, or Magnetar's binary subprotocol magnetar.v1 (many messages per frame)",
+        choices=["json", "binary", "pulsar"],
+        help="Pulsar's JSON API, Magnetar's binary subprotocol magnetar.v1 (many messages per frame), or "
+        "Pulsar's binary protocol through the official client (pip install pulsar-client)",
     )
     parser.add_argument(
         "--topics",
@@ -101,6 +108,26 @@ def add_produce_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-pending", type=POSITIVE, default=1000, help="unacked messages per producer")
     parser.add_argument(
         "--batch-size", type=POSITIVE, default=100, help="messages per SEND frame (--protocol binary only)"
+    )
+    pulsar = parser.add_argument_group("--protocol pulsar (as pulsar-perf produce)")
+    pulsar.add_argument(
+        "--disable-batching", action="store_true", help="one message per SEND (batching is on by default)"
+    )
+    pulsar.add_argument(
+        "--batch-max-messages", type=POSITIVE, default=1000, help="messages one client batch holds at most"
+    )
+    pulsar.add_argument(
+        "--batch-time-window-ms",
+        type=_number(int, 0, "a whole number of milliseconds >= 0"),
+        default=1,
+        help="how long the client waits to fill a batch",
+    )
+    pulsar.add_argument(
+        "--compression",
+        default="NONE",
+        choices=["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"],
+        help="compression of each batch, by the client (a broker that stores no compressed batches refuses "
+        "them: each counts as an error)",
     )
 
 

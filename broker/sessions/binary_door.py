@@ -279,6 +279,11 @@ class BinaryFrontDoor:
     async def _read(self, conn: _Connection) -> None:
         decoder = FrameDecoder(self._frame_bytes_max)
         while True:
+            # A client that does not read its answers (PONGs, receipts, errors) stops being read once its
+            # outbound queue is full, else every command it sends would queue one more answer without bound
+            # (a flood of 34 MiB of PINGs held 165 MB); TCP then holds its sender back, the keepalive ends it.
+            while conn.outbound.bytes >= conn.outbound.bytes_max:  # noqa: ASYNC110 (the writer drains it)
+                await trio.sleep(0.01)
             data = await conn.stream.receive_some(RECEIVE_BYTES)
             if not data:
                 raise _Closed("the client closed the connection")

@@ -1,6 +1,6 @@
 """Magnetar side by side with the alternatives on this machine, measured in the same run.
 
-    .venv/bin/python tests/bench/compare.py                       # everything (about 20 minutes)
+    .venv/bin/python tests/bench/compare.py                       # everything (about 30 minutes)
     .venv/bin/python tests/bench/compare.py --quick               # a short run CI could afford
     .venv/bin/python tests/bench/compare.py --peers redis-always,magnetar-standalone --sizes 100
     .venv/bin/python tests/bench/compare.py --rounds 3 ...       # medians of 3 rounds (this machine drifts)
@@ -9,8 +9,11 @@
 Systems (``--peers``): ``redis-always`` / ``redis-everysec`` (Redis streams, AOF), ``nats`` (JetStream, file
 storage), ``rabbitmq`` (streams), ``pulsar-lite`` (Pulsar binary protocol, measured with its own
 ``pulsar-client``), ``magnetar-standalone`` (one bookie) and ``magnetar-cluster`` (ZooKeeper + 3 bookies
-+ 1 broker, E=3 W=3 A=2) over Pulsar's WebSocket API, and the same two over Magnetar's binary subprotocol
-``magnetar.v1`` (``magnetar-standalone-binary``, ``magnetar-cluster-binary``). All on 127.0.0.1, free ports,
++ 1 broker, E=3 W=3 A=2) over Pulsar's WebSocket API, the same two over Magnetar's binary subprotocol
+``magnetar.v1`` (``magnetar-standalone-binary``, ``magnetar-cluster-binary``), and over Pulsar's binary
+protocol with the official ``pulsar-client`` driven exactly as for pulsar-lite
+(``magnetar-standalone-pulsar``, ``magnetar-cluster-pulsar``: same client, same driver, so those rows and
+pulsar-lite's differ by the server only). All on 127.0.0.1, free ports,
 data in a temp dir; one system at a time; every process stopped by pid. A system whose server or client is not
 installed is reported as not measured.
 
@@ -183,8 +186,9 @@ def render(
         "",
         render_systems(results, runner.how),
         "",
-        "pulsar-lite is measured with its own `pulsar-client` over the Pulsar binary protocol: Magnetar does "
-        "not speak that protocol, so its row compares client stacks as well as servers. Over Pulsar's "
+        "pulsar-lite and the `-pulsar` rows (Magnetar's binary port) are measured with the same client, "
+        "Apache's `pulsar-client`, driven the same way (comparison/pulsar_client.py): between them only the "
+        "server differs; against the other Magnetar rows the client stack differs too. Over Pulsar's "
         "WebSocket API Magnetar's payloads travel base64-encoded in JSON frames, one message per frame; the "
         "`-binary` rows use Magnetar's subprotocol `magnetar.v1` (raw payloads, many per frame).",
         "",

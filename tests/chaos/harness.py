@@ -53,6 +53,9 @@ class ScenarioConfig:
     drain_timeout_s: float = 40.0
     timeout_s: float = 240.0
     consumer_idle_s: float = 4.0
+    protocol: str = "websocket"
+    """``websocket`` (:class:`~chaos.workload.Workload`) or ``pulsar``: Pulsar's binary protocol through the
+    official client (:class:`~chaos.pulsar_workload.PulsarWorkload`)."""
 
 
 @dataclass
@@ -70,14 +73,32 @@ class Scenario:
             [*self.config.subscriptions, *self.config.late_subscriptions], trio.current_time
         )
         self.draining = trio.Event()
-        self.workload = Workload(
+        self.workload = self._workload()
+        self._start = 0.0
+
+    def _workload(self) -> Workload:
+        producers = list(self.config.producers)
+        if self.config.protocol == "pulsar":
+            from chaos.pulsar_workload import PulsarWorkload
+
+            return PulsarWorkload(
+                self.checker, self.binary_urls, self.topic, producers, idle_s=self.config.consumer_idle_s
+            )
+        return Workload(
             self.checker,
             lambda: self.cluster.broker_urls,
             self.topic,
-            list(self.config.producers),
+            producers,
             idle_s=self.config.consumer_idle_s,
         )
-        self._start = 0.0
+
+    def binary_urls(self) -> list[str]:
+        """Every broker's ``pulsar://`` address (its binary port)."""
+        cluster = self.cluster
+        return [
+            f"pulsar://{cluster.broker_address(i)}:{cluster.ports.brokers[i]['binary']}"
+            for i in range(len(cluster.broker_names))
+        ]
 
     # -- the script's vocabulary -------------------------------------------------------------------
 

@@ -57,6 +57,35 @@ async def test_owner_killed_repeatedly(tmp_path: Path, scale: Callable[[float, f
     scenario.assert_ok(verdict)
 
 
+async def test_owner_killed_under_the_official_binary_client(
+    tmp_path: Path, scale: Callable[[float, float], float]
+) -> None:
+    """The same SIGKILL of the owner, with the workload on Pulsar's binary protocol through the official
+    ``pulsar-client``: it finds the new owner by itself, and every message it saw acknowledged (by the broker
+    that was killed too) is consumed by both subscriptions."""
+    rounds = int(scale(1, 3))
+    exits = ClusterExits()
+    async with open_test_cluster(tmp_path, exits) as cluster:
+        config = ScenarioConfig("broker SIGKILL, pulsar-client", protocol="pulsar")
+        scenario = Scenario(config, cluster, exits)
+
+        async def faults(s: Scenario) -> None:
+            for round_number in range(1, rounds + 1):
+                owner = await s.owner()
+                s.phase(f"kill {owner} #{round_number}")
+                acked_before = s.checker.acked_count
+                await cluster.kill(owner)
+                took = await s.recovered()
+                s.note(f"acks again {took:.1f} s after the kill ({acked_before} acknowledged before it)")
+                await s.hold(scale(1, 3))
+                s.phase(f"restart {owner}")
+                await cluster.restart(owner)
+                await s.hold(scale(1, 2))
+
+        verdict = await scenario.run(faults)
+    scenario.assert_ok(verdict)
+
+
 async def test_owner_paused_past_its_session(tmp_path: Path, scale: Callable[[float, float], float]) -> None:
     rounds = int(scale(1, 4))
     producers = (

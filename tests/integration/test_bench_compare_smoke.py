@@ -1,8 +1,9 @@
 """The comparison harness end to end on Magnetar standalone: a few seconds of every phase, then stopped.
 
 The peers (Redis, NATS, RabbitMQ, pulsar-lite) are not part of `make test`; their drivers run with
-``make bench-compare``. No figure is asserted - only that every phase measured something and that nothing
-the driver started outlives it.
+``make bench-compare``; the ``-pulsar`` row runs pulsar-lite's client driver (the official
+``pulsar-client``, in the dev extra) against Magnetar's binary port. No figure is asserted - only that every
+phase measured something and that nothing the driver started outlives it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from bench.comparison.figures import Latency, Throughput
 from bench.comparison.magnetar_system import MagnetarSystem
 from bench.comparison.report import Results, render_tables, scenarios
-from bench.comparison.runner import Runner, Settings, info
+from bench.comparison.runner import Runner, Settings, build_system, info
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
 
@@ -27,13 +28,16 @@ def alive(pid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("name", ["magnetar-standalone", "magnetar-standalone-binary"])
+@pytest.mark.parametrize(
+    "name", ["magnetar-standalone", "magnetar-standalone-binary", "magnetar-standalone-pulsar"]
+)
 def test_the_standalone_driver_measures_every_phase_and_stops_its_process(tmp_path: Path, name: str) -> None:
     settings = Settings(
         sizes=[100], rates=[500.0], e2e_rate=500.0, messages=2_000, duration_s=1.0, window=200,
         phase_limit_s=60.0, drain_s=10.0,
     )  # fmt: skip
-    system = MagnetarSystem(name, cluster=False, binary=name.endswith("-binary"))
+    system = build_system(name, settings.window)
+    assert isinstance(system, MagnetarSystem)
     all_scenarios = scenarios(settings.sizes, settings.rates, settings.e2e_rate)
     results = Results([info(system)])
     runner = Runner(settings, all_scenarios, results, tmp_path)

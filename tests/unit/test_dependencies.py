@@ -2,8 +2,9 @@
 
 A plain ``pip install .`` (the container image's install) gets the runtime dependencies only: a module that
 imports a package found only in an extra (httpx was only in ``dev``) breaks that install. Imports inside
-functions count too - they run as soon as the command that needs them does. The exception is a folder that
-exists for an extra (``admin/spark`` is the ``spark`` extra's PySpark source).
+functions count too - they run as soon as the command that needs them does. The exception is a folder or
+module that exists for an extra (``admin/spark`` is the ``spark`` extra's PySpark source;
+``admin/perf/pulsar_perf.py`` needs the ``pulsar`` extra's official client, and says so when it is missing).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 FOLDERS = PYPROJECT["tool"]["setuptools"]["package-dir"].values()
-EXTRA_FOLDERS = {"admin/spark": "spark"}
-"""Folders that exist for an extra: their imports may come from that extra."""
+EXTRA_FOLDERS = {"admin/spark": "spark", "admin/perf/pulsar_perf.py": "pulsar"}
+"""Folders (or modules) that exist for an extra: their imports may come from that extra."""
 
 
 def distribution_name(requirement: str) -> str:

@@ -124,6 +124,8 @@ class MagnetarSystem:
             else "ack after the entry is in its one bookie's journal, fdatasynced (group commit)"
         )
         self.ws_url = ""
+        self.broker_url = ""
+        """The broker's ``pulsar://`` URL (its binary port), from its ready document."""
         self._processes: list[ServerProcess] = []
         self._zookeeper: Any = None
         self._components: list[int] = []
@@ -167,6 +169,7 @@ class MagnetarSystem:
             workdir,
         )  # fmt: skip
         self.ws_url = f"ws://127.0.0.1:{ready['port']}"
+        self.broker_url = str(ready["brokerUrl"])
         self.how = "magnetar standalone, 1 disk bookie, E/W/A 1/1/1"
 
     def _start_dev_cluster(self, workdir: Path) -> None:
@@ -179,6 +182,7 @@ class MagnetarSystem:
             workdir,
         )  # fmt: skip
         self.ws_url = str(ready["brokers"][0]["wsUrl"]).rstrip("/")
+        self.broker_url = str(ready["brokers"][0]["brokerUrl"])
         kinds = ("zookeepers", "bookies", "brokers")
         self._components = [int(component["pid"]) for kind in kinds for component in ready.get(kind, [])]
         self.how = f"magnetar dev-cluster: ZooKeeper, 3 disk bookies, 1 broker, E/W/A {e}/{w}/{a}"
@@ -204,6 +208,7 @@ class MagnetarSystem:
             workdir,
         )  # fmt: skip
         self.ws_url = f"ws://127.0.0.1:{ready['port']}"
+        self.broker_url = str(ready["brokerUrl"])
         self.how = f"ZooKeeper + 3 magnetar bookie (disk) + 1 magnetar broker, E/W/A {e}/{w}/{a}"
 
     def pids(self) -> list[int]:

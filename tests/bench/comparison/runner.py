@@ -29,8 +29,10 @@ from bench.comparison.system import System
 
 MAGNETARS = (
     "magnetar-standalone", "magnetar-cluster", "magnetar-standalone-binary", "magnetar-cluster-binary",
+    "magnetar-standalone-pulsar", "magnetar-cluster-pulsar",
 )  # fmt: skip
-"""Magnetar over Pulsar's WebSocket API, and over its binary subprotocol ``magnetar.v1``."""
+"""Magnetar over Pulsar's WebSocket API, over its binary subprotocol ``magnetar.v1``, and over Pulsar's
+binary protocol (its binary port) with the official ``pulsar-client``."""
 CONNECT_GRACE_S = 60.0
 """On top of a phase's own bound: connecting, creating topics and subscriptions, closing."""
 
@@ -72,6 +74,10 @@ def build_system(name: str, window: int) -> System:
         from bench.comparison.pulsar_lite_system import PulsarLiteSystem
 
         return PulsarLiteSystem(name, window)
+    if name in MAGNETARS and name.endswith("-pulsar"):
+        from bench.comparison.magnetar_pulsar_system import MagnetarPulsarSystem
+
+        return MagnetarPulsarSystem(name, cluster="cluster" in name, window=window)
     if name in MAGNETARS:
         from bench.comparison.magnetar_system import MagnetarSystem
 
