@@ -398,7 +398,7 @@ def _topics_request(
 
 
 def _listed(fields: Fields) -> list[str]:
-    return [bytes(v).decode() for v in fields._fields.get(2, [])]  # repeated string: read raw
+    return fields.repeated_strings(2)
 
 
 def test_topics_of_a_namespace_by_mode_pattern_and_hash(client: pulsar.Client, raw: RawClient) -> None:

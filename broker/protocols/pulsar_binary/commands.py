@@ -17,7 +17,13 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from magnetar.broker.protocols.pulsar_binary.protobuf import Fields, ProtobufError, Writer, parse_message
+from magnetar.broker.protocols.pulsar_binary.protobuf import (
+    Fields,
+    ProtobufError,
+    Writer,
+    encode_varint,
+    parse_message,
+)
 from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics, decode_get_topics
 
 PROTOCOL_VERSION_MAX = 21
@@ -636,12 +642,22 @@ def _message_id_bytes(ledger_id: int, entry_id: int, partition: int = -1, batch_
     return w.bytes()
 
 
+_RECEIPT_HEAD = encode_varint(1 << 3) + encode_varint(CommandType.SEND_RECEIPT)
+_RECEIPT_FIELD = encode_varint(CommandType.SEND_RECEIPT << 3 | 2)
+
+
 def encode_send_receipt(
     producer_id: int, sequence_id: int, ledger_id: int, entry_id: int, highest_sequence_id: int
 ) -> bytes:
-    w = Writer().uint(1, producer_id).uint(2, sequence_id)
-    w.data(3, _message_id_bytes(ledger_id, entry_id)).uint(4, highest_sequence_id)
-    return _base(CommandType.SEND_RECEIPT, w)
+    """SEND_RECEIPT, its bytes joined directly (one per SEND: a :class:`Writer` per field cost a third of the
+    codec's time per message); the same bytes as the generic encoding (a test checks)."""
+    message_id = b"\x08" + encode_varint(ledger_id) + b"\x10" + encode_varint(entry_id)
+    sub = (
+        b"\x08" + encode_varint(producer_id) + b"\x10" + encode_varint(sequence_id)
+        + b"\x1a" + encode_varint(len(message_id)) + message_id
+        + b"\x20" + encode_varint(highest_sequence_id)
+    )  # fmt: skip
+    return _RECEIPT_HEAD + _RECEIPT_FIELD + encode_varint(len(sub)) + sub
 
 
 def encode_send_error(producer_id: int, sequence_id: int, error: ServerError, message: str) -> bytes:

@@ -52,6 +52,8 @@ class ProtobufError(ValueError):
 
 def read_varint(data: memoryview, pos: int) -> tuple[int, int]:
     """The varint at ``pos`` and the position after it."""
+    if pos < len(data) and data[pos] < 0x80:  # one byte: tags and small values, the common case
+        return data[pos], pos + 1
     result = 0
     shift = 0
     end = len(data)
@@ -71,8 +73,13 @@ def read_varint(data: memoryview, pos: int) -> tuple[int, int]:
     raise ProtobufError(f"varint longer than {VARINT_BYTES_MAX} bytes")
 
 
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
+
+
 def encode_varint(value: int) -> bytes:
     """A non-negative value below ``2**64`` as a varint."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     if not 0 <= value < _U64:
         raise ValueError(f"varint value {value} out of range")
     out = bytearray()
@@ -84,34 +91,44 @@ def encode_varint(value: int) -> bytes:
 
 
 class Fields:
-    """A decoded message: field number -> its values in wire order (see the module docstring)."""
+    """A decoded message: field number -> its last value, and the values in wire order of the numbers that
+    came more than once (see the module docstring). A field that came once costs no list."""
 
-    __slots__ = ("_fields", "name")
+    __slots__ = ("_last_values", "_repeated", "name")
 
-    def __init__(self, fields: dict[int, list[Value]], name: str) -> None:
-        self._fields = fields
+    def __init__(self, last: dict[int, Value], repeated: dict[int, list[Value]] | None, name: str) -> None:
+        self._last_values = last
+        self._repeated = repeated
         self.name = name
         """The message's name, for error messages."""
 
     def has(self, number: int) -> bool:
-        return number in self._fields
+        return number in self._last_values
 
     def _last(self, number: int) -> Value | None:
-        values = self._fields.get(number)
-        return values[-1] if values else None
+        return self._last_values.get(number)
+
+    def _all(self, number: int) -> list[Value]:
+        """Every value of field ``number``, in wire order."""
+        if self._repeated is not None and number in self._repeated:
+            return self._repeated[number]
+        value = self._last_values.get(number)
+        return [] if value is None else [value]
 
     def _int(self, number: int) -> int | None:
-        value = self._last(number)
-        if value is None:
-            return None
-        if isinstance(value, memoryview):
-            raise ProtobufError(f"{self.name}: field {number} is not a number")
-        return value
+        value = self._last_values.get(number)
+        if value is None or value.__class__ is int:
+            return value
+        raise ProtobufError(f"{self.name}: field {number} is not a number")
 
     def uint(self, number: int, default: int = 0) -> int:
         """A ``uint32``/``uint64``/enum field (enums are non-negative in this protocol)."""
-        value = self._int(number)
-        return default if value is None else value
+        value = self._last_values.get(number)
+        if value is None:
+            return default
+        if value.__class__ is int:
+            return value
+        raise ProtobufError(f"{self.name}: field {number} is not a number")
 
     def uint32(self, number: int, default: int = 0) -> int:
         value = self.uint(number, default)
@@ -144,12 +161,10 @@ class Fields:
         return value
 
     def raw(self, number: int) -> memoryview | None:
-        value = self._last(number)
-        if value is None:
-            return None
-        if not isinstance(value, memoryview):
-            raise ProtobufError(f"{self.name}: field {number} is not length-delimited")
-        return value
+        value = self._last_values.get(number)
+        if value is None or value.__class__ is memoryview:
+            return value
+        raise ProtobufError(f"{self.name}: field {number} is not length-delimited")
 
     def bytes_(self, number: int, default: bytes = b"") -> bytes:
         value = self.raw(number)
@@ -182,15 +197,24 @@ class Fields:
         return found
 
     def repeated_messages(self, number: int, name: str) -> Iterator[Fields]:
-        for value in self._fields.get(number, ()):
+        for value in self._all(number):
             if not isinstance(value, memoryview):
                 raise ProtobufError(f"{self.name}: field {number} is not length-delimited")
             yield parse_message(value, name)
 
+    def repeated_strings(self, number: int) -> list[str]:
+        """A repeated ``string``, in wire order."""
+        out: list[str] = []
+        for value in self._all(number):
+            if not isinstance(value, memoryview):
+                raise ProtobufError(f"{self.name}: field {number} is not length-delimited")
+            out.append(_utf8(value, self.name, number))
+        return out
+
     def repeated_int64(self, number: int) -> list[int]:
         """A repeated ``int64``, packed or not."""
         out: list[int] = []
-        for value in self._fields.get(number, ()):
+        for value in self._all(number):
             if isinstance(value, memoryview):
                 pos = 0
                 while pos < len(value):
@@ -210,49 +234,64 @@ def _utf8(value: memoryview, name: str, number: int) -> str:
         raise ProtobufError(f"{name}: field {number} is not valid UTF-8") from None
 
 
+def _other_value(view: memoryview, pos: int, wire: int, name: str, number: int) -> tuple[Value, int]:
+    """A field that is not a varint: length-delimited or fixed-width (its value and the position after)."""
+    end = len(view)
+    if wire == WIRE_LEN:
+        length, pos = read_varint(view, pos)
+        if length > end - pos:
+            raise ProtobufError(f"{name}: field {number} claims {length} bytes, {end - pos} remain")
+        return view[pos : pos + length], pos + length
+    if wire == WIRE_FIXED64:
+        if end - pos < 8:
+            raise ProtobufError(f"{name}: truncated fixed64 field {number}")
+        return _F64.unpack_from(view, pos)[0], pos + 8
+    if wire == WIRE_FIXED32:
+        if end - pos < 4:
+            raise ProtobufError(f"{name}: truncated fixed32 field {number}")
+        return _F32.unpack_from(view, pos)[0], pos + 4
+    raise ProtobufError(f"{name}: unsupported wire type {wire} (field {number})")
+
+
 def parse_message(data: bytes | memoryview, name: str) -> Fields:
     """Decode one message's fields (nested messages stay bytes until asked for)."""
     view = data if isinstance(data, memoryview) else memoryview(data)
-    fields: dict[int, list[Value]] = {}
+    fields: dict[int, Value] = {}
+    repeated: dict[int, list[Value]] | None = None
     pos = 0
     end = len(view)
     count = 0
     while pos < end:
-        key, pos = read_varint(view, pos)
+        key = view[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_varint(view, pos)
         number = key >> 3
         wire = key & 0x7
         if number == 0 or number > 0x1FFFFFFF:
             raise ProtobufError(f"{name}: invalid field number {number}")
         value: Value
         if wire == WIRE_VARINT:
-            value, pos = read_varint(view, pos)
-        elif wire == WIRE_LEN:
-            length, pos = read_varint(view, pos)
-            if length > end - pos:
-                raise ProtobufError(f"{name}: field {number} claims {length} bytes, {end - pos} remain")
-            value = view[pos : pos + length]
-            pos += length
-        elif wire == WIRE_FIXED64:
-            if end - pos < 8:
-                raise ProtobufError(f"{name}: truncated fixed64 field {number}")
-            (value,) = _F64.unpack_from(view, pos)
-            pos += 8
-        elif wire == WIRE_FIXED32:
-            if end - pos < 4:
-                raise ProtobufError(f"{name}: truncated fixed32 field {number}")
-            (value,) = _F32.unpack_from(view, pos)
-            pos += 4
+            if pos < end and view[pos] < 0x80:
+                value = view[pos]
+                pos += 1
+            else:
+                value, pos = read_varint(view, pos)
         else:
-            raise ProtobufError(f"{name}: unsupported wire type {wire} (field {number})")
+            value, pos = _other_value(view, pos, wire, name, number)
         count += 1
         if count > FIELDS_MAX:
             raise ProtobufError(f"{name}: more than {FIELDS_MAX} fields")
-        values = fields.get(number)
-        if values is None:
-            fields[number] = [value]
-        else:
-            values.append(value)
-    return Fields(fields, name)
+        if number in fields:
+            if repeated is None:
+                repeated = {}
+            if number in repeated:
+                repeated[number].append(value)
+            else:
+                repeated[number] = [fields[number], value]
+        fields[number] = value
+    return Fields(fields, repeated, name)
 
 
 class Writer:

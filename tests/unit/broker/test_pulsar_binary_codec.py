@@ -36,6 +36,7 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     encode_connect,
     encode_metadata,
     encode_ping,
+    encode_send_receipt,
 )
 from magnetar.broker.protocols.pulsar_binary.framing import (
     Frame,
@@ -324,3 +325,23 @@ def test_a_forged_auth_data_is_refused() -> None:
     command = Writer().uint(1, CommandType.AUTH_RESPONSE).data(CommandType.AUTH_RESPONSE, forged.bytes())
     with pytest.raises(ProtobufError):
         decode_command(command.bytes())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ids=st.tuples(*[st.integers(0, 2**64 - 1)] * 5),
+)
+def test_the_joined_send_receipt_is_the_generic_encoding(ids: tuple[int, int, int, int, int]) -> None:
+    producer_id, sequence_id, ledger_id, entry_id, highest = ids
+    message_id = Writer().uint(1, ledger_id).uint(2, entry_id).bytes()
+    sub = Writer().uint(1, producer_id).uint(2, sequence_id).data(3, message_id).uint(4, highest).bytes()
+    generic = Writer().uint(1, CommandType.SEND_RECEIPT).data(CommandType.SEND_RECEIPT, sub).bytes()
+    assert encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest) == generic
+
+
+def test_fields_keep_every_value_of_a_repeated_number_in_order() -> None:
+    data = Writer().string(2, "a").uint(1, 5).string(2, "b").uint(1, 6).string(2, "c").bytes()
+    fields = parse_message(data, "T")
+    assert fields.repeated_strings(2) == ["a", "b", "c"]
+    assert fields.uint(1) == 6  # the last value of a singular field wins
+    assert fields.repeated_strings(3) == []

@@ -39,7 +39,7 @@ def _answer(data: bytes) -> Fields:
 
 
 def _names(fields: Fields) -> list[str]:
-    return [bytes(v).decode() for v in fields._fields.get(2, [])]  # repeated string: read raw
+    return fields.repeated_strings(2)
 
 
 def test_the_request_decodes_with_its_defaults() -> None:
