@@ -34,6 +34,8 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import trio
 
@@ -69,11 +71,13 @@ from magnetar.broker.ownership import (
 from magnetar.broker.policies import PolicyError, PolicyStore, PublishGate
 from magnetar.broker.security import build_security
 from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.topic_policy_watch import TopicPolicyWatch
 from magnetar.broker.wire import NamespaceName, TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LOST_TOPIC_CLOSE_TIMEOUT_S = 10.0
 """Bound on closing the managed ledger of a topic whose bundle was lost (the store may be unreachable)."""
@@ -103,6 +107,14 @@ class BrokerService:
         self._loading: dict[str, trio.Event] = {}
         self.bundles = BundleMap(self.policies, settings.default_number_of_namespace_bundles)
         """Which bundle holds a topic (each namespace's boundaries)."""
+        self.topic_policies = TopicPolicyWatch(
+            metadata,
+            self.policies,
+            settings.policy_defaults(),
+            lambda: [*self.topics.values(), *self.non_persistent.topics.values()],
+        )
+        """Each loaded topic's limits from its policies, refreshed on every change
+        (:mod:`.topic_policy_watch`)."""
         self.metrics = BrokerMetrics(
             settings.cluster,
             lambda: [*self.topics.values(), *self.non_persistent.topics.values()],
@@ -175,6 +187,7 @@ class BrokerService:
                 self._nursery = nursery
                 self.non_persistent.bind(nursery)
                 await self._ownership.register_broker({"cluster": self.settings.cluster})
+                await nursery.start(self.topic_policies.run)
                 nursery.start_soon(self._ownership.run)
                 nursery.start_soon(self._update_rates)
                 if self.settings.load_balancer_enabled:
@@ -384,14 +397,24 @@ class BrokerService:
             return await self.get_topic(topic, create=create)
         self._check_ready()
         await self.bundles.namespace_policies(str(topic.namespace_name))
-        may_create = create and self.settings.allow_auto_topic_creation
         namespace = str(topic.namespace_name)
-        return await self.non_persistent.get(
+        may_create = create and await self._policy_read(self.topic_policies.may_create(namespace))
+        limits = await self._policy_read(self.topic_policies.limits(topic))
+        served = await self.non_persistent.get(
             topic,
             self.check_owner,
             may_create=may_create,
             check_count=lambda loaded: self.security.check_topic_count(namespace, loaded),
         )
+        served.apply_limits(limits)
+        return served
+
+    async def _policy_read(self, read: Awaitable[T]) -> T:
+        """A read of policies; the store's failure is "not ready" (the client retries)."""
+        try:
+            return await read
+        except (PolicyError, MetadataStoreError) as exc:
+            raise ServiceUnitNotReadyError(f"reading policies failed: {exc}") from exc
 
     async def get_topic(self, topic: TopicName, *, create: bool = True) -> PersistentTopic:
         """The loaded topic, loading (and, if allowed, creating) it on first use."""
@@ -427,6 +450,8 @@ class BrokerService:
             )
         await self.bundles.namespace_policies(bundle[0])
         name = topic.managed_ledger_name
+        changes = self.topic_policies.changes
+        limits = await self._policy_read(self.topic_policies.limits(topic))
         try:
             may_create = await self._may_create(topic, create)
             topics_max = self.security.limits.topics_per_namespace_max
@@ -434,7 +459,7 @@ class BrokerService:
                 if not may_create:
                     raise TopicNotFoundError(f"Topic {topic} does not exist")
                 await self.check_topic_count(topic)
-            ml = await self.ml_factory.open(name)
+            ml = await self.ml_factory.open(name, quorum=limits.quorum)
         except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
             raise ServiceUnitNotReadyError(f"Failed to load topic {topic}: {exc}") from exc
         if not self.ownership.owns(*bundle):  # lost while opening
@@ -452,7 +477,10 @@ class BrokerService:
         )
         assert self._nursery is not None
         await self._nursery.start(loaded.run)
+        loaded.apply_limits(limits)
         self.topics[str(topic)] = loaded
+        if self.topic_policies.changes != changes:  # changed while loading: the watch may have missed it
+            loaded.apply_limits(await self._policy_read(self.topic_policies.limits(topic)))
         self._topic_bundles[str(topic)] = bundle
         log.info("loaded topic %s", topic)
         return loaded
@@ -478,7 +506,7 @@ class BrokerService:
             partitions = await self.partitions(topic.partitioned_topic)
             if partitions > topic.partition_index:
                 return True
-        return self.settings.allow_auto_topic_creation
+        return await self._policy_read(self.topic_policies.may_create(str(topic.namespace_name)))
 
     async def _close_topic(self, topic: PersistentTopic, reason: str) -> None:
         """Close ``topic`` (already out of :attr:`topics`). Until its managed ledger is closed, a request

@@ -132,7 +132,7 @@ class BrokerPolicyDefaults:
             )
         if field == "inactive_topic_policies":
             return InactiveTopicPolicies(
-                inactiveTopicDeleteMode=self.delete_inactive_topics_mode,  # type: ignore[arg-type]
+                inactiveTopicDeleteMode=self.delete_inactive_topics_mode,
                 maxInactiveDurationSeconds=self.delete_inactive_topics_max_inactive_s,
                 deleteWhileInactive=self.delete_inactive_topics_enabled,
             )

@@ -1,0 +1,132 @@
+"""Each loaded topic's policies, kept current through the metadata store's watch.
+
+When a topic loads, the service asks :meth:`TopicPolicyWatch.limits` for what its policies bound
+(:func:`~magnetar.broker.policies.catalogue.resolve`: the topic's own, its partitioned topic's, the
+namespace's, the broker's settings) and hands the topic the result (:class:`~.core.TopicLimits`). The watch
+listens to the metadata store: a namespace's policies document (``/admin/policies/<tenant>/<namespace>``)
+or a topic's (``/admin/topic-policies/<tenant>/<namespace>/<topic>``) created, changed or deleted marks that
+namespace, and its loaded topics - of every broker, each watching its own store session - are given their
+new limits without an unload. A reconnected session (notifications may have been missed) marks every
+namespace. A read that fails (the store away) leaves a topic with what it had; the next change retries.
+
+The same resolution answers whether a missing topic may be created automatically (the namespace's
+``autoTopicCreationOverride``, else ``allow_auto_topic_creation``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+import trio
+
+from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError, Notification, SessionEvent
+from magnetar.broker.core import TopicLimits
+from magnetar.broker.core.topic_base import TopicBase
+from magnetar.broker.policies import PolicyError, PolicyStore
+from magnetar.broker.policies.catalogue import BrokerPolicyDefaults, EffectivePolicies, resolve
+from magnetar.broker.policies.store import POLICIES, TOPIC_POLICIES
+from magnetar.broker.wire import TopicName
+
+log = logging.getLogger(__name__)
+
+ALL = "*"
+"""Marks every namespace (after a reconnection)."""
+
+
+def limits_of(effective: EffectivePolicies) -> TopicLimits:
+    p = effective.persistence
+    return TopicLimits(
+        max_producers=effective.max_producers_per_topic,
+        max_consumers=effective.max_consumers_per_topic,
+        max_consumers_per_subscription=effective.max_consumers_per_subscription,
+        max_subscriptions=effective.max_subscriptions_per_topic,
+        unacked_messages_per_consumer=effective.max_unacked_messages_per_consumer,
+        auto_subscription_creation=effective.auto_subscription_creation,
+        quorum=(p.bookkeeperEnsemble, p.bookkeeperWriteQuorum, p.bookkeeperAckQuorum),
+    )
+
+
+def namespace_of_path(path: str) -> str | None:
+    """The namespace whose policies a changed metadata node holds, or None for any other node."""
+    for root, depth in ((POLICIES, 2), (TOPIC_POLICIES, 3)):
+        if path.startswith(root + "/"):
+            parts = path[len(root) + 1 :].split("/")
+            if len(parts) == depth:
+                return f"{parts[0]}/{parts[1]}"
+    return None
+
+
+class TopicPolicyWatch:
+    def __init__(
+        self,
+        store: MetadataStore,
+        policies: PolicyStore,
+        defaults: BrokerPolicyDefaults,
+        loaded: Callable[[], Iterable[TopicBase]],
+    ) -> None:
+        self._store = store
+        self._policies = policies
+        self._defaults = defaults
+        self._loaded = loaded
+        self._dirty: set[str] = set()
+        self._changed = trio.Event()
+        self.changes = 0
+        """Notifications seen so far: a load that read the policies before a change re-reads them."""
+
+    async def effective(self, topic: TopicName) -> EffectivePolicies:
+        namespace = str(topic.namespace_name)
+        levels = [await self._policies.get_topic_policies(namespace, topic.local_name)]
+        if topic.is_partition:
+            parent = topic.partitioned_topic.local_name
+            levels.append(await self._policies.get_topic_policies(namespace, parent))
+        return resolve(levels, await self._policies.get_namespace(namespace), self._defaults)
+
+    async def limits(self, topic: TopicName) -> TopicLimits:
+        return limits_of(await self.effective(topic))
+
+    async def may_create(self, namespace: str) -> bool:
+        """Whether a missing topic of ``namespace`` may be created on first use."""
+        policies = await self._policies.get_namespace(namespace)
+        override = policies.autoTopicCreationOverride if policies is not None else None
+        if override is not None:
+            return override.allowAutoTopicCreation
+        return self._defaults.allow_auto_topic_creation
+
+    def _on_notification(self, notification: Notification) -> None:
+        namespace = namespace_of_path(notification.path)
+        if namespace is not None:
+            self._mark(namespace)
+
+    def _on_session(self, event: SessionEvent) -> None:
+        if event in (SessionEvent.RECONNECTED, SessionEvent.SESSION_REESTABLISHED):
+            self._mark(ALL)
+
+    def _mark(self, namespace: str) -> None:
+        self.changes += 1
+        self._dirty.add(namespace)
+        self._changed.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        unregister = self._store.register_listener(self._on_notification)
+        unregister_session = self._store.register_session_listener(self._on_session)
+        task_status.started()
+        try:
+            while True:
+                await self._changed.wait()
+                self._changed = trio.Event()
+                dirty, self._dirty = self._dirty, set()
+                await self.refresh(dirty)
+        finally:
+            unregister()
+            unregister_session()
+
+    async def refresh(self, namespaces: set[str]) -> None:
+        """Give the loaded topics of ``namespaces`` (:data:`ALL`: every one) their current limits."""
+        for topic in list(self._loaded()):
+            if ALL not in namespaces and str(topic.name.namespace_name) not in namespaces:
+                continue
+            try:
+                topic.apply_limits(await self.limits(topic.name))
+            except (PolicyError, MetadataStoreError) as exc:
+                log.warning("policies of %s not refreshed (it keeps its limits): %s", topic.name, exc)
