@@ -123,13 +123,18 @@ def _verbs(
     ]
 
 
+def _under(base: Callable[[A], str], segment: str) -> Callable[[A], str]:
+    def path(args: A) -> str:
+        return f"{base(args)}/{segment}"
+
+    return path
+
+
 def namespace_policy_verbs() -> list[Verb]:
     verbs: list[Verb] = []
     for spec in CATALOGUE:
-        segment = spec.ns_path
-        verbs += _verbs(
-            spec, spec.ns_verb, lambda a, s=segment: namespace_path(a.namespace) + f"/{s}", NS, False
-        )
+        path = _under(lambda a: namespace_path(a.namespace), spec.ns_path)
+        verbs += _verbs(spec, spec.ns_verb, path, NS, False)
     return verbs
 
 
@@ -138,8 +143,6 @@ def topic_policy_verbs() -> list[Verb]:
     for spec in CATALOGUE:
         if spec.topic_path is None or spec.topic_verb is None:
             continue
-        segment = spec.topic_path
-        verbs += _verbs(
-            spec, spec.topic_verb, lambda a, s=segment: topic_path(a.topic) + f"/{s}", TOPIC, True
-        )
+        path = _under(lambda a: topic_path(a.topic), spec.topic_path)
+        verbs += _verbs(spec, spec.topic_verb, path, TOPIC, True)
     return verbs
