@@ -34,8 +34,6 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-from collections.abc import Awaitable
-from typing import TypeVar
 
 import trio
 
@@ -51,6 +49,7 @@ from magnetar.broker.core import (
     TopicMetrics,
     TopicNotFoundError,
 )
+from magnetar.broker.inactivity import InactivityMonitor
 from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
 from magnetar.broker.metrics import BrokerMetrics, MetadataFigures
 from magnetar.broker.namespace_topics import namespace_topics
@@ -77,7 +76,6 @@ from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 LOST_TOPIC_CLOSE_TIMEOUT_S = 10.0
 """Bound on closing the managed ledger of a topic whose bundle was lost (the store may be unreachable)."""
@@ -112,9 +110,18 @@ class BrokerService:
             self.policies,
             settings.policy_defaults(),
             lambda: [*self.topics.values(), *self.non_persistent.topics.values()],
+            retention_default_min=settings.default_retention_time_min,
         )
         """Each loaded topic's limits from its policies, refreshed on every change
         (:mod:`.topic_policy_watch`)."""
+        self.inactivity = InactivityMonitor(
+            self.clock,
+            lambda: list(self.topics.values()),
+            self.topic_policies.retention_minutes,
+            self.delete_topic,
+            self.policies,
+        )
+        """Deletes inactive topics and expired subscriptions as their policies say (:mod:`.inactivity`)."""
         self.metrics = BrokerMetrics(
             settings.cluster,
             lambda: [*self.topics.values(), *self.non_persistent.topics.values()],
@@ -189,6 +196,11 @@ class BrokerService:
                 await self._ownership.register_broker({"cluster": self.settings.cluster})
                 await nursery.start(self.topic_policies.run)
                 nursery.start_soon(self._ownership.run)
+                nursery.start_soon(
+                    self.inactivity.run,
+                    self.settings.broker_delete_inactive_topics_frequency_s,
+                    self.settings.subscription_expiry_check_interval_s,
+                )
                 nursery.start_soon(self._update_rates)
                 if self.settings.load_balancer_enabled:
                     self.load_manager = self._load_manager(self._ownership)
@@ -398,8 +410,8 @@ class BrokerService:
         self._check_ready()
         await self.bundles.namespace_policies(str(topic.namespace_name))
         namespace = str(topic.namespace_name)
-        may_create = create and await self._policy_read(self.topic_policies.may_create(namespace))
-        limits = await self._policy_read(self.topic_policies.limits(topic))
+        may_create = create and await self.topic_policies.may_create(namespace)
+        limits = await self.topic_policies.limits(topic)
         served = await self.non_persistent.get(
             topic,
             self.check_owner,
@@ -408,13 +420,6 @@ class BrokerService:
         )
         served.apply_limits(limits)
         return served
-
-    async def _policy_read(self, read: Awaitable[T]) -> T:
-        """A read of policies; the store's failure is "not ready" (the client retries)."""
-        try:
-            return await read
-        except (PolicyError, MetadataStoreError) as exc:
-            raise ServiceUnitNotReadyError(f"reading policies failed: {exc}") from exc
 
     async def get_topic(self, topic: TopicName, *, create: bool = True) -> PersistentTopic:
         """The loaded topic, loading (and, if allowed, creating) it on first use."""
@@ -451,7 +456,7 @@ class BrokerService:
         await self.bundles.namespace_policies(bundle[0])
         name = topic.managed_ledger_name
         changes = self.topic_policies.changes
-        limits = await self._policy_read(self.topic_policies.limits(topic))
+        limits = await self.topic_policies.limits(topic)
         try:
             may_create = await self._may_create(topic, create)
             topics_max = self.security.limits.topics_per_namespace_max
@@ -480,7 +485,7 @@ class BrokerService:
         loaded.apply_limits(limits)
         self.topics[str(topic)] = loaded
         if self.topic_policies.changes != changes:  # changed while loading: the watch may have missed it
-            loaded.apply_limits(await self._policy_read(self.topic_policies.limits(topic)))
+            loaded.apply_limits(await self.topic_policies.limits(topic))
         self._topic_bundles[str(topic)] = bundle
         log.info("loaded topic %s", topic)
         return loaded
@@ -506,7 +511,7 @@ class BrokerService:
             partitions = await self.partitions(topic.partitioned_topic)
             if partitions > topic.partition_index:
                 return True
-        return await self._policy_read(self.topic_policies.may_create(str(topic.namespace_name)))
+        return await self.topic_policies.may_create(str(topic.namespace_name))
 
     async def _close_topic(self, topic: PersistentTopic, reason: str) -> None:
         """Close ``topic`` (already out of :attr:`topics`). Until its managed ledger is closed, a request

@@ -10,7 +10,7 @@ other counts), ``consumer_unacked_messages_max`` = ``maxUnackedMessagesPerConsum
 ``allow_auto_subscription_creation`` = ``allowAutoSubscriptionCreation``,
 ``subscription_expiration_time_minutes`` = ``subscriptionExpirationTimeMinutes``,
 ``managed_ledger_max_{ensemble_size,write_quorum,ack_quorum}`` = ``managedLedgerMax{EnsembleSize,...}``,
-``broker_delete_inactive_topics_*`` = ``brokerDeleteInactiveTopics*`` (off here: not enforced yet).
+``broker_delete_inactive_topics_*`` = ``brokerDeleteInactiveTopics*`` (off by default here).
 """
 
 from __future__ import annotations
@@ -50,13 +50,20 @@ class TopicPolicyDefaults(QuorumSettings):
     default_num_partitions: Annotated[int, Field(ge=1, le=65_536)] = 1
     allow_auto_subscription_creation: bool = True
     subscription_expiration_time_minutes: Count = 0
-    """Reported as the default (not enforced yet)."""
+    """Minutes after which a durable subscription without consumers is deleted; 0 = never."""
     broker_delete_inactive_topics_enabled: bool = False
     broker_delete_inactive_topics_mode: Literal[
         "delete_when_no_subscriptions", "delete_when_subscriptions_caught_up"
     ] = "delete_when_no_subscriptions"
     broker_delete_inactive_topics_max_inactive_duration_s: Count = 60
-    """Reported as the defaults of ``inactiveTopicPolicies`` (inactive topics are not deleted yet)."""
+    """The defaults of ``inactiveTopicPolicies``: off here (Pulsar's default is on), so only a namespace or
+    topic policy deletes topics."""
+    broker_delete_inactive_topics_frequency_s: Annotated[int, Field(ge=1, le=86_400)] = 60
+    """How often loaded topics are checked for inactivity (Pulsar's
+    ``brokerDeleteInactiveTopicsFrequencySeconds``)."""
+    subscription_expiry_check_interval_s: Annotated[int, Field(ge=1, le=86_400)] = 300
+    """How often subscriptions are checked for expiry (Pulsar's ``subscriptionExpiryCheckIntervalInMinutes``,
+    5 min)."""
     managed_ledger_max_ensemble_size: Quorum = 5
     """Largest ``bookkeeperEnsemble`` a persistence policy may ask for (Pulsar's
     ``managedLedgerMaxEnsembleSize``)."""

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 import trio
 
 from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError, Notification, SessionEvent
-from magnetar.broker.core import TopicLimits
+from magnetar.broker.core import ServiceUnitNotReadyError, TopicLimits
 from magnetar.broker.core.topic_base import TopicBase
 from magnetar.broker.policies import PolicyError, PolicyStore
 from magnetar.broker.policies.catalogue import BrokerPolicyDefaults, EffectivePolicies, resolve
@@ -36,6 +36,7 @@ ALL = "*"
 
 def limits_of(effective: EffectivePolicies) -> TopicLimits:
     p = effective.persistence
+    inactive = effective.inactive_topic_policies
     return TopicLimits(
         max_producers=effective.max_producers_per_topic,
         max_consumers=effective.max_consumers_per_topic,
@@ -44,6 +45,10 @@ def limits_of(effective: EffectivePolicies) -> TopicLimits:
         unacked_messages_per_consumer=effective.max_unacked_messages_per_consumer,
         auto_subscription_creation=effective.auto_subscription_creation,
         quorum=(p.bookkeeperEnsemble, p.bookkeeperWriteQuorum, p.bookkeeperAckQuorum),
+        delete_while_inactive=inactive.deleteWhileInactive,
+        inactive_mode=inactive.inactiveTopicDeleteMode or "delete_when_no_subscriptions",
+        max_inactive_s=inactive.maxInactiveDurationSeconds,
+        subscription_expiration_minutes=effective.subscription_expiration_time_minutes,
     )
 
 
@@ -64,11 +69,14 @@ class TopicPolicyWatch:
         policies: PolicyStore,
         defaults: BrokerPolicyDefaults,
         loaded: Callable[[], Iterable[TopicBase]],
+        *,
+        retention_default_min: int = 0,
     ) -> None:
         self._store = store
         self._policies = policies
         self._defaults = defaults
         self._loaded = loaded
+        self._retention_default_min = retention_default_min
         self._dirty: set[str] = set()
         self._changed = trio.Event()
         self.changes = 0
@@ -83,11 +91,32 @@ class TopicPolicyWatch:
         return resolve(levels, await self._policies.get_namespace(namespace), self._defaults)
 
     async def limits(self, topic: TopicName) -> TopicLimits:
-        return limits_of(await self.effective(topic))
+        """The topic's limits now; :class:`ServiceUnitNotReadyError` when they cannot be read (the client
+        retries)."""
+        try:
+            return limits_of(await self.effective(topic))
+        except (PolicyError, MetadataStoreError) as exc:
+            raise ServiceUnitNotReadyError(f"reading the policies of {topic} failed: {exc}") from exc
+
+    async def retention_minutes(self, topic: TopicName) -> int:
+        """The retention time (minutes) in effect: topic, partitioned topic, namespace, broker."""
+        namespace = str(topic.namespace_name)
+        names = [topic.local_name] + ([topic.partitioned_topic.local_name] if topic.is_partition else [])
+        for name in names:
+            own = (await self._policies.get_topic_policies(namespace, name)).retention_policies
+            if own is not None:
+                return own.retentionTimeInMinutes
+        policies = await self._policies.get_namespace(namespace)
+        if policies is not None and policies.retention_policies is not None:
+            return policies.retention_policies.retentionTimeInMinutes
+        return self._retention_default_min
 
     async def may_create(self, namespace: str) -> bool:
         """Whether a missing topic of ``namespace`` may be created on first use."""
-        policies = await self._policies.get_namespace(namespace)
+        try:
+            policies = await self._policies.get_namespace(namespace)
+        except (PolicyError, MetadataStoreError) as exc:
+            raise ServiceUnitNotReadyError(f"reading the policies of {namespace} failed: {exc}") from exc
         override = policies.autoTopicCreationOverride if policies is not None else None
         if override is not None:
             return override.allowAutoTopicCreation
@@ -128,5 +157,5 @@ class TopicPolicyWatch:
                 continue
             try:
                 topic.apply_limits(await self.limits(topic.name))
-            except (PolicyError, MetadataStoreError) as exc:
+            except ServiceUnitNotReadyError as exc:
                 log.warning("policies of %s not refreshed (it keeps its limits): %s", topic.name, exc)

@@ -42,6 +42,13 @@ class TopicLimits:
     auto_subscription_creation: bool = True
     quorum: tuple[int, int, int] | None = None
     """Ensemble, write and ack quorum of the topic's next ledger; None: the broker's."""
+    delete_while_inactive: bool = False
+    """Whether the broker deletes the topic once inactive (``inactiveTopicPolicies``;
+    :mod:`magnetar.broker.inactivity` acts on these three)."""
+    inactive_mode: str = "delete_when_no_subscriptions"
+    max_inactive_s: int = 60
+    subscription_expiration_minutes: int = 0
+    """Durable subscriptions without consumers for longer are deleted; 0 = never."""
 
     def consumer_unacked_max(self) -> int | None:
         value = self.unacked_messages_per_consumer

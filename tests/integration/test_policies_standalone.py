@@ -39,7 +39,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MagnetarPro
         "standalone", "--data-dir", str(tmp / "data"), "--http-port", "0", "--broker-service-port", "0",
         "--bookie-port", str(free_port()),
     ]  # fmt: skip
-    process = MagnetarProcess("standalone", args, tmp)
+    checks = {"MAGNETAR_BROKER_DELETE_INACTIVE_TOPICS_FREQUENCY_S": "1"}  # inactive topics found in seconds
+    process = MagnetarProcess("standalone", args, tmp, checks)
     group.processes.append(process)
     try:
         process.start(timeout_s=60)
@@ -263,3 +264,19 @@ def test_persistence_quorum_applies_to_new_ledgers(
     producer = client.create_producer(f"persistent://{namespace}/quorum")
     producer.send(b"stored with E=W=A=1")
     producer.close()
+
+
+def test_inactive_topic_is_deleted(admin: Admin, client: pulsar.Client, namespace: str) -> None:
+    policy = {"inactiveTopicDeleteMode": "delete_when_no_subscriptions", "maxInactiveDurationSeconds": 1,
+              "deleteWhileInactive": True}  # fmt: skip
+    topic = f"persistent://{namespace}/idle"
+    kept = f"persistent://{namespace}/subscribed"
+    client.subscribe(kept, "stays").close()  # a durable subscription keeps its topic active in this mode
+    producer = client.create_producer(topic)
+    producer.send(b"x")
+    assert admin.call("POST", f"/namespaces/{namespace}/inactiveTopicPolicies", policy)[0] == 204
+    time.sleep(3)
+    assert topic in admin.call("GET", f"/persistent/{namespace}")[1]  # a producer: active
+    producer.close()
+    eventually(lambda: topic not in admin.call("GET", f"/persistent/{namespace}")[1], timeout_s=15)
+    assert kept in admin.call("GET", f"/persistent/{namespace}")[1]
