@@ -363,14 +363,19 @@ class BrokerService:
         loaded = self.topics.get(str(topic))
         return loaded if loaded is not None and not loaded.closed else None
 
-    async def partitions(self, topic: TopicName) -> int:
+    async def partitions(self, topic: TopicName, *, create: bool = True) -> int:
         """Partitions of a partitioned topic (0: not partitioned; Magnetar has no partitioned non-persistent
-        topics)."""
+        topics). A topic that does not exist is created partitioned here, as a client's partition lookup
+        does in Pulsar, when ``create`` and the namespace's auto-creation rule says ``partitioned``."""
         if topic.is_partition or not topic.is_persistent:
             return 0
+        namespace = str(topic.namespace_name)
         try:
-            return await self.policies.get_partitions(str(topic.namespace_name), topic.local_name)
-        except (PolicyError, MetadataStoreError) as exc:
+            count = await self.policies.get_partitions(namespace, topic.local_name)
+            if count or not create:
+                return count
+            return await self.topic_policies.auto_partitions(topic, self.ml_factory.exists)
+        except (PolicyError, MetadataStoreError, ManagedLedgerError) as exc:
             raise ServiceUnitNotReadyError(f"reading partitions of {topic} failed: {exc}") from exc
 
     async def check_partition_exists(self, topic: TopicName) -> None:
@@ -378,7 +383,7 @@ class BrokerService:
         if not topic.is_partition:
             return
         base = topic.partitioned_topic
-        partitions = await self.partitions(base)
+        partitions = await self.partitions(base, create=False)
         if partitions and topic.partition_index >= partitions:
             raise TopicNotFoundError(
                 f"Topic {topic} does not exist: {base} has {partitions} partitions (0 to {partitions - 1})"
@@ -508,7 +513,7 @@ class BrokerService:
         if not create:
             return False
         if topic.is_partition:
-            partitions = await self.partitions(topic.partitioned_topic)
+            partitions = await self.partitions(topic.partitioned_topic, create=False)
             if partitions > topic.partition_index:
                 return True
         return await self.topic_policies.may_create(str(topic.namespace_name))

@@ -46,7 +46,8 @@ class TopicPolicyDefaults(QuorumSettings):
     """Answered as the default of the subscription-wide bound (not enforced yet)."""
     allow_auto_topic_creation: bool = True
     allow_auto_topic_creation_type: Literal["non-partitioned", "partitioned"] = "non-partitioned"
-    """Only non-partitioned topics are created automatically so far; ``partitioned`` is reported only."""
+    """``partitioned``: a client's partition lookup of a missing topic creates it with
+    ``default_num_partitions`` partitions."""
     default_num_partitions: Annotated[int, Field(ge=1, le=65_536)] = 1
     allow_auto_subscription_creation: bool = True
     subscription_expiration_time_minutes: Count = 0

@@ -10,22 +10,25 @@ new limits without an unload. A reconnected session (notifications may have been
 namespace. A read that fails (the store away) leaves a topic with what it had; the next change retries.
 
 The same resolution answers whether a missing topic may be created automatically (the namespace's
-``autoTopicCreationOverride``, else ``allow_auto_topic_creation``).
+``autoTopicCreationOverride``, else ``allow_auto_topic_creation``) and whether partitioned, with how many
+partitions (``topicType``, ``defaultNumPartitions``; else ``allow_auto_topic_creation_type``,
+``default_num_partitions``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import trio
 
 from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError, Notification, SessionEvent
 from magnetar.broker.core import ServiceUnitNotReadyError, TopicLimits
 from magnetar.broker.core.topic_base import TopicBase
-from magnetar.broker.policies import PolicyError, PolicyStore
+from magnetar.broker.policies import AlreadyExists, PolicyError, PolicyStore
 from magnetar.broker.policies.catalogue import BrokerPolicyDefaults, EffectivePolicies, resolve
-from magnetar.broker.policies.store import POLICIES, TOPIC_POLICIES
+from magnetar.broker.policies.store import POLICIES, TOPIC_POLICIES, AutoTopicCreationOverride
 from magnetar.broker.wire import TopicName
 
 log = logging.getLogger(__name__)
@@ -111,16 +114,37 @@ class TopicPolicyWatch:
             return policies.retention_policies.retentionTimeInMinutes
         return self._retention_default_min
 
-    async def may_create(self, namespace: str) -> bool:
-        """Whether a missing topic of ``namespace`` may be created on first use."""
+    async def creation_rule(self, namespace: str) -> AutoTopicCreationOverride:
+        """Whether and how a missing topic of ``namespace`` is created on first use: the namespace's
+        override as a whole, else the broker's settings."""
         try:
             policies = await self._policies.get_namespace(namespace)
         except (PolicyError, MetadataStoreError) as exc:
             raise ServiceUnitNotReadyError(f"reading the policies of {namespace} failed: {exc}") from exc
         override = policies.autoTopicCreationOverride if policies is not None else None
         if override is not None:
-            return override.allowAutoTopicCreation
-        return self._defaults.allow_auto_topic_creation
+            return override
+        rule: AutoTopicCreationOverride = self._defaults.value("autoTopicCreationOverride")
+        return rule
+
+    async def auto_partitions(self, topic: TopicName, exists: Callable[[str], Awaitable[bool]]) -> int:
+        """Create the missing ``topic`` partitioned when its namespace's rule says ``partitioned`` (as a
+        client's partition lookup does in Pulsar); its partitions, 0 when it is not created so."""
+        namespace = str(topic.namespace_name)
+        rule = await self.creation_rule(namespace)
+        if not (
+            rule.allowAutoTopicCreation and rule.topicType == "partitioned" and rule.defaultNumPartitions
+        ):
+            return 0
+        if await exists(topic.managed_ledger_name):
+            return 0  # an existing non-partitioned topic
+        with contextlib.suppress(AlreadyExists):
+            await self._policies.create_partitioned(namespace, topic.local_name, rule.defaultNumPartitions)
+        return await self._policies.get_partitions(namespace, topic.local_name)
+
+    async def may_create(self, namespace: str) -> bool:
+        """Whether a missing topic of ``namespace`` may be created on first use."""
+        return (await self.creation_rule(namespace)).allowAutoTopicCreation
 
     def _on_notification(self, notification: Notification) -> None:
         namespace = namespace_of_path(notification.path)

@@ -280,3 +280,22 @@ def test_inactive_topic_is_deleted(admin: Admin, client: pulsar.Client, namespac
     producer.close()
     eventually(lambda: topic not in admin.call("GET", f"/persistent/{namespace}")[1], timeout_s=15)
     assert kept in admin.call("GET", f"/persistent/{namespace}")[1]
+
+
+def test_auto_creation_of_partitioned_topics(
+    standalone: MagnetarProcess, admin: Admin, client: pulsar.Client, namespace: str
+) -> None:
+    rule = {"allowAutoTopicCreation": True, "topicType": "partitioned", "defaultNumPartitions": 3}
+    assert admin.call("POST", f"/namespaces/{namespace}/autoTopicCreation", rule)[0] == 204
+    producer = client.create_producer(f"persistent://{namespace}/auto-binary")
+    producer.send(b"to some partition")
+    producer.close()
+    assert admin.call("GET", f"/persistent/{namespace}/auto-binary/partitions")[1]["partitions"] == 3
+    assert ws_status(standalone, f"producer/persistent/{namespace}/auto-ws") == 101
+    assert admin.call("GET", f"/persistent/{namespace}/auto-ws/partitions")[1]["partitions"] == 3
+    # a topic that already exists non-partitioned stays so
+    assert admin.call("DELETE", f"/namespaces/{namespace}/autoTopicCreation")[0] == 204
+    client.create_producer(f"persistent://{namespace}/plain").close()
+    assert admin.call("POST", f"/namespaces/{namespace}/autoTopicCreation", rule)[0] == 204
+    client.create_producer(f"persistent://{namespace}/plain").close()
+    assert admin.call("GET", f"/persistent/{namespace}/plain/partitions")[1]["partitions"] == 0
