@@ -9,7 +9,7 @@ import httpx
 import pytest
 from fixtures.admin import AdminServer
 
-from magnetar.broker.policies.catalogue import CATALOGUE
+from magnetar.broker.policies.catalogue import CATALOGUE, PolicySpec
 from magnetar.managed_ledger.info import ManagedLedgerInfo
 from magnetar.managed_ledger.meta_store import ledger_path
 
@@ -33,22 +33,22 @@ async def post_raw(client: httpx.AsyncClient, url: str, raw: str) -> httpx.Respo
 
 
 @pytest.mark.parametrize("spec", INT_POLICIES, ids=lambda s: s.ns_path)
-async def test_namespace_count_lifecycle(admin_client: httpx.AsyncClient, spec: object) -> None:
-    url = f"{NS}/{spec.ns_path}"  # type: ignore[attr-defined]
+async def test_namespace_count_lifecycle(admin_client: httpx.AsyncClient, spec: PolicySpec) -> None:
+    url = f"{NS}/{spec.ns_path}"
     assert (await admin_client.get(url)).status_code == 204
     assert (await admin_client.post(url, json=7)).status_code == 204
     assert (await admin_client.get(url)).json() == 7
-    assert (await admin_client.get(NS)).json()[spec.field] == 7  # type: ignore[attr-defined]
+    assert (await admin_client.get(NS)).json()[spec.field] == 7
     negative = await admin_client.post(url, json=-1)
     assert negative.status_code == 412
-    if spec.field == "subscription_expiration_time_minutes":  # type: ignore[attr-defined]
+    if spec.field == "subscription_expiration_time_minutes":
         assert reason(negative) == "Invalid value for subscription expiration time"
     else:
-        assert reason(negative) == f"{spec.ns_path} must be 0 or more"  # type: ignore[attr-defined]
+        assert reason(negative) == f"{spec.ns_path} must be 0 or more"
     assert (await admin_client.get(url)).json() == 7
     assert (await admin_client.delete(url)).status_code == 204
     assert (await admin_client.get(url)).status_code == 204
-    missing = await admin_client.post("/admin/v2/namespaces/public/nope/" + spec.ns_path, json=1)  # type: ignore[attr-defined]
+    missing = await admin_client.post("/admin/v2/namespaces/public/nope/" + spec.ns_path, json=1)
     assert missing.status_code == 404
 
 
@@ -187,7 +187,8 @@ async def test_object_policies_ignore_unknown_fields_and_unknown_modes(
 async def test_full_policies_document_names_every_policy(admin_client: httpx.AsyncClient) -> None:
     policies = (await admin_client.get(NS)).json()
     for spec in CATALOGUE:
-        assert spec.field in policies and policies[spec.field] is None, spec.field
+        assert spec.field in policies, spec.field
+        assert policies[spec.field] is None, spec.field
 
 
 async def test_topic_level_overrides_namespace_overrides_broker(
