@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from magnetar.bookkeeper.client import QuorumSettings
-from magnetar.broker.policies.catalogue import BrokerPolicyDefaults
+from magnetar.broker.policies import BrokerPolicyDefaults
 
 INT32_MAX = 2**31 - 1
 Count = Annotated[int, Field(ge=0, le=INT32_MAX)]

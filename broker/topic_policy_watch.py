@@ -24,11 +24,18 @@ from collections.abc import Awaitable, Callable, Iterable
 import trio
 
 from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError, Notification, SessionEvent
-from magnetar.broker.core import ServiceUnitNotReadyError, TopicLimits
-from magnetar.broker.core.topic_base import TopicBase
-from magnetar.broker.policies import AlreadyExists, PolicyError, PolicyStore
-from magnetar.broker.policies.catalogue import BrokerPolicyDefaults, EffectivePolicies, resolve
-from magnetar.broker.policies.store import POLICIES, TOPIC_POLICIES, AutoTopicCreationOverride
+from magnetar.broker.core import ServiceUnitNotReadyError, TopicBase, TopicLimits
+from magnetar.broker.policies import (
+    POLICIES,
+    TOPIC_POLICIES,
+    AlreadyExists,
+    AutoTopicCreationOverride,
+    BrokerPolicyDefaults,
+    EffectivePolicies,
+    PolicyError,
+    PolicyStore,
+    resolve,
+)
 from magnetar.broker.wire import TopicName
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from enum import Enum
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest
-from magnetar.broker.policies.catalogue import CATALOGUE
+from magnetar.broker.policies import CATALOGUE
 from magnetar.broker.security import AuthorizationService, BrokerSecurity, NamespaceOperation, TopicOperation
 from magnetar.broker.wire import (
     InvalidTopicNameError,

@@ -40,13 +40,16 @@ from magnetar.admin.rest.models import (
 )
 from magnetar.admin.rest.names import namespace_of, require_namespace, require_topic, topic_of
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.policies import Policies, TopicPolicies
-from magnetar.broker.policies.catalogue import CATALOGUE, PolicySpec, first_set
-from magnetar.broker.policies.store import (
+from magnetar.broker.policies import (
+    CATALOGUE,
     AutoSubscriptionCreationOverride,
     AutoTopicCreationOverride,
     InactiveTopicPolicies,
     PersistencePolicies,
+    Policies,
+    PolicySpec,
+    TopicPolicies,
+    first_set,
 )
 from magnetar.broker.wire import TopicName
 

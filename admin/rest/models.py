@@ -114,34 +114,6 @@ class BacklogQuotaBody(_Body):
         )
 
 
-class NamespacePoliciesBody(_Body):
-    """The optional body of a namespace create: the policies a user may set at creation."""
-
-    replication_clusters: list[ShortText] | None = Field(default=None, max_length=LIST_ITEMS_MAX)
-    bundles: dict[str, Int32 | list[ShortText]] | None = None
-    backlog_quota_map: dict[BacklogQuotaType, BacklogQuotaBody] | None = None
-    message_ttl_in_seconds: Int32 | None = None
-    retention_policies: RetentionBody | None = None
-    subscription_expiration_time_minutes: Int32 | None = None
-
-
-TopicProperties = Annotated[dict[ShortText, ShortText], Field(max_length=PROPERTIES_MAX)]
-
-
-class PartitionedTopicMetadataBody(_Body):
-    """The body ``createPartitionedTopic(topic, n, properties)`` sends (``PartitionedTopicMetadata``, media
-    type ``application/vnd.partitioned-topic-metadata+json``); without properties the client sends the bare
-    number."""
-
-    partitions: Int32
-    properties: TopicProperties | None = None
-
-
-class PartitionedTopicMetadataOut(BaseModel):
-    partitions: int
-    deleted: bool = False
-
-
 class PersistenceBody(_Body):
     """Pulsar's ``PersistencePolicies`` as the Java admin sends it; an absent field takes the no-argument
     constructor's value (2/2/2/0.0), as Jackson fills it."""
@@ -167,3 +139,42 @@ class AutoTopicCreationBody(_Body):
 
 class AutoSubscriptionCreationBody(_Body):
     allowAutoSubscriptionCreation: bool = False
+
+
+class NamespacePoliciesBody(_Body):
+    """The optional body of a namespace create: the policies a user may set at creation."""
+
+    replication_clusters: list[ShortText] | None = Field(default=None, max_length=LIST_ITEMS_MAX)
+    bundles: dict[str, Int32 | list[ShortText]] | None = None
+    backlog_quota_map: dict[BacklogQuotaType, BacklogQuotaBody] | None = None
+    message_ttl_in_seconds: Int32 | None = None
+    retention_policies: RetentionBody | None = None
+    # the catalogue's policies (magnetar.broker.policies.catalogue), checked as their own routes check them
+    subscription_expiration_time_minutes: Int32 | None = None
+    persistence: PersistenceBody | None = None
+    max_producers_per_topic: Int32 | None = None
+    max_consumers_per_topic: Int32 | None = None
+    max_consumers_per_subscription: Int32 | None = None
+    max_subscriptions_per_topic: Int32 | None = None
+    max_unacked_messages_per_consumer: Int32 | None = None
+    max_unacked_messages_per_subscription: Int32 | None = None
+    inactive_topic_policies: InactiveTopicPoliciesBody | None = None
+    autoTopicCreationOverride: AutoTopicCreationBody | None = None
+    autoSubscriptionCreationOverride: AutoSubscriptionCreationBody | None = None
+
+
+TopicProperties = Annotated[dict[ShortText, ShortText], Field(max_length=PROPERTIES_MAX)]
+
+
+class PartitionedTopicMetadataBody(_Body):
+    """The body ``createPartitionedTopic(topic, n, properties)`` sends (``PartitionedTopicMetadata``, media
+    type ``application/vnd.partitioned-topic-metadata+json``); without properties the client sends the bare
+    number."""
+
+    partitions: Int32
+    properties: TopicProperties | None = None
+
+
+class PartitionedTopicMetadataOut(BaseModel):
+    partitions: int
+    deleted: bool = False

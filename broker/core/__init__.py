@@ -37,6 +37,7 @@ from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import Subscription
 from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core.topic_base import TopicBase
 from magnetar.broker.core.topic_limits import TopicLimits
 from magnetar.broker.core.topic_metrics import PUBLISH_LATENCY_BUCKETS_S, TopicMetrics
 
@@ -75,6 +76,7 @@ __all__ = [
     "TooManyProducersError",
     "TooManySubscriptionsError",
     "TooManyTopicsError",
+    "TopicBase",
     "TopicLimits",
     "TopicMetrics",
     "TopicNotFoundError",

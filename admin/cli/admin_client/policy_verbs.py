@@ -20,7 +20,7 @@ from magnetar.admin.cli.admin_client.verbs import (
     positional,
     topic_path,
 )
-from magnetar.broker.policies.catalogue import CATALOGUE, PolicySpec
+from magnetar.broker.policies import CATALOGUE, PolicySpec
 
 A = argparse.Namespace
 NS = positional("namespace", "tenant/namespace")

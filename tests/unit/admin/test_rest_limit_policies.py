@@ -240,3 +240,25 @@ async def test_topic_routes_refuse_partitions_and_namespace_only_policies(
     await make_topic(admin_server, "t1")
     for name in ("subscriptionExpirationTime", "autoTopicCreation"):
         assert (await admin_client.post(f"{TOPIC}/{name}", json=1)).status_code in (404, 405)
+
+
+async def test_namespace_created_with_policies_checks_them_as_their_routes(
+    admin_client: httpx.AsyncClient,
+) -> None:
+    body = {
+        "max_producers_per_topic": 2,
+        "persistence": {"bookkeeperEnsemble": 1, "bookkeeperWriteQuorum": 1, "bookkeeperAckQuorum": 1},
+        "autoSubscriptionCreationOverride": {"allowAutoSubscriptionCreation": False},
+    }
+    assert (await admin_client.put("/admin/v2/namespaces/public/made", json=body)).status_code == 204
+    policies = (await admin_client.get("/admin/v2/namespaces/public/made")).json()
+    assert policies["max_producers_per_topic"] == 2
+    assert policies["persistence"]["bookkeeperEnsemble"] == 1
+    assert policies["autoSubscriptionCreationOverride"] == {"allowAutoSubscriptionCreation": False}
+    refused = await admin_client.put("/admin/v2/namespaces/public/bad", json={"max_consumers_per_topic": -3})
+    assert (refused.status_code, reason(refused)) == (412, "maxConsumersPerTopic must be 0 or more")
+    wrong = await admin_client.put(
+        "/admin/v2/namespaces/public/bad", json={"persistence": {"bookkeeperEnsemble": 9}}
+    )
+    assert wrong.status_code == 400
+    assert (await admin_client.get("/admin/v2/namespaces/public/bad")).status_code == 404
