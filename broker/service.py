@@ -10,8 +10,9 @@ the owner's URLs.
 
 Loading. A topic's managed ledger is opened on first use, only once this broker owns the bundle; the open
 sequence of the managed ledger recovers (fences) the last ledger, so a previous owner's writes stop and every
-acknowledged entry stays. Auto-creation (``allow_auto_topic_creation``, on by default) creates a missing
-topic, but only in an existing namespace; a partition of an existing partitioned topic is always created.
+acknowledged entry stays. Auto-creation (the namespace's ``autoTopicCreation`` policy, else
+``allow_auto_topic_creation``, on by default) creates a missing topic, but only in an existing namespace;
+a partition of an existing partitioned topic is always created.
 A name ``<topic>-partition-<i>`` whose ``<topic>`` is a partitioned topic with ``i`` or fewer partitions names
 no topic at all: it is neither loaded nor created, and lookups of it fail - 404, as Pulsar's broker answers
 "topic not found" for a partition beyond the count. (When ``<topic>`` is not partitioned the name is an
@@ -27,6 +28,10 @@ releases the bundle so another broker can take it.
 Metadata outages (:mod:`.metadata_outage`): loading a topic, creating a subscription and acquiring a bundle
 wait for the store, bounded (``metadata_wait_timeout_ms``, ``metadata_waiters_max``); policy reads answer
 the last known policies; everything else goes on.
+
+Policies: each loaded topic gets what its policies bound (producers, consumers, subscriptions, the quorum
+of its next ledger ...) when it loads and on every change (:mod:`.topic_policy_watch`); inactive topics and
+expired subscriptions are deleted as they say (:mod:`.inactivity`).
 """
 
 from __future__ import annotations
