@@ -10,8 +10,9 @@ the owner's URLs.
 
 Loading. A topic's managed ledger is opened on first use, only once this broker owns the bundle; the open
 sequence of the managed ledger recovers (fences) the last ledger, so a previous owner's writes stop and every
-acknowledged entry stays. Auto-creation (``allow_auto_topic_creation``, on by default) creates a missing
-topic, but only in an existing namespace; a partition of an existing partitioned topic is always created.
+acknowledged entry stays. Auto-creation (the namespace's ``autoTopicCreation`` policy, else
+``allow_auto_topic_creation``, on by default) creates a missing topic, but only in an existing namespace;
+a partition of an existing partitioned topic is always created.
 A name ``<topic>-partition-<i>`` whose ``<topic>`` is a partitioned topic with ``i`` or fewer partitions names
 no topic at all: it is neither loaded nor created, and lookups of it fail - 404, as Pulsar's broker answers
 "topic not found" for a partition beyond the count. (When ``<topic>`` is not partitioned the name is an
@@ -27,6 +28,10 @@ releases the bundle so another broker can take it.
 Metadata outages (:mod:`.metadata_outage`): loading a topic, creating a subscription and acquiring a bundle
 wait for the store, bounded (``metadata_wait_timeout_ms``, ``metadata_waiters_max``); policy reads answer
 the last known policies; everything else goes on.
+
+Policies: each loaded topic gets what its policies bound (producers, consumers, subscriptions, the quorum
+of its next ledger ...) when it loads and on every change (:mod:`.topic_policy_watch`); inactive topics and
+expired subscriptions are deleted as they say (:mod:`.inactivity`).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from magnetar.broker.core import (
     TopicMetrics,
     TopicNotFoundError,
 )
+from magnetar.broker.inactivity import InactivityMonitor
 from magnetar.broker.metadata_outage import MetadataWait, OutageReporter
 from magnetar.broker.metrics import BrokerMetrics, MetadataFigures
 from magnetar.broker.namespace_topics import namespace_topics
@@ -69,6 +75,7 @@ from magnetar.broker.ownership import (
 from magnetar.broker.policies import PolicyError, PolicyStore, PublishGate
 from magnetar.broker.security import build_security
 from magnetar.broker.settings import BrokerSettings
+from magnetar.broker.topic_policy_watch import TopicPolicyWatch
 from magnetar.broker.wire import NamespaceName, TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
@@ -103,6 +110,23 @@ class BrokerService:
         self._loading: dict[str, trio.Event] = {}
         self.bundles = BundleMap(self.policies, settings.default_number_of_namespace_bundles)
         """Which bundle holds a topic (each namespace's boundaries)."""
+        self.topic_policies = TopicPolicyWatch(
+            metadata,
+            self.policies,
+            settings.policy_defaults(),
+            lambda: [*self.topics.values(), *self.non_persistent.topics.values()],
+            retention_default_min=settings.default_retention_time_min,
+        )
+        """Each loaded topic's limits from its policies, refreshed on every change
+        (:mod:`.topic_policy_watch`)."""
+        self.inactivity = InactivityMonitor(
+            self.clock,
+            lambda: list(self.topics.values()),
+            self.topic_policies.retention_minutes,
+            self.delete_topic,
+            self.policies,
+        )
+        """Deletes inactive topics and expired subscriptions as their policies say (:mod:`.inactivity`)."""
         self.metrics = BrokerMetrics(
             settings.cluster,
             lambda: [*self.topics.values(), *self.non_persistent.topics.values()],
@@ -175,7 +199,13 @@ class BrokerService:
                 self._nursery = nursery
                 self.non_persistent.bind(nursery)
                 await self._ownership.register_broker({"cluster": self.settings.cluster})
+                await nursery.start(self.topic_policies.run)
                 nursery.start_soon(self._ownership.run)
+                nursery.start_soon(
+                    self.inactivity.run,
+                    self.settings.broker_delete_inactive_topics_frequency_s,
+                    self.settings.subscription_expiry_check_interval_s,
+                )
                 nursery.start_soon(self._update_rates)
                 if self.settings.load_balancer_enabled:
                     self.load_manager = self._load_manager(self._ownership)
@@ -338,14 +368,19 @@ class BrokerService:
         loaded = self.topics.get(str(topic))
         return loaded if loaded is not None and not loaded.closed else None
 
-    async def partitions(self, topic: TopicName) -> int:
+    async def partitions(self, topic: TopicName, *, create: bool = True) -> int:
         """Partitions of a partitioned topic (0: not partitioned; Magnetar has no partitioned non-persistent
-        topics)."""
+        topics). A topic that does not exist is created partitioned here, as a client's partition lookup
+        does in Pulsar, when ``create`` and the namespace's auto-creation rule says ``partitioned``."""
         if topic.is_partition or not topic.is_persistent:
             return 0
+        namespace = str(topic.namespace_name)
         try:
-            return await self.policies.get_partitions(str(topic.namespace_name), topic.local_name)
-        except (PolicyError, MetadataStoreError) as exc:
+            count = await self.policies.get_partitions(namespace, topic.local_name)
+            if count or not create:
+                return count
+            return await self.topic_policies.auto_partitions(topic, self.ml_factory.exists)
+        except (PolicyError, MetadataStoreError, ManagedLedgerError) as exc:
             raise ServiceUnitNotReadyError(f"reading partitions of {topic} failed: {exc}") from exc
 
     async def check_partition_exists(self, topic: TopicName) -> None:
@@ -353,7 +388,7 @@ class BrokerService:
         if not topic.is_partition:
             return
         base = topic.partitioned_topic
-        partitions = await self.partitions(base)
+        partitions = await self.partitions(base, create=False)
         if partitions and topic.partition_index >= partitions:
             raise TopicNotFoundError(
                 f"Topic {topic} does not exist: {base} has {partitions} partitions (0 to {partitions - 1})"
@@ -384,14 +419,17 @@ class BrokerService:
             return await self.get_topic(topic, create=create)
         self._check_ready()
         await self.bundles.namespace_policies(str(topic.namespace_name))
-        may_create = create and self.settings.allow_auto_topic_creation
         namespace = str(topic.namespace_name)
-        return await self.non_persistent.get(
+        may_create = create and await self.topic_policies.may_create(namespace)
+        limits = await self.topic_policies.limits(topic)
+        served = await self.non_persistent.get(
             topic,
             self.check_owner,
             may_create=may_create,
             check_count=lambda loaded: self.security.check_topic_count(namespace, loaded),
         )
+        served.apply_limits(limits)
+        return served
 
     async def get_topic(self, topic: TopicName, *, create: bool = True) -> PersistentTopic:
         """The loaded topic, loading (and, if allowed, creating) it on first use."""
@@ -427,6 +465,8 @@ class BrokerService:
             )
         await self.bundles.namespace_policies(bundle[0])
         name = topic.managed_ledger_name
+        changes = self.topic_policies.changes
+        limits = await self.topic_policies.limits(topic)
         try:
             may_create = await self._may_create(topic, create)
             topics_max = self.security.limits.topics_per_namespace_max
@@ -434,7 +474,7 @@ class BrokerService:
                 if not may_create:
                     raise TopicNotFoundError(f"Topic {topic} does not exist")
                 await self.check_topic_count(topic)
-            ml = await self.ml_factory.open(name)
+            ml = await self.ml_factory.open(name, quorum=limits.quorum)
         except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
             raise ServiceUnitNotReadyError(f"Failed to load topic {topic}: {exc}") from exc
         if not self.ownership.owns(*bundle):  # lost while opening
@@ -452,7 +492,10 @@ class BrokerService:
         )
         assert self._nursery is not None
         await self._nursery.start(loaded.run)
+        loaded.apply_limits(limits)
         self.topics[str(topic)] = loaded
+        if self.topic_policies.changes != changes:  # changed while loading: the watch may have missed it
+            loaded.apply_limits(await self.topic_policies.limits(topic))
         self._topic_bundles[str(topic)] = bundle
         log.info("loaded topic %s", topic)
         return loaded
@@ -475,10 +518,10 @@ class BrokerService:
         if not create:
             return False
         if topic.is_partition:
-            partitions = await self.partitions(topic.partitioned_topic)
+            partitions = await self.partitions(topic.partitioned_topic, create=False)
             if partitions > topic.partition_index:
                 return True
-        return self.settings.allow_auto_topic_creation
+        return await self.topic_policies.may_create(str(topic.namespace_name))
 
     async def _close_topic(self, topic: PersistentTopic, reason: str) -> None:
         """Close ``topic`` (already out of :attr:`topics`). Until its managed ledger is closed, a request

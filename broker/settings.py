@@ -48,6 +48,7 @@ from magnetar.bookkeeper.runtime.http import HttpLimits, HttpListenSettings, Htt
 from magnetar.broker.owner_proxy.settings import ProxySettings
 from magnetar.broker.ownership import BUNDLES_MAX, LoadBalancerSettings
 from magnetar.broker.security import SecuritySettings
+from magnetar.broker.topic_policy_settings import TopicPolicyDefaults
 from magnetar.managed_ledger.retention_settings import RetentionDefaults, RetentionSettings
 from magnetar.managed_ledger.settings import ManagedLedgerOptions, ManagedLedgerSettings
 
@@ -59,7 +60,7 @@ LEDGER_PASSWORD_BYTES = 20
 """Length of a drawn ledger password: as many bytes as the master key derived from it (SHA-1)."""
 
 
-class NamespaceDefaultsSettings(RetentionDefaults):
+class NamespaceDefaultsSettings(RetentionDefaults, TopicPolicyDefaults):
     """What a namespace gets when its policies do not say (Pulsar's broker defaults), declared once: the
     broker's settings and the admin API's (:class:`magnetar.admin.rest.AdminSettings`) inherit them."""
 
@@ -118,7 +119,7 @@ class BrokerSettings(
     cluster's service URLs and bundle count, and its brokers only wait for them."""
 
     # -- topics -----------------------------------------------------------------------------------
-    allow_auto_topic_creation: bool = True
+    # allow_auto_topic_creation and the other defaults of topic policies: TopicPolicyDefaults'
     non_persistent_topics_max: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
     """Non-persistent topics this broker holds in memory at once; creating one more is refused (412 on the
     WebSocket upgrade). ``topics_per_namespace_max`` also applies, counting a namespace's loaded
@@ -182,10 +183,7 @@ class BrokerSettings(
     """Messages waiting for redelivery in one subscription above which no new entries are read."""
     consumer_ack_timeout_tick_ms: PositiveInt = 100
     """Granularity of ack-timeout and negative-ack redelivery timers."""
-    consumer_unacked_messages_max: PositiveInt = 50_000
-    """Messages delivered to one consumer (of one partition) and not yet acknowledged, beyond which it gets
-    no more until it acknowledges (Pulsar's ``maxUnackedMessagesPerConsumer``). Binds pull-mode consumers
-    (acknowledging releases no permit there); push mode's window of at most 1,000 is smaller."""
+    # consumer_unacked_messages_max (maxUnackedMessagesPerConsumer): TopicPolicyDefaults'
     consumer_unacked_bytes_max: PositiveInt = 16 * MIB
     """The same bound in payload bytes: the broker holds unacknowledged messages for redelivery."""
 

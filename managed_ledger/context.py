@@ -48,14 +48,20 @@ class Context:
     None: they carry none (counts live in memory)."""
 
 
-async def create_bk_ledger(ctx: Context, name: str) -> LedgerHandle:
-    """A new ledger for managed ledger ``name`` (its name recorded in the ledger's custom metadata)."""
+Quorum = tuple[int, int, int]
+"""Ensemble size, write quorum, ack quorum of a new ledger."""
+
+
+async def create_bk_ledger(ctx: Context, name: str, quorum: Quorum | None = None) -> LedgerHandle:
+    """A new ledger for managed ledger ``name`` (its name recorded in the ledger's custom metadata), with
+    ``quorum`` (the topic's persistence policy) or else the settings' quorum."""
     s = ctx.settings
+    ensemble, write, ack = quorum if quorum is not None else (s.ensemble_size, s.write_quorum, s.ack_quorum)
     with trio.fail_after(s.metadata_operation_timeout_s):
         return await ctx.bk.create_ledger(
-            ensemble_size=s.ensemble_size,
-            write_quorum=s.write_quorum,
-            ack_quorum=s.ack_quorum,
+            ensemble_size=ensemble,
+            write_quorum=write,
+            ack_quorum=ack,
             digest_type=s.digest_type,
             password=s.password,
             custom_metadata={"pulsar/managed-ledger": name.encode()},

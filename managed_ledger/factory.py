@@ -17,7 +17,7 @@ import trio
 from magnetar.bookkeeper.client import BookKeeper
 from magnetar.bookkeeper.metadata import MetadataStore
 from magnetar.bookkeeper.runtime import Clock, SystemClock
-from magnetar.managed_ledger.context import Context
+from magnetar.managed_ledger.context import Context, Quorum
 from magnetar.managed_ledger.entry_cache import EntryCache
 from magnetar.managed_ledger.entry_prefix import EntryIndexing
 from magnetar.managed_ledger.ledger import ManagedLedger
@@ -59,10 +59,13 @@ class ManagedLedgerFactory:
     def opened(self) -> list[ManagedLedger]:
         return list(self._ledgers.values())
 
-    async def open(self, name: str, *, create: bool = True) -> ManagedLedger:
+    async def open(self, name: str, *, create: bool = True, quorum: Quorum | None = None) -> ManagedLedger:
+        """The open managed ledger ``name``, opened if need be; ``quorum``: of its new ledgers (None: the
+        settings'; an already open ledger takes it for its next rollover)."""
         while True:
             ml = self._ledgers.get(name)
             if ml is not None and ml.state not in (State.CLOSED, State.FENCED):
+                ml.quorum = quorum
                 return ml
             if ml is not None:
                 self._ledgers.pop(name, None)
@@ -76,7 +79,7 @@ class ManagedLedgerFactory:
         done = self._opening[name] = trio.Event()
         self._open_errors.pop(name, None)
         try:
-            ml = await open_managed_ledger(name, self._ctx, create=create)
+            ml = await open_managed_ledger(name, self._ctx, create=create, quorum=quorum)
             await self._nursery.start(ml.run)
             self._ledgers[name] = ml
             return ml

@@ -41,7 +41,7 @@ import trio
 
 from magnetar.bookkeeper.client import LedgerHandle
 from magnetar.managed_ledger.add_pipeline import AddCallback, AddPipeline
-from magnetar.managed_ledger.context import Context
+from magnetar.managed_ledger.context import Context, Quorum
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.cursor_registry import CursorRegistry
 from magnetar.managed_ledger.cursor_store import CursorSnapshot, CursorStore
@@ -79,6 +79,9 @@ class ManagedLedger:
         next_index: int | None = None,
     ) -> None:
         self.name = name
+        self.quorum: Quorum | None = None
+        """Ensemble, write and ack quorum of the next ledger it creates (a topic's persistence policy);
+        None: the settings'. Ledgers already created keep theirs."""
         self._ctx = ctx
         self._settings = ctx.settings
         self.ledgers = ledgers

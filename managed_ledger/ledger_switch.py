@@ -341,7 +341,7 @@ class LedgerSwitcher:
         log.info("managed ledger %s: now writing to ledger %d", ml.name, handle.ledger_id)
 
     async def create_ledger(self) -> LedgerHandle:
-        return await create_bk_ledger(self._ctx, self._ml.name)
+        return await create_bk_ledger(self._ctx, self._ml.name, self._ml.quorum)
 
     def _jittered_max_age(self) -> int:
         return jittered_max_time_ms(

@@ -20,7 +20,7 @@ from dataclasses import replace
 import trio
 
 from magnetar.bookkeeper.client import BKError, NoSuchLedgerError
-from magnetar.managed_ledger.context import Context, create_bk_ledger
+from magnetar.managed_ledger.context import Context, Quorum, create_bk_ledger
 from magnetar.managed_ledger.cursor_store import CursorStore
 from magnetar.managed_ledger.entry_prefix import split
 from magnetar.managed_ledger.errors import (
@@ -37,8 +37,11 @@ from magnetar.managed_ledger.position import Position
 log = logging.getLogger(__name__)
 
 
-async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -> ManagedLedger:
-    """Run the open sequence; the caller starts ``ml.run`` in a nursery before using it."""
+async def open_managed_ledger(
+    name: str, ctx: Context, *, create: bool = True, quorum: Quorum | None = None
+) -> ManagedLedger:
+    """Run the open sequence; the caller starts ``ml.run`` in a nursery before using it. ``quorum``: of the
+    ledger it creates, and of the ledgers it rolls over to (None: the settings')."""
     meta = ctx.meta
     with trio.fail_after(ctx.settings.metadata_operation_timeout_s):
         versioned = await meta.get_ledger_info(name)
@@ -61,7 +64,7 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
     kept = [i for i in indexed if i.entries > 0]
     handle = None
     if info.terminated_position is None:
-        handle = await create_bk_ledger(ctx, name)
+        handle = await create_bk_ledger(ctx, name, quorum)
         kept.append(LedgerInfo(handle.ledger_id, first_index=next_index))
     new_info = ManagedLedgerInfo(tuple(kept), info.terminated_position, dict(info.properties))
     try:
@@ -82,6 +85,7 @@ async def open_managed_ledger(name: str, ctx: Context, *, create: bool = True) -
         dict(info.properties),
         next_index,
     )
+    ml.quorum = quorum
     await _recover_cursors(ml, ctx)
     log.info(
         "managed ledger %s opened: %d ledgers, %d entries, writing to ledger %s",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from magnetar.admin.rest import (
     clusters,
+    limit_policies,
     load_balance,
     namespaces,
     non_persistent,
@@ -36,6 +37,7 @@ def admin_endpoints(*, with_topics: bool = False, with_bundles: bool = False) ->
         *(load_balance.endpoints() if with_bundles else []),
         *clusters.endpoints(),
         *namespaces.endpoints(),
+        *limit_policies.endpoints(),
         *permissions.endpoints(),
         *topic_metadata.endpoints(),
         *non_persistent.endpoints(),

@@ -26,6 +26,7 @@ from enum import Enum
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthorizationError
 from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest
+from magnetar.broker.policies import CATALOGUE
 from magnetar.broker.security import AuthorizationService, BrokerSecurity, NamespaceOperation, TopicOperation
 from magnetar.broker.wire import (
     InvalidTopicNameError,
@@ -72,8 +73,14 @@ TOPIC_PREFIX = "/admin/v2/persistent/{tenant}/{namespace}"
 NON_PERSISTENT_PREFIX = "/admin/v2/non-persistent/{tenant}/{namespace}"
 T = TOPIC_PREFIX + "/{topic}"
 SUB = T + "/subscription/{subscription}"
-_NS_POLICIES = ("retention", "messageTTL", "backlogQuota", "backlogQuotaMap")
-_TOPIC_POLICIES = ("retention", "messageTTL", "backlogQuota", "backlogQuotaMap")
+_NS_POLICIES = ("retention", "messageTTL", "backlogQuota", "backlogQuotaMap", *(s.ns_path for s in CATALOGUE))
+_TOPIC_POLICIES = (
+    "retention",
+    "messageTTL",
+    "backlogQuota",
+    "backlogQuotaMap",
+    *(s.topic_path for s in CATALOGUE if s.topic_path is not None),
+)
 TN = TopicOperation
 NO = NamespaceOperation
 

@@ -10,6 +10,7 @@ is configured.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -41,6 +42,24 @@ def _java_number(value: object, info: ValidationInfo) -> object:
 
 Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX), BeforeValidator(_java_number)]
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), BeforeValidator(_java_number)]
+
+
+def _java_double(value: object, info: ValidationInfo) -> object:
+    """A Java ``double``: a number (or a number in a string), finite - JSON has no NaN or infinity, and a
+    policy of either is no policy."""
+    if isinstance(value, bool):
+        raise ValueError(f"Invalid {info.field_name or 'number'} {str(value).lower()}: a number is expected")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError(f"Invalid {info.field_name or 'number'}: a number is expected") from None
+    if isinstance(value, int | float) and not math.isfinite(float(value)):
+        raise ValueError(f"Invalid {info.field_name or 'number'}: a finite number is expected")
+    return value
+
+
+JavaDouble = Annotated[float, BeforeValidator(_java_double)]
 ShortText = Annotated[str, StringConstraints(max_length=STRING_CHARS_MAX)]
 
 BacklogPolicyName = Literal["producer_request_hold", "producer_exception", "consumer_backlog_eviction"]
@@ -95,6 +114,33 @@ class BacklogQuotaBody(_Body):
         )
 
 
+class PersistenceBody(_Body):
+    """Pulsar's ``PersistencePolicies`` as the Java admin sends it; an absent field takes the no-argument
+    constructor's value (2/2/2/0.0), as Jackson fills it."""
+
+    bookkeeperEnsemble: Int32 = 2
+    bookkeeperWriteQuorum: Int32 = 2
+    bookkeeperAckQuorum: Int32 = 2
+    managedLedgerMaxMarkDeleteRate: JavaDouble = 0.0
+
+
+class InactiveTopicPoliciesBody(_Body):
+    inactiveTopicDeleteMode: str | None = None
+    """An unknown mode is read as none (Jackson's unknown enum values become null)."""
+    maxInactiveDurationSeconds: Int32 = 0
+    deleteWhileInactive: bool = False
+
+
+class AutoTopicCreationBody(_Body):
+    allowAutoTopicCreation: bool = False
+    topicType: ShortText | None = None
+    defaultNumPartitions: Int32 | None = None
+
+
+class AutoSubscriptionCreationBody(_Body):
+    allowAutoSubscriptionCreation: bool = False
+
+
 class NamespacePoliciesBody(_Body):
     """The optional body of a namespace create: the policies a user may set at creation."""
 
@@ -103,7 +149,18 @@ class NamespacePoliciesBody(_Body):
     backlog_quota_map: dict[BacklogQuotaType, BacklogQuotaBody] | None = None
     message_ttl_in_seconds: Int32 | None = None
     retention_policies: RetentionBody | None = None
+    # the catalogue's policies (magnetar.broker.policies.catalogue), checked as their own routes check them
     subscription_expiration_time_minutes: Int32 | None = None
+    persistence: PersistenceBody | None = None
+    max_producers_per_topic: Int32 | None = None
+    max_consumers_per_topic: Int32 | None = None
+    max_consumers_per_subscription: Int32 | None = None
+    max_subscriptions_per_topic: Int32 | None = None
+    max_unacked_messages_per_consumer: Int32 | None = None
+    max_unacked_messages_per_subscription: Int32 | None = None
+    inactive_topic_policies: InactiveTopicPoliciesBody | None = None
+    autoTopicCreationOverride: AutoTopicCreationBody | None = None
+    autoSubscriptionCreationOverride: AutoSubscriptionCreationBody | None = None
 
 
 TopicProperties = Annotated[dict[ShortText, ShortText], Field(max_length=PROPERTIES_MAX)]

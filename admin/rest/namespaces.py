@@ -21,6 +21,7 @@ from magnetar.admin.rest.framework import (
     ok,
     ok_or_empty,
 )
+from magnetar.admin.rest.limit_policies import check
 from magnetar.admin.rest.models import (
     BacklogQuotaBody,
     BacklogQuotaType,
@@ -38,7 +39,14 @@ from magnetar.admin.rest.policy_rules import (
 )
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.ownership import BUNDLES_MAX, bundle_boundaries
-from magnetar.broker.policies import AlreadyExists, BacklogQuota, BundlesData, Policies, RetentionPolicies
+from magnetar.broker.policies import (
+    CATALOGUE,
+    AlreadyExists,
+    BacklogQuota,
+    BundlesData,
+    Policies,
+    RetentionPolicies,
+)
 from magnetar.managed_ledger.meta_store import ledger_path
 
 TAG = "namespaces"
@@ -106,10 +114,10 @@ def _initial_policies(call: Call) -> Policies:
         if not quotas_within_retention(quotas, update.get("retention_policies")):  # type: ignore[arg-type]
             raise AdminError(412, _QUOTA_OVER_RETENTION)
         update["backlog_quota_map"] = quotas
-    if body.subscription_expiration_time_minutes is not None:
-        if body.subscription_expiration_time_minutes < 0:
-            raise AdminError(412, "Invalid value for subscription expiration time")
-        update["subscription_expiration_time_minutes"] = body.subscription_expiration_time_minutes
+    for spec in CATALOGUE:
+        value = getattr(body, spec.field)
+        if value is not None:
+            update[spec.field] = check(spec, value, call.context, topic_level=False)
     return policies.model_copy(update=update)
 
 

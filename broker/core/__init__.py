@@ -20,6 +20,10 @@ from magnetar.broker.core.errors import (
     ServiceError,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
+    SubscriptionNotFoundError,
+    TooManyConsumersError,
+    TooManyProducersError,
+    TooManySubscriptionsError,
     TooManyTopicsError,
     TopicNotFoundError,
 )
@@ -33,6 +37,8 @@ from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import Subscription
 from magnetar.broker.core.topic import PersistentTopic
+from magnetar.broker.core.topic_base import TopicBase
+from magnetar.broker.core.topic_limits import TopicLimits
 from magnetar.broker.core.topic_metrics import PUBLISH_LATENCY_BUCKETS_S, TopicMetrics
 
 __all__ = [
@@ -65,8 +71,14 @@ __all__ = [
     "Subscriber",
     "Subscription",
     "SubscriptionBusyError",
+    "SubscriptionNotFoundError",
     "SubscriptionType",
+    "TooManyConsumersError",
+    "TooManyProducersError",
+    "TooManySubscriptionsError",
     "TooManyTopicsError",
+    "TopicBase",
+    "TopicLimits",
     "TopicMetrics",
     "TopicNotFoundError",
     "deliver_each",

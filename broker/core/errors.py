@@ -25,6 +25,10 @@ class ErrorKind(Enum):
     """The thing is in use and cannot be changed now (a subscription with connected consumers)."""
     LIMIT_REACHED = "limit reached"
     """One more would exceed a configured limit."""
+    NOT_ALLOWED = "not allowed"
+    """A policy forbids it (one more subscription than the topic's policy allows)."""
+    NO_SUBSCRIPTION = "no such subscription"
+    """The subscription does not exist and the policies forbid creating it."""
     UNAVAILABLE = "unavailable"
     """Not now: the topic is terminated, closing or its bundle not settled; look it up again or retry."""
     ELSEWHERE = "served elsewhere"
@@ -68,6 +72,30 @@ class ConsumerBusyError(ServiceError):
     subscription type differs from the one in use."""
 
     kind = ErrorKind.BUSY
+
+
+class TooManyProducersError(ProducerBusyError):
+    """The topic has its policy's ``maxProducersPerTopic`` producers (Pulsar's "Topic '<t>' reached max
+    producers limit", a ``ProducerBusy``)."""
+
+
+class TooManyConsumersError(ConsumerBusyError):
+    """The topic or subscription has its policy's ``maxConsumersPerTopic`` / ``maxConsumersPerSubscription``
+    consumers (Pulsar's "Topic reached max consumers limit" / "Subscription reached max consumers limit")."""
+
+
+class TooManySubscriptionsError(ServiceError):
+    """A new subscription beyond the policy's ``maxSubscriptionsPerTopic`` (Pulsar's ``NotAllowedError``
+    "Exceed the maximum number of subscriptions of the topic: <t>")."""
+
+    kind = ErrorKind.NOT_ALLOWED
+
+
+class SubscriptionNotFoundError(ServiceError):
+    """Subscribing with a new name while the policies turn automatic subscription creation off (Pulsar's
+    ``SubscriptionNotFound`` "Subscription does not exist")."""
+
+    kind = ErrorKind.NO_SUBSCRIPTION
 
 
 class TopicTerminatedError(ServiceError):

@@ -132,7 +132,9 @@ class NonPersistentTopic(TopicBase):
         """A new consumer of subscription ``name``; it gets what is published from now on (whatever the
         initial position: nothing is stored)."""
         self._check_open()
+        self._check_subscribe(name, self.subscriptions, durable=False)  # nothing stored: never durable
         subscription = self.subscriptions.get(name)
+        self._check_consumer(self.subscriptions.values(), subscription, sub_type)
         if subscription is None:
             subscription = NonPersistentSubscription(
                 str(self.name), name, partition=self.partition, durable=durable

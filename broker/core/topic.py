@@ -42,6 +42,7 @@ from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
 from magnetar.broker.core.topic_base import TopicBase, detach_subscription
+from magnetar.broker.core.topic_limits import TopicLimits
 from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.wire import EARLIEST, LATEST, MessageId, TopicName, decode_entry
 from magnetar.managed_ledger.cursor import ManagedCursor
@@ -224,11 +225,18 @@ class PersistentTopic(TopicBase):
         start_earliest: bool,
     ) -> Subscriber:
         """A new consumer of subscription ``name`` (created if need be): the session's handle on it."""
+        self._check_open()
+        self._check_subscribe(name, self.subscriptions, durable=durable)
+        self._check_consumer(self.subscriptions.values(), self.subscriptions.get(name), sub_type)
         subscription = await self.get_or_create_subscription(
             name, durable=durable, start_earliest=start_earliest
         )
         consumer = make_consumer()
+        unacked_max = self.limits.consumer_unacked_max()
+        if unacked_max is not None:
+            consumer.unacked_messages_max = unacked_max
         try:
+            self._check_consumer(self.subscriptions.values(), subscription, sub_type)
             subscription.add_consumer(consumer, sub_type)
         except Exception:
             if not subscription.durable and not subscription.consumers:
@@ -260,6 +268,20 @@ class PersistentTopic(TopicBase):
         subscription.remove_consumer(consumer)
         if not subscription.durable and not subscription.consumers:
             self._drop_subscription(subscription)
+
+    def apply_limits(self, limits: TopicLimits) -> None:
+        """As the base's, and: the next ledger gets the persistence policy's quorum, and the consumers
+        already connected get the new unacknowledged bound (a higher one lets a held consumer go on)."""
+        super().apply_limits(limits)
+        self.ml.quorum = limits.quorum
+        unacked_max = limits.consumer_unacked_max()
+        if unacked_max is None:
+            return
+        for subscription in self.subscriptions.values():
+            for consumer in subscription.consumers:
+                if consumer.track_pending:  # a reader acknowledges nothing: it has no such bound
+                    consumer.unacked_messages_max = unacked_max
+            subscription.dispatcher.wake()
 
     def _drop_subscription(self, subscription: Subscription) -> None:
         subscription.close()

@@ -10,6 +10,7 @@ from typing import Protocol, TypeVar
 
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
     ProducerBusyError,
     ServiceError,
@@ -19,6 +20,12 @@ from magnetar.broker.core.errors import (
 )
 from magnetar.broker.core.producer import Producer
 from magnetar.broker.core.producer_access import AccessMode, ProducerAccess, Waiter
+from magnetar.broker.core.topic_limits import (
+    TopicLimits,
+    check_consumer,
+    check_new_subscription,
+    check_producer,
+)
 from magnetar.broker.wire import TopicName
 
 
@@ -61,6 +68,8 @@ class TopicBase:
         self.access = ProducerAccess()
         """Who may publish at once (access modes, the topic epoch): :mod:`.producer_access`."""
         self.closed = False
+        self.limits = TopicLimits()
+        """What the topic's policies bound (:mod:`.topic_limits`), set at load and on every change."""
 
     @property
     def full_name(self) -> str:
@@ -80,6 +89,21 @@ class TopicBase:
     def _check_can_produce(self) -> None:
         """Refuse a new producer (a topic kind adds its own reasons)."""
         self._check_open()
+        check_producer(self.limits, self.full_name, len(self.producers))
+
+    def apply_limits(self, limits: TopicLimits) -> None:
+        """The topic's policies changed (or were first read): they apply from the next request on."""
+        self.limits = limits
+
+    def _check_subscribe(self, name: str, subscriptions: dict[str, SubscriptionT], *, durable: bool) -> None:
+        """Before subscribing to ``name``: may the subscription be created (if new)?"""
+        check_new_subscription(self.limits, self.full_name, name, dict(subscriptions), durable=durable)
+
+    def _check_consumer(self, subscriptions: Iterable[_Detachable], joining: _Detachable | None,
+                        sub_type: SubscriptionType) -> None:  # fmt: skip
+        """Before adding a consumer to ``joining`` (None: a subscription not created yet)."""
+        total = sum(len(s.consumers) for s in subscriptions)
+        check_consumer(self.limits, total, len(joining.consumers) if joining else 0, sub_type)
 
     def _check_name(self, name: str) -> None:
         if name in self.producers:

@@ -105,6 +105,39 @@ class BacklogQuota(_Model):
     policy: BacklogPolicy = "producer_request_hold"
 
 
+class PersistencePolicies(_Model):
+    """Pulsar's ``PersistencePolicies``: the quorum of a topic's new ledgers, and how often a cursor's
+    mark-delete position may be persisted (per second, 0 = unthrottled)."""
+
+    bookkeeperEnsemble: int = 2
+    bookkeeperWriteQuorum: int = 2
+    bookkeeperAckQuorum: int = 2
+    managedLedgerMaxMarkDeleteRate: float = 0.0
+
+
+InactiveTopicDeleteMode = Literal["delete_when_no_subscriptions", "delete_when_subscriptions_caught_up"]
+
+
+class InactiveTopicPolicies(_Model):
+    """Pulsar's ``InactiveTopicPolicies`` (taken whole from the most specific level that has one)."""
+
+    inactiveTopicDeleteMode: InactiveTopicDeleteMode | None = None
+    maxInactiveDurationSeconds: int = 0
+    deleteWhileInactive: bool = False
+
+
+class AutoTopicCreationOverride(_Model):
+    """Pulsar's ``AutoTopicCreationOverride``: replaces the broker's auto-creation settings as a whole."""
+
+    allowAutoTopicCreation: bool = False
+    topicType: str | None = None
+    defaultNumPartitions: int | None = None
+
+
+class AutoSubscriptionCreationOverride(_Model):
+    allowAutoSubscriptionCreation: bool = False
+
+
 class BundlesData(_Model):
     boundaries: list[str] = Field(default_factory=list)
     numBundles: int = 0
@@ -124,14 +157,36 @@ class Policies(_Model):
     message_ttl_in_seconds: int | None = None
     retention_policies: RetentionPolicies | None = None
     deleted: bool = False
-    subscription_expiration_time_minutes: int = 0
     is_allow_auto_update_schema: bool = True
+    # The policies of :mod:`.catalogue` (one generic set of routes, verbs and resolution serves them all).
+    persistence: PersistencePolicies | None = None
+    max_producers_per_topic: int | None = None
+    max_consumers_per_topic: int | None = None
+    max_consumers_per_subscription: int | None = None
+    max_subscriptions_per_topic: int | None = None
+    max_unacked_messages_per_consumer: int | None = None
+    max_unacked_messages_per_subscription: int | None = None
+    inactive_topic_policies: InactiveTopicPolicies | None = None
+    subscription_expiration_time_minutes: int | None = None
+    autoTopicCreationOverride: AutoTopicCreationOverride | None = None
+    autoSubscriptionCreationOverride: AutoSubscriptionCreationOverride | None = None
 
 
 class TopicPolicies(_Model):
+    """A topic's own policies (stored by Magnetar in the metadata store, with the namespace's field names)."""
+
     retention_policies: RetentionPolicies | None = None
     message_ttl_in_seconds: int | None = None
     backlog_quota_map: dict[str, BacklogQuota] = Field(default_factory=dict)
+    persistence: PersistencePolicies | None = None
+    max_producers_per_topic: int | None = None
+    max_consumers_per_topic: int | None = None
+    max_consumers_per_subscription: int | None = None
+    max_subscriptions_per_topic: int | None = None
+    max_unacked_messages_per_consumer: int | None = None
+    max_unacked_messages_per_subscription: int | None = None
+    inactive_topic_policies: InactiveTopicPolicies | None = None
+    autoSubscriptionCreationOverride: AutoSubscriptionCreationOverride | None = None
 
 
 class PartitionedTopicMetadata(_Model):

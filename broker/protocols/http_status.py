@@ -14,6 +14,8 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.BUSY: 409,
     ErrorKind.IN_USE: 412,
     ErrorKind.LIMIT_REACHED: 412,
+    ErrorKind.NOT_ALLOWED: 500,  # Pulsar's WebSocket proxy answers a NotAllowedError with 500
+    ErrorKind.NO_SUBSCRIPTION: 500,  # and a SubscriptionNotFoundException too (no NotFoundException)
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.ELSEWHERE: 307,
     ErrorKind.UNAUTHENTICATED: 401,

@@ -650,6 +650,8 @@ _ERRORS = {
     ErrorKind.BUSY: ServerError.ConsumerBusy,
     ErrorKind.IN_USE: ServerError.ConsumerBusy,
     ErrorKind.LIMIT_REACHED: ServerError.NotAllowedError,
+    ErrorKind.NOT_ALLOWED: ServerError.NotAllowedError,
+    ErrorKind.NO_SUBSCRIPTION: ServerError.SubscriptionNotFound,
     ErrorKind.UNAVAILABLE: ServerError.ServiceNotReady,
     ErrorKind.ELSEWHERE: ServerError.ServiceNotReady,
     ErrorKind.UNAUTHENTICATED: ServerError.AuthenticationError,

@@ -21,6 +21,7 @@ from typing import TextIO
 from magnetar.admin.cli.admin_client.bookies import BOOKIES
 from magnetar.admin.cli.admin_client.client import DEFAULT_ADMIN_URL, AdminApiError, AdminClient
 from magnetar.admin.cli.admin_client.output import render
+from magnetar.admin.cli.admin_client.policy_verbs import namespace_policy_verbs, topic_policy_verbs
 from magnetar.admin.cli.admin_client.tenancy import BROKERS, CLUSTERS, NAMESPACES, TENANTS
 from magnetar.admin.cli.admin_client.topics import SUBSCRIPTIONS, TOPICS
 from magnetar.admin.cli.admin_client.verbs import UsageError, add_group
@@ -32,8 +33,8 @@ GROUPS = [
     ("clusters", "manage clusters", CLUSTERS),
     ("brokers", "inspect brokers", BROKERS),
     ("tenants", "manage tenants", TENANTS),
-    ("namespaces", "manage namespaces and their policies", NAMESPACES),
-    ("topics", "manage topics, their subscriptions and policies", TOPICS),
+    ("namespaces", "manage namespaces and their policies", [*NAMESPACES, *namespace_policy_verbs()]),
+    ("topics", "manage topics, their subscriptions and policies", [*TOPICS, *topic_policy_verbs()]),
     ("subscriptions", "manage subscriptions", SUBSCRIPTIONS),
     ("bookies", "bookies and AutoRecovery, through a bookie's REST API (--bookie-url)", BOOKIES),
 ]

@@ -12,13 +12,14 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import schemathesis
 import trio
 from fixtures.admin import TOPIC_ML_SETTINGS, initialized_store, run_topic_server
 from hypothesis import HealthCheck, settings
-from schemathesis.specs.openapi.checks import allow_header_conformance
+from schemathesis.specs.openapi.checks import allow_header_conformance, positive_data_acceptance
 
 from magnetar.admin.rest import AdminContext, register_admin_routes
 from magnetar.bookkeeper.metadata import MemoryMetadataStore
@@ -88,4 +89,9 @@ def test_admin_api_conforms_to_its_schema(case: schemathesis.Case, base_url: str
     # a non-persistent namespace's ".../{bundle}" (GET) is ".../{topic}" (DELETE) - Pulsar's API has the same
     # overlaps: the Allow header rightly lists the methods of both paths.
     overlap = case.operation.path.endswith("/partitioned") or case.operation.path in NON_PERSISTENT_OVERLAP
-    case.validate_response(response, excluded_checks=[allow_header_conformance] if overlap else None)
+    excluded: list[Any] = [allow_header_conformance] if overlap else []
+    if case.operation.method.upper() == "POST" and case.operation.path.endswith("/persistence"):
+        # Pulsar answers a persistence policy whose quorums break E >= W >= A (a rule across fields that
+        # the schema cannot state) with 400, not 412: a schema-valid body may rightly get a 400 here.
+        excluded.append(positive_data_acceptance)
+    case.validate_response(response, excluded_checks=excluded or None)

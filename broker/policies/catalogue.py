@@ -1,0 +1,204 @@
+"""The topic limits and behaviours set per namespace and per topic, declared once (Pulsar's
+``maxProducersPerTopic``, ``persistence``, ``autoTopicCreation`` ...).
+
+Each :class:`PolicySpec` names a policy's field in the stored documents (:class:`~.store.Policies`, the
+namespace's, with Pulsar's JSON names; :class:`~.store.TopicPolicies`, a topic's), its route segment at
+namespace level and, where Pulsar has one, at topic level, and its ``magnetar admin`` verbs. The admin API
+(:mod:`magnetar.admin.rest.limit_policies`) builds its GET/POST/DELETE routes from this table and the CLI its
+``set-*/get-*/remove-*`` verbs; no policy has routes of its own.
+
+Resolution (:func:`resolve`): the most specific level that sets a value wins - the topic's own, then (for a
+partition) its partitioned topic's, then the namespace's, then the broker's setting - and a whole object
+(``persistence``, ``inactiveTopicPolicies``) is taken from one level, never merged field by field, as Pulsar
+does. The result, :class:`EffectivePolicies`, is what the broker core enforces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from magnetar.broker.policies.store import (
+    AutoSubscriptionCreationOverride,
+    AutoTopicCreationOverride,
+    InactiveTopicPolicies,
+    PersistencePolicies,
+    Policies,
+    TopicPolicies,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    field: str
+    """Attribute of :class:`Policies` (and of :class:`TopicPolicies` when ``topic_path`` is set)."""
+    ns_path: str
+    """Route segment below ``/admin/v2/namespaces/{tenant}/{namespace}/``."""
+    topic_path: str | None
+    """Route segment below ``/admin/v2/persistent/{tenant}/{namespace}/{topic}/``; None: namespace only."""
+    ns_verb: str
+    """``magnetar admin namespaces set-<ns_verb>`` / ``get-`` / ``remove-``."""
+    topic_verb: str | None
+    """``magnetar admin topics set-<topic_verb>`` ..."""
+    kind: str
+    """``int`` (a JSON number body) or the name of the object body (``persistence``, ``inactive``,
+    ``auto_topic``, ``auto_subscription``)."""
+    help: str
+    ns_name: str = ""
+    """The name in a negative-value refusal at namespace level (Pulsar's wording)."""
+    topic_error: str = ""
+    """The whole refusal of a negative value at topic level (Pulsar's wording)."""
+
+
+def _limit(field: str, ns_path: str, topic_path: str, ns_verb: str, topic_verb: str, help_text: str,
+           topic_error: str) -> PolicySpec:  # fmt: skip
+    return PolicySpec(field, ns_path, topic_path, ns_verb, topic_verb, "int", help_text, ns_path, topic_error)
+
+
+CATALOGUE: tuple[PolicySpec, ...] = (
+    PolicySpec("persistence", "persistence", "persistence", "persistence", "persistence", "persistence",
+               "quorum of the topic's new ledgers (ensemble, write, ack) and mark-delete rate"),
+    _limit("max_producers_per_topic", "maxProducersPerTopic", "maxProducers", "max-producers-per-topic",
+           "max-producers", "producers connected to one topic at once (0 = no limit)",
+           "maxProducers must be 0 or more"),
+    _limit("max_consumers_per_topic", "maxConsumersPerTopic", "maxConsumers", "max-consumers-per-topic",
+           "max-consumers", "consumers of one topic at once (0 = no limit)",
+           "maxConsumers must be 0 or more"),
+    _limit("max_consumers_per_subscription", "maxConsumersPerSubscription", "maxConsumersPerSubscription",
+           "max-consumers-per-subscription", "max-consumers-per-subscription",
+           "consumers of one subscription at once (0 = no limit)",
+           "Invalid value for maxConsumersPerSubscription"),
+    _limit("max_subscriptions_per_topic", "maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic",
+           "max-subscriptions-per-topic", "max-subscriptions-per-topic",
+           "subscriptions of one topic (0 = no limit)", "maxSubscriptionsPerTopic must be 0 or more"),
+    _limit("max_unacked_messages_per_consumer", "maxUnackedMessagesPerConsumer",
+           "maxUnackedMessagesOnConsumer", "max-unacked-messages-per-consumer",
+           "max-unacked-messages-per-consumer",
+           "unacknowledged messages one consumer may hold (0 = only the byte bound)",
+           "maxUnackedNum must be 0 or more"),
+    _limit("max_unacked_messages_per_subscription", "maxUnackedMessagesPerSubscription",
+           "maxUnackedMessagesOnSubscription", "max-unacked-messages-per-subscription",
+           "max-unacked-messages-per-subscription",
+           "unacknowledged messages of one subscription (stored and answered; not enforced yet)",
+           "maxUnackedNum must be 0 or more"),
+    PolicySpec("inactive_topic_policies", "inactiveTopicPolicies", "inactiveTopicPolicies",
+               "inactive-topic-policies", "inactive-topic-policies", "inactive",
+               "deletion of inactive topics"),
+    PolicySpec("subscription_expiration_time_minutes", "subscriptionExpirationTime", None,
+               "subscription-expiration-time", None, "int",
+               "minutes after which a subscription without consumers is deleted (0 = never)"),
+    PolicySpec("autoTopicCreationOverride", "autoTopicCreation", None, "auto-topic-creation", None,
+               "auto_topic", "whether using a missing topic creates it"),
+    PolicySpec("autoSubscriptionCreationOverride", "autoSubscriptionCreation", "autoSubscriptionCreation",
+               "auto-subscription-creation", "auto-subscription-creation", "auto_subscription",
+               "whether subscribing with a new name creates the subscription"),
+)  # fmt: skip
+
+BY_FIELD = {spec.field: spec for spec in CATALOGUE}
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerPolicyDefaults:
+    """The broker's settings behind every policy no level sets (Pulsar's ``broker.conf`` names in the
+    docstrings of :class:`magnetar.broker.settings.TopicPolicyDefaults`)."""
+
+    ensemble_size: int = 2
+    write_quorum: int = 2
+    ack_quorum: int = 2
+    mark_delete_rate: float = 1.0
+    max_producers_per_topic: int = 0
+    max_consumers_per_topic: int = 0
+    max_consumers_per_subscription: int = 0
+    max_subscriptions_per_topic: int = 0
+    max_unacked_messages_per_consumer: int = 50_000
+    max_unacked_messages_per_subscription: int = 200_000
+    delete_inactive_topics_enabled: bool = False
+    delete_inactive_topics_mode: str = "delete_when_no_subscriptions"
+    delete_inactive_topics_max_inactive_s: int = 60
+    subscription_expiration_time_minutes: int = 0
+    allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation_type: str = "non-partitioned"
+    default_num_partitions: int = 1
+    allow_auto_subscription_creation: bool = True
+
+    def value(self, field: str) -> Any:
+        """The broker's value of policy ``field``, in the shape the admin API answers."""
+        if field == "persistence":
+            return PersistencePolicies(
+                bookkeeperEnsemble=self.ensemble_size,
+                bookkeeperWriteQuorum=self.write_quorum,
+                bookkeeperAckQuorum=self.ack_quorum,
+                managedLedgerMaxMarkDeleteRate=self.mark_delete_rate,
+            )
+        if field == "inactive_topic_policies":
+            return InactiveTopicPolicies(
+                inactiveTopicDeleteMode=self.delete_inactive_topics_mode,
+                maxInactiveDurationSeconds=self.delete_inactive_topics_max_inactive_s,
+                deleteWhileInactive=self.delete_inactive_topics_enabled,
+            )
+        if field == "autoTopicCreationOverride":
+            partitioned = self.allow_auto_topic_creation_type == "partitioned"
+            return AutoTopicCreationOverride(
+                allowAutoTopicCreation=self.allow_auto_topic_creation,
+                topicType=self.allow_auto_topic_creation_type,
+                defaultNumPartitions=self.default_num_partitions if partitioned else None,
+            )
+        if field == "autoSubscriptionCreationOverride":
+            return AutoSubscriptionCreationOverride(
+                allowAutoSubscriptionCreation=self.allow_auto_subscription_creation
+            )
+        return getattr(self, field)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectivePolicies:
+    """What applies to one topic now (every value resolved; 0 = no limit for the counts)."""
+
+    persistence: PersistencePolicies
+    max_producers_per_topic: int
+    max_consumers_per_topic: int
+    max_consumers_per_subscription: int
+    max_subscriptions_per_topic: int
+    max_unacked_messages_per_consumer: int
+    max_unacked_messages_per_subscription: int
+    inactive_topic_policies: InactiveTopicPolicies
+    subscription_expiration_time_minutes: int
+    auto_topic_creation: AutoTopicCreationOverride
+    auto_subscription_creation: bool
+
+
+def first_set(field: str, topic_levels: list[TopicPolicies], namespace: Policies | None,
+              defaults: BrokerPolicyDefaults) -> Any:  # fmt: skip
+    """Policy ``field`` from the most specific level that sets it (topic levels first, most specific
+    first), else the broker's value."""
+    if BY_FIELD[field].topic_path is not None:
+        for level in topic_levels:
+            value = getattr(level, field)
+            if value is not None:
+                return value
+    if namespace is not None:
+        value = getattr(namespace, field)
+        if value is not None:
+            return value
+    return defaults.value(field)
+
+
+def resolve(topic_levels: list[TopicPolicies], namespace: Policies | None,
+            defaults: BrokerPolicyDefaults) -> EffectivePolicies:  # fmt: skip
+    def get(field: str) -> Any:
+        return first_set(field, topic_levels, namespace, defaults)
+
+    auto_sub: AutoSubscriptionCreationOverride = get("autoSubscriptionCreationOverride")
+    return EffectivePolicies(
+        persistence=get("persistence"),
+        max_producers_per_topic=get("max_producers_per_topic"),
+        max_consumers_per_topic=get("max_consumers_per_topic"),
+        max_consumers_per_subscription=get("max_consumers_per_subscription"),
+        max_subscriptions_per_topic=get("max_subscriptions_per_topic"),
+        max_unacked_messages_per_consumer=get("max_unacked_messages_per_consumer"),
+        max_unacked_messages_per_subscription=get("max_unacked_messages_per_subscription"),
+        inactive_topic_policies=get("inactive_topic_policies"),
+        subscription_expiration_time_minutes=get("subscription_expiration_time_minutes"),
+        auto_topic_creation=get("autoTopicCreationOverride"),
+        auto_subscription_creation=auto_sub.allowAutoSubscriptionCreation,
+    )

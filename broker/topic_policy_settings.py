@@ -1,0 +1,93 @@
+"""The broker's defaults of the per-topic policies (:mod:`magnetar.broker.policies.catalogue`): what applies
+where neither the topic nor its namespace sets a value. Declared once here; the broker's settings and the
+admin API's (which answers ``?applied=true`` with them) inherit them through
+:class:`~magnetar.broker.settings.NamespaceDefaultsSettings`.
+
+Pulsar's ``broker.conf`` names: ``max_producers_per_topic`` = ``maxProducersPerTopic`` (and likewise the
+other counts), ``consumer_unacked_messages_max`` = ``maxUnackedMessagesPerConsumer``,
+``allow_auto_topic_creation`` = ``allowAutoTopicCreation``, ``allow_auto_topic_creation_type`` =
+``allowAutoTopicCreationType``, ``default_num_partitions`` = ``defaultNumPartitions``,
+``allow_auto_subscription_creation`` = ``allowAutoSubscriptionCreation``,
+``subscription_expiration_time_minutes`` = ``subscriptionExpirationTimeMinutes``,
+``managed_ledger_max_{ensemble_size,write_quorum,ack_quorum}`` = ``managedLedgerMax{EnsembleSize,...}``,
+``broker_delete_inactive_topics_*`` = ``brokerDeleteInactiveTopics*`` (off by default here).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from magnetar.bookkeeper.client import QuorumSettings
+from magnetar.broker.policies import BrokerPolicyDefaults
+
+INT32_MAX = 2**31 - 1
+Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+Quorum = Annotated[int, Field(ge=1, le=1024)]
+
+
+class TopicPolicyDefaults(QuorumSettings):
+    max_producers_per_topic: Count = 0
+    """Producers of one topic at once; 0 = no limit."""
+    max_consumers_per_topic: Count = 0
+    """Consumers of one topic at once (all its subscriptions); 0 = no limit."""
+    max_consumers_per_subscription: Count = 0
+    """Consumers of one subscription at once; 0 = no limit."""
+    max_subscriptions_per_topic: Count = 0
+    """Subscriptions of one topic; 0 = no limit."""
+    consumer_unacked_messages_max: Annotated[int, Field(gt=0, le=INT32_MAX)] = 50_000
+    """Messages delivered to one consumer (of one partition) and not yet acknowledged, beyond which it gets
+    no more until it acknowledges (Pulsar's ``maxUnackedMessagesPerConsumer``; a namespace or topic policy
+    overrides it, 0 there meaning only the byte bound ``consumer_unacked_bytes_max`` applies). Binds
+    pull-mode consumers (acknowledging releases no permit there); push mode's window of at most 1,000 is
+    smaller."""
+    max_unacked_messages_per_subscription: Count = 200_000
+    """Answered as the default of the subscription-wide bound (not enforced yet)."""
+    allow_auto_topic_creation: bool = True
+    allow_auto_topic_creation_type: Literal["non-partitioned", "partitioned"] = "non-partitioned"
+    """``partitioned``: a client's partition lookup of a missing topic creates it with
+    ``default_num_partitions`` partitions."""
+    default_num_partitions: Annotated[int, Field(ge=1, le=65_536)] = 1
+    allow_auto_subscription_creation: bool = True
+    subscription_expiration_time_minutes: Count = 0
+    """Minutes after which a durable subscription without consumers is deleted; 0 = never."""
+    broker_delete_inactive_topics_enabled: bool = False
+    broker_delete_inactive_topics_mode: Literal[
+        "delete_when_no_subscriptions", "delete_when_subscriptions_caught_up"
+    ] = "delete_when_no_subscriptions"
+    broker_delete_inactive_topics_max_inactive_duration_s: Count = 60
+    """The defaults of ``inactiveTopicPolicies``: off here (Pulsar's default is on), so only a namespace or
+    topic policy deletes topics."""
+    broker_delete_inactive_topics_frequency_s: Annotated[int, Field(ge=1, le=86_400)] = 60
+    """How often loaded topics are checked for inactivity (Pulsar's
+    ``brokerDeleteInactiveTopicsFrequencySeconds``)."""
+    subscription_expiry_check_interval_s: Annotated[int, Field(ge=1, le=86_400)] = 300
+    """How often subscriptions are checked for expiry (Pulsar's ``subscriptionExpiryCheckIntervalInMinutes``,
+    5 min)."""
+    managed_ledger_max_ensemble_size: Quorum = 5
+    """Largest ``bookkeeperEnsemble`` a persistence policy may ask for (Pulsar's
+    ``managedLedgerMaxEnsembleSize``)."""
+    managed_ledger_max_write_quorum: Quorum = 5
+    managed_ledger_max_ack_quorum: Quorum = 5
+
+    def policy_defaults(self) -> BrokerPolicyDefaults:
+        return BrokerPolicyDefaults(
+            ensemble_size=self.ensemble_size,
+            write_quorum=self.write_quorum,
+            ack_quorum=self.ack_quorum,
+            max_producers_per_topic=self.max_producers_per_topic,
+            max_consumers_per_topic=self.max_consumers_per_topic,
+            max_consumers_per_subscription=self.max_consumers_per_subscription,
+            max_subscriptions_per_topic=self.max_subscriptions_per_topic,
+            max_unacked_messages_per_consumer=self.consumer_unacked_messages_max,
+            max_unacked_messages_per_subscription=self.max_unacked_messages_per_subscription,
+            delete_inactive_topics_enabled=self.broker_delete_inactive_topics_enabled,
+            delete_inactive_topics_mode=self.broker_delete_inactive_topics_mode,
+            delete_inactive_topics_max_inactive_s=self.broker_delete_inactive_topics_max_inactive_duration_s,
+            subscription_expiration_time_minutes=self.subscription_expiration_time_minutes,
+            allow_auto_topic_creation=self.allow_auto_topic_creation,
+            allow_auto_topic_creation_type=self.allow_auto_topic_creation_type,
+            default_num_partitions=self.default_num_partitions,
+            allow_auto_subscription_creation=self.allow_auto_subscription_creation,
+        )
