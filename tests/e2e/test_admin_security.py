@@ -28,6 +28,7 @@ from magnetar.admin.cli.admin_client import admin_main
 from magnetar.admin.rest import OPENAPI_PATH, admin_endpoints
 from magnetar.admin.rest.access import Kind, rule_for
 from magnetar.bookkeeper.runtime.auth.tls import client_ssl_context
+from magnetar.broker.policies import CATALOGUE
 from magnetar.broker.security.authorization import NamespaceOperation, TopicOperation
 
 ROOT, ADMIN, CONSUMER, PRODUCER, OTHER = "root", "acme-admin", "consumer-role", "producer-role", "other-role"
@@ -156,6 +157,32 @@ CASES: dict[tuple[str, str], Case] = {
     ("GET", f"{SUB}/position/{{n}}"): Case(),
     ("GET", f"{T}/entries"): Case(),
 }
+
+# The namespace and topic limit policies: their routes come from one table (the policy catalogue), and so do
+# their cases here, each with a body that policy accepts.
+POLICY_BODIES: dict[str, Any] = {
+    "int": 5,
+    "persistence": {
+        "bookkeeperEnsemble": 1,
+        "bookkeeperWriteQuorum": 1,
+        "bookkeeperAckQuorum": 1,
+        "managedLedgerMaxMarkDeleteRate": 1.0,
+    },
+    "inactive": {
+        "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+        "maxInactiveDurationSeconds": 600,
+        "deleteWhileInactive": False,
+    },
+    "auto_topic": {"allowAutoTopicCreation": True, "topicType": "non-partitioned"},
+    "auto_subscription": {"allowAutoSubscriptionCreation": True},
+}
+for _spec in CATALOGUE:
+    for _base, _segment in ((NS, _spec.ns_path), (T, _spec.topic_path)):
+        if _segment is None:
+            continue
+        CASES[("GET", f"{_base}/{_segment}")] = Case()
+        CASES[("POST", f"{_base}/{_segment}")] = Case(body=POLICY_BODIES[_spec.kind])
+        CASES[("DELETE", f"{_base}/{_segment}")] = Case()
 DEFAULTS = {
     "cluster": "standalone",
     "tenant": "acme",
