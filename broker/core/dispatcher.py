@@ -24,6 +24,11 @@ Subscription types:
   whose slot still has unacknowledged messages pending at *another* consumer is not delivered yet; it waits
   in the redelivery set, and every later message of that slot waits behind it.
 
+A consumer may take **whole entries** (:attr:`~.consumer.Consumer.whole_entries`, Pulsar's dispatch, which
+Pulsar's binary protocol needs: a client numbers the messages of a batch MESSAGE itself and cannot tell two
+MESSAGEs of one entry apart): the messages of a stored entry still to deliver then go to it together, in one
+round, even past its permits (they go negative, as Pulsar's do; the overshoot is at most one entry).
+
 Negative acks and ack timeouts put messages into the redelivery set (the single-active types keep them in
 position order there too, instead of Pulsar's rewind of the whole cursor, so in-flight messages are not
 duplicated). Reading stops while the redelivery set holds ``dispatch_redelivery_messages_max`` messages.
@@ -292,6 +297,8 @@ class Dispatcher:
                 ready.clear()
             else:
                 run = [ready.popleft() for _ in range(available)]
+                if active.whole_entries:
+                    _take_rest_of_entry(ready, run)
             taken = self._sub.push_many(active, run, now)
             if taken < len(run):
                 ready.extendleft(reversed(run[taken:]))
@@ -301,7 +308,15 @@ class Dispatcher:
             consumer = self._next_shared_consumer()
             if consumer is None:
                 return
-            push(consumer, ready.popleft(), now)
+            delivery = ready.popleft()
+            push(consumer, delivery, now)
+            if consumer.whole_entries:  # the rest of the entry goes along, whatever the permits
+                while (
+                    ready
+                    and ready[0].entry_id == delivery.entry_id
+                    and ready[0].ledger_id == delivery.ledger_id
+                ):
+                    push(consumer, ready.popleft(), now)
 
     def _next_shared_consumer(self) -> Consumer | None:
         count = len(self.consumers)
@@ -334,10 +349,17 @@ class Dispatcher:
         stuck_slots: set[int] = set()
         key_shared = self.type is SubscriptionType.KEY_SHARED
         now = trio.current_time()
+        # a consumer taking whole entries and the entry it was just given: the rest of that entry goes along
+        entry_of: tuple[int, int] | None = None
+        entry_to: Consumer | None = None
         for key in keys:
+            delivery = self._redeliver[key]
+            if entry_to is not None and (key[0], key[1]) == entry_of:
+                self._sub.push(entry_to, delivery, now)
+                delivered.add(key)
+                continue
             if self._permits() <= 0:
                 break
-            delivery = self._redeliver[key]
             if key_shared:
                 if delivery.slot in stuck_slots or not self._try_key_shared(delivery, now):
                     stuck_slots.add(delivery.slot)
@@ -348,6 +370,7 @@ class Dispatcher:
                 if consumer is None or consumer.available() <= 0:
                     break
                 self._sub.push(consumer, delivery, now)
+                entry_of, entry_to = (key[0], key[1]), (consumer if consumer.whole_entries else None)
             delivered.add(key)
         if not delivered:
             return
@@ -363,3 +386,10 @@ class Dispatcher:
             self._redeliver_slots[slot] = count
         else:
             self._redeliver_slots.pop(slot, None)
+
+
+def _take_rest_of_entry(ready: deque[Delivery], run: list[Delivery]) -> None:
+    """Move the messages of ``run``'s last entry still in ``ready`` to ``run`` (a whole-entry consumer)."""
+    last = run[-1]
+    while ready and ready[0].entry_id == last.entry_id and ready[0].ledger_id == last.ledger_id:
+        run.append(ready.popleft())

@@ -84,6 +84,7 @@ from magnetar.broker.protocols.pulsar_binary.connection import (
     SendRefused,
     compact_messages,
 )
+from magnetar.broker.protocols.pulsar_binary.consumer_commands import GetLastMessageId, Seek
 from magnetar.broker.protocols.pulsar_binary.framing import (
     FRAME_BYTES_MAX_DEFAULT,
     MAX_MESSAGE_SIZE_DEFAULT,
@@ -94,6 +95,7 @@ from magnetar.broker.protocols.pulsar_binary.framing import (
     encode_frame,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
+from magnetar.broker.sessions import binary_consumers
 from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
 
 if TYPE_CHECKING:
@@ -336,7 +338,11 @@ class BinaryFrontDoor:
         elif isinstance(command, Unsubscribe):
             await self._unsubscribe(conn, command)
         elif isinstance(command, Redeliver):
-            self._redeliver(conn, command)
+            binary_consumers.redeliver(conn.consumers, command)
+        elif isinstance(command, GetLastMessageId):
+            await binary_consumers.get_last_message_id(conn.consumers, command, conn.send, _error_of)
+        elif isinstance(command, Seek):
+            await binary_consumers.seek(conn.consumers, command, conn.send, _error_of)
         elif isinstance(command, AuthResponse):
             self._auth_response(conn, command)
         else:
@@ -566,18 +572,22 @@ class BinaryFrontDoor:
                     sink=sink,
                     unacked_messages_max=settings.consumer_unacked_messages_max,
                     unacked_bytes_max=settings.consumer_unacked_bytes_max,
+                    whole_entries=True,
                 )
                 consumer.address = conn.address
                 consumer.connected_since_ms = topic.now_ms()
                 return consumer
 
-            subscriber = await topic.subscribe(
-                command.subscription,
-                make,
-                sub_type,
-                durable=command.durable,
-                start_earliest=command.initial_earliest,
-            )
+            if not command.durable and command.start_message_id is not None:
+                subscriber = binary_consumers.reader(topic, command.start_message_id, make)
+            else:
+                subscriber = await topic.subscribe(
+                    command.subscription,
+                    make,
+                    sub_type,
+                    durable=command.durable,
+                    start_earliest=command.initial_earliest,
+                )
         except _Refusal as exc:
             conn.send(encode_error(command.request_id, exc.error, exc.message))
             return
@@ -613,10 +623,6 @@ class BinaryFrontDoor:
                     handle.sink.ack(handle.subscriber, message_id, cumulative=cumulative)
         if command.request_id is not None:
             conn.send(encode_ack_response(command.consumer_id, command.request_id))
-
-    def _redeliver(self, conn: _Connection, command: Redeliver) -> None:
-        """Redelivery on request is not served yet: unacknowledged messages come back when the consumer
-        leaves (or by ack timeout); the request is ignored, as Pulsar ignores one it cannot serve."""
 
     def _close_handle(self, conn: _Connection, command: CloseHandle) -> None:
         if command.producer:

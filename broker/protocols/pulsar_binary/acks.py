@@ -1,0 +1,144 @@
+"""A binary-protocol consumer's acknowledgements, turned back into the stored positions the core knows.
+
+A batch MESSAGE carries the messages of one stored entry that one dispatch handed to the consumer; the client
+numbers them ``0 .. k-1`` (it cannot know their stored batch indexes) and acknowledges in those numbers. So
+each consumer remembers, per entry, the stored batch indexes of the last batch MESSAGE it was sent
+(:class:`DeliveredGroups`: one group per entry - the dispatcher hands a binary consumer whole entries, so a
+consumer never holds two MESSAGEs of one entry at once; a redelivery replaces the group). The map is bounded
+(:data:`DELIVERED_ENTRIES_MAX`, oldest forgotten first), and an entry's group is forgotten when it is
+acknowledged whole or redelivered.
+
+An acknowledgement (:func:`apply_ack`) names an entry and, with batch-index acks on
+(``batch_index_ack_enabled``), an ``ack_set``: a bit set over the batch, 64 bits a word, 1 = *not yet*
+acknowledged. Rules (Pulsar's, with its bounds):
+
+* an entry acknowledged without ``ack_set`` acknowledges the messages of its group (every message, for an
+  entry this consumer was not sent: a client acknowledging after it reconnected);
+* with ``ack_set``, the messages whose bit is 0; the batch it refers to is the group (or, for an entry this
+  consumer was not sent, the entry as stored: indexes are then stored indexes, and the entry's size comes from
+  the broker's message index, never from the client). An ``ack_set`` with more words than that batch needs is
+  refused (ignored, as Pulsar ignores an ack it cannot apply), as is one for an entry that is not stored;
+* a cumulative ack with ``ack_set`` acknowledges every entry before it and, of its own entry, the messages
+  whose bit is 0;
+* whatever the ids, an ack never acknowledges anything but stored positions, and never fails the connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from magnetar.broker.core import Subscriber
+from magnetar.broker.protocols.pulsar_binary.commands import AckId
+
+DELIVERED_ENTRIES_MAX = 100_000
+"""Entries whose last batch MESSAGE one consumer remembers."""
+AFTER_ALL = 2**31
+"""A batch index above every real one."""
+
+Entry = tuple[int, int]
+
+
+class DeliveredGroups:
+    """Per entry, the stored batch indexes of the last batch MESSAGE sent to one consumer."""
+
+    __slots__ = ("_groups",)
+
+    def __init__(self) -> None:
+        self._groups: dict[Entry, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def sent(self, entry: Entry, indexes: list[int]) -> None:
+        groups = self._groups
+        groups.pop(entry, None)
+        groups[entry] = indexes
+        if len(groups) > DELIVERED_ENTRIES_MAX:
+            del groups[next(iter(groups))]
+
+    def get(self, entry: Entry) -> list[int] | None:
+        return self._groups.get(entry)
+
+    def pop(self, entry: Entry) -> None:
+        self._groups.pop(entry, None)
+
+    def drop_through(self, entry: Entry, *, inclusive: bool = True) -> None:
+        """Forget every entry before ``entry``, and ``entry`` itself when ``inclusive`` (a cumulative ack)."""
+        for key in [k for k in self._groups if k < entry or (inclusive and k == entry)]:
+            del self._groups[key]
+
+    def forget(self, entries: Collection[Entry] | None = None) -> None:
+        """Forget ``entries`` (all when None): they were handed back for redelivery."""
+        if entries is None:
+            self._groups.clear()
+            return
+        for entry in entries:
+            self._groups.pop(entry, None)
+
+
+def _unset_bits(words: tuple[int, ...], size: int) -> list[int] | None:
+    """The indexes ``0 .. size-1`` whose bit is 0 in ``words`` (acknowledged), or None when ``words`` has more
+    words than a batch of ``size`` needs."""
+    if len(words) > (size + 63) // 64:
+        return None
+    out = []
+    for index in range(size):
+        word = index >> 6
+        if word >= len(words) or not (words[word] >> (index & 63)) & 1:
+            out.append(index)
+    return out
+
+
+def apply_ack(
+    groups: DeliveredGroups, subscriber: Subscriber, message_id: AckId, *, cumulative: bool
+) -> None:
+    """Apply one acknowledged id of the client's ACK (see the module docstring)."""
+    entry = (message_id.ledger_id, message_id.entry_id)
+    partition = subscriber.partition
+    ack_set = message_id.ack_set
+    if cumulative:
+        if not ack_set:
+            groups.drop_through(entry)
+            subscriber.ack_range((0, 0, -1), (entry[0], entry[1], AFTER_ALL))
+            return
+        acked = _acked_indexes(groups, subscriber, entry, ack_set)
+        if acked is None:
+            return
+        subscriber.ack_range((0, 0, -1), (entry[0], entry[1], -2))  # every entry before this one
+        groups.drop_through(entry, inclusive=False)
+        _ack_indexes(groups, subscriber, entry, acked)
+        return
+    if not ack_set:
+        group = groups.get(entry)
+        if group is None:
+            subscriber.ack_fields(partition, entry[0], entry[1], -1)
+            return
+        groups.pop(entry)
+        subscriber.ack_group([(entry[0], entry[1], index) for index in group])
+        return
+    acked = _acked_indexes(groups, subscriber, entry, ack_set)
+    if acked is not None:
+        _ack_indexes(groups, subscriber, entry, acked)
+
+
+def _acked_indexes(
+    groups: DeliveredGroups, subscriber: Subscriber, entry: Entry, ack_set: tuple[int, ...]
+) -> list[int] | None:
+    """The stored batch indexes an ``ack_set`` acknowledges, or None when it is refused."""
+    group = groups.get(entry)
+    if group is not None:
+        unset = _unset_bits(ack_set, len(group))
+        return None if unset is None else [group[i] for i in unset]
+    size = subscriber.stored_batch_size(entry[0], entry[1])
+    if size <= 0:
+        return None  # not stored, or not a batch the broker knows the size of: ignored
+    return _unset_bits(ack_set, size)
+
+
+def _ack_indexes(groups: DeliveredGroups, subscriber: Subscriber, entry: Entry, indexes: list[int]) -> None:
+    if not indexes:
+        return
+    group = groups.get(entry)
+    if group is not None and set(indexes).issuperset(group):
+        groups.pop(entry)  # else the group stays as sent: the client numbers by the MESSAGE it received
+    subscriber.ack_group([(entry[0], entry[1], index) for index in indexes])
