@@ -4,8 +4,9 @@ Two questions clients ask of a topic (partition) in protocol-neutral terms, answ
 alone, so the admin API (reset cursor to a time, last message id) and the client protocols (Pulsar's binary
 GET_LAST_MESSAGE_ID and SEEK) give the same answers:
 
-* :func:`last_message` - the last stored entry's position and, when it holds a batch, the index of its last
-  message (counted from the stored entry, never from a client). An empty topic answers its current
+* :func:`last_message` - the last stored entry's position and, when it holds a batch of several messages,
+  the index of its last message (counted from the stored entry, never from a client; an entry of one
+  message is a message stored alone, as the binary protocol delivers it). An empty topic answers its current
   ledger with entry -1, as Pulsar's broker answers its last-add-confirmed position;
 * :func:`first_at_or_after` - the first stored entry published at or after a time (binary search over the
   entries' publish times, bounded in reads, as Pulsar's ``findMessageIdByPublishTime``).
@@ -61,7 +62,7 @@ async def first_at_or_after(
 
 
 async def last_message(ml: ManagedLedger) -> tuple[Position, int]:
-    """The last stored entry and the batch index of its last message (-1 for a message stored alone, an
+    """The last stored entry and the batch index of its last message (-1 for an entry of one message, an
     unreadable entry, or an empty topic, whose position has entry id -1)."""
     last = ml.last_confirmed
     if last.entry_id < 0:
@@ -73,4 +74,5 @@ async def last_message(ml: ManagedLedger) -> tuple[Position, int]:
         decoded = decode_entry(entry.data)
     except CorruptEntryError:
         return last, -1
-    return last, (len(decoded.messages) - 1 if decoded.batched else -1)
+    count = len(decoded.messages)
+    return last, (count - 1 if decoded.batched and count > 1 else -1)

@@ -113,6 +113,14 @@ class Subscriber:
             return 0
         return subscription.redeliver_unacked(self.consumer, entries)
 
+    def is_stored(self, ledger_id: int, entry_id: int) -> bool:
+        """Whether ``ledger_id:entry_id`` is a stored entry of the topic (a non-persistent topic stores
+        nothing and answers True: its acknowledgements are not checked against positions)."""
+        subscription = self.subscription
+        if not isinstance(subscription, Subscription):
+            return True
+        return subscription.is_stored(ledger_id, entry_id)
+
     def stored_batch_size(self, ledger_id: int, entry_id: int) -> int:
         """Messages of the stored batch entry ``ledger_id:entry_id`` (0: none, not a batch, not known)."""
         subscription = self.subscription

@@ -469,6 +469,9 @@ class Subscription:
         """How many times the message at ``key`` was handed out again (0 if never, or forgotten)."""
         return self._redelivery_counts.get(key, 0)
 
+    def is_stored(self, ledger_id: int, entry_id: int) -> bool:
+        return self._stored(ledger_id, entry_id)
+
     def stored_batch_size(self, ledger_id: int, entry_id: int) -> int:
         """How many messages the stored batch entry holds (0: not stored, not a batch, or not known)."""
         if not self._stored(ledger_id, entry_id):

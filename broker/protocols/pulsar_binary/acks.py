@@ -19,7 +19,8 @@ acknowledged. Rules (Pulsar's, with its bounds):
   the broker's message index, never from the client). An ``ack_set`` with more words than that batch needs is
   refused (ignored, as Pulsar ignores an ack it cannot apply), as is one for an entry that is not stored;
 * a cumulative ack with ``ack_set`` acknowledges every entry before it and, of its own entry, the messages
-  whose bit is 0;
+  whose bit is 0; a cumulative ack of an entry that is not stored is ignored (Pulsar refuses a mark-delete
+  past the last entry);
 * whatever the ids, an ack never acknowledges anything but stored positions, and never fails the connection.
 """
 
@@ -97,6 +98,8 @@ def apply_ack(
     partition = subscriber.partition
     ack_set = message_id.ack_set
     if cumulative:
+        if not subscriber.is_stored(entry[0], entry[1]):
+            return  # up to an entry that does not exist: refused, as Pulsar refuses such a mark-delete
         if not ack_set:
             groups.drop_through(entry)
             subscriber.ack_range((0, 0, -1), (entry[0], entry[1], AFTER_ALL))

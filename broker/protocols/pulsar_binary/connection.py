@@ -161,7 +161,7 @@ class ConsumerDeliveries:
 
     def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
         group = self._open
-        if delivery.batch_index < 0:
+        if delivery.batch_index < 0 or delivery.batch_size == 1:  # stored alone: a plain MESSAGE
             self.flush()
             self._outbound.push(self._single(delivery, partition, redelivery_count))
             return

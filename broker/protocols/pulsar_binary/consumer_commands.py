@@ -100,7 +100,8 @@ def encode_seek(
     """SEEK (what a client sends; the tests' raw client uses it)."""
     w = Writer().uint(1, consumer_id).uint(2, request_id)
     if message_id is not None:
-        w.data(3, Writer().sint(1, message_id[0]).sint(2, message_id[1]).bytes())
+        ledger_id, entry_id = (value % _U64 for value in message_id)  # as the uint64 a client writes
+        w.data(3, Writer().uint(1, ledger_id).uint(2, entry_id).bytes())
     if publish_time_ms is not None:
         w.uint(4, publish_time_ms)
     return Writer().uint(1, SEEK).data(SEEK, w.bytes()).bytes()
