@@ -290,7 +290,9 @@ def test_batch_index_acks_hold_across_a_resubscribe(client: pulsar.Client) -> No
     assert _drain(last, 1000) == []
 
 
-@pytest.mark.parametrize("kind", [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Shared])
+@pytest.mark.parametrize(
+    "kind", [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared]
+)
 def test_small_receiver_queue_against_large_batches(client: pulsar.Client, kind: pulsar.ConsumerType) -> None:
     """Permits run out in the middle of a stored batch: the entry still goes to the consumer whole, so
     every message arrives once with its own id and every acknowledgement lands."""
@@ -323,6 +325,48 @@ def test_small_receiver_queue_against_large_batches(client: pulsar.Client, kind:
     time.sleep(0.5)
     consumer.close()
     again = client.subscribe(topic, "small-queue", consumer_type=kind)
+    assert _drain(again, 1000) == []
+
+
+@pytest.mark.parametrize("kind", [pulsar.ConsumerType.Shared, pulsar.ConsumerType.KeyShared])
+def test_two_consumers_with_small_queues_share_large_batches(
+    client: pulsar.Client, kind: pulsar.ConsumerType
+) -> None:
+    topic = _topic()
+    consumers = [
+        client.subscribe(
+            topic,
+            "two-small",
+            consumer_type=kind,
+            initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=2,
+            consumer_name=f"c{n}",
+        )
+        for n in range(2)
+    ]
+    producer = client.create_producer(
+        topic, batching_enabled=True, batching_max_messages=40, batching_max_publish_delay_ms=50
+    )
+    n = 240
+    for i in range(n):
+        producer.send_async(f"k{i}".encode(), None, partition_key=f"key-{i % 10}")
+    producer.flush()
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        for consumer in consumers:
+            try:
+                message = consumer.receive(100)
+            except pulsar.Timeout:
+                continue
+            got.append(message.data())
+            consumer.acknowledge(message)
+    assert sorted(got) == sorted(f"k{i}".encode() for i in range(n))
+    time.sleep(0.5)
+    for consumer in consumers:
+        assert _drain(consumer, 500) == []
+        consumer.close()
+    again = client.subscribe(topic, "two-small", consumer_type=kind)
     assert _drain(again, 1000) == []
 
 

@@ -2,11 +2,12 @@
 
 A batch MESSAGE carries the messages of one stored entry that one dispatch handed to the consumer; the client
 numbers them ``0 .. k-1`` (it cannot know their stored batch indexes) and acknowledges in those numbers. So
-each consumer remembers, per entry, the stored batch indexes of the last batch MESSAGE it was sent
-(:class:`DeliveredGroups`: one group per entry - the dispatcher hands a binary consumer whole entries, so a
-consumer never holds two MESSAGEs of one entry at once; a redelivery replaces the group). The map is bounded
-(:data:`DELIVERED_ENTRIES_MAX`, oldest forgotten first), and an entry's group is forgotten when it is
-acknowledged whole or redelivered.
+each consumer remembers, per entry, the stored batch indexes of the batch MESSAGEs it was sent and has not
+acknowledged (:class:`DeliveredGroups`). The dispatcher hands a binary consumer whole entries, so there is one
+such MESSAGE per entry but where a Key_Shared subscription splits an entry between its consumers and holds
+part of it back for ordering; an ack is then taken for the oldest (clients acknowledge in order). The map is
+bounded (:data:`DELIVERED_ENTRIES_MAX` entries, oldest forgotten first, :data:`GROUPS_PER_ENTRY_MAX` MESSAGEs
+an entry), and an entry is forgotten when it is acknowledged whole or handed back for redelivery.
 
 An acknowledgement (:func:`apply_ack`) names an entry and, with batch-index acks on
 (``batch_index_ack_enabled``), an ``ack_set``: a bit set over the batch, 64 bits a word, 1 = *not yet*
@@ -26,13 +27,16 @@ acknowledged. Rules (Pulsar's, with its bounds):
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection
 
 from magnetar.broker.core import Subscriber
 from magnetar.broker.protocols.pulsar_binary.commands import AckId
 
 DELIVERED_ENTRIES_MAX = 100_000
-"""Entries whose last batch MESSAGE one consumer remembers."""
+"""Entries whose batch MESSAGEs one consumer remembers."""
+GROUPS_PER_ENTRY_MAX = 8
+"""Batch MESSAGEs of one entry one consumer remembers (more than one only where an entry is split)."""
 AFTER_ALL = 2**31
 """A batch index above every real one."""
 
@@ -40,28 +44,42 @@ Entry = tuple[int, int]
 
 
 class DeliveredGroups:
-    """Per entry, the stored batch indexes of the last batch MESSAGE sent to one consumer."""
+    """Per entry, the stored batch indexes of each batch MESSAGE sent to one consumer and not acknowledged,
+    oldest first."""
 
     __slots__ = ("_groups",)
 
     def __init__(self) -> None:
-        self._groups: dict[Entry, list[int]] = {}
+        self._groups: dict[Entry, deque[list[int]]] = {}
 
     def __len__(self) -> int:
         return len(self._groups)
 
     def sent(self, entry: Entry, indexes: list[int]) -> None:
         groups = self._groups
-        groups.pop(entry, None)
-        groups[entry] = indexes
-        if len(groups) > DELIVERED_ENTRIES_MAX:
-            del groups[next(iter(groups))]
+        sent = groups.get(entry)
+        if sent is None:
+            groups[entry] = deque((indexes,))
+            if len(groups) > DELIVERED_ENTRIES_MAX:
+                del groups[next(iter(groups))]
+            return
+        sent.append(indexes)
+        if len(sent) > GROUPS_PER_ENTRY_MAX:
+            sent.popleft()
 
     def get(self, entry: Entry) -> list[int] | None:
-        return self._groups.get(entry)
+        """The oldest batch MESSAGE of ``entry`` not acknowledged (the one an ack of it is taken for)."""
+        sent = self._groups.get(entry)
+        return sent[0] if sent else None
 
     def pop(self, entry: Entry) -> None:
-        self._groups.pop(entry, None)
+        """The oldest batch MESSAGE of ``entry`` was acknowledged whole."""
+        sent = self._groups.get(entry)
+        if sent is None:
+            return
+        sent.popleft()
+        if not sent:
+            del self._groups[entry]
 
     def drop_through(self, entry: Entry, *, inclusive: bool = True) -> None:
         """Forget every entry before ``entry``, and ``entry`` itself when ``inclusive`` (a cumulative ack)."""
