@@ -16,8 +16,9 @@ REDELIVER_UNACKNOWLEDGED_MESSAGES, GET_LAST_MESSAGE_ID and SEEK (:mod:`.binary_d
   consumers (CLOSE_CONSUMER), then SUCCESS, as Pulsar does; the clients subscribe again and read from there.
 
 Unknown consumers are answered ``ERROR MetadataError "Consumer not found"`` (REDELIVER has no request id: it
-is ignored), a SEEK with neither an id nor a time ``ERROR MetadataError``, a forged id (negative other than
--1:-1) ``ERROR MetadataError`` naming it, a refusal of the core its kind's error.
+is ignored), a SEEK with neither an id nor a time ``ERROR MetadataError``, a forged id (a negative ledger
+other than -1:-1, an entry below -1) ``ERROR MetadataError`` naming it, a refusal of the core its kind's
+error.
 """
 
 from __future__ import annotations
@@ -117,9 +118,9 @@ def _seek_position(message_id: tuple[int, int]) -> tuple[int, int] | None:
         return (-1, -1)  # the earliest: the cursor goes to the first stored entry
     if ID_LATEST in (ledger_id, entry_id):
         return (ID_LATEST, 0)  # past the end: clamped to the next message's slot
-    if ledger_id < 0 or entry_id < 0:
+    if ledger_id < 0 or entry_id < -1:
         return None
-    return (ledger_id, entry_id)
+    return (ledger_id, entry_id)  # entry -1: the start of that ledger (the last id of an empty topic)
 
 
 async def seek(consumers: Mapping[int, Handle], command: Seek, send: Send, error_of: ErrorOf) -> None:

@@ -140,6 +140,10 @@ class _ConsumerHandle:
     flow: FlowControl
     sub_type: SubscriptionType
 
+    def close(self) -> None:
+        self.subscriber.close()  # first: what the sink holds unsent goes back to the subscription
+        self.sink.close()
+
 
 @dataclass
 class _Connection:
@@ -602,7 +606,7 @@ class BinaryFrontDoor:
         def going_away(reason: str) -> None:
             handle = conn.consumers.pop(consumer_id, None)
             if handle is not None:
-                handle.subscriber.close()
+                handle.close()
                 conn.send(encode_close_consumer(consumer_id))
 
         subscriber.consumer.disconnect = going_away
@@ -632,7 +636,7 @@ class BinaryFrontDoor:
         else:
             consumer = conn.consumers.pop(command.handle_id, None)
             if consumer is not None:
-                consumer.subscriber.close()
+                consumer.close()
         conn.send(encode_success(command.request_id))
 
     async def _unsubscribe(self, conn: _Connection, command: Unsubscribe) -> None:
@@ -646,7 +650,7 @@ class BinaryFrontDoor:
             conn.send(encode_error(command.request_id, _error_of(exc), str(exc)))
             return
         conn.consumers.pop(command.consumer_id, None)
-        handle.subscriber.close()
+        handle.close()
         conn.send(encode_success(command.request_id))
 
     def _release(self, conn: _Connection) -> None:
@@ -654,7 +658,7 @@ class BinaryFrontDoor:
             _remove_producer(handle)
         conn.producers.clear()
         for consumer in conn.consumers.values():
-            consumer.subscriber.close()
+            consumer.close()
         conn.consumers.clear()
 
 

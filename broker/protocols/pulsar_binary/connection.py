@@ -96,6 +96,13 @@ class Outbound:
     def add_room_listener(self, listener: Callable[[], None]) -> None:
         self._room_listeners.append(listener)
 
+    def remove_hooks(self, hook: Callable[[], None], listener: Callable[[], None]) -> None:
+        """Undo :meth:`before_write` and :meth:`add_room_listener` (a consumer closed)."""
+        if hook in self._before_write:
+            self._before_write.remove(hook)
+        if listener in self._room_listeners:
+            self._room_listeners.remove(listener)
+
     async def take(self) -> list[bytes]:
         """Every frame queued (waits for one)."""
         while True:
@@ -232,6 +239,13 @@ class ConsumerDeliveries:
     def ack(self, subscriber: Subscriber, message_id: AckId, *, cumulative: bool) -> None:
         """The client acknowledged ``message_id`` (:func:`.acks.apply_ack`)."""
         apply_ack(self.delivered, subscriber, message_id, cumulative=cumulative)
+
+    def close(self) -> None:
+        """The consumer closed: what it was not sent yet went back to its subscription, nothing more is sent
+        for it, and the connection forgets it."""
+        self._open = None
+        self.delivered.forget()
+        self._outbound.remove_hooks(self.flush, self._on_room)
 
     def redelivering(self, entries: Collection[tuple[int, int]] | None) -> None:
         """``entries`` (all when None) go back for redelivery: what was dispatched goes out first (the

@@ -244,3 +244,15 @@ def test_seek_decoding_gives_signed_ids_or_a_protobuf_error(fields: Sequence[tup
         assert all(-(2**63) <= value < 2**63 for value in command.message_id)
     if command.publish_time_ms is not None:
         assert 0 <= command.publish_time_ms < 2**63
+
+
+def test_a_closed_consumer_leaves_nothing_on_its_connection() -> None:
+    outbound = Outbound()
+    sinks = [ConsumerDeliveries(n, outbound) for n in range(100)]
+    sinks[0].deliver(Delivery(1, 1, 0, 2, MESSAGE, 0), -1, 0)  # an open batch MESSAGE, not sent yet
+    for sink in sinks:
+        sink.close()
+    assert not outbound._before_write
+    assert not outbound._room_listeners
+    sinks[0].flush()
+    assert outbound.bytes == 0  # what was open went back to the subscription, not to the client
