@@ -100,6 +100,9 @@ class Subscription:
         self.rate_redeliver = Rate()
         self.last_ack_ms = 0
         self.last_consumed_ms = 0
+        self.sought = False
+        """A client's seek disconnected the consumers: a non-durable subscription stays, without consumers,
+        until one subscribes again (Pulsar keeps it too: its clients come back without a start position)."""
 
     def update_rates(self, period_s: float) -> None:
         """End of a stats period (:mod:`.rates`): this subscription's and its consumers' rates."""
@@ -120,6 +123,7 @@ class Subscription:
 
     def add_consumer(self, consumer: Consumer, sub_type: SubscriptionType) -> None:
         self.dispatcher.add_consumer(consumer, sub_type)
+        self.sought = False
 
     def remove_consumer(self, consumer: Consumer) -> None:
         self.dispatcher.remove_consumer(consumer)
@@ -507,6 +511,7 @@ class Subscription:
         every consumer of the subscription is disconnected - as Pulsar does - so that its client drops what
         it had received and subscribes again."""
         self.reset_to(position)
+        self.sought = True
         for consumer in list(self.dispatcher.consumers):
             if consumer.disconnect is not None:
                 consumer.disconnect("the subscription was reset")

@@ -10,7 +10,7 @@ REDELIVER_UNACKNOWLEDGED_MESSAGES, GET_LAST_MESSAGE_ID and SEEK (:mod:`.binary_d
   an empty topic answers its current ledger with entry -1, as Pulsar's broker) and, for a durable
   subscription, the mark-delete position.
 * a SUBSCRIBE of a non-durable subscription with a start message id (a reader) starts after that id
-  (:func:`reader`);
+  (:func:`reader`), unless its subscription is still there (a seek keeps it for its clients' return);
 * SEEK - to a message id (``-1:-1`` is the earliest, ``Long.MAX_VALUE`` the latest; an id past the end
   means the end) or to a publish time: the core resets the subscription's cursor and disconnects its
   consumers (CLOSE_CONSUMER), then SUCCESS, as Pulsar does; the clients subscribe again and read from there.
@@ -159,14 +159,20 @@ async def seek(consumers: Mapping[int, Handle], command: Seek, send: Send, error
     send(encode_success(command.request_id))
 
 
-def reader(
+async def reader(
     topic: PersistentTopic | NonPersistentTopic,
+    name: str,
     start: tuple[int, int, int],
     make_consumer: Callable[[], Consumer],
 ) -> Subscriber:
-    """A non-durable subscription that starts after ``start`` (a SUBSCRIBE's ``start_message_id``: what a
-    reader, or a consumer that sought, asks for): ``-1:-1`` the earliest, ``Long.MAX_VALUE`` the latest, else
-    the messages after that id (after that batch index of a batch entry)."""
+    """A non-durable subscription ``name`` that starts after ``start`` (a SUBSCRIBE's ``start_message_id``:
+    what a reader asks for): ``-1:-1`` the earliest, ``Long.MAX_VALUE`` the latest, else the messages after
+    that id (after that batch index of a batch entry). A subscription of that name that is still there - a
+    reader coming back after its seek - is joined as it is, as Pulsar does."""
+    if isinstance(topic, PersistentTopic) and name in topic.subscriptions:
+        return await topic.subscribe(
+            name, make_consumer, SubscriptionType.EXCLUSIVE, durable=False, start_earliest=False
+        )
     ledger_id, entry_id, batch_index = start
     if ID_LATEST in (ledger_id, entry_id):
         message_id = LATEST
@@ -174,4 +180,6 @@ def reader(
         message_id = EARLIEST
     else:
         message_id = MessageId(ledger_id, entry_id, -1, max(batch_index, -1))
+    if isinstance(topic, PersistentTopic):
+        return topic.create_reader(message_id, make_consumer, name)
     return topic.create_reader(message_id, make_consumer)

@@ -583,7 +583,9 @@ class BinaryFrontDoor:
                 return consumer
 
             if not command.durable and command.start_message_id is not None:
-                subscriber = binary_consumers.reader(topic, command.start_message_id, make)
+                subscriber = await binary_consumers.reader(
+                    topic, command.subscription, command.start_message_id, make
+                )
             else:
                 subscriber = await topic.subscribe(
                     command.subscription,

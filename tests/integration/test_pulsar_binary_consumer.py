@@ -241,11 +241,17 @@ def test_consumer_seek_by_message_id_and_by_time(client: pulsar.Client) -> None:
 def test_reader_seek(client: pulsar.Client) -> None:
     topic = _topic()
     producer = client.create_producer(topic, batching_enabled=False)
-    ids = [producer.send(f"r{i}".encode()) for i in range(6)]
+    ids = []
+    for i in range(6):
+        ids.append(producer.send(f"r{i}".encode()))
+        time.sleep(0.005)  # publish times a few ms apart: the seek by time finds r3 alone
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
-    assert [reader.read_next(10_000).data() for _ in range(6)] == [f"r{i}".encode() for i in range(6)]
+    read = [reader.read_next(10_000) for _ in range(6)]
+    assert [m.data() for m in read] == [f"r{i}".encode() for i in range(6)]
     reader.seek(ids[1])
     assert reader.read_next(10_000).data() == b"r2"
+    reader.seek(read[3].publish_timestamp())  # the reader comes back without a start id: its subscription
+    assert reader.read_next(10_000).data() == b"r3"  # stayed, reset to the time
     reader.seek(pulsar.MessageId.earliest)
     assert reader.read_next(10_000).data() == b"r0"
     later = client.create_reader(topic, ids[3])  # a reader starting after a message id
