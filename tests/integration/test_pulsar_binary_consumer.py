@@ -6,9 +6,11 @@ large batches. Hostile commands on a raw connection end nothing but their own re
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,6 +174,34 @@ def test_dead_letter_policy_moves_the_message(client: pulsar.Client) -> None:
     # the original subscription acknowledged it when it went to the dead-letter topic
     again = client.subscribe(topic, "with-dlq", consumer_type=pulsar.ConsumerType.Shared)
     assert _drain(again, 1500) == []
+
+
+def _unacked(standalone: MagnetarProcess, topic: str, subscription: str) -> int:
+    path = topic.replace("persistent://", "persistent/")
+    url = f"http://{HOST}:{standalone.ready['port']}/admin/v2/{path}/stats"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        stats = json.loads(response.read())
+    return int(stats["subscriptions"][subscription]["unackedMessages"])
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_acknowledged_messages_leave_nothing_pending(
+    standalone: MagnetarProcess, client: pulsar.Client, batching: bool
+) -> None:
+    """What the client acknowledged is no longer held for it (a consumer holding acknowledged messages would
+    stop at its unacknowledged-message bound)."""
+    topic = _topic()
+    consumer = client.subscribe(topic, "pending", initial_position=pulsar.InitialPosition.Earliest)
+    producer = client.create_producer(topic, batching_enabled=batching, batching_max_publish_delay_ms=5)
+    for i in range(30):
+        producer.send_async(f"p{i}".encode(), None)
+    producer.flush()
+    for _ in range(30):
+        consumer.acknowledge(consumer.receive(10_000))
+    deadline = time.monotonic() + 10
+    while _unacked(standalone, topic, "pending") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _unacked(standalone, topic, "pending") == 0
 
 
 # -- last message id -----------------------------------------------------------------------------------

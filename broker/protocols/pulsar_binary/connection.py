@@ -171,6 +171,8 @@ class ConsumerDeliveries:
         if delivery.batch_index < 0 or delivery.batch_size == 1:  # stored alone: a plain MESSAGE
             self.flush()
             self._outbound.push(self._single(delivery, partition, redelivery_count))
+            if delivery.batch_index >= 0:  # an entry of one message: its ack (no batch index) names it
+                self.delivered.sent((delivery.ledger_id, delivery.entry_id), [delivery.batch_index])
             return
         if group is not None and group.entry == (delivery.ledger_id, delivery.entry_id):
             group.deliveries.append(delivery)
