@@ -30,6 +30,7 @@ from magnetar.broker.protocols.pulsar_binary.consumer_commands import (
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError, Writer, parse_message
 from magnetar.broker.wire.entry_format import StoredMessage
+from magnetar.managed_ledger.position import Position
 
 MESSAGE = StoredMessage(b"x", "p", 0, 0)
 
@@ -256,3 +257,22 @@ def test_a_closed_consumer_leaves_nothing_on_its_connection() -> None:
     assert not outbound._room_listeners
     sinks[0].flush()
     assert outbound.bytes == 0  # what was open went back to the subscription, not to the client
+
+
+def test_a_seek_resets_the_cursor_and_disconnects_every_consumer() -> None:
+    sub, consumers = subscription_of(SubscriptionType.SHARED, 2)
+    told: list[str] = []
+    for consumer in consumers:
+        consumer.disconnect = told.append
+    _push(sub, consumers[0], EXACT, 1)
+    assert sub.redeliver_unacked(consumers[0], None) == 3
+    sub.seek(Position(EXACT, 2))
+    assert told == ["the subscription was reset"] * 2
+    assert not consumers[0].pending
+    assert sub.dispatcher.redelivery_count == 0  # what waited for redelivery is before the new position
+    assert sub.redelivery_count((EXACT, 1, 0)) == 0
+    assert sub.cursor.read_position == Position(EXACT, 2)
+    assert sub.sought  # a non-durable subscription would stay for its clients' return
+    sub.remove_consumer(consumers[0])  # its client went, and comes back
+    sub.add_consumer(consumers[0], SubscriptionType.SHARED)
+    assert not sub.sought
