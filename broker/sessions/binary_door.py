@@ -625,8 +625,7 @@ class BinaryFrontDoor:
             ):
                 pass  # ignored, as Pulsar does
             else:
-                for message_id in command.ids:
-                    handle.sink.ack(handle.subscriber, message_id, cumulative=cumulative)
+                handle.sink.ack(handle.subscriber, command.ids, cumulative=cumulative)
         if command.request_id is not None:
             conn.send(encode_ack_response(command.consumer_id, command.request_id))
 

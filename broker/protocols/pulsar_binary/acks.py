@@ -28,7 +28,8 @@ acknowledged. Rules (Pulsar's, with its bounds):
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 
 from magnetar.broker.core import Subscriber
 from magnetar.broker.protocols.pulsar_binary.commands import AckId
@@ -140,6 +141,33 @@ def apply_ack(
     acked = _acked_indexes(groups, subscriber, entry, ack_set)
     if acked is not None:
         _ack_indexes(groups, subscriber, entry, acked)
+
+
+def apply_acks(
+    groups: DeliveredGroups, subscriber: Subscriber, ids: Sequence[AckId], *, cumulative: bool
+) -> None:
+    """Apply the ids of one ACK. Ids of one entry that carry an ``ack_set`` are merged first (a message is
+    acknowledged if any of them says so): a client acknowledging many messages of a batch at once sends
+    the entry once per message, each with the same bit set, and the batch is walked once, not once per
+    message."""
+    if cumulative or len(ids) == 1:
+        for message_id in ids:
+            apply_ack(groups, subscriber, message_id, cumulative=cumulative)
+        return
+    merged: dict[Entry, AckId] = {}
+    for message_id in ids:
+        if not message_id.ack_set:
+            apply_ack(groups, subscriber, message_id, cumulative=False)
+            continue
+        entry = (message_id.ledger_id, message_id.entry_id)
+        prior = merged.get(entry)
+        if prior is None:
+            merged[entry] = message_id
+        elif prior.ack_set != message_id.ack_set:
+            words = tuple(a & b for a, b in zip(prior.ack_set, message_id.ack_set, strict=False))
+            merged[entry] = replace(prior, ack_set=words or (0,))
+    for message_id in merged.values():
+        apply_ack(groups, subscriber, message_id, cumulative=False)
 
 
 def _acked_indexes(

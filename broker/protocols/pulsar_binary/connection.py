@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import trio
 
 from magnetar.broker.core import Delivery, PublishRequest, Subscriber
-from magnetar.broker.protocols.pulsar_binary.acks import DeliveredGroups, apply_ack
+from magnetar.broker.protocols.pulsar_binary.acks import DeliveredGroups, apply_acks
 from magnetar.broker.protocols.pulsar_binary.commands import (
     AckId,
     CompressionType,
@@ -238,9 +238,9 @@ class ConsumerDeliveries:
         )
         return encode_frame(command, encode_payload_section(encode_metadata(meta), message.payload))
 
-    def ack(self, subscriber: Subscriber, message_id: AckId, *, cumulative: bool) -> None:
-        """The client acknowledged ``message_id`` (:func:`.acks.apply_ack`)."""
-        apply_ack(self.delivered, subscriber, message_id, cumulative=cumulative)
+    def ack(self, subscriber: Subscriber, message_ids: Sequence[AckId], *, cumulative: bool) -> None:
+        """The client acknowledged ``message_ids`` (one ACK: :func:`.acks.apply_acks`)."""
+        apply_acks(self.delivered, subscriber, message_ids, cumulative=cumulative)
 
     def close(self) -> None:
         """The consumer closed: what it was not sent yet went back to its subscription, nothing more is sent

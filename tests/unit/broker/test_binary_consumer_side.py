@@ -18,7 +18,7 @@ from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, MsgKey
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.subscription import Subscription
-from magnetar.broker.protocols.pulsar_binary.acks import DeliveredGroups, _unset_bits, apply_ack
+from magnetar.broker.protocols.pulsar_binary.acks import DeliveredGroups, _unset_bits, apply_ack, apply_acks
 from magnetar.broker.protocols.pulsar_binary.commands import AckId, CommandType, decode_command
 from magnetar.broker.protocols.pulsar_binary.connection import ConsumerDeliveries, Outbound
 from magnetar.broker.protocols.pulsar_binary.consumer_commands import (
@@ -184,6 +184,20 @@ def test_cumulative_ack_with_an_ack_set() -> None:
         _ack(groups, sub, forged, cumulative=True)  # up to an entry that does not exist: ignored
     assert len(sub.ranges) == 1
     assert len(sub.groups) == 1
+
+
+def test_the_ack_sets_of_one_ack_are_merged_per_entry() -> None:
+    groups = DeliveredGroups()
+    groups.sent((1, 1), list(range(4)))
+    sub = RecordingSubscriber(stored_sizes={(1, 2): 65_535})
+    same = [AckId(1, 2, -1, -1, (-2,)) for _ in range(5000)]  # one forged flood: one walk of the batch
+    apply_acks(groups, sub, same, cumulative=False)  # type: ignore[arg-type]
+    assert len(sub.groups) == 1  # bit 0 and every word left out (trailing zero words) acknowledged
+    assert len(sub.groups[0]) == 1 + 65_535 - 64
+    ids = [AckId(1, 1, -1, -1, (0b1110,)), AckId(1, 1, -1, -1, (0b1101,)), AckId(1, 9, -1, -1, ())]
+    apply_acks(groups, sub, ids, cumulative=False)  # type: ignore[arg-type]
+    assert sub.fields == [(1, 9, -1)]
+    assert sub.groups[-1] == [(1, 1, 0), (1, 1, 1)]  # acknowledged by either
 
 
 # -- delivery runs -----------------------------------------------------------------------------------------
