@@ -136,12 +136,12 @@ class Subscriber:
 
     async def last_message(self) -> tuple[tuple[int, int], int, tuple[int, int] | None]:
         """The topic's last stored message - its ``(ledgerId, entryId)`` and batch index (-1: stored alone;
-        an empty topic answers entry -1) - and, for a durable subscription, its mark-delete position."""
+        an empty topic answers entry -1) - and the subscription's mark-delete position (a non-durable one's
+        too: a reader compares it with the last message)."""
         subscription = self._persistent("the last message id")
         position, batch_index = await last_message(subscription.cursor.ml)
-        mark = subscription.cursor.mark_delete if subscription.durable else None
-        mark_delete = (mark.ledger_id, mark.entry_id) if mark is not None else None
-        return (position.ledger_id, position.entry_id), batch_index, mark_delete
+        mark = subscription.cursor.mark_delete
+        return (position.ledger_id, position.entry_id), batch_index, (mark.ledger_id, mark.entry_id)
 
     async def seek(self, entry: tuple[int, int] | None = None, *, publish_time_ms: int | None = None) -> None:
         """Reset the subscription to ``entry`` (``(ledgerId, entryId)``, each at least -1; ``-1:-1`` is the

@@ -7,8 +7,8 @@ REDELIVER_UNACKNOWLEDGED_MESSAGES, GET_LAST_MESSAGE_ID and SEEK (:mod:`.binary_d
   the dispatcher with their redelivery count + 1 (kept by the core:
   :meth:`~magnetar.broker.core.Subscriber.redeliver_unacked`); the command has no answer.
 * GET_LAST_MESSAGE_ID - the topic's last stored message (its batch index when the last entry is a batch;
-  an empty topic answers its current ledger with entry -1, as Pulsar's broker) and, for a durable
-  subscription, the mark-delete position.
+  an empty topic answers its current ledger with entry -1, as Pulsar's broker) and the subscription's
+  mark-delete position (a reader's non-durable one too).
 * a SUBSCRIBE of a non-durable subscription with a start message id (a reader) starts after that id
   (:func:`reader`), unless its subscription is still there (a seek keeps it for its clients' return);
 * SEEK - to a message id (``-1:-1`` is the earliest, ``Long.MAX_VALUE`` the latest; an id past the end

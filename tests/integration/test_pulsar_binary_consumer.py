@@ -240,6 +240,18 @@ def test_last_message_id_and_has_message_available(client: pulsar.Client) -> Non
     assert reader.has_message_available()
 
 
+def test_reader_from_the_latest_message_sees_what_comes_next(client: pulsar.Client) -> None:
+    topic = _topic()
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"before")
+    reader = client.create_reader(topic, pulsar.MessageId.latest)
+    assert not reader.has_message_available()
+    producer.send(b"after")
+    assert reader.has_message_available()
+    assert reader.read_next(10_000).data() == b"after"
+    assert not reader.has_message_available()
+
+
 # -- seek ----------------------------------------------------------------------------------------------
 
 
