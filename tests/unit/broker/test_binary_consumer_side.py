@@ -93,6 +93,22 @@ def test_whole_entries_go_to_one_consumer_past_its_permits() -> None:
     assert first.flow.available() < 0  # permits went negative, as Pulsar's do
 
 
+def test_a_redelivered_entry_goes_whole_to_one_consumer() -> None:
+    sub, consumers = subscription_of(SubscriptionType.SHARED, 2)
+    for consumer in consumers:
+        consumer.whole_entries = True
+        consumer.flow.grant(1)
+    sub.dispatcher.redeliver([Delivery(EXACT, 2, i, 5, MESSAGE, 0) for i in range(5)])
+
+    async def dispatch() -> None:
+        sub.dispatcher._dispatch_redeliveries()
+
+    trio.run(dispatch)
+    held = [[k[:2] for k in consumer.pending] for consumer in consumers]
+    assert sorted(held) == [[], [(EXACT, 2)] * 5]
+    assert sub.dispatcher.redelivery_count == 0
+
+
 # -- acks ------------------------------------------------------------------------------------------------
 
 
