@@ -46,7 +46,7 @@ from magnetar.admin.rest.partitions import combined, each_partition
 from magnetar.admin.rest.served import ensure_served, host_of, served_named, served_topic
 from magnetar.admin.rest.topic_host import TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.core.positions import first_at_or_after
+from magnetar.broker.core import first_at_or_after
 from magnetar.broker.policies import PartitionedTopicMetadata
 from magnetar.broker.wire import MessageId, TopicName
 from magnetar.gc import backlog_bytes

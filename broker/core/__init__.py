@@ -23,6 +23,7 @@ from magnetar.broker.core.errors import (
 )
 from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
+from magnetar.broker.core.positions import first_at_or_after, last_message, publish_time
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.publish import MESSAGES, CompactLayout, PublishRequest
 from magnetar.broker.core.redelivery_timers import RedeliveryTimers
@@ -63,4 +64,7 @@ __all__ = [
     "TopicMetrics",
     "TopicNotFoundError",
     "deliver_each",
+    "first_at_or_after",
+    "last_message",
+    "publish_time",
 ]
