@@ -167,7 +167,9 @@ async def reader(
 ) -> Subscriber:
     """A non-durable subscription ``name`` that starts after ``start`` (a SUBSCRIBE's ``start_message_id``:
     what a reader asks for): ``-1:-1`` the earliest, ``Long.MAX_VALUE`` the latest, else the messages after
-    that id (after that batch index of a batch entry). A subscription of that name that is still there - a
+    that id - for a message of a batch entry, that whole entry, as Pulsar delivers it: the client numbers
+    the batch's messages itself and drops those before its start (and the start itself unless its reader is
+    inclusive). A subscription of that name that is still there - a
     reader coming back after its seek - is joined as it is, as Pulsar does."""
     if isinstance(topic, PersistentTopic) and name in topic.subscriptions:
         return await topic.subscribe(
@@ -178,8 +180,10 @@ async def reader(
         message_id = LATEST
     elif ledger_id < 0 or entry_id < 0:
         message_id = EARLIEST
+    elif batch_index >= 0:  # the whole batch entry, numbered as stored: the client drops what precedes
+        message_id = MessageId(ledger_id, entry_id - 1, -1, -1)
     else:
-        message_id = MessageId(ledger_id, entry_id, -1, max(batch_index, -1))
+        message_id = MessageId(ledger_id, entry_id, -1, -1)
     if isinstance(topic, PersistentTopic):
         return topic.create_reader(message_id, make_consumer, name)
     return topic.create_reader(message_id, make_consumer)

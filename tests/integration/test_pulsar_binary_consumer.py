@@ -300,6 +300,23 @@ def test_reader_seek(client: pulsar.Client) -> None:
     assert later.read_next(10_000).data() == b"r4"
 
 
+@pytest.mark.parametrize("inclusive", [False, True])
+def test_reader_starting_at_a_message_of_a_batch(client: pulsar.Client, inclusive: bool) -> None:
+    topic = _topic()
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=50)
+    for i in range(5):
+        producer.send_async(f"m{i}".encode(), None)
+    producer.flush()
+    first = client.create_reader(topic, pulsar.MessageId.earliest)
+    ids = [first.read_next(10_000).message_id() for _ in range(5)]
+    assert [mid.batch_index() for mid in ids] == [0, 1, 2, 3, 4]
+    for start in (0, 2):
+        reader = client.create_reader(topic, ids[start], start_message_id_inclusive=inclusive)
+        expected = start if inclusive else start + 1
+        assert reader.read_next(10_000).data() == f"m{expected}".encode()
+        reader.close()
+
+
 # -- batches -------------------------------------------------------------------------------------------
 
 
