@@ -25,7 +25,6 @@ Message ids by time use the entries' publish times: the first entry published at
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from magnetar.admin.pulsar_batch import SingleMessage, encode_batch
 from magnetar.admin.rest.framework import AdminError
@@ -33,11 +32,6 @@ from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.wire import CorruptEntryError, MessageId, StoredMessage, decode_entry, format_timestamp
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.ledger import ManagedLedger
-from magnetar.managed_ledger.position import Position
-
-SEARCH_READS_MAX = 64
-"""Entries read by one id-by-time search (a binary search needs ~log2(entries))."""
-
 
 HEADER_MESSAGE_ID = "X-Pulsar-Message-ID"
 HEADER_PUBLISH_TIME = "X-Pulsar-publish-time"
@@ -156,39 +150,3 @@ async def last_message_id_with_batch(ml: ManagedLedger, partition: int) -> dict[
         if decoded.batched:
             body["batchIndex"] = len(decoded.messages) - 1
     return body
-
-
-def publish_time(data: bytes | memoryview) -> int:
-    try:
-        messages = decode_entry(data).messages
-    except CorruptEntryError as exc:
-        raise ValueError(str(exc)) from exc
-    return max(m.publish_time_ms for m in messages)
-
-
-async def first_at_or_after(
-    ml: ManagedLedger, timestamp_ms: int, time_of: Callable[[bytes | memoryview], int] = publish_time
-) -> Position | None:
-    """The first stored entry published at or after ``timestamp_ms`` (None if every entry is older)."""
-    first = ml.ledgers.first_position()
-    if first is None:
-        return None
-    before = ml.ledgers.previous_position(first)
-    count = ml.ledgers.entries_between(before, ml.last_confirmed)
-    low, high = 1, count + 1  # answer is the smallest k in [1, count] whose entry is new enough
-    reads = 0
-    while low < high and reads < SEARCH_READS_MAX:
-        middle = (low + high) // 2
-        reads += 1
-        entry = await ml.read_entry(ml.ledgers.position_after_skipping(before, middle))
-        try:
-            new_enough = entry is not None and time_of(entry.data) >= timestamp_ms
-        except ValueError:
-            new_enough = False
-        if new_enough:
-            high = middle
-        else:
-            low = middle + 1
-    if low > count:
-        return None
-    return ml.ledgers.position_after_skipping(before, low)

@@ -31,7 +31,7 @@ from magnetar.admin.rest.framework import (
     number_param,
     ok,
 )
-from magnetar.admin.rest.messages import first_at_or_after, message_response, publish_time
+from magnetar.admin.rest.messages import message_response
 from magnetar.admin.rest.models import Int32, Int64
 from magnetar.admin.rest.names import (
     namespace_of,
@@ -43,6 +43,7 @@ from magnetar.admin.rest.names import (
 from magnetar.admin.rest.partitions import Local, combined, each_partition
 from magnetar.admin.rest.served import host_of, served_named, served_topic
 from magnetar.bookkeeper.runtime.http import HttpResponse
+from magnetar.broker.core import first_at_or_after, publish_time
 from magnetar.broker.wire import TopicName
 from magnetar.gc import expire_cursor
 from magnetar.managed_ledger.cursor import ManagedCursor

@@ -33,12 +33,7 @@ from magnetar.admin.rest.framework import (
     number_param,
     ok,
 )
-from magnetar.admin.rest.messages import (
-    entry_response,
-    first_at_or_after,
-    last_message_id_with_batch,
-    message_response,
-)
+from magnetar.admin.rest.messages import entry_response, last_message_id_with_batch, message_response
 from magnetar.admin.rest.models import TopicProperties
 from magnetar.admin.rest.names import (
     managed_ledger_exists,
@@ -51,6 +46,7 @@ from magnetar.admin.rest.partitions import combined, each_partition
 from magnetar.admin.rest.served import ensure_served, host_of, served_named, served_topic
 from magnetar.admin.rest.topic_host import TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse
+from magnetar.broker.core import first_at_or_after
 from magnetar.broker.policies import PartitionedTopicMetadata
 from magnetar.broker.wire import MessageId, TopicName
 from magnetar.gc import backlog_bytes

@@ -29,6 +29,7 @@ from magnetar.broker.core.errors import (
 )
 from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
+from magnetar.broker.core.positions import first_at_or_after, last_message, publish_time
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.producer_access import AccessMode
 from magnetar.broker.core.publish import COMPACT_ALONE, MESSAGES, CompactLayout, PublishRequest
@@ -82,4 +83,7 @@ __all__ = [
     "TopicMetrics",
     "TopicNotFoundError",
     "deliver_each",
+    "first_at_or_after",
+    "last_message",
+    "publish_time",
 ]

@@ -63,6 +63,7 @@ class Consumer:
         track_pending: bool = True,
         unacked_messages_max: int = UNACKED_MESSAGES_MAX,
         unacked_bytes_max: int = UNACKED_BYTES_MAX,
+        whole_entries: bool = False,
     ) -> None:
         self.id = next(_consumer_ids)
         self.name = name
@@ -77,6 +78,9 @@ class Consumer:
         self.pending: dict[MsgKey, Delivery] = {}
         self.pending_bytes = 0
         """Payload bytes of ``pending``."""
+        self.whole_entries = whole_entries
+        """Dispatchers hand this consumer the messages of an entry together, even past its permits
+        (:mod:`.dispatcher`)."""
         self.unacked_messages_max = unacked_messages_max
         self.unacked_bytes_max = unacked_bytes_max
         self._held_by_unacked = False

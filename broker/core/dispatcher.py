@@ -24,6 +24,12 @@ Subscription types:
   whose slot still has unacknowledged messages pending at *another* consumer is not delivered yet; it waits
   in the redelivery set, and every later message of that slot waits behind it.
 
+A consumer may take **whole entries** (:attr:`~.consumer.Consumer.whole_entries`, Pulsar's dispatch, which
+Pulsar's binary protocol needs: a client numbers the messages of a batch MESSAGE itself and cannot tell two
+MESSAGEs of one entry apart): the messages of a stored entry still to deliver then go to it together, in one
+round, even past its permits (they go negative, as Pulsar's do; the overshoot is at most one entry). On a
+Key_Shared subscription, the messages of an entry that go to one consumer (by their keys) go together.
+
 Negative acks and ack timeouts put messages into the redelivery set (the single-active types keep them in
 position order there too, instead of Pulsar's rewind of the whole cursor, so in-flight messages are not
 duplicated). Reading stops while the redelivery set holds ``dispatch_redelivery_messages_max`` messages.
@@ -117,6 +123,9 @@ class Dispatcher:
         self._slot_pending: dict[int, list[int]] = {}
         """Key_Shared: slot -> [consumer id, unacknowledged messages of that slot it holds]."""
         self._ring = HashRing()
+        self._given: dict[int, tuple[int, int]] = {}
+        """Key_Shared, this round: the entry each whole-entry consumer was last given (the rest of that
+        entry's messages for it go too, past its permits)."""
         self._rr = 0
         self._generation = 0
         self._wake = trio.Event()
@@ -273,6 +282,7 @@ class Dispatcher:
             return
         now = trio.current_time()  # once: every message pushed now was sent now (the ack timeout's start)
         if self.type is SubscriptionType.KEY_SHARED:
+            self._given.clear()
             while ready:
                 delivery = ready.popleft()
                 if self._redeliver_slots.get(delivery.slot) or not self._try_key_shared(delivery, now):
@@ -292,6 +302,8 @@ class Dispatcher:
                 ready.clear()
             else:
                 run = [ready.popleft() for _ in range(available)]
+                if active.whole_entries:
+                    _take_rest_of_entry(ready, run)
             taken = self._sub.push_many(active, run, now)
             if taken < len(run):
                 ready.extendleft(reversed(run[taken:]))
@@ -301,7 +313,15 @@ class Dispatcher:
             consumer = self._next_shared_consumer()
             if consumer is None:
                 return
-            push(consumer, ready.popleft(), now)
+            delivery = ready.popleft()
+            push(consumer, delivery, now)
+            if consumer.whole_entries:  # the rest of the entry goes along, whatever the permits
+                while (
+                    ready
+                    and ready[0].entry_id == delivery.entry_id
+                    and ready[0].ledger_id == delivery.ledger_id
+                ):
+                    push(consumer, ready.popleft(), now)
 
     def _next_shared_consumer(self) -> Consumer | None:
         count = len(self.consumers)
@@ -314,7 +334,11 @@ class Dispatcher:
 
     def _try_key_shared(self, delivery: Delivery, now: float) -> bool:
         consumer = self._ring.select(delivery.slot)
-        if not isinstance(consumer, Consumer) or consumer.available() <= 0:
+        if not isinstance(consumer, Consumer):
+            return False
+        entry = (delivery.ledger_id, delivery.entry_id)
+        continuing = consumer.whole_entries and self._given.get(consumer.id) == entry
+        if not continuing and consumer.available() <= 0:
             return False
         holder = self._slot_pending.get(delivery.slot)
         if holder is not None and holder[0] != consumer.id:
@@ -324,6 +348,8 @@ class Dispatcher:
         else:
             holder[1] += 1
         self._sub.push(consumer, delivery, now)
+        if consumer.whole_entries:
+            self._given[consumer.id] = entry
         return True
 
     def _dispatch_redeliveries(self) -> None:
@@ -333,11 +359,19 @@ class Dispatcher:
         delivered: set[MsgKey] = set()
         stuck_slots: set[int] = set()
         key_shared = self.type is SubscriptionType.KEY_SHARED
+        self._given.clear()
         now = trio.current_time()
+        # a consumer taking whole entries and the entry it was just given: the rest of that entry goes along
+        entry_of: tuple[int, int] | None = None
+        entry_to: Consumer | None = None
         for key in keys:
-            if self._permits() <= 0:
-                break
             delivery = self._redeliver[key]
+            if entry_to is not None and (key[0], key[1]) == entry_of:
+                self._sub.push(entry_to, delivery, now)
+                delivered.add(key)
+                continue
+            if self._permits() <= 0 and not (key_shared and self._given):
+                break
             if key_shared:
                 if delivery.slot in stuck_slots or not self._try_key_shared(delivery, now):
                     stuck_slots.add(delivery.slot)
@@ -348,6 +382,7 @@ class Dispatcher:
                 if consumer is None or consumer.available() <= 0:
                     break
                 self._sub.push(consumer, delivery, now)
+                entry_of, entry_to = (key[0], key[1]), (consumer if consumer.whole_entries else None)
             delivered.add(key)
         if not delivered:
             return
@@ -363,3 +398,10 @@ class Dispatcher:
             self._redeliver_slots[slot] = count
         else:
             self._redeliver_slots.pop(slot, None)
+
+
+def _take_rest_of_entry(ready: deque[Delivery], run: list[Delivery]) -> None:
+    """Move the messages of ``run``'s last entry still in ``ready`` to ``run`` (a whole-entry consumer)."""
+    last = run[-1]
+    while ready and ready[0].entry_id == last.entry_id and ready[0].ledger_id == last.ledger_id:
+        run.append(ready.popleft())

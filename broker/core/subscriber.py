@@ -11,11 +11,16 @@ per partition of its session and parses its frames into these calls; the topic c
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Protocol
 
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import MsgKey
+from magnetar.broker.core.errors import ServiceError
+from magnetar.broker.core.positions import first_at_or_after, last_message
+from magnetar.broker.core.subscription import Subscription
 from magnetar.broker.wire import MessageId
+from magnetar.managed_ledger.position import Position
 
 
 class EndOfTopic(Protocol):
@@ -98,6 +103,62 @@ class Subscriber:
     @property
     def needs_timers(self) -> bool:
         return self.consumer.needs_timers
+
+    def redeliver_unacked(self, entries: Collection[tuple[int, int]] | None) -> int:
+        """The client asks for its unacknowledged messages again: those of ``entries`` (``(ledgerId,
+        entryId)``), or all when None, held by this consumer (see :meth:`.Subscription.redeliver_unacked`);
+        a non-persistent subscription holds nothing to redeliver."""
+        subscription = self.subscription
+        if not isinstance(subscription, Subscription):
+            return 0
+        return subscription.redeliver_unacked(self.consumer, entries)
+
+    def is_stored(self, ledger_id: int, entry_id: int) -> bool:
+        """Whether ``ledger_id:entry_id`` is a stored entry of the topic (a non-persistent topic stores
+        nothing and answers True: its acknowledgements are not checked against positions)."""
+        subscription = self.subscription
+        if not isinstance(subscription, Subscription):
+            return True
+        return subscription.is_stored(ledger_id, entry_id)
+
+    def stored_batch_size(self, ledger_id: int, entry_id: int) -> int:
+        """Messages of the stored batch entry ``ledger_id:entry_id`` (0: none, not a batch, not known)."""
+        subscription = self.subscription
+        if not isinstance(subscription, Subscription):
+            return 0
+        return subscription.stored_batch_size(ledger_id, entry_id)
+
+    def _persistent(self, what: str) -> Subscription:
+        subscription = self.subscription
+        if not isinstance(subscription, Subscription):
+            raise ServiceError(f"{what} is not supported on a non-persistent topic")
+        return subscription
+
+    async def last_message(self) -> tuple[tuple[int, int], int, tuple[int, int] | None]:
+        """The topic's last stored message - its ``(ledgerId, entryId)`` and batch index (-1: stored alone;
+        an empty topic answers entry -1) - and the subscription's mark-delete position (a non-durable one's
+        too: a reader compares it with the last message)."""
+        subscription = self._persistent("the last message id")
+        position, batch_index = await last_message(subscription.cursor.ml)
+        mark = subscription.cursor.mark_delete
+        return (position.ledger_id, position.entry_id), batch_index, (mark.ledger_id, mark.entry_id)
+
+    async def seek(self, entry: tuple[int, int] | None = None, *, publish_time_ms: int | None = None) -> None:
+        """Reset the subscription to ``entry`` (``(ledgerId, entryId)``, each at least -1; ``-1:-1`` is the
+        first stored entry, a position past the end the slot of the next message) or to the first message
+        published at or after ``publish_time_ms``; every consumer of the subscription is disconnected
+        (:meth:`.Subscription.seek`)."""
+        subscription = self._persistent("seek")
+        ml = subscription.cursor.ml
+        after_last = ml.ledgers.next_position(ml.last_confirmed)
+        if publish_time_ms is not None:
+            found = await first_at_or_after(ml, publish_time_ms)
+            target = found if found is not None else after_last
+        else:
+            assert entry is not None
+            target = min(Position(*entry), after_last)
+        if subscription.consumers and self.consumer in subscription.consumers:
+            subscription.seek(target)
 
     def end_of_topic(self) -> bool:
         """Whether everything published was read (the topic terminated and read to its end)."""

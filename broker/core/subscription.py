@@ -28,12 +28,17 @@ back the window once, update the entry's bitmap and the cursor's count of its un
 build one ``Position``; every key still gets the outcome :meth:`Subscription.ack_fields` would give it
 alone, in the order sent (a property test holds the two paths to that).
 
-``redeliveryCount`` counts the negative acks and ack timeouts of a message (Pulsar's redelivery tracker).
+``redeliveryCount`` counts how many times the subscription handed a message out again - negative acks, ack
+timeouts and redeliveries a client asked for (:meth:`Subscription.redeliver_unacked`) - as Pulsar's redelivery
+tracker does, per subscription and protocol-neutral (every adapter reports it in its own terms). It is
+bounded: at most :data:`REDELIVERY_COUNTS_MAX` messages are counted (the longest-uncounted forgotten first)
+and a count stops at :data:`REDELIVERY_COUNT_MAX`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.broker.core.batch_acks import UnackedIndexes
@@ -52,6 +57,10 @@ log = logging.getLogger(__name__)
 
 BATCH_INDEX_AFTER_ALL = 2**31
 """A batch index above every real one: "after every message of this entry"."""
+REDELIVERY_COUNTS_MAX = 100_000
+"""Messages whose redelivery count a subscription keeps."""
+REDELIVERY_COUNT_MAX = 2**31 - 1
+"""A redelivery count stops here (Pulsar's is an ``int``)."""
 
 
 class Subscription:
@@ -91,6 +100,9 @@ class Subscription:
         self.rate_redeliver = Rate()
         self.last_ack_ms = 0
         self.last_consumed_ms = 0
+        self.sought = False
+        """A client's seek disconnected the consumers: a non-durable subscription stays, without consumers,
+        until one subscribes again (Pulsar keeps it too: its clients come back without a start position)."""
 
     def update_rates(self, period_s: float) -> None:
         """End of a stats period (:mod:`.rates`): this subscription's and its consumers' rates."""
@@ -111,6 +123,7 @@ class Subscription:
 
     def add_consumer(self, consumer: Consumer, sub_type: SubscriptionType) -> None:
         self.dispatcher.add_consumer(consumer, sub_type)
+        self.sought = False
 
     def remove_consumer(self, consumer: Consumer) -> None:
         self.dispatcher.remove_consumer(consumer)
@@ -414,13 +427,60 @@ class Subscription:
         for delivery in timed_out:
             self.dispatcher.on_released(consumer, delivery)
         due = [delivery for delivery in nacked + timed_out if not self.acked(delivery)]
+        self._redeliver(due)
+
+    def redeliver_unacked(self, consumer: Consumer, entries: Collection[tuple[int, int]] | None) -> int:
+        """The client asks for its unacknowledged messages again (Pulsar's REDELIVER_UNACKNOWLEDGED_MESSAGES):
+        those of ``entries`` (``(ledgerId, entryId)``: every message of the entry), or all when None, that
+        are pending at ``consumer`` - never another consumer's, never an acknowledged one. They go back to
+        the dispatcher (to any consumer of a Shared subscription) with their redelivery count + 1; returns
+        how many."""
+        pending = consumer.pending
+        if not pending:
+            return 0
+        if entries is None:
+            keys = list(pending)
+        else:
+            wanted = set(entries)
+            if not wanted:
+                return 0
+            keys = [key for key in pending if (key[0], key[1]) in wanted]
+        if not keys:
+            return 0
+        due: list[Delivery] = []
+        for delivery in consumer.take_pending_many(keys):
+            if delivery is not None:
+                self.dispatcher.on_released(consumer, delivery)
+                if not self.acked(delivery):
+                    due.append(delivery)
+        self._redeliver(due)
+        return len(due)
+
+    def _redeliver(self, due: list[Delivery]) -> None:
         if not due:
             return
+        counts = self._redelivery_counts
         for delivery in due:
-            self._redelivery_counts[delivery.key] = self._redelivery_counts.get(delivery.key, 0) + 1
+            key = delivery.key
+            counts[key] = min(counts.pop(key, 0) + 1, REDELIVERY_COUNT_MAX)  # re-inserted: counted last
+        while len(counts) > REDELIVERY_COUNTS_MAX:
+            del counts[next(iter(counts))]
         self.msg_redeliver_counter += len(due)
         due.sort(key=lambda d: d.key)
         self.dispatcher.redeliver(due)
+
+    def redelivery_count(self, key: MsgKey) -> int:
+        """How many times the message at ``key`` was handed out again (0 if never, or forgotten)."""
+        return self._redelivery_counts.get(key, 0)
+
+    def is_stored(self, ledger_id: int, entry_id: int) -> bool:
+        return self._stored(ledger_id, entry_id)
+
+    def stored_batch_size(self, ledger_id: int, entry_id: int) -> int:
+        """How many messages the stored batch entry holds (0: not stored, not a batch, or not known)."""
+        if not self._stored(ledger_id, entry_id):
+            return 0
+        return self._stored_batch_size(Position(ledger_id, entry_id))
 
     def acked(self, delivery: Delivery) -> bool:
         """Whether ``delivery``'s message was acknowledged meanwhile (through another copy of it: a negative
@@ -439,12 +499,22 @@ class Subscription:
     # -- admin operations ----------------------------------------------------------------------
 
     def reset_to(self, position: Position) -> None:
-        """Make ``position`` the next entry delivered (admin reset cursor)."""
+        """Make ``position`` the next entry delivered (admin reset cursor, a client's seek)."""
         self._batches.clear()
         self.cursor.forget_batch_acks()
         self._redelivery_counts.clear()
         self.cursor.reset(position)
         self._drop_in_flight()
+
+    def seek(self, position: Position) -> None:
+        """A client's seek (Pulsar's reset cursor from a consumer): ``position`` is the next entry delivered;
+        every consumer of the subscription is disconnected - as Pulsar does - so that its client drops what
+        it had received and subscribes again."""
+        self.reset_to(position)
+        self.sought = True
+        for consumer in list(self.dispatcher.consumers):
+            if consumer.disconnect is not None:
+                consumer.disconnect("the subscription was reset")
 
     def cursor_moved(self) -> None:
         """The cursor was moved from outside (admin skip, expiry, backlog eviction): drop what was in

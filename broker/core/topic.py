@@ -244,9 +244,11 @@ class PersistentTopic(TopicBase):
             raise
         return Subscriber(self, subscription, consumer)
 
-    def create_reader(self, start: MessageId, make_consumer: Callable[[], Consumer]) -> Subscriber:
+    def create_reader(
+        self, start: MessageId, make_consumer: Callable[[], Consumer], name: str | None = None
+    ) -> Subscriber:
         """A reader's subscription: non-durable, starting after ``start`` (``earliest``: the first message,
-        ``latest``: the next message published)."""
+        ``latest``: the next message published), named ``name`` (else a generated name)."""
         self._check_open()
         start_after = None
         if start == LATEST:
@@ -258,7 +260,7 @@ class PersistentTopic(TopicBase):
             index = start.batch_index if start.batch_index >= 0 else BATCH_INDEX_AFTER_ALL
             start_after = (start.ledger_id, start.entry_id, index)
         cursor = self.ml.open_non_durable_cursor(position)
-        name = f"reader-{uuid.uuid4().hex[:10]}"
+        name = name or f"reader-{uuid.uuid4().hex[:10]}"
         subscription = self._add_subscription(name, cursor, durable=False, start_after=start_after)
         consumer = make_consumer()
         subscription.add_consumer(consumer, SubscriptionType.EXCLUSIVE)
@@ -266,7 +268,7 @@ class PersistentTopic(TopicBase):
 
     def remove_consumer(self, subscription: Subscription, consumer: Consumer) -> None:
         subscription.remove_consumer(consumer)
-        if not subscription.durable and not subscription.consumers:
+        if not subscription.durable and not subscription.consumers and not subscription.sought:
             self._drop_subscription(subscription)
 
     def apply_limits(self, limits: TopicLimits) -> None:

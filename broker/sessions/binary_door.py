@@ -80,6 +80,7 @@ from magnetar.broker.protocols.pulsar_binary.connection import (
     SendRefused,
     compact_messages,
 )
+from magnetar.broker.protocols.pulsar_binary.consumer_commands import GetLastMessageId, Seek
 from magnetar.broker.protocols.pulsar_binary.framing import (
     FRAME_BYTES_MAX_DEFAULT,
     MAX_MESSAGE_SIZE_DEFAULT,
@@ -91,6 +92,7 @@ from magnetar.broker.protocols.pulsar_binary.framing import (
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
 from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics
+from magnetar.broker.sessions import binary_consumers
 from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerRequests
 from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
 from magnetar.broker.sessions.binary_topics import answer_get_topics
@@ -130,6 +132,10 @@ class _ConsumerHandle:
     sink: ConsumerDeliveries
     flow: FlowControl
     sub_type: SubscriptionType
+
+    def close(self) -> None:
+        self.subscriber.close()  # first: what the sink holds unsent goes back to the subscription
+        self.sink.close()
 
 
 @dataclass
@@ -338,7 +344,11 @@ class BinaryFrontDoor:
         elif isinstance(command, Unsubscribe):
             await self._unsubscribe(conn, command)
         elif isinstance(command, Redeliver):
-            self._redeliver(conn, command)
+            binary_consumers.redeliver(conn.consumers, command)
+        elif isinstance(command, GetLastMessageId):
+            await binary_consumers.get_last_message_id(conn.consumers, command, conn.send, _error_of)
+        elif isinstance(command, Seek):
+            await binary_consumers.seek(conn.consumers, command, conn.send, _error_of)
         elif isinstance(command, AuthResponse):
             self._auth_response(conn, command)
         elif isinstance(command, GetTopics):
@@ -532,18 +542,24 @@ class BinaryFrontDoor:
                     sink=sink,
                     unacked_messages_max=settings.consumer_unacked_messages_max,
                     unacked_bytes_max=settings.consumer_unacked_bytes_max,
+                    whole_entries=True,
                 )
                 consumer.address = conn.address
                 consumer.connected_since_ms = topic.now_ms()
                 return consumer
 
-            subscriber = await topic.subscribe(
-                command.subscription,
-                make,
-                sub_type,
-                durable=command.durable,
-                start_earliest=command.initial_earliest,
-            )
+            if not command.durable and command.start_message_id is not None:
+                subscriber = await binary_consumers.reader(
+                    topic, command.subscription, command.start_message_id, make
+                )
+            else:
+                subscriber = await topic.subscribe(
+                    command.subscription,
+                    make,
+                    sub_type,
+                    durable=command.durable,
+                    start_earliest=command.initial_earliest,
+                )
         except _Refusal as exc:
             conn.send(encode_error(command.request_id, exc.error, exc.message))
             return
@@ -558,7 +574,7 @@ class BinaryFrontDoor:
         def going_away(reason: str) -> None:
             handle = conn.consumers.pop(consumer_id, None)
             if handle is not None:
-                handle.subscriber.close()
+                handle.close()
                 conn.send(encode_close_consumer(consumer_id))
 
         subscriber.consumer.disconnect = going_away
@@ -575,14 +591,9 @@ class BinaryFrontDoor:
             ):
                 pass  # ignored, as Pulsar does
             else:
-                for message_id in command.ids:
-                    handle.sink.ack(handle.subscriber, message_id, cumulative=cumulative)
+                handle.sink.ack(handle.subscriber, command.ids, cumulative=cumulative)
         if command.request_id is not None:
             conn.send(encode_ack_response(command.consumer_id, command.request_id))
-
-    def _redeliver(self, conn: _Connection, command: Redeliver) -> None:
-        """Redelivery on request is not served yet: unacknowledged messages come back when the consumer
-        leaves (or by ack timeout); the request is ignored, as Pulsar ignores one it cannot serve."""
 
     def _close_handle(self, conn: _Connection, command: CloseHandle) -> None:
         if command.producer:
@@ -593,7 +604,7 @@ class BinaryFrontDoor:
         else:
             consumer = conn.consumers.pop(command.handle_id, None)
             if consumer is not None:
-                consumer.subscriber.close()
+                consumer.close()
         conn.send(encode_success(command.request_id))
 
     async def _unsubscribe(self, conn: _Connection, command: Unsubscribe) -> None:
@@ -607,7 +618,7 @@ class BinaryFrontDoor:
             conn.send(encode_error(command.request_id, _error_of(exc), str(exc)))
             return
         conn.consumers.pop(command.consumer_id, None)
-        handle.subscriber.close()
+        handle.close()
         conn.send(encode_success(command.request_id))
 
     def _release(self, conn: _Connection) -> None:
@@ -615,7 +626,7 @@ class BinaryFrontDoor:
             _remove_producer(handle)
         conn.producers.clear()
         for consumer in conn.consumers.values():
-            consumer.subscriber.close()
+            consumer.close()
         conn.consumers.clear()
 
 

@@ -17,6 +17,13 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from magnetar.broker.protocols.pulsar_binary.consumer_commands import (
+    GetLastMessageId,
+    Seek,
+    decode_get_last_message_id,
+    decode_seek,
+    signed_id,
+)
 from magnetar.broker.protocols.pulsar_binary.protobuf import (
     Fields,
     ProtobufError,
@@ -220,7 +227,8 @@ class Subscribe:
     consumer_name: str
     priority_level: int
     durable: bool
-    start_message_id: tuple[int, int] | None
+    start_message_id: tuple[int, int, int] | None
+    """``(ledgerId, entryId, batchIndex)`` where a reader starts (signed: ``-1:-1`` is the earliest)."""
     initial_earliest: bool
     read_compacted: bool
     force_topic_creation: bool
@@ -312,6 +320,8 @@ Command = (
     | Redeliver
     | AuthResponse
     | GetTopics
+    | Seek
+    | GetLastMessageId
     | UnsupportedCommand
 )
 
@@ -327,13 +337,13 @@ def _id(fields: Fields, number: int) -> int:
 
 
 def _message_id(fields: Fields) -> AckId:
-    ledger = fields.required_uint(1)
-    entry = fields.required_uint(2)
-    if ledger > _ID_MAX or entry > _ID_MAX:
-        raise ProtobufError("MessageIdData: ledger or entry id out of range")
+    """A ``MessageIdData``: ledger and entry ids as the Java ``long``s the client meant (``-1`` arrives as
+    2^64-1: :func:`.consumer_commands.signed_id`); whether they name a stored message, and whether an
+    ``ack_set`` fits the batch it names (its length is bounded by the command's size), is the broker's
+    question - an id that does not is ignored, never an error that ends the connection."""
+    ledger = signed_id(fields.required_uint(1))
+    entry = signed_id(fields.required_uint(2))
     ack_set = fields.repeated_int64(5)
-    if len(ack_set) > BATCH_MESSAGES_MAX // 64 + 1:
-        raise ProtobufError("MessageIdData: ack_set longer than a batch")
     return AckId(ledger, entry, fields.int32(3, -1), fields.int32(4, -1), tuple(ack_set))
 
 
@@ -439,7 +449,7 @@ def _subscribe(f: Fields) -> Subscribe:
     start_id = None
     if start is not None:
         parsed = _message_id(start)
-        start_id = (parsed.ledger_id, parsed.entry_id)
+        start_id = (parsed.ledger_id, parsed.entry_id, parsed.batch_index)
     priority = f.int32(7, 0)
     return Subscribe(
         request_id=request_id,
@@ -526,6 +536,8 @@ _DECODERS: dict[CommandType, Callable[[Fields], Command]] = {
     CommandType.REDELIVER_UNACKNOWLEDGED_MESSAGES: _redeliver,
     CommandType.AUTH_RESPONSE: _auth_response,
     CommandType.GET_TOPICS_OF_NAMESPACE: decode_get_topics,
+    CommandType.SEEK: decode_seek,
+    CommandType.GET_LAST_MESSAGE_ID: decode_get_last_message_id,
 }
 
 

@@ -8,7 +8,9 @@ SEND payloads as publish requests, and acknowledgements back into positions.
   were handed over, counted here, never taken from a client), a message stored alone a plain MESSAGE. A
   client numbers the messages of a batch MESSAGE 0..k-1 and acknowledges the entry once all are acked, so
   each delivered group is remembered (its real batch indexes) until its acknowledgement arrives and
-  :meth:`ConsumerDeliveries.ack` turns it back into positions.
+  :mod:`.acks` turns it back into positions. A run of messages stops at the byte bound only between
+  entries: the dispatcher hands a binary consumer whole entries, so a client never gets two MESSAGEs of one
+  entry at once (it could not tell their messages apart).
 * :func:`compact_messages` - a SEND's payload section as compact messages (the entry format of
   :mod:`magnetar.broker.wire.entry_format`), one per message of a client batch, counted from the bytes;
   a compressed payload is decompressed first (:mod:`.compression`).
@@ -20,11 +22,12 @@ from __future__ import annotations
 import builtins
 import struct
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import trio
 
-from magnetar.broker.core import Delivery, PublishRequest, Subscriber, deliver_each
+from magnetar.broker.core import Delivery, PublishRequest, Subscriber
+from magnetar.broker.protocols.pulsar_binary.acks import DeliveredGroups, apply_acks
 from magnetar.broker.protocols.pulsar_binary.commands import (
     AckId,
     CompressionType,
@@ -96,6 +99,13 @@ class Outbound:
     def add_room_listener(self, listener: Callable[[], None]) -> None:
         self._room_listeners.append(listener)
 
+    def remove_hooks(self, hook: Callable[[], None], listener: Callable[[], None]) -> None:
+        """Undo :meth:`before_write` and :meth:`add_room_listener` (a consumer closed)."""
+        if hook in self._before_write:
+            self._before_write.remove(hook)
+        if listener in self._room_listeners:
+            self._room_listeners.remove(listener)
+
     async def take(self) -> list[bytes]:
         """Every frame queued (waits for one)."""
         while True:
@@ -136,8 +146,8 @@ class ConsumerDeliveries:
         self._queue_max = queue_max
         self._open: _Group | None = None
         self._listeners: list[Callable[[], None]] = []
-        self.delivered: dict[tuple[int, int], deque[list[int]]] = {}
-        """Batch groups sent and not yet acknowledged, by entry: each the real batch indexes, in order."""
+        self.delivered = DeliveredGroups()
+        """The batch indexes of the last batch MESSAGE of each entry not acknowledged yet (:mod:`.acks`)."""
         outbound.before_write(self.flush)
         outbound.add_room_listener(self._on_room)
 
@@ -161,9 +171,11 @@ class ConsumerDeliveries:
 
     def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
         group = self._open
-        if delivery.batch_index < 0:
+        if delivery.batch_index < 0 or delivery.batch_size == 1:  # stored alone: a plain MESSAGE
             self.flush()
             self._outbound.push(self._single(delivery, partition, redelivery_count))
+            if delivery.batch_index >= 0:  # an entry of one message: its ack (no batch index) names it
+                self.delivered.sent((delivery.ledger_id, delivery.entry_id), [delivery.batch_index])
             return
         if group is not None and group.entry == (delivery.ledger_id, delivery.entry_id):
             group.deliveries.append(delivery)
@@ -176,8 +188,21 @@ class ConsumerDeliveries:
     def deliver_many(
         self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
     ) -> int:
-        # Messages of one entry already gather into one batch MESSAGE as they arrive: the plain loop.
-        return deliver_each(self, deliveries, partition, redelivery_counts)
+        # Messages of one entry gather into one batch MESSAGE as they arrive; the run stops at the byte bound
+        # only between entries (an entry goes whole: :mod:`.acks`).
+        taken = 0
+        last = len(deliveries) - 1
+        outbound = self._outbound
+        for delivery in deliveries:
+            self.deliver(
+                delivery, partition, redelivery_counts[taken] if redelivery_counts is not None else 0
+            )
+            if outbound.bytes >= self.bytes_max and taken < last:
+                following = deliveries[taken + 1]
+                if following.entry_id != delivery.entry_id or following.ledger_id != delivery.ledger_id:
+                    return taken + 1
+            taken += 1
+        return taken
 
     def flush(self) -> None:
         """Send the open group as one batch MESSAGE."""
@@ -198,7 +223,7 @@ class ConsumerDeliveries:
             self.consumer_id, ledger_id, entry_id, group.partition, group.redelivery_count
         )
         payload = encode_batch(singles)
-        self.delivered.setdefault(group.entry, deque()).append([d.batch_index for d in group.deliveries])
+        self.delivered.sent(group.entry, [d.batch_index for d in group.deliveries])
         self._outbound.push(encode_frame(command, encode_payload_section(encode_metadata(meta), payload)))
 
     def _single(self, delivery: Delivery, partition: int, redelivery_count: int) -> builtins.bytes:
@@ -216,44 +241,22 @@ class ConsumerDeliveries:
         )
         return encode_frame(command, encode_payload_section(encode_metadata(meta), message.payload))
 
-    def ack(self, subscriber: Subscriber, message_id: AckId, *, cumulative: bool) -> None:
-        """The client acknowledged ``message_id`` (see the module docstring)."""
-        entry = (message_id.ledger_id, message_id.entry_id)
-        partition = subscriber.partition
-        if cumulative:
-            for key in [k for k in self.delivered if k <= entry]:
-                del self.delivered[key]
-            subscriber.ack_range((0, 0, -1), (entry[0], entry[1], 2**31))
-            return
-        groups = self.delivered.get(entry)
-        if not groups:
-            subscriber.ack_fields(partition, entry[0], entry[1], -1)
-            return
-        indexes = groups[0]
-        if message_id.ack_set:  # batch-index acks: the bits still set are not acknowledged yet
-            bits = message_id.ack_set
-            acked = [real for i, real in enumerate(indexes) if not _bit(bits, i)]
-            remaining = [real for i, real in enumerate(indexes) if _bit(bits, i)]
-        else:
-            acked, remaining = indexes, []
-        for real in acked:
-            subscriber.ack_fields(partition, entry[0], entry[1], real)
-        if remaining:
-            groups[0] = remaining
-        else:
-            groups.popleft()
-            if not groups:
-                del self.delivered[entry]
+    def ack(self, subscriber: Subscriber, message_ids: Sequence[AckId], *, cumulative: bool) -> None:
+        """The client acknowledged ``message_ids`` (one ACK: :func:`.acks.apply_acks`)."""
+        apply_acks(self.delivered, subscriber, message_ids, cumulative=cumulative)
 
-    def forget(self) -> None:
-        """Everything delivered goes back (the consumer left or the client asked for redelivery)."""
-        self.delivered.clear()
+    def close(self) -> None:
+        """The consumer closed: what it was not sent yet went back to its subscription, nothing more is sent
+        for it, and the connection forgets it."""
         self._open = None
+        self.delivered.forget()
+        self._outbound.remove_hooks(self.flush, self._on_room)
 
-
-def _bit(words: tuple[int, ...], index: int) -> bool:
-    word = index // 64
-    return word < len(words) and bool((words[word] >> (index % 64)) & 1)
+    def redelivering(self, entries: Collection[tuple[int, int]] | None) -> None:
+        """``entries`` (all when None) go back for redelivery: what was dispatched goes out first (the
+        client's permits paid for it), then their batch MESSAGEs are forgotten."""
+        self.flush()
+        self.delivered.forget(entries)
 
 
 def _single_message(message: StoredMessage) -> SingleMessage:

@@ -134,9 +134,9 @@ def test_connect_subscribe_ack_decode() -> None:
 
 
 def test_unsupported_commands_keep_their_request_id() -> None:
-    seek = decode_command(_cmd(CommandType.SEEK, Writer().uint(1, 3).uint(2, 42)))
-    assert seek == UnsupportedCommand(CommandType.SEEK, 42)
-    assert seek.name == "SEEK"
+    stats = decode_command(_cmd(CommandType.CONSUMER_STATS, Writer().uint(1, 42).uint(4, 3)))
+    assert stats == UnsupportedCommand(CommandType.CONSUMER_STATS, 42)
+    assert stats.name == "CONSUMER_STATS"
     unknown = decode_command(Writer().uint(1, 45).data(45, b"").bytes())
     assert unknown == UnsupportedCommand(45, None)
     assert unknown.name == "command type 45"
