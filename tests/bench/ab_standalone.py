@@ -521,9 +521,10 @@ def run_round(
                          sides[slot].build.label, "slot": where, "per_message": value, **record}
                     )  # fmt: skip
                     rate = record["rate_msg_s"] or 0
+                    unit = meter.measure.unit + ("/msg" if meter.measure.per else "")
                     progress(
                         f"  {phase.name:<15} {sides[slot].build.label} ({where} place) "
-                        f"{value:10.{meter.measure.digits}f} {meter.measure.unit}/msg  "
+                        f"{value:10.{meter.measure.digits}f} {unit}  "
                         f"{rate / 1000:6.1f}k msg/s  {record['wall_s']:5.1f} s"
                     )
         finally:

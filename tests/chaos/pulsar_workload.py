@@ -6,7 +6,9 @@ does by hand: it is given every broker's ``pulsar://`` address (a multi-host ser
 owner up, and reconnects by itself - to the new owner - when its broker dies.
 
 * A producer (one client each) publishes ``rate_per_s`` messages a second, each ``{"p": name, "s": seq}``,
-  unbatched, with up to ``window`` unacknowledged and the client's send timeout ``send_timeout_s``. The
+  in the client's batches (at most :data:`BATCH_MESSAGES_MAX` messages or :data:`BATCH_DELAY_MS` each, so
+  an owner dies with batches in flight and consumers receive, acknowledge and get redelivered batch
+  entries), with up to ``window`` unacknowledged and the client's send timeout ``send_timeout_s``. The
   client's callback (on its own thread) is handed to the trio loop: ``Ok`` is an acknowledged publish, with
   the message id the broker gave; anything else (the send timed out, the producer closed) leaves that
   message with an unknown outcome. What the client resends after a reconnect is its business: a resend
@@ -34,6 +36,10 @@ log = logging.getLogger("chaos.pulsar_workload")
 OPERATION_TIMEOUT_S = 10
 RECEIVE_WAIT_MS = 200
 DRAIN_MAX = 500
+BATCH_MESSAGES_MAX = 20
+"""Messages of one client batch (the producer publishes a few hundred a second: batches of several)."""
+BATCH_DELAY_MS = 10
+"""How long the client gathers a batch."""
 RETRY_DELAY_S = 0.5
 BROKER = "pulsar-client"
 """What the checker records as the acknowledging broker: the client does not say which one stored it."""
@@ -97,7 +103,9 @@ class PulsarWorkload(Workload):
                 partial(
                     client.create_producer,
                     self.full_topic,
-                    batching_enabled=False,
+                    batching_enabled=True,  # acks, ids and redelivery per batch index
+                    batching_max_messages=BATCH_MESSAGES_MAX,
+                    batching_max_publish_delay_ms=BATCH_DELAY_MS,
                     send_timeout_millis=int(spec.send_timeout_s * 1000),
                     block_if_queue_full=False,
                 ),

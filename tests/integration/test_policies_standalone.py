@@ -5,48 +5,29 @@ protocol and the WebSocket API - including a change that reaches a loaded topic 
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
 import websocket
-from fixtures.processes import MagnetarProcess, ProcessGroup
+from fixtures.processes import MagnetarProcess
+from fixtures.standalone_process import running_standalone
 
 pytestmark = [pytest.mark.processes]
 
 HOST = "127.0.0.1"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MagnetarProcess]:
-    tmp: Path = tmp_path_factory.mktemp("policies")
-    group = ProcessGroup(tmp)
-    args = [
-        "standalone", "--data-dir", str(tmp / "data"), "--http-port", "0", "--broker-service-port", "0",
-        "--bookie-port", str(free_port()),
-    ]  # fmt: skip
     checks = {"MAGNETAR_BROKER_DELETE_INACTIVE_TOPICS_FREQUENCY_S": "1"}  # inactive topics found in seconds
-    process = MagnetarProcess("standalone", args, tmp, checks)
-    group.processes.append(process)
-    try:
-        process.start(timeout_s=60)
+    with running_standalone(tmp_path_factory.mktemp("policies"), env=checks) as process:
         yield process
-    finally:
-        group.stop_all()
 
 
 @pytest.fixture

@@ -15,19 +15,16 @@ port and its open file descriptors are back to where they were, and its resident
 from __future__ import annotations
 
 import random
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pulsar
 import pytest
-from fixtures.processes import MagnetarProcess, ProcessGroup
+from fixtures.processes import MagnetarProcess
 from fixtures.pulsar_binary_fuzz import (
-    HOST,
     PING,
     BrokerGauge,
     Case,
@@ -40,6 +37,7 @@ from fixtures.pulsar_binary_fuzz import (
     run_case,
     setup_frames,
 )
+from fixtures.standalone_process import running_standalone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -74,29 +72,11 @@ each byte of PING before it did). Larger than the queue plus every socket buffer
 buffers grow to a few MiB each), so the client's send cannot complete once the broker stops reading."""
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MagnetarProcess]:
-    tmp: Path = tmp_path_factory.mktemp("binary-fuzz")
-    group = ProcessGroup(tmp)
-    args = [
-        "standalone", "--data-dir", str(tmp / "data"), "--http-port", "0", "--broker-service-port", "0",
-        "--bookie-port", str(_free_port()),
-    ]  # fmt: skip
-    process = MagnetarProcess("standalone", args, tmp)
-    group.processes.append(process)
-    try:
-        process.start(timeout_s=60)
+    with running_standalone(tmp_path_factory.mktemp("binary-fuzz")) as process:
         _produce_and_consume(process)  # warm: what the first client creates is no leak
         yield process
-    finally:
-        group.stop_all()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import socket
 import threading
 import uuid
 import zlib
@@ -25,8 +24,9 @@ import pulsar
 import pytest
 import websocket
 from fixtures.auth import TokenKeys
-from fixtures.processes import MagnetarProcess, ProcessGroup
+from fixtures.processes import MagnetarProcess
 from fixtures.pulsar_raw import RawClient, command
+from fixtures.standalone_process import running_standalone
 
 from magnetar.broker.protocols.pulsar_binary.commands import (
     CommandType,
@@ -44,28 +44,10 @@ HOST = "127.0.0.1"
 LIMIT = 5 * 1024 * 1024
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MagnetarProcess]:
-    tmp: Path = tmp_path_factory.mktemp("binary-produce")
-    group = ProcessGroup(tmp)
-    args = [
-        "standalone", "--data-dir", str(tmp / "data"), "--http-port", "0", "--broker-service-port", "0",
-        "--bookie-port", str(free_port()),
-    ]  # fmt: skip
-    process = MagnetarProcess("standalone", args, tmp)
-    group.processes.append(process)
-    try:
-        process.start(timeout_s=60)
+    with running_standalone(tmp_path_factory.mktemp("binary-produce")) as process:
         yield process
-    finally:
-        group.stop_all()
 
 
 @pytest.fixture
@@ -459,16 +441,14 @@ def secure(tmp_path_factory: pytest.TempPathFactory, token_keys: TokenKeys) -> I
     tmp: Path = tmp_path_factory.mktemp("binary-produce-secure")
     key_file = tmp / "secret.key"
     key_file.write_bytes(token_keys.secret)
-    group = ProcessGroup(tmp)
-    args = [
-        "standalone", "--data-dir", str(tmp / "data"), "--http-port", "0", "--broker-service-port", "0",
-        "--bookie-port", str(free_port()),
-        "--authentication-enabled", "--token-secret-key", key_file.as_uri(), "--super-user-roles", "admin",
-    ]  # fmt: skip
-    process = MagnetarProcess("secure-produce-standalone", args, tmp)
-    group.processes.append(process)
-    try:
-        process.start(timeout_s=60)
+    extra = [
+        "--authentication-enabled",
+        "--token-secret-key",
+        key_file.as_uri(),
+        "--super-user-roles",
+        "admin",
+    ]
+    with running_standalone(tmp, extra) as process:
         bearer = {"Authorization": f"Bearer {token_keys.token('admin')}"}
         with httpx.Client(base_url=str(process.ready["httpUrl"]), headers=bearer, timeout=10) as http:
             http.put(
@@ -482,8 +462,6 @@ def secure(tmp_path_factory: pytest.TempPathFactory, token_keys: TokenKeys) -> I
                 "/admin/v2/persistent/acme/feeds/feed-one/permissions/topic-reader", json=["consume"]
             ).raise_for_status()
         yield process
-    finally:
-        group.stop_all()
 
 
 def test_listing_a_namespace_needs_consume_on_the_namespace(

@@ -11,12 +11,12 @@ import socket
 import struct
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pulsar
 import pytest
 import websocket
-from fixtures.processes import MagnetarProcess, ProcessGroup
+from fixtures.processes import MagnetarProcess
+from fixtures.standalone_process import running_standalone
 
 from magnetar.broker.protocols.pulsar_binary.commands import encode_connect
 from magnetar.broker.protocols.pulsar_binary.framing import encode_frame
@@ -26,28 +26,10 @@ pytestmark = [pytest.mark.processes]
 HOST = "127.0.0.1"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MagnetarProcess]:
-    tmp: Path = tmp_path_factory.mktemp("binary")
-    group = ProcessGroup(tmp)
-    args = [
-        "standalone", "--data-dir", str(tmp / "data"), "--http-port", "0", "--broker-service-port", "0",
-        "--bookie-port", str(free_port()),
-    ]  # fmt: skip
-    process = MagnetarProcess("standalone", args, tmp)
-    group.processes.append(process)
-    try:
-        process.start(timeout_s=60)
+    with running_standalone(tmp_path_factory.mktemp("binary")) as process:
         yield process
-    finally:
-        group.stop_all()
 
 
 @pytest.fixture
