@@ -30,6 +30,7 @@ import pulsar
 import trio
 from chaos.checker import Checker, payload_for
 from chaos.workload import ProducerSpec, Workload
+from fixtures.pulsar_receive import receive_batch
 
 log = logging.getLogger("chaos.pulsar_workload")
 
@@ -150,7 +151,9 @@ class PulsarWorkload(Workload):
                 subscribe = partial(self._subscribe, client, subscription)
                 consumer = await self._until_done(subscription, subscribe)
             while True:
-                messages = await trio.to_thread.run_sync(_receive_batch, consumer, abandon_on_cancel=True)
+                messages = await trio.to_thread.run_sync(
+                    receive_batch, consumer, RECEIVE_WAIT_MS, DRAIN_MAX, abandon_on_cancel=True
+                )
                 for message in messages:
                     self.checker.delivered(subscription, message.data(), str(message.message_id()))
                     consumer.acknowledge(message)
@@ -159,17 +162,3 @@ class PulsarWorkload(Workload):
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(client.close)
-
-
-def _receive_batch(consumer: Any) -> list[Any]:
-    """Wait (bounded) for one message, then take what else is already in the receiver queue."""
-    try:
-        batch = [consumer.receive(timeout_millis=RECEIVE_WAIT_MS)]
-    except pulsar.Timeout:
-        return []
-    while len(batch) < DRAIN_MAX:
-        try:
-            batch.append(consumer.receive(timeout_millis=0))
-        except pulsar.Timeout:
-            break
-    return batch

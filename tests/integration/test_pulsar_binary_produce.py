@@ -26,7 +26,7 @@ import websocket
 from fixtures.auth import TokenKeys
 from fixtures.processes import MagnetarProcess
 from fixtures.pulsar_raw import RawClient, command
-from fixtures.standalone_process import running_standalone
+from fixtures.standalone_process import official_client, running_standalone
 
 from magnetar.broker.protocols.pulsar_binary.commands import (
     CommandType,
@@ -52,11 +52,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MagnetarPro
 
 @pytest.fixture
 def client(standalone: MagnetarProcess) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=15)
-    try:
+    with official_client(standalone) as c:
         yield c
-    finally:
-        c.close()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pulsar
 import pytest
 import websocket
 from fixtures.processes import MagnetarProcess
-from fixtures.standalone_process import running_standalone
+from fixtures.standalone_process import official_client, running_standalone
 
 from magnetar.broker.protocols.pulsar_binary.commands import encode_connect
 from magnetar.broker.protocols.pulsar_binary.framing import encode_frame
@@ -34,11 +34,8 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MagnetarPro
 
 @pytest.fixture
 def client(standalone: MagnetarProcess) -> Iterator[pulsar.Client]:
-    c = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=15)
-    try:
+    with official_client(standalone) as c:
         yield c
-    finally:
-        c.close()
 
 
 def _topic() -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 from bench.comparison.system import AckSink, PayloadSink, Publisher
+from fixtures.pulsar_receive import receive_batch
 
 RECEIVE_WAIT_MS = 200
 DRAIN_MAX = 1000
@@ -123,7 +124,9 @@ class PulsarClientDriver:
             task_status.started()
             more = True
             while more:
-                batch = await anyio.to_thread.run_sync(_receive_batch, consumer, abandon_on_cancel=True)
+                batch = await anyio.to_thread.run_sync(
+                    receive_batch, consumer, RECEIVE_WAIT_MS, DRAIN_MAX, abandon_on_cancel=True
+                )
                 for message in batch:
                     more = on_payload(message.data())
                     consumer.acknowledge(message)
@@ -148,19 +151,3 @@ def _create_subscription(client: Any, topic: str) -> None:
     except pulsar.ConsumerBusy:
         return
     consumer.close()
-
-
-def _receive_batch(consumer: Any) -> list[Any]:
-    """Wait (bounded) for one message, then take what else is already in the receiver queue."""
-    import pulsar
-
-    try:
-        batch = [consumer.receive(timeout_millis=RECEIVE_WAIT_MS)]
-    except pulsar.Timeout:
-        return []
-    while len(batch) < DRAIN_MAX:
-        try:
-            batch.append(consumer.receive(timeout_millis=0))
-        except pulsar.Timeout:
-            break
-    return batch
