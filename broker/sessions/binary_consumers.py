@@ -38,14 +38,16 @@ from magnetar.broker.core import (
 from magnetar.broker.protocols.pulsar_binary.commands import (
     Redeliver,
     ServerError,
-    encode_error,
-    encode_success,
 )
 from magnetar.broker.protocols.pulsar_binary.consumer_commands import (
     ID_LATEST,
     GetLastMessageId,
     Seek,
     encode_get_last_message_id_response,
+)
+from magnetar.broker.protocols.pulsar_binary.encoders import (
+    encode_error,
+    encode_success,
 )
 from magnetar.broker.wire import EARLIEST, LATEST, MessageId
 

@@ -59,6 +59,16 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     Unsubscribe,
     UnsupportedCommand,
     decode_command,
+)
+from magnetar.broker.protocols.pulsar_binary.connection import (
+    ConsumerDeliveries,
+    Outbound,
+    SendCompletion,
+    SendRefused,
+    compact_messages,
+)
+from magnetar.broker.protocols.pulsar_binary.consumer_commands import GetLastMessageId, Seek
+from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_ack_response,
     encode_auth_challenge,
     encode_close_consumer,
@@ -73,14 +83,6 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     encode_send_error,
     encode_success,
 )
-from magnetar.broker.protocols.pulsar_binary.connection import (
-    ConsumerDeliveries,
-    Outbound,
-    SendCompletion,
-    SendRefused,
-    compact_messages,
-)
-from magnetar.broker.protocols.pulsar_binary.consumer_commands import GetLastMessageId, Seek
 from magnetar.broker.protocols.pulsar_binary.framing import (
     FRAME_BYTES_MAX_DEFAULT,
     MAX_MESSAGE_SIZE_DEFAULT,

@@ -32,6 +32,8 @@ from magnetar.broker.core import (
 from magnetar.broker.protocols.pulsar_binary.commands import (
     CreateProducer,
     ServerError,
+)
+from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_close_producer,
     encode_error,
     encode_producer_success,

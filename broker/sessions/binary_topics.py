@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING
 
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.broker.core import ServiceError
-from magnetar.broker.protocols.pulsar_binary.commands import ServerError, encode_error
+from magnetar.broker.protocols.pulsar_binary.commands import (
+    ServerError,
+)
+from magnetar.broker.protocols.pulsar_binary.encoders import (
+    encode_error,
+)
 from magnetar.broker.protocols.pulsar_binary.framing import MAX_MESSAGE_SIZE_DEFAULT
 from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics, Mode, encode_topics_answer
 from magnetar.broker.wire import InvalidTopicNameError, NamespaceName

@@ -19,10 +19,15 @@ import pytest
 from fixtures.processes import MagnetarProcess
 from fixtures.standalone_process import official_client, running_standalone
 
-from magnetar.broker.protocols.pulsar_binary.commands import CommandType, encode_connect
+from magnetar.broker.protocols.pulsar_binary.commands import (
+    CommandType,
+)
 from magnetar.broker.protocols.pulsar_binary.consumer_commands import (
     encode_get_last_message_id,
     encode_seek,
+)
+from magnetar.broker.protocols.pulsar_binary.encoders import (
+    encode_connect,
 )
 from magnetar.broker.protocols.pulsar_binary.framing import encode_frame
 from magnetar.broker.protocols.pulsar_binary.protobuf import Writer, parse_message

@@ -41,7 +41,9 @@ from fixtures.standalone_process import running_standalone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from magnetar.broker.protocols.pulsar_binary.commands import encode_connect
+from magnetar.broker.protocols.pulsar_binary.encoders import (
+    encode_connect,
+)
 from magnetar.broker.protocols.pulsar_binary.framing import encode_frame
 from magnetar.broker.protocols.pulsar_binary.protobuf import Writer
 from magnetar.broker.sessions.binary_door import HANDSHAKE_TIMEOUT_S, KEEPALIVE_S

@@ -30,8 +30,10 @@ from fixtures.standalone_process import official_client, running_standalone
 
 from magnetar.broker.protocols.pulsar_binary.commands import (
     CommandType,
-    MessageMetadata,
     ServerError,
+)
+from magnetar.broker.protocols.pulsar_binary.metadata import (
+    MessageMetadata,
     SingleMessage,
     encode_batch,
 )

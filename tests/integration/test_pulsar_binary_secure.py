@@ -26,6 +26,8 @@ from magnetar.bookkeeper.runtime.auth.tokens import create_token
 from magnetar.broker.protocols.pulsar_binary.commands import (
     CommandType,
     ServerError,
+)
+from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_auth_response,
     encode_connect,
     encode_ping,

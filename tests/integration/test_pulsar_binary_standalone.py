@@ -18,7 +18,9 @@ import websocket
 from fixtures.processes import MagnetarProcess
 from fixtures.standalone_process import official_client, running_standalone
 
-from magnetar.broker.protocols.pulsar_binary.commands import encode_connect
+from magnetar.broker.protocols.pulsar_binary.encoders import (
+    encode_connect,
+)
 from magnetar.broker.protocols.pulsar_binary.framing import encode_frame
 
 pytestmark = [pytest.mark.processes]

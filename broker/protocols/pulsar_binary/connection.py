@@ -31,23 +31,27 @@ from magnetar.broker.protocols.pulsar_binary.acks import DeliveredGroups, apply_
 from magnetar.broker.protocols.pulsar_binary.commands import (
     AckId,
     CompressionType,
-    MessageMetadata,
     ServerError,
-    SingleMessage,
-    decode_batch,
-    decode_metadata,
-    encode_batch,
+)
+from magnetar.broker.protocols.pulsar_binary.compression import DecompressionFailed, decompress
+from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_message_command,
-    encode_metadata,
     encode_send_error,
     encode_send_receipt,
 )
-from magnetar.broker.protocols.pulsar_binary.compression import DecompressionFailed, decompress
 from magnetar.broker.protocols.pulsar_binary.framing import (
     MAX_MESSAGE_SIZE_DEFAULT,
     PayloadSection,
     encode_frame,
     encode_payload_section,
+)
+from magnetar.broker.protocols.pulsar_binary.metadata import (
+    MessageMetadata,
+    SingleMessage,
+    decode_batch,
+    decode_metadata,
+    encode_batch,
+    encode_metadata,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
 from magnetar.broker.wire import COMPACT_MESSAGE, COMPACT_NO_KEY, StoredMessage

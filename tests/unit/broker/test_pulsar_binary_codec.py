@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.broker.protocols.pulsar_binary.commands import (
-    AUTH_REFRESH_DATA,
     Ack,
     AckType,
     AuthResponse,
@@ -20,21 +19,18 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     Connect,
     CreateProducer,
     Flow,
-    MessageMetadata,
     Ping,
     Send,
-    SingleMessage,
     Subscribe,
     SubType,
     UnsupportedCommand,
-    decode_batch,
     decode_command,
-    decode_metadata,
+)
+from magnetar.broker.protocols.pulsar_binary.encoders import (
+    AUTH_REFRESH_DATA,
     encode_auth_challenge,
     encode_auth_response,
-    encode_batch,
     encode_connect,
-    encode_metadata,
     encode_ping,
     encode_send_receipt,
 )
@@ -46,6 +42,14 @@ from magnetar.broker.protocols.pulsar_binary.framing import (
     encode_frame,
     encode_payload_section,
     parse_payload_section,
+)
+from magnetar.broker.protocols.pulsar_binary.metadata import (
+    MessageMetadata,
+    SingleMessage,
+    decode_batch,
+    decode_metadata,
+    encode_batch,
+    encode_metadata,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import (
     ProtobufError,

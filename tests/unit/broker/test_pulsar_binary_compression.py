@@ -14,15 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magnetar.broker.protocols.pulsar_binary.commands import (
-    MessageMetadata,
     ServerError,
-    SingleMessage,
-    encode_batch,
-    encode_metadata,
 )
 from magnetar.broker.protocols.pulsar_binary.compression import Codec, DecompressionFailed, decompress
 from magnetar.broker.protocols.pulsar_binary.connection import SendRefused, compact_messages
 from magnetar.broker.protocols.pulsar_binary.framing import PayloadSection
+from magnetar.broker.protocols.pulsar_binary.metadata import (
+    MessageMetadata,
+    SingleMessage,
+    encode_batch,
+    encode_metadata,
+)
 from magnetar.broker.wire.entry_format import decode_entry, encode_compact_batch
 
 LIMIT = 5 * 1024 * 1024
