@@ -49,6 +49,7 @@ from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_error,
     encode_success,
 )
+from magnetar.broker.protocols.pulsar_binary.errors import server_error_of
 from magnetar.broker.wire import EARLIEST, LATEST, MessageId
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,6 @@ class Handle(Protocol):
 
 
 Send = Callable[[bytes], None]
-ErrorOf = Callable[[ServiceError], ServerError]
 
 
 def redeliver(consumers: Mapping[int, Handle], command: Redeliver) -> None:
@@ -89,9 +89,7 @@ def redeliver(consumers: Mapping[int, Handle], command: Redeliver) -> None:
     log.debug("consumer %s: %d messages redelivered", command.consumer_id, count)
 
 
-async def get_last_message_id(
-    consumers: Mapping[int, Handle], command: GetLastMessageId, send: Send, error_of: ErrorOf
-) -> None:
+async def get_last_message_id(consumers: Mapping[int, Handle], command: GetLastMessageId, send: Send) -> None:
     handle = consumers.get(command.consumer_id)
     if handle is None:
         send(encode_error(command.request_id, ServerError.MetadataError, "Consumer not found"))
@@ -100,7 +98,7 @@ async def get_last_message_id(
     try:
         last, batch_index, mark_delete = await subscriber.last_message()
     except ServiceError as exc:
-        send(encode_error(command.request_id, error_of(exc), str(exc)))
+        send(encode_error(command.request_id, server_error_of(exc), str(exc)))
         return
     send(
         encode_get_last_message_id_response(
@@ -125,7 +123,7 @@ def _seek_position(message_id: tuple[int, int]) -> tuple[int, int] | None:
     return (ledger_id, entry_id)  # entry -1: the start of that ledger (the last id of an empty topic)
 
 
-async def seek(consumers: Mapping[int, Handle], command: Seek, send: Send, error_of: ErrorOf) -> None:
+async def seek(consumers: Mapping[int, Handle], command: Seek, send: Send) -> None:
     handle = consumers.get(command.consumer_id)
     if handle is None:
         send(encode_error(command.request_id, ServerError.MetadataError, "Consumer not found"))
@@ -156,7 +154,7 @@ async def seek(consumers: Mapping[int, Handle], command: Seek, send: Send, error
         else:
             await handle.subscriber.seek(publish_time_ms=command.publish_time_ms)
     except ServiceError as exc:
-        send(encode_error(command.request_id, error_of(exc), str(exc)))
+        send(encode_error(command.request_id, server_error_of(exc), str(exc)))
         return
     send(encode_success(command.request_id))
 

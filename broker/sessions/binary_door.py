@@ -31,7 +31,6 @@ from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.broker.core import (
     COMPACT_ALONE,
     Consumer,
-    ErrorKind,
     FlowControl,
     ServiceError,
     Subscriber,
@@ -83,6 +82,7 @@ from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_send_error,
     encode_success,
 )
+from magnetar.broker.protocols.pulsar_binary.errors import server_error_of
 from magnetar.broker.protocols.pulsar_binary.framing import (
     FRAME_BYTES_MAX_DEFAULT,
     MAX_MESSAGE_SIZE_DEFAULT,
@@ -179,7 +179,7 @@ class BinaryFrontDoor:
         self._broker_url_tls = broker_url_tls
         self._ssl_context = ssl_context
         self._frame_bytes_max = frame_bytes_max
-        self._producers = ProducerRequests(service, self._topic, _error_of)
+        self._producers = ProducerRequests(service, self._topic)
         self.connections = 0
 
     async def serve_tls(self, stream: trio.SocketStream) -> None:
@@ -348,14 +348,14 @@ class BinaryFrontDoor:
         elif isinstance(command, Redeliver):
             binary_consumers.redeliver(conn.consumers, command)
         elif isinstance(command, GetLastMessageId):
-            await binary_consumers.get_last_message_id(conn.consumers, command, conn.send, _error_of)
+            await binary_consumers.get_last_message_id(conn.consumers, command, conn.send)
         elif isinstance(command, Seek):
-            await binary_consumers.seek(conn.consumers, command, conn.send, _error_of)
+            await binary_consumers.seek(conn.consumers, command, conn.send)
         elif isinstance(command, AuthResponse):
             self._auth_response(conn, command)
         elif isinstance(command, GetTopics):
             assert conn.principal is not None
-            conn.send(await answer_get_topics(self._service, conn.principal, command, _error_of))
+            conn.send(await answer_get_topics(self._service, conn.principal, command))
         else:
             assert isinstance(command, UnsupportedCommand)
             reason = f"{command.name} is not supported by Magnetar yet"
@@ -424,11 +424,8 @@ class BinaryFrontDoor:
         try:
             topic = self._topic(command.topic)
             resolution = await self._service.lookup(topic)
-        except InvalidTopicNameError as exc:
-            conn.send(encode_lookup_failed(command.request_id, ServerError.InvalidTopicName, str(exc)))
-            return
-        except ServiceError as exc:
-            conn.send(encode_lookup_failed(command.request_id, _error_of(exc), str(exc)))
+        except (InvalidTopicNameError, ServiceError) as exc:
+            conn.send(encode_lookup_failed(command.request_id, server_error_of(exc), str(exc)))
             return
         owner = resolution.owner
         url = owner.nativeUrl or (self._broker_url() if not resolution.redirect else "")
@@ -455,11 +452,8 @@ class BinaryFrontDoor:
         try:
             topic = self._topic(command.topic)
             partitions = await self._service.partitions(topic)
-        except InvalidTopicNameError as exc:
-            conn.send(encode_partitions_failed(command.request_id, ServerError.InvalidTopicName, str(exc)))
-            return
-        except ServiceError as exc:
-            conn.send(encode_partitions_failed(command.request_id, _error_of(exc), str(exc)))
+        except (InvalidTopicNameError, ServiceError) as exc:
+            conn.send(encode_partitions_failed(command.request_id, server_error_of(exc), str(exc)))
             return
         conn.send(encode_partitions(command.request_id, partitions))
 
@@ -565,11 +559,8 @@ class BinaryFrontDoor:
         except _Refusal as exc:
             conn.send(encode_error(command.request_id, exc.error, exc.message))
             return
-        except InvalidTopicNameError as exc:
-            conn.send(encode_error(command.request_id, ServerError.InvalidTopicName, str(exc)))
-            return
-        except ServiceError as exc:
-            conn.send(encode_error(command.request_id, _error_of(exc), str(exc)))
+        except (InvalidTopicNameError, ServiceError) as exc:
+            conn.send(encode_error(command.request_id, server_error_of(exc), str(exc)))
             return
         consumer_id = command.consumer_id
 
@@ -617,7 +608,7 @@ class BinaryFrontDoor:
         try:
             await handle.subscriber.unsubscribe()
         except ServiceError as exc:
-            conn.send(encode_error(command.request_id, _error_of(exc), str(exc)))
+            conn.send(encode_error(command.request_id, server_error_of(exc), str(exc)))
             return
         conn.consumers.pop(command.consumer_id, None)
         handle.close()
@@ -656,23 +647,3 @@ class _Refusal(Exception):
         super().__init__(message)
         self.error = error
         self.message = message
-
-
-_ERRORS = {
-    ErrorKind.NOT_FOUND: ServerError.TopicNotFound,
-    ErrorKind.BUSY: ServerError.ConsumerBusy,
-    ErrorKind.IN_USE: ServerError.ConsumerBusy,
-    ErrorKind.LIMIT_REACHED: ServerError.NotAllowedError,
-    ErrorKind.NOT_ALLOWED: ServerError.NotAllowedError,
-    ErrorKind.NO_SUBSCRIPTION: ServerError.SubscriptionNotFound,
-    ErrorKind.UNAVAILABLE: ServerError.ServiceNotReady,
-    ErrorKind.ELSEWHERE: ServerError.ServiceNotReady,
-    ErrorKind.UNAUTHENTICATED: ServerError.AuthenticationError,
-    ErrorKind.FORBIDDEN: ServerError.AuthorizationError,
-    ErrorKind.INTERNAL: ServerError.UnknownError,
-}
-
-
-def _error_of(exc: ServiceError) -> ServerError:
-    """Pulsar's error for a refusal of the core (by its protocol-neutral kind)."""
-    return _ERRORS.get(exc.kind, ServerError.UnknownError)

@@ -38,6 +38,7 @@ from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_error,
     encode_producer_success,
 )
+from magnetar.broker.protocols.pulsar_binary.errors import server_error_of
 from magnetar.broker.wire import InvalidTopicNameError, TopicName
 
 if TYPE_CHECKING:
@@ -82,11 +83,9 @@ class ProducerRequests:
         self,
         service: SessionHost,
         topic_of: Callable[[str], TopicName],
-        error_of: Callable[[ServiceError], ServerError],
     ) -> None:
         self._service = service
         self._topic_of = topic_of
-        self._error_of = error_of
 
     def answered_again(self, conn: ProducerSide, command: CreateProducer) -> bool:
         """A PRODUCER for an id the connection already uses is answered here (True): the producer's
@@ -157,17 +156,14 @@ class ProducerRequests:
             producer = await topic.wait_for_producer(
                 name, make, access=access, topic_epoch=command.topic_epoch, queued=queued
             )
-        except InvalidTopicNameError as exc:
-            conn.send(encode_error(request_id, ServerError.InvalidTopicName, str(exc)))
-            return
         except ProducerFencedError as exc:
             conn.send(encode_error(request_id, ServerError.ProducerFenced, str(exc)))
             return
         except ProducerBusyError as exc:
             conn.send(encode_error(request_id, ServerError.ProducerBusy, str(exc)))
             return
-        except ServiceError as exc:
-            conn.send(encode_error(request_id, self._error_of(exc), str(exc)))
+        except (InvalidTopicNameError, ServiceError) as exc:
+            conn.send(encode_error(request_id, server_error_of(exc), str(exc)))
             return
         producer.address = conn.address
         producer.client_version = "pulsar-binary"

@@ -11,7 +11,6 @@ answer. An answer that would not fit a frame is refused with an ERROR naming the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
@@ -22,6 +21,7 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
 from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_error,
 )
+from magnetar.broker.protocols.pulsar_binary.errors import server_error_of
 from magnetar.broker.protocols.pulsar_binary.framing import MAX_MESSAGE_SIZE_DEFAULT
 from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics, Mode, encode_topics_answer
 from magnetar.broker.wire import InvalidTopicNameError, NamespaceName
@@ -34,7 +34,6 @@ async def answer_get_topics(
     service: SessionHost,
     principal: Principal,
     command: GetTopics,
-    error_of: Callable[[ServiceError], ServerError],
 ) -> bytes:
     """The command that answers ``command``: GET_TOPICS_OF_NAMESPACE_RESPONSE or ERROR."""
     request_id = command.request_id
@@ -53,7 +52,7 @@ async def answer_get_topics(
     except InvalidTopicNameError as exc:
         return encode_error(request_id, ServerError.MetadataError, f"Invalid namespace: {exc}")
     except ServiceError as exc:
-        return encode_error(request_id, error_of(exc), str(exc))
+        return encode_error(request_id, server_error_of(exc), str(exc))
     answer = encode_topics_answer(command, topics)
     if len(answer) > MAX_MESSAGE_SIZE_DEFAULT:
         reason = f"the topics of {namespace} take {len(answer)} bytes, more than a frame holds"
