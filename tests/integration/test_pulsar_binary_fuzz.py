@@ -37,7 +37,7 @@ from fixtures.pulsar_binary_fuzz import (
     run_case,
     setup_frames,
 )
-from fixtures.standalone_process import running_standalone
+from fixtures.standalone_process import round_trip, running_standalone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -95,16 +95,7 @@ def _produce_and_consume(standalone: MagnetarProcess, n: int = 20) -> None:
     )
     try:
         topic = f"persistent://public/default/after-fuzz-{uuid.uuid4().hex[:8]}"
-        consumer = client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
-        producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
-        for i in range(n):
-            producer.send_async(f"ok{i}".encode(), None)
-        producer.flush()
-        got = []
-        for _ in range(n):
-            message = consumer.receive(10_000)
-            got.append(message.data())
-            consumer.acknowledge(message)
+        got = round_trip(client, topic, n, "ok")
         assert got == [f"ok{i}".encode() for i in range(n)]
     finally:
         client.close()

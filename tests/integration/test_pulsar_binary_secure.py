@@ -21,6 +21,8 @@ import pulsar
 import pytest
 from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.processes import MagnetarProcess, ProcessGroup
+from fixtures.pulsar_raw import broker_closed
+from fixtures.standalone_process import round_trip
 
 from magnetar.bookkeeper.runtime.auth.tokens import create_token
 from magnetar.broker.protocols.pulsar_binary.commands import (
@@ -96,21 +98,6 @@ def _client(url: str, token: str | None = None, **kwargs: Any) -> pulsar.Client:
     return pulsar.Client(url, authentication=authentication, **kwargs)
 
 
-def _round_trip(client: pulsar.Client, n: int = 20) -> list[bytes]:
-    topic = _topic()
-    consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
-    producer = client.create_producer(topic, batching_enabled=True, batching_max_publish_delay_ms=5)
-    for i in range(n):
-        producer.send_async(f"m{i}".encode(), None)
-    producer.flush()
-    got = []
-    for _ in range(n):
-        message = consumer.receive(10_000)
-        got.append(message.data())
-        consumer.acknowledge(message)
-    return got
-
-
 def test_ready_line_names_both_binary_ports(standalone: MagnetarProcess) -> None:
     ready = standalone.ready
     assert ready["brokerServicePortTls"] > 0
@@ -123,7 +110,7 @@ def test_a_token_with_permission_produces_and_consumes(
 ) -> None:
     client = _client(standalone.ready["brokerUrl"], token_keys.token("app"))
     try:
-        assert _round_trip(client) == [f"m{i}".encode() for i in range(20)]
+        assert round_trip(client, _topic(), 20, "m") == [f"m{i}".encode() for i in range(20)]
     finally:
         client.close()
 
@@ -175,7 +162,7 @@ def test_connect_without_a_valid_token_is_refused(
     # the broker goes on serving
     good = _client(standalone.ready["brokerUrl"], token_keys.token("app"))
     try:
-        assert _round_trip(good, 3) == [b"m0", b"m1", b"m2"]
+        assert round_trip(good, _topic(), 3, "m") == [b"m0", b"m1", b"m2"]
     finally:
         good.close()
 
@@ -214,7 +201,7 @@ def test_produce_and_consume_over_tls(
         tls_trust_certs_file_path=str(tls_files.ca_cert),
     )
     try:
-        assert _round_trip(client) == [f"m{i}".encode() for i in range(20)]
+        assert round_trip(client, _topic(), 20, "m") == [f"m{i}".encode() for i in range(20)]
     finally:
         client.close()
 
@@ -233,19 +220,6 @@ def test_tls_without_a_token_is_refused(standalone: MagnetarProcess, tls_files: 
         client.close()
 
 
-def _closed(sock: socket.socket | ssl.SSLSocket) -> bool:
-    """Whether the broker ended the connection (read until EOF or an error; the socket is closed here)."""
-    with sock:
-        try:
-            while sock.recv(65536):
-                pass
-        except TimeoutError:
-            return False
-        except OSError:
-            pass
-    return True
-
-
 @pytest.mark.parametrize(
     "what",
     [
@@ -259,14 +233,14 @@ def test_plain_text_and_garbage_on_the_tls_port_end_that_connection_only(
 ) -> None:
     sock = socket.create_connection((HOST, standalone.ready["brokerServicePortTls"]), timeout=20)
     sock.sendall(what)
-    assert _closed(sock)
+    assert broker_closed(sock)
     client = _client(
         standalone.ready["brokerUrlTls"],
         token_keys.token("app"),
         tls_trust_certs_file_path=str(tls_files.ca_cert),
     )
     try:
-        assert _round_trip(client, 3) == [b"m0", b"m1", b"m2"]
+        assert round_trip(client, _topic(), 3, "m") == [b"m0", b"m1", b"m2"]
     finally:
         client.close()
 
@@ -278,14 +252,14 @@ def test_garbage_after_the_tls_handshake_ends_that_connection_only(
     raw = socket.create_connection((HOST, standalone.ready["brokerServicePortTls"]), timeout=20)
     sock = context.wrap_socket(raw, server_hostname=HOST)
     sock.sendall(bytes(range(256)) * 4)
-    assert _closed(sock)
+    assert broker_closed(sock)
     client = _client(
         standalone.ready["brokerUrlTls"],
         token_keys.token("app"),
         tls_trust_certs_file_path=str(tls_files.ca_cert),
     )
     try:
-        assert _round_trip(client, 3) == [b"m0", b"m1", b"m2"]
+        assert round_trip(client, _topic(), 3, "m") == [b"m0", b"m1", b"m2"]
     finally:
         client.close()
 

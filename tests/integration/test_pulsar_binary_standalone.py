@@ -16,6 +16,7 @@ import pulsar
 import pytest
 import websocket
 from fixtures.processes import MagnetarProcess
+from fixtures.pulsar_raw import broker_closed
 from fixtures.standalone_process import official_client, running_standalone
 
 from magnetar.broker.protocols.pulsar_binary.encoders import (
@@ -155,19 +156,6 @@ def _raw(standalone: MagnetarProcess) -> socket.socket:
     return socket.create_connection((HOST, standalone.ready["brokerServicePort"]), timeout=10)
 
 
-def _closed(sock: socket.socket) -> bool:
-    """Whether the broker ended the connection (read until EOF; the socket is closed here)."""
-    with sock:
-        try:
-            while sock.recv(65536):
-                pass
-        except TimeoutError:
-            return False
-        except OSError:
-            pass
-    return True
-
-
 @pytest.mark.parametrize(
     "garbage",
     [
@@ -185,7 +173,7 @@ def test_malformed_frames_close_that_connection_only(
     assert bystander.recv(4096)  # CONNECTED
     sock = _raw(standalone)
     sock.sendall(encode_frame(encode_connect("raw", 21)) + garbage)
-    assert _closed(sock)
+    assert broker_closed(sock)
     truncated = _raw(standalone)
     truncated.sendall(encode_frame(encode_connect("raw", 21))[:7])
     truncated.close()
