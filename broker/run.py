@@ -156,6 +156,7 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 broker_url=lambda: broker_url,
                 broker_url_tls=lambda: broker_url_tls,
                 ssl_context=binary_ssl,
+                keepalive_s=settings.keep_alive_interval_seconds,
             )
             binary_scopes = [trio.CancelScope(), trio.CancelScope()]  # plain and TLS listeners
             listeners = await nursery.start(

@@ -195,6 +195,13 @@ class BrokerSettings(
     """When the broker ends a session (unload, shutdown), how long the frames already queued for the client -
     receipts of stored messages above all - may take to go out before the Close is sent."""
 
+    # -- Pulsar's binary protocol (the ports: BrokerServicePortSettings') ----------------------------
+    keep_alive_interval_seconds: Annotated[int, Field(ge=1, le=3600)] = 30
+    """Pulsar's ``keepAliveIntervalSeconds``: a binary connection must send its CONNECT within this; after
+    it, a PING goes out once a whole interval passed without a command from the client, and a PING still
+    unanswered at the next tick ends the connection (a silent client is gone within about three
+    intervals)."""
+
     # -- metrics -------------------------------------------------------------------------------------
     expose_topic_level_metrics_in_prometheus: bool = True
     """Pulsar's ``exposeTopicLevelMetricsInPrometheus``: per-topic (and per-subscription) figures on

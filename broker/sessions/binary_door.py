@@ -106,11 +106,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KEEPALIVE_S = 30.0
-"""Pulsar's ``keepAliveIntervalSeconds``: a PING after this long without a command; none answered by the next
-tick ends the connection."""
-HANDSHAKE_TIMEOUT_S = 30.0
-"""From the connection's start (after TLS) to its CONNECT."""
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 """A connection to the TLS port completes its TLS handshake within this, else it is closed."""
 HANDLES_MAX = 10_000
@@ -173,12 +168,17 @@ class BinaryFrontDoor:
         broker_url_tls: Callable[[], str] = lambda: "",
         ssl_context: ssl.SSLContext | None = None,
         frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
+        keepalive_s: float = 30.0,
     ) -> None:
+        """``keepalive_s``: the setting ``keep_alive_interval_seconds`` (Pulsar's
+        ``keepAliveIntervalSeconds``), also the time a connection has from its start (after TLS) to its
+        CONNECT, as Pulsar's."""
         self._service = service
         self._broker_url = broker_url
         self._broker_url_tls = broker_url_tls
         self._ssl_context = ssl_context
         self._frame_bytes_max = frame_bytes_max
+        self._keepalive_s = keepalive_s
         self._producers = ProducerRequests(service, self._topic)
         self.connections = 0
 
@@ -240,15 +240,19 @@ class BinaryFrontDoor:
             conn.scope.cancel()
 
     async def _keepalive(self, conn: _Connection) -> None:
-        with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
+        with trio.move_on_after(self._keepalive_s):
             while conn.principal is None:  # noqa: ASYNC110 (the reader sets it)
                 await trio.sleep(0.1)
         if conn.principal is None:
-            log.info("binary connection %s: no CONNECT in %ss", conn.address, HANDSHAKE_TIMEOUT_S)
+            log.info(
+                "binary connection %s: no CONNECT within keep_alive_interval_seconds=%s",
+                conn.address,
+                self._keepalive_s,
+            )
             conn.scope.cancel()
             return
         while True:
-            await trio.sleep(KEEPALIVE_S)
+            await trio.sleep(self._keepalive_s)
             if conn.received_since_tick:
                 conn.received_since_tick = False
                 conn.ping_outstanding = False
