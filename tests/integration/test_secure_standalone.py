@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,6 +17,7 @@ import websocket
 from fixtures.auth import TlsFiles, TokenKeys
 from fixtures.bookie_server import call, packaged, read_request
 from fixtures.processes import ProcessGroup
+from fixtures.readme import pointed_at, readme_blocks
 
 from magnetar.bookkeeper.client.tcp_transport import open_tcp_transport
 from magnetar.bookkeeper.protocol.codec import NEED_DATA, ClientProtocol
@@ -91,7 +94,34 @@ def test_secure_standalone(
     answer = trio.run(bookie_without_token)
     assert isinstance(answer, ReadResponse)
     assert answer.status is BookieStatus.EUA
+    _readme_token_snippet(str(ready["httpUrl"]), token_keys, admin, tmp_path)
     assert process.stop() == 0, process.log_tail()
+
+
+def _readme_token_snippet(http_url: str, token_keys: TokenKeys, admin: str, tmp_path: Path) -> None:
+    """The README's "Common tasks" token snippet, as pasted: a role granted ``produce`` and ``consume`` (as
+    the README's Security section does it) connects with its token in the header and in the URL."""
+    granted = httpx.post(
+        f"{http_url}/admin/v2/namespaces/public/default/permissions/app",
+        json=["produce", "consume"],
+        headers={"Authorization": f"Bearer {admin}"},
+        timeout=10,
+    )
+    assert granted.status_code == 204, granted.text
+    (tmp_path / "app.token").write_text(token_keys.token("app") + "\n")
+    block = readme_blocks("Common tasks", "python")[1]
+    names: dict[str, Any] = {}
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # the snippet reads app.token from where it runs
+    try:
+        exec(compile(pointed_at(block, http_url), "README.md", "exec"), names)
+    finally:
+        os.chdir(cwd)
+    names["producer"].send(json.dumps({"payload": base64.b64encode(b"readme").decode()}))
+    assert json.loads(names["producer"].recv())["result"] == "ok"
+    assert base64.b64decode(json.loads(names["consumer"].recv())["payload"]) == b"readme"
+    names["producer"].close()
+    names["consumer"].close()
 
 
 # -- the audit's attacks on the bookie port (issue: any client token was a bookie master key) -------------
