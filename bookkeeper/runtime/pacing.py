@@ -21,7 +21,6 @@ from collections.abc import Callable
 
 import trio
 import trio.lowlevel
-from trio.testing import wait_all_tasks_blocked
 
 
 def _never() -> bool:
@@ -48,6 +47,10 @@ class GiveWay:
         if self.wait_max_s <= 0 or self.hurry():
             await trio.lowlevel.checkpoint()
             return
+        # Imported here, not at the top: trio.testing imports pytest where it is installed, and every
+        # process (the admin command line too) imports this package.
+        from trio.testing import wait_all_tasks_blocked  # noqa: PLC0415
+
         with trio.move_on_after(self.wait_max_s):
             await wait_all_tasks_blocked()
             self.idle_pauses += 1
