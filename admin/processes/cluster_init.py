@@ -31,7 +31,6 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from magnetar.bookkeeper.metadata import (
-    PROBE_TIMEOUT_S,
     MetadataConnectionSettings,
     MetadataStore,
     MetadataStoreSettings,
@@ -41,6 +40,7 @@ from magnetar.bookkeeper.metadata import (
     list_bookies,
     open_metadata_store,
 )
+from magnetar.bookkeeper.metadata.zk_store import PROBE_TIMEOUT_S
 from magnetar.broker.ownership import BUNDLES_MAX, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES, bundle_boundaries
 from magnetar.broker.policies import BundlesData, ClusterData, Policies, PolicyStore, TenantInfo, ensure
 from magnetar.broker.wire import DEFAULT_NAMESPACE, PUBLIC_TENANT, check_named_entity

@@ -16,6 +16,7 @@ from magnetar.bookkeeper.metadata.api import (
     NotificationType,
     SessionEvent,
     Stat,
+    StoreInUseError,
     StoreUnavailableError,
     ValueTooLargeError,
     join,
@@ -41,7 +42,6 @@ from magnetar.bookkeeper.metadata.ledger_paths import (
     split_ledger_path,
 )
 from magnetar.bookkeeper.metadata.memory import MemoryMetadataStore
-from magnetar.bookkeeper.metadata.rocksdb_store import StoreInUseError
 from magnetar.bookkeeper.metadata.settings import (
     MetadataConnectionSettings,
     MetadataStoreSettings,
@@ -59,7 +59,6 @@ from magnetar.bookkeeper.metadata.underreplication_paths import (
     ur_lock_path,
     ur_locks_path,
 )
-from magnetar.bookkeeper.metadata.zk_store import PROBE_TIMEOUT_S
 
 __all__ = [
     "AVAILABLE_PATH",
@@ -67,7 +66,6 @@ __all__ = [
     "LEDGERS_ROOT",
     "METADATA_PATH_BYTES_MAX",
     "METADATA_VALUE_BYTES_MAX",
-    "PROBE_TIMEOUT_S",
     "SHORT_ID_LIMIT",
     "VOTE_PREFIX",
     "BadVersionError",

@@ -51,6 +51,11 @@ class MetadataStoreError(Exception):
     """Base of every metadata-store failure."""
 
 
+class StoreInUseError(MetadataStoreError):
+    """Another process (or another store in this one) has the RocksDB directory open (the RocksDB backend's
+    error, here with the others so that naming it does not load RocksDB)."""
+
+
 class NotFoundError(MetadataStoreError):
     """The node does not exist."""
 

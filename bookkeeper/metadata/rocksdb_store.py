@@ -57,6 +57,7 @@ from magnetar.bookkeeper.metadata.api import (
     NotificationType,
     SessionListener,
     Stat,
+    StoreInUseError,
     StoreUnavailableError,
     Unregister,
     check_expected_version,
@@ -74,10 +75,6 @@ log = logging.getLogger(__name__)
 
 _RECORD = struct.Struct(">qqq?")
 _COUNTER = struct.Struct(">q")
-
-
-class StoreInUseError(MetadataStoreError):
-    """Another process (or another store in this one) has the RocksDB directory open."""
 
 
 def _wall_ms() -> int:
