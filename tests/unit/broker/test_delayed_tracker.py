@@ -36,7 +36,8 @@ def test_full_at_capacity_and_cleared() -> None:
     tracker.add(6, 0, 1)
     assert tracker.full
     tracker.clear()
-    assert len(tracker) == 0 and not tracker.full
+    assert len(tracker) == 0
+    assert not tracker.full
 
 
 @pytest.mark.parametrize(("tick", "expected"), [(0, 1), (-5, 1), (2**40, 2**31 - 1)])
