@@ -169,6 +169,7 @@ class NamespacePoliciesBody(_Body):
     inactive_topic_policies: InactiveTopicPoliciesBody | None = None
     autoTopicCreationOverride: AutoTopicCreationBody | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationBody | None = None
+    delayed_delivery_policies: DelayedDeliveryBody | None = None
 
 
 TopicProperties = Annotated[dict[ShortText, ShortText], Field(max_length=PROPERTIES_MAX)]
