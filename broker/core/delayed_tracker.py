@@ -35,9 +35,13 @@ BYTES_PER_ENTRY = 24
 TICK_MS_MAX = 2**31 - 1
 
 
+TIME_MS_MAX = 2**63 - 1
+
+
 def quantise(deliver_at_ms: int, tick_ms: int) -> int:
-    """``deliver_at_ms`` rounded up to a multiple of ``tick_ms`` (never earlier than asked)."""
-    return -(-deliver_at_ms // tick_ms) * tick_ms
+    """``deliver_at_ms`` rounded up to a multiple of ``tick_ms`` (never earlier than asked), at most
+    :data:`TIME_MS_MAX` (a time near the end of 64 bits stays there: it is never due)."""
+    return min(-(-deliver_at_ms // tick_ms) * tick_ms, TIME_MS_MAX)
 
 
 class DelayedTracker:

@@ -49,6 +49,14 @@ def test_quantise_rounds_up() -> None:
     assert [quantise(t, 1000) for t in (1, 999, 1000, 1001)] == [1000, 1000, 1000, 2000]
 
 
+def test_the_end_of_64_bits_is_tracked_not_overflowed() -> None:
+    tracker = DelayedTracker(tick_ms=1000, capacity=10)
+    tracker.add(2**63 - 1, 1, 2)
+    assert tracker.next_due_ms() == 2**63 - 1
+    assert tracker.pop_due(2**62, 10) == []
+    assert tracker.pop_all() == [(1, 2)]
+
+
 def test_memory_per_entry_is_the_documented_figure() -> None:
     tracker = DelayedTracker(tick_ms=1, capacity=200_000)
     for i in range(100_000):
