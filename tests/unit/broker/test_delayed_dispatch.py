@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
+import pytest
 import trio
 import trio.testing
 from fixtures.subscription_fakes import Sink
@@ -115,8 +116,11 @@ async def run_for(sub: Subscription, seconds: float) -> None:
 ENTRIES = [entry(b"a"), entry(b"late", at(5)), entry(b"b"), entry(b"soon", at(2))]
 
 
-async def test_shared_holds_delayed_entries_until_their_time(autojump_clock: trio.testing.MockClock) -> None:
-    sub, sink, _, _ = setup(ENTRIES, SubscriptionType.SHARED)
+@pytest.mark.parametrize("sub_type", [SubscriptionType.SHARED, SubscriptionType.KEY_SHARED])
+async def test_shared_holds_delayed_entries_until_their_time(
+    autojump_clock: trio.testing.MockClock, sub_type: SubscriptionType
+) -> None:
+    sub, sink, _, _ = setup(ENTRIES, sub_type)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sub.dispatcher.run)
         await trio.sleep(1)
@@ -131,8 +135,11 @@ async def test_shared_holds_delayed_entries_until_their_time(autojump_clock: tri
     assert sub.stats()["msgDelayed"] == 0
 
 
-async def test_exclusive_delivers_at_once(autojump_clock: trio.testing.MockClock) -> None:
-    sub, sink, _, _ = setup(ENTRIES, SubscriptionType.EXCLUSIVE)
+@pytest.mark.parametrize("sub_type", [SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER])
+async def test_single_active_types_deliver_at_once(
+    autojump_clock: trio.testing.MockClock, sub_type: SubscriptionType
+) -> None:
+    sub, sink, _, _ = setup(ENTRIES, sub_type)
     await run_for(sub, 0.5)
     assert [p for p, _ in sink.got] == [b"a", b"late", b"b", b"soon"]
     assert sub.stats()["msgDelayed"] == 0
