@@ -73,8 +73,8 @@ def test_a_delayed_message_goes_alone_with_its_time(delay: dict[str, int], deliv
 
 @pytest.mark.parametrize(
     "delay",
-    [{}, {"deliver_at_ms": NOW_MS}, {"deliver_at_ms": -5}, {"deliver_at_ms": -(2**63)}, {"deliver_after_ms": -1},
-     {"deliver_after_ms": 0, "deliver_at_ms": 1}],
+    [{}, {"deliver_at_ms": NOW_MS}, {"deliver_at_ms": -5}, {"deliver_at_ms": -(2**63)},
+     {"deliver_after_ms": -1}, {"deliver_after_ms": 0, "deliver_at_ms": 1}],
 )  # fmt: skip
 def test_a_time_not_after_now_is_no_delay(delay: dict[str, int]) -> None:
     assert publish(TopicLimits(), **delay).layout is MESSAGES
