@@ -181,6 +181,10 @@ class BrokerSettings(
     """Entries read from the cursor in one batch (fewer when consumers have fewer permits)."""
     dispatch_redelivery_messages_max: PositiveInt = 10_000
     """Messages waiting for redelivery in one subscription above which no new entries are read."""
+    dispatch_delayed_messages_max: Annotated[int, Field(gt=0, le=100_000_000)] = 1_000_000
+    """Delayed entries one Shared or Key_Shared subscription holds back (its delayed-delivery tracker, 24
+    bytes each: 24 MB at the default) above which it reads no new entries until some are due; a batch entry
+    counts once. See docs/delayed_delivery.md."""
     consumer_ack_timeout_tick_ms: PositiveInt = 100
     """Granularity of ack-timeout and negative-ack redelivery timers."""
     # consumer_unacked_messages_max (maxUnackedMessagesPerConsumer): TopicPolicyDefaults'

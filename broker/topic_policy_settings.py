@@ -10,7 +10,9 @@ other counts), ``consumer_unacked_messages_max`` = ``maxUnackedMessagesPerConsum
 ``allow_auto_subscription_creation`` = ``allowAutoSubscriptionCreation``,
 ``subscription_expiration_time_minutes`` = ``subscriptionExpirationTimeMinutes``,
 ``managed_ledger_max_{ensemble_size,write_quorum,ack_quorum}`` = ``managedLedgerMax{EnsembleSize,...}``,
-``broker_delete_inactive_topics_*`` = ``brokerDeleteInactiveTopics*`` (off by default here).
+``broker_delete_inactive_topics_*`` = ``brokerDeleteInactiveTopics*`` (off by default here),
+``delayed_delivery_enabled`` = ``delayedDeliveryEnabled``, ``delayed_delivery_tick_time_ms`` =
+``delayedDeliveryTickTimeMillis``, ``delayed_delivery_max_delay_ms`` = ``delayedDeliveryMaxDelayInMillis``.
 """
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ class TopicPolicyDefaults(QuorumSettings):
     subscription_expiry_check_interval_s: Annotated[int, Field(ge=1, le=86_400)] = 300
     """How often subscriptions are checked for expiry (Pulsar's ``subscriptionExpiryCheckIntervalInMinutes``,
     5 min)."""
+    delayed_delivery_enabled: bool = True
+    """Shared and Key_Shared subscriptions hold a delayed message back until its deliver-at time (off: every
+    message is delivered at once). A namespace or topic ``delayedDelivery`` policy overrides it."""
+    delayed_delivery_tick_time_ms: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1000
+    """The delayed-delivery tracker's tick: a delayed message goes out at most this much after its time."""
+    delayed_delivery_max_delay_ms: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    """A message delayed longer than this (deliver-at minus publish time) is refused; 0 = no cap."""
     managed_ledger_max_ensemble_size: Quorum = 5
     """Largest ``bookkeeperEnsemble`` a persistence policy may ask for (Pulsar's
     ``managedLedgerMaxEnsembleSize``)."""
@@ -90,4 +99,7 @@ class TopicPolicyDefaults(QuorumSettings):
             allow_auto_topic_creation_type=self.allow_auto_topic_creation_type,
             default_num_partitions=self.default_num_partitions,
             allow_auto_subscription_creation=self.allow_auto_subscription_creation,
+            delayed_delivery_enabled=self.delayed_delivery_enabled,
+            delayed_delivery_tick_time_ms=self.delayed_delivery_tick_time_ms,
+            delayed_delivery_max_delay_ms=self.delayed_delivery_max_delay_ms,
         )

@@ -47,6 +47,7 @@ ALL = "*"
 def limits_of(effective: EffectivePolicies) -> TopicLimits:
     p = effective.persistence
     inactive = effective.inactive_topic_policies
+    delayed = effective.delayed_delivery
     return TopicLimits(
         max_producers=effective.max_producers_per_topic,
         max_consumers=effective.max_consumers_per_topic,
@@ -59,6 +60,9 @@ def limits_of(effective: EffectivePolicies) -> TopicLimits:
         inactive_mode=inactive.inactiveTopicDeleteMode or "delete_when_no_subscriptions",
         max_inactive_s=inactive.maxInactiveDurationSeconds,
         subscription_expiration_minutes=effective.subscription_expiration_time_minutes,
+        delayed_delivery_enabled=delayed.active,
+        delayed_delivery_tick_ms=max(1, delayed.tickTime),
+        delayed_delivery_max_delay_ms=max(0, delayed.maxDeliveryDelayInMillis),
     )
 
 

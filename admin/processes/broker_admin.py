@@ -228,6 +228,7 @@ class BrokerTopicHost:
                 msgOutCounter=int(sub.get("msgOutCounter", 0)),
                 bytesOutCounter=int(sub.get("bytesOutCounter", 0)),
                 unackedMessages=int(sub.get("unackedMessages", 0)),
+                msgDelayed=int(sub.get("msgDelayed", 0)),
                 consumers=list(sub.get("consumers", [])),
             )
             for name, sub in stats["subscriptions"].items()

@@ -12,8 +12,10 @@ Validation (:func:`check`), with Pulsar's statuses and wording: a negative count
 must be 0 or more" at namespace level, the topic route's own wording at topic level); a persistence policy
 out of ``0 < E, W, A <= managedLedgerMax*`` or not ``E >= W >= A`` is 400; an auto-topic-creation override
 that is inconsistent is 412 ("Invalid configuration for autoTopicCreationOverride. the detail is ..."), its
-partitions beyond ``maxNumPartitionsPerPartitionedTopic`` 406. A body of the wrong JSON type, or a number
-outside Java's ``int``, is 400 (:mod:`.models`); unknown fields are ignored, as Pulsar's mapper does.
+partitions beyond ``maxNumPartitionsPerPartitionedTopic`` 406; a ``delayedDelivery`` policy with a negative
+``tickTime`` or ``maxDeliveryDelayInMillis`` 412 (Pulsar stores it unchecked; a tick of 0 acts as 1 ms).
+A body of the wrong JSON type, or a number outside Java's ``int``, is 400 (:mod:`.models`); unknown fields
+are ignored, as Pulsar's mapper does.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from magnetar.admin.rest.framework import (
 from magnetar.admin.rest.models import (
     AutoSubscriptionCreationBody,
     AutoTopicCreationBody,
+    DelayedDeliveryBody,
     InactiveTopicPoliciesBody,
     Int32,
     PersistenceBody,
@@ -44,12 +47,15 @@ from magnetar.broker.policies import (
     CATALOGUE,
     AutoSubscriptionCreationOverride,
     AutoTopicCreationOverride,
+    DelayedDeliveryPolicies,
     InactiveTopicPolicies,
     PersistencePolicies,
     Policies,
     PolicySpec,
     TopicPolicies,
     first_set,
+    topic_level_update,
+    topic_level_value,
 )
 from magnetar.broker.wire import TopicName
 
@@ -74,6 +80,7 @@ BODIES: dict[str, Any] = {
     "inactive": InactiveTopicPoliciesBody,
     "auto_topic": AutoTopicCreationBody,
     "auto_subscription": AutoSubscriptionCreationBody,
+    "delayed": DelayedDeliveryBody,
 }
 STORED: dict[str, Any] = {
     "int": int,
@@ -81,6 +88,7 @@ STORED: dict[str, Any] = {
     "inactive": InactiveTopicPolicies,
     "auto_topic": AutoTopicCreationOverride,
     "auto_subscription": AutoSubscriptionCreationOverride,
+    "delayed": DelayedDeliveryPolicies,
 }
 
 
@@ -149,6 +157,11 @@ def check(spec: PolicySpec, body: Any, ctx: AdminContext, *, topic_level: bool) 
         return InactiveTopicPolicies.model_validate(
             {**body.model_dump(), "inactiveTopicDeleteMode": mode if known else None}
         )
+    if spec.kind == "delayed":
+        for name in ("tickTime", "maxDeliveryDelayInMillis"):
+            if getattr(body, name) < 0:
+                raise AdminError(412, f"Invalid value for delayedDelivery: {name} must be 0 or more")
+        return DelayedDeliveryPolicies.model_validate(body.model_dump())
     return AutoSubscriptionCreationOverride.model_validate(body.model_dump())
 
 
@@ -208,8 +221,9 @@ def topic_handlers(spec: PolicySpec) -> tuple[Handler, Handler, Handler]:
 
     async def update(call: Call, value: Any) -> None:
         topic, _ = await _topic_target(call)
+        fields = topic_level_update(field, value)
         await call.context.policies.update_topic_policies(
-            str(topic.namespace_name), topic.local_name, lambda p: p.model_copy(update={field: value})
+            str(topic.namespace_name), topic.local_name, lambda p: p.model_copy(update=fields)
         )
 
     async def get(call: Call) -> HttpResponse:
@@ -217,7 +231,7 @@ def topic_handlers(spec: PolicySpec) -> tuple[Handler, Handler, Handler]:
         levels = await _topic_levels(call.context, topic)
         if call.query_as(TopicGetQuery).applied:
             return ok(first_set(field, levels, ns, call.context.settings.policy_defaults()))
-        return _answer(getattr(levels[0], field))
+        return _answer(topic_level_value(field, levels[0]))
 
     async def post(call: Call) -> HttpResponse:
         # A null body unsets the topic's value, as Pulsar's setters store the null they are given.

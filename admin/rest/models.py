@@ -141,6 +141,14 @@ class AutoSubscriptionCreationBody(_Body):
     allowAutoSubscriptionCreation: bool = False
 
 
+class DelayedDeliveryBody(_Body):
+    """Pulsar's ``DelayedDeliveryPolicies`` (a missing field is Java's default, as Jackson leaves it)."""
+
+    active: bool = False
+    tickTime: Int64 = 0
+    maxDeliveryDelayInMillis: Int64 = 0
+
+
 class NamespacePoliciesBody(_Body):
     """The optional body of a namespace create: the policies a user may set at creation."""
 
@@ -161,6 +169,7 @@ class NamespacePoliciesBody(_Body):
     inactive_topic_policies: InactiveTopicPoliciesBody | None = None
     autoTopicCreationOverride: AutoTopicCreationBody | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationBody | None = None
+    delayed_delivery_policies: DelayedDeliveryBody | None = None
 
 
 TopicProperties = Annotated[dict[ShortText, ShortText], Field(max_length=PROPERTIES_MAX)]

@@ -30,6 +30,8 @@ class SubscriptionTraffic:
     msgOutCounter: int = 0
     msgRateRedeliver: float = 0.0
     unackedMessages: int = 0
+    msgDelayed: int = 0
+    """Entries held back for delayed delivery."""
     consumers: list[dict[str, Any]] = field(default_factory=list)
 
 

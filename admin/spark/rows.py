@@ -61,7 +61,7 @@ from magnetar.admin.range_frames import (
     FrameError,
     RangeEnd,
 )
-from magnetar.broker.wire import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY, write_varint
+from magnetar.broker.wire import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY, DELAYED_FLAG, write_varint
 from magnetar.broker.wire import KIND_BATCH as ENTRY_BATCH
 from magnetar.broker.wire import KIND_COMPACT as ENTRY_COMPACT
 from magnetar.broker.wire import KIND_SINGLE as ENTRY_SINGLE
@@ -298,10 +298,13 @@ class _Decoder:
         if body[cursor : cursor + 2] == PREFIX_MAGIC:  # the managed ledger's message index prefix
             cursor += PREFIX_SIZE
         magic, version, kind, name_count = _ENTRY_HEAD.unpack_from(body, cursor)
+        cursor += _ENTRY_HEAD.size
+        if kind & DELAYED_FLAG:  # a delayed entry: its deliver-at time (i64) is not a column
+            kind &= ~DELAYED_FLAG
+            cursor += 8
         known = (ENTRY_SINGLE, ENTRY_BATCH, ENTRY_COMPACT)
         if magic != ENTRY_MAGIC or version != ENTRY_VERSION or kind not in known:
             raise FrameError(f"entry {ledger}:{entry} is not in a known entry format")
-        cursor += _ENTRY_HEAD.size
         names = []
         for _ in range(name_count):
             (size,) = _LE_U16.unpack_from(body, cursor)

@@ -11,6 +11,7 @@ from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
     AccessError,
     AuthorizationUncheckedError,
+    DeliveryDelayTooLongError,
     ErrorKind,
     NotAuthenticatedError,
     NotAuthorizedError,
@@ -53,6 +54,7 @@ __all__ = [
     "CompactLayout",
     "Consumer",
     "Delivery",
+    "DeliveryDelayTooLongError",
     "ErrorKind",
     "FlowControl",
     "NonPersistentSubscription",

@@ -30,6 +30,17 @@ MESSAGEs of one entry apart): the messages of a stored entry still to deliver th
 round, even past its permits (they go negative, as Pulsar's do; the overshoot is at most one entry). On a
 Key_Shared subscription, the messages of an entry that go to one consumer (by their keys) go together.
 
+Delayed delivery (Pulsar's ``deliverAt``): a Shared or Key_Shared subscription does not deliver an entry whose
+deliver-at time is still ahead when it reads it; the entry's position goes into the subscription's
+:class:`~.delayed_tracker.DelayedTracker` (made on the first delayed entry) and the cursor reads on. Each
+round, due positions are re-read (:meth:`DispatchSource.read_positions`) and delivered as read messages are,
+before any new entry is read; between rounds the task sleeps at most until the next one is due. While the
+tracker is full (``dispatch_delayed_messages_max``) no new entries are read. A rewind forgets the tracker:
+the cursor reads those entries again and they are tracked again, which is also how the tracker is rebuilt
+after a restart. Exclusive and Failover subscriptions, and every subscription while the policy turns
+delayed delivery off, deliver at once (what was tracked is released). Without delayed entries the data path
+costs one attribute check per entry read and one per round.
+
 Negative acks and ack timeouts put messages into the redelivery set (the single-active types keep them in
 position order there too, instead of Pulsar's rewind of the whole cursor, so in-flight messages are not
 duplicated). Reading stops while the redelivery set holds ``dispatch_redelivery_messages_max`` messages.
@@ -40,6 +51,7 @@ from __future__ import annotations
 import bisect
 import logging
 from collections import deque
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Protocol
 
@@ -47,6 +59,7 @@ import trio
 
 from magnetar.bookkeeper.client import BKError
 from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.delayed_tracker import DelayedTracker
 from magnetar.broker.core.delivery import Delivery, MsgKey
 from magnetar.broker.core.errors import ConsumerBusyError
 from magnetar.broker.core.key_hash import HashRing
@@ -73,6 +86,9 @@ class SubscriptionType(StrEnum):
     @property
     def single_active(self) -> bool:
         return self in (SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER)
+
+
+_NEVER_MS = 2**63 - 1
 
 
 def pick_active(consumers: list[Consumer], partition: int) -> Consumer | None:
@@ -104,15 +120,34 @@ class DispatchSource(Protocol):
 
     def acked(self, delivery: Delivery) -> bool: ...
 
+    async def read_positions(self, positions: list[tuple[int, int]]) -> list[Entry]: ...
+
 
 class Dispatcher:
     def __init__(
-        self, subscription: DispatchSource, *, partition: int, read_entries_max: int, redelivery_max: int
+        self,
+        subscription: DispatchSource,
+        *,
+        partition: int,
+        read_entries_max: int,
+        redelivery_max: int,
+        time_ms: Callable[[], int],
+        delayed_max: int = 1_000_000,
     ) -> None:
         self._sub = subscription
         self._partition = partition
         self._read_entries_max = read_entries_max
         self._redelivery_max = redelivery_max
+        self._time_ms = time_ms
+        """Epoch milliseconds (the subscription's clock): deliver-at times are compared with it."""
+        self._delayed_max = delayed_max
+        self.delayed: DelayedTracker | None = None
+        """Delayed entries held back (see the module docstring); None until the first one."""
+        self.delay_enabled = True
+        self.delay_tick_ms = 1000
+        self._blocked = True
+        """The last round stopped at something that wakes the task (no consumer, no permits, messages still
+        ready): it waits for that, not for the next delayed entry's time."""
         self.type: SubscriptionType | None = None
         self.consumers: list[Consumer] = []
         self.active: Consumer | None = None
@@ -181,6 +216,8 @@ class Dispatcher:
     def rewind(self) -> None:
         """Deliver everything unacknowledged again from the mark-delete position on."""
         self._generation += 1
+        if self.delayed is not None:
+            self.delayed.clear()  # the cursor reads them again: they are tracked again
         self._ready.clear()
         self._redeliver.clear()
         self._redeliver_keys.clear()
@@ -233,6 +270,68 @@ class Dispatcher:
     def redelivery_count(self) -> int:
         return len(self._redeliver)
 
+    # -- delayed delivery ---------------------------------------------------------------------------
+
+    def set_delay_policy(self, enabled: bool, tick_ms: int) -> None:
+        """The topic's delayed-delivery policy (at creation and on every change): off releases what is
+        tracked (delivered at once), a new tick applies to the entries tracked from now on."""
+        self.delay_enabled = enabled
+        self.delay_tick_ms = tick_ms
+        if self.delayed is not None:
+            self.delayed.tick_ms = max(1, tick_ms)
+            if not enabled and len(self.delayed):
+                self.wake()
+
+    @property
+    def delayed_count(self) -> int:
+        """Entries held back for delayed delivery now."""
+        return len(self.delayed) if self.delayed is not None else 0
+
+    def hold(self, deliver_at_ms: int, ledger_id: int, entry_id: int) -> bool:
+        """Whether the entry read at ``(ledger_id, entry_id)``, to be delivered no earlier than
+        ``deliver_at_ms``, is held back (then tracked); False: deliver it now."""
+        sub_type = self.type
+        if not self.delay_enabled or sub_type is None or sub_type.single_active:
+            return False
+        if deliver_at_ms <= self._time_ms():
+            return False
+        tracker = self.delayed
+        if tracker is None:
+            tracker = self.delayed = DelayedTracker(self.delay_tick_ms, self._delayed_max)
+        tracker.add(deliver_at_ms, ledger_id, entry_id)
+        return True
+
+    def _due_delayed(self, tracker: DelayedTracker, limit: int) -> list[tuple[int, int]]:
+        sub_type = self.type
+        holding = self.delay_enabled and sub_type is not None and not sub_type.single_active
+        return tracker.pop_due(self._time_ms() if holding else _NEVER_MS, limit)
+
+    async def _replay_delayed(self, tracker: DelayedTracker, due: list[tuple[int, int]]) -> None:
+        """Re-read the due delayed entries and make their messages ready; on a failed read they are due
+        again (tracked anew), so none is lost."""
+        generation = self._generation
+        try:
+            entries = await self._sub.read_positions(due)
+        except BaseException:
+            if generation == self._generation:
+                for ledger_id, entry_id in due:
+                    tracker.add(1, ledger_id, entry_id)
+            raise
+        if generation != self._generation:
+            return  # rewound meanwhile: the cursor reads them again
+        for entry in entries:
+            self._ready.extend(self._sub.deliveries_of(entry))
+        self._dispatch_ready()
+
+    def _sleep_s(self) -> float:
+        """How long the task may sleep before a delayed entry is due (inf: none tracked). Only asked when
+        the round was not blocked by what wakes the task anyway (no permits, messages still ready)."""
+        tracker = self.delayed
+        due = tracker.next_due_ms() if tracker is not None else None
+        if due is None:
+            return float("inf")
+        return max(0.0, (due - self._time_ms()) / 1000)
+
     # -- the dispatch task --------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -247,9 +346,14 @@ class Dispatcher:
                 await trio.sleep(READ_RETRY_DELAY_S)
                 continue
             if not progressed:
-                await self._wake.wait()
+                if self.delayed is None or self._blocked:
+                    await self._wake.wait()
+                else:
+                    with trio.move_on_after(self._sleep_s()):
+                        await self._wake.wait()
 
     async def _step(self) -> bool:
+        self._blocked = True
         if not self.consumers or self.type is None:
             return False
         self._dispatch_redeliveries()
@@ -257,8 +361,19 @@ class Dispatcher:
         if self._ready or len(self._redeliver) >= self._redelivery_max:
             return False
         permits = self._permits()
+        if permits <= 0:
+            return False
+        self._blocked = False
+        tracker = self.delayed
+        if tracker is not None and len(tracker):
+            due = self._due_delayed(tracker, min(permits, self._read_entries_max))
+            if due:
+                await self._replay_delayed(tracker, due)
+                return True
+            if tracker.full:
+                return False  # no reading ahead until some are released
         cursor = self._sub.cursor
-        if permits <= 0 or not cursor.has_more_entries():
+        if not cursor.has_more_entries():
             return False
         generation = self._generation
         entries = await cursor.read_entries(min(permits, self._read_entries_max))

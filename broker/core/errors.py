@@ -91,6 +91,13 @@ class TooManySubscriptionsError(ServiceError):
     kind = ErrorKind.NOT_ALLOWED
 
 
+class DeliveryDelayTooLongError(ServiceError):
+    """A message delayed beyond the policy's ``maxDeliveryDelayInMillis`` (Pulsar's ``NotAllowedError``
+    "Exceeds max allowed delivery delay of N milliseconds")."""
+
+    kind = ErrorKind.NOT_ALLOWED
+
+
 class SubscriptionNotFoundError(ServiceError):
     """Subscribing with a new name while the policies turn automatic subscription creation off (Pulsar's
     ``SubscriptionNotFound`` "Subscription does not exist")."""

@@ -33,9 +33,17 @@ from typing import Protocol
 import trio
 
 from magnetar.bookkeeper.runtime import Clock
-from magnetar.broker.core.publish import CompactLayout, EntryLayout, PublishCompletion, PublishRequest
+from magnetar.broker.core.publish import (
+    MESSAGES,
+    CompactLayout,
+    DelayedLayout,
+    EntryLayout,
+    PublishCompletion,
+    PublishRequest,
+)
 from magnetar.broker.core.rates import Rate
-from magnetar.broker.wire import format_timestamp
+from magnetar.broker.core.topic_limits import TopicLimits, check_delivery_delay
+from magnetar.broker.wire import INT64_MAX, format_timestamp
 
 
 class Capacity:
@@ -67,7 +75,10 @@ class Capacity:
 
 
 class PublishTarget(Protocol):
-    """Where a producer's requests go: its topic's publish queue."""
+    """Where a producer's requests go: its topic's publish queue (and the policies that bound them)."""
+
+    @property
+    def limits(self) -> TopicLimits: ...
 
     def publish(self, request: PublishRequest) -> None: ...
 
@@ -151,6 +162,34 @@ class Producer:
         self.pending.append(request)
         self.capacity.count += messages  # Capacity.taken, in line (one per message published over JSON)
         self._target.publish(request)
+
+    def publish_delayed(
+        self,
+        layout: EntryLayout,
+        content: object,
+        messages: int,
+        payload_bytes: int,
+        completion: PublishCompletion,
+        tag: object,
+        received_at: float,
+        *,
+        deliver_at_ms: int = 0,
+        deliver_after_ms: int = 0,
+    ) -> None:
+        """:meth:`publish` of messages to be delivered no earlier than ``deliver_at_ms`` (epoch ms) or, when
+        ``deliver_after_ms`` is above 0 (it wins, as a Pulsar client's later ``deliverAfter`` does),
+        ``deliver_after_ms`` after now. ``layout`` is :data:`~.publish.MESSAGES` or a compact layout. A time
+        not after now (0, negative) is no delay: the messages go as ``layout`` says. Delayed, they go in an
+        entry of their own (:class:`~.publish.DelayedLayout`). Raises
+        :class:`~.errors.DeliveryDelayTooLongError` (nothing published) when the delay exceeds the topic's
+        ``maxDeliveryDelayInMillis``."""
+        now_ms = self._clock.time_ms()
+        if deliver_after_ms > 0:
+            deliver_at_ms = min(now_ms + deliver_after_ms, INT64_MAX)
+        if deliver_at_ms > now_ms:
+            check_delivery_delay(self._target.limits, deliver_at_ms - now_ms)
+            layout = DelayedLayout(deliver_at_ms, compact=layout is not MESSAGES)
+        self.publish(layout, content, messages, payload_bytes, completion, tag, received_at)
 
     def on_stored(
         self, request: PublishRequest, ledger_id: int, entry_id: int, first_index: int, batch_size: int

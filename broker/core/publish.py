@@ -19,6 +19,11 @@ exist, one per entry format of :mod:`magnetar.broker.wire.entry_format`:
   ``magnetar.v1`` SEND frame's bytes, validated), and consecutive requests of that producer share one
   ``kind = 3`` entry, stored as they arrived, with consecutive sequence ids and the publish time of the write.
 
+A message to be delivered no earlier than a given time (Pulsar's ``deliverAt``/``deliverAfter``) is laid out
+by a :class:`DelayedLayout` made for its request alone: it never shares an entry (the delay is the entry's, as
+in Pulsar, where a client never batches a delayed message), and its entry carries the deliver-at time
+(:mod:`magnetar.broker.wire.entry_format`). The subscriptions then hold it back (:mod:`.delayed_tracker`).
+
 A new protocol whose messages fit neither brings its own layout (and entry format); nothing else changes.
 """
 
@@ -176,6 +181,42 @@ class _CompactAlone(CompactLayout):
 
     __slots__ = ()
     alone = True
+
+
+class DelayedLayout:
+    """A delayed request's own layout: its entry holds it alone, with its deliver-at time; ``compact`` says
+    whether its content is compact messages (a binary SEND, ``kind = 3``) or one message's fields (``kind =
+    1``)."""
+
+    __slots__ = ("compact", "deliver_at_ms")
+    alone = True
+
+    def __init__(self, deliver_at_ms: int, *, compact: bool) -> None:
+        self.deliver_at_ms = deliver_at_ms
+        """Epoch milliseconds, > 0."""
+        self.compact = compact
+
+    def encode(
+        self, group: Sequence[PublishRequest], messages: int, publish_time_ms: int
+    ) -> tuple[bytes, bool]:
+        (request,) = group
+        if self.compact:
+            body = cast("bytes | memoryview", request.content)
+            name = request.producer.name
+            data = encode_compact_batch(
+                name, request.sequence_id, publish_time_ms, messages, (body,), self.deliver_at_ms
+            )
+            return data, True
+        fields = cast("MessageFields", request.content)
+        data = encode_entry(
+            (fields,),
+            (request.producer.name,),
+            (request.sequence_id,),
+            (request.publish_time_ms,),
+            batched=False,
+            deliver_at_ms=self.deliver_at_ms,
+        )
+        return data, False
 
 
 COMPACT_ALONE: EntryLayout = _CompactAlone()

@@ -75,6 +75,7 @@ class Subscription:
         durable: bool,
         read_entries_max: int,
         redelivery_max: int,
+        delayed_max: int = 1_000_000,
         start_after: MsgKey | None = None,
     ) -> None:
         self.topic_name = topic_name
@@ -88,6 +89,8 @@ class Subscription:
             partition=partition,
             read_entries_max=read_entries_max,
             redelivery_max=redelivery_max,
+            time_ms=clock.time_ms,
+            delayed_max=delayed_max,
         )
         self._start_after = start_after
         """Reader started at a message id: skip messages up to and including it."""
@@ -143,6 +146,8 @@ class Subscription:
             )
             return []
         ledger_id, entry_id = position.ledger_id, position.entry_id
+        if decoded.deliver_at_ms and self.dispatcher.hold(decoded.deliver_at_ms, ledger_id, entry_id):
+            return []  # delayed: tracked, re-read once due
         key_shared = self.dispatcher.type is SubscriptionType.KEY_SHARED
         out: list[Delivery] = []
         if not decoded.batched:
@@ -169,6 +174,24 @@ class Subscription:
             out = [d for d in out if d.key > start]
             if out:
                 self._start_after = None
+        return out
+
+    async def read_positions(self, positions: list[tuple[int, int]]) -> list[Entry]:
+        """The stored entries at ``positions`` (sorted; due delayed entries), read again: a run of
+        consecutive entries of one ledger in one read; a position no longer stored is skipped."""
+        ml = self.cursor.ml
+        wanted = set(positions)
+        out: list[Entry] = []
+        index = 0
+        while index < len(positions):
+            ledger_id, first = positions[index]
+            end = index + 1
+            while end < len(positions) and positions[end] == (ledger_id, first + end - index):
+                end += 1
+            for entry in await ml.read_entries(Position(ledger_id, first), end - index):
+                if (entry.position.ledger_id, entry.position.entry_id) in wanted:
+                    out.append(entry)
+            index = end
         return out
 
     def push(self, consumer: Consumer, delivery: Delivery, now: float) -> None:
@@ -569,6 +592,6 @@ class Subscription:
             "durable": self.durable,
             "isReplicated": False,
             "replicated": False,
-            "msgDelayed": 0,
+            "msgDelayed": dispatcher.delayed_count,
             "blockedSubscriptionOnUnackedMsgs": False,
         }

@@ -65,6 +65,9 @@ class TopicSettings(PublishSettings, Protocol):
     def dispatch_redelivery_messages_max(self) -> int: ...
 
     @property
+    def dispatch_delayed_messages_max(self) -> int: ...
+
+    @property
     def metadata_operation_timeout_ms(self) -> int: ...
 
 
@@ -183,7 +186,12 @@ class PersistentTopic(TopicBase):
             durable=durable,
             read_entries_max=self._settings.dispatch_read_entries_max,
             redelivery_max=self._settings.dispatch_redelivery_messages_max,
+            delayed_max=self._settings.dispatch_delayed_messages_max,
             start_after=start_after,
+        )
+        limits = self.limits
+        subscription.dispatcher.set_delay_policy(
+            limits.delayed_delivery_enabled, limits.delayed_delivery_tick_ms
         )
         self.subscriptions[name] = subscription
         assert self._nursery is not None
@@ -272,10 +280,15 @@ class PersistentTopic(TopicBase):
             self._drop_subscription(subscription)
 
     def apply_limits(self, limits: TopicLimits) -> None:
-        """As the base's, and: the next ledger gets the persistence policy's quorum, and the consumers
-        already connected get the new unacknowledged bound (a higher one lets a held consumer go on)."""
+        """As the base's, and: the next ledger gets the persistence policy's quorum, every subscription the
+        delayed-delivery policy, and the consumers already connected get the new unacknowledged bound (a
+        higher one lets a held consumer go on)."""
         super().apply_limits(limits)
         self.ml.quorum = limits.quorum
+        for subscription in self.subscriptions.values():
+            subscription.dispatcher.set_delay_policy(
+                limits.delayed_delivery_enabled, limits.delayed_delivery_tick_ms
+            )
         unacked_max = limits.consumer_unacked_max()
         if unacked_max is None:
             return

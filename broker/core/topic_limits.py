@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
+    DeliveryDelayTooLongError,
     SubscriptionNotFoundError,
     TooManyConsumersError,
     TooManyProducersError,
@@ -49,12 +50,26 @@ class TopicLimits:
     max_inactive_s: int = 60
     subscription_expiration_minutes: int = 0
     """Durable subscriptions without consumers for longer are deleted; 0 = never."""
+    delayed_delivery_enabled: bool = True
+    """Shared and Key_Shared subscriptions hold delayed messages back until their time
+    (:mod:`.delayed_tracker`); off, every message is delivered at once."""
+    delayed_delivery_tick_ms: int = 1000
+    """The tracker's tick: a delayed message is delivered at most this much after its time."""
+    delayed_delivery_max_delay_ms: int = 0
+    """A message delayed longer than this (deliver-at time minus publish time) is refused; 0 = no cap."""
 
     def consumer_unacked_max(self) -> int | None:
         value = self.unacked_messages_per_consumer
         if value is None:
             return None
         return UNACKED_UNBOUNDED if value == 0 else value
+
+
+def check_delivery_delay(limits: TopicLimits, delay_ms: int) -> None:
+    """Before storing a message delayed by ``delay_ms`` (Pulsar checks only while delayed delivery is on)."""
+    most = limits.delayed_delivery_max_delay_ms
+    if limits.delayed_delivery_enabled and 0 < most < delay_ms:
+        raise DeliveryDelayTooLongError(f"Exceeds max allowed delivery delay of {most} milliseconds")
 
 
 def check_producer(limits: TopicLimits, topic: str, producers: int) -> None:

@@ -189,6 +189,14 @@ def _sub_none(s: AnySubscription) -> float:
     return 0
 
 
+def _sub_delayed(s: AnySubscription) -> float:
+    return 0 if isinstance(s, NonPersistentSubscription) else s.dispatcher.delayed_count
+
+
+def _sub_backlog_no_delayed(s: AnySubscription) -> float:
+    return max(0, s.backlog() - _sub_delayed(s))
+
+
 def _sub_rate_out(s: AnySubscription) -> float:
     return s.rate_out.msgs_per_s
 
@@ -271,9 +279,11 @@ class SubscriptionFigure:
 SUBSCRIPTION_FIGURES: tuple[SubscriptionFigure, ...] = (
     SubscriptionFigure("pulsar_subscription_back_log", "Unacknowledged messages", _sub_backlog),
     SubscriptionFigure(
-        "pulsar_subscription_back_log_no_delayed", "Unacknowledged messages, delayed excluded", _sub_backlog
+        "pulsar_subscription_back_log_no_delayed",
+        "Unacknowledged messages, delayed excluded",
+        _sub_backlog_no_delayed,
     ),
-    SubscriptionFigure("pulsar_subscription_delayed", "Messages held for delayed delivery (none)", _sub_none),
+    SubscriptionFigure("pulsar_subscription_delayed", "Entries held back for delayed delivery", _sub_delayed),
     SubscriptionFigure("pulsar_subscription_msg_rate_out", "Messages delivered per second", _sub_rate_out),
     SubscriptionFigure(
         "pulsar_subscription_msg_throughput_out", "Bytes delivered per second", _sub_throughput_out

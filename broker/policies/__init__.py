@@ -10,6 +10,8 @@ from magnetar.broker.policies.catalogue import (
     PolicySpec,
     first_set,
     resolve,
+    topic_level_update,
+    topic_level_value,
 )
 from magnetar.broker.policies.publish_gate import ADMISSION_HOLD, ADMISSION_OK, ADMISSION_REJECT, PublishGate
 from magnetar.broker.policies.store import (
@@ -21,6 +23,7 @@ from magnetar.broker.policies.store import (
     BacklogQuota,
     BundlesData,
     ClusterData,
+    DelayedDeliveryPolicies,
     InactiveTopicPolicies,
     NotFound,
     PartitionedTopicMetadata,
@@ -50,6 +53,7 @@ __all__ = [
     "BrokerPolicyDefaults",
     "BundlesData",
     "ClusterData",
+    "DelayedDeliveryPolicies",
     "EffectivePolicies",
     "InactiveTopicPolicies",
     "NotFound",
@@ -68,4 +72,6 @@ __all__ = [
     "first_set",
     "initialize_cluster_metadata",
     "resolve",
+    "topic_level_update",
+    "topic_level_value",
 ]

@@ -11,6 +11,13 @@ Resolution (:func:`resolve`): the most specific level that sets a value wins - t
 partition) its partitioned topic's, then the namespace's, then the broker's setting - and a whole object
 (``persistence``, ``inactiveTopicPolicies``) is taken from one level, never merged field by field, as Pulsar
 does. The result, :class:`EffectivePolicies`, is what the broker core enforces.
+
+One exception, Pulsar's: ``delayedDelivery`` is one object at namespace level (``delayed_delivery_policies``)
+but three fields at topic level (``delayedDeliveryEnabled``, ``delayedDeliveryTickTimeMillis``,
+``delayedDeliveryMaxDelayInMillis``, :data:`DELAYED_TOPIC_FIELDS`), each resolved on its own (the topic's,
+else the namespace object's, else the broker's). The topic route still takes and answers the object
+(:func:`topic_level_value`, :func:`topic_level_update`): a topic's GET answers it only when both
+``active`` and ``tickTime`` are set at that level.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 from magnetar.broker.policies.store import (
     AutoSubscriptionCreationOverride,
     AutoTopicCreationOverride,
+    DelayedDeliveryPolicies,
     InactiveTopicPolicies,
     PersistencePolicies,
     Policies,
@@ -92,7 +100,18 @@ CATALOGUE: tuple[PolicySpec, ...] = (
     PolicySpec("autoSubscriptionCreationOverride", "autoSubscriptionCreation", "autoSubscriptionCreation",
                "auto-subscription-creation", "auto-subscription-creation", "auto_subscription",
                "whether subscribing with a new name creates the subscription"),
+    PolicySpec("delayed_delivery_policies", "delayedDelivery", "delayedDelivery", "delayed-delivery",
+               "delayed-delivery", "delayed",
+               "delayed delivery: on/off, tick (ms), longest delay a message may ask (ms, 0 = no cap)"),
 )  # fmt: skip
+
+DELAYED = "delayed_delivery_policies"
+DELAYED_TOPIC_FIELDS = {
+    "active": "delayedDeliveryEnabled",
+    "tickTime": "delayedDeliveryTickTimeMillis",
+    "maxDeliveryDelayInMillis": "delayedDeliveryMaxDelayInMillis",
+}
+"""The namespace object's field -> the topic's own field (see the module docstring)."""
 
 BY_FIELD = {spec.field: spec for spec in CATALOGUE}
 
@@ -120,9 +139,18 @@ class BrokerPolicyDefaults:
     allow_auto_topic_creation_type: str = "non-partitioned"
     default_num_partitions: int = 1
     allow_auto_subscription_creation: bool = True
+    delayed_delivery_enabled: bool = True
+    delayed_delivery_tick_time_ms: int = 1000
+    delayed_delivery_max_delay_ms: int = 0
 
     def value(self, field: str) -> Any:
         """The broker's value of policy ``field``, in the shape the admin API answers."""
+        if field == DELAYED:
+            return DelayedDeliveryPolicies(
+                active=self.delayed_delivery_enabled,
+                tickTime=self.delayed_delivery_tick_time_ms,
+                maxDeliveryDelayInMillis=self.delayed_delivery_max_delay_ms,
+            )
         if field == "persistence":
             return PersistencePolicies(
                 bookkeeperEnsemble=self.ensemble_size,
@@ -165,12 +193,52 @@ class EffectivePolicies:
     subscription_expiration_time_minutes: int
     auto_topic_creation: AutoTopicCreationOverride
     auto_subscription_creation: bool
+    delayed_delivery: DelayedDeliveryPolicies
+
+
+def topic_level_value(field: str, level: TopicPolicies) -> Any:
+    """What one topic level sets for policy ``field`` (None: nothing), in the shape the admin API answers."""
+    if field != DELAYED:
+        return getattr(level, field)
+    if level.delayedDeliveryEnabled is None or level.delayedDeliveryTickTimeMillis is None:
+        return None
+    return DelayedDeliveryPolicies(
+        active=level.delayedDeliveryEnabled,
+        tickTime=level.delayedDeliveryTickTimeMillis,
+        maxDeliveryDelayInMillis=level.delayedDeliveryMaxDelayInMillis or 0,
+    )
+
+
+def topic_level_update(field: str, value: Any) -> dict[str, Any]:
+    """The fields of a topic's policies document that setting ``field`` to ``value`` (None: unset) writes."""
+    if field != DELAYED:
+        return {field: value}
+    if value is None:
+        return dict.fromkeys(DELAYED_TOPIC_FIELDS.values())
+    return {own: getattr(value, name) for name, own in DELAYED_TOPIC_FIELDS.items()}
+
+
+def _delayed(topic_levels: list[TopicPolicies], namespace: Policies | None,
+             defaults: BrokerPolicyDefaults) -> DelayedDeliveryPolicies:  # fmt: skip
+    """``delayedDelivery`` resolved field by field (see the module docstring)."""
+    fallback = namespace.delayed_delivery_policies if namespace is not None else None
+    if fallback is None:
+        fallback = defaults.value(DELAYED)
+    values: dict[str, Any] = {}
+    for name, own in DELAYED_TOPIC_FIELDS.items():
+        values[name] = next(
+            (v for v in (getattr(level, own) for level in topic_levels) if v is not None),
+            getattr(fallback, name),
+        )
+    return DelayedDeliveryPolicies.model_validate(values)
 
 
 def first_set(field: str, topic_levels: list[TopicPolicies], namespace: Policies | None,
               defaults: BrokerPolicyDefaults) -> Any:  # fmt: skip
     """Policy ``field`` from the most specific level that sets it (topic levels first, most specific
     first), else the broker's value."""
+    if field == DELAYED:
+        return _delayed(topic_levels, namespace, defaults)
     if BY_FIELD[field].topic_path is not None:
         for level in topic_levels:
             value = getattr(level, field)
@@ -201,4 +269,5 @@ def resolve(topic_levels: list[TopicPolicies], namespace: Policies | None,
         subscription_expiration_time_minutes=get("subscription_expiration_time_minutes"),
         auto_topic_creation=get("autoTopicCreationOverride"),
         auto_subscription_creation=auto_sub.allowAutoSubscriptionCreation,
+        delayed_delivery=get(DELAYED),
     )

@@ -138,6 +138,17 @@ class AutoSubscriptionCreationOverride(_Model):
     allowAutoSubscriptionCreation: bool = False
 
 
+class DelayedDeliveryPolicies(_Model):
+    """Pulsar's ``DelayedDeliveryPolicies`` (a namespace's ``delayed_delivery_policies``; a topic stores its
+    three fields apart, see :class:`TopicPolicies`)."""
+
+    active: bool = True
+    tickTime: int = 1000
+    """Milliseconds."""
+    maxDeliveryDelayInMillis: int = 0
+    """0 = no cap."""
+
+
 class BundlesData(_Model):
     boundaries: list[str] = Field(default_factory=list)
     numBundles: int = 0
@@ -170,6 +181,7 @@ class Policies(_Model):
     subscription_expiration_time_minutes: int | None = None
     autoTopicCreationOverride: AutoTopicCreationOverride | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationOverride | None = None
+    delayed_delivery_policies: DelayedDeliveryPolicies | None = None
 
 
 class TopicPolicies(_Model):
@@ -187,6 +199,10 @@ class TopicPolicies(_Model):
     max_unacked_messages_per_subscription: int | None = None
     inactive_topic_policies: InactiveTopicPolicies | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationOverride | None = None
+    # ``delayedDelivery`` split as Pulsar's ``TopicPolicies`` stores it: each resolved on its own.
+    delayedDeliveryEnabled: bool | None = None
+    delayedDeliveryTickTimeMillis: int | None = None
+    delayedDeliveryMaxDelayInMillis: int | None = None
 
 
 class PartitionedTopicMetadata(_Model):

@@ -31,6 +31,7 @@ from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
 from magnetar.broker.core import (
     COMPACT_ALONE,
     Consumer,
+    DeliveryDelayTooLongError,
     FlowControl,
     ServiceError,
     Subscriber,
@@ -486,7 +487,7 @@ class BinaryFrontDoor:
             if command.txn:
                 raise SendRefused(ServerError.NotAllowedError, "transactions are not supported by Magnetar")
             section = frame.payload_section()
-            body, messages, payload_bytes = compact_messages(section)
+            body, messages, payload_bytes, deliver_at_ms = compact_messages(section)
         except PayloadError as exc:
             conn.send(
                 encode_send_error(
@@ -502,13 +503,30 @@ class BinaryFrontDoor:
             return
         producer = handle.producer
         await producer.capacity.wait_for(messages)
+        tag = (command.producer_id, command.sequence_id, highest)
+        if deliver_at_ms:  # delayed: an entry of its own with its time (Pulsar's clients never batch these)
+            try:
+                producer.publish_delayed(
+                    COMPACT_ALONE,
+                    body,
+                    messages,
+                    payload_bytes,
+                    SendCompletion(conn.outbound),
+                    tag,
+                    trio.current_time(),
+                    deliver_at_ms=deliver_at_ms,
+                )
+            except DeliveryDelayTooLongError as exc:
+                error = server_error_of(exc)
+                conn.send(encode_send_error(command.producer_id, command.sequence_id, error, str(exc)))
+            return
         producer.publish(
             COMPACT_ALONE,  # one entry per SEND: the client numbers a batch's messages from 0
             body,
             messages,
             payload_bytes,
             SendCompletion(conn.outbound),
-            (command.producer_id, command.sequence_id, highest),
+            tag,
             trio.current_time(),
         )
 

@@ -7,6 +7,7 @@ from magnetar.broker.wire.entry_format import (
     COMPACT_HEAD,
     COMPACT_MESSAGE,
     COMPACT_NO_KEY,
+    DELAYED_FLAG,
     KIND_BATCH,
     KIND_COMPACT,
     KIND_SINGLE,
@@ -18,6 +19,7 @@ from magnetar.broker.wire.entry_format import (
     decode_entry,
     encode_compact_batch,
     encode_entry,
+    entry_deliver_at,
     entry_message_count,
 )
 from magnetar.broker.wire.errors import BrokerError, InvalidMessageIdError, InvalidTopicNameError
@@ -72,6 +74,7 @@ __all__ = [
     "COMPACT_MESSAGE",
     "COMPACT_NO_KEY",
     "DEFAULT_NAMESPACE",
+    "DELAYED_FLAG",
     "EARLIEST",
     "INT32_MAX",
     "INT32_MIN",
@@ -113,6 +116,7 @@ __all__ = [
     "encode_compact_batch",
     "encode_entry",
     "encode_message_id",
+    "entry_deliver_at",
     "entry_message_count",
     "format_timestamp",
     "is_decimal_integer",

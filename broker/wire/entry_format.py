@@ -32,6 +32,16 @@ a frame's messages as they arrived - validated, not re-encoded::
 Message ``i`` has ``sequence_id = first_sequence_id + i`` and ``batch_index = i``; it decodes to the same
 :class:`StoredMessage` as in a ``kind = 2`` batch.
 
+**Delayed entries.** An entry whose messages are to be delivered no earlier than a given time (Pulsar's
+``deliverAt``; the delay is per entry, as in Pulsar) has bit 7 of its kind byte set (:data:`DELAYED_FLAG`)
+and an ``i64`` deliver-at time (epoch milliseconds, >= 0) right after the fixed head, before the name table::
+
+    delayed := magic "Mg" | version u8 (=1) | kind u8 (1/2/3 | 0x80) | name_count u16 | deliver_at_ms i64
+               | ... (the rest as the kind says)
+
+Every entry written before has bit 7 clear and decodes unchanged; :attr:`DecodedEntry.deliver_at_ms` is 0
+for it (and for every entry without a delay). Other bits of the kind byte stay refused.
+
 **What is stored is more than the entry.** The managed ledger writes its own message index prefix in front
 of every entry it stores and removes it from every entry it reads
 (``magnetar.managed_ledger.entry_prefix``, the one owner of those bytes): the decoders here see the entry
@@ -60,6 +70,9 @@ VERSION = 1
 KIND_SINGLE = 1
 KIND_BATCH = 2
 KIND_COMPACT = 3
+DELAYED_FLAG = 0x80
+"""Bit of the kind byte: a deliver-at time follows the fixed head (see the module docstring)."""
+_KINDS = (KIND_SINGLE, KIND_BATCH, KIND_COMPACT)
 
 PRODUCER_NAME_BYTES_MAX = 1024
 KEY_BYTES_MAX = 65535
@@ -75,6 +88,7 @@ PRODUCERS_PER_ENTRY_MAX = 65535
 _HEAD = struct.Struct("<2sBBH")  # magic, version, kind, name_count
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
 _MESSAGE = struct.Struct("<HBqqqHHI")
 COMPACT_HEAD = struct.Struct("<qq")
 """A compact batch's first sequence id and publish time (after the message count)."""
@@ -113,6 +127,15 @@ tuple's own constructor is a Python function (twice the cost)."""
 class DecodedEntry:
     batched: bool
     messages: list[StoredMessage]
+    deliver_at_ms: int = 0
+    """Epoch milliseconds before which the entry's messages are not to be delivered; 0: no delay."""
+
+
+def _delayed_head(head: bytes, deliver_at_ms: int) -> bytes:
+    """``head`` (the fixed head of an entry) marked delayed until ``deliver_at_ms``, with the time."""
+    if not 0 < deliver_at_ms <= _INT64_MAX:
+        raise ValueError(f"deliver_at_ms={deliver_at_ms} is not a time after the epoch in 64 bits")
+    return head[:3] + bytes((head[3] | DELAYED_FLAG,)) + head[4:] + _I64.pack(deliver_at_ms)
 
 
 def _check_int64(name: str, value: int) -> None:
@@ -184,10 +207,11 @@ def encode_entry(
     publish_times_ms: Sequence[int],
     *,
     batched: bool,
+    deliver_at_ms: int = 0,
 ) -> bytes:
     """An entry of ``messages`` (``kind = 2`` when ``batched``, else ``kind = 1`` holding one message),
-    message
-    ``i`` stored with ``producer_names[i]``, ``sequence_ids[i]`` and ``publish_times_ms[i]``."""
+    message ``i`` stored with ``producer_names[i]``, ``sequence_ids[i]`` and ``publish_times_ms[i]``;
+    delayed until ``deliver_at_ms`` when it is not 0."""
     if not 1 <= len(messages) <= BATCH_MESSAGES_MAX:
         raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {len(messages)}")
     if not batched and len(messages) != 1:
@@ -196,6 +220,8 @@ def encode_entry(
     if len(names) > PRODUCERS_PER_ENTRY_MAX:
         raise ValueError(f"more than {PRODUCERS_PER_ENTRY_MAX} producers in one entry")
     parts = [_HEAD.pack(MAGIC, VERSION, KIND_BATCH if batched else KIND_SINGLE, len(names))]
+    if deliver_at_ms:
+        parts[0] = _delayed_head(parts[0], deliver_at_ms)
     for name in names:
         encoded = _encode_str("producer_name", name, PRODUCER_NAME_BYTES_MAX)
         parts.append(_U16.pack(len(encoded)))
@@ -222,7 +248,7 @@ def encode_entry(
     return b"".join(parts)
 
 
-def encode_message(message: StoredMessage) -> bytes:
+def encode_message(message: StoredMessage, deliver_at_ms: int = 0) -> bytes:
     """One message in its own entry (a non-batched message: ``batch_index`` -1)."""
     return encode_entry(
         (message,),
@@ -230,10 +256,11 @@ def encode_message(message: StoredMessage) -> bytes:
         (message.sequence_id,),
         (message.publish_time_ms,),
         batched=False,
+        deliver_at_ms=deliver_at_ms,
     )
 
 
-def encode_batch(messages: Sequence[StoredMessage]) -> bytes:
+def encode_batch(messages: Sequence[StoredMessage], deliver_at_ms: int = 0) -> bytes:
     """Several messages in one entry; message ``i`` is addressed with ``batch_index = i``."""
     return encode_entry(
         messages,
@@ -241,6 +268,7 @@ def encode_batch(messages: Sequence[StoredMessage]) -> bytes:
         [m.sequence_id for m in messages],
         [m.publish_time_ms for m in messages],
         batched=True,
+        deliver_at_ms=deliver_at_ms,
     )
 
 
@@ -250,16 +278,20 @@ def encode_compact_batch(
     publish_time_ms: int,
     count: int,
     bodies: Sequence[bytes | memoryview],
+    deliver_at_ms: int = 0,
 ) -> bytes:
     """A compact batch entry (``kind = 3``) of ``count`` messages whose bytes - compact messages, validated by
     :func:`check_compact_messages` - are ``bodies`` joined, with consecutive sequence ids from
-    ``first_sequence_id``."""
+    ``first_sequence_id``; delayed until ``deliver_at_ms`` when it is not 0."""
     if not 1 <= count <= BATCH_MESSAGES_MAX:
         raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {count}")
     _check_int64("sequence_id", first_sequence_id + count)
     _check_int64("publish_time_ms", publish_time_ms)
     name = _encode_str("producer_name", producer_name, PRODUCER_NAME_BYTES_MAX)
-    head = _HEAD.pack(MAGIC, VERSION, KIND_COMPACT, 1) + _U16.pack(len(name)) + name + _U32.pack(count)
+    head = _HEAD.pack(MAGIC, VERSION, KIND_COMPACT, 1)
+    if deliver_at_ms:
+        head = _delayed_head(head, deliver_at_ms)
+    head += _U16.pack(len(name)) + name + _U32.pack(count)
     return b"".join((head, COMPACT_HEAD.pack(first_sequence_id, publish_time_ms), *bodies))
 
 
@@ -350,13 +382,21 @@ class _Reader:
             raise CorruptEntryError(f"{what} is not valid UTF-8") from None
 
 
-def _read_head(reader: _Reader) -> tuple[int, list[str], int]:
+def _read_head(reader: _Reader) -> tuple[int, list[str], int, int]:
+    """The kind (without :data:`DELAYED_FLAG`), producer names, message count and deliver-at time (0: none)
+    of an entry, leaving ``reader`` at its first message."""
     magic, version, kind, name_count = reader.unpack(_HEAD)
     if magic != MAGIC:
         raise CorruptEntryError("not a Magnetar entry (bad magic)")
     if version != VERSION:
         raise CorruptEntryError(f"unsupported entry format version {version}")
-    if kind not in (KIND_SINGLE, KIND_BATCH, KIND_COMPACT):
+    deliver_at_ms = 0
+    if kind & DELAYED_FLAG:
+        kind &= ~DELAYED_FLAG
+        (deliver_at_ms,) = reader.unpack(_I64)
+        if deliver_at_ms <= 0:
+            raise CorruptEntryError(f"deliver-at time {deliver_at_ms} is not after the epoch")
+    if kind not in _KINDS:
         raise CorruptEntryError(f"unknown entry kind {kind}")
     if kind == KIND_COMPACT and name_count != 1:
         raise CorruptEntryError(f"a compact batch names {name_count} producers, not 1")
@@ -376,7 +416,7 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int]:
     )
     if fixed > len(reader.data) - reader.pos:
         raise CorruptEntryError(f"entry too short for {count} messages")
-    return kind, names, count
+    return kind, names, count, deliver_at_ms
 
 
 def _utf8(data: bytes | memoryview, what: str) -> str:
@@ -464,10 +504,10 @@ def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
     third of the decode of a batch of small messages), and each payload is then a slice of ``bytes``."""
     buffer = data if isinstance(data, bytes) else bytes(data)
     reader = _Reader(memoryview(buffer))
-    kind, names, count = _read_head(reader)
+    kind, names, count, deliver_at_ms = _read_head(reader)
     if kind == KIND_COMPACT:
-        return DecodedEntry(True, _read_compact_messages(buffer, reader.pos, count, names[0]))
-    return DecodedEntry(kind == KIND_BATCH, _read_messages(buffer, reader.pos, count, names))
+        return DecodedEntry(True, _read_compact_messages(buffer, reader.pos, count, names[0]), deliver_at_ms)
+    return DecodedEntry(kind == KIND_BATCH, _read_messages(buffer, reader.pos, count, names), deliver_at_ms)
 
 
 def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name: str) -> list[StoredMessage]:
@@ -522,3 +562,8 @@ def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name:
 def entry_message_count(data: bytes | bytearray | memoryview) -> int:
     """How many messages an entry holds, reading only its head (for permits and backlog counts)."""
     return _read_head(_Reader(memoryview(data)))[2]
+
+
+def entry_deliver_at(data: bytes | bytearray | memoryview) -> int:
+    """The deliver-at time of an entry (epoch ms; 0 when it has no delay), reading only its head."""
+    return _read_head(_Reader(memoryview(data)))[3]

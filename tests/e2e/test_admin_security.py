@@ -175,6 +175,7 @@ POLICY_BODIES: dict[str, Any] = {
     },
     "auto_topic": {"allowAutoTopicCreation": True, "topicType": "non-partitioned"},
     "auto_subscription": {"allowAutoSubscriptionCreation": True},
+    "delayed": {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 0},
 }
 for _spec in CATALOGUE:
     for _base, _segment in ((NS, _spec.ns_path), (T, _spec.topic_path)):

@@ -100,9 +100,26 @@ def _body_arguments(spec: PolicySpec, verb: str) -> tuple[Arguments, Callable[[A
             "topicType": a.type,
             **({"defaultNumPartitions": a.num_partitions} if a.num_partitions is not None else {}),
         }
+    if spec.kind == "delayed":
+        return combine(
+            option("-e", "--enable", action="store_true", help="hold delayed messages back (the default)"),
+            option("-d", "--disable", action="store_true", help="deliver every message at once"),
+            option("-t", "--time", default="1s", help="tick time (s, m, h, d, w, y; default 1s)"),
+            option("-md", "--maxDelay", dest="max_delay", default="0s", help="longest delay, 0 = no cap"),
+        ), _delayed_body
     return option("-e", "--enable", action="store_true", help="allow automatic subscription creation"), (
         lambda a: {"allowAutoSubscriptionCreation": a.enable}
     )
+
+
+def _delayed_body(a: A) -> dict[str, Any]:
+    if a.enable == a.disable:
+        raise UsageError("Need to specify either --enable or --disable")
+    return {
+        "active": a.enable,
+        "tickTime": _time_s(a.time) * 1000,
+        "maxDeliveryDelayInMillis": _time_s(a.max_delay) * 1000,
+    }
 
 
 def _verbs(

@@ -291,8 +291,9 @@ def _compact(payload: bytes, key: str | None, properties: Mapping[str, str], eve
 
 def compact_messages(
     section: PayloadSection, message_size_max: int = MAX_MESSAGE_SIZE_DEFAULT
-) -> tuple[bytes, int, int]:
-    """A SEND's messages as compact messages: (bytes, message count, payload bytes). A compressed payload is
+) -> tuple[bytes, int, int, int]:
+    """A SEND's messages as compact messages: (bytes, message count, payload bytes, deliver-at time - the
+    metadata's ``deliver_at_time``, 0 when it has none). A compressed payload is
     decompressed first (bounded by ``message_size_max``: :mod:`.compression`) and stored uncompressed.
     Refuses what Magnetar does not store (a payload that does not decompress as its metadata says, chunks,
     encryption) with :class:`SendRefused`."""
@@ -306,6 +307,7 @@ def compact_messages(
         raise SendRefused(ServerError.NotAllowedError, "chunked messages are not supported by Magnetar yet")
     if meta.encrypted:
         raise SendRefused(ServerError.NotAllowedError, "encrypted messages are not supported by Magnetar yet")
+    deliver_at = meta.deliver_at_time_ms or 0
     payload = section.payload
     if meta.compression != CompressionType.NONE:
         try:
@@ -315,13 +317,13 @@ def compact_messages(
             raise SendRefused(error, f"Invalid compressed payload: {exc}") from None
     if meta.num_messages_in_batch is None:
         body = _compact(payload, meta.partition_key, meta.properties, meta.event_time_ms)
-        return body, 1, len(payload)
+        return body, 1, len(payload), deliver_at
     try:
         messages = decode_batch(payload, meta.num_messages_in_batch)
     except ProtobufError as exc:
         raise SendRefused(ServerError.MetadataError, f"Invalid batch: {exc}") from None
     bodies = [_compact(m.payload, m.partition_key, m.properties, m.event_time_ms) for m in messages]
-    return b"".join(bodies), len(messages), sum(len(m.payload) for m in messages)
+    return b"".join(bodies), len(messages), sum(len(m.payload) for m in messages), deliver_at
 
 
 class SendCompletion:

@@ -28,7 +28,13 @@ from collections.abc import Sequence
 import trio
 
 from magnetar.bookkeeper.runtime.http import CLOSE_NORMAL
-from magnetar.broker.core import MESSAGES, PartitionRouter, Producer, ServiceError
+from magnetar.broker.core import (
+    MESSAGES,
+    DeliveryDelayTooLongError,
+    PartitionRouter,
+    Producer,
+    ServiceError,
+)
 from magnetar.broker.protocols.adapter import ConsumerSession, FrameHandler, FramesHandler, ProducerSession
 from magnetar.broker.protocols.fan import Fan
 from magnetar.broker.protocols.outbound import OutboundFrames
@@ -36,6 +42,7 @@ from magnetar.broker.protocols.pulsar_ws.fan import JsonConsumerFan, JsonProduce
 from magnetar.broker.protocols.pulsar_ws.messages import (
     CommandType,
     PublishError,
+    PublishRequest,
     end_of_topic_json,
     parse_consumer_command,
     parse_publish_batch,
@@ -52,6 +59,28 @@ from magnetar.broker.protocols.ws_errors import WsErrorCode, WsSessionError
 PARSED_FRAMES_MAX = 256
 """Frames of a read a JSON producer parses at a time: what it holds parsed while it waits (for room among
 pending messages, for a client that does not read its answers) stays small whatever the read held."""
+
+
+def _publish_delayed(
+    producer: Producer, publish: PublishRequest, acks: JsonAcks, frames: OutboundFrames, now: float
+) -> None:
+    """A request with ``deliverAt`` / ``deliverAfterMs`` (Pulsar's WebSocket producer applies each when above
+    0, ``deliverAfterMs`` last); a delay beyond the topic's maximum is answered as Pulsar's WebSocket producer
+    answers a failed send."""
+    try:
+        producer.publish_delayed(
+            MESSAGES,
+            publish,
+            1,
+            len(publish.payload),
+            acks,
+            publish.context,
+            now,
+            deliver_at_ms=publish.deliver_at_ms,
+            deliver_after_ms=publish.deliver_after_ms,
+        )
+    except DeliveryDelayTooLongError as exc:
+        frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, str(exc), publish.context))
 
 
 class PulsarWsAdapter:
@@ -102,7 +131,10 @@ class PulsarWsAdapter:
                             producer = publisher if router is None else router.route(publish.key)
                             assert isinstance(producer, Producer)
                             size = len(publish.payload)
-                            producer.publish(MESSAGES, publish, 1, size, acks, publish.context, now)
+                            if publish.deliver_at_ms or publish.deliver_after_ms:
+                                _publish_delayed(producer, publish, acks, frames, now)
+                            else:
+                                producer.publish(MESSAGES, publish, 1, size, acks, publish.context, now)
                     if frames.full:
                         await frames.wait_for_room()
                         free, now = unrestricted(), current_time()

@@ -100,3 +100,18 @@ async def test_topic_level_with_applied(admin_server: AdminServer) -> None:
     assert await ok_json(admin_server, "topics", "get-max-producers", topic) == 2
     assert (await cli(admin_server, "topics", "remove-max-producers", topic))[0] == 0
     assert await ok_json(admin_server, "topics", "get-max-producers", topic, "--applied") == 0
+
+
+async def test_delayed_delivery_verbs(admin_server: AdminServer) -> None:
+    set_verb = ["namespaces", "set-delayed-delivery", NS]
+    assert (await cli(admin_server, *set_verb, "-d", "-t", "2s", "-md", "1m"))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-delayed-delivery", NS) == {
+        "active": False, "tickTime": 2000, "maxDeliveryDelayInMillis": 60_000,
+    }  # fmt: skip
+    code, _, err = await cli(admin_server, *set_verb)
+    assert (code, err.strip()) == (2, "error: Need to specify either --enable or --disable")
+    code, _, err = await cli(admin_server, *set_verb, "-e", "-t", "soon")
+    assert code != 0
+    assert "soon" in err
+    assert (await cli(admin_server, "namespaces", "remove-delayed-delivery", NS))[0] == 0
+    assert await cli(admin_server, "namespaces", "get-delayed-delivery", NS) == (0, "", "")

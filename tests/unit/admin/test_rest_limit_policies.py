@@ -262,3 +262,80 @@ async def test_namespace_created_with_policies_checks_them_as_their_routes(
     )
     assert wrong.status_code == 400
     assert (await admin_client.get("/admin/v2/namespaces/public/bad")).status_code == 404
+
+
+async def test_delayed_delivery_namespace_lifecycle(admin_client: httpx.AsyncClient) -> None:
+    url = f"{NS}/delayedDelivery"
+    assert (await admin_client.get(url)).status_code == 204
+    body = {"active": False, "tickTime": 250, "maxDeliveryDelayInMillis": 60_000}
+    assert (await admin_client.post(url, json=body)).status_code == 204
+    assert (await admin_client.get(url)).json() == body
+    assert (await admin_client.get(NS)).json()["delayed_delivery_policies"] == body
+    assert (await admin_client.post(url, json={"active": True})).status_code == 204  # Java's defaults
+    assert (await admin_client.get(url)).json() == {
+        "active": True,
+        "tickTime": 0,
+        "maxDeliveryDelayInMillis": 0,
+    }
+    assert (await admin_client.delete(url)).status_code == 204
+    assert (await admin_client.get(url)).status_code == 204
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        ('{"active": true, "tickTime": -1}', 412),
+        ('{"active": true, "maxDeliveryDelayInMillis": -5}', 412),
+        ('{"active": true, "tickTime": 9223372036854775808}', 400),  # 2^63: beyond Java's long
+        ('{"active": true, "tickTime": "\u0661\u0662"}', 400),  # Arabic-Indic digits
+        ('{"active": true, "tickTime": "1s"}', 400),
+        ('{"active": true, "tickTime": true}', 400),
+        ('{"active": "maybe"}', 400),
+        ('{"active": {"x": 1}}', 400),
+        ("[1]", 400),
+        ('"\u202eactive"', 400),
+    ],
+)
+async def test_delayed_delivery_hostile_bodies(
+    admin_client: httpx.AsyncClient, raw: str, status: int
+) -> None:
+    response = await post_raw(admin_client, f"{NS}/delayedDelivery", raw)
+    assert response.status_code == status, response.text
+    if status == 412:
+        assert "must be 0 or more" in reason(response)
+    assert (await admin_client.get(f"{NS}/delayedDelivery")).status_code == 204
+
+
+async def test_delayed_delivery_topic_fields_resolve_one_by_one(
+    admin_server: AdminServer, admin_client: httpx.AsyncClient
+) -> None:
+    await make_topic(admin_server, "t1")
+    url = f"{TOPIC}/delayedDelivery"
+    applied = {"applied": "true"}
+    assert (await admin_client.get(url)).status_code == 204
+    broker = {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 0}
+    assert (await admin_client.get(url, params=applied)).json() == broker
+    namespace = {"active": False, "tickTime": 200, "maxDeliveryDelayInMillis": 9000}
+    assert (await admin_client.post(f"{NS}/delayedDelivery", json=namespace)).status_code == 204
+    assert (await admin_client.get(url, params=applied)).json() == namespace
+    own = {"active": True, "tickTime": 50, "maxDeliveryDelayInMillis": 7}
+    assert (await admin_client.post(url, json=own)).status_code == 204
+    assert (await admin_client.get(url)).json() == own
+    assert (await admin_client.get(url, params=applied)).json() == own
+    stored = await admin_server.context.policies.get_topic_policies("public/default", "t1")
+    assert (
+        stored.delayedDeliveryEnabled,
+        stored.delayedDeliveryTickTimeMillis,
+        stored.delayedDeliveryMaxDelayInMillis,
+    ) == (True, 50, 7)
+    # one field unset at topic level: that field comes from the namespace, the others stay the topic's
+    await admin_server.context.policies.update_topic_policies(
+        "public/default", "t1", lambda p: p.model_copy(update={"delayedDeliveryTickTimeMillis": None})
+    )
+    assert (await admin_client.get(url)).status_code == 204  # no object without active and tickTime
+    mixed = {"active": True, "tickTime": 200, "maxDeliveryDelayInMillis": 7}
+    assert (await admin_client.get(url, params=applied)).json() == mixed
+    negative = await admin_client.post(url, json={"active": True, "tickTime": -1})
+    assert negative.status_code == 412
+    assert (await admin_client.delete(url)).status_code == 204
+    assert (await admin_client.get(url, params=applied)).json() == namespace

@@ -23,6 +23,7 @@ from magnetar.broker.wire.entry_format import (
     encode_compact_batch,
     encode_message,
     encode_properties,
+    entry_deliver_at,
     entry_message_count,
 )
 
@@ -223,3 +224,83 @@ def test_a_field_out_of_64_bits_is_named(key: str | None, field: str, value: int
     message = StoredMessage(b"x", "p", 0, 0, key=key)._replace(**{field: value})
     with pytest.raises(ValueError, match=f"{field}={value} does not fit in 64 bits"):
         encode_batch([StoredMessage(b"y", "p", 1, 1), message])
+
+
+# -- delayed entries ---------------------------------------------------------------------------------------
+
+deliver_at = st.integers(1, 2**63 - 1)
+
+
+@given(messages, deliver_at)
+def test_a_delayed_single_message_round_trips(message: StoredMessage, when: int) -> None:
+    data = encode_message(message, deliver_at_ms=when)
+    entry = decode_entry(data)
+    assert (entry.batched, entry.messages, entry.deliver_at_ms) == (False, [message], when)
+    assert entry_message_count(data) == 1
+    assert entry_deliver_at(memoryview(data)) == when
+
+
+@given(st.lists(messages, min_size=1, max_size=10), deliver_at)
+def test_a_delayed_batch_round_trips(batch: list[StoredMessage], when: int) -> None:
+    data = encode_batch(batch, deliver_at_ms=when)
+    entry = decode_entry(memoryview(data))
+    assert (entry.batched, entry.messages, entry.deliver_at_ms) == (True, batch, when)
+    assert entry_message_count(data) == len(batch)
+
+
+@given(deliver_at)
+def test_a_delayed_compact_batch_round_trips(when: int) -> None:
+    data = encode_compact_batch("p1", 1, 1000, 2, [COMPACT_BODY], deliver_at_ms=when)
+    entry = decode_entry(data)
+    assert entry.messages == decode_entry(COMPACT_SAMPLE).messages
+    assert entry.deliver_at_ms == when == entry_deliver_at(data)
+
+
+def test_entries_without_a_delay_decode_unchanged() -> None:
+    for sample in (SAMPLE, COMPACT_SAMPLE, encode_message(StoredMessage(b"x", "p", 0, 0))):
+        assert decode_entry(sample).deliver_at_ms == 0 == entry_deliver_at(sample)
+    assert encode_message(StoredMessage(b"x", "p", 0, 0), deliver_at_ms=0) == encode_message(
+        StoredMessage(b"x", "p", 0, 0)
+    )
+
+
+@pytest.mark.parametrize("when", [-1, -(2**63), 2**63, 2**64])
+def test_a_deliver_at_time_out_of_range_is_not_encoded(when: int) -> None:
+    with pytest.raises(ValueError, match="deliver_at_ms"):
+        encode_message(StoredMessage(b"x", "p", 0, 0), deliver_at_ms=when)
+    with pytest.raises(ValueError, match="deliver_at_ms"):
+        encode_compact_batch("p1", 1, 1000, 2, [COMPACT_BODY], deliver_at_ms=when)
+
+
+@pytest.mark.parametrize("stored", [0, -1, -(2**63)])
+def test_a_stored_deliver_at_time_not_after_the_epoch_is_corrupt(stored: int) -> None:
+    data = bytearray(encode_message(StoredMessage(b"x", "p", 0, 0), deliver_at_ms=5))
+    data[6:14] = struct.pack("<q", stored)
+    with pytest.raises(CorruptEntryError, match="deliver-at"):
+        decode_entry(bytes(data))
+
+
+def test_every_truncation_of_a_delayed_entry_is_detected() -> None:
+    sample = encode_batch([StoredMessage(b"ab", "p", 0, 0, key="k")] * 2, deliver_at_ms=123)
+    for size in range(len(sample)):
+        with pytest.raises(CorruptEntryError):
+            decode_entry(sample[:size])
+
+
+@pytest.mark.parametrize("kind", [0x80, 0x84, 0xC1, 0x81 | 0x40])
+def test_unknown_kinds_with_the_delay_bit_are_refused(kind: int) -> None:
+    data = bytearray(encode_message(StoredMessage(b"x", "p", 0, 0), deliver_at_ms=5))
+    data[3] = kind
+    with pytest.raises(CorruptEntryError, match="kind"):
+        decode_entry(bytes(data))
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_mutations_of_a_delayed_entry_decode_or_raise_the_typed_error(data: st.DataObject) -> None:
+    raw = bytearray(encode_batch([StoredMessage(b"ab", "p", 0, 0, key="k")] * 2, deliver_at_ms=10**12))
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    with contextlib.suppress(CorruptEntryError):
+        entry = decode_entry(bytes(raw))
+        assert entry.deliver_at_ms >= 0

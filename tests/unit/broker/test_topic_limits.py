@@ -27,9 +27,13 @@ from magnetar.broker.core.topic_limits import (
 )
 from magnetar.broker.policies import Policies, PolicyStore, TopicPolicies
 from magnetar.broker.policies.catalogue import BrokerPolicyDefaults, resolve
-from magnetar.broker.policies.store import AutoSubscriptionCreationOverride, PersistencePolicies
+from magnetar.broker.policies.store import (
+    AutoSubscriptionCreationOverride,
+    DelayedDeliveryPolicies,
+    PersistencePolicies,
+)
 from magnetar.broker.protocols.http_status import http_status
-from magnetar.broker.topic_policy_watch import TopicPolicyWatch, namespace_of_path
+from magnetar.broker.topic_policy_watch import TopicPolicyWatch, limits_of, namespace_of_path
 from magnetar.broker.wire import TopicName, parse_topic_name
 
 
@@ -143,3 +147,31 @@ async def test_watch_hands_loaded_topics_their_new_limits() -> None:
         assert elsewhere.applied == []  # another namespace's topics are left alone
         assert await watch.may_create("t/ns") is True
         nursery.cancel_scope.cancel()
+
+
+def test_delayed_delivery_resolves_field_by_field_into_the_limits() -> None:
+    defaults = BrokerPolicyDefaults(delayed_delivery_tick_time_ms=500)
+    assert limits_of(resolve([], None, defaults)) == limits_of(
+        resolve([TopicPolicies()], Policies(), defaults)
+    )
+    base = limits_of(resolve([], None, defaults))
+    assert (
+        base.delayed_delivery_enabled,
+        base.delayed_delivery_tick_ms,
+        base.delayed_delivery_max_delay_ms,
+    ) == (
+        True,
+        500,
+        0,
+    )
+    ns = Policies(delayed_delivery_policies=DelayedDeliveryPolicies(active=False, tickTime=0,
+                                                                    maxDeliveryDelayInMillis=-3))  # fmt: skip
+    partition = TopicPolicies(delayedDeliveryMaxDelayInMillis=9000)
+    parent = TopicPolicies(delayedDeliveryEnabled=True, delayedDeliveryMaxDelayInMillis=1)
+    limits = limits_of(resolve([partition, parent], ns, defaults))
+    # enabled from the parent, the tick from the namespace (0 acts as 1 ms), the max from the partition
+    assert (limits.delayed_delivery_enabled, limits.delayed_delivery_tick_ms,
+            limits.delayed_delivery_max_delay_ms) == (True, 1, 9000)  # fmt: skip
+    stored_negative = limits_of(resolve([], ns, defaults))
+    assert stored_negative.delayed_delivery_max_delay_ms == 0  # a negative one stored unchecked: no cap
+    assert stored_negative.delayed_delivery_enabled is False

@@ -146,28 +146,40 @@ stored = st.builds(
 )
 
 
-def stored_entry(group: list[StoredMessage], compact: bool) -> bytes:
+def stored_entry(group: list[StoredMessage], compact: bool, deliver_at_ms: int = 0) -> bytes:
     """The group as the broker stores it: one message, a batch, or (binary producers) a compact batch of the
-    first message's producer and publish time."""
+    first message's producer and publish time; delayed until ``deliver_at_ms`` when it is not 0."""
     if compact:
         first = group[0]
         outgoing = [OutgoingMessage(m.payload, m.key, m.properties, m.event_time_ms) for m in group]
         run = parse_send(encode_send(1, outgoing)).run
         return encode_compact_batch(
-            first.producer_name, first.sequence_id, first.publish_time_ms, len(group), [run.body]
+            first.producer_name,
+            first.sequence_id,
+            first.publish_time_ms,
+            len(group),
+            [run.body],
+            deliver_at_ms,
         )
-    return encode_batch(group) if len(group) > 1 else encode_message(group[0])
+    if len(group) > 1:
+        return encode_batch(group, deliver_at_ms)
+    return encode_message(group[0], deliver_at_ms)
 
 
 @given(
-    st.lists(st.tuples(st.lists(stored, min_size=1, max_size=4), st.booleans()), max_size=4),
+    st.lists(
+        st.tuples(
+            st.lists(stored, min_size=1, max_size=4), st.booleans(), st.sampled_from([0, 1_700_000_000_000])
+        ),
+        max_size=4,
+    ),
     st.integers(-1, 7),
 )
 def test_entry_frames_decode_like_the_broker_reads_them(
-    groups: list[tuple[list[StoredMessage], bool]], partition: int
+    groups: list[tuple[list[StoredMessage], bool, int]], partition: int
 ) -> None:
-    """Version 3: stored entries forwarded as they are, read in place; the same rows as the broker's own
-    decoder (through the reference frame decoder) gives."""
+    """Version 3: stored entries forwarded as they are, read in place (delayed ones too: their deliver-at time
+    is no column); the same rows as the broker's own decoder (through the reference frame decoder) gives."""
     frames = [
         # even entries carry the message index prefix, as entries stored since it exists; odd ones do not
         encode_entry_frame(
