@@ -24,16 +24,18 @@ from collections.abc import Awaitable, Callable, Iterable
 import trio
 
 from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError, Notification, SessionEvent
-from magnetar.broker.core import ServiceUnitNotReadyError, TopicBase, TopicLimits
+from magnetar.broker.core import DispatchLimit, ServiceUnitNotReadyError, TopicBase, TopicLimits
 from magnetar.broker.policies import (
     POLICIES,
     TOPIC_POLICIES,
     AlreadyExists,
     AutoTopicCreationOverride,
     BrokerPolicyDefaults,
+    DispatchRate,
     EffectivePolicies,
     PolicyError,
     PolicyStore,
+    normalize_dispatch,
     resolve,
 )
 from magnetar.broker.wire import TopicName
@@ -44,9 +46,27 @@ ALL = "*"
 """Marks every namespace (after a reconnection)."""
 
 
+def dispatch_limit(rate: DispatchRate | None) -> DispatchLimit | None:
+    if rate is None:
+        return None
+    return DispatchLimit(
+        rate.dispatchThrottlingRateInMsg,
+        rate.dispatchThrottlingRateInByte,
+        max(1, rate.ratePeriodInSecond),
+        rate.relativeToPublishRate,
+    )
+
+
 def limits_of(effective: EffectivePolicies) -> TopicLimits:
     p = effective.persistence
     inactive = effective.inactive_topic_policies
+    publish = effective.publish_rate
+    subscribe = effective.subscribe_rate
+    per_subscription = tuple(
+        (name, limit)
+        for name, rate in effective.subscription_dispatch_rates
+        if (limit := dispatch_limit(normalize_dispatch(rate))) is not None
+    )
     return TopicLimits(
         max_producers=effective.max_producers_per_topic,
         max_consumers=effective.max_consumers_per_topic,
@@ -59,6 +79,16 @@ def limits_of(effective: EffectivePolicies) -> TopicLimits:
         inactive_mode=inactive.inactiveTopicDeleteMode or "delete_when_no_subscriptions",
         max_inactive_s=inactive.maxInactiveDurationSeconds,
         subscription_expiration_minutes=effective.subscription_expiration_time_minutes,
+        publish_rate=None
+        if publish is None
+        else (publish.publishThrottlingRateInMsg, publish.publishThrottlingRateInByte),
+        dispatch_rate=dispatch_limit(effective.dispatch_rate),
+        subscription_dispatch_rate=dispatch_limit(effective.subscription_dispatch_rate),
+        subscription_dispatch_rates=per_subscription,
+        subscribe_rate=None
+        if subscribe is None
+        else (subscribe.subscribeThrottlingRatePerConsumer, subscribe.ratePeriodInSecond),
+        mark_delete_rate=p.managedLedgerMaxMarkDeleteRate,
     )
 
 

@@ -19,6 +19,7 @@ from magnetar.broker.core.errors import (
     ProducerFencedError,
     ServiceError,
     ServiceUnitNotReadyError,
+    SubscribeRateLimitedError,
     SubscriptionBusyError,
     SubscriptionNotFoundError,
     TooManyConsumersError,
@@ -37,6 +38,7 @@ from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import Subscription
+from magnetar.broker.core.throttle import DispatchLimit
 from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.core.topic_base import TopicBase
 from magnetar.broker.core.topic_limits import TopicLimits
@@ -53,6 +55,7 @@ __all__ = [
     "CompactLayout",
     "Consumer",
     "Delivery",
+    "DispatchLimit",
     "ErrorKind",
     "FlowControl",
     "NonPersistentSubscription",
@@ -69,6 +72,7 @@ __all__ = [
     "RedeliveryTimers",
     "ServiceError",
     "ServiceUnitNotReadyError",
+    "SubscribeRateLimitedError",
     "Subscriber",
     "Subscription",
     "SubscriptionBusyError",

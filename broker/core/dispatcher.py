@@ -33,6 +33,12 @@ Key_Shared subscription, the messages of an entry that go to one consumer (by th
 Negative acks and ack timeouts put messages into the redelivery set (the single-active types keep them in
 position order there too, instead of Pulsar's rewind of the whole cursor, so in-flight messages are not
 duplicated). Reading stops while the redelivery set holds ``dispatch_redelivery_messages_max`` messages.
+
+Dispatch rates (``dispatchRate`` of the topic, ``subscriptionDispatchRate`` or the subscription's own;
+:mod:`.throttle`): with ``throttle`` set (None without a rate: the one check a read makes), a read asks for
+no more messages than every limiter has tokens left, and what it dispatched is taken from them (messages
+and bytes); with no tokens left the read is rescheduled for when there are. Messages already read and
+redeliveries are not held back (they were counted when read).
 """
 
 from __future__ import annotations
@@ -50,6 +56,12 @@ from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, MsgKey
 from magnetar.broker.core.errors import ConsumerBusyError
 from magnetar.broker.core.key_hash import HashRing
+from magnetar.broker.core.throttle import (
+    DispatchLimiter,
+    dispatch_allowance,
+    dispatch_consumed,
+    dispatch_wait_s,
+)
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.errors import (
@@ -130,6 +142,12 @@ class Dispatcher:
         self._generation = 0
         self._wake = trio.Event()
         self._closed = False
+        self.throttle: tuple[DispatchLimiter, ...] | None = None
+        """The dispatch rates that bound its reads (the topic's and its own), set by the topic."""
+        self.subscription_limiter: DispatchLimiter | None = None
+        """Its own dispatch rate (part of ``throttle``), kept by the topic across changes of the topic's."""
+        self._throttled_s = 0.0
+        """How long the last step found the reads held by ``throttle`` (0: not held)."""
 
     # -- consumers --------------------------------------------------------------------------------
 
@@ -247,7 +265,12 @@ class Dispatcher:
                 await trio.sleep(READ_RETRY_DELAY_S)
                 continue
             if not progressed:
-                await self._wake.wait()
+                if self._throttled_s > 0:
+                    with trio.move_on_after(self._throttled_s):
+                        await self._wake.wait()
+                    self._throttled_s = 0.0
+                else:
+                    await self._wake.wait()
 
     async def _step(self) -> bool:
         if not self.consumers or self.type is None:
@@ -260,12 +283,24 @@ class Dispatcher:
         cursor = self._sub.cursor
         if permits <= 0 or not cursor.has_more_entries():
             return False
+        wanted = min(permits, self._read_entries_max)
+        throttle = self.throttle
+        if throttle is not None:
+            now = trio.current_time()
+            wanted = dispatch_allowance(throttle, wanted, now)
+            if wanted <= 0:
+                self._throttled_s = dispatch_wait_s(throttle, now)
+                return False
         generation = self._generation
-        entries = await cursor.read_entries(min(permits, self._read_entries_max))
+        entries = await cursor.read_entries(wanted)
         if generation != self._generation:
             return True  # rewound meanwhile: what was read is stale
+        ready = len(self._ready)
         for entry in entries:
             self._ready.extend(self._sub.deliveries_of(entry))
+        if throttle is not None:
+            size = sum(len(entry.data) for entry in entries)
+            dispatch_consumed(throttle, len(self._ready) - ready, size, trio.current_time())
         self._dispatch_ready()
         return True
 
