@@ -21,9 +21,7 @@ from magnetar.broker.core.throttle import (
     dispatch_wait_s,
 )
 
-steps = st.lists(
-    st.tuples(st.floats(0, 2, allow_nan=False), st.integers(1, 50)), min_size=1, max_size=200
-)
+steps = st.lists(st.tuples(st.floats(0, 2, allow_nan=False), st.integers(1, 50)), min_size=1, max_size=200)
 """(seconds since the previous request, its size)."""
 
 
