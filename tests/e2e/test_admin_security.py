@@ -175,6 +175,9 @@ POLICY_BODIES: dict[str, Any] = {
     },
     "auto_topic": {"allowAutoTopicCreation": True, "topicType": "non-partitioned"},
     "auto_subscription": {"allowAutoSubscriptionCreation": True},
+    "publish_rate": {"publishThrottlingRateInMsg": 1000, "publishThrottlingRateInByte": -1},
+    "dispatch_rate": {"dispatchThrottlingRateInMsg": 1000, "ratePeriodInSecond": 1},
+    "subscribe_rate": {"subscribeThrottlingRatePerConsumer": 100, "ratePeriodInSecond": 30},
 }
 for _spec in CATALOGUE:
     for _base, _segment in ((NS, _spec.ns_path), (T, _spec.topic_path)):
@@ -183,12 +186,16 @@ for _spec in CATALOGUE:
         CASES[("GET", f"{_base}/{_segment}")] = Case()
         CASES[("POST", f"{_base}/{_segment}")] = Case(body=POLICY_BODIES[_spec.kind])
         CASES[("DELETE", f"{_base}/{_segment}")] = Case()
+CASES[("GET", f"{T}/{{subName}}/dispatchRate")] = Case()
+CASES[("POST", f"{T}/{{subName}}/dispatchRate")] = Case(body=POLICY_BODIES["dispatch_rate"])
+CASES[("DELETE", f"{T}/{{subName}}/dispatchRate")] = Case()
 DEFAULTS = {
     "cluster": "standalone",
     "tenant": "acme",
     "namespace": "ns",
     "topic": "orders",
     "subscription": "sub",
+    "subName": "sub",
     "role": "matrix-role",
     "count": "1",
     "seconds": "1",
