@@ -116,7 +116,8 @@ async def test_rate_verbs_with_pulsar_admins_flags(admin_server: AdminServer) ->
     sub = ["namespaces", "set-subscription-dispatch-rate", NS, "--msg-dispatch-rate", "7"]
     assert (await cli(admin_server, *sub))[0] == 0
     got = await ok_json(admin_server, "namespaces", "get-subscription-dispatch-rate", NS)
-    assert isinstance(got, dict) and got["dispatchThrottlingRateInMsg"] == 7
+    assert isinstance(got, dict)
+    assert got["dispatchThrottlingRateInMsg"] == 7
     assert (await cli(admin_server, "namespaces", "set-subscribe-rate", NS, "-sr", "3", "-st", "60"))[0] == 0
     assert await ok_json(admin_server, "namespaces", "get-subscribe-rate", NS) == {
         "subscribeThrottlingRatePerConsumer": 3, "ratePeriodInSecond": 60,
