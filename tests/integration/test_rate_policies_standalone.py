@@ -25,6 +25,8 @@ import websocket
 from fixtures.processes import MagnetarProcess
 from fixtures.standalone_process import official_client, running_standalone
 
+from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL, encode_send, parse_receipt
+
 pytestmark = [pytest.mark.processes]
 
 HOST = "127.0.0.1"
@@ -161,6 +163,39 @@ def test_publish_rate_slows_the_official_clients_producer(
         producer.close()
     assert not failures
     observed = observed_rate(sorted(acks))
+    assert abs(observed - rate) <= 0.1 * rate, (observed, rate)
+
+
+def test_publish_rate_slows_a_magnetar_v1_producer(
+    standalone: MagnetarProcess, admin: Admin, namespace: str
+) -> None:
+    """The binary WebSocket subprotocol: SEND frames of 10 messages, receipts at the rate."""
+    topic = f"{namespace}/v1"
+    create_topic(admin, topic)
+    rate = 500
+    body = {"publishThrottlingRateInMsg": rate, "publishThrottlingRateInByte": -1}
+    assert admin.call("POST", f"/persistent/{topic}/publishRate", body)[0] == 204
+    time.sleep(0.3)
+    url = ws_url(standalone, f"producer/persistent/{topic}")
+    ws = websocket.create_connection(url, timeout=10, subprotocols=[SUBPROTOCOL])
+    frames = enough(rate) // 10
+    stored: list[float] = []
+    try:
+        sender = threading.Thread(
+            target=lambda: [ws.send_binary(encode_send(i, [b"z" * 100] * 10)) for i in range(frames)],
+            daemon=True,
+        )
+        sender.start()
+        for _ in range(frames):
+            frame = ws.recv()
+            assert isinstance(frame, bytes)
+            receipt = parse_receipt(frame)
+            assert receipt.ok, receipt
+            stored += [time.monotonic()] * sum(r.messages for r in receipt.ranges)
+        sender.join(timeout=10)
+    finally:
+        ws.close()
+    observed = observed_rate(stored)
     assert abs(observed - rate) <= 0.1 * rate, (observed, rate)
 
 
