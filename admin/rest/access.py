@@ -80,7 +80,7 @@ _TOPIC_POLICIES = (
     "backlogQuota",
     "backlogQuotaMap",
     *(s.topic_path for s in CATALOGUE if s.topic_path is not None),
-    "{subName}/dispatchRate",  # one subscription's own dispatch rate
+    "{subscription}/dispatchRate",  # one subscription's own dispatch rate
 )
 TN = TopicOperation
 NO = NamespaceOperation

@@ -9,7 +9,7 @@ when the level does not set the policy (Pulsar's ``null``); a topic GET with ``?
 effective value (topic, partitioned topic, namespace, broker). DELETE unsets the level's value.
 
 Rates (``publishRate``, ``dispatchRate``, ``subscriptionDispatchRate``, ``subscribeRate``, and one
-subscription's own ``.../{topic}/{subName}/dispatchRate``): stored as given, no value checked, as Pulsar;
+subscription's own ``.../{topic}/{subscription}/dispatchRate``): stored as given, no value checked, as Pulsar;
 one that limits nothing (every limit at 0 or below; a subscribe rate's period too) is read as none, so the
 next level's applies. A topic POST of ``null`` changes nothing (204), as Pulsar's rate setters.
 
@@ -269,11 +269,11 @@ def topic_handlers(spec: PolicySpec) -> tuple[Handler, Handler, Handler]:
 
 
 def subscription_rate_handlers() -> tuple[Handler, Handler, Handler]:
-    """``.../{topic}/{subName}/dispatchRate``: one subscription's own dispatch rate (over the topic's
+    """``.../{topic}/{subscription}/dispatchRate``: one subscription's own dispatch rate (over the topic's
     ``subscriptionDispatchRate``)."""
 
     def change(call: Call, value: DispatchRate | None) -> Callable[[TopicPolicies], TopicPolicies]:
-        name = subscription_of(call, "subName")
+        name = subscription_of(call)
 
         def apply(p: TopicPolicies) -> TopicPolicies:
             rates = dict(p.subscription_dispatch_rates)
@@ -292,7 +292,7 @@ def subscription_rate_handlers() -> tuple[Handler, Handler, Handler]:
     async def get(call: Call) -> HttpResponse:
         topic, ns = await _topic_target(call)
         levels = await _topic_levels(call.context, topic)
-        own = levels[0].subscription_dispatch_rates.get(subscription_of(call, "subName"))
+        own = levels[0].subscription_dispatch_rates.get(subscription_of(call))
         if call.query_as(TopicGetQuery).applied:
             effective = normalize_dispatch(own) if own is not None else None
             if effective is None:
@@ -355,7 +355,7 @@ def endpoints() -> list[Endpoint]:
                      errors=t_set),
         ]  # fmt: skip
     get, post, delete = subscription_rate_handlers()
-    path = f"{TOPIC}/{{subName}}/dispatchRate"
+    path = f"{TOPIC}/{{subscription}}/dispatchRate"
     routes += [
         Endpoint("GET", path, get, "Get a subscription's own dispatch rate", TAG, query=TopicGetQuery,
                  response=DispatchRate, status=200, errors=t404),

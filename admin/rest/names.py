@@ -58,10 +58,9 @@ def topic_of(call: Call) -> TopicName:
         raise AdminError(412, f"Topic name is not valid: {exc}") from None
 
 
-def subscription_of(call: Call, param: str = "subscription") -> str:
-    """The ``{subscription}`` path parameter (or ``param``), validated as :func:`check_subscription_name`
-    (412)."""
-    name = call.param(param)
+def subscription_of(call: Call) -> str:
+    """The ``{subscription}`` path parameter, validated as :func:`check_subscription_name` (412)."""
+    name = call.param("subscription")
     try:
         check_subscription_name(name)
     except InvalidTopicNameError as exc:

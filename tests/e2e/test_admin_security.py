@@ -186,16 +186,15 @@ for _spec in CATALOGUE:
         CASES[("GET", f"{_base}/{_segment}")] = Case()
         CASES[("POST", f"{_base}/{_segment}")] = Case(body=POLICY_BODIES[_spec.kind])
         CASES[("DELETE", f"{_base}/{_segment}")] = Case()
-CASES[("GET", f"{T}/{{subName}}/dispatchRate")] = Case()
-CASES[("POST", f"{T}/{{subName}}/dispatchRate")] = Case(body=POLICY_BODIES["dispatch_rate"])
-CASES[("DELETE", f"{T}/{{subName}}/dispatchRate")] = Case()
+CASES[("GET", f"{T}/{{subscription}}/dispatchRate")] = Case()
+CASES[("POST", f"{T}/{{subscription}}/dispatchRate")] = Case(body=POLICY_BODIES["dispatch_rate"])
+CASES[("DELETE", f"{T}/{{subscription}}/dispatchRate")] = Case()
 DEFAULTS = {
     "cluster": "standalone",
     "tenant": "acme",
     "namespace": "ns",
     "topic": "orders",
     "subscription": "sub",
-    "subName": "sub",
     "role": "matrix-role",
     "count": "1",
     "seconds": "1",
