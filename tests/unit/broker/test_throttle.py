@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from magnetar.broker.core.producer import Capacity
 from magnetar.broker.core.throttle import (
     RESUME_S,
     DispatchLimit,
@@ -133,3 +135,26 @@ def test_subscribe_limiter_per_consumer_and_bounded() -> None:
     assert len(limiter) == 3
     with pytest.raises(ValueError):
         SubscribeLimiter(0, 10)
+
+
+async def test_a_paused_capacity_sits_out_the_throttle_then_restores_its_limit(
+    autojump_clock: object,
+) -> None:
+    """The session's wait for room (:class:`Capacity`) is where a producer over its topic's rate pauses: on
+    the mock clock, the wait lasts until the debt is paid back plus ``RESUME_S`` worth of tokens."""
+    capacity = Capacity(10)
+    throttle = PublishThrottle(100, 0)
+    start = trio.current_time()
+    assert throttle.record(150, 0, start)  # 50 messages in debt
+    capacity.pause(throttle)
+    assert capacity.limit == 0
+    await capacity.wait_for(1)
+    assert trio.current_time() - start == pytest.approx(0.5 + RESUME_S, abs=1e-3)
+    assert capacity.limit == 10
+    paused_at = trio.current_time()
+    await capacity.wait_for(1)  # not paused: no wait
+    assert trio.current_time() == paused_at
+    assert throttle.record(100, 0, paused_at)
+    capacity.pause(throttle)
+    await capacity.wait()  # the JSON adapter's wait (count >= limit) sits it out too
+    assert capacity.limit == 10
