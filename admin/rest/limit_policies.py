@@ -56,6 +56,8 @@ from magnetar.admin.rest.names import (
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.policies import (
     CATALOGUE,
+    RATE_KINDS,
+    SUBSCRIPTION_RATES_MAX,
     AutoSubscriptionCreationOverride,
     AutoTopicCreationOverride,
     DispatchRate,
@@ -69,8 +71,6 @@ from magnetar.broker.policies import (
     first_set,
     normalize_dispatch,
 )
-from magnetar.broker.policies.catalogue import RATE_KINDS
-from magnetar.broker.policies.store import SUBSCRIPTION_RATES_MAX
 from magnetar.broker.wire import TopicName
 
 TAG = "policies"

@@ -5,6 +5,7 @@ broker but the wire formats."""
 
 from magnetar.broker.policies.catalogue import (
     CATALOGUE,
+    RATE_KINDS,
     BrokerPolicyDefaults,
     EffectivePolicies,
     PolicySpec,
@@ -17,6 +18,7 @@ from magnetar.broker.policies.catalogue import (
 from magnetar.broker.policies.publish_gate import ADMISSION_HOLD, ADMISSION_OK, ADMISSION_REJECT, PublishGate
 from magnetar.broker.policies.store import (
     POLICIES,
+    SUBSCRIPTION_RATES_MAX,
     TOPIC_POLICIES,
     AlreadyExists,
     AutoSubscriptionCreationOverride,
@@ -48,6 +50,8 @@ __all__ = [
     "ADMISSION_REJECT",
     "CATALOGUE",
     "POLICIES",
+    "RATE_KINDS",
+    "SUBSCRIPTION_RATES_MAX",
     "TOPIC_POLICIES",
     "AlreadyExists",
     "AutoSubscriptionCreationOverride",
