@@ -218,7 +218,9 @@ def consume_backlog(standalone: MagnetarProcess, topic: str, subscription: str, 
     path = f"consumer/persistent/{topic}/{subscription}?subscriptionInitialPosition=Earliest"
     websocket.create_connection(ws_url(standalone, path), timeout=10).close()  # the subscription
     with official_client(standalone) as client:
-        producer = client.create_producer(f"persistent://{topic}", batching_enabled=False)
+        producer = client.create_producer(
+            f"persistent://{topic}", batching_enabled=False, block_if_queue_full=True
+        )
         for i in range(count):
             producer.send_async(f"m{i}".encode(), None)
         producer.flush()
