@@ -295,12 +295,12 @@ class Dispatcher:
         entries = await cursor.read_entries(wanted)
         if generation != self._generation:
             return True  # rewound meanwhile: what was read is stale
-        ready = len(self._ready)
+        before = len(self._ready) if throttle is not None else 0
         for entry in entries:
             self._ready.extend(self._sub.deliveries_of(entry))
         if throttle is not None:
             size = sum(len(entry.data) for entry in entries)
-            dispatch_consumed(throttle, len(self._ready) - ready, size, trio.current_time())
+            dispatch_consumed(throttle, len(self._ready) - before, size, trio.current_time())
         self._dispatch_ready()
         return True
 
