@@ -32,6 +32,7 @@ with what the broker sets itself (its address and port, the quorum, the ledgers'
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import ssl
 from typing import Annotated, Any, ClassVar, Self
@@ -47,6 +48,7 @@ from magnetar.bookkeeper.runtime.auth.tls import server_ssl_context
 from magnetar.bookkeeper.runtime.http import HttpLimits, HttpListenSettings, HttpSettings
 from magnetar.broker.owner_proxy.settings import ProxySettings
 from magnetar.broker.ownership import BUNDLES_MAX, LoadBalancerSettings
+from magnetar.broker.policies import BrokerPolicyDefaults
 from magnetar.broker.security import SecuritySettings
 from magnetar.broker.topic_policy_settings import TopicPolicyDefaults
 from magnetar.managed_ledger.retention_settings import RetentionDefaults, RetentionSettings
@@ -279,6 +281,13 @@ class BrokerSettings(
         return HttpSettings.model_validate(
             {**self.http.model_dump(), "http_bind_address": self.bind_address, "http_port": self.http_port}
         )
+
+    def policy_defaults(self) -> BrokerPolicyDefaults:
+        """As :class:`TopicPolicyDefaults`', with the managed ledger's ``mark_delete_rate_per_s`` as the
+        persistence policy's default mark-delete rate (Pulsar's
+        ``managedLedgerDefaultMarkDeleteRateLimit``)."""
+        defaults = super().policy_defaults()
+        return dataclasses.replace(defaults, mark_delete_rate=self.managed_ledger.mark_delete_rate_per_s)
 
     def managed_ledger_settings(self, rng: random.Random | None = None) -> ManagedLedgerSettings:
         """The managed ledger's settings; without ``managed_ledger_password`` the password of new ledgers is

@@ -13,6 +13,10 @@ other counts), ``consumer_unacked_messages_max`` = ``maxUnackedMessagesPerConsum
 ``broker_delete_inactive_topics_*`` = ``brokerDeleteInactiveTopics*`` (off by default here),
 ``delayed_delivery_enabled`` = ``delayedDeliveryEnabled``, ``delayed_delivery_tick_time_ms`` =
 ``delayedDeliveryTickTimeMillis``, ``delayed_delivery_max_delay_ms`` = ``delayedDeliveryMaxDelayInMillis``.
+``broker_delete_inactive_topics_*`` = ``brokerDeleteInactiveTopics*`` (off by default here); the rate
+defaults keep Pulsar's names in snake case (``max_publish_rate_per_topic_in_messages`` =
+``maxPublishRatePerTopicInMessages`` ...). The default mark-delete rate (Pulsar's
+``managedLedgerDefaultMarkDeleteRateLimit``) is the managed ledger's ``mark_delete_rate_per_s``.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from magnetar.bookkeeper.client import QuorumSettings
 from magnetar.broker.policies import BrokerPolicyDefaults
 
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 Count = Annotated[int, Field(ge=0, le=INT32_MAX)]
+ByteRate = Annotated[int, Field(ge=0, le=INT64_MAX)]
 Quorum = Annotated[int, Field(ge=1, le=1024)]
 
 
@@ -79,6 +85,23 @@ class TopicPolicyDefaults(QuorumSettings):
     ``managedLedgerMaxEnsembleSize``)."""
     managed_ledger_max_write_quorum: Quorum = 5
     managed_ledger_max_ack_quorum: Quorum = 5
+    max_publish_rate_per_topic_in_messages: Count = 0
+    """Messages per second one topic takes where no ``publishRate`` policy says (0 = no limit); beyond it
+    the producers' connections are paused."""
+    max_publish_rate_per_topic_in_bytes: ByteRate = 0
+    """Payload bytes per second one topic takes (0 = no limit)."""
+    dispatch_throttling_rate_per_topic_in_msg: Count = 0
+    """Messages per second dispatched from one topic, all subscriptions together (0 = no limit)."""
+    dispatch_throttling_rate_per_topic_in_byte: ByteRate = 0
+    dispatch_throttling_rate_per_subscription_in_msg: Count = 0
+    """Messages per second dispatched to one subscription (0 = no limit)."""
+    dispatch_throttling_rate_per_subscription_in_byte: ByteRate = 0
+    dispatch_throttling_rate_relative_to_publish_rate: bool = False
+    """The default dispatch rates add the topic's last publish rate (Pulsar's ``relativeToPublishRate``)."""
+    subscribe_throttling_rate_per_consumer: Count = 0
+    """Subscribes one consumer (client address and consumer name) may make per
+    ``subscribe_rate_period_per_consumer_in_second`` (0 = no limit)."""
+    subscribe_rate_period_per_consumer_in_second: Annotated[int, Field(ge=1, le=86_400)] = 30
 
     def policy_defaults(self) -> BrokerPolicyDefaults:
         return BrokerPolicyDefaults(
@@ -102,4 +125,13 @@ class TopicPolicyDefaults(QuorumSettings):
             delayed_delivery_enabled=self.delayed_delivery_enabled,
             delayed_delivery_tick_time_ms=self.delayed_delivery_tick_time_ms,
             delayed_delivery_max_delay_ms=self.delayed_delivery_max_delay_ms,
+            publish_rate_msgs=self.max_publish_rate_per_topic_in_messages,
+            publish_rate_bytes=self.max_publish_rate_per_topic_in_bytes,
+            dispatch_rate_msgs=self.dispatch_throttling_rate_per_topic_in_msg,
+            dispatch_rate_bytes=self.dispatch_throttling_rate_per_topic_in_byte,
+            subscription_dispatch_rate_msgs=self.dispatch_throttling_rate_per_subscription_in_msg,
+            subscription_dispatch_rate_bytes=self.dispatch_throttling_rate_per_subscription_in_byte,
+            dispatch_relative_to_publish_rate=self.dispatch_throttling_rate_relative_to_publish_rate,
+            subscribe_rate_per_consumer=self.subscribe_throttling_rate_per_consumer,
+            subscribe_rate_period_s=self.subscribe_rate_period_per_consumer_in_second,
         )

@@ -24,16 +24,18 @@ from collections.abc import Awaitable, Callable, Iterable
 import trio
 
 from magnetar.bookkeeper.metadata import MetadataStore, MetadataStoreError, Notification, SessionEvent
-from magnetar.broker.core import ServiceUnitNotReadyError, TopicBase, TopicLimits
+from magnetar.broker.core import DispatchLimit, ServiceUnitNotReadyError, TopicBase, TopicLimits
 from magnetar.broker.policies import (
     POLICIES,
     TOPIC_POLICIES,
     AlreadyExists,
     AutoTopicCreationOverride,
     BrokerPolicyDefaults,
+    DispatchRate,
     EffectivePolicies,
     PolicyError,
     PolicyStore,
+    normalize_dispatch,
     resolve,
 )
 from magnetar.broker.wire import TopicName
@@ -44,10 +46,28 @@ ALL = "*"
 """Marks every namespace (after a reconnection)."""
 
 
+def dispatch_limit(rate: DispatchRate | None) -> DispatchLimit | None:
+    if rate is None:
+        return None
+    return DispatchLimit(
+        rate.dispatchThrottlingRateInMsg,
+        rate.dispatchThrottlingRateInByte,
+        max(1, rate.ratePeriodInSecond),
+        rate.relativeToPublishRate,
+    )
+
+
 def limits_of(effective: EffectivePolicies) -> TopicLimits:
     p = effective.persistence
     inactive = effective.inactive_topic_policies
     delayed = effective.delayed_delivery
+    publish = effective.publish_rate
+    subscribe = effective.subscribe_rate
+    per_subscription = tuple(
+        (name, limit)
+        for name, rate in effective.subscription_dispatch_rates
+        if (limit := dispatch_limit(normalize_dispatch(rate))) is not None
+    )
     return TopicLimits(
         max_producers=effective.max_producers_per_topic,
         max_consumers=effective.max_consumers_per_topic,
@@ -63,6 +83,16 @@ def limits_of(effective: EffectivePolicies) -> TopicLimits:
         delayed_delivery_enabled=delayed.active,
         delayed_delivery_tick_ms=max(1, delayed.tickTime),
         delayed_delivery_max_delay_ms=max(0, delayed.maxDeliveryDelayInMillis),
+        publish_rate=None
+        if publish is None
+        else (publish.publishThrottlingRateInMsg, publish.publishThrottlingRateInByte),
+        dispatch_rate=dispatch_limit(effective.dispatch_rate),
+        subscription_dispatch_rate=dispatch_limit(effective.subscription_dispatch_rate),
+        subscription_dispatch_rates=per_subscription,
+        subscribe_rate=None
+        if subscribe is None
+        else (subscribe.subscribeThrottlingRatePerConsumer, subscribe.ratePeriodInSecond),
+        mark_delete_rate=p.managedLedgerMaxMarkDeleteRate,
     )
 
 

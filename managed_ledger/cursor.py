@@ -1,8 +1,10 @@
 """Cursors: named positions in a managed ledger that read entries and take acknowledgements.
 
 A durable cursor (a subscription) persists its state through :class:`~.cursor_store.CursorStore`, throttled
-to ``mark_delete_rate_per_s``: acknowledgements mark the cursor dirty and one background flush per cursor
-writes the newest state. A non-durable cursor (a reader) lives only in memory and does not hold back
+to ``mark_delete_rate_per_s`` (the managed ledger's own rate when its topic's persistence policy sets one, 0
+meaning unthrottled): acknowledgements advance the mark-delete position in memory at once and mark the cursor
+dirty, and one background flush per cursor writes the newest state; closing writes the last one whatever
+the rate. A non-durable cursor (a reader) lives only in memory and does not hold back
 trimming. Reads start at the read position and advance it; a tailing reader waits for new entries.
 """
 
@@ -267,8 +269,10 @@ class ManagedCursor:
 
     async def _flush_soon(self) -> None:
         try:
-            interval = 1.0 / self.ml.settings.mark_delete_rate_per_s
-            wait = self._last_persist_s + interval - trio.current_time()
+            rate = self.ml.mark_delete_rate_per_s
+            if rate is None:
+                rate = self.ml.settings.mark_delete_rate_per_s
+            wait = self._last_persist_s + 1.0 / rate - trio.current_time() if rate > 0 else 0.0
             if wait > 0:
                 await trio.sleep(wait)
             await self.flush()

@@ -82,6 +82,9 @@ class ManagedLedger:
         self.quorum: Quorum | None = None
         """Ensemble, write and ack quorum of the next ledger it creates (a topic's persistence policy);
         None: the settings'. Ledgers already created keep theirs."""
+        self.mark_delete_rate_per_s: float | None = None
+        """Mark-delete persistences per second per cursor set by the topic's persistence policy (0:
+        unthrottled); None: ``settings.mark_delete_rate_per_s``."""
         self._ctx = ctx
         self._settings = ctx.settings
         self.ledgers = ledgers

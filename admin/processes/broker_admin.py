@@ -245,6 +245,7 @@ class BrokerTopicHost:
             publishers=list(stats["publishers"]),
             subscriptions=subscriptions,
             ownerBroker=self._service.broker_id,
+            publishRateLimitedTimes=int(stats.get("publishRateLimitedTimes", 0)),
         )
 
 

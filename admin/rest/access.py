@@ -80,6 +80,7 @@ _TOPIC_POLICIES = (
     "backlogQuota",
     "backlogQuotaMap",
     *(s.topic_path for s in CATALOGUE if s.topic_path is not None),
+    "{subscription}/dispatchRate",  # one subscription's own dispatch rate
 )
 TN = TopicOperation
 NO = NamespaceOperation

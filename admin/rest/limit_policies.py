@@ -8,6 +8,11 @@ write one of the topic's policies node. Both are seen by every broker through th
 when the level does not set the policy (Pulsar's ``null``); a topic GET with ``?applied=true`` answers the
 effective value (topic, partitioned topic, namespace, broker). DELETE unsets the level's value.
 
+Rates (``publishRate``, ``dispatchRate``, ``subscriptionDispatchRate``, ``subscribeRate``, and one
+subscription's own ``.../{topic}/{subscription}/dispatchRate``): stored as given, no value checked, as Pulsar;
+one that limits nothing (every limit at 0 or below; a subscribe rate's period too) is read as none, so the
+next level's applies. A topic POST of ``null`` changes nothing (204), as Pulsar's rate setters.
+
 Validation (:func:`check`), with Pulsar's statuses and wording: a negative count is 412 ("maxProducersPerTopic
 must be 0 or more" at namespace level, the topic route's own wording at topic level); a persistence policy
 out of ``0 < E, W, A <= managedLedgerMax*`` or not ``E >= W >= A`` is 400; an auto-topic-creation override
@@ -37,23 +42,38 @@ from magnetar.admin.rest.models import (
     AutoSubscriptionCreationBody,
     AutoTopicCreationBody,
     DelayedDeliveryBody,
+    DispatchRateBody,
     InactiveTopicPoliciesBody,
     Int32,
     PersistenceBody,
+    PublishRateBody,
+    SubscribeRateBody,
 )
-from magnetar.admin.rest.names import namespace_of, require_namespace, require_topic, topic_of
+from magnetar.admin.rest.names import (
+    namespace_of,
+    require_namespace,
+    require_topic,
+    subscription_of,
+    topic_of,
+)
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.policies import (
     CATALOGUE,
+    RATE_KINDS,
+    SUBSCRIPTION_RATES_MAX,
     AutoSubscriptionCreationOverride,
     AutoTopicCreationOverride,
     DelayedDeliveryPolicies,
+    DispatchRate,
     InactiveTopicPolicies,
     PersistencePolicies,
     Policies,
     PolicySpec,
+    PublishRate,
+    SubscribeRate,
     TopicPolicies,
     first_set,
+    normalize_dispatch,
     topic_level_update,
     topic_level_value,
 )
@@ -81,6 +101,9 @@ BODIES: dict[str, Any] = {
     "auto_topic": AutoTopicCreationBody,
     "auto_subscription": AutoSubscriptionCreationBody,
     "delayed": DelayedDeliveryBody,
+    "publish_rate": PublishRateBody,
+    "dispatch_rate": DispatchRateBody,
+    "subscribe_rate": SubscribeRateBody,
 }
 STORED: dict[str, Any] = {
     "int": int,
@@ -89,6 +112,9 @@ STORED: dict[str, Any] = {
     "auto_topic": AutoTopicCreationOverride,
     "auto_subscription": AutoSubscriptionCreationOverride,
     "delayed": DelayedDeliveryPolicies,
+    "publish_rate": PublishRate,
+    "dispatch_rate": DispatchRate,
+    "subscribe_rate": SubscribeRate,
 }
 
 
@@ -151,6 +177,12 @@ def check(spec: PolicySpec, body: Any, ctx: AdminContext, *, topic_level: bool) 
         if body.allowAutoTopicCreation and partitions is not None and partitions > limit:
             raise AdminError(406, f"Number of partitions should be less than or equal to {limit}")
         return AutoTopicCreationOverride.model_validate(body.model_dump())
+    if spec.kind == "publish_rate":  # stored as given; a rate that limits nothing is no rate (resolve)
+        return PublishRate.model_validate(body.model_dump())
+    if spec.kind == "dispatch_rate":
+        return DispatchRate.model_validate(body.model_dump())
+    if spec.kind == "subscribe_rate":
+        return SubscribeRate.model_validate(body.model_dump())
     if spec.kind == "inactive":
         mode = body.inactiveTopicDeleteMode
         known = mode in ("delete_when_no_subscriptions", "delete_when_subscriptions_caught_up")
@@ -234,13 +266,72 @@ def topic_handlers(spec: PolicySpec) -> tuple[Handler, Handler, Handler]:
         return _answer(topic_level_value(field, levels[0]))
 
     async def post(call: Call) -> HttpResponse:
-        # A null body unsets the topic's value, as Pulsar's setters store the null they are given.
+        # A null body unsets the topic's value, as Pulsar's setters store the null they are given - but
+        # the rate setters ignore a null (Pulsar's answer 204 and change nothing).
+        if call.body is None and spec.kind in RATE_KINDS:
+            await _topic_target(call)
+            return no_content()
         value = None if call.body is None else check(spec, call.body, call.context, topic_level=True)
         await update(call, value)
         return no_content()
 
     async def delete(call: Call) -> HttpResponse:
         await update(call, None)
+        return no_content()
+
+    return get, post, delete
+
+
+def subscription_rate_handlers() -> tuple[Handler, Handler, Handler]:
+    """``.../{topic}/{subscription}/dispatchRate``: one subscription's own dispatch rate (over the topic's
+    ``subscriptionDispatchRate``)."""
+
+    def change(call: Call, value: DispatchRate | None) -> Callable[[TopicPolicies], TopicPolicies]:
+        name = subscription_of(call)
+
+        def apply(p: TopicPolicies) -> TopicPolicies:
+            rates = dict(p.subscription_dispatch_rates)
+            if value is None:
+                rates.pop(name, None)
+            else:
+                if name not in rates and len(rates) >= SUBSCRIPTION_RATES_MAX:
+                    raise AdminError(
+                        412, f"At most {SUBSCRIPTION_RATES_MAX} subscriptions may have a dispatch rate"
+                    )
+                rates[name] = value
+            return p.model_copy(update={"subscription_dispatch_rates": rates})
+
+        return apply
+
+    async def get(call: Call) -> HttpResponse:
+        topic, ns = await _topic_target(call)
+        levels = await _topic_levels(call.context, topic)
+        own = levels[0].subscription_dispatch_rates.get(subscription_of(call))
+        if call.query_as(TopicGetQuery).applied:
+            effective = normalize_dispatch(own) if own is not None else None
+            if effective is None:
+                defaults = call.context.settings.policy_defaults()
+                effective = first_set("subscription_dispatch_rate", levels, ns, defaults)
+            return ok(effective)
+        return _answer(own)
+
+    async def post(call: Call) -> HttpResponse:
+        topic, _ = await _topic_target(call)
+        if call.body is None:
+            return no_content()
+        value = DispatchRate.model_validate(call.body.model_dump())
+        if normalize_dispatch(value) is None:  # Pulsar ignores a rate that limits nothing
+            return no_content()
+        await call.context.policies.update_topic_policies(
+            str(topic.namespace_name), topic.local_name, change(call, value)
+        )
+        return no_content()
+
+    async def delete(call: Call) -> HttpResponse:
+        topic, _ = await _topic_target(call)
+        await call.context.policies.update_topic_policies(
+            str(topic.namespace_name), topic.local_name, change(call, None)
+        )
         return no_content()
 
     return get, post, delete
@@ -277,6 +368,16 @@ def endpoints() -> list[Endpoint]:
             Endpoint("DELETE", path, delete, f"Remove topic {spec.topic_path}", TAG, query=TopicSetQuery,
                      errors=t_set),
         ]  # fmt: skip
+    get, post, delete = subscription_rate_handlers()
+    path = f"{TOPIC}/{{subscription}}/dispatchRate"
+    routes += [
+        Endpoint("GET", path, get, "Get a subscription's own dispatch rate", TAG, query=TopicGetQuery,
+                 response=DispatchRate, status=200, errors=t404),
+        Endpoint("POST", path, post, "Set a subscription's own dispatch rate", TAG, query=TopicSetQuery,
+                 body=DispatchRateBody, errors=t_set),
+        Endpoint("DELETE", path, delete, "Remove a subscription's own dispatch rate", TAG,
+                 query=TopicSetQuery, errors=t_set),
+    ]  # fmt: skip
     return routes
 
 

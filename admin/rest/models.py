@@ -149,6 +149,28 @@ class DelayedDeliveryBody(_Body):
     maxDeliveryDelayInMillis: Int64 = 0
 
 
+class PublishRateBody(_Body):
+    """Pulsar's ``PublishRate``; absent fields take its constructor's -1 (off)."""
+
+    publishThrottlingRateInMsg: Int32 = -1
+    publishThrottlingRateInByte: Int64 = -1
+
+
+class DispatchRateBody(_Body):
+    """Pulsar's ``DispatchRateImpl`` as Jackson fills it: absent fields are 0 / false (not the builder's
+    -1 and 1)."""
+
+    dispatchThrottlingRateInMsg: Int32 = 0
+    dispatchThrottlingRateInByte: Int64 = 0
+    relativeToPublishRate: bool = False
+    ratePeriodInSecond: Int32 = 0
+
+
+class SubscribeRateBody(_Body):
+    subscribeThrottlingRatePerConsumer: Int32 = -1
+    ratePeriodInSecond: Int32 = 30
+
+
 class NamespacePoliciesBody(_Body):
     """The optional body of a namespace create: the policies a user may set at creation."""
 

@@ -115,7 +115,8 @@ def _initial_policies(call: Call) -> Policies:
             raise AdminError(412, _QUOTA_OVER_RETENTION)
         update["backlog_quota_map"] = quotas
     for spec in CATALOGUE:
-        value = getattr(body, spec.field)
+        # the rates are kept by cluster in Pulsar's document: a create body does not set them here
+        value = getattr(body, spec.field, None)
         if value is not None:
             update[spec.field] = check(spec, value, call.context, topic_level=False)
     return policies.model_copy(update=update)

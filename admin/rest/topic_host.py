@@ -50,6 +50,7 @@ class TopicTraffic:
     publishers: list[dict[str, Any]] = field(default_factory=list)
     subscriptions: dict[str, SubscriptionTraffic] = field(default_factory=dict)
     ownerBroker: str = ""
+    publishRateLimitedTimes: int = 0
 
 
 class TopicHost(Protocol):

@@ -232,6 +232,7 @@ def topic_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, Any]:
         "replication": {},
         "deduplicationStatus": "Disabled",
         "topicEpoch": None,
+        "publishRateLimitedTimes": traffic.publishRateLimitedTimes,
         "nonContiguousDeletedMessagesRanges": sum(len(c.acked_ranges) for c in ml.cursors.values()),
         "nonContiguousDeletedMessagesRangesSerializedSize": 0,
         "compaction": {"lastCompactionRemovedEventCount": 0, "lastCompactionSucceedTimestamp": 0},

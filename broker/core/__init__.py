@@ -20,6 +20,7 @@ from magnetar.broker.core.errors import (
     ProducerFencedError,
     ServiceError,
     ServiceUnitNotReadyError,
+    SubscribeRateLimitedError,
     SubscriptionBusyError,
     SubscriptionNotFoundError,
     TooManyConsumersError,
@@ -38,6 +39,7 @@ from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import Subscription
+from magnetar.broker.core.throttle import DispatchLimit
 from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.core.topic_base import TopicBase
 from magnetar.broker.core.topic_limits import TopicLimits
@@ -55,6 +57,7 @@ __all__ = [
     "Consumer",
     "Delivery",
     "DeliveryDelayTooLongError",
+    "DispatchLimit",
     "ErrorKind",
     "FlowControl",
     "NonPersistentSubscription",
@@ -71,6 +74,7 @@ __all__ = [
     "RedeliveryTimers",
     "ServiceError",
     "ServiceUnitNotReadyError",
+    "SubscribeRateLimitedError",
     "Subscriber",
     "Subscription",
     "SubscriptionBusyError",

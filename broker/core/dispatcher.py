@@ -44,12 +44,19 @@ costs one attribute check per entry read and one per round.
 Negative acks and ack timeouts put messages into the redelivery set (the single-active types keep them in
 position order there too, instead of Pulsar's rewind of the whole cursor, so in-flight messages are not
 duplicated). Reading stops while the redelivery set holds ``dispatch_redelivery_messages_max`` messages.
+
+Dispatch rates (``dispatchRate`` of the topic, ``subscriptionDispatchRate`` or the subscription's own;
+:mod:`.throttle`): with ``throttle`` set (None without a rate: the one check a read makes), a read asks for
+no more messages than every limiter has tokens left, and what it dispatched is taken from them (messages
+and bytes); with no tokens left the read is rescheduled for when there are. Messages already read and
+redeliveries are not held back (they were counted when read).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
@@ -63,6 +70,12 @@ from magnetar.broker.core.delayed_tracker import DelayedTracker
 from magnetar.broker.core.delivery import Delivery, MsgKey
 from magnetar.broker.core.errors import ConsumerBusyError
 from magnetar.broker.core.key_hash import HashRing
+from magnetar.broker.core.throttle import (
+    DispatchLimiter,
+    dispatch_allowance,
+    dispatch_consumed,
+    dispatch_wait_s,
+)
 from magnetar.managed_ledger.cursor import ManagedCursor
 from magnetar.managed_ledger.entry import Entry
 from magnetar.managed_ledger.errors import (
@@ -165,6 +178,12 @@ class Dispatcher:
         self._generation = 0
         self._wake = trio.Event()
         self._closed = False
+        self.throttle: tuple[DispatchLimiter, ...] | None = None
+        """The dispatch rates that bound its reads (the topic's and its own), set by the topic."""
+        self.subscription_limiter: DispatchLimiter | None = None
+        """Its own dispatch rate (part of ``throttle``), kept by the topic across changes of the topic's."""
+        self._throttled_s = 0.0
+        """How long the last step found the reads held by ``throttle`` (0: not held)."""
 
     # -- consumers --------------------------------------------------------------------------------
 
@@ -346,11 +365,14 @@ class Dispatcher:
                 await trio.sleep(READ_RETRY_DELAY_S)
                 continue
             if not progressed:
-                if self.delayed is None or self._blocked:
+                timeout = math.inf
+                if self.delayed is not None and not self._blocked:
+                    timeout = self._sleep_s()  # the next delayed entry's time
+                if self._throttled_s > 0:
+                    timeout = min(timeout, self._throttled_s)  # the dispatch rate's next tokens
+                    self._throttled_s = 0.0
+                with trio.move_on_after(timeout):
                     await self._wake.wait()
-                else:
-                    with trio.move_on_after(self._sleep_s()):
-                        await self._wake.wait()
 
     async def _step(self) -> bool:
         self._blocked = True
@@ -375,12 +397,24 @@ class Dispatcher:
         cursor = self._sub.cursor
         if not cursor.has_more_entries():
             return False
+        wanted = min(permits, self._read_entries_max)
+        throttle = self.throttle
+        if throttle is not None:
+            now = trio.current_time()
+            wanted = dispatch_allowance(throttle, wanted, now)
+            if wanted <= 0:
+                self._throttled_s = dispatch_wait_s(throttle, now)
+                return False
         generation = self._generation
-        entries = await cursor.read_entries(min(permits, self._read_entries_max))
+        entries = await cursor.read_entries(wanted)
         if generation != self._generation:
             return True  # rewound meanwhile: what was read is stale
+        before = len(self._ready) if throttle is not None else 0
         for entry in entries:
             self._ready.extend(self._sub.deliveries_of(entry))
+        if throttle is not None:
+            size = sum(len(entry.data) for entry in entries)
+            dispatch_consumed(throttle, len(self._ready) - before, size, trio.current_time())
         self._dispatch_ready()
         return True
 

@@ -98,6 +98,13 @@ class DeliveryDelayTooLongError(ServiceError):
     kind = ErrorKind.NOT_ALLOWED
 
 
+class SubscribeRateLimitedError(ServiceError):
+    """The consumer subscribed more often than the topic's ``subscribeRate`` allows (Pulsar's
+    ``NotAllowedError`` "Subscribe limited by subscribe rate limit per consumer.")."""
+
+    kind = ErrorKind.NOT_ALLOWED
+
+
 class SubscriptionNotFoundError(ServiceError):
     """Subscribing with a new name while the policies turn automatic subscription creation off (Pulsar's
     ``SubscriptionNotFound`` "Subscription does not exist")."""

@@ -228,6 +228,7 @@ class NonPersistentTopic(TopicBase):
             "replication": {},
             "deduplicationStatus": "Disabled",
             "topicEpoch": None,
+            "publishRateLimitedTimes": self.publish_rate_limited(),
             "nonContiguousDeletedMessagesRanges": 0,
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
             "msgDropRate": sum(s.rate_drop.msgs_per_s for s in subscriptions),

@@ -22,6 +22,13 @@ waits for room before it reads the client's next request, so TCP slows the clien
 producer answers an error instead (``blockIfQueueFull(false)``); waiting loses nothing and needs nothing of
 the
 client.
+
+Publish rate (:mod:`.throttle`): a producer whose topic has a ``publishRate`` holds its topic's
+:class:`~.throttle.PublishThrottle` (``throttle``; None without one, the only check on the way of a
+publish). A publish that leaves the topic over its rate pauses the session's :class:`Capacity`: its limit
+drops to 0, so the adapter's next look for room (which it makes before reading or handling the next
+request) waits out the throttle's pause first - the session reads nothing meanwhile, as Pulsar stops reading
+the connection. Nothing is refused.
 """
 
 from __future__ import annotations
@@ -42,17 +49,36 @@ from magnetar.broker.core.publish import (
     PublishRequest,
 )
 from magnetar.broker.core.rates import Rate
+from magnetar.broker.core.throttle import PublishThrottle
 from magnetar.broker.core.topic_limits import TopicLimits, check_delivery_delay
 from magnetar.broker.wire import INT64_MAX, format_timestamp
 
 
 class Capacity:
-    """Messages pending across the producers of one session, bounded by ``limit``."""
+    """Messages pending across the producers of one session, bounded by ``limit`` (0 while a publish rate
+    pauses the session)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)
+        self._limit = self.limit
         self.count = 0
         self._freed = trio.Event()
+        self._paused_by: set[PublishThrottle] = set()
+        """The throttles of the session's topics that are over their rate (one per topic at most)."""
+
+    def pause(self, throttle: PublishThrottle) -> None:
+        """``throttle``'s topic is over its rate: the session waits (:meth:`wait`, :meth:`wait_for`)."""
+        self._paused_by.add(throttle)
+        self.limit = 0
+
+    async def _sit_out(self) -> None:
+        # One wait per throttle: a topic still over its rate afterwards (other sessions published) pauses
+        # the session again at its next publish.
+        while self._paused_by:
+            wait = self._paused_by.pop().pause_s(trio.current_time())
+            if wait > 0:
+                await trio.sleep(wait)
+        self.limit = self._limit
 
     def taken(self, count: int = 1) -> None:
         self.count += count
@@ -63,12 +89,16 @@ class Capacity:
             self._freed.set()
 
     async def wait(self) -> None:
+        if self._paused_by:
+            await self._sit_out()
         while self.count >= self.limit:
             self._freed = trio.Event()
             await self._freed.wait()
 
     async def wait_for(self, count: int) -> None:
         """Room for ``count`` messages; a group larger than the limit goes alone (when nothing is pending)."""
+        if self._paused_by:
+            await self._sit_out()
         while self.count and self.count + count > self.limit:
             self._freed = trio.Event()
             await self._freed.wait()
@@ -124,6 +154,8 @@ class Producer:
         """Pulsar's name of its access mode (:mod:`.producer_access`), set when the topic admits it."""
         self.topic_epoch: int | None = None
         """The topic epoch it was admitted with (exclusive modes only)."""
+        self.throttle: PublishThrottle | None = None
+        """Its topic's publish rate (set by the topic; None: none)."""
 
     def publish(
         self,
@@ -162,6 +194,9 @@ class Producer:
         self.pending.append(request)
         self.capacity.count += messages  # Capacity.taken, in line (one per message published over JSON)
         self._target.publish(request)
+        throttle = self.throttle
+        if throttle is not None and throttle.record(messages, payload_bytes, received_at):
+            self.capacity.pause(throttle)
 
     def publish_delayed(
         self,

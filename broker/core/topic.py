@@ -41,6 +41,7 @@ from magnetar.broker.core.publish_queue import PublishQueue, PublishSettings
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
+from magnetar.broker.core.throttle import DispatchLimit, DispatchLimiter
 from magnetar.broker.core.topic_base import TopicBase, detach_subscription
 from magnetar.broker.core.topic_limits import TopicLimits
 from magnetar.broker.core.topic_metrics import TopicMetrics
@@ -105,6 +106,8 @@ class PersistentTopic(TopicBase):
         )
         self._nursery: trio.Nursery | None = None
         self._stopped = trio.Event()
+        self._dispatch_limiter: DispatchLimiter | None = None
+        """The topic's ``dispatchRate``, shared by its subscriptions (:mod:`.throttle`)."""
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -194,6 +197,7 @@ class PersistentTopic(TopicBase):
             limits.delayed_delivery_enabled, limits.delayed_delivery_tick_ms
         )
         self.subscriptions[name] = subscription
+        self._set_dispatch_limits(subscription, rebuild=False)
         assert self._nursery is not None
         self._nursery.start_soon(subscription.dispatcher.run, name=f"dispatcher {self.name}/{name}")
         return subscription
@@ -236,10 +240,11 @@ class PersistentTopic(TopicBase):
         self._check_open()
         self._check_subscribe(name, self.subscriptions, durable=durable)
         self._check_consumer(self.subscriptions.values(), self.subscriptions.get(name), sub_type)
+        consumer = make_consumer()
+        self._check_subscribe_rate(consumer)  # before a subscription is created for it
         subscription = await self.get_or_create_subscription(
             name, durable=durable, start_earliest=start_earliest
         )
-        consumer = make_consumer()
         unacked_max = self.limits.consumer_unacked_max()
         if unacked_max is not None:
             consumer.unacked_messages_max = unacked_max
@@ -280,15 +285,23 @@ class PersistentTopic(TopicBase):
             self._drop_subscription(subscription)
 
     def apply_limits(self, limits: TopicLimits) -> None:
-        """As the base's, and: the next ledger gets the persistence policy's quorum, every subscription the
-        delayed-delivery policy, and the consumers already connected get the new unacknowledged bound (a
-        higher one lets a held consumer go on)."""
+        """As the base's, and: the next ledger gets the persistence policy's quorum and the cursors its
+        mark-delete rate, every subscription the delayed-delivery policy and its dispatch rates, and the
+        consumers already connected the new unacknowledged bound (a higher one lets a held consumer go on)."""
+        previous = self.limits
         super().apply_limits(limits)
         self.ml.quorum = limits.quorum
+        self.ml.mark_delete_rate_per_s = limits.mark_delete_rate
         for subscription in self.subscriptions.values():
             subscription.dispatcher.set_delay_policy(
                 limits.delayed_delivery_enabled, limits.delayed_delivery_tick_ms
             )
+        if (limits.dispatch_rate, limits.subscription_dispatch_rate, limits.subscription_dispatch_rates) != (
+            previous.dispatch_rate,
+            previous.subscription_dispatch_rate,
+            previous.subscription_dispatch_rates,
+        ):
+            self._rebuild_dispatch_limits()
         unacked_max = limits.consumer_unacked_max()
         if unacked_max is None:
             return
@@ -297,6 +310,36 @@ class PersistentTopic(TopicBase):
                 if consumer.track_pending:  # a reader acknowledges nothing: it has no such bound
                     consumer.unacked_messages_max = unacked_max
             subscription.dispatcher.wake()
+
+    # -- dispatch rates (:mod:`.throttle`) ---------------------------------------------------------
+
+    def _limiter(self, limit: DispatchLimit | None) -> DispatchLimiter | None:
+        if limit is None:
+            return None
+        return DispatchLimiter(limit, publish_rate=(self.rate_in.msgs_per_s, self.rate_in.bytes_per_s))
+
+    def _rebuild_dispatch_limits(self) -> None:
+        """New buckets for the topic's and every subscription's dispatch rate (a rate changed, or the
+        publish rate a relative one adds)."""
+        self._dispatch_limiter = self._limiter(self.limits.dispatch_rate)
+        for subscription in self.subscriptions.values():
+            self._set_dispatch_limits(subscription, rebuild=True)
+
+    def _set_dispatch_limits(self, subscription: Subscription, *, rebuild: bool) -> None:
+        dispatcher = subscription.dispatcher
+        limit = self.limits.subscription_dispatch(subscription.name)
+        own = dispatcher.subscription_limiter
+        if rebuild or (own.limit if own is not None else None) != limit:
+            own = dispatcher.subscription_limiter = self._limiter(limit)
+        chain = tuple(limiter for limiter in (self._dispatch_limiter, own) if limiter is not None)
+        dispatcher.throttle = chain or None
+        dispatcher.wake()
+
+    def _relative_dispatch(self) -> bool:
+        limits = self.limits
+        rates = [limits.dispatch_rate, limits.subscription_dispatch_rate]
+        rates += [limit for _, limit in limits.subscription_dispatch_rates]
+        return any(rate is not None and rate.relative for rate in rates)
 
     def _drop_subscription(self, subscription: Subscription) -> None:
         subscription.close()
@@ -378,6 +421,8 @@ class PersistentTopic(TopicBase):
             producer.rate_in.update(producer.msg_in_counter, producer.bytes_in_counter, period_s)
         for subscription in self.subscriptions.values():
             subscription.update_rates(period_s)
+        if self._relative_dispatch():
+            self._rebuild_dispatch_limits()
 
     def stats(self) -> dict[str, Any]:
         """Pulsar's ``TopicStats`` fields Magnetar knows (counters since load; rates of the last stats
@@ -403,6 +448,7 @@ class PersistentTopic(TopicBase):
             "replication": {},
             "deduplicationStatus": "Disabled",
             "topicEpoch": None,
+            "publishRateLimitedTimes": self.publish_rate_limited(),
             "connectedProducersMessages": msg_in,
         }
 

@@ -14,12 +14,14 @@ from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
     ProducerBusyError,
     ServiceError,
+    SubscribeRateLimitedError,
     SubscriptionBusyError,
     TopicClosedError,
     TopicNotFoundError,
 )
 from magnetar.broker.core.producer import Producer
 from magnetar.broker.core.producer_access import AccessMode, ProducerAccess, Waiter
+from magnetar.broker.core.throttle import PublishThrottle, SubscribeLimiter
 from magnetar.broker.core.topic_limits import (
     TopicLimits,
     check_consumer,
@@ -70,6 +72,11 @@ class TopicBase:
         self.closed = False
         self.limits = TopicLimits()
         """What the topic's policies bound (:mod:`.topic_limits`), set at load and on every change."""
+        self.publish_throttle: PublishThrottle | None = None
+        """Its ``publishRate`` (:mod:`.throttle`), shared by its producers; None: no limit."""
+        self.publish_rate_limited_times = 0
+        """Publishes that found the topic over its rate, under every throttle it had (a stat)."""
+        self.subscribe_limiter: SubscribeLimiter | None = None
 
     @property
     def full_name(self) -> str:
@@ -92,8 +99,39 @@ class TopicBase:
         check_producer(self.limits, self.full_name, len(self.producers))
 
     def apply_limits(self, limits: TopicLimits) -> None:
-        """The topic's policies changed (or were first read): they apply from the next request on."""
-        self.limits = limits
+        """The topic's policies changed (or were first read): they apply from the next request on; a rate
+        that changed gets new buckets (full), and the producers the new publish throttle."""
+        previous, self.limits = self.limits, limits
+        if limits.publish_rate != previous.publish_rate or (
+            limits.publish_rate is not None and self.publish_throttle is None
+        ):
+            old = self.publish_throttle
+            if old is not None:
+                self.publish_rate_limited_times += old.limited_times
+            rate = limits.publish_rate
+            self.publish_throttle = None if rate is None else PublishThrottle(*rate)
+            for producer in self.producers.values():
+                producer.throttle = self.publish_throttle
+        if limits.subscribe_rate != previous.subscribe_rate or (
+            limits.subscribe_rate is not None and self.subscribe_limiter is None
+        ):
+            subscribe = limits.subscribe_rate
+            self.subscribe_limiter = None if subscribe is None else SubscribeLimiter(*subscribe)
+
+    def publish_rate_limited(self) -> int:
+        """Pulsar's ``publishRateLimitedTimes``: publishes that found the topic over its publish rate."""
+        throttle = self.publish_throttle
+        return self.publish_rate_limited_times + (throttle.limited_times if throttle is not None else 0)
+
+    def _check_subscribe_rate(self, consumer: Consumer) -> None:
+        """Refuse a subscribe beyond the topic's ``subscribeRate`` for this consumer (its client's host and
+        its name)."""
+        limiter = self.subscribe_limiter
+        if limiter is None:
+            return
+        host = consumer.address.rsplit(":", 1)[0] if consumer.address.count(":") == 1 else consumer.address
+        if not limiter.try_subscribe(f"{host}/{consumer.name}", self._clock.monotonic()):
+            raise SubscribeRateLimitedError("Subscribe limited by subscribe rate limit per consumer.")
 
     def _check_subscribe(self, name: str, subscriptions: dict[str, SubscriptionT], *, durable: bool) -> None:
         """Before subscribing to ``name``: may the subscription be created (if new)?"""
@@ -167,6 +205,7 @@ class TopicBase:
         producer = producer_factory()
         producer.access_mode = access.title
         producer.topic_epoch = epoch
+        producer.throttle = self.publish_throttle
         self.producers[name] = producer
         return producer
 

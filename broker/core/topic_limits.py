@@ -11,6 +11,9 @@ to the consumers already connected, without an unload. The refusals are Pulsar's
 ``NotAllowedError`` (500), a new subscription where automatic creation is off ``SubscriptionNotFound``
 (500).
 
+The rates (``publish_rate``, ``dispatch_rate``, ``subscription_dispatch_rate``, ``subscribe_rate``; None: no
+limit) are enforced by :mod:`.throttle`; a change replaces a topic's buckets only when the rate changed.
+
 A count of 0 means no limit, as in Pulsar. ``unacked_messages_per_consumer`` 0 means no count bound; the
 consumer's byte bound (``consumer_unacked_bytes_max``) still holds, so nothing grows without a limit.
 """
@@ -27,6 +30,7 @@ from magnetar.broker.core.errors import (
     TooManyProducersError,
     TooManySubscriptionsError,
 )
+from magnetar.broker.core.throttle import DispatchLimit
 
 UNACKED_UNBOUNDED = 2**31 - 1
 """The count bound of a consumer whose policy says 0 (none): the byte bound still applies."""
@@ -57,6 +61,24 @@ class TopicLimits:
     """The tracker's tick: a delayed message is delivered at most this much after its time."""
     delayed_delivery_max_delay_ms: int = 0
     """A message delayed longer than this (deliver-at time minus publish time) is refused; 0 = no cap."""
+    publish_rate: tuple[int, int] | None = None
+    """Messages and payload bytes a second (a dimension at 0 or below is off)."""
+    dispatch_rate: DispatchLimit | None = None
+    """Of the whole topic (its subscriptions together)."""
+    subscription_dispatch_rate: DispatchLimit | None = None
+    """Of each subscription without a rate of its own in ``subscription_dispatch_rates``."""
+    subscription_dispatch_rates: tuple[tuple[str, DispatchLimit], ...] = ()
+    subscribe_rate: tuple[int, int] | None = None
+    """Subscribes per consumer (client address and name), and the period in seconds."""
+    mark_delete_rate: float | None = None
+    """Mark-delete persistences per second per cursor (0: unthrottled; None: the managed ledger's
+    setting)."""
+
+    def subscription_dispatch(self, name: str) -> DispatchLimit | None:
+        for subscription, limit in self.subscription_dispatch_rates:
+            if subscription == name:
+                return limit
+        return self.subscription_dispatch_rate
 
     def consumer_unacked_max(self) -> int | None:
         value = self.unacked_messages_per_consumer

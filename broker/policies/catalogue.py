@@ -22,6 +22,7 @@ else the namespace object's, else the broker's). The topic route still takes and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +30,12 @@ from magnetar.broker.policies.store import (
     AutoSubscriptionCreationOverride,
     AutoTopicCreationOverride,
     DelayedDeliveryPolicies,
+    DispatchRate,
     InactiveTopicPolicies,
     PersistencePolicies,
     Policies,
+    PublishRate,
+    SubscribeRate,
     TopicPolicies,
 )
 
@@ -50,7 +54,7 @@ class PolicySpec:
     """``magnetar admin topics set-<topic_verb>`` ..."""
     kind: str
     """``int`` (a JSON number body) or the name of the object body (``persistence``, ``inactive``,
-    ``auto_topic``, ``auto_subscription``)."""
+    ``auto_topic``, ``auto_subscription``, ``publish_rate``, ``dispatch_rate``, ``subscribe_rate``)."""
     help: str
     ns_name: str = ""
     """The name in a negative-value refusal at namespace level (Pulsar's wording)."""
@@ -103,6 +107,15 @@ CATALOGUE: tuple[PolicySpec, ...] = (
     PolicySpec("delayed_delivery_policies", "delayedDelivery", "delayedDelivery", "delayed-delivery",
                "delayed-delivery", "delayed",
                "delayed delivery: on/off, tick (ms), longest delay a message may ask (ms, 0 = no cap)"),
+    PolicySpec("publish_rate", "publishRate", "publishRate", "publish-rate", "publish-rate", "publish_rate",
+               "messages and bytes per second a topic takes (producers paused beyond)"),
+    PolicySpec("dispatch_rate", "dispatchRate", "dispatchRate", "dispatch-rate", "dispatch-rate",
+               "dispatch_rate", "messages and bytes per period dispatched from a topic"),
+    PolicySpec("subscription_dispatch_rate", "subscriptionDispatchRate", "subscriptionDispatchRate",
+               "subscription-dispatch-rate", "subscription-dispatch-rate", "dispatch_rate",
+               "messages and bytes per period dispatched to each subscription"),
+    PolicySpec("subscribe_rate", "subscribeRate", "subscribeRate", "subscribe-rate", "subscribe-rate",
+               "subscribe_rate", "subscribes per period of one consumer (client address and name)"),
 )  # fmt: skip
 
 DELAYED = "delayed_delivery_policies"
@@ -112,6 +125,9 @@ DELAYED_TOPIC_FIELDS = {
     "maxDeliveryDelayInMillis": "delayedDeliveryMaxDelayInMillis",
 }
 """The namespace object's field -> the topic's own field (see the module docstring)."""
+
+RATE_KINDS = ("publish_rate", "dispatch_rate", "subscribe_rate")
+"""Kinds whose value normalises to none (inherit) when it limits nothing (Pulsar's ``normalize``)."""
 
 BY_FIELD = {spec.field: spec for spec in CATALOGUE}
 
@@ -142,6 +158,15 @@ class BrokerPolicyDefaults:
     delayed_delivery_enabled: bool = True
     delayed_delivery_tick_time_ms: int = 1000
     delayed_delivery_max_delay_ms: int = 0
+    publish_rate_msgs: int = 0
+    publish_rate_bytes: int = 0
+    dispatch_rate_msgs: int = 0
+    dispatch_rate_bytes: int = 0
+    subscription_dispatch_rate_msgs: int = 0
+    subscription_dispatch_rate_bytes: int = 0
+    dispatch_relative_to_publish_rate: bool = False
+    subscribe_rate_per_consumer: int = 0
+    subscribe_rate_period_s: int = 30
 
     def value(self, field: str) -> Any:
         """The broker's value of policy ``field``, in the shape the admin API answers."""
@@ -175,7 +200,55 @@ class BrokerPolicyDefaults:
             return AutoSubscriptionCreationOverride(
                 allowAutoSubscriptionCreation=self.allow_auto_subscription_creation
             )
+        if field == "publish_rate":
+            return normalize_publish(PublishRate(
+                publishThrottlingRateInMsg=self.publish_rate_msgs,
+                publishThrottlingRateInByte=self.publish_rate_bytes,
+            ))  # fmt: skip
+        if field in ("dispatch_rate", "subscription_dispatch_rate"):
+            prefix = "" if field == "dispatch_rate" else "subscription_"
+            return normalize_dispatch(DispatchRate(
+                dispatchThrottlingRateInMsg=getattr(self, f"{prefix}dispatch_rate_msgs"),
+                dispatchThrottlingRateInByte=getattr(self, f"{prefix}dispatch_rate_bytes"),
+                relativeToPublishRate=self.dispatch_relative_to_publish_rate,
+                ratePeriodInSecond=1,
+            ))  # fmt: skip
+        if field == "subscribe_rate":
+            return normalize_subscribe(SubscribeRate(
+                subscribeThrottlingRatePerConsumer=self.subscribe_rate_per_consumer,
+                ratePeriodInSecond=self.subscribe_rate_period_s,
+            ))  # fmt: skip
         return getattr(self, field)
+
+
+def normalize_publish(rate: PublishRate) -> PublishRate | None:
+    """None (no limit, inherit) when neither dimension is positive."""
+    if rate.publishThrottlingRateInMsg <= 0 and rate.publishThrottlingRateInByte <= 0:
+        return None
+    return rate
+
+
+def normalize_dispatch(rate: DispatchRate) -> DispatchRate | None:
+    if rate.dispatchThrottlingRateInMsg <= 0 and rate.dispatchThrottlingRateInByte <= 0:
+        return None
+    return rate
+
+
+def normalize_subscribe(rate: SubscribeRate) -> SubscribeRate | None:
+    """None unless both the count and the period are positive."""
+    if rate.subscribeThrottlingRatePerConsumer <= 0 or rate.ratePeriodInSecond <= 0:
+        return None
+    return rate
+
+
+NORMALIZE: dict[str, Callable[[Any], Any]] = {
+    "publish_rate": normalize_publish,
+    "dispatch_rate": normalize_dispatch,
+    "subscription_dispatch_rate": normalize_dispatch,
+    "subscribe_rate": normalize_subscribe,
+}
+"""The rates are stored as given and read as none (the next level's) when they limit nothing, as Pulsar's
+``normalize`` makes them: so a topic's ``-1`` cannot lift its namespace's rate."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +267,13 @@ class EffectivePolicies:
     auto_topic_creation: AutoTopicCreationOverride
     auto_subscription_creation: bool
     delayed_delivery: DelayedDeliveryPolicies
+    publish_rate: PublishRate | None = None
+    dispatch_rate: DispatchRate | None = None
+    subscription_dispatch_rate: DispatchRate | None = None
+    subscribe_rate: SubscribeRate | None = None
+    """The rates in effect (None: no limit)."""
+    subscription_dispatch_rates: tuple[tuple[str, DispatchRate], ...] = ()
+    """The topic's per-subscription dispatch rates (override ``subscription_dispatch_rate``)."""
 
 
 def topic_level_value(field: str, level: TopicPolicies) -> Any:
@@ -239,13 +319,14 @@ def first_set(field: str, topic_levels: list[TopicPolicies], namespace: Policies
     first), else the broker's value."""
     if field == DELAYED:
         return _delayed(topic_levels, namespace, defaults)
-    if BY_FIELD[field].topic_path is not None:
-        for level in topic_levels:
-            value = getattr(level, field)
-            if value is not None:
-                return value
+    normal = NORMALIZE.get(field)
+    levels: list[Any] = list(topic_levels) if BY_FIELD[field].topic_path is not None else []
     if namespace is not None:
-        value = getattr(namespace, field)
+        levels.append(namespace)
+    for level in levels:
+        value = getattr(level, field)
+        if value is not None and normal is not None:
+            value = normal(value)
         if value is not None:
             return value
     return defaults.value(field)
@@ -270,4 +351,17 @@ def resolve(topic_levels: list[TopicPolicies], namespace: Policies | None,
         auto_topic_creation=get("autoTopicCreationOverride"),
         auto_subscription_creation=auto_sub.allowAutoSubscriptionCreation,
         delayed_delivery=get(DELAYED),
+        publish_rate=get("publish_rate"),
+        dispatch_rate=get("dispatch_rate"),
+        subscription_dispatch_rate=get("subscription_dispatch_rate"),
+        subscribe_rate=get("subscribe_rate"),
+        subscription_dispatch_rates=_per_subscription(topic_levels),
     )
+
+
+def _per_subscription(topic_levels: list[TopicPolicies]) -> tuple[tuple[str, DispatchRate], ...]:
+    """Each subscription's own dispatch rate, from the most specific topic level that has one."""
+    rates: dict[str, DispatchRate] = {}
+    for level in reversed(topic_levels):
+        rates.update(level.subscription_dispatch_rates)
+    return tuple(sorted(rates.items()))

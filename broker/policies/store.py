@@ -115,6 +115,32 @@ class PersistencePolicies(_Model):
     managedLedgerMaxMarkDeleteRate: float = 0.0
 
 
+class PublishRate(_Model):
+    """Pulsar's ``PublishRate``: messages and bytes a topic may take per second (a dimension at 0 or below
+    is off; a rate with both off is stored as no rate at all)."""
+
+    publishThrottlingRateInMsg: int = -1
+    publishThrottlingRateInByte: int = -1
+
+
+class DispatchRate(_Model):
+    """Pulsar's ``DispatchRateImpl``: messages and bytes dispatched per ``ratePeriodInSecond`` (at least 1);
+    ``relativeToPublishRate`` adds the topic's last publish rate to the limits."""
+
+    dispatchThrottlingRateInMsg: int = -1
+    dispatchThrottlingRateInByte: int = -1
+    relativeToPublishRate: bool = False
+    ratePeriodInSecond: int = 1
+
+
+class SubscribeRate(_Model):
+    """Pulsar's ``SubscribeRate``: subscribes one consumer (client address and consumer name) may make per
+    ``ratePeriodInSecond``."""
+
+    subscribeThrottlingRatePerConsumer: int = -1
+    ratePeriodInSecond: int = 30
+
+
 InactiveTopicDeleteMode = Literal["delete_when_no_subscriptions", "delete_when_subscriptions_caught_up"]
 
 
@@ -182,6 +208,11 @@ class Policies(_Model):
     autoTopicCreationOverride: AutoTopicCreationOverride | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationOverride | None = None
     delayed_delivery_policies: DelayedDeliveryPolicies | None = None
+    # Rates: Pulsar keeps them in maps by cluster; Magnetar serves one cluster, so one value each.
+    publish_rate: PublishRate | None = None
+    dispatch_rate: DispatchRate | None = None
+    subscription_dispatch_rate: DispatchRate | None = None
+    subscribe_rate: SubscribeRate | None = None
 
 
 class TopicPolicies(_Model):
@@ -203,6 +234,17 @@ class TopicPolicies(_Model):
     delayedDeliveryEnabled: bool | None = None
     delayedDeliveryTickTimeMillis: int | None = None
     delayedDeliveryMaxDelayInMillis: int | None = None
+    publish_rate: PublishRate | None = None
+    dispatch_rate: DispatchRate | None = None
+    subscription_dispatch_rate: DispatchRate | None = None
+    subscribe_rate: SubscribeRate | None = None
+    subscription_dispatch_rates: dict[str, DispatchRate] = Field(default_factory=dict)
+    """Per-subscription overrides of ``subscription_dispatch_rate`` (by subscription name; at most
+    ``SUBSCRIPTION_RATES_MAX``)."""
+
+
+SUBSCRIPTION_RATES_MAX = 1000
+"""Subscriptions of one topic that may have a dispatch rate of their own."""
 
 
 class PartitionedTopicMetadata(_Model):

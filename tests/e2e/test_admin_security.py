@@ -176,6 +176,9 @@ POLICY_BODIES: dict[str, Any] = {
     "auto_topic": {"allowAutoTopicCreation": True, "topicType": "non-partitioned"},
     "auto_subscription": {"allowAutoSubscriptionCreation": True},
     "delayed": {"active": True, "tickTime": 1000, "maxDeliveryDelayInMillis": 0},
+    "publish_rate": {"publishThrottlingRateInMsg": 1000, "publishThrottlingRateInByte": -1},
+    "dispatch_rate": {"dispatchThrottlingRateInMsg": 1000, "ratePeriodInSecond": 1},
+    "subscribe_rate": {"subscribeThrottlingRatePerConsumer": 100, "ratePeriodInSecond": 30},
 }
 for _spec in CATALOGUE:
     for _base, _segment in ((NS, _spec.ns_path), (T, _spec.topic_path)):
@@ -184,6 +187,9 @@ for _spec in CATALOGUE:
         CASES[("GET", f"{_base}/{_segment}")] = Case()
         CASES[("POST", f"{_base}/{_segment}")] = Case(body=POLICY_BODIES[_spec.kind])
         CASES[("DELETE", f"{_base}/{_segment}")] = Case()
+CASES[("GET", f"{T}/{{subscription}}/dispatchRate")] = Case()
+CASES[("POST", f"{T}/{{subscription}}/dispatchRate")] = Case(body=POLICY_BODIES["dispatch_rate"])
+CASES[("DELETE", f"{T}/{{subscription}}/dispatchRate")] = Case()
 DEFAULTS = {
     "cluster": "standalone",
     "tenant": "acme",

@@ -107,6 +107,8 @@ def _body_arguments(spec: PolicySpec, verb: str) -> tuple[Arguments, Callable[[A
             option("-t", "--time", default="1s", help="tick time (s, m, h, d, w, y; default 1s)"),
             option("-md", "--maxDelay", dest="max_delay", default="0s", help="longest delay, 0 = no cap"),
         ), _delayed_body
+    if spec.kind in RATE_ARGUMENTS:
+        return RATE_ARGUMENTS[spec.kind]()
     return option("-e", "--enable", action="store_true", help="allow automatic subscription creation"), (
         lambda a: {"allowAutoSubscriptionCreation": a.enable}
     )
@@ -120,6 +122,47 @@ def _delayed_body(a: A) -> dict[str, Any]:
         "tickTime": _time_s(a.time) * 1000,
         "maxDeliveryDelayInMillis": _time_s(a.max_delay) * 1000,
     }
+
+
+def _publish_rate() -> tuple[Arguments, Callable[[A], Any]]:
+    return combine(
+        option("-m", "--msg-publish-rate", type=int, default=-1, help="messages per second (-1: off)"),
+        option("-b", "--byte-publish-rate", type=int, default=-1, help="bytes per second (-1: off)"),
+    ), lambda a: {
+        "publishThrottlingRateInMsg": a.msg_publish_rate,
+        "publishThrottlingRateInByte": a.byte_publish_rate,
+    }
+
+
+def _dispatch_rate() -> tuple[Arguments, Callable[[A], Any]]:
+    return combine(
+        option("-md", "--msg-dispatch-rate", type=int, default=-1, help="messages per period (-1: off)"),
+        option("-bd", "--byte-dispatch-rate", type=int, default=-1, help="bytes per period (-1: off)"),
+        option("-dt", "--dispatch-rate-period", type=int, default=1, help="the period in seconds"),
+        option("-rp", "--relative-to-publish-rate", action="store_true", help="add the topic's publish rate"),
+    ), lambda a: {
+        "dispatchThrottlingRateInMsg": a.msg_dispatch_rate,
+        "dispatchThrottlingRateInByte": a.byte_dispatch_rate,
+        "ratePeriodInSecond": a.dispatch_rate_period,
+        "relativeToPublishRate": a.relative_to_publish_rate,
+    }
+
+
+def _subscribe_rate() -> tuple[Arguments, Callable[[A], Any]]:
+    return combine(
+        option("-sr", "--subscribe-rate", type=int, default=-1, help="subscribes per period (-1: off)"),
+        option("-st", "--subscribe-rate-period", type=int, default=30, help="the period in seconds"),
+    ), lambda a: {
+        "subscribeThrottlingRatePerConsumer": a.subscribe_rate,
+        "ratePeriodInSecond": a.subscribe_rate_period,
+    }
+
+
+RATE_ARGUMENTS: dict[str, Callable[[], tuple[Arguments, Callable[[A], Any]]]] = {
+    "publish_rate": _publish_rate,
+    "dispatch_rate": _dispatch_rate,
+    "subscribe_rate": _subscribe_rate,
+}
 
 
 def _verbs(

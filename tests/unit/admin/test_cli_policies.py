@@ -115,3 +115,39 @@ async def test_delayed_delivery_verbs(admin_server: AdminServer) -> None:
     assert "soon" in err
     assert (await cli(admin_server, "namespaces", "remove-delayed-delivery", NS))[0] == 0
     assert await cli(admin_server, "namespaces", "get-delayed-delivery", NS) == (0, "", "")
+
+
+async def test_rate_verbs_with_pulsar_admins_flags(admin_server: AdminServer) -> None:
+    assert (await cli(admin_server, "namespaces", "set-publish-rate", NS, "-m", "100", "-b", "2048"))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-publish-rate", NS) == {
+        "publishThrottlingRateInMsg": 100, "publishThrottlingRateInByte": 2048,
+    }  # fmt: skip
+    dispatch = ["namespaces", "set-dispatch-rate", NS, "-md", "50", "-bd", "-1", "-dt", "2", "-rp"]
+    assert (await cli(admin_server, *dispatch))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-dispatch-rate", NS) == {
+        "dispatchThrottlingRateInMsg": 50, "dispatchThrottlingRateInByte": -1,
+        "relativeToPublishRate": True, "ratePeriodInSecond": 2,
+    }  # fmt: skip
+    sub = ["namespaces", "set-subscription-dispatch-rate", NS, "--msg-dispatch-rate", "7"]
+    assert (await cli(admin_server, *sub))[0] == 0
+    got = await ok_json(admin_server, "namespaces", "get-subscription-dispatch-rate", NS)
+    assert isinstance(got, dict)
+    assert got["dispatchThrottlingRateInMsg"] == 7
+    assert (await cli(admin_server, "namespaces", "set-subscribe-rate", NS, "-sr", "3", "-st", "60"))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-subscribe-rate", NS) == {
+        "subscribeThrottlingRatePerConsumer": 3, "ratePeriodInSecond": 60,
+    }  # fmt: skip
+    code, _, _ = await cli(admin_server, "namespaces", "set-publish-rate", NS, "-m", "many")
+    assert code == 2
+    for verb in ("publish-rate", "dispatch-rate", "subscription-dispatch-rate", "subscribe-rate"):
+        assert (await cli(admin_server, "namespaces", f"remove-{verb}", NS))[0] == 0
+        assert await cli(admin_server, "namespaces", f"get-{verb}", NS) == (0, "", "")
+
+    await admin_server.metadata.put(
+        ledger_path("public/default/persistent/rated"), ManagedLedgerInfo().encode(), -1
+    )
+    topic = "persistent://public/default/rated"
+    assert (await cli(admin_server, "topics", "set-publish-rate", topic, "-m", "10"))[0] == 0
+    assert await ok_json(admin_server, "topics", "get-publish-rate", topic, "--applied") == {
+        "publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": -1,
+    }  # fmt: skip

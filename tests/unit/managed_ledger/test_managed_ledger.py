@@ -142,6 +142,53 @@ async def test_cursor_state_survives_a_crash_up_to_what_was_persisted(
         assert not recovered.is_acked(positions[5])
 
 
+async def test_policy_mark_delete_rate_overrides_the_settings(
+    client_metadata: MemoryMetadataStore, bookkeeper_client: BookKeeper
+) -> None:
+    """A topic's persistence policy sets the managed ledger's own mark-delete rate: 0 persists every change
+    at once (the settings' rate would hold the second for 1000 s); a low rate holds persistence while the
+    in-memory position advances, and a clean close persists the last position."""
+    rarely = SETTINGS.model_copy(update={"mark_delete_rate_per_s": 0.001})
+    name = "t/ns/persistent/md-rate"
+    async with open_managed_ledger_factory(bookkeeper_client, client_metadata, rarely) as f1:
+        ml = await f1.open(name)
+        ml.mark_delete_rate_per_s = 0.0  # the policy: unthrottled
+        positions = [await ml.add_entry(b"x") for _ in range(5)]
+        cursor = await ml.open_cursor("sub", start_at_earliest=True)
+        persisted: list[object] = []
+        changed = trio.Event()
+        on_persisted = ml.on_cursor_persisted
+
+        def seen(c: object) -> None:
+            persisted.append(c)
+            changed.set()
+            on_persisted(c)  # type: ignore[arg-type]
+
+        ml.on_cursor_persisted = seen  # type: ignore[method-assign]
+        for p in positions[:2]:
+            before = len(persisted)
+            cursor.ack(p)
+            with trio.fail_after(10):
+                while len(persisted) == before:
+                    changed = trio.Event()
+                    await changed.wait()
+        ml.cursors.clear()  # crash
+    async with open_managed_ledger_factory(bookkeeper_client, client_metadata, SETTINGS) as f2:
+        ml2 = await f2.open(name)
+        assert ml2.cursors["sub"].mark_delete == positions[1]
+        ml2.mark_delete_rate_per_s = 0.001  # the policy: one persistence per 1000 s
+        cursor = ml2.cursors["sub"]
+        cursor.ack(positions[2])
+        await cursor.flush()  # the first persistence of this cursor goes at once
+        cursor.ack(positions[3])
+        cursor.ack(positions[4])
+        assert cursor.mark_delete == positions[4]  # in memory at once
+        await ml2.close()  # persists the last position whatever the rate
+    async with open_managed_ledger_factory(bookkeeper_client, client_metadata, SETTINGS) as f3:
+        ml3 = await f3.open(name)
+        assert ml3.cursors["sub"].mark_delete == positions[4]
+
+
 async def test_trim_deletes_consumed_closed_ledgers_but_never_the_current_one(
     factory: ManagedLedgerFactory, bookkeeper_client: BookKeeper
 ) -> None:
