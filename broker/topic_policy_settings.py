@@ -10,7 +10,9 @@ other counts), ``consumer_unacked_messages_max`` = ``maxUnackedMessagesPerConsum
 ``allow_auto_subscription_creation`` = ``allowAutoSubscriptionCreation``,
 ``subscription_expiration_time_minutes`` = ``subscriptionExpirationTimeMinutes``,
 ``managed_ledger_max_{ensemble_size,write_quorum,ack_quorum}`` = ``managedLedgerMax{EnsembleSize,...}``,
-``broker_delete_inactive_topics_*`` = ``brokerDeleteInactiveTopics*`` (off by default here).
+``broker_delete_inactive_topics_*`` = ``brokerDeleteInactiveTopics*`` (off by default here),
+``broker_deduplication_*`` = ``brokerDeduplication*`` (message deduplication:
+:mod:`magnetar.broker.core.dedup`).
 """
 
 from __future__ import annotations
@@ -65,6 +67,19 @@ class TopicPolicyDefaults(QuorumSettings):
     subscription_expiry_check_interval_s: Annotated[int, Field(ge=1, le=86_400)] = 300
     """How often subscriptions are checked for expiry (Pulsar's ``subscriptionExpiryCheckIntervalInMinutes``,
     5 min)."""
+    broker_deduplication_enabled: bool = False
+    """Whether topics deduplicate messages where neither the topic nor its namespace says (Pulsar's
+    ``brokerDeduplicationEnabled``)."""
+    broker_deduplication_entries_interval: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1000
+    """Stored entries between two snapshots of a topic's deduplication state (its ``pulsar.dedup`` cursor
+    holds back retention by at most about this many entries)."""
+    broker_deduplication_max_number_of_producers: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+    """Producer names a topic's deduplication state tracks at most (count); beyond, the least recently
+    active is forgotten."""
+    broker_deduplication_snapshot_interval_s: Annotated[int, Field(ge=0, le=INT32_MAX)] = 120
+    """Seconds between timer snapshots of the deduplication state, where neither the topic nor its namespace
+    says (Pulsar's ``brokerDeduplicationSnapshotIntervalSeconds``); 0 = only every
+    ``broker_deduplication_entries_interval`` entries and on close."""
     managed_ledger_max_ensemble_size: Quorum = 5
     """Largest ``bookkeeperEnsemble`` a persistence policy may ask for (Pulsar's
     ``managedLedgerMaxEnsembleSize``)."""
@@ -90,4 +105,6 @@ class TopicPolicyDefaults(QuorumSettings):
             allow_auto_topic_creation_type=self.allow_auto_topic_creation_type,
             default_num_partitions=self.default_num_partitions,
             allow_auto_subscription_creation=self.allow_auto_subscription_creation,
+            deduplicationEnabled=self.broker_deduplication_enabled,
+            deduplicationSnapshotIntervalSeconds=self.broker_deduplication_snapshot_interval_s,
         )

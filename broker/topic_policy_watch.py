@@ -59,6 +59,8 @@ def limits_of(effective: EffectivePolicies) -> TopicLimits:
         inactive_mode=inactive.inactiveTopicDeleteMode or "delete_when_no_subscriptions",
         max_inactive_s=inactive.maxInactiveDurationSeconds,
         subscription_expiration_minutes=effective.subscription_expiration_time_minutes,
+        deduplication_enabled=effective.deduplication_enabled,
+        deduplication_snapshot_interval_s=effective.deduplication_snapshot_interval_s,
     )
 
 

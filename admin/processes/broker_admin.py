@@ -244,6 +244,7 @@ class BrokerTopicHost:
             publishers=list(stats["publishers"]),
             subscriptions=subscriptions,
             ownerBroker=self._service.broker_id,
+            deduplicationStatus=str(stats["deduplicationStatus"]),
         )
 
 

@@ -37,6 +37,7 @@ from magnetar.admin.rest.models import (
     InactiveTopicPoliciesBody,
     Int32,
     PersistenceBody,
+    StrictBool,
 )
 from magnetar.admin.rest.names import namespace_of, require_namespace, require_topic, topic_of
 from magnetar.bookkeeper.runtime.http import HttpResponse
@@ -70,6 +71,7 @@ class TopicSetQuery(AuthoritativeQuery):
 
 BODIES: dict[str, Any] = {
     "int": Int32,
+    "bool": StrictBool,
     "persistence": PersistenceBody,
     "inactive": InactiveTopicPoliciesBody,
     "auto_topic": AutoTopicCreationBody,
@@ -77,6 +79,7 @@ BODIES: dict[str, Any] = {
 }
 STORED: dict[str, Any] = {
     "int": int,
+    "bool": bool,
     "persistence": PersistencePolicies,
     "inactive": InactiveTopicPolicies,
     "auto_topic": AutoTopicCreationOverride,
@@ -120,10 +123,14 @@ def auto_topic_error(o: AutoTopicCreationBody) -> str | None:
 
 def check(spec: PolicySpec, body: Any, ctx: AdminContext, *, topic_level: bool) -> Any:
     """The value to store for ``body``, or :class:`AdminError` with Pulsar's status and reason."""
+    if spec.kind == "bool":
+        return bool(body)
     if spec.kind == "int":
         if body < 0:
             if spec.field == "subscription_expiration_time_minutes":
                 raise AdminError(412, "Invalid value for subscription expiration time")
+            if spec.field == "deduplicationSnapshotIntervalSeconds" and not topic_level:
+                raise AdminError(412, spec.ns_name)
             raise AdminError(412, spec.topic_error if topic_level else f"{spec.ns_name} must be 0 or more")
         return int(body)
     if spec.kind == "persistence":

@@ -48,6 +48,7 @@ class TopicTraffic:
     publishers: list[dict[str, Any]] = field(default_factory=list)
     subscriptions: dict[str, SubscriptionTraffic] = field(default_factory=dict)
     ownerBroker: str = ""
+    deduplicationStatus: str = "Disabled"
 
 
 class TopicHost(Protocol):

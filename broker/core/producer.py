@@ -22,6 +22,13 @@ waits for room before it reads the client's next request, so TCP slows the clien
 producer answers an error instead (``blockIfQueueFull(false)``); waiting loses nothing and needs nothing of
 the
 client.
+
+Deduplication (:mod:`.dedup`): when the topic deduplicates, it sets :attr:`Producer.dedup` and each request
+carries the client's sequence id (else the producer's next). A duplicate is not written: it is answered at
+``-1:-1`` (``ledger_id`` and ``entry_id`` -1) once every request before it is answered (it waits in
+:attr:`Producer.pending` with the :data:`~.publish.HELD` layout), so answers stay in send order; a resend of
+a request still in flight *of this producer* waits likewise, one of another (an earlier session's) is refused
+with Pulsar's "cannot determine" error. Without deduplication the publish path pays one attribute check.
 """
 
 from __future__ import annotations
@@ -33,7 +40,13 @@ from typing import Protocol
 import trio
 
 from magnetar.bookkeeper.runtime import Clock
-from magnetar.broker.core.publish import CompactLayout, EntryLayout, PublishCompletion, PublishRequest
+from magnetar.broker.core.dedup import (
+    DUPLICATE_UNKNOWN_REASON,
+    SEQUENCE_ID_MAX,
+    DedupState,
+    Verdict,
+)
+from magnetar.broker.core.publish import HELD, CompactLayout, EntryLayout, PublishCompletion, PublishRequest
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.wire import format_timestamp
 
@@ -113,6 +126,10 @@ class Producer:
         """Pulsar's name of its access mode (:mod:`.producer_access`), set when the topic admits it."""
         self.topic_epoch: int | None = None
         """The topic epoch it was admitted with (exclusive modes only)."""
+        self.dedup: DedupState | None = None
+        """The topic's deduplication state, when it deduplicates (set by the topic)."""
+        self._held = 0
+        """Duplicates waiting in :attr:`pending` for the requests before them."""
 
     def publish(
         self,
@@ -123,11 +140,15 @@ class Producer:
         completion: PublishCompletion,
         tag: object,
         received_at: float,
+        sequence_id: int | None = None,
+        highest_sequence_id: int = -1,
     ) -> None:
         """Publish ``messages`` messages laid out by ``layout`` (see :class:`~.publish.PublishRequest`); the
         outcome goes to ``completion`` later (at once when the producer is closed). Their publish time is the
         clock's when the first request received at ``received_at`` was published: the requests an adapter
-        received together (one read, one frame) share one reading of the clock."""
+        received together (one read, one frame) share one reading of the clock. ``sequence_id`` (and
+        ``highest_sequence_id``, a batch's last) is the client's, when it gave one: a deduplicated topic
+        keys on it (see the module docstring)."""
         if received_at != self._time_at:
             self._time_at = received_at
             self._time_ms = self._clock.time_ms()
@@ -147,10 +168,53 @@ class Producer:
             request.failed = True
             completion.failed(request, "Producer is closed")
             return
-        self._sequence_id += messages
+        if self.dedup is not None:
+            if self._deduplicate(self.dedup, request, sequence_id, highest_sequence_id):
+                return
+        else:
+            self._sequence_id += messages
         self.pending.append(request)
         self.capacity.count += messages  # Capacity.taken, in line (one per message published over JSON)
         self._target.publish(request)
+
+    def attach_dedup(self, dedup: DedupState) -> None:
+        """The topic deduplicates: number on from the highest sequence id it accepted of this name (as a
+        Pulsar client does with PRODUCER_SUCCESS's ``last_sequence_id``)."""
+        self.dedup = dedup
+        last = dedup.last_sequence_id(self.name)
+        self._sequence_id = max(self._sequence_id, last)
+
+    def _deduplicate(
+        self, dedup: DedupState, request: PublishRequest, sequence_id: int | None, highest: int
+    ) -> bool:
+        """The deduplicated publish: True when ``request`` was answered or held (not to be written)."""
+        first = self._sequence_id + 1 if sequence_id is None else sequence_id
+        last = max(highest, first + request.messages - 1)
+        if not 0 <= first <= last <= SEQUENCE_ID_MAX:
+            request.failed = True
+            reason = f"sequence id {first} out of range (0 to {SEQUENCE_ID_MAX})"
+            request.completion.failed(request, reason)
+            return True
+        request.sequence_id = first
+        request.highest_sequence_id = last
+        self._sequence_id = max(self._sequence_id, last)
+        verdict = dedup.check(self.name, first, last)
+        if verdict is Verdict.NEW:
+            return False
+        if verdict is Verdict.UNKNOWN and not any(
+            r.layout is not HELD and r.sequence_id <= first <= getattr(r, "highest_sequence_id", -1)
+            for r in self.pending
+        ):
+            request.completion.failed(request, DUPLICATE_UNKNOWN_REASON)
+            return True
+        if not self.pending:
+            request.completion.stored(request, self.partition, -1, -1, -1, 0)
+            return True
+        request.layout = HELD
+        self._held += 1
+        self.capacity.count += request.messages
+        self.pending.append(request)
+        return True
 
     def on_stored(
         self, request: PublishRequest, ledger_id: int, entry_id: int, first_index: int, batch_size: int
@@ -163,7 +227,27 @@ class Producer:
         self.capacity.returned(count)
         self.msg_in_counter += count
         self.bytes_in_counter += request.payload_bytes
+        if self.dedup is not None:
+            self._persisted(self.dedup, request, ledger_id, entry_id)
         request.completion.stored(request, self.partition, ledger_id, entry_id, first_index, batch_size)
+        if self._held:
+            self._answer_held()
+
+    def _answer_held(self) -> None:
+        """Answer the duplicates now at the head of :attr:`pending` (at ``-1:-1``)."""
+        pending = self.pending
+        while pending and pending[0].layout is HELD:
+            held = pending.popleft()
+            self._held -= 1
+            self.capacity.returned(held.messages)
+            held.completion.stored(held, self.partition, -1, -1, -1, 0)
+
+    def _persisted(self, dedup: DedupState, request: PublishRequest, ledger_id: int, entry_id: int) -> None:
+        highest: int | None = getattr(request, "highest_sequence_id", None)
+        if highest is None:  # published before the topic began to deduplicate
+            return
+        if dedup.on_persisted(self.name, highest, ledger_id, entry_id):
+            dedup.snapshot_due()
 
     def on_failed(self, request: PublishRequest, reason: str) -> None:
         """``request`` failed: it and every later pending request of this producer fail. Earlier ones stay
@@ -181,8 +265,13 @@ class Producer:
         for item in failed:
             item.failed = True
             count += item.messages
+            if item.layout is HELD:
+                self._held -= 1
             item.completion.failed(item, reason)
         self.capacity.returned(count)
+        if self.dedup is not None:
+            in_flight = [getattr(r, "highest_sequence_id", -1) for r in queue if r.layout is not HELD]
+            self.dedup.on_failed(self.name, max(in_flight, default=-1))
 
     def close(self) -> None:
         self.closed = True

@@ -28,14 +28,17 @@ from magnetar.bookkeeper.client import BKError
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.dedup import DEDUP_CURSOR, DedupState, is_reserved_cursor
 from magnetar.broker.core.delivery import MsgKey
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
+    ReservedSubscriptionError,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
     TopicNotFoundError,
     TopicTerminatedError,
 )
+from magnetar.broker.core.producer import Producer
 from magnetar.broker.core.publish import PublishRequest
 from magnetar.broker.core.publish_queue import PublishQueue, PublishSettings
 from magnetar.broker.core.rates import Rate
@@ -66,6 +69,12 @@ class TopicSettings(PublishSettings, Protocol):
 
     @property
     def metadata_operation_timeout_ms(self) -> int: ...
+
+    @property
+    def broker_deduplication_entries_interval(self) -> int: ...
+
+    @property
+    def broker_deduplication_max_number_of_producers(self) -> int: ...
 
 
 class PersistentTopic(TopicBase):
@@ -102,6 +111,12 @@ class PersistentTopic(TopicBase):
         )
         self._nursery: trio.Nursery | None = None
         self._stopped = trio.Event()
+        self.dedup: DedupState | None = None
+        """The deduplication state while the topic deduplicates (:mod:`.dedup`)."""
+        self.dedup_status = "Disabled"
+        """Pulsar's ``deduplicationStatus``: Disabled, Recovering, Enabled, Removing or Failed."""
+        self._dedup_lock = trio.Lock()
+        self._dedup_timer: trio.CancelScope | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -110,7 +125,8 @@ class PersistentTopic(TopicBase):
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for cursor_name, cursor in list(self.ml.cursors.items()):
-                self._add_subscription(cursor_name, cursor, durable=True)
+                if not is_reserved_cursor(cursor_name):
+                    self._add_subscription(cursor_name, cursor, durable=True)
             task_status.started()
             await self._stopped.wait()
             nursery.cancel_scope.cancel()
@@ -139,6 +155,7 @@ class PersistentTopic(TopicBase):
             self._end_sessions(self.subscriptions.values(), reason)
         with trio.move_on_after(timeout_s):
             await queue.drained.wait()
+        self._take_dedup_snapshot()  # persisted by the managed ledger's close, with the cursor
         try:
             await self._close_ml()
         except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
@@ -160,6 +177,141 @@ class PersistentTopic(TopicBase):
         """The one publish path: ``request`` joins the topic's publish queue (:mod:`.publish_queue`) and is
         answered through its producer."""
         self._queue.publish(request)
+
+    def _install(self, name: str, producer_factory: Callable[[], Producer], access: Any,
+                 epoch: int | None) -> Producer:  # fmt: skip
+        producer = super()._install(name, producer_factory, access, epoch)
+        if self.dedup is not None:
+            producer.attach_dedup(self.dedup)
+        return producer
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        """The highest sequence id of ``producer_name`` this topic accepted, -1 if none or when it does not
+        deduplicate (Pulsar's PRODUCER_SUCCESS ``last_sequence_id``)."""
+        return -1 if self.dedup is None else self.dedup.last_sequence_id(producer_name)
+
+    # -- deduplication (:mod:`.dedup`) -----------------------------------------------------------------
+
+    async def check_deduplication(self) -> None:
+        """Bring deduplication in line with the topic's limits: enable it (open the ``pulsar.dedup`` cursor,
+        recover the state from its snapshot and the entries after it) or disable it (drop the cursor). Topic
+        load waits for this, so no producer publishes before the state is recovered."""
+        async with self._dedup_lock:
+            wanted = self.limits.deduplication_enabled
+            if wanted and self.dedup is None and not self.closed:
+                await self._enable_dedup()
+            elif not wanted and self.dedup is not None:
+                await self._disable_dedup()
+            self._restart_dedup_timer()
+
+    async def _enable_dedup(self) -> None:
+        self.dedup_status = "Recovering"
+        settings = self._settings
+        state = DedupState(
+            settings.broker_deduplication_max_number_of_producers,
+            settings.broker_deduplication_entries_interval,
+        )
+        try:
+            cursor = self.ml.cursors.get(DEDUP_CURSOR)
+            if cursor is None:
+                cursor = await self.ml.open_cursor(DEDUP_CURSOR, start_at_earliest=False)
+            mark = cursor.mark_delete
+            state.restore(dict(cursor.properties), (mark.ledger_id, mark.entry_id))
+            replayed = await self._replay_dedup(state, mark)
+        except (ManagedLedgerError, BKError, MetadataStoreError) as exc:
+            self.dedup_status = "Failed"
+            reason = f"recovering the deduplication state of {self.name}: {exc}"
+            raise ServiceUnitNotReadyError(reason) from exc
+        state.snapshot_due = self._snapshot_soon
+        self.dedup = state
+        for producer in self.producers.values():
+            producer.attach_dedup(state)
+        self.dedup_status = "Enabled"
+        if replayed > state.entries_interval:
+            self._take_dedup_snapshot()
+        log.info("topic %s: deduplication enabled (%d entries replayed)", self.name, replayed)
+
+    async def _replay_dedup(self, state: DedupState, after: Position) -> int:
+        """Every message stored after ``after`` (the snapshot's position), into ``state``; returns the
+        entries read."""
+        replayed = 0
+        position = self.ml.ledgers.next_position(after)
+        while position <= self.ml.last_confirmed:
+            entries = await self.ml.read_entries(position, 100)
+            if not entries:
+                break
+            for entry in entries:
+                replayed += 1
+                at = entry.position
+                try:
+                    decoded = decode_entry(entry.data)
+                except ValueError:
+                    log.warning("topic %s: entry %s unreadable for deduplication", self.name, at)
+                    continue
+                highest: dict[str, int] = {}
+                for message in decoded.messages:
+                    name = message.producer_name
+                    if message.sequence_id > highest.get(name, -1):
+                        highest[name] = message.sequence_id
+                for name, sequence_id in highest.items():
+                    state.replay(name, sequence_id, at.ledger_id, at.entry_id)
+            position = self.ml.ledgers.next_position(entries[-1].position)
+        return replayed
+
+    async def _disable_dedup(self) -> None:
+        self.dedup_status = "Removing"
+        self.dedup = None
+        for producer in self.producers.values():
+            producer.dedup = None
+        try:
+            if DEDUP_CURSOR in self.ml.cursors:
+                await self.ml.delete_cursor(DEDUP_CURSOR)
+        except (ManagedLedgerError, BKError, MetadataStoreError) as exc:
+            log.warning("topic %s: deleting the deduplication cursor failed: %s", self.name, exc)
+        self.dedup_status = "Disabled"
+
+    def _snapshot_soon(self) -> None:
+        """A snapshot is due. Taken once the entry being answered is answered whole (the next scheduling
+        step): the requests of one entry are answered in one step, and the snapshot's position must cover
+        every one of them."""
+        if self._nursery is not None:
+            self._nursery.start_soon(self._snapshot_task)
+
+    async def _snapshot_task(self) -> None:
+        self._take_dedup_snapshot()
+
+    def _take_dedup_snapshot(self) -> None:
+        """Store the deduplication state as the ``pulsar.dedup`` cursor's mark-delete and properties."""
+        state = self.dedup
+        cursor = self.ml.cursors.get(DEDUP_CURSOR)
+        if state is None or cursor is None or cursor.closed:
+            return
+        position, properties = state.snapshot()
+        if position is None:
+            return
+        try:
+            cursor.mark_delete_with_properties(Position(*position), properties)
+        except ValueError as exc:  # the position is gone (trimmed): the properties alone
+            log.warning("topic %s: deduplication snapshot at %s: %s", self.name, position, exc)
+
+    def _restart_dedup_timer(self) -> None:
+        if self._dedup_timer is not None:
+            self._dedup_timer.cancel()
+            self._dedup_timer = None
+        interval_s = self.limits.deduplication_snapshot_interval_s
+        if self.dedup is None or interval_s <= 0 or self._nursery is None:
+            return
+        scope = self._dedup_timer = trio.CancelScope()
+
+        async def tick() -> None:
+            with scope:
+                while True:
+                    await trio.sleep(interval_s)
+                    state = self.dedup
+                    if state is not None and state.snapshot_behind:
+                        self._take_dedup_snapshot()
+
+        self._nursery.start_soon(tick, name=f"dedup snapshots {self.name}")
 
     def _wake_dispatchers(self) -> None:
         for subscription in self.subscriptions.values():
@@ -194,6 +346,8 @@ class PersistentTopic(TopicBase):
         self, name: str, *, durable: bool = True, start_earliest: bool = False
     ) -> Subscription:
         self._check_open()
+        if is_reserved_cursor(name):
+            raise ReservedSubscriptionError("Subscription with reserved subscription name attempted")
         subscription = self.subscriptions.get(name)
         if subscription is not None:
             return subscription
@@ -274,8 +428,14 @@ class PersistentTopic(TopicBase):
     def apply_limits(self, limits: TopicLimits) -> None:
         """As the base's, and: the next ledger gets the persistence policy's quorum, and the consumers
         already connected get the new unacknowledged bound (a higher one lets a held consumer go on)."""
+        previous = self.limits
         super().apply_limits(limits)
         self.ml.quorum = limits.quorum
+        if self._nursery is not None and (
+            limits.deduplication_enabled != (self.dedup is not None)
+            or limits.deduplication_snapshot_interval_s != previous.deduplication_snapshot_interval_s
+        ):
+            self._nursery.start_soon(self._check_deduplication_logged)
         unacked_max = limits.consumer_unacked_max()
         if unacked_max is None:
             return
@@ -284,6 +444,12 @@ class PersistentTopic(TopicBase):
                 if consumer.track_pending:  # a reader acknowledges nothing: it has no such bound
                     consumer.unacked_messages_max = unacked_max
             subscription.dispatcher.wake()
+
+    async def _check_deduplication_logged(self) -> None:
+        try:
+            await self.check_deduplication()
+        except ServiceUnitNotReadyError as exc:
+            log.warning("topic %s: %s", self.name, exc)
 
     def _drop_subscription(self, subscription: Subscription) -> None:
         subscription.close()
@@ -388,7 +554,7 @@ class PersistentTopic(TopicBase):
             "waitingPublishers": 0,
             "subscriptions": {name: s.stats() for name, s in self.subscriptions.items() if s.durable},
             "replication": {},
-            "deduplicationStatus": "Disabled",
+            "deduplicationStatus": self.dedup_status,
             "topicEpoch": None,
             "connectedProducersMessages": msg_in,
         }

@@ -49,6 +49,11 @@ class TopicLimits:
     max_inactive_s: int = 60
     subscription_expiration_minutes: int = 0
     """Durable subscriptions without consumers for longer are deleted; 0 = never."""
+    deduplication_enabled: bool = False
+    """Whether the topic deduplicates messages by producer name and sequence id (:mod:`.dedup`)."""
+    deduplication_snapshot_interval_s: int = 120
+    """Seconds between timer snapshots of the deduplication state (when entries were stored since the
+    last); 0 = no timer."""
 
     def consumer_unacked_max(self) -> int | None:
         value = self.unacked_messages_per_consumer

@@ -41,8 +41,8 @@ class PolicySpec:
     topic_verb: str | None
     """``magnetar admin topics set-<topic_verb>`` ..."""
     kind: str
-    """``int`` (a JSON number body) or the name of the object body (``persistence``, ``inactive``,
-    ``auto_topic``, ``auto_subscription``)."""
+    """``int`` (a JSON number body), ``bool`` (``true``/``false``) or the name of the object body
+    (``persistence``, ``inactive``, ``auto_topic``, ``auto_subscription``)."""
     help: str
     ns_name: str = ""
     """The name in a negative-value refusal at namespace level (Pulsar's wording)."""
@@ -92,6 +92,13 @@ CATALOGUE: tuple[PolicySpec, ...] = (
     PolicySpec("autoSubscriptionCreationOverride", "autoSubscriptionCreation", "autoSubscriptionCreation",
                "auto-subscription-creation", "auto-subscription-creation", "auto_subscription",
                "whether subscribing with a new name creates the subscription"),
+    PolicySpec("deduplicationEnabled", "deduplication", "deduplicationEnabled", "deduplication",
+               "deduplication", "bool", "whether messages are deduplicated by producer name and sequence id"),
+    PolicySpec("deduplicationSnapshotIntervalSeconds", "deduplicationSnapshotInterval",
+               "deduplicationSnapshotInterval", "deduplication-snapshot-interval",
+               "deduplication-snapshot-interval", "int",
+               "seconds between timer snapshots of the deduplication state (0 = none)",
+               "interval must be greater than or equal to 0", "interval must be 0 or more"),
 )  # fmt: skip
 
 BY_FIELD = {spec.field: spec for spec in CATALOGUE}
@@ -120,6 +127,8 @@ class BrokerPolicyDefaults:
     allow_auto_topic_creation_type: str = "non-partitioned"
     default_num_partitions: int = 1
     allow_auto_subscription_creation: bool = True
+    deduplicationEnabled: bool = False
+    deduplicationSnapshotIntervalSeconds: int = 120
 
     def value(self, field: str) -> Any:
         """The broker's value of policy ``field``, in the shape the admin API answers."""
@@ -165,6 +174,8 @@ class EffectivePolicies:
     subscription_expiration_time_minutes: int
     auto_topic_creation: AutoTopicCreationOverride
     auto_subscription_creation: bool
+    deduplication_enabled: bool
+    deduplication_snapshot_interval_s: int
 
 
 def first_set(field: str, topic_levels: list[TopicPolicies], namespace: Policies | None,
@@ -201,4 +212,6 @@ def resolve(topic_levels: list[TopicPolicies], namespace: Policies | None,
         subscription_expiration_time_minutes=get("subscription_expiration_time_minutes"),
         auto_topic_creation=get("autoTopicCreationOverride"),
         auto_subscription_creation=auto_sub.allowAutoSubscriptionCreation,
+        deduplication_enabled=get("deduplicationEnabled"),
+        deduplication_snapshot_interval_s=get("deduplicationSnapshotIntervalSeconds"),
     )

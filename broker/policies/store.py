@@ -170,6 +170,8 @@ class Policies(_Model):
     subscription_expiration_time_minutes: int | None = None
     autoTopicCreationOverride: AutoTopicCreationOverride | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationOverride | None = None
+    deduplicationEnabled: bool | None = None
+    deduplicationSnapshotIntervalSeconds: int | None = None
 
 
 class TopicPolicies(_Model):
@@ -187,6 +189,8 @@ class TopicPolicies(_Model):
     max_unacked_messages_per_subscription: int | None = None
     inactive_topic_policies: InactiveTopicPolicies | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationOverride | None = None
+    deduplicationEnabled: bool | None = None
+    deduplicationSnapshotIntervalSeconds: int | None = None
 
 
 class PartitionedTopicMetadata(_Model):

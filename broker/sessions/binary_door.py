@@ -506,6 +506,8 @@ class BinaryFrontDoor:
             SendCompletion(conn.outbound),
             (command.producer_id, command.sequence_id, highest),
             trio.current_time(),
+            command.sequence_id,
+            highest,
         )
 
     async def _subscribe(self, conn: _Connection, command: Subscribe) -> None:

@@ -102,7 +102,9 @@ class PulsarWsAdapter:
                             producer = publisher if router is None else router.route(publish.key)
                             assert isinstance(producer, Producer)
                             size = len(publish.payload)
-                            producer.publish(MESSAGES, publish, 1, size, acks, publish.context, now)
+                            producer.publish(
+                                MESSAGES, publish, 1, size, acks, publish.context, now, publish.sequence_id
+                            )
                     if frames.full:
                         await frames.wait_for_room()
                         free, now = unrestricted(), current_time()
