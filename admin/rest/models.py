@@ -174,6 +174,8 @@ class NamespacePoliciesBody(_Body):
     inactive_topic_policies: InactiveTopicPoliciesBody | None = None
     autoTopicCreationOverride: AutoTopicCreationBody | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationBody | None = None
+    deduplicationEnabled: StrictBool | None = None
+    deduplicationSnapshotIntervalSeconds: Int32 | None = None
 
 
 TopicProperties = Annotated[dict[ShortText, ShortText], Field(max_length=PROPERTIES_MAX)]

@@ -25,7 +25,8 @@ client.
 
 Deduplication (:mod:`.dedup`): when the topic deduplicates, it sets :attr:`Producer.dedup` and each request
 carries the client's sequence id (else the producer's next). A duplicate is not written: it is answered at
-``-1:-1`` (``ledger_id`` and ``entry_id`` -1) once every request before it is answered (it waits in
+``-1:-1`` (``ledger_id``, ``entry_id``, ``first_index`` and ``batch_size`` -1: Pulsar's id of a duplicate)
+once every request before it is answered (it waits in
 :attr:`Producer.pending` with the :data:`~.publish.HELD` layout), so answers stay in send order; a resend of
 a request still in flight *of this producer* waits likewise, one of another (an earlier session's) is refused
 with Pulsar's "cannot determine" error. Without deduplication the publish path pays one attribute check.
@@ -208,7 +209,7 @@ class Producer:
             request.completion.failed(request, DUPLICATE_UNKNOWN_REASON)
             return True
         if not self.pending:
-            request.completion.stored(request, self.partition, -1, -1, -1, 0)
+            request.completion.stored(request, self.partition, -1, -1, -1, -1)
             return True
         request.layout = HELD
         self._held += 1
@@ -240,7 +241,7 @@ class Producer:
             held = pending.popleft()
             self._held -= 1
             self.capacity.returned(held.messages)
-            held.completion.stored(held, self.partition, -1, -1, -1, 0)
+            held.completion.stored(held, self.partition, -1, -1, -1, -1)
 
     def _persisted(self, dedup: DedupState, request: PublishRequest, ledger_id: int, entry_id: int) -> None:
         highest: int | None = getattr(request, "highest_sequence_id", None)

@@ -100,3 +100,20 @@ async def test_topic_level_with_applied(admin_server: AdminServer) -> None:
     assert await ok_json(admin_server, "topics", "get-max-producers", topic) == 2
     assert (await cli(admin_server, "topics", "remove-max-producers", topic))[0] == 0
     assert await ok_json(admin_server, "topics", "get-max-producers", topic, "--applied") == 0
+
+
+async def test_deduplication_verbs(admin_server: AdminServer) -> None:
+    assert (await cli(admin_server, "namespaces", "set-deduplication", NS, "--enable"))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-deduplication", NS) is True
+    assert (await cli(admin_server, "namespaces", "set-deduplication", NS, "-d"))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-deduplication", NS) is False
+    code, _, err = await cli(admin_server, "namespaces", "set-deduplication", NS, "-e", "-d")
+    assert code != 0
+    assert "--enable or --disable" in err
+    interval = ["namespaces", "set-deduplication-snapshot-interval", NS, "-i", "60"]
+    assert (await cli(admin_server, *interval))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-deduplication-snapshot-interval", NS) == 60
+    code, _, err = await cli(admin_server, *interval[:-1], "-5")
+    assert (code, err.strip()) == (1, "error: 412 interval must be greater than or equal to 0")
+    assert (await cli(admin_server, "namespaces", "remove-deduplication", NS))[0] == 0
+    assert await cli(admin_server, "namespaces", "get-deduplication", NS) == (0, "", "")

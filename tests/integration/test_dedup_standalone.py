@@ -1,0 +1,208 @@
+"""Message deduplication against a real ``magnetar standalone``: enabled by the namespace policy (reaching a
+loaded topic without an unload), a named producer's resent sequence ids are not stored again - over the
+binary protocol with Apache's ``pulsar-client`` (explicit ``sequence_id``, ``last_sequence_id`` resumed by a
+new producer of the same name) and over the WebSocket API (``producerName``, ``sequenceId``) - and the state
+survives a SIGKILL of the standalone (snapshot in the ``pulsar.dedup`` cursor plus the entries after it).
+One standalone for the module."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulsar
+import pytest
+import websocket
+from fixtures.processes import MagnetarProcess
+from fixtures.standalone_process import running_standalone
+
+pytestmark = [pytest.mark.processes]
+
+HOST = "127.0.0.1"
+NS = "public/dedup"
+
+
+def call(process: MagnetarProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    url = f"http://{HOST}:{process.ready['port']}/admin/v2{path}"
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        return exc.code, json.loads(raw) if raw else None
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dedup")
+
+
+@pytest.fixture(scope="module")
+def standalone(data_dir: Path) -> Iterator[MagnetarProcess]:
+    # entries between snapshots: small, so that a recovery both loads a snapshot and replays entries
+    env = {"MAGNETAR_BROKER_DEDUPLICATION_ENTRIES_INTERVAL": "3"}
+    with running_standalone(data_dir, env=env) as process:
+        assert call(process, "PUT", f"/namespaces/{NS}")[0] == 204
+        assert call(process, "POST", f"/namespaces/{NS}/deduplication", True)[0] == 204
+        yield process
+
+
+def topic_name() -> str:
+    return f"persistent://{NS}/t-{uuid.uuid4().hex[:8]}"
+
+
+def read_all(client: pulsar.Client, topic: str) -> list[bytes]:
+    """The payload of every message of ``topic`` from the start (the Python client shows no sequence
+    ids)."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    got = []
+    try:
+        while reader.has_message_available():
+            message = reader.read_next(10_000)
+            got.append(message.data())
+    finally:
+        reader.close()
+    return got
+
+
+def is_duplicate_id(message_id: pulsar.MessageId) -> bool:
+    return bool(message_id.ledger_id() == -1 and message_id.entry_id() == -1)
+
+
+def test_binary_resends_are_not_stored(standalone: MagnetarProcess) -> None:
+    topic = topic_name()
+    client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(topic, producer_name="p-bin", batching_enabled=False)
+        for seq in range(5):
+            assert not is_duplicate_id(producer.send(b"m%d" % seq, sequence_id=seq))
+        for seq in (2, 3, 4):
+            assert is_duplicate_id(producer.send(b"again%d" % seq, sequence_id=seq))
+        producer.close()
+        # a new producer of the same name numbers on from what the topic accepted
+        again = client.create_producer(topic, producer_name="p-bin", batching_enabled=False)
+        assert again.last_sequence_id() == 4
+        # (the Python client sends no sequence id for ``sequence_id=0``: it is falsy there)
+        assert is_duplicate_id(again.send(b"again1", sequence_id=1))
+        again.send(b"m5")
+        again.close()
+        assert read_all(client, topic) == [b"m%d" % i for i in range(6)]
+        status, stats = call(standalone, "GET", f"/persistent/{topic[len('persistent://') :]}/stats")
+        assert status == 200
+        assert stats["deduplicationStatus"] == "Enabled"
+        assert "pulsar.dedup" not in stats["subscriptions"]
+        status, internal = call(
+            standalone, "GET", f"/persistent/{topic[len('persistent://') :]}/internalStats"
+        )
+        assert status == 200
+        assert internal["cursors"]["pulsar.dedup"]["properties"] == {"p-bin": 5}
+    finally:
+        client.close()
+
+
+def ws_producer(process: MagnetarProcess, topic: str, name: str) -> websocket.WebSocket:
+    path = topic[len("persistent://") :]
+    url = f"ws://{HOST}:{process.ready['port']}/ws/v2/producer/persistent/{path}?producerName={name}"
+    return websocket.create_connection(url, timeout=10)
+
+
+def ws_send(ws: websocket.WebSocket, payload: bytes, context: str, **fields: Any) -> dict[str, Any]:
+    body = {"payload": base64.b64encode(payload).decode(), "context": context, **fields}
+    ws.send(json.dumps(body))
+    answer: dict[str, Any] = json.loads(ws.recv())
+    assert answer.get("context") == context
+    return answer
+
+
+DUPLICATE_ID = base64.b64encode(b"\x08" + b"\xff" * 9 + b"\x01" + b"\x10" + b"\xff" * 9 + b"\x01").decode()
+"""Pulsar's ``MessageIdData`` of -1:-1 (ledger and entry as 64-bit two's complement), base64."""
+
+
+def test_websocket_resends_are_not_stored(standalone: MagnetarProcess) -> None:
+    topic = topic_name()
+    ws = ws_producer(standalone, topic, "p-ws")
+    try:
+        first = [ws_send(ws, b"w%d" % i, f"c{i}", sequenceId=i) for i in range(3)]
+        assert all(a["result"] == "ok" and a["messageId"] != DUPLICATE_ID for a in first)
+        again = ws_send(ws, b"w1-again", "c1-again", sequenceId=1)
+        assert (again["result"], again["messageId"]) == ("ok", DUPLICATE_ID)
+        # a number in a string is read as Jackson reads it
+        assert ws_send(ws, b"w3", "c3", sequenceId="3")["result"] == "ok"
+        # without a sequence id the producer numbers on
+        assert ws_send(ws, b"w4", "c4")["result"] == "ok"
+    finally:
+        ws.close()
+    client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=10)
+    try:
+        assert read_all(client, topic) == [b"w%d" % i for i in range(5)]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        (2**63, "send-error:3"),  # beyond Java's long
+        ("\u0661\u0662", "send-error:3"),  # Arabic-Indic digits are no number
+        ("ten", "send-error:3"),
+        ([1], "send-error:3"),
+        (-1, "send-error:"),  # a long, but no sequence id
+    ],
+)
+def test_websocket_hostile_sequence_ids(standalone: MagnetarProcess, value: object, code: str) -> None:
+    topic = topic_name()
+    ws = ws_producer(standalone, topic, "p-hostile")
+    try:
+        answer = ws_send(ws, b"x", "c", sequenceId=value) if code != "send-error:3" else None
+        if answer is None:
+            ws.send(json.dumps({"payload": "eA==", "context": "c", "sequenceId": value}))
+            answer = json.loads(ws.recv())
+        assert answer["result"].startswith(code), answer
+        assert ws_send(ws, b"fine", "ok", sequenceId=0)["result"] == "ok"  # the session goes on
+    finally:
+        ws.close()
+
+
+@pytest.mark.parametrize("name", ["bad%01name", "rtl%E2%80%AEname", "nul%00"])
+def test_websocket_hostile_producer_names_are_refused(standalone: MagnetarProcess, name: str) -> None:
+    with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+        ws_producer(standalone, topic_name(), name)
+    assert refused.value.status_code == 400
+
+
+def test_the_state_survives_a_sigkill(standalone: MagnetarProcess) -> None:
+    """Five entries (a snapshot after the third), SIGKILL, restart: every resend is a duplicate. (A
+    subscription keeps the messages: the ``pulsar.dedup`` cursor alone holds nothing back once it moves.)"""
+    topic = topic_name()
+    client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=10)
+    try:
+        client.subscribe(topic, "keep").close()
+        producer = client.create_producer(topic, producer_name="p-kill", batching_enabled=False)
+        for seq in range(5):
+            producer.send(b"k%d" % seq, sequence_id=seq)
+    finally:
+        client.close()
+    standalone.kill()
+    standalone.stop()  # closes the killed process's pipe
+    standalone.start(timeout_s=60)
+    client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(topic, producer_name="p-kill", batching_enabled=False)
+        assert producer.last_sequence_id() == 4
+        for seq in range(1, 5):
+            assert is_duplicate_id(producer.send(b"k%d" % seq, sequence_id=seq))
+        producer.send(b"k5", sequence_id=5)
+        producer.close()
+        assert read_all(client, topic) == [b"k%d" % i for i in range(6)]
+    finally:
+        client.close()
