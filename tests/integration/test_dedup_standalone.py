@@ -11,6 +11,7 @@ import base64
 import json
 import urllib.error
 import urllib.request
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,3 +207,43 @@ def test_the_state_survives_a_sigkill(standalone: MagnetarProcess) -> None:
         assert read_all(client, topic) == [b"k%d" % i for i in range(6)]
     finally:
         client.close()
+
+
+def test_a_topic_policy_reaches_a_loaded_topic_and_the_cursor_name_is_reserved(
+    standalone: MagnetarProcess,
+) -> None:
+    """Off on a loaded topic (a resend is stored), on by its topic policy without an unload (the next
+    resend is a duplicate), and no subscription may be named ``pulsar.dedup``."""
+    topic = topic_name()
+    path = f"/persistent/{topic[len('persistent://') :]}"
+    client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=10)
+    try:
+        client.subscribe(topic, "keep").close()
+        assert call(standalone, "POST", f"{path}/deduplicationEnabled", False)[0] == 204
+        producer = client.create_producer(topic, producer_name="p-toggle", batching_enabled=False)
+        wait_for_status(standalone, path, "Disabled")
+        producer.send(b"a", sequence_id=1)
+        assert not is_duplicate_id(producer.send(b"a-stored-twice", sequence_id=1))
+        assert call(standalone, "POST", f"{path}/deduplicationEnabled", True)[0] == 204
+        wait_for_status(standalone, path, "Enabled")
+        producer.send(b"b", sequence_id=2)
+        assert is_duplicate_id(producer.send(b"b-again", sequence_id=2))
+        producer.close()
+        assert read_all(client, topic) == [b"a", b"a-stored-twice", b"b"]
+        with pytest.raises(pulsar.PulsarException):
+            client.subscribe(topic, "pulsar.dedup")
+        status, body = call(standalone, "PUT", f"{path}/subscription/pulsar.dedup")
+        assert (status, body["reason"]) == (412, "Subscription with reserved subscription name attempted")
+        assert call(standalone, "GET", f"{path}/subscriptions")[1] == ["keep"]
+    finally:
+        client.close()
+
+
+def wait_for_status(process: MagnetarProcess, path: str, status: str) -> None:
+    """Until the loaded topic's ``deduplicationStatus`` is ``status`` (the metadata watch delivers a policy
+    change asynchronously); bounded by the number of polls, each a round trip."""
+    for _ in range(200):
+        if call(process, "GET", f"{path}/stats")[1]["deduplicationStatus"] == status:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"deduplicationStatus never became {status}")

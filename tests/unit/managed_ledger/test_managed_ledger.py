@@ -142,6 +142,29 @@ async def test_cursor_state_survives_a_crash_up_to_what_was_persisted(
         assert not recovered.is_acked(positions[5])
 
 
+async def test_cursor_properties_travel_with_their_mark_delete_across_a_crash(
+    client_metadata: MemoryMetadataStore, bookkeeper_client: BookKeeper
+) -> None:
+    """``mark_delete_with_properties``: the properties persisted in the same position entry as the position,
+    so a recovery after a crash finds the pair last persisted (message deduplication's snapshot)."""
+    name = "t/ns/persistent/cursor-properties"
+    rarely = SETTINGS.model_copy(update={"mark_delete_rate_per_s": 0.001})
+    async with open_managed_ledger_factory(bookkeeper_client, client_metadata, rarely) as f1:
+        ml = await f1.open(name)
+        positions = [await ml.add_entry(b"x") for _ in range(6)]
+        cursor = await ml.open_cursor("pulsar.dedup", start_at_earliest=True)
+        cursor.mark_delete_with_properties(positions[2], {"p": 2, "\u202eq\x01": 9})
+        await cursor.flush()  # creates the cursor ledger: the metadata node names it
+        cursor.mark_delete_with_properties(positions[4], {"p": 4, "\u202eq\x01": 9})
+        await cursor.flush()  # a position entry only
+        cursor.mark_delete_with_properties(positions[5], {"p": 5})  # never persisted
+        ml.cursors.clear()  # crash
+    async with open_managed_ledger_factory(bookkeeper_client, client_metadata, SETTINGS) as f2:
+        recovered = (await f2.open(name)).cursors["pulsar.dedup"]
+        assert recovered.mark_delete == positions[4]
+        assert recovered.properties == {"p": 4, "\u202eq\x01": 9}
+
+
 async def test_trim_deletes_consumed_closed_ledgers_but_never_the_current_one(
     factory: ManagedLedgerFactory, bookkeeper_client: BookKeeper
 ) -> None:
