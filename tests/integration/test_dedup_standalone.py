@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +22,8 @@ import pytest
 import websocket
 from fixtures.processes import MagnetarProcess
 from fixtures.standalone_process import running_standalone
+
+from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL, encode_send, parse_receipt
 
 pytestmark = [pytest.mark.processes]
 
@@ -247,3 +249,36 @@ def wait_for_status(process: MagnetarProcess, path: str, status: str) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"deduplicationStatus never became {status}")
+
+
+def test_magnetar_v1_sequenced_sends_are_deduplicated(standalone: MagnetarProcess) -> None:
+    """SEND_SEQ: a resent frame's messages are not stored again (its RECEIPT range at -1:-1); an id out of
+    range is a malformed frame (SEND_ERROR 3) and the session goes on."""
+    topic = topic_name()
+    path = topic[len("persistent://") :]
+    url = f"ws://{HOST}:{standalone.ready['port']}/ws/v2/producer/persistent/{path}?producerName=p-v1"
+    ws = websocket.create_connection(url, timeout=10, subprotocols=[SUBPROTOCOL])
+    try:
+        ws.send_binary(encode_send(1, [b"v0", b"v1", b"v2"], first_sequence_id=0))
+        first = parse_receipt(ws.recv())
+        assert first.ok
+        assert first.ranges[0].ledger_id >= 0
+        ws.send_binary(encode_send(2, [b"v0", b"v1", b"v2"], first_sequence_id=0))
+        again = parse_receipt(ws.recv())
+        assert again.ok
+        assert (again.ranges[0].ledger_id, again.ranges[0].entry_id) == (-1, -1)
+        ws.send_binary(encode_send(3, [b"bad"], first_sequence_id=-5))
+        refused = parse_receipt(ws.recv())
+        assert (refused.request_id, refused.ok, refused.error_code) == (3, False, 3)
+        ws.send_binary(encode_send(4, [b"v3"]))  # a plain SEND numbers on from 2
+        assert parse_receipt(ws.recv()).ok
+        ws.send_binary(encode_send(5, [b"v3"], first_sequence_id=3))  # so this is its resend
+        resent = parse_receipt(ws.recv())
+        assert (resent.ranges[0].ledger_id, resent.ranges[0].entry_id) == (-1, -1)
+    finally:
+        ws.close()
+    client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=10)
+    try:
+        assert read_all(client, topic) == [b"v0", b"v1", b"v2", b"v3"]
+    finally:
+        client.close()
