@@ -98,8 +98,9 @@ async def _cursor(
 
 
 def subscription_cursors(ml: ManagedLedger) -> dict[str, ManagedCursor]:
-    """The durable cursors that are subscriptions (not the broker's own, such as ``pulsar.dedup``)."""
-    return {name: cursor for name, cursor in ml.cursors.items() if not is_reserved_cursor(name)}
+    """The durable cursors that are subscriptions (not the broker's own, such as ``pulsar.dedup``; the
+    managed ledger knows them once their topic is loaded, and the name is reserved in any case)."""
+    return {name: c for name, c in ml.subscription_cursors().items() if not is_reserved_cursor(name)}
 
 
 def _named_cursor(ml: ManagedLedger, name: str) -> ManagedCursor:

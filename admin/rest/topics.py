@@ -208,7 +208,7 @@ def _subscription_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, A
 
 def topic_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, Any]:
     entries = ml.number_of_entries()
-    slowest = ml.slowest_durable_mark_delete()
+    slowest = ml.slowest_subscription_mark_delete()
     return {
         "msgRateIn": traffic.msgRateIn,
         "msgThroughputIn": traffic.msgThroughputIn,

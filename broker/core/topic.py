@@ -92,6 +92,7 @@ class PersistentTopic(TopicBase):
     ) -> None:
         super().__init__(name, clock)
         self.ml = ml
+        ml.internal_cursors.add(DEDUP_CURSOR)  # no subscription: no backlog, expiry or eviction
         self._settings = settings
         self.metrics = metrics
         self._on_fenced = on_fenced

@@ -165,6 +165,23 @@ async def test_cursor_properties_travel_with_their_mark_delete_across_a_crash(
         assert recovered.properties == {"p": 4, "\u202eq\x01": 9}
 
 
+async def test_an_internal_cursor_holds_back_trimming_but_is_no_subscription(
+    factory: ManagedLedgerFactory,
+) -> None:
+    ml = await factory.open("t/ns/persistent/internal-cursor")
+    positions = [await ml.add_entry(b"z") for _ in range(250)]
+    internal = await ml.open_cursor("pulsar.dedup", start_at_earliest=True)
+    sub = await ml.open_cursor("sub", start_at_earliest=True)
+    ml.internal_cursors.add("pulsar.dedup")
+    sub.ack_cumulative(positions[-1])
+    assert list(ml.subscription_cursors()) == ["sub"]
+    assert ml.slowest_subscription_mark_delete() == positions[-1]
+    assert ml.slowest_durable_mark_delete() == internal.mark_delete
+    assert await ml.trim(RetentionPolicy(0, 0)) == [], "the internal cursor keeps what it has not passed"
+    internal.mark_delete_with_properties(positions[149], {"p": 149})
+    assert len(await ml.trim(RetentionPolicy(0, 0))) == 1
+
+
 async def test_trim_deletes_consumed_closed_ledgers_but_never_the_current_one(
     factory: ManagedLedgerFactory, bookkeeper_client: BookKeeper
 ) -> None:
