@@ -55,9 +55,13 @@ class PulsarWorkload(Workload):
         producers: list[ProducerSpec],
         *,
         idle_s: float = 4.0,
+        named: bool = False,
     ) -> None:
         super().__init__(checker, binary_urls, topic, producers, idle_s=idle_s)
         self.full_topic = f"persistent://public/default/{topic}"
+        self.named = named
+        """Each producer takes its spec's name (the key of message deduplication), so the client's resends
+        after a reconnection carry the same name and sequence ids."""
 
     def _client(self) -> Any:
         hosts = ",".join(url.removeprefix("pulsar://") for url in self.broker_urls())
@@ -109,6 +113,7 @@ class PulsarWorkload(Workload):
                     batching_max_publish_delay_ms=BATCH_DELAY_MS,
                     send_timeout_millis=int(spec.send_timeout_s * 1000),
                     block_if_queue_full=False,
+                    **({"producer_name": spec.name} if self.named else {}),
                 ),
             )
             self.stats.count(self.stats.sessions, spec.name)
