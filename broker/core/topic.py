@@ -39,6 +39,7 @@ from magnetar.broker.core.errors import (
     TopicTerminatedError,
 )
 from magnetar.broker.core.producer import Producer
+from magnetar.broker.core.producer_access import AccessMode
 from magnetar.broker.core.publish import PublishRequest
 from magnetar.broker.core.publish_queue import PublishQueue, PublishSettings
 from magnetar.broker.core.rates import Rate
@@ -179,7 +180,7 @@ class PersistentTopic(TopicBase):
         answered through its producer."""
         self._queue.publish(request)
 
-    def _install(self, name: str, producer_factory: Callable[[], Producer], access: Any,
+    def _install(self, name: str, producer_factory: Callable[[], Producer], access: AccessMode,
                  epoch: int | None) -> Producer:  # fmt: skip
         producer = super()._install(name, producer_factory, access, epoch)
         if self.dedup is not None:
@@ -201,8 +202,8 @@ class PersistentTopic(TopicBase):
             wanted = self.limits.deduplication_enabled
             if wanted and self.dedup is None and not self.closed:
                 await self._enable_dedup()
-            elif not wanted and self.dedup is not None:
-                await self._disable_dedup()
+            elif not wanted and (self.dedup is not None or DEDUP_CURSOR in self.ml.cursors):
+                await self._disable_dedup()  # a cursor left from before holds back trimming: dropped
             self._restart_dedup_timer()
 
     async def _enable_dedup(self) -> None:

@@ -237,6 +237,11 @@ def test_a_topic_policy_reaches_a_loaded_topic_and_the_cursor_name_is_reserved(
         status, body = call(standalone, "PUT", f"{path}/subscription/pulsar.dedup")
         assert (status, body["reason"]) == (412, "Subscription with reserved subscription name attempted")
         assert call(standalone, "GET", f"{path}/subscriptions")[1] == ["keep"]
+        assert "pulsar.dedup" in call(standalone, "GET", f"{path}/internalStats")[1]["cursors"]
+        # off again: the cursor goes (it would hold back trimming)
+        assert call(standalone, "POST", f"{path}/deduplicationEnabled", False)[0] == 204
+        wait_for_status(standalone, path, "Disabled")
+        assert "pulsar.dedup" not in call(standalone, "GET", f"{path}/internalStats")[1]["cursors"]
     finally:
         client.close()
 
