@@ -22,7 +22,9 @@ Bounds. At most ``producers_max`` producer names are tracked (Pulsar's
 ``brokerDeduplicationMaxNumberOfProducers``): the maps are kept in least-recently-updated order and a new
 name beyond the bound evicts the least recently updated one (a producer that stopped publishing; its later
 resends are no longer recognised, as after Pulsar's purge of inactive producers). The snapshot holds the
-same at most ``producers_max`` names.
+same at most ``producers_max`` names, and at most :data:`SNAPSHOT_BYTES_MAX` bytes of them (the most recently
+updated first): it is written as one cursor position entry, and a clean close puts it in the cursor's
+metadata node, whose size the metadata store bounds.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def is_reserved_cursor(name: str) -> bool:
     """Whether cursor ``name`` belongs to the broker, not to a subscription."""
     return name == DEDUP_CURSOR
 
+
+SNAPSHOT_BYTES_MAX = 512 * 1024
+"""Bytes of producer names (UTF-8, plus :data:`SNAPSHOT_ENTRY_OVERHEAD` each) one snapshot holds at most."""
+SNAPSHOT_ENTRY_OVERHEAD = 24
+"""What one name costs in the stored JSON besides its bytes: quotes, colon, comma and a 19-digit number."""
 
 SEQUENCE_ID_MAX = 2**63 - 1
 """Sequence ids are Java ``long`` values of 0 or more."""
@@ -129,7 +136,15 @@ class DedupState:
         ``producers_max`` names)."""
         self._since_snapshot = 0
         self.snapshot_position = self.last_position
-        return self.last_position, dict(self.persisted)
+        kept: list[tuple[str, int]] = []
+        budget = SNAPSHOT_BYTES_MAX
+        for name, value in reversed(self.persisted.items()):  # the most recently updated first
+            budget -= len(name.encode("utf-8", "surrogatepass")) + SNAPSHOT_ENTRY_OVERHEAD
+            if budget < 0:
+                break
+            kept.append((name, value))
+        kept.reverse()
+        return self.last_position, dict(kept)
 
     @property
     def snapshot_behind(self) -> bool:

@@ -93,7 +93,6 @@ class PersistentTopic(TopicBase):
     ) -> None:
         super().__init__(name, clock)
         self.ml = ml
-        ml.internal_cursors.add(DEDUP_CURSOR)  # no subscription: no backlog, expiry or eviction
         self._settings = settings
         self.metrics = metrics
         self._on_fenced = on_fenced
@@ -199,6 +198,7 @@ class PersistentTopic(TopicBase):
         recover the state from its snapshot and the entries after it) or disable it (drop the cursor). Topic
         load waits for this, so no producer publishes before the state is recovered."""
         async with self._dedup_lock:
+            self.ml.internal_cursors.add(DEDUP_CURSOR)  # no subscription: no backlog, expiry or eviction
             wanted = self.limits.deduplication_enabled
             if wanted and self.dedup is None and not self.closed:
                 await self._enable_dedup()

@@ -15,6 +15,8 @@ from magnetar.broker.core import MESSAGES, Capacity, Producer, PublishRequest
 from magnetar.broker.core.dedup import (
     DUPLICATE_UNKNOWN_REASON,
     SEQUENCE_ID_MAX,
+    SNAPSHOT_BYTES_MAX,
+    SNAPSHOT_ENTRY_OVERHEAD,
     DedupState,
     Verdict,
 )
@@ -139,6 +141,21 @@ def test_producer_names_are_bounded_least_recently_updated_first() -> None:
     assert set(state.persisted) == {"c", "a", "d"}
     assert set(state.pushed) <= {"c", "a", "d"}
     assert len(state.snapshot()[1]) == 3
+
+
+def test_the_snapshot_is_bounded_in_bytes_keeping_the_most_recent_names() -> None:
+    state = DedupState(producers_max=10_000, entries_interval=10)
+    long_name = "n" * 1000
+    for entry in range(1000):
+        name = f"{long_name}{entry}"
+        state.check(name, 0, 0)
+        state.on_persisted(name, 0, 1, entry)
+    _, snapshot = state.snapshot()
+    size = sum(len(name) + SNAPSHOT_ENTRY_OVERHEAD for name in snapshot)
+    assert 0 < size <= SNAPSHOT_BYTES_MAX
+    assert f"{long_name}999" in snapshot
+    assert f"{long_name}0" not in snapshot
+    assert len(state.persisted) == 1000  # memory keeps them all (bounded by producers_max)
 
 
 def test_restore_ignores_values_out_of_range() -> None:
