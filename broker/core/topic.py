@@ -28,7 +28,7 @@ from magnetar.bookkeeper.client import BKError
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.broker.core.consumer import Consumer
-from magnetar.broker.core.dedup import DEDUP_CURSOR, DedupState, is_reserved_cursor
+from magnetar.broker.core.dedup import DedupState, is_reserved_cursor
 from magnetar.broker.core.delivery import MsgKey
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
@@ -46,6 +46,7 @@ from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
 from magnetar.broker.core.topic_base import TopicBase, detach_subscription
+from magnetar.broker.core.topic_dedup import DedupSettings, TopicDedup
 from magnetar.broker.core.topic_limits import TopicLimits
 from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.wire import EARLIEST, LATEST, MessageId, TopicName, decode_entry
@@ -58,7 +59,7 @@ from magnetar.managed_ledger.stats import internal_stats
 log = logging.getLogger(__name__)
 
 
-class TopicSettings(PublishSettings, Protocol):
+class TopicSettings(PublishSettings, DedupSettings, Protocol):
     """The settings a topic reads (``BrokerSettings`` has them): the publish queue's, dispatch's and the
     close's timeout."""
 
@@ -70,12 +71,6 @@ class TopicSettings(PublishSettings, Protocol):
 
     @property
     def metadata_operation_timeout_ms(self) -> int: ...
-
-    @property
-    def broker_deduplication_entries_interval(self) -> int: ...
-
-    @property
-    def broker_deduplication_max_number_of_producers(self) -> int: ...
 
 
 class PersistentTopic(TopicBase):
@@ -112,12 +107,7 @@ class PersistentTopic(TopicBase):
         )
         self._nursery: trio.Nursery | None = None
         self._stopped = trio.Event()
-        self.dedup: DedupState | None = None
-        """The deduplication state while the topic deduplicates (:mod:`.dedup`)."""
-        self.dedup_status = "Disabled"
-        """Pulsar's ``deduplicationStatus``: Disabled, Recovering, Enabled, Removing or Failed."""
-        self._dedup_lock = trio.Lock()
-        self._dedup_timer: trio.CancelScope | None = None
+        self._dedup = TopicDedup(str(name), ml, settings, self.producers.values, lambda: self._nursery)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -156,7 +146,7 @@ class PersistentTopic(TopicBase):
             self._end_sessions(self.subscriptions.values(), reason)
         with trio.move_on_after(timeout_s):
             await queue.drained.wait()
-        self._take_dedup_snapshot()  # persisted by the managed ledger's close, with the cursor
+        self._dedup.take_snapshot()  # persisted by the managed ledger's close, with the cursor
         try:
             await self._close_ml()
         except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
@@ -191,129 +181,25 @@ class PersistentTopic(TopicBase):
         deduplicate (Pulsar's PRODUCER_SUCCESS ``last_sequence_id``)."""
         return -1 if self.dedup is None else self.dedup.last_sequence_id(producer_name)
 
-    # -- deduplication (:mod:`.dedup`) -----------------------------------------------------------------
+    # -- deduplication (:mod:`.topic_dedup`) -------------------------------------------------------
+
+    @property
+    def dedup(self) -> DedupState | None:
+        """The deduplication state while the topic deduplicates (:mod:`.dedup`)."""
+        return self._dedup.state
+
+    @property
+    def dedup_status(self) -> str:
+        """Pulsar's ``deduplicationStatus``."""
+        return self._dedup.status
 
     async def check_deduplication(self) -> None:
-        """Bring deduplication in line with the topic's limits: enable it (open the ``pulsar.dedup`` cursor,
-        recover the state from its snapshot and the entries after it) or disable it (drop the cursor). Topic
+        """Bring deduplication in line with the topic's limits (:meth:`.topic_dedup.TopicDedup.check`). Topic
         load waits for this, so no producer publishes before the state is recovered."""
-        async with self._dedup_lock:
-            self.ml.internal_cursors.add(DEDUP_CURSOR)  # no subscription: no backlog, expiry or eviction
-            wanted = self.limits.deduplication_enabled
-            if wanted and self.dedup is None and not self.closed:
-                await self._enable_dedup()
-            elif not wanted and (self.dedup is not None or DEDUP_CURSOR in self.ml.cursors):
-                await self._disable_dedup()  # a cursor left from before holds back trimming: dropped
-            self._restart_dedup_timer()
-
-    async def _enable_dedup(self) -> None:
-        self.dedup_status = "Recovering"
-        settings = self._settings
-        state = DedupState(
-            settings.broker_deduplication_max_number_of_producers,
-            settings.broker_deduplication_entries_interval,
+        limits = self.limits
+        await self._dedup.check(
+            limits.deduplication_enabled, limits.deduplication_snapshot_interval_s, closed=self.closed
         )
-        try:
-            cursor = self.ml.cursors.get(DEDUP_CURSOR)
-            if cursor is None:
-                cursor = await self.ml.open_cursor(DEDUP_CURSOR, start_at_earliest=False)
-            mark = cursor.mark_delete
-            state.restore(dict(cursor.properties), (mark.ledger_id, mark.entry_id))
-            replayed = await self._replay_dedup(state, mark)
-        except (ManagedLedgerError, BKError, MetadataStoreError) as exc:
-            self.dedup_status = "Failed"
-            reason = f"recovering the deduplication state of {self.name}: {exc}"
-            raise ServiceUnitNotReadyError(reason) from exc
-        state.snapshot_due = self._snapshot_soon
-        self.dedup = state
-        for producer in self.producers.values():
-            producer.attach_dedup(state)
-        self.dedup_status = "Enabled"
-        if replayed > state.entries_interval:
-            self._take_dedup_snapshot()
-        log.info("topic %s: deduplication enabled (%d entries replayed)", self.name, replayed)
-
-    async def _replay_dedup(self, state: DedupState, after: Position) -> int:
-        """Every message stored after ``after`` (the snapshot's position), into ``state``; returns the
-        entries read."""
-        replayed = 0
-        position = self.ml.ledgers.next_position(after)
-        while position <= self.ml.last_confirmed:
-            entries = await self.ml.read_entries(position, 100)
-            if not entries:
-                break
-            for entry in entries:
-                replayed += 1
-                at = entry.position
-                try:
-                    decoded = decode_entry(entry.data)
-                except ValueError:
-                    log.warning("topic %s: entry %s unreadable for deduplication", self.name, at)
-                    continue
-                highest: dict[str, int] = {}
-                for message in decoded.messages:
-                    name = message.producer_name
-                    if message.sequence_id > highest.get(name, -1):
-                        highest[name] = message.sequence_id
-                for name, sequence_id in highest.items():
-                    state.replay(name, sequence_id, at.ledger_id, at.entry_id)
-            position = self.ml.ledgers.next_position(entries[-1].position)
-        return replayed
-
-    async def _disable_dedup(self) -> None:
-        self.dedup_status = "Removing"
-        self.dedup = None
-        for producer in self.producers.values():
-            producer.dedup = None
-        try:
-            if DEDUP_CURSOR in self.ml.cursors:
-                await self.ml.delete_cursor(DEDUP_CURSOR)
-        except (ManagedLedgerError, BKError, MetadataStoreError) as exc:
-            log.warning("topic %s: deleting the deduplication cursor failed: %s", self.name, exc)
-        self.dedup_status = "Disabled"
-
-    def _snapshot_soon(self) -> None:
-        """A snapshot is due. Taken once the entry being answered is answered whole (the next scheduling
-        step): the requests of one entry are answered in one step, and the snapshot's position must cover
-        every one of them."""
-        if self._nursery is not None:
-            self._nursery.start_soon(self._snapshot_task)
-
-    async def _snapshot_task(self) -> None:
-        self._take_dedup_snapshot()
-
-    def _take_dedup_snapshot(self) -> None:
-        """Store the deduplication state as the ``pulsar.dedup`` cursor's mark-delete and properties."""
-        state = self.dedup
-        cursor = self.ml.cursors.get(DEDUP_CURSOR)
-        if state is None or cursor is None or cursor.closed:
-            return
-        position, properties = state.snapshot()
-        if position is None:
-            return
-        try:
-            cursor.mark_delete_with_properties(Position(*position), properties)
-        except ValueError as exc:  # the position is gone (trimmed): the properties alone
-            log.warning("topic %s: deduplication snapshot at %s: %s", self.name, position, exc)
-
-    def _restart_dedup_timer(self) -> None:
-        if self._dedup_timer is not None:
-            self._dedup_timer.cancel()
-            self._dedup_timer = None
-        interval_s = self.limits.deduplication_snapshot_interval_s
-        if self.dedup is None or interval_s <= 0 or self._nursery is None:
-            return
-        scope = self._dedup_timer = trio.CancelScope()
-
-        async def tick() -> None:
-            with scope:
-                while True:
-                    await trio.sleep(interval_s)
-                    state = self.dedup
-                    if state is not None and state.snapshot_behind:
-                        self._take_dedup_snapshot()
-
-        self._nursery.start_soon(tick, name=f"dedup snapshots {self.name}")
 
     def _wake_dispatchers(self) -> None:
         for subscription in self.subscriptions.values():
