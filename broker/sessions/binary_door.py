@@ -114,6 +114,9 @@ HANDSHAKE_TIMEOUT_S = 30.0
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 """A connection to the TLS port completes its TLS handshake within this, else it is closed."""
 HANDLES_MAX = 10_000
+SEQUENCE_ID_MAX = 2**63 - 1
+"""A SEND's sequence ids are Java ``long`` values: a ``uint64`` beyond is refused (NotAllowedError, which a
+client does not retry) instead of failing as a write would, over and over."""
 """Producers plus consumers one connection may hold."""
 RECEIVE_BYTES = 64 * 1024
 _SUB_TYPES = {
@@ -481,6 +484,8 @@ class BinaryFrontDoor:
         try:
             if command.txn:
                 raise SendRefused(ServerError.NotAllowedError, "transactions are not supported by Magnetar")
+            if highest > SEQUENCE_ID_MAX:
+                raise SendRefused(ServerError.NotAllowedError, f"sequence id {highest} out of range")
             section = frame.payload_section()
             body, messages, payload_bytes = compact_messages(section)
         except PayloadError as exc:

@@ -21,8 +21,12 @@ import pulsar
 import pytest
 import websocket
 from fixtures.processes import MagnetarProcess
+from fixtures.pulsar_raw import RawClient
 from fixtures.standalone_process import running_standalone
 
+from magnetar.broker.protocols.pulsar_binary.commands import CommandType
+from magnetar.broker.protocols.pulsar_binary.errors import ServerError
+from magnetar.broker.protocols.pulsar_binary.metadata import MessageMetadata
 from magnetar.broker.wire.magnetar_v1 import SUBPROTOCOL, encode_send, parse_receipt
 
 pytestmark = [pytest.mark.processes]
@@ -285,5 +289,32 @@ def test_magnetar_v1_sequenced_sends_are_deduplicated(standalone: MagnetarProces
     client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=10)
     try:
         assert read_all(client, topic) == [b"v0", b"v1", b"v2", b"v3"]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("sequence_id", [2**63, 2**64 - 1])
+def test_binary_sequence_ids_beyond_a_java_long_are_refused(
+    standalone: MagnetarProcess, sequence_id: int
+) -> None:
+    """A raw SEND with a sequence id no Java ``long`` holds: SEND_ERROR NotAllowedError (not retried), nothing
+    stored, and the producer goes on."""
+    raw = RawClient(HOST, int(standalone.ready["brokerUrl"].rsplit(":", 1)[1]))
+    try:
+        topic = topic_name()
+        kind, _ = raw.producer(topic, 1, 1, name="p-raw")
+        assert kind == CommandType.PRODUCER_SUCCESS
+        raw.send(1, sequence_id, MessageMetadata("p-raw", sequence_id, 1), b"huge")
+        kind, fields = raw.read()
+        assert kind == CommandType.SEND_ERROR
+        assert fields.uint(3) == ServerError.NotAllowedError
+        raw.send(1, 7, MessageMetadata("p-raw", 7, 1), b"fine")
+        kind, _ = raw.read()
+        assert kind == CommandType.SEND_RECEIPT
+    finally:
+        raw.close()
+    client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=10)
+    try:
+        assert read_all(client, topic) == [b"fine"]
     finally:
         client.close()
