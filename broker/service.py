@@ -493,6 +493,12 @@ class BrokerService:
         assert self._nursery is not None
         await self._nursery.start(loaded.run)
         loaded.apply_limits(limits)
+        try:
+            await loaded.check_deduplication()  # recovered before any producer publishes
+        except ServiceUnitNotReadyError:
+            await loaded.close("deduplication state not recovered")
+            await self.ml_factory.close_ledger(name)
+            raise
         self.topics[str(topic)] = loaded
         if self.topic_policies.changes != changes:  # changed while loading: the watch may have missed it
             loaded.apply_limits(await self.topic_policies.limits(topic))

@@ -17,6 +17,8 @@ other counts), ``consumer_unacked_messages_max`` = ``maxUnackedMessagesPerConsum
 defaults keep Pulsar's names in snake case (``max_publish_rate_per_topic_in_messages`` =
 ``maxPublishRatePerTopicInMessages`` ...). The default mark-delete rate (Pulsar's
 ``managedLedgerDefaultMarkDeleteRateLimit``) is the managed ledger's ``mark_delete_rate_per_s``.
+``broker_deduplication_*`` = ``brokerDeduplication*`` (message deduplication:
+:mod:`magnetar.broker.core.dedup`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,19 @@ class TopicPolicyDefaults(QuorumSettings):
     """The delayed-delivery tracker's tick: a delayed message goes out at most this much after its time."""
     delayed_delivery_max_delay_ms: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
     """A message delayed longer than this (deliver-at minus publish time) is refused; 0 = no cap."""
+    broker_deduplication_enabled: bool = False
+    """Whether topics deduplicate messages where neither the topic nor its namespace says (Pulsar's
+    ``brokerDeduplicationEnabled``)."""
+    broker_deduplication_entries_interval: Annotated[int, Field(ge=1, le=INT32_MAX)] = 1000
+    """Stored entries between two snapshots of a topic's deduplication state (its ``pulsar.dedup`` cursor
+    holds back retention by at most about this many entries)."""
+    broker_deduplication_max_number_of_producers: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+    """Producer names a topic's deduplication state tracks at most (count); beyond, the least recently
+    active is forgotten."""
+    broker_deduplication_snapshot_interval_s: Annotated[int, Field(ge=0, le=INT32_MAX)] = 120
+    """Seconds between timer snapshots of the deduplication state, where neither the topic nor its namespace
+    says (Pulsar's ``brokerDeduplicationSnapshotIntervalSeconds``); 0 = only every
+    ``broker_deduplication_entries_interval`` entries and on close."""
     managed_ledger_max_ensemble_size: Quorum = 5
     """Largest ``bookkeeperEnsemble`` a persistence policy may ask for (Pulsar's
     ``managedLedgerMaxEnsembleSize``)."""
@@ -134,4 +149,6 @@ class TopicPolicyDefaults(QuorumSettings):
             dispatch_relative_to_publish_rate=self.dispatch_throttling_rate_relative_to_publish_rate,
             subscribe_rate_per_consumer=self.subscribe_throttling_rate_per_consumer,
             subscribe_rate_period_s=self.subscribe_rate_period_per_consumer_in_second,
+            deduplicationEnabled=self.broker_deduplication_enabled,
+            deduplicationSnapshotIntervalSeconds=self.broker_deduplication_snapshot_interval_s,
         )

@@ -93,6 +93,8 @@ def limits_of(effective: EffectivePolicies) -> TopicLimits:
         if subscribe is None
         else (subscribe.subscribeThrottlingRatePerConsumer, subscribe.ratePeriodInSecond),
         mark_delete_rate=p.managedLedgerMaxMarkDeleteRate,
+        deduplication_enabled=effective.deduplication_enabled,
+        deduplication_snapshot_interval_s=effective.deduplication_snapshot_interval_s,
     )
 
 

@@ -182,7 +182,7 @@ class RetentionService:
             return 0
         cutoff = self._clock.time_ms() - ttl_s * 1000
         expired = 0
-        for cursor in list(ml.cursors.values()):
+        for cursor in list(ml.subscription_cursors().values()):
             try:
                 moved = await expire_cursor(
                     ml, cursor, cutoff, self._publish_time_of, self.settings.expiry_search_reads_max
@@ -209,7 +209,7 @@ class RetentionService:
         exceeded = False
         size = policies.size_quota
         if size is not None and size.limit_bytes >= 0:
-            slowest = ml.slowest_durable_mark_delete()
+            slowest = ml.slowest_subscription_mark_delete()
             if slowest is not None and backlog_bytes(ml, slowest) > size.limit_bytes:
                 exceeded = True
                 self._apply_size_quota(ml, size.limit_bytes, size.policy)
@@ -235,7 +235,7 @@ class RetentionService:
             self.quota.mark_exceeded(ml.name, policy)
             return
         target = int(limit_bytes * self.settings.backlog_eviction_target_fraction)
-        for cursor in list(ml.cursors.values()):
+        for cursor in list(ml.subscription_cursors().values()):
             count = entries_to_evict(ml, cursor, target)
             if count > 0:
                 cursor.skip(count)
@@ -244,7 +244,7 @@ class RetentionService:
                 log.info("backlog quota: evicted %d entries of %s/%s", count, ml.name, cursor.name)
 
     async def _oldest_backlog_older_than(self, ml: ManagedLedger, limit_s: int) -> bool:
-        slowest = ml.slowest_durable_mark_delete()
+        slowest = ml.slowest_subscription_mark_delete()
         if slowest is None or self._publish_time_of is None:
             return False
         first = ml.ledgers.next_position(slowest)
@@ -278,7 +278,7 @@ class RetentionService:
         if hook is None or not self.settings.delete_inactive_topics_enabled:
             return
         for ml in self._open_ledgers():
-            if ml.cursors:
+            if ml.subscription_cursors():
                 continue
             try:
                 if await hook(ml):

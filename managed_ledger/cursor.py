@@ -130,6 +130,18 @@ class ManagedCursor:
             if self._batch_unacked:
                 self._batch_unacked = {p: n for p, n in self._batch_unacked.items() if p > position}
 
+    def mark_delete_with_properties(self, position: Position, properties: dict[str, int]) -> None:
+        """Acknowledge everything up to ``position`` and make ``properties`` the cursor's (Pulsar's
+        ``asyncMarkDelete(position, properties)``): both are persisted together, in one position entry, so a
+        recovery finds the properties that go with its mark-delete (never newer ones with an older
+        position). ``position`` may be at or before the current mark-delete (only the properties change)."""
+        if position > self._state.mark_delete:
+            self._state.ack_cumulative(position)
+            if self._batch_unacked:
+                self._batch_unacked = {p: n for p, n in self._batch_unacked.items() if p > position}
+        self.properties = dict(properties)
+        self._mark_dirty()
+
     def is_acked(self, position: Position) -> bool:
         return self._state.is_acked(position)
 

@@ -1,10 +1,11 @@
 """Persisting a durable cursor: a cursor ledger of position entries plus a metadata snapshot.
 
 As Pulsar's ``ManagedCursorImpl``: every persistence (at most ``mark_delete_rate_per_s`` per cursor) appends a
-*position entry* - the mark-delete position and up to ``unacked_ranges_persist_max`` individually acknowledged
-ranges - to the cursor's own ledger. The cursor's metadata node (:class:`CursorInfo`) names that ledger; on a
-clean close the final state is written to the metadata node itself (``cursorsLedgerId = -1``, ranges capped at
-``unacked_ranges_persist_in_metadata_max``) and the cursor ledger is deleted.
+*position entry* - the mark-delete position, up to ``unacked_ranges_persist_max`` individually acknowledged
+ranges and the cursor's properties (name -> integer, set with the mark-delete: message deduplication keeps
+its snapshot there) - to the cursor's own ledger. The cursor's metadata node (:class:`CursorInfo`) names that
+ledger; on a clean close the final state is written to the metadata node itself (``cursorsLedgerId = -1``,
+ranges capped at ``unacked_ranges_persist_in_metadata_max``) and the cursor ledger is deleted.
 
 Recovery reads the metadata node; if it names a cursor ledger, that ledger is opened *with recovery* (fencing
 a previous owner) and its last entry wins.
@@ -58,14 +59,25 @@ def encode_position_entry(snapshot: CursorSnapshot) -> bytes:
     }
     if snapshot.acked_prefix is not None:
         body["batchAckedPrefix"] = list(snapshot.acked_prefix)
+    if snapshot.properties:
+        body["properties"] = snapshot.properties
     return json.dumps(body, separators=(",", ":")).encode()
 
 
 def decode_position_entry(raw: bytes, properties: dict[str, int]) -> CursorSnapshot:
+    """A position entry; its own properties when it has them (Pulsar's ``PositionInfo.properties``: the
+    mark-delete's properties travel with it), else ``properties`` (the metadata node's)."""
     try:
         data = json.loads(raw)
         ranges = tuple((int(a), int(b), int(c)) for a, b, c in data["ranges"])
         acked_prefix = parse_acked_prefix(data.get("batchAckedPrefix"))
+        stored = data.get("properties")
+        if stored is not None:
+            if not isinstance(stored, dict) or not all(
+                isinstance(k, str) and type(v) is int for k, v in stored.items()
+            ):
+                raise ValueError("'properties' must map names to integers")
+            properties = dict(stored)
         return CursorSnapshot(Position.parse(data["markDelete"]), ranges, properties, acked_prefix)
     except (ValueError, KeyError, TypeError) as exc:
         raise MetadataFormatError(f"bad cursor position entry: {exc}") from exc

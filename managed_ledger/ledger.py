@@ -104,6 +104,10 @@ class ManagedLedger:
         self.adds = AddPipeline(self, ctx)
         self.switcher = LedgerSwitcher(self, ctx)
         self.cursor_registry = CursorRegistry(self, ctx)
+        self.internal_cursors: set[str] = set()
+        """Durable cursors its owner keeps for itself, not for a consumer (the broker's ``pulsar.dedup``):
+        like every durable cursor they hold back trimming, but backlog figures, message expiry and backlog
+        eviction leave them alone (:meth:`subscription_cursors`), as Pulsar's do. At most a few names."""
         self.trimmer = Trimmer(self, ctx)
         self.reader = EntryReader(
             name,
@@ -183,6 +187,19 @@ class ManagedLedger:
     def cursors(self) -> dict[str, ManagedCursor]:
         """The durable cursors by name."""
         return self.cursor_registry.durable
+
+    def subscription_cursors(self) -> dict[str, ManagedCursor]:
+        """The durable cursors that belong to consumers (all but :attr:`internal_cursors`)."""
+        internal = self.internal_cursors
+        durable = self.cursor_registry.durable
+        if not internal:
+            return durable
+        return {name: cursor for name, cursor in durable.items() if name not in internal}
+
+    def slowest_subscription_mark_delete(self) -> Position | None:
+        """The slowest mark-delete among :meth:`subscription_cursors` (backlog sizes and quotas)."""
+        marks = [cursor.mark_delete for cursor in self.subscription_cursors().values()]
+        return min(marks) if marks else None
 
     @property
     def non_durable_cursors(self) -> list[ManagedCursor]:

@@ -246,6 +246,7 @@ class BrokerTopicHost:
             subscriptions=subscriptions,
             ownerBroker=self._service.broker_id,
             publishRateLimitedTimes=int(stats.get("publishRateLimitedTimes", 0)),
+            deduplicationStatus=str(stats["deduplicationStatus"]),
         )
 
 

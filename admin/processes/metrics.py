@@ -157,7 +157,7 @@ class StorageMetrics:
 
 
 def _backlog_size(ml: ManagedLedger) -> int:
-    slowest = ml.slowest_durable_mark_delete()
+    slowest = ml.slowest_subscription_mark_delete()
     return backlog_bytes(ml, slowest) if slowest is not None else 0
 
 

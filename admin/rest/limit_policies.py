@@ -47,6 +47,7 @@ from magnetar.admin.rest.models import (
     Int32,
     PersistenceBody,
     PublishRateBody,
+    StrictBool,
     SubscribeRateBody,
 )
 from magnetar.admin.rest.names import (
@@ -96,6 +97,7 @@ class TopicSetQuery(AuthoritativeQuery):
 
 BODIES: dict[str, Any] = {
     "int": Int32,
+    "bool": StrictBool,
     "persistence": PersistenceBody,
     "inactive": InactiveTopicPoliciesBody,
     "auto_topic": AutoTopicCreationBody,
@@ -107,6 +109,7 @@ BODIES: dict[str, Any] = {
 }
 STORED: dict[str, Any] = {
     "int": int,
+    "bool": bool,
     "persistence": PersistencePolicies,
     "inactive": InactiveTopicPolicies,
     "auto_topic": AutoTopicCreationOverride,
@@ -154,10 +157,14 @@ def auto_topic_error(o: AutoTopicCreationBody) -> str | None:
 
 def check(spec: PolicySpec, body: Any, ctx: AdminContext, *, topic_level: bool) -> Any:
     """The value to store for ``body``, or :class:`AdminError` with Pulsar's status and reason."""
+    if spec.kind == "bool":
+        return bool(body)
     if spec.kind == "int":
         if body < 0:
             if spec.field == "subscription_expiration_time_minutes":
                 raise AdminError(412, "Invalid value for subscription expiration time")
+            if spec.field == "deduplicationSnapshotIntervalSeconds" and not topic_level:
+                raise AdminError(412, spec.ns_name)
             raise AdminError(412, spec.topic_error if topic_level else f"{spec.ns_name} must be 0 or more")
         return int(body)
     if spec.kind == "persistence":

@@ -44,6 +44,19 @@ Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX), BeforeValidator(_java_
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX), BeforeValidator(_java_number)]
 
 
+def _java_boolean(value: object) -> object:
+    """A Java ``boolean`` body: ``true``/``false``, or the same words in a string (Jackson's coercion); no
+    number, no other text."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip() in ("true", "false"):
+        return value.strip() == "true"
+    raise ValueError("Invalid boolean: true or false is expected")
+
+
+StrictBool = Annotated[bool, BeforeValidator(_java_boolean)]
+
+
 def _java_double(value: object, info: ValidationInfo) -> object:
     """A Java ``double``: a number (or a number in a string), finite - JSON has no NaN or infinity, and a
     policy of either is no policy."""
@@ -192,6 +205,8 @@ class NamespacePoliciesBody(_Body):
     autoTopicCreationOverride: AutoTopicCreationBody | None = None
     autoSubscriptionCreationOverride: AutoSubscriptionCreationBody | None = None
     delayed_delivery_policies: DelayedDeliveryBody | None = None
+    deduplicationEnabled: StrictBool | None = None
+    deduplicationSnapshotIntervalSeconds: Int32 | None = None
 
 
 TopicProperties = Annotated[dict[ShortText, ShortText], Field(max_length=PROPERTIES_MAX)]

@@ -44,6 +44,7 @@ from magnetar.admin.rest.partitions import Local, combined, each_partition
 from magnetar.admin.rest.served import host_of, served_named, served_topic
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.core import first_at_or_after, publish_time
+from magnetar.broker.core.dedup import is_reserved_cursor
 from magnetar.broker.wire import TopicName
 from magnetar.gc import expire_cursor
 from magnetar.managed_ledger.cursor import ManagedCursor
@@ -96,8 +97,14 @@ async def _cursor(
     return topic, ml, _named_cursor(ml, name)
 
 
+def subscription_cursors(ml: ManagedLedger) -> dict[str, ManagedCursor]:
+    """The durable cursors that are subscriptions (not the broker's own, such as ``pulsar.dedup``; the
+    managed ledger knows them once their topic is loaded, and the name is reserved in any case)."""
+    return {name: c for name, c in ml.subscription_cursors().items() if not is_reserved_cursor(name)}
+
+
 def _named_cursor(ml: ManagedLedger, name: str) -> ManagedCursor:
-    cursor = ml.cursors.get(name)
+    cursor = None if is_reserved_cursor(name) else ml.cursors.get(name)
     if cursor is None:
         raise AdminError(404, "Subscription not found")
     return cursor
@@ -156,6 +163,8 @@ async def create_subscription(call: Call) -> HttpResponse:
 
 
 async def _create_on(call: Call, topic: TopicName, name: str, initial: InitialPosition | None) -> None:
+    if is_reserved_cursor(name):
+        raise AdminError(412, "Subscription with reserved subscription name attempted")
     _, ml = await served_named(call, topic, create=True)
     if name in ml.cursors:
         raise AdminError(409, "Subscription already exists for topic")
@@ -188,7 +197,7 @@ async def list_subscriptions(call: Call) -> HttpResponse:
 
     async def names_on(partition: TopicName) -> list[str]:
         _, ml = await served_named(call, partition)
-        return sorted(ml.cursors)
+        return sorted(subscription_cursors(ml))
 
     if count == 0:
         return ok(await names_on(topic))
@@ -288,8 +297,9 @@ async def expire_all_subscriptions(call: Call) -> HttpResponse:
 
     async def expire_all_on(partition: TopicName) -> None:
         _, ml = await served_named(call, partition)
-        await _check_consume_on_every_subscription(call, partition, list(ml.cursors))
-        for cursor in list(ml.cursors.values()):
+        cursors = subscription_cursors(ml)
+        await _check_consume_on_every_subscription(call, partition, list(cursors))
+        for cursor in list(cursors.values()):
             await _expire(ml, cursor, seconds)
             await _moved(call, partition, cursor)
 

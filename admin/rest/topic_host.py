@@ -51,6 +51,7 @@ class TopicTraffic:
     subscriptions: dict[str, SubscriptionTraffic] = field(default_factory=dict)
     ownerBroker: str = ""
     publishRateLimitedTimes: int = 0
+    deduplicationStatus: str = "Disabled"
 
 
 class TopicHost(Protocol):

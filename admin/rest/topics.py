@@ -44,6 +44,7 @@ from magnetar.admin.rest.names import (
 )
 from magnetar.admin.rest.partitions import combined, each_partition
 from magnetar.admin.rest.served import ensure_served, host_of, served_named, served_topic
+from magnetar.admin.rest.subscriptions import subscription_cursors
 from magnetar.admin.rest.topic_host import TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse
 from magnetar.broker.core import first_at_or_after
@@ -170,7 +171,7 @@ async def truncate_topic(call: Call) -> HttpResponse:
 
 def _subscription_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, cursor in sorted(ml.cursors.items()):
+    for name, cursor in sorted(subscription_cursors(ml).items()):
         sub = traffic.subscriptions.get(name)
         backlog = cursor.message_backlog()
         out[name] = {
@@ -207,7 +208,7 @@ def _subscription_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, A
 
 def topic_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, Any]:
     entries = ml.number_of_entries()
-    slowest = ml.slowest_durable_mark_delete()
+    slowest = ml.slowest_subscription_mark_delete()
     return {
         "msgRateIn": traffic.msgRateIn,
         "msgThroughputIn": traffic.msgThroughputIn,
@@ -230,7 +231,7 @@ def topic_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, Any]:
         "waitingPublishers": 0,
         "subscriptions": _subscription_stats(ml, traffic),
         "replication": {},
-        "deduplicationStatus": "Disabled",
+        "deduplicationStatus": traffic.deduplicationStatus,
         "topicEpoch": None,
         "publishRateLimitedTimes": traffic.publishRateLimitedTimes,
         "nonContiguousDeletedMessagesRanges": sum(len(c.acked_ranges) for c in ml.cursors.values()),

@@ -105,6 +105,13 @@ class SubscribeRateLimitedError(ServiceError):
     kind = ErrorKind.NOT_ALLOWED
 
 
+class ReservedSubscriptionError(ServiceError):
+    """A subscription named as a cursor the broker keeps for itself (``pulsar.dedup``): Pulsar's
+    ``NotAllowedError`` "Subscription with reserved subscription name attempted"."""
+
+    kind = ErrorKind.NOT_ALLOWED
+
+
 class SubscriptionNotFoundError(ServiceError):
     """Subscribing with a new name while the policies turn automatic subscription creation off (Pulsar's
     ``SubscriptionNotFound`` "Subscription does not exist")."""

@@ -29,6 +29,13 @@ publish). A publish that leaves the topic over its rate pauses the session's :cl
 drops to 0, so the adapter's next look for room (which it makes before reading or handling the next
 request) waits out the throttle's pause first - the session reads nothing meanwhile, as Pulsar stops reading
 the connection. Nothing is refused.
+Deduplication (:mod:`.dedup`): when the topic deduplicates, it sets :attr:`Producer.dedup` and each request
+carries the client's sequence id (else the producer's next). A duplicate is not written: it is answered at
+``-1:-1`` (``ledger_id``, ``entry_id``, ``first_index`` and ``batch_size`` -1: Pulsar's id of a duplicate)
+once every request before it is answered (it waits in
+:attr:`Producer.pending` with the :data:`~.publish.HELD` layout), so answers stay in send order; a resend of
+a request still in flight *of this producer* waits likewise, one of another (an earlier session's) is refused
+with Pulsar's "cannot determine" error. Without deduplication the publish path pays one attribute check.
 """
 
 from __future__ import annotations
@@ -40,7 +47,14 @@ from typing import Protocol
 import trio
 
 from magnetar.bookkeeper.runtime import Clock
+from magnetar.broker.core.dedup import (
+    DUPLICATE_UNKNOWN_REASON,
+    SEQUENCE_ID_MAX,
+    DedupState,
+    Verdict,
+)
 from magnetar.broker.core.publish import (
+    HELD,
     MESSAGES,
     CompactLayout,
     DelayedLayout,
@@ -156,6 +170,10 @@ class Producer:
         """The topic epoch it was admitted with (exclusive modes only)."""
         self.throttle: PublishThrottle | None = None
         """Its topic's publish rate (set by the topic; None: none)."""
+        self.dedup: DedupState | None = None
+        """The topic's deduplication state, when it deduplicates (set by the topic)."""
+        self._held = 0
+        """Duplicates waiting in :attr:`pending` for the requests before them."""
 
     def publish(
         self,
@@ -166,11 +184,15 @@ class Producer:
         completion: PublishCompletion,
         tag: object,
         received_at: float,
+        sequence_id: int | None = None,
+        highest_sequence_id: int = -1,
     ) -> None:
         """Publish ``messages`` messages laid out by ``layout`` (see :class:`~.publish.PublishRequest`); the
         outcome goes to ``completion`` later (at once when the producer is closed). Their publish time is the
         clock's when the first request received at ``received_at`` was published: the requests an adapter
-        received together (one read, one frame) share one reading of the clock."""
+        received together (one read, one frame) share one reading of the clock. ``sequence_id`` (and
+        ``highest_sequence_id``, a batch's last) is the client's, when it gave one: a deduplicated topic
+        keys on it (see the module docstring)."""
         if received_at != self._time_at:
             self._time_at = received_at
             self._time_ms = self._clock.time_ms()
@@ -190,7 +212,11 @@ class Producer:
             request.failed = True
             completion.failed(request, "Producer is closed")
             return
-        self._sequence_id += messages
+        if self.dedup is not None:
+            if self._deduplicate(self.dedup, request, sequence_id, highest_sequence_id):
+                return
+        else:
+            self._sequence_id += messages
         self.pending.append(request)
         self.capacity.count += messages  # Capacity.taken, in line (one per message published over JSON)
         self._target.publish(request)
@@ -210,6 +236,8 @@ class Producer:
         *,
         deliver_at_ms: int = 0,
         deliver_after_ms: int = 0,
+        sequence_id: int | None = None,
+        highest_sequence_id: int = -1,
     ) -> None:
         """:meth:`publish` of messages to be delivered no earlier than ``deliver_at_ms`` (epoch ms) or, when
         ``deliver_after_ms`` is above 0 (it wins, as a Pulsar client's later ``deliverAfter`` does),
@@ -224,7 +252,56 @@ class Producer:
         if deliver_at_ms > now_ms:
             check_delivery_delay(self._target.limits, deliver_at_ms - now_ms)
             layout = DelayedLayout(deliver_at_ms, compact=layout is not MESSAGES)
-        self.publish(layout, content, messages, payload_bytes, completion, tag, received_at)
+        self.publish(
+            layout,
+            content,
+            messages,
+            payload_bytes,
+            completion,
+            tag,
+            received_at,
+            sequence_id,
+            highest_sequence_id,
+        )
+
+    def attach_dedup(self, dedup: DedupState) -> None:
+        """The topic deduplicates: number on from the highest sequence id it accepted of this name (as a
+        Pulsar client does with PRODUCER_SUCCESS's ``last_sequence_id``)."""
+        self.dedup = dedup
+        last = dedup.last_sequence_id(self.name)
+        self._sequence_id = max(self._sequence_id, last)
+
+    def _deduplicate(
+        self, dedup: DedupState, request: PublishRequest, sequence_id: int | None, highest: int
+    ) -> bool:
+        """The deduplicated publish: True when ``request`` was answered or held (not to be written)."""
+        first = self._sequence_id + 1 if sequence_id is None else sequence_id
+        last = max(highest, first + request.messages - 1)
+        if not 0 <= first <= last <= SEQUENCE_ID_MAX:
+            request.failed = True
+            reason = f"sequence id {first} out of range (0 to {SEQUENCE_ID_MAX})"
+            request.completion.failed(request, reason)
+            return True
+        request.sequence_id = first
+        request.highest_sequence_id = last
+        self._sequence_id = max(self._sequence_id, last)
+        verdict = dedup.check(self.name, first, last)
+        if verdict is Verdict.NEW:
+            return False
+        if verdict is Verdict.UNKNOWN and not any(
+            r.layout is not HELD and r.sequence_id <= first <= getattr(r, "highest_sequence_id", -1)
+            for r in self.pending
+        ):
+            request.completion.failed(request, DUPLICATE_UNKNOWN_REASON)
+            return True
+        if not self.pending:
+            request.completion.stored(request, self.partition, -1, -1, -1, -1)
+            return True
+        request.layout = HELD
+        self._held += 1
+        self.capacity.count += request.messages
+        self.pending.append(request)
+        return True
 
     def on_stored(
         self, request: PublishRequest, ledger_id: int, entry_id: int, first_index: int, batch_size: int
@@ -237,7 +314,27 @@ class Producer:
         self.capacity.returned(count)
         self.msg_in_counter += count
         self.bytes_in_counter += request.payload_bytes
+        if self.dedup is not None:
+            self._persisted(self.dedup, request, ledger_id, entry_id)
         request.completion.stored(request, self.partition, ledger_id, entry_id, first_index, batch_size)
+        if self._held:
+            self._answer_held()
+
+    def _answer_held(self) -> None:
+        """Answer the duplicates now at the head of :attr:`pending` (at ``-1:-1``)."""
+        pending = self.pending
+        while pending and pending[0].layout is HELD:
+            held = pending.popleft()
+            self._held -= 1
+            self.capacity.returned(held.messages)
+            held.completion.stored(held, self.partition, -1, -1, -1, -1)
+
+    def _persisted(self, dedup: DedupState, request: PublishRequest, ledger_id: int, entry_id: int) -> None:
+        highest: int | None = getattr(request, "highest_sequence_id", None)
+        if highest is None:  # published before the topic began to deduplicate
+            return
+        if dedup.on_persisted(self.name, highest, ledger_id, entry_id):
+            dedup.snapshot_due()
 
     def on_failed(self, request: PublishRequest, reason: str) -> None:
         """``request`` failed: it and every later pending request of this producer fail. Earlier ones stay
@@ -255,8 +352,13 @@ class Producer:
         for item in failed:
             item.failed = True
             count += item.messages
+            if item.layout is HELD:
+                self._held -= 1
             item.completion.failed(item, reason)
         self.capacity.returned(count)
+        if self.dedup is not None:
+            in_flight = [getattr(r, "highest_sequence_id", -1) for r in queue if r.layout is not HELD]
+            self.dedup.on_failed(self.name, max(in_flight, default=-1))
 
     def close(self) -> None:
         self.closed = True

@@ -98,6 +98,7 @@ class PublishRequest:
         "completion",
         "content",
         "failed",
+        "highest_sequence_id",
         "layout",
         "messages",
         "payload_bytes",
@@ -107,6 +108,8 @@ class PublishRequest:
         "sequence_id",
         "tag",
     )
+    highest_sequence_id: int
+    """The request's last sequence id: set only on a deduplicated topic (see the end of ``__init__``)."""
 
     def __init__(
         self,
@@ -136,6 +139,25 @@ class PublishRequest:
         self.received_at = received_at
         """``trio.current_time()`` when the broker received it (publish latency)."""
         self.failed = False
+        # ``highest_sequence_id`` (the last sequence id of the request) is set only on a deduplicated topic
+        # (:mod:`.dedup`), keeping the constructor as cheap as it was.
+
+
+class _HeldLayout:
+    """:data:`HELD`."""
+
+    __slots__ = ()
+    alone = False
+
+    def encode(
+        self, group: Sequence[PublishRequest], messages: int, publish_time_ms: int
+    ) -> tuple[bytes, bool]:
+        raise AssertionError("a held duplicate is never written")
+
+
+HELD: EntryLayout = _HeldLayout()
+"""The layout of a duplicate waiting in its producer's queue for the requests before it (:mod:`.dedup`): it
+is never written, and is answered as a duplicate once they are."""
 
 
 class _MessagesLayout:

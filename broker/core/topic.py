@@ -28,14 +28,18 @@ from magnetar.bookkeeper.client import BKError
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime import Clock
 from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.dedup import DedupState, is_reserved_cursor
 from magnetar.broker.core.delivery import MsgKey
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
+    ReservedSubscriptionError,
     ServiceUnitNotReadyError,
     SubscriptionBusyError,
     TopicNotFoundError,
     TopicTerminatedError,
 )
+from magnetar.broker.core.producer import Producer
+from magnetar.broker.core.producer_access import AccessMode
 from magnetar.broker.core.publish import PublishRequest
 from magnetar.broker.core.publish_queue import PublishQueue, PublishSettings
 from magnetar.broker.core.rates import Rate
@@ -43,6 +47,7 @@ from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
 from magnetar.broker.core.throttle import DispatchLimit, DispatchLimiter
 from magnetar.broker.core.topic_base import TopicBase, detach_subscription
+from magnetar.broker.core.topic_dedup import DedupSettings, TopicDedup
 from magnetar.broker.core.topic_limits import TopicLimits
 from magnetar.broker.core.topic_metrics import TopicMetrics
 from magnetar.broker.wire import EARLIEST, LATEST, MessageId, TopicName, decode_entry
@@ -55,7 +60,7 @@ from magnetar.managed_ledger.stats import internal_stats
 log = logging.getLogger(__name__)
 
 
-class TopicSettings(PublishSettings, Protocol):
+class TopicSettings(PublishSettings, DedupSettings, Protocol):
     """The settings a topic reads (``BrokerSettings`` has them): the publish queue's, dispatch's and the
     close's timeout."""
 
@@ -108,6 +113,7 @@ class PersistentTopic(TopicBase):
         self._stopped = trio.Event()
         self._dispatch_limiter: DispatchLimiter | None = None
         """The topic's ``dispatchRate``, shared by its subscriptions (:mod:`.throttle`)."""
+        self._dedup = TopicDedup(str(name), ml, settings, self.producers.values, lambda: self._nursery)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -116,7 +122,8 @@ class PersistentTopic(TopicBase):
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for cursor_name, cursor in list(self.ml.cursors.items()):
-                self._add_subscription(cursor_name, cursor, durable=True)
+                if not is_reserved_cursor(cursor_name):
+                    self._add_subscription(cursor_name, cursor, durable=True)
             task_status.started()
             await self._stopped.wait()
             nursery.cancel_scope.cancel()
@@ -145,6 +152,7 @@ class PersistentTopic(TopicBase):
             self._end_sessions(self.subscriptions.values(), reason)
         with trio.move_on_after(timeout_s):
             await queue.drained.wait()
+        self._dedup.take_snapshot()  # persisted by the managed ledger's close, with the cursor
         try:
             await self._close_ml()
         except (ManagedLedgerError, BKError, MetadataStoreError, trio.TooSlowError) as exc:
@@ -166,6 +174,38 @@ class PersistentTopic(TopicBase):
         """The one publish path: ``request`` joins the topic's publish queue (:mod:`.publish_queue`) and is
         answered through its producer."""
         self._queue.publish(request)
+
+    def _install(self, name: str, producer_factory: Callable[[], Producer], access: AccessMode,
+                 epoch: int | None) -> Producer:  # fmt: skip
+        producer = super()._install(name, producer_factory, access, epoch)
+        if self.dedup is not None:
+            producer.attach_dedup(self.dedup)
+        return producer
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        """The highest sequence id of ``producer_name`` this topic accepted, -1 if none or when it does not
+        deduplicate (Pulsar's PRODUCER_SUCCESS ``last_sequence_id``)."""
+        return -1 if self.dedup is None else self.dedup.last_sequence_id(producer_name)
+
+    # -- deduplication (:mod:`.topic_dedup`) -------------------------------------------------------
+
+    @property
+    def dedup(self) -> DedupState | None:
+        """The deduplication state while the topic deduplicates (:mod:`.dedup`)."""
+        return self._dedup.state
+
+    @property
+    def dedup_status(self) -> str:
+        """Pulsar's ``deduplicationStatus``."""
+        return self._dedup.status
+
+    async def check_deduplication(self) -> None:
+        """Bring deduplication in line with the topic's limits (:meth:`.topic_dedup.TopicDedup.check`). Topic
+        load waits for this, so no producer publishes before the state is recovered."""
+        limits = self.limits
+        await self._dedup.check(
+            limits.deduplication_enabled, limits.deduplication_snapshot_interval_s, closed=self.closed
+        )
 
     def _wake_dispatchers(self) -> None:
         for subscription in self.subscriptions.values():
@@ -206,6 +246,8 @@ class PersistentTopic(TopicBase):
         self, name: str, *, durable: bool = True, start_earliest: bool = False
     ) -> Subscription:
         self._check_open()
+        if is_reserved_cursor(name):
+            raise ReservedSubscriptionError("Subscription with reserved subscription name attempted")
         subscription = self.subscriptions.get(name)
         if subscription is not None:
             return subscription
@@ -287,7 +329,8 @@ class PersistentTopic(TopicBase):
     def apply_limits(self, limits: TopicLimits) -> None:
         """As the base's, and: the next ledger gets the persistence policy's quorum and the cursors its
         mark-delete rate, every subscription the delayed-delivery policy and its dispatch rates, and the
-        consumers already connected the new unacknowledged bound (a higher one lets a held consumer go on)."""
+        consumers already connected the new unacknowledged bound (a higher one lets a held consumer go on); a
+        change of the deduplication policy starts or stops deduplicating."""
         previous = self.limits
         super().apply_limits(limits)
         self.ml.quorum = limits.quorum
@@ -302,6 +345,11 @@ class PersistentTopic(TopicBase):
             previous.subscription_dispatch_rates,
         ):
             self._rebuild_dispatch_limits()
+        if self._nursery is not None and (
+            limits.deduplication_enabled != (self.dedup is not None)
+            or limits.deduplication_snapshot_interval_s != previous.deduplication_snapshot_interval_s
+        ):
+            self._nursery.start_soon(self._check_deduplication_logged)
         unacked_max = limits.consumer_unacked_max()
         if unacked_max is None:
             return
@@ -340,6 +388,12 @@ class PersistentTopic(TopicBase):
         rates = [limits.dispatch_rate, limits.subscription_dispatch_rate]
         rates += [limit for _, limit in limits.subscription_dispatch_rates]
         return any(rate is not None and rate.relative for rate in rates)
+
+    async def _check_deduplication_logged(self) -> None:
+        try:
+            await self.check_deduplication()
+        except ServiceUnitNotReadyError as exc:
+            log.warning("topic %s: %s", self.name, exc)
 
     def _drop_subscription(self, subscription: Subscription) -> None:
         subscription.close()
@@ -446,7 +500,7 @@ class PersistentTopic(TopicBase):
             "waitingPublishers": 0,
             "subscriptions": {name: s.stats() for name, s in self.subscriptions.items() if s.durable},
             "replication": {},
-            "deduplicationStatus": "Disabled",
+            "deduplicationStatus": self.dedup_status,
             "topicEpoch": None,
             "publishRateLimitedTimes": self.publish_rate_limited(),
             "connectedProducersMessages": msg_in,

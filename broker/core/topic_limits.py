@@ -80,6 +80,12 @@ class TopicLimits:
                 return limit
         return self.subscription_dispatch_rate
 
+    deduplication_enabled: bool = False
+    """Whether the topic deduplicates messages by producer name and sequence id (:mod:`.dedup`)."""
+    deduplication_snapshot_interval_s: int = 120
+    """Seconds between timer snapshots of the deduplication state (when entries were stored since the
+    last); 0 = no timer."""
+
     def consumer_unacked_max(self) -> int | None:
         value = self.unacked_messages_per_consumer
         if value is None:

@@ -53,8 +53,9 @@ class PolicySpec:
     topic_verb: str | None
     """``magnetar admin topics set-<topic_verb>`` ..."""
     kind: str
-    """``int`` (a JSON number body) or the name of the object body (``persistence``, ``inactive``,
-    ``auto_topic``, ``auto_subscription``, ``publish_rate``, ``dispatch_rate``, ``subscribe_rate``)."""
+    """``int`` (a JSON number body), ``bool`` (``true``/``false``) or the name of the object body
+    (``persistence``, ``inactive``, ``auto_topic``, ``auto_subscription``, ``delayed``, ``publish_rate``,
+    ``dispatch_rate``, ``subscribe_rate``)."""
     help: str
     ns_name: str = ""
     """The name in a negative-value refusal at namespace level (Pulsar's wording)."""
@@ -116,6 +117,13 @@ CATALOGUE: tuple[PolicySpec, ...] = (
                "messages and bytes per period dispatched to each subscription"),
     PolicySpec("subscribe_rate", "subscribeRate", "subscribeRate", "subscribe-rate", "subscribe-rate",
                "subscribe_rate", "subscribes per period of one consumer (client address and name)"),
+    PolicySpec("deduplicationEnabled", "deduplication", "deduplicationEnabled", "deduplication",
+               "deduplication", "bool", "whether messages are deduplicated by producer name and sequence id"),
+    PolicySpec("deduplicationSnapshotIntervalSeconds", "deduplicationSnapshotInterval",
+               "deduplicationSnapshotInterval", "deduplication-snapshot-interval",
+               "deduplication-snapshot-interval", "int",
+               "seconds between timer snapshots of the deduplication state (0 = none)",
+               "interval must be greater than or equal to 0", "interval must be 0 or more"),
 )  # fmt: skip
 
 DELAYED = "delayed_delivery_policies"
@@ -167,6 +175,8 @@ class BrokerPolicyDefaults:
     dispatch_relative_to_publish_rate: bool = False
     subscribe_rate_per_consumer: int = 0
     subscribe_rate_period_s: int = 30
+    deduplicationEnabled: bool = False
+    deduplicationSnapshotIntervalSeconds: int = 120
 
     def value(self, field: str) -> Any:
         """The broker's value of policy ``field``, in the shape the admin API answers."""
@@ -267,6 +277,8 @@ class EffectivePolicies:
     auto_topic_creation: AutoTopicCreationOverride
     auto_subscription_creation: bool
     delayed_delivery: DelayedDeliveryPolicies
+    deduplication_enabled: bool
+    deduplication_snapshot_interval_s: int
     publish_rate: PublishRate | None = None
     dispatch_rate: DispatchRate | None = None
     subscription_dispatch_rate: DispatchRate | None = None
@@ -356,6 +368,8 @@ def resolve(topic_levels: list[TopicPolicies], namespace: Policies | None,
         subscription_dispatch_rate=get("subscription_dispatch_rate"),
         subscribe_rate=get("subscribe_rate"),
         subscription_dispatch_rates=_per_subscription(topic_levels),
+        deduplication_enabled=get("deduplicationEnabled"),
+        deduplication_snapshot_interval_s=get("deduplicationSnapshotIntervalSeconds"),
     )
 
 

@@ -213,6 +213,8 @@ class Policies(_Model):
     dispatch_rate: DispatchRate | None = None
     subscription_dispatch_rate: DispatchRate | None = None
     subscribe_rate: SubscribeRate | None = None
+    deduplicationEnabled: bool | None = None
+    deduplicationSnapshotIntervalSeconds: int | None = None
 
 
 class TopicPolicies(_Model):
@@ -241,6 +243,9 @@ class TopicPolicies(_Model):
     subscription_dispatch_rates: dict[str, DispatchRate] = Field(default_factory=dict)
     """Per-subscription overrides of ``subscription_dispatch_rate`` (by subscription name; at most
     ``SUBSCRIPTION_RATES_MAX``)."""
+
+    deduplicationEnabled: bool | None = None
+    deduplicationSnapshotIntervalSeconds: int | None = None
 
 
 SUBSCRIPTION_RATES_MAX = 1000

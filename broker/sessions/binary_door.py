@@ -110,6 +110,9 @@ log = logging.getLogger(__name__)
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 """A connection to the TLS port completes its TLS handshake within this, else it is closed."""
 HANDLES_MAX = 10_000
+SEQUENCE_ID_MAX = 2**63 - 1
+"""A SEND's sequence ids are Java ``long`` values: a ``uint64`` beyond is refused (NotAllowedError, which a
+client does not retry) instead of failing as a write would, over and over."""
 """Producers plus consumers one connection may hold."""
 RECEIVE_BYTES = 64 * 1024
 _SUB_TYPES = {
@@ -486,6 +489,8 @@ class BinaryFrontDoor:
         try:
             if command.txn:
                 raise SendRefused(ServerError.NotAllowedError, "transactions are not supported by Magnetar")
+            if highest > SEQUENCE_ID_MAX:
+                raise SendRefused(ServerError.NotAllowedError, f"sequence id {highest} out of range")
             section = frame.payload_section()
             body, messages, payload_bytes, deliver_at_ms = compact_messages(section)
         except PayloadError as exc:
@@ -515,6 +520,8 @@ class BinaryFrontDoor:
                     tag,
                     trio.current_time(),
                     deliver_at_ms=deliver_at_ms,
+                    sequence_id=command.sequence_id,
+                    highest_sequence_id=highest,
                 )
             except DeliveryDelayTooLongError as exc:
                 error = server_error_of(exc)
@@ -528,6 +535,8 @@ class BinaryFrontDoor:
             SendCompletion(conn.outbound),
             tag,
             trio.current_time(),
+            command.sequence_id,
+            highest,
         )
 
     async def _subscribe(self, conn: _Connection, command: Subscribe) -> None:

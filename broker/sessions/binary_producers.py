@@ -94,7 +94,8 @@ class ProducerRequests:
         if existing is not None:
             producer = existing.producer
             epoch = producer.topic_epoch
-            conn.send(encode_producer_success(command.request_id, producer.name, -1, topic_epoch=epoch))
+            last = _last_sequence_id(producer)
+            conn.send(encode_producer_success(command.request_id, producer.name, last, topic_epoch=epoch))
             return True
         if command.producer_id in conn.pending_producers:
             message = "Producer is already present on the connection"
@@ -176,7 +177,8 @@ class ProducerRequests:
 
         producer.disconnect = going_away
         conn.producers[producer_id] = ProducerHandle(topic_name, producer, topic)
-        conn.send(encode_producer_success(request_id, name, -1, topic_epoch=producer.topic_epoch))
+        last = _last_sequence_id(producer)
+        conn.send(encode_producer_success(request_id, name, last, topic_epoch=producer.topic_epoch))
 
     @staticmethod
     def close_waiting(conn: ProducerSide, producer_id: int) -> None:
@@ -186,3 +188,10 @@ class ProducerRequests:
             if waiting.leave is not None:
                 waiting.leave()  # now: the topic's next turn must not go to it
             waiting.scope.cancel()
+
+
+def _last_sequence_id(producer: Producer) -> int:
+    """PRODUCER_SUCCESS's ``last_sequence_id``: the highest sequence id the topic accepted of this producer
+    name when it deduplicates (the client numbers on from it), else -1."""
+    dedup = producer.dedup
+    return -1 if dedup is None else dedup.last_sequence_id(producer.name)

@@ -25,9 +25,16 @@ Producer sessions::
                 message := payload_len u32 | key_len u16 (0xFFFF: no key) | property_count u16
                            | event_time_ms i64 (0: none) | key | property_count x (name_len u16, name,
                            value_len u16, value) | payload
+    SEND_SEQ    client 0x02  request_id u64 | count u32 | first_sequence_id i64 | count x message
     RECEIPT     broker 0x81  request_id u64 | range_count u16 | range_count x (partition i32 | ledger_id i64
                            | entry_id i64 | first_index i32 | count u32 | batch_size i32)
     SEND_ERROR  broker 0x82  request_id u64 | code u16 | reason_len u16 | reason
+
+SEND_SEQ is a SEND whose messages carry the client's sequence ids ``first_sequence_id + i`` (0 to 2^63 - 1):
+on a topic that deduplicates (Pulsar's message deduplication, keyed by the ``producerName`` of the session) a
+resend of stored messages is not stored again, and its RECEIPT range says ``ledger_id`` -1, ``entry_id`` -1.
+A plain SEND's messages are numbered by the broker, on from the highest sequence id the topic accepted for the
+producer's name.
 
 A message of a SEND is laid out as a message of a compact batch entry (:mod:`.entry_format`, ``kind = 3``),
 and the broker stores it as it arrived, after one validating pass over the frame. A SEND's messages are stored
@@ -97,6 +104,7 @@ what a client that wrote a negative number as u32 sends, and is refused."""
 
 class FrameType(IntEnum):
     SEND = 0x01
+    SEND_SEQ = 0x02
     RECEIPT = 0x81
     SEND_ERROR = 0x82
     MESSAGES = 0x11
@@ -113,6 +121,10 @@ _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _TYPE_COUNT = struct.Struct("<BI")
 _SEND_HEAD = struct.Struct("<BQI")
+_SEQUENCE = struct.Struct("<q")
+SEND_TYPES = (bytes([FrameType.SEND]), bytes([FrameType.SEND_SEQ]))
+"""The first byte of a SEND or SEND_SEQ frame (both carry ``request_id`` at offset 1)."""
+SEQUENCE_ID_MAX = 2**63 - 1
 _RECEIPT_HEAD = struct.Struct("<BQH")
 _RANGE = struct.Struct("<iqqiIi")
 _SEND_ERROR = struct.Struct("<BQHH")
@@ -157,6 +169,8 @@ class SendFrame:
     """All the frame's messages."""
     keyed: bool
     """Whether a message has a key or properties (routing by key needs :func:`send_messages`)."""
+    first_sequence_id: int | None = None
+    """SEND_SEQ: the client's sequence id of the first message (the next ones follow); None for a SEND."""
 
 
 class SendMessage(NamedTuple):
@@ -170,19 +184,28 @@ class SendMessage(NamedTuple):
 
 def parse_send(frame: bytes) -> SendFrame:
     """A SEND frame, validated (bounds, UTF-8 keys and properties); :class:`BinaryFrameError` otherwise."""
-    if len(frame) < _SEND_HEAD.size or frame[0] != FrameType.SEND:
+    if len(frame) < _SEND_HEAD.size or frame[:1] not in SEND_TYPES:
         raise BinaryFrameError("not a SEND frame")
     _, request_id, count = _SEND_HEAD.unpack_from(frame)
+    head = _SEND_HEAD.size
+    first_sequence_id = None
+    if frame[0] == FrameType.SEND_SEQ:
+        if len(frame) < head + _SEQUENCE.size:
+            raise BinaryFrameError("SEND_SEQ without its first sequence id", request_id)
+        (first_sequence_id,) = _SEQUENCE.unpack_from(frame, head)
+        head += _SEQUENCE.size
+        if first_sequence_id < 0 or first_sequence_id + max(count, 1) - 1 > SEQUENCE_ID_MAX:
+            raise BinaryFrameError(f"sequence ids from {first_sequence_id} out of range", request_id)
     if count == 0:
         raise BinaryFrameError("a SEND carries at least one message", request_id)
-    if count * COMPACT_MESSAGE.size > len(frame) - _SEND_HEAD.size:
+    if count * COMPACT_MESSAGE.size > len(frame) - head:
         raise BinaryFrameError(f"SEND too short for {count} messages", request_id)
-    body = memoryview(frame)[_SEND_HEAD.size :]
+    body = memoryview(frame)[head:]
     try:
         payload_bytes, keyed = check_compact_messages(body, 0, count)
     except CorruptEntryError as exc:
         raise BinaryFrameError(f"malformed SEND: {exc}", request_id) from None
-    return SendFrame(request_id, SendRun(count, payload_bytes, body), keyed)
+    return SendFrame(request_id, SendRun(count, payload_bytes, body), keyed, first_sequence_id)
 
 
 def send_messages(run: SendRun) -> list[SendMessage]:
@@ -213,10 +236,13 @@ def sub_run(run: SendRun, messages: Sequence[SendMessage]) -> SendRun:
     return SendRun(len(messages), payload_bytes, run.body[messages[0].start : messages[-1].end])
 
 
-def encode_send_run(request_id: int, run: SendRun) -> bytes:
+def encode_send_run(request_id: int, run: SendRun, first_sequence_id: int | None = None) -> bytes:
     """A SEND frame carrying ``run``'s messages as they arrived (the owner proxy splits a client's SEND per
-    partition with it)."""
-    return _SEND_HEAD.pack(FrameType.SEND, request_id, run.messages) + bytes(run.body)
+    partition with it); a SEND_SEQ when ``first_sequence_id`` is given."""
+    if first_sequence_id is None:
+        return _SEND_HEAD.pack(FrameType.SEND, request_id, run.messages) + bytes(run.body)
+    head = _SEND_HEAD.pack(FrameType.SEND_SEQ, request_id, run.messages) + _SEQUENCE.pack(first_sequence_id)
+    return head + bytes(run.body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,9 +261,18 @@ cheaper than packing the header for every message."""
 _PLAIN_HEADERS_MAX = 4096
 
 
-def encode_send(request_id: int, messages: Sequence[OutgoingMessage | bytes]) -> bytes:
-    """A SEND frame (client side); plain ``bytes`` are payloads without key, properties or event time."""
-    parts = [_SEND_HEAD.pack(FrameType.SEND, request_id, len(messages))]
+def encode_send(
+    request_id: int, messages: Sequence[OutgoingMessage | bytes], first_sequence_id: int | None = None
+) -> bytes:
+    """A SEND frame (client side); plain ``bytes`` are payloads without key, properties or event time. With
+    ``first_sequence_id``, a SEND_SEQ: the messages carry sequence ids from it."""
+    if first_sequence_id is None:
+        parts = [_SEND_HEAD.pack(FrameType.SEND, request_id, len(messages))]
+    else:
+        parts = [
+            _SEND_HEAD.pack(FrameType.SEND_SEQ, request_id, len(messages)),
+            _SEQUENCE.pack(first_sequence_id),
+        ]
     pack = COMPACT_MESSAGE.pack
     plain = _PLAIN_HEADERS
     for message in messages:

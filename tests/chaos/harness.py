@@ -56,6 +56,9 @@ class ScenarioConfig:
     protocol: str = "websocket"
     """``websocket`` (:class:`~chaos.workload.Workload`) or ``pulsar``: Pulsar's binary protocol through the
     official client (:class:`~chaos.pulsar_workload.PulsarWorkload`)."""
+    deduplication: bool = False
+    """The namespace deduplicates (set before anything is published) and the producers are named (their
+    names are the key): what a client resends after a failover must not be stored twice (``pulsar`` only)."""
 
 
 @dataclass
@@ -82,7 +85,12 @@ class Scenario:
             from chaos.pulsar_workload import PulsarWorkload
 
             return PulsarWorkload(
-                self.checker, self.binary_urls, self.topic, producers, idle_s=self.config.consumer_idle_s
+                self.checker,
+                self.binary_urls,
+                self.topic,
+                producers,
+                idle_s=self.config.consumer_idle_s,
+                named=self.config.deduplication,
             )
         return Workload(
             self.checker,
@@ -181,6 +189,9 @@ class Scenario:
         config = self.config
         self._start = trio.current_time()
         print(f"\n-- scenario {config.name} (topic {self.topic})", flush=True)
+        if config.deduplication:
+            url = f"{self.cluster.broker_urls[0]}/admin/v2/namespaces/public/default/deduplication"
+            await trio.to_thread.run_sync(_post_json, url, True)
         with trio.fail_after(config.timeout_s):
             async with trio.open_nursery() as nursery:
                 for subscription in config.subscriptions:
@@ -287,6 +298,13 @@ def _get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=5) as response:
         document: dict[str, Any] = json.loads(response.read())
         return document
+
+
+def _post_json(url: str, body: object) -> None:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=5):
+        pass
 
 
 def _get_text(url: str) -> str:

@@ -55,9 +55,17 @@ class PulsarWorkload(Workload):
         producers: list[ProducerSpec],
         *,
         idle_s: float = 4.0,
+        named: bool = False,
     ) -> None:
         super().__init__(checker, binary_urls, topic, producers, idle_s=idle_s)
         self.full_topic = f"persistent://public/default/{topic}"
+        self.named = named
+        """Each producer takes its spec's name (the key of message deduplication), sends unbatched with
+        explicit sequence ids (``seq + 1``: the Python client sends none for 0) and, once a message is
+        acknowledged, sends it again with the same sequence id - a client resending what it never saw
+        acknowledged, as after a lost receipt: a deduplicating topic stores none of these copies, before or
+        after a failover (the new owner recovers the state). The copies are not the checker's: stored, they
+        are duplicates in a late subscription."""
 
     def _client(self) -> Any:
         hosts = ",".join(url.removeprefix("pulsar://") for url in self.broker_urls())
@@ -89,10 +97,20 @@ class PulsarWorkload(Workload):
             pending.discard(seq)
             if result == pulsar.Result.Ok:
                 self.checker.acked(spec.name, seq, message_id, BROKER)
+                if self.named and not self.stop_producing.is_set():
+                    resend(seq)
             else:
                 self.checker.failed(spec.name, seq, str(result))
             room.set()
             self._notify()
+
+        def resent(result: Any, message_id: Any) -> None:  # on a client thread; any answer will do
+            pass
+
+        def resend(seq: int) -> None:
+            payload = payload_for(spec.name, seq).encode()
+            with contextlib.suppress(pulsar.PulsarException):  # the producer closed meanwhile
+                producer.send_async(payload, resent, sequence_id=seq + 1)
 
         def callback(seq: int, result: Any, message_id: Any) -> None:  # on a client thread
             with contextlib.suppress(trio.RunFinishedError):  # the scenario is over: nobody counts any more
@@ -104,11 +122,15 @@ class PulsarWorkload(Workload):
                 partial(
                     client.create_producer,
                     self.full_topic,
-                    batching_enabled=True,  # acks, ids and redelivery per batch index
+                    # acks, ids and redelivery per batch index; unbatched when resending (a batch takes
+                    # the sequence ids of its first and last message: a resend inside one would be
+                    # stored with the new messages around it)
+                    batching_enabled=not self.named,
                     batching_max_messages=BATCH_MESSAGES_MAX,
                     batching_max_publish_delay_ms=BATCH_DELAY_MS,
                     send_timeout_millis=int(spec.send_timeout_s * 1000),
                     block_if_queue_full=False,
+                    **({"producer_name": spec.name} if self.named else {}),
                 ),
             )
             self.stats.count(self.stats.sessions, spec.name)
@@ -119,7 +141,9 @@ class PulsarWorkload(Workload):
                     await room.wait()
                 self.checker.sent(spec.name, seq)
                 pending.add(seq)
-                producer.send_async(payload_for(spec.name, seq).encode(), partial(callback, seq))
+                payload = payload_for(spec.name, seq).encode()
+                explicit = {"sequence_id": seq + 1} if self.named else {}
+                producer.send_async(payload, partial(callback, seq), **explicit)
                 seq += 1
                 await trio.sleep(1 / spec.rate_per_s)
             while pending:  # every message answered: acknowledged, or failed by the client's send timeout

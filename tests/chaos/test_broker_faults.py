@@ -86,6 +86,39 @@ async def test_owner_killed_under_the_official_binary_client(
     scenario.assert_ok(verdict)
 
 
+async def test_owner_killed_with_deduplication(
+    tmp_path: Path, scale: Callable[[float, float], float]
+) -> None:
+    """The owner SIGKILLed under named ``pulsar-client`` producers on a deduplicating namespace: the client
+    resends what it had in flight to the new owner, which recovered the deduplication state (snapshot plus
+    the entries after it), so nothing is stored twice - a late subscription, reading everything once after
+    the faults, sees no duplicate - and nothing acknowledged is lost."""
+    rounds = int(scale(1, 3))
+    exits = ClusterExits()
+    async with open_test_cluster(tmp_path, exits) as cluster:
+        config = ScenarioConfig(
+            "broker SIGKILL, dedup", protocol="pulsar", deduplication=True, late_subscriptions=("late",)
+        )
+        scenario = Scenario(config, cluster, exits)
+
+        async def faults(s: Scenario) -> None:
+            for round_number in range(1, rounds + 1):
+                owner = await s.owner()
+                s.phase(f"kill {owner} #{round_number}")
+                await cluster.kill(owner)
+                took = await s.recovered()
+                s.note(f"acks again {took:.1f} s after the kill")
+                await s.hold(scale(1, 3))
+                s.phase(f"restart {owner}")
+                await cluster.restart(owner)
+                await s.hold(scale(1, 2))
+
+        verdict = await scenario.run(faults)
+    scenario.assert_ok(verdict)
+    late = next(s for s in verdict.subscriptions if s.name == "late")
+    assert late.duplicates == 0, f"{late.duplicates} messages stored twice\n{scenario.report()}"
+
+
 async def test_owner_paused_past_its_session(tmp_path: Path, scale: Callable[[float, float], float]) -> None:
     rounds = int(scale(1, 4))
     producers = (

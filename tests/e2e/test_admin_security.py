@@ -162,6 +162,7 @@ CASES: dict[tuple[str, str], Case] = {
 # their cases here, each with a body that policy accepts.
 POLICY_BODIES: dict[str, Any] = {
     "int": 5,
+    "bool": True,
     "persistence": {
         "bookkeeperEnsemble": 1,
         "bookkeeperWriteQuorum": 1,

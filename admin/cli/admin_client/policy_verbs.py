@@ -31,7 +31,10 @@ SHORT_FLAGS = {
     "subscriptions": "-m",
     "unacked": "-m",
     "expiration": "-t",
+    "Interval": "-i",
 }
+LONG_FLAGS = {"deduplicationSnapshotIntervalSeconds": "interval"}
+"""pulsar-admin's long flag where it is not the verb's name."""
 
 
 def _short_flag(spec: PolicySpec) -> str:
@@ -48,11 +51,17 @@ def _time_s(text: str) -> int:
 def _body_arguments(spec: PolicySpec, verb: str) -> tuple[Arguments, Callable[[A], Any]]:
     """The flags of ``set-<verb>`` and the request body built from them."""
     if spec.kind == "int":
-        dest = verb.replace("-", "_")
+        long_flag = LONG_FLAGS.get(spec.field, verb)
+        dest = long_flag.replace("-", "_")
         return (
-            option(_short_flag(spec), f"--{verb}", dest=dest, type=int, required=True, help=spec.help),
+            option(_short_flag(spec), f"--{long_flag}", dest=dest, type=int, required=True, help=spec.help),
             lambda a: getattr(a, dest),
         )
+    if spec.kind == "bool":
+        return combine(
+            option("-e", "--enable", action="store_true", help="turn it on"),
+            option("-d", "--disable", action="store_true", help="turn it off"),
+        ), _enable_or_disable
     if spec.kind == "persistence":
         return combine(
             option(
@@ -163,6 +172,13 @@ RATE_ARGUMENTS: dict[str, Callable[[], tuple[Arguments, Callable[[A], Any]]]] = 
     "dispatch_rate": _dispatch_rate,
     "subscribe_rate": _subscribe_rate,
 }
+
+
+def _enable_or_disable(args: A) -> bool:
+    """pulsar-admin's ``--enable`` / ``--disable``: exactly one of them."""
+    if args.enable == args.disable:
+        raise UsageError("Need to specify either --enable or --disable")
+    return bool(args.enable)
 
 
 def _verbs(

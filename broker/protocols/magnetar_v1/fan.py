@@ -74,11 +74,14 @@ class BinaryProducerFan(Fan):
         runs = route_frame(self._router, send)
         state = _SendState(send.request_id, [None] * len(runs), len(runs))
         routed = Routed()
+        sequence_id = send.first_sequence_id  # SEND_SEQ: each run keeps its messages' ids
         for slot, (partition, run) in enumerate(runs):
             request_id = self._next_request[partition]
             self._next_request[partition] = request_id + 1
             self._waiting[(partition, request_id)] = (state, slot)
-            routed.partitions.append((partition, encode_send_run(request_id, run)))
+            routed.partitions.append((partition, encode_send_run(request_id, run, sequence_id)))
+            if sequence_id is not None:
+                sequence_id += run.messages
         return routed
 
     def from_partition(self, partition: int, messages: Sequence[Frame]) -> Routed:

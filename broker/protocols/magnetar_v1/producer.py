@@ -227,6 +227,7 @@ class BinaryPublisher:
         groups = [(producer, group) for producer, run in self._runs(send) for group in self._split(run)]
         receipt = FrameReceipt(send.request_id, len(groups), self._frames)
         received_at = trio.current_time()
+        sequence_id = send.first_sequence_id  # SEND_SEQ: the groups' ids follow in frame order
         for slot, (producer, group) in enumerate(groups):
             await self._capacity.wait_for(group.messages)
             producer.publish(
@@ -237,7 +238,10 @@ class BinaryPublisher:
                 receipt,
                 slot,
                 received_at,
+                sequence_id,
             )
+            if sequence_id is not None:
+                sequence_id += group.messages
 
     def _refuse(self, request_id: int, reason: str) -> None:
         code = WsErrorCode.FAILED_TO_DESERIALIZE_FROM_JSON

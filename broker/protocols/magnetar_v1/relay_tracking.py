@@ -11,6 +11,7 @@ from magnetar.broker.protocols.relay_tracking import ConsumerTracker, FrameKind,
 from magnetar.broker.protocols.ws_errors import WsErrorCode
 from magnetar.broker.wire import encode_message_id
 from magnetar.broker.wire.magnetar_v1 import (
+    SEND_TYPES,
     FrameType,
     encode_permit,
     encode_send_error,
@@ -38,7 +39,7 @@ class BinaryProducerTracker(Tracker):
         return FrameKind.PUBLISH
 
     def on_forward(self, message: str | bytes) -> None:
-        if isinstance(message, bytes) and message[:1] == bytes([FrameType.SEND]):
+        if isinstance(message, bytes) and message[:1] in SEND_TYPES:
             request_id = self._request_id(message)
             if request_id is not None:
                 self._requests[request_id] = None
@@ -60,7 +61,7 @@ class BinaryProducerTracker(Tracker):
 
     def refused(self, message: str | bytes, reason: str) -> str | bytes | None:
         request_id = self._request_id(message)
-        if request_id is None or not isinstance(message, bytes) or message[:1] != bytes([FrameType.SEND]):
+        if request_id is None or not isinstance(message, bytes) or message[:1] not in SEND_TYPES:
             return None
         return encode_send_error(request_id, WsErrorCode.UNKNOWN_ERROR, reason)
 

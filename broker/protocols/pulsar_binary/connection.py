@@ -345,6 +345,8 @@ class SendCompletion:
         batch_size: int,
     ) -> None:
         producer_id, sequence_id, highest = _tag(request)
+        if ledger_id < 0:  # a duplicate (deduplication): Pulsar's -1:-1, its uint64 fields' two's complement
+            ledger_id, entry_id = _U64_MINUS_ONE, _U64_MINUS_ONE
         self._outbound.push(
             encode_frame(encode_send_receipt(producer_id, sequence_id, ledger_id, entry_id, highest))
         )
@@ -353,6 +355,9 @@ class SendCompletion:
         producer_id, sequence_id, _ = _tag(request)
         error = ServerError.PersistenceError
         self._outbound.push(encode_frame(encode_send_error(producer_id, sequence_id, error, reason)))
+
+
+_U64_MINUS_ONE = 2**64 - 1
 
 
 def _tag(request: PublishRequest) -> tuple[int, int, int]:

@@ -78,6 +78,7 @@ def _publish_delayed(
             now,
             deliver_at_ms=publish.deliver_at_ms,
             deliver_after_ms=publish.deliver_after_ms,
+            sequence_id=publish.sequence_id,
         )
     except DeliveryDelayTooLongError as exc:
         frames.push(producer_ack_error(WsErrorCode.UNKNOWN_ERROR, str(exc), publish.context))
@@ -134,7 +135,16 @@ class PulsarWsAdapter:
                             if publish.deliver_at_ms or publish.deliver_after_ms:
                                 _publish_delayed(producer, publish, acks, frames, now)
                             else:
-                                producer.publish(MESSAGES, publish, 1, size, acks, publish.context, now)
+                                producer.publish(
+                                    MESSAGES,
+                                    publish,
+                                    1,
+                                    size,
+                                    acks,
+                                    publish.context,
+                                    now,
+                                    publish.sequence_id,
+                                )
                     if frames.full:
                         await frames.wait_for_room()
                         free, now = unrestricted(), current_time()

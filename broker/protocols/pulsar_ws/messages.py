@@ -95,7 +95,9 @@ class PublishRequest(NamedTuple):
     replication_clusters: tuple[str, ...] | None = None
     event_time_ms: int = 0
     """0 when the request has no ``eventTime`` (Pulsar's "no event time")."""
-    sequence_id: int = 0
+    sequence_id: int | None = None
+    """The client's sequence id; None when the request has none (the producer numbers it: deduplication
+    keys on it, :mod:`magnetar.broker.core.dedup`)."""
     disable_replication: bool = False
     deliver_at_ms: int = 0
     deliver_after_ms: int = 0
@@ -135,6 +137,14 @@ def _as_long(value: Any) -> int:
     if not INT64_MIN <= value <= INT64_MAX:
         raise _Coercion(f"Numeric value ({value}) out of range of long")
     return value
+
+
+def _as_optional_long(value: Any) -> int | None:
+    """A ``Long`` that may be absent: null, missing or an empty string (Jackson's coercion of "" to a
+    boxed number) is None."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return _as_long(value)
 
 
 def _as_bool(value: Any) -> bool:
@@ -208,7 +218,7 @@ def parse_publish_request(text: str | bytes) -> PublishRequest:
             context=context,
             key=_as_text(data.get("key")),
             replication_clusters=_as_clusters(data.get("replicationClusters")),
-            sequence_id=_as_long(data.get("sequenceId")),
+            sequence_id=_as_optional_long(data.get("sequenceId")),
             disable_replication=_as_bool(data.get("disableReplication")),
             deliver_at_ms=_as_long(data.get("deliverAt")),
             deliver_after_ms=_as_long(data.get("deliverAfterMs")),
@@ -248,7 +258,7 @@ def parse_publish_request(text: str | bytes) -> PublishRequest:
 
 
 BINARY_PUBLISH_REASON = "Binary frames are not supported: send the JSON request as a text frame"
-_PLAIN_TAIL = (None, None, 0, 0, False, 0, 0, 0)
+_PLAIN_TAIL = (None, None, 0, None, False, 0, 0, 0)
 """The fields of a plain request after ``payload, properties, context``: all defaults."""
 _NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 

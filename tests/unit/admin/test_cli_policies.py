@@ -151,3 +151,20 @@ async def test_rate_verbs_with_pulsar_admins_flags(admin_server: AdminServer) ->
     assert await ok_json(admin_server, "topics", "get-publish-rate", topic, "--applied") == {
         "publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": -1,
     }  # fmt: skip
+
+
+async def test_deduplication_verbs(admin_server: AdminServer) -> None:
+    assert (await cli(admin_server, "namespaces", "set-deduplication", NS, "--enable"))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-deduplication", NS) is True
+    assert (await cli(admin_server, "namespaces", "set-deduplication", NS, "-d"))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-deduplication", NS) is False
+    code, _, err = await cli(admin_server, "namespaces", "set-deduplication", NS, "-e", "-d")
+    assert code != 0
+    assert "--enable or --disable" in err
+    interval = ["namespaces", "set-deduplication-snapshot-interval", NS, "-i", "60"]
+    assert (await cli(admin_server, *interval))[0] == 0
+    assert await ok_json(admin_server, "namespaces", "get-deduplication-snapshot-interval", NS) == 60
+    code, _, err = await cli(admin_server, *interval[:-1], "-5")
+    assert (code, err.strip()) == (1, "error: 412 interval must be greater than or equal to 0")
+    assert (await cli(admin_server, "namespaces", "remove-deduplication", NS))[0] == 0
+    assert await cli(admin_server, "namespaces", "get-deduplication", NS) == (0, "", "")

@@ -43,6 +43,8 @@ async def test_namespace_count_lifecycle(admin_client: httpx.AsyncClient, spec: 
     assert negative.status_code == 412
     if spec.field == "subscription_expiration_time_minutes":
         assert reason(negative) == "Invalid value for subscription expiration time"
+    elif spec.field == "deduplicationSnapshotIntervalSeconds":
+        assert reason(negative) == "interval must be greater than or equal to 0"
     else:
         assert reason(negative) == f"{spec.ns_path} must be 0 or more"
     assert (await admin_client.get(url)).json() == 7
@@ -339,3 +341,53 @@ async def test_delayed_delivery_topic_fields_resolve_one_by_one(
     assert negative.status_code == 412
     assert (await admin_client.delete(url)).status_code == 204
     assert (await admin_client.get(url, params=applied)).json() == namespace
+
+
+@pytest.mark.parametrize(
+    ("raw", "stored"),
+    [("true", True), ("false", False), ('"true"', True), ('" false "', False)],
+)
+async def test_deduplication_switch(admin_client: httpx.AsyncClient, raw: str, stored: bool) -> None:
+    url = f"{NS}/deduplication"
+    assert (await admin_client.get(url)).status_code == 204
+    assert (await post_raw(admin_client, url, raw)).status_code == 204
+    assert (await admin_client.get(url)).json() is stored
+    assert (await admin_client.get(NS)).json()["deduplicationEnabled"] is stored
+    assert (await admin_client.delete(url)).status_code == 204
+    assert (await admin_client.get(url)).status_code == 204
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["1", "0", '"yes"', '"TRUE"', '"\u202etrue"', '"tr\u0000ue"', "null", "[true]", '{"enabled": true}',
+     str(2**63), ""],
+)  # fmt: skip
+async def test_deduplication_switch_hostile_bodies(admin_client: httpx.AsyncClient, raw: str) -> None:
+    response = await post_raw(admin_client, f"{NS}/deduplication", raw)
+    assert response.status_code == 400, response.text
+    assert (await admin_client.get(f"{NS}/deduplication")).status_code == 204
+
+
+async def test_topic_deduplication_policies(
+    admin_server: AdminServer, admin_client: httpx.AsyncClient
+) -> None:
+    await make_topic(admin_server, "t1")
+    enabled = f"{TOPIC}/deduplicationEnabled"
+    assert (await admin_client.get(enabled, params={"applied": "true"})).json() is False  # the broker's
+    assert (await admin_client.post(f"{NS}/deduplication", json=True)).status_code == 204
+    assert (await admin_client.get(enabled, params={"applied": "true"})).json() is True
+    assert (await admin_client.post(enabled, json=False)).status_code == 204
+    assert (await admin_client.get(enabled)).json() is False
+    assert (await admin_client.get(enabled, params={"applied": "true"})).json() is False
+    assert (await post_raw(admin_client, enabled, "2")).status_code == 400
+
+    interval = f"{TOPIC}/deduplicationSnapshotInterval"
+    assert (await admin_client.get(interval, params={"applied": "true"})).json() == 120
+    negative = await admin_client.post(interval, json=-1)
+    assert (negative.status_code, reason(negative)) == (412, "interval must be 0 or more")
+    assert (await post_raw(admin_client, interval, str(2**63))).status_code == 400
+    assert (await post_raw(admin_client, interval, '"\u0661"')).status_code == 400
+    assert (await admin_client.post(interval, json=30)).status_code == 204
+    assert (await admin_client.get(interval)).json() == 30
+    assert (await admin_client.delete(interval)).status_code == 204
+    assert (await admin_client.get(interval)).status_code == 204

@@ -28,6 +28,7 @@ from magnetar.broker.wire.magnetar_v1 import (
     encode_receipt,
     encode_send,
     encode_send_error,
+    encode_send_run,
     end_of_topic_frame,
     message_record,
     messages_frame,
@@ -91,6 +92,29 @@ def test_send_round_trips_and_stores_what_the_json_path_stores(
     assert entry_message_count(entry) == len(messages)
 
 
+def test_sequenced_send_carries_the_first_sequence_id() -> None:
+    frame = encode_send(9, [b"a", OutgoingMessage(b"b", key="k")], first_sequence_id=2**63 - 2)
+    send = parse_send(frame)
+    assert (send.request_id, send.first_sequence_id, send.run.messages) == (9, 2**63 - 2, 2)
+    assert parse_send(encode_send(9, [b"a"])).first_sequence_id is None
+    assert parse_send(encode_send_run(3, send.run, 7)).first_sequence_id == 7
+
+
+@pytest.mark.parametrize(
+    ("first", "count", "why"),
+    [(-1, 1, "out of range"), (-(2**63), 1, "out of range"), (2**63 - 1, 2, "out of range")],
+)
+def test_sequenced_send_refuses_sequence_ids_out_of_range(first: int, count: int, why: str) -> None:
+    with pytest.raises(BinaryFrameError, match=why) as refused:
+        parse_send(encode_send(4, [b"x"] * count, first_sequence_id=first))
+    assert refused.value.request_id == 4
+
+
+def test_sequenced_send_without_its_sequence_id_is_malformed() -> None:
+    with pytest.raises(BinaryFrameError, match="first sequence id"):
+        parse_send(struct.pack("<BQI", FrameType.SEND_SEQ, 1, 1) + b"\0\0\0")
+
+
 def test_send_refuses_malformed_frames_with_the_request_id() -> None:
     good = encode_send(42, [OutgoingMessage(b"x", key="k", properties={"a": "b"})])
     with pytest.raises(BinaryFrameError) as truncated:
@@ -99,7 +123,7 @@ def test_send_refuses_malformed_frames_with_the_request_id() -> None:
     with pytest.raises(BinaryFrameError):
         parse_send(good + b"\x00")
     with pytest.raises(BinaryFrameError):
-        parse_send(b"\x02" + good[1:])  # not a SEND
+        parse_send(b"\x03" + good[1:])  # not a SEND
     with pytest.raises(BinaryFrameError, match="at least one"):
         parse_send(struct.pack("<BQI", FrameType.SEND, 1, 0))
     bad_key = struct.pack("<BQI", FrameType.SEND, 5, 1) + struct.pack("<IHHq", 0, 2, 0, 0) + b"\xff\xfe"

@@ -44,6 +44,16 @@ def test_cursor_position_entries_carry_the_batch_index_ack() -> None:
         decode_position_entry(b'{"markDelete":"3:7","ranges":[],"batchAckedPrefix":[3,8]}', {})
 
 
+def test_cursor_position_entries_carry_their_properties() -> None:
+    snapshot = CursorSnapshot(Position(3, 7), (), {"producer \u202e\x07": 2**63 - 1})
+    assert decode_position_entry(encode_position_entry(snapshot), {"stale": 1}) == snapshot
+    without = CursorSnapshot(Position(3, 7), (), {})
+    assert decode_position_entry(encode_position_entry(without), {"meta": 1}).properties == {"meta": 1}
+    for bad in (b'"properties":{"a":"1"}', b'"properties":[1]', b'"properties":{"a":true}'):
+        with pytest.raises(MetadataFormatError):
+            decode_position_entry(b'{"markDelete":"3:7","ranges":[],' + bad + b"}", {})
+
+
 @pytest.mark.parametrize(
     "raw",
     [

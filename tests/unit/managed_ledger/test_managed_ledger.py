@@ -189,6 +189,46 @@ async def test_policy_mark_delete_rate_overrides_the_settings(
         assert ml3.cursors["sub"].mark_delete == positions[4]
 
 
+async def test_cursor_properties_travel_with_their_mark_delete_across_a_crash(
+    client_metadata: MemoryMetadataStore, bookkeeper_client: BookKeeper
+) -> None:
+    """``mark_delete_with_properties``: the properties persisted in the same position entry as the position,
+    so a recovery after a crash finds the pair last persisted (message deduplication's snapshot)."""
+    name = "t/ns/persistent/cursor-properties"
+    rarely = SETTINGS.model_copy(update={"mark_delete_rate_per_s": 0.001})
+    async with open_managed_ledger_factory(bookkeeper_client, client_metadata, rarely) as f1:
+        ml = await f1.open(name)
+        positions = [await ml.add_entry(b"x") for _ in range(6)]
+        cursor = await ml.open_cursor("pulsar.dedup", start_at_earliest=True)
+        cursor.mark_delete_with_properties(positions[2], {"p": 2, "\u202eq\x01": 9})
+        await cursor.flush()  # creates the cursor ledger: the metadata node names it
+        cursor.mark_delete_with_properties(positions[4], {"p": 4, "\u202eq\x01": 9})
+        await cursor.flush()  # a position entry only
+        cursor.mark_delete_with_properties(positions[5], {"p": 5})  # never persisted
+        ml.cursors.clear()  # crash
+    async with open_managed_ledger_factory(bookkeeper_client, client_metadata, SETTINGS) as f2:
+        recovered = (await f2.open(name)).cursors["pulsar.dedup"]
+        assert recovered.mark_delete == positions[4]
+        assert recovered.properties == {"p": 4, "\u202eq\x01": 9}
+
+
+async def test_an_internal_cursor_holds_back_trimming_but_is_no_subscription(
+    factory: ManagedLedgerFactory,
+) -> None:
+    ml = await factory.open("t/ns/persistent/internal-cursor")
+    positions = [await ml.add_entry(b"z") for _ in range(250)]
+    internal = await ml.open_cursor("pulsar.dedup", start_at_earliest=True)
+    sub = await ml.open_cursor("sub", start_at_earliest=True)
+    ml.internal_cursors.add("pulsar.dedup")
+    sub.ack_cumulative(positions[-1])
+    assert list(ml.subscription_cursors()) == ["sub"]
+    assert ml.slowest_subscription_mark_delete() == positions[-1]
+    assert ml.slowest_durable_mark_delete() == internal.mark_delete
+    assert await ml.trim(RetentionPolicy(0, 0)) == [], "the internal cursor keeps what it has not passed"
+    internal.mark_delete_with_properties(positions[149], {"p": 149})
+    assert len(await ml.trim(RetentionPolicy(0, 0))) == 1
+
+
 async def test_trim_deletes_consumed_closed_ledgers_but_never_the_current_one(
     factory: ManagedLedgerFactory, bookkeeper_client: BookKeeper
 ) -> None:
