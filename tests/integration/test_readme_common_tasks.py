@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,23 @@ def test_the_shell_lines_run_and_set_what_they_say(standalone: MagnetarProcess, 
     assert _get(standalone, "namespaces/public/default/messageTTL") == 2 * 24 * 3600
     assert _get(standalone, "namespaces/public/default/maxConsumersPerTopic") == 100
     assert "audit" in _get(standalone, "persistent/public/default/orders/subscriptions")
-    assert '"subscriptions"' in run.stdout  # the stats the last line prints
+    assert '"subscriptions"' in run.stdout  # the stats the create-subscription lines print
+    assert _get(standalone, "namespaces/public/default/deduplication") is True
+    assert _get(standalone, "namespaces/public/default/delayedDelivery") == {
+        "active": True,
+        "tickTime": 1000,
+        "maxDeliveryDelayInMillis": 86_400_000,
+    }
+    assert _get(standalone, "namespaces/public/default/publishRate") == {
+        "publishThrottlingRateInMsg": 1000,
+        "publishThrottlingRateInByte": -1,
+    }
+    assert _get(standalone, "namespaces/public/default/dispatchRate") == {
+        "dispatchThrottlingRateInMsg": 500,
+        "dispatchThrottlingRateInByte": -1,
+        "relativeToPublishRate": False,
+        "ratePeriodInSecond": 1,
+    }
 
 
 def test_the_websocket_snippet_opens_each_subscription_type_and_a_reader(standalone: MagnetarProcess) -> None:
@@ -88,3 +105,24 @@ def test_the_websocket_snippet_opens_each_subscription_type_and_a_reader(standal
     finally:
         for name in ("workers", "by_key", "standby", "reader"):
             names[name].close()
+
+
+def test_the_delayed_and_deduplicated_snippet(
+    standalone: MagnetarProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the shell lines (deduplication on): the message sent twice is stored once, and reaches the
+    Shared subscription no earlier than its delay."""
+    block = readme_blocks(SECTION, "python")[1]
+    names: dict[str, Any] = {}
+    started = time.monotonic()
+    exec(compile(pointed_at(block, str(standalone.ready["httpUrl"])), "README.md", "exec"), names)
+    elapsed = time.monotonic() - started
+    try:
+        assert capsys.readouterr().out.splitlines() == ["ok", "ok", "b'remind me'"]
+        assert elapsed >= 1.5  # not delivered before its time
+        names["reminders"].settimeout(3)
+        with pytest.raises(websocket.WebSocketTimeoutException):
+            names["reminders"].recv()  # the copy sent again was not stored
+    finally:
+        names["reminders"].close()
+        names["producer"].close()

@@ -109,7 +109,7 @@ def _readme_token_snippet(http_url: str, token_keys: TokenKeys, admin: str, tmp_
     )
     assert granted.status_code == 204, granted.text
     (tmp_path / "app.token").write_text(token_keys.token("app") + "\n")
-    block = readme_blocks("Common tasks", "python")[1]
+    block = readme_blocks("Common tasks", "python")[2]
     names: dict[str, Any] = {}
     cwd = os.getcwd()
     os.chdir(tmp_path)  # the snippet reads app.token from where it runs
