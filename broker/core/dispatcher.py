@@ -364,6 +364,15 @@ class Dispatcher:
                 log.warning("subscription %s: reading failed: %s", self._sub.name, exc)
                 await trio.sleep(READ_RETRY_DELAY_S)
                 continue
+            except Exception:  # a fault of ours: this subscription's clients go, the broker stays
+                log.exception(
+                    "subscription %s: dispatching failed; its consumers are disconnected and what they had"
+                    " not acknowledged is delivered again",
+                    self._sub.name,
+                )
+                self._fail_consumers()
+                await trio.sleep(READ_RETRY_DELAY_S)
+                continue
             if not progressed:
                 timeout = math.inf
                 if self.delayed is not None and not self._blocked:
@@ -373,6 +382,14 @@ class Dispatcher:
                     self._throttled_s = 0.0
                 with trio.move_on_after(timeout):
                     await self._wake.wait()
+
+    def _fail_consumers(self) -> None:
+        """After an unexpected fault in a round: end every consumer's session (each adapter closes it in its
+        own terms, and the client subscribes again) and deliver everything unacknowledged again."""
+        for consumer in list(self.consumers):
+            if consumer.disconnect is not None:
+                consumer.disconnect("Internal error while dispatching: subscribe again")
+        self.rewind()
 
     async def _step(self) -> bool:
         self._blocked = True

@@ -198,3 +198,45 @@ async def test_an_undelayed_subscription_reads_as_before(autojump_clock: trio.te
     assert [p for p, _ in sink.got] == [b"x", b"y"]
     assert sub.dispatcher.delayed is None  # no tracker made
     assert ml.reads == [(0, 10)]  # one read of up to read_entries_max, as before
+
+
+class FailingOnce(Recorder):
+    """A sink whose first delivery raises: a fault of the broker's own code in a dispatch round."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.failed = False
+
+    def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("a bug in a dispatch round")
+        super().deliver(delivery, partition, redelivery_count)
+
+
+async def test_a_fault_in_a_round_disconnects_the_consumers_not_the_broker() -> None:
+    """Not specific to delayed delivery: an unexpected exception in a dispatch round ends the subscription's
+    sessions (each consumer's ``disconnect``) and rewinds it; the dispatcher task goes on, so the process and
+    every other topic stay up, and a consumer that subscribes again gets every message."""
+    sub, _, _, clock = setup([entry(b"a"), entry(b"b")], SubscriptionType.SHARED)
+    (first,) = sub.consumers
+    sub.remove_consumer(first)
+    failing = FailingOnce(clock)
+    consumer = Consumer(
+        name="c1", priority_level=0, partition=-1, flow=FlowControl(1000, pull_mode=False), sink=failing
+    )
+    reasons: list[str] = []
+    consumer.disconnect = reasons.append
+    sub.add_consumer(consumer, SubscriptionType.SHARED)
+    await run_for(sub, 1)  # would raise out of the nursery without the guard
+    assert reasons == ["Internal error while dispatching: subscribe again"]
+    sub.remove_consumer(consumer)
+    again = Recorder(clock)
+    sub.add_consumer(
+        Consumer(
+            name="c2", priority_level=0, partition=-1, flow=FlowControl(1000, pull_mode=False), sink=again
+        ),
+        SubscriptionType.SHARED,
+    )
+    await run_for(sub, 1)
+    assert [payload for payload, _ in again.got] == [b"a", b"b"]
