@@ -134,7 +134,7 @@ async def test_killed_writer_ledger_is_recovered_with_every_acknowledged_entry(
                     break
     assert ledger_id >= 0
     async with client(zookeeper_url) as bk:
-        with trio.fail_after(10):
+        with trio.fail_after(30):  # a bound for a hang: this process shares the CPU with another test's
             recovered = await bk.open_ledger(ledger_id, password=b"pw", recovery=True)
         assert recovered.metadata.is_closed
         last = recovered.last_add_confirmed
