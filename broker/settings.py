@@ -184,9 +184,9 @@ class BrokerSettings(
     dispatch_redelivery_messages_max: PositiveInt = 10_000
     """Messages waiting for redelivery in one subscription above which no new entries are read."""
     dispatch_delayed_messages_max: Annotated[int, Field(gt=0, le=100_000_000)] = 1_000_000
-    """Delayed entries one Shared or Key_Shared subscription holds back (its delayed-delivery tracker, 24
-    bytes each: 24 MB at the default) above which it reads no new entries until some are due; a batch entry
-    counts once. See docs/delayed_delivery.md."""
+    """Delayed entries one Shared or Key_Shared subscription holds back (its delayed-delivery tracker: 16
+    bytes each plus about 200 per tick in use, about 17 MB at the default with a 1 s tick) above which it
+    reads no new entries until some are due; a batch entry counts once. See docs/delayed_delivery.md."""
     consumer_ack_timeout_tick_ms: PositiveInt = 100
     """Granularity of ack-timeout and negative-ack redelivery timers."""
     # consumer_unacked_messages_max (maxUnackedMessagesPerConsumer): TopicPolicyDefaults'

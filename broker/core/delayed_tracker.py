@@ -15,23 +15,29 @@ is never released before its time - at most one tick after it. (Pulsar's default
 release a message up to a tick early; Magnetar's rule is Pulsar's "strict" mode plus the rounding.) The clock
 is passed in (``now_ms``, epoch milliseconds): the tracker never reads one.
 
-Memory. Three parallel ``array('q')`` - due time, ledger id, entry id - kept sorted by due time: **24 bytes
-per tracked entry** (plus the arrays' spare capacity, at most the same again while they grow), whatever the
-payload; a batch entry counts once. Adding is a binary search and an insertion (a ``memmove`` of the tail:
-delays that grow with publish time, the usual case, append at the end); releasing due entries advances a head
-index, and the arrays are compacted when more than half of them is released. :attr:`DelayedTracker.full`
-says when ``capacity`` entries are tracked: the dispatcher then stops reading ahead (it may overshoot by the
-entries of one read, ``dispatch_read_entries_max``) until some are released, so the tracker never grows
-without bound.
+Memory and time. Entries are kept in one bucket per tick (the due time, quantised): a flat ``array('q')`` of
+``(ledger id, entry id)`` pairs, **16 bytes per tracked entry** (plus the array's spare capacity while it
+grows), whatever the payload (a batch entry counts once), and a bucket costs about
+:data:`BYTES_PER_BUCKET` more (the array object, its dictionary slot, its place in the heap of due times).
+With the default 1 s tick and delays within a day that is at most 86,400 buckets (about 17 MB) however many
+entries are delayed; with a 1 ms tick and scattered times, a bucket per entry in the worst case. Adding is
+an append, plus a heap push for a new tick: O(log ticks), whatever order the times come in (sorted arrays
+cost a ``memmove`` of the tail per add: 33 µs per add at 200,000 entries in random order). Releasing takes
+whole buckets from the heap's top. :attr:`DelayedTracker.full` says when ``capacity`` entries are tracked:
+the dispatcher then stops reading ahead (it may overshoot by the entries of one read,
+``dispatch_read_entries_max``) until some are released, so the tracker never grows without bound.
 """
 
 from __future__ import annotations
 
-import bisect
+import heapq
 from array import array
 
-BYTES_PER_ENTRY = 24
-"""What one tracked entry costs: three 64-bit integers."""
+BYTES_PER_ENTRY = 16
+"""What one tracked entry costs in its bucket: two 64-bit integers."""
+BYTES_PER_BUCKET = 200
+"""About what one tick in use costs besides its entries: the array object (80 bytes), a dictionary slot and
+key (about 100 bytes), its due time in the heap (a list slot; the int is the key's)."""
 TICK_MS_MAX = 2**31 - 1
 
 
@@ -47,59 +53,64 @@ def quantise(deliver_at_ms: int, tick_ms: int) -> int:
 class DelayedTracker:
     """Positions of delayed entries, released in due-time order (see the module docstring)."""
 
-    __slots__ = ("_entries", "_head", "_ledgers", "_times", "capacity", "tick_ms")
+    __slots__ = ("_buckets", "_count", "_due", "capacity", "tick_ms")
 
     def __init__(self, tick_ms: int, capacity: int) -> None:
         self.tick_ms = max(1, min(tick_ms, TICK_MS_MAX))
         self.capacity = max(1, capacity)
         """Entries tracked beyond which :attr:`full` is true."""
-        self._times = array("q")
-        self._ledgers = array("q")
-        self._entries = array("q")
-        self._head = 0
-        """Entries before this index were released (compacted away from time to time)."""
+        self._buckets: dict[int, array[int]] = {}
+        """Due time (quantised) -> the ``(ledger id, entry id)`` pairs due then, flat."""
+        self._due: list[int] = []
+        """The buckets' due times, a heap."""
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._times) - self._head
+        return self._count
 
     @property
     def full(self) -> bool:
-        return len(self) >= self.capacity
+        return self._count >= self.capacity
 
     @property
     def nbytes(self) -> int:
-        """Bytes the arrays hold now (capacity included)."""
-        return sum(a.buffer_info()[1] * a.itemsize for a in (self._times, self._ledgers, self._entries))
+        """Bytes the buckets hold now (their spare capacity included), plus :data:`BYTES_PER_BUCKET` each."""
+        held = sum(bucket.buffer_info()[1] * bucket.itemsize for bucket in self._buckets.values())
+        return held + BYTES_PER_BUCKET * len(self._buckets)
 
     def add(self, deliver_at_ms: int, ledger_id: int, entry_id: int) -> None:
         """Track the entry at ``(ledger_id, entry_id)`` until ``deliver_at_ms`` (rounded up to the tick)."""
         due = quantise(deliver_at_ms, self.tick_ms)
-        times = self._times
-        if not times or due >= times[-1]:
-            times.append(due)
-            self._ledgers.append(ledger_id)
-            self._entries.append(entry_id)
-            return
-        index = bisect.bisect_right(times, due, self._head)
-        times.insert(index, due)
-        self._ledgers.insert(index, ledger_id)
-        self._entries.insert(index, entry_id)
+        bucket = self._buckets.get(due)
+        if bucket is None:
+            bucket = self._buckets[due] = array("q")
+            heapq.heappush(self._due, due)
+        bucket.append(ledger_id)
+        bucket.append(entry_id)
+        self._count += 1
 
     def next_due_ms(self) -> int | None:
         """When the earliest tracked entry is due (epoch ms), None when nothing is tracked."""
-        return self._times[self._head] if len(self) else None
+        return self._due[0] if self._due else None
 
     def has_due(self, now_ms: int) -> bool:
-        return bool(len(self)) and self._times[self._head] <= now_ms
+        return bool(self._due) and self._due[0] <= now_ms
 
     def pop_due(self, now_ms: int, limit: int) -> list[tuple[int, int]]:
         """Up to ``limit`` positions due at ``now_ms`` (earliest due first), no longer tracked; sorted by
         position, as the dispatcher delivers them."""
-        head = self._head
-        end = bisect.bisect_right(self._times, now_ms, head)
-        end = min(end, head + max(0, limit))
-        out = sorted(zip(self._ledgers[head:end], self._entries[head:end], strict=True))
-        self._release(end)
+        out: list[tuple[int, int]] = []
+        due, buckets = self._due, self._buckets
+        while due and due[0] <= now_ms and len(out) < limit:
+            bucket = buckets[due[0]]
+            take = min(len(bucket) // 2, limit - len(out))
+            out.extend(zip(bucket[0 : 2 * take : 2], bucket[1 : 2 * take : 2], strict=True))
+            if take * 2 == len(bucket):
+                del buckets[heapq.heappop(due)]
+            else:
+                del bucket[: 2 * take]
+        self._count -= len(out)
+        out.sort()
         return out
 
     def pop_all(self) -> list[tuple[int, int]]:
@@ -109,14 +120,6 @@ class DelayedTracker:
 
     def clear(self) -> None:
         """Forget everything (the cursor was rewound: what it reads again is tracked again)."""
-        del self._times[:], self._ledgers[:], self._entries[:]
-        self._head = 0
-
-    def _release(self, end: int) -> None:
-        self._head = end
-        if end == len(self._times):
-            self.clear()
-        elif end > len(self._times) // 2:
-            for column in (self._times, self._ledgers, self._entries):
-                del column[:end]
-            self._head = 0
+        self._buckets.clear()
+        self._due.clear()
+        self._count = 0
