@@ -10,8 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 import pulsar
 import pytest
 import websocket
+from fixtures.admin_http import Admin
 from fixtures.processes import MagnetarProcess
 from fixtures.pulsar_raw import RawClient
 from fixtures.standalone_process import running_standalone
@@ -36,17 +35,7 @@ NS = "public/dedup"
 
 
 def call(process: MagnetarProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    url = f"http://{HOST}:{process.ready['port']}/admin/v2{path}"
-    request = urllib.request.Request(url, data=data, method=method)
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else None
+    return Admin(process).call(method, path, body)
 
 
 @pytest.fixture(scope="module")

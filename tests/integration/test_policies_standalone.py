@@ -4,17 +4,14 @@ protocol and the WebSocket API - including a change that reaches a loaded topic 
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pulsar
 import pytest
 import websocket
+from fixtures.admin_http import Admin
 from fixtures.processes import MagnetarProcess
 from fixtures.standalone_process import running_standalone
 
@@ -37,25 +34,6 @@ def client(standalone: MagnetarProcess) -> Iterator[pulsar.Client]:
         yield c
     finally:
         c.close()
-
-
-class Admin:
-    """The REST calls of Java's ``PulsarAdmin``: JSON bodies as it serializes them."""
-
-    def __init__(self, standalone: MagnetarProcess) -> None:
-        self.base = f"http://{HOST}:{standalone.ready['port']}/admin/v2"
-
-    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            return exc.code, json.loads(raw) if raw else None
 
 
 @pytest.fixture

@@ -13,15 +13,13 @@ import base64
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pulsar
 import pytest
 import websocket
+from fixtures.admin_http import Admin
 from fixtures.processes import MagnetarProcess
 from fixtures.standalone_process import official_client, running_standalone
 
@@ -39,25 +37,6 @@ WINDOW_S = 2.5
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MagnetarProcess]:
     with running_standalone(tmp_path_factory.mktemp("rates")) as process:
         yield process
-
-
-class Admin:
-    """The REST calls of Java's ``PulsarAdmin``: JSON bodies as it serializes them."""
-
-    def __init__(self, standalone: MagnetarProcess) -> None:
-        self.base = f"http://{HOST}:{standalone.ready['port']}/admin/v2"
-
-    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
-        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                text = response.read()
-                return response.status, json.loads(text) if text else None
-        except urllib.error.HTTPError as exc:
-            text = exc.read()
-            return exc.code, json.loads(text) if text else None
 
 
 @pytest.fixture
