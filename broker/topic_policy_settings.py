@@ -53,7 +53,8 @@ class TopicPolicyDefaults(QuorumSettings):
     pull-mode consumers (acknowledging releases no permit there); push mode's window of at most 1,000 is
     smaller."""
     max_unacked_messages_per_subscription: Count = 200_000
-    """Answered as the default of the subscription-wide bound (not enforced yet)."""
+    """Unacknowledged messages of all consumers of one Shared or Key_Shared subscription at which it gets no
+    more until they are below half of it (Pulsar's ``maxUnackedMessagesPerSubscription``; 0: none)."""
     allow_auto_topic_creation: bool = True
     allow_auto_topic_creation_type: Literal["non-partitioned", "partitioned"] = "non-partitioned"
     """``partitioned``: a client's partition lookup of a missing topic creates it with

@@ -74,6 +74,7 @@ def limits_of(effective: EffectivePolicies) -> TopicLimits:
         max_consumers_per_subscription=effective.max_consumers_per_subscription,
         max_subscriptions=effective.max_subscriptions_per_topic,
         unacked_messages_per_consumer=effective.max_unacked_messages_per_consumer,
+        unacked_messages_per_subscription=effective.max_unacked_messages_per_subscription or 0,
         auto_subscription_creation=effective.auto_subscription_creation,
         quorum=(p.bookkeeperEnsemble, p.bookkeeperWriteQuorum, p.bookkeeperAckQuorum),
         delete_while_inactive=inactive.deleteWhileInactive,

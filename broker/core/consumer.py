@@ -115,6 +115,11 @@ class Consumer:
             return 0
         return min(self.flow.available(), self.sink.room(), unacked_room)
 
+    def hold_for_unacked(self) -> None:
+        """Its subscription stopped on its unacknowledged messages: the next ack wakes the dispatcher (as
+        when the consumer's own bound held it)."""
+        self._held_by_unacked = True
+
     def saturated(self) -> bool:
         """Byte bounds reached. ``available`` counts messages and a few large ones fill the bytes, so a
         dispatcher pushing several at once checks the outbound queue's bytes per message; the unacked bytes

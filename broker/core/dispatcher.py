@@ -158,6 +158,10 @@ class Dispatcher:
         """Delayed entries held back (see the module docstring); None until the first one."""
         self.delay_enabled = True
         self.delay_tick_ms = 1000
+        self.unacked_max = 0
+        """Pulsar's ``maxUnackedMessagesPerSubscription`` (0: none): at this many unacknowledged messages
+        over all consumers the subscription gets nothing more until they are below half of it."""
+        self.blocked_on_unacked = False
         self._blocked = True
         """The last round stopped at something that wakes the task (no consumer, no permits, messages still
         ready): it waits for that, not for the next delayed entry's time."""
@@ -438,7 +442,32 @@ class Dispatcher:
     def _permits(self) -> int:
         if self.type is not None and self.type.single_active:
             return self.active.available() if self.active is not None else 0
-        return sum(max(0, c.available()) for c in self.consumers)
+        permits = sum(max(0, c.available()) for c in self.consumers)
+        if self.unacked_max and permits > 0:  # Shared and Key_Shared only, as Pulsar's
+            return self._within_unacked_max(permits)
+        return permits
+
+    def set_unacked_max(self, limit: int) -> None:
+        """The policy's ``maxUnackedMessagesPerSubscription`` changed (0: none)."""
+        if limit != self.unacked_max:
+            self.unacked_max = limit
+            self.blocked_on_unacked = False
+            self.wake()
+
+    def _within_unacked_max(self, permits: int) -> int:
+        """``permits`` capped by the subscription's unacknowledged-message bound, as Pulsar's: blocked once
+        the consumers hold ``unacked_max`` unacknowledged messages together, unblocked below half of it."""
+        unacked = sum(len(c.pending) for c in self.consumers)
+        limit = self.unacked_max
+        if (self.blocked_on_unacked and unacked >= limit // 2) or unacked >= limit:
+            if not self.blocked_on_unacked:
+                self.blocked_on_unacked = True
+                log.info("subscription %s: blocked at %d unacknowledged messages", self._sub.name, unacked)
+            for consumer in self.consumers:
+                consumer.hold_for_unacked()  # an ack wakes the task
+            return 0
+        self.blocked_on_unacked = False
+        return min(permits, limit - unacked)
 
     # -- routing -----------------------------------------------------------------------------------
 

@@ -593,5 +593,5 @@ class Subscription:
             "isReplicated": False,
             "replicated": False,
             "msgDelayed": dispatcher.delayed_count,
-            "blockedSubscriptionOnUnackedMsgs": False,
+            "blockedSubscriptionOnUnackedMsgs": self.dispatcher.blocked_on_unacked,
         }

@@ -236,6 +236,7 @@ class PersistentTopic(TopicBase):
         subscription.dispatcher.set_delay_policy(
             limits.delayed_delivery_enabled, limits.delayed_delivery_tick_ms
         )
+        subscription.dispatcher.unacked_max = limits.unacked_messages_per_subscription
         self.subscriptions[name] = subscription
         self._set_dispatch_limits(subscription, rebuild=False)
         assert self._nursery is not None
@@ -339,6 +340,7 @@ class PersistentTopic(TopicBase):
             subscription.dispatcher.set_delay_policy(
                 limits.delayed_delivery_enabled, limits.delayed_delivery_tick_ms
             )
+            subscription.dispatcher.set_unacked_max(limits.unacked_messages_per_subscription)
         if (limits.dispatch_rate, limits.subscription_dispatch_rate, limits.subscription_dispatch_rates) != (
             previous.dispatch_rate,
             previous.subscription_dispatch_rate,

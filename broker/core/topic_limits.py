@@ -44,6 +44,9 @@ class TopicLimits:
     max_subscriptions: int = 0
     unacked_messages_per_consumer: int | None = None
     """None: the bound the adapter gave the consumer (the broker's setting)."""
+    unacked_messages_per_subscription: int = 0
+    """Unacknowledged messages of all of a subscription's consumers together at which its dispatcher stops
+    (Pulsar's ``maxUnackedMessagesPerSubscription``; it goes on below half of it); 0 = no limit."""
     auto_subscription_creation: bool = True
     quorum: tuple[int, int, int] | None = None
     """Ensemble, write and ack quorum of the topic's next ledger; None: the broker's."""

@@ -92,7 +92,7 @@ CATALOGUE: tuple[PolicySpec, ...] = (
     _limit("max_unacked_messages_per_subscription", "maxUnackedMessagesPerSubscription",
            "maxUnackedMessagesOnSubscription", "max-unacked-messages-per-subscription",
            "max-unacked-messages-per-subscription",
-           "unacknowledged messages of one subscription (stored and answered; not enforced yet)",
+           "unacknowledged messages of one subscription (Shared and Key_Shared)",
            "maxUnackedNum must be 0 or more"),
     PolicySpec("inactive_topic_policies", "inactiveTopicPolicies", "inactiveTopicPolicies",
                "inactive-topic-policies", "inactive-topic-policies", "inactive",

@@ -5,113 +5,20 @@ turned off releases what was held, and a rewind tracks the entries again without
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import pytest
 import trio
 import trio.testing
-from fixtures.subscription_fakes import Sink
+from fixtures.dispatch_harness import Recorder, at, entry, run_for, setup
 
-from magnetar.bookkeeper.runtime import Clock, TrioClock
+from magnetar.bookkeeper.runtime import Clock
 from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, FlowControl
 from magnetar.broker.core.dispatcher import SubscriptionType
-from magnetar.broker.core.subscription import Subscription
-from magnetar.broker.wire import StoredMessage, encode_entry
-from magnetar.managed_ledger.cursor import ManagedCursor
-from magnetar.managed_ledger.cursor_state import CursorState
-from magnetar.managed_ledger.entry import Entry
-from magnetar.managed_ledger.info import LedgerInfo
-from magnetar.managed_ledger.ledger_list import LedgerList
-from magnetar.managed_ledger.message_index import MessageIndex
-from magnetar.managed_ledger.position import Position
 
 if TYPE_CHECKING:
-    from magnetar.managed_ledger.ledger import ManagedLedger
-
-LEDGER = 7
-ORIGIN_MS = 1_800_000_000_000
-"""The wall clock when the test starts (the mock clock's 0)."""
-
-
-class MemoryLedger:
-    """What a cursor and a subscription ask of a managed ledger: one ledger of the given entries."""
-
-    def __init__(self, entries: Sequence[bytes]) -> None:
-        self.data = list(entries)
-        self.ledgers = LedgerList([LedgerInfo(LEDGER, len(entries))])
-        self.message_index = MessageIndex()
-        for entry_id in range(len(entries)):
-            self.message_index.append(Position(LEDGER, entry_id), 1)
-        self.last_confirmed = Position(LEDGER, len(entries) - 1)
-        self.is_terminated = False
-        self.reads: list[tuple[int, int]] = []
-
-    def now_ms(self) -> int:
-        return 0
-
-    async def read_entries(self, start: Position, count: int) -> list[Entry]:
-        await trio.lowlevel.checkpoint()
-        first = start.entry_id
-        self.reads.append((first, count))
-        return [
-            Entry(Position(LEDGER, i), self.data[i]) for i in range(first, min(first + count, len(self.data)))
-        ]
-
-
-class Recorder(Sink):
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.got: list[tuple[bytes, int]] = []
-
-    def deliver(self, delivery: Delivery, partition: int, redelivery_count: int) -> None:
-        self.got.append((delivery.message.payload, self.clock.time_ms()))
-
-    def deliver_many(
-        self, deliveries: Sequence[Delivery], partition: int, redelivery_counts: Sequence[int] | None
-    ) -> int:
-        for delivery in deliveries:
-            self.deliver(delivery, partition, 0)
-        return len(deliveries)
-
-
-def entry(payload: bytes, deliver_at_ms: int = 0) -> bytes:
-    message = StoredMessage(payload, "p", 0, ORIGIN_MS)
-    return encode_entry([message], ["p"], [0], [ORIGIN_MS], batched=False, deliver_at_ms=deliver_at_ms)
-
-
-def at(seconds: float) -> int:
-    return ORIGIN_MS + int(seconds * 1000)
-
-
-def setup(
-    entries: Sequence[bytes], sub_type: SubscriptionType, *, delayed_max: int = 100, read_max: int = 10
-) -> tuple[Subscription, Recorder, MemoryLedger, TrioClock]:
-    clock = TrioClock(ORIGIN_MS)
-    ml = MemoryLedger(entries)
-    cursor = ManagedCursor(
-        cast("ManagedLedger", ml), "sub", CursorState(ml.ledgers, Position(LEDGER, -1)), None
-    )
-    sub = Subscription(
-        "persistent://t/n/x", "sub", cursor, partition=-1, clock=clock, durable=True,
-        read_entries_max=read_max, redelivery_max=100, delayed_max=delayed_max,
-    )  # fmt: skip
-    sub.dispatcher.set_delay_policy(True, 100)
-    sink = Recorder(clock)
-    consumer = Consumer(
-        name="c", priority_level=0, partition=-1, flow=FlowControl(1000, pull_mode=False), sink=sink
-    )
-    sub.add_consumer(consumer, sub_type)
-    return sub, sink, ml, clock
-
-
-async def run_for(sub: Subscription, seconds: float) -> None:
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sub.dispatcher.run)
-        await trio.sleep(seconds)
-        nursery.cancel_scope.cancel()
-
+    pass
 
 ENTRIES = [entry(b"a"), entry(b"late", at(5)), entry(b"b"), entry(b"soon", at(2))]
 
