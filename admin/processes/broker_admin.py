@@ -229,6 +229,7 @@ class BrokerTopicHost:
                 bytesOutCounter=int(sub.get("bytesOutCounter", 0)),
                 unackedMessages=int(sub.get("unackedMessages", 0)),
                 msgDelayed=int(sub.get("msgDelayed", 0)),
+                blockedSubscriptionOnUnackedMsgs=bool(sub.get("blockedSubscriptionOnUnackedMsgs", False)),
                 consumers=list(sub.get("consumers", [])),
             )
             for name, sub in stats["subscriptions"].items()

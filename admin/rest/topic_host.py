@@ -31,6 +31,7 @@ class SubscriptionTraffic:
     msgRateRedeliver: float = 0.0
     unackedMessages: int = 0
     msgDelayed: int = 0
+    blockedSubscriptionOnUnackedMsgs: bool = False
     """Entries held back for delayed delivery."""
     consumers: list[dict[str, Any]] = field(default_factory=list)
 

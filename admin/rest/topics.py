@@ -184,7 +184,7 @@ def _subscription_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, A
             "msgBacklog": backlog,
             "backlogSize": backlog_bytes(ml, cursor.mark_delete),
             "msgBacklogNoDelayed": max(0, backlog - (sub.msgDelayed if sub else 0)),
-            "blockedSubscriptionOnUnackedMsgs": False,
+            "blockedSubscriptionOnUnackedMsgs": sub.blockedSubscriptionOnUnackedMsgs if sub else False,
             "msgDelayed": sub.msgDelayed if sub else 0,
             "unackedMessages": sub.unackedMessages if sub else 0,
             "type": sub.type if sub else "Exclusive",

@@ -208,6 +208,40 @@ def test_unacked_bound_changes_on_a_loaded_topic(admin: Admin, client: pulsar.Cl
     consumer.close()
 
 
+def test_subscription_unacked_bound_holds_every_consumer_until_half_is_acknowledged(
+    admin: Admin, client: pulsar.Client, namespace: str
+) -> None:
+    path = f"/namespaces/{namespace}/maxUnackedMessagesPerSubscription"
+    assert admin.call("POST", path, 6)[0] == 204
+    topic = f"persistent://{namespace}/unacked-sub"
+    consumers = [client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared) for _ in range(2)]
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(20):
+        producer.send(f"m{i}".encode())
+    held: list[pulsar.Message] = []
+    for consumer in consumers:  # the two together get the bound's 6, however they share them
+        while True:
+            try:
+                held.append(consumer.receive(1500))
+            except pulsar.Timeout:
+                break
+    assert len(held) == 6
+    stats = admin.call("GET", f"/persistent/{namespace}/unacked-sub/stats")[1]
+    assert stats["subscriptions"]["s"]["blockedSubscriptionOnUnackedMsgs"] is True
+    assert admin.call("DELETE", path)[0] == 204  # back to the broker's 200,000: the rest flows
+    rest = []
+    for consumer in consumers:
+        while True:
+            try:
+                rest.append(consumer.receive(1500))
+            except pulsar.Timeout:
+                break
+    assert sorted(m.data() for m in held + rest) == sorted(f"m{i}".encode() for i in range(20))
+    producer.close()
+    for consumer in consumers:
+        consumer.close()
+
+
 def test_persistence_quorum_applies_to_new_ledgers(
     admin: Admin, client: pulsar.Client, namespace: str
 ) -> None:
