@@ -6,7 +6,6 @@ endpoint and each of no token, a token of an ordinary role and a superuser's tok
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import httpx
 import pytest
 from fixtures.auth import TokenKeys
 from fixtures.processes import MagnetarProcess, ProcessGroup
+from fixtures.standalone_process import free_ports
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.processes, pytest.mark.slow]
@@ -40,24 +40,6 @@ BAD_BODIES = [
     b'{"forceMajor": 3}',
     b'{"suspendMajor": {"a": [1]}}',
 ]
-
-
-def free_ports(count: int) -> int:
-    """A port P such that P .. P + count - 1 are free now (bookie i of a standalone takes P + i)."""
-    for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base: int = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
-        try:
-            for offset in range(count):
-                with socket.socket() as taken:
-                    taken.bind(("127.0.0.1", base + offset))
-        except OSError:
-            continue
-        return base
-    raise AssertionError(f"no {count} consecutive free ports")
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ all its bookies on the broker's port."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
 from fixtures.processes import ProcessGroup
+from fixtures.standalone_process import free_ports
 
 from magnetar.bookkeeper.client import ClientSettings, open_bookkeeper
 from magnetar.bookkeeper.client.tcp_transport import open_tcp_transport
@@ -118,9 +118,7 @@ async def test_bookie_process_reclaims_a_deleted_ledger_over_http(
 async def test_standalone_serves_the_gc_endpoints_of_its_bookies(
     magnetar_processes: ProcessGroup, tmp_path: Path
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        bookie_port = probe.getsockname()[1]
+    bookie_port = free_ports(2)
     process = magnetar_processes.add(
         "standalone",
         [
