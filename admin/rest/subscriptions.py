@@ -43,8 +43,7 @@ from magnetar.admin.rest.names import (
 from magnetar.admin.rest.partitions import Local, combined, each_partition
 from magnetar.admin.rest.served import host_of, served_named, served_topic
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.core import first_at_or_after, publish_time
-from magnetar.broker.core.dedup import is_reserved_cursor
+from magnetar.broker.core import first_at_or_after, is_reserved_cursor, publish_time
 from magnetar.broker.wire import TopicName
 from magnetar.gc import expire_cursor
 from magnetar.managed_ledger.cursor import ManagedCursor

@@ -60,6 +60,10 @@ from magnetar.bookkeeper.metadata.underreplication_paths import (
     ur_locks_path,
 )
 
+_OWN_FACES = ("zk_store",)
+"""Imported by its own name (its ``PROBE_TIMEOUT_S``): the face does not load kazoo for what only names
+the store's errors."""
+
 __all__ = [
     "AVAILABLE_PATH",
     "COOKIES_PATH",

@@ -6,6 +6,7 @@ in :mod:`magnetar.broker.protocols`; the wire formats clients share are in :mod:
 """
 
 from magnetar.broker.core.consumer import Consumer
+from magnetar.broker.core.dedup import is_reserved_cursor
 from magnetar.broker.core.delivery import Delivery, FlowControl, deliver_each
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
@@ -92,6 +93,7 @@ __all__ = [
     "TopicNotFoundError",
     "deliver_each",
     "first_at_or_after",
+    "is_reserved_cursor",
     "last_message",
     "publish_time",
 ]

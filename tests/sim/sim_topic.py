@@ -152,6 +152,9 @@ class TopicSettings:
     publish_pipeline_batch_messages_min: int = 2
     dispatch_read_entries_max: int = 5
     dispatch_redelivery_messages_max: int = 100
+    dispatch_delayed_messages_max: int = 100
+    broker_deduplication_entries_interval: int = 1000
+    broker_deduplication_max_number_of_producers: int = 100
     metadata_operation_timeout_ms: int = 3000
 
 
