@@ -1,5 +1,6 @@
 """The data path's guard: an interleaved A/B of the standalone's cost per message, per phase (produce JSON,
-produce binary, consume JSON, consume binary), of two builds, with an A/A control beside it.
+produce binary, consume JSON, consume binary; on request produce pulsar, the official client without
+batching: the cost per entry), of two builds, with an A/A control beside it.
 
     make bench-ab OLD=288a165 [NEW=<rev>] [PAIRS=12]
     .venv/bin/python tests/bench/ab_standalone.py --old 288a165 [--new REV] [--pairs 12] [--markdown]
@@ -81,7 +82,7 @@ PERF_ATTACH_S = 0.3
 class Phase:
     name: str
     verb: str  # produce / consume
-    protocol: str  # json / binary
+    protocol: str  # json / binary / pulsar
     extra: tuple[str, ...]
     p99: bool = False
     """The figure is the run's publish latency p99 (ms), not the meter's cost per message."""
@@ -125,6 +126,9 @@ PHASES = (
     Phase("produce binary", "produce", "binary", ("--size", "100")),
     Phase("consume json", "consume", "json", ("--initial-position", "Earliest")),
     Phase("consume binary", "consume", "binary", ("--initial-position", "Earliest")),
+    # The official client without batching: every message an entry of its own, so this phase measures the
+    # write path's cost per entry (codec, managed ledger, replication client, bookie, journal).
+    Phase("produce pulsar", "produce", "pulsar", ("--size", "100", "--disable-batching")),
 )
 
 
@@ -437,8 +441,12 @@ class Standalone:
         except ProcessFailedError as exc:
             raise AbError(f"{self.build.who()}: the standalone did not start: {exc}") from exc
 
-    @property
-    def url(self) -> str:
+    def url(self, protocol: str) -> str:
+        if protocol == "pulsar":
+            broker_url = self.process.ready.get("brokerUrl")
+            if not broker_url:
+                raise AbError(f"{self.build.who()}: this build has no Pulsar binary port (no brokerUrl)")
+            return str(broker_url)
         return f"ws://127.0.0.1:{self.process.ready['port']}"
 
 
@@ -446,12 +454,15 @@ def run_phase(
     side: Standalone, phase: Phase, messages: int, meter: Meter, tmp: Path
 ) -> tuple[float, dict[str, Any]]:
     build = side.build
+    # The official client is the same for both builds (this venv's `pulsar-client`, which a build's own venv
+    # lacks: it installs what running needs); the other phases use each build's own `magnetar perf`.
+    client = [sys.executable, "-m", "magnetar.admin.cli"] if phase.protocol == "pulsar" else build.magnetar()
     command = [
-        *build.magnetar(),
+        *client,
         "perf", phase.verb, "--protocol", phase.protocol, "--messages", str(messages), *phase.extra,
-        "--url", side.url, "--topic", f"ab-{phase.protocol}", "--report-interval-s", "1000",
+        "--url", side.url(phase.protocol), "--topic", f"ab-{phase.protocol}", "--report-interval-s", "1000",
     ]  # fmt: skip
-    env = {**os.environ, **build.env}
+    env = dict(os.environ) if phase.protocol == "pulsar" else {**os.environ, **build.env}
     token = meter.begin(side.process.pid)
     started = time.monotonic()
     log = tmp / f"{side.name}-{phase.verb}-{phase.protocol}.log"
@@ -560,7 +571,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--json-messages", type=int, default=100_000, help="messages per JSON phase")
     parser.add_argument("--binary-messages", type=int, default=300_000, help="messages per binary phase")
     parser.add_argument(
-        "--protocols", default="json,binary", help="the phases to run, by protocol (default: json,binary)"
+        "--pulsar-messages",
+        type=int,
+        default=30_000,
+        help="messages per phase of the official client without batching (one entry each)",
+    )
+    parser.add_argument(
+        "--protocols",
+        default="json,binary",
+        help="the phases to run, by protocol: json, binary, pulsar (default: json,binary)",
     )
     parser.add_argument(
         "--measure",
@@ -581,11 +600,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
-    if args.json_messages < 1 or args.binary_messages < 1:
+    if min(args.json_messages, args.binary_messages, args.pulsar_messages) < 1:
         parser.error("message counts must be at least 1")
     protocols = [name.strip() for name in args.protocols.split(",") if name.strip()]
-    if not protocols or any(name not in ("json", "binary") for name in protocols):
-        parser.error(f"--protocols takes json and/or binary, got {args.protocols!r}")
+    if not protocols or any(name not in ("json", "binary", "pulsar") for name in protocols):
+        parser.error(f"--protocols takes json, binary and/or pulsar, got {args.protocols!r}")
     args.protocols = protocols
     if args.latency is not None and not 1 <= args.latency <= 1_000_000:
         parser.error(f"--latency takes a rate of 1 to 1,000,000 msgs/s, got {args.latency}")
@@ -651,7 +670,11 @@ def run(args: argparse.Namespace, tool: str) -> Report:
     else:
         meter = choose_meter(args.measure)
         phases = [phase for phase in PHASES if phase.protocol in args.protocols]
-        messages = {"json": args.json_messages, "binary": args.binary_messages}
+        messages = {
+            "json": args.json_messages,
+            "binary": args.binary_messages,
+            "pulsar": args.pulsar_messages,
+        }
     progress(f"measure: {meter.measure.description}")
     runs: list[dict[str, Any]] = []
     saved: dict[str, Any] = {
