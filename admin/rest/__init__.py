@@ -22,7 +22,7 @@ from magnetar.admin.rest import (
 )
 from magnetar.admin.rest.context import AdminContext, AdminSettings, BrokerDirectory, StaticBrokers
 from magnetar.admin.rest.framework import AdminError, Call, Endpoint, NoQuery, ok, register
-from magnetar.admin.rest.openapi import build_document
+from magnetar.admin.rest.openapi import OpenApiDocument
 from magnetar.admin.rest.topic_host import SubscriptionTraffic, TopicHost, TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse, Router
 
@@ -54,18 +54,18 @@ def admin_endpoints(*, with_topics: bool = False, with_bundles: bool = False) ->
 
 def register_admin_routes(
     router: Router, context: AdminContext, extra: list[Endpoint] | None = None
-) -> dict[str, object]:
+) -> OpenApiDocument:
     """Register the admin API (plus ``extra`` endpoints, e.g. the broker's topic routes) on ``router``.
 
-    Returns the OpenAPI document, which is also served at :data:`OPENAPI_PATH`."""
+    Returns the OpenAPI document (built when first used), which is also served at :data:`OPENAPI_PATH`."""
     endpoints = [
         *admin_endpoints(with_topics=context.topics is not None, with_bundles=context.bundles is not None),
         *(extra or []),
     ]
-    document = build_document(endpoints)
+    document = OpenApiDocument(endpoints)
 
     async def openapi(call: Call) -> HttpResponse:
-        return ok(document)
+        return ok(document.built())
 
     spec = Endpoint("GET", OPENAPI_PATH, openapi, "This document", "meta", query=NoQuery, status=200)
     register(router, [spec, *endpoints], context)
@@ -78,6 +78,7 @@ __all__ = [
     "AdminError",
     "AdminSettings",
     "BrokerDirectory",
+    "OpenApiDocument",
     "StaticBrokers",
     "SubscriptionTraffic",
     "TopicHost",

@@ -27,7 +27,7 @@ from magnetar.bookkeeper.runtime.http import Router
 
 EXAMPLES_PER_OPERATION = 15
 
-DOCUMENT = register_admin_routes(Router(), AdminContext(MemoryMetadataStore(), topics=object()))  # type: ignore[arg-type]
+DOCUMENT = register_admin_routes(Router(), AdminContext(MemoryMetadataStore(), topics=object())).built()  # type: ignore[arg-type]
 # Pulsar answers an invalid name with 412 (docs/upstream.md, Pulsar §2.1): a valid rejection of invalid input
 # here.
 NON_PERSISTENT_OVERLAP = {
