@@ -87,8 +87,10 @@ class AddPipeline:
         self._inflight_messages = 0
         """Messages of the adds sent and not acknowledged yet: the next add's first index follows them."""
         self._inflight_drained = trio.Event()
-        self._entries_added = trio.Event()
-        self._capacity_freed = trio.Event()
+        # Parking lots rather than events: most adds complete with nobody waiting, and an empty lot's wake-up
+        # is a length check, where an event had to be replaced at every add.
+        self._entries_added = trio.lowlevel.ParkingLot()
+        self._capacity_freed = trio.lowlevel.ParkingLot()
 
     @property
     def pending_adds(self) -> int:
@@ -114,7 +116,7 @@ class AddPipeline:
     async def wait_for_capacity(self) -> None:
         """Back-pressure: wait while ``pending_adds_max`` adds are queued or in flight."""
         while self.pending_adds >= self._settings.pending_adds_max and self._ml.state in WRITABLE:
-            await self._capacity_freed.wait()
+            await self._capacity_freed.park()
 
     def add_entry_nowait(self, data: bytes, callback: AddCallback, messages: int = 1) -> None:
         """Append one entry holding ``messages`` messages (a batch: more than one); ``callback`` gets its
@@ -223,13 +225,12 @@ class AddPipeline:
             self.fail_pending(failure)
 
     def signal_entries_added(self) -> None:
-        event, self._entries_added = self._entries_added, trio.Event()
-        event.set()
+        if self._entries_added:
+            self._entries_added.unpark_all()
 
     def _free_capacity(self) -> None:
-        if self.pending_adds < self._settings.pending_adds_max:
-            event, self._capacity_freed = self._capacity_freed, trio.Event()
-            event.set()
+        if self._capacity_freed and self.pending_adds < self._settings.pending_adds_max:
+            self._capacity_freed.unpark_all()
 
     async def wait_for_entries_after(self, position: Position) -> None:
         """Return once an entry after ``position`` exists (or the ledger stops being writable)."""
@@ -237,7 +238,7 @@ class AddPipeline:
         while ml.last_confirmed <= position and ml.state not in (State.CLOSED, State.FENCED):
             if ml.is_terminated:
                 return
-            await self._entries_added.wait()
+            await self._entries_added.park()
 
     async def drain_inflight(self) -> None:
         """Wait until every add sent has been acknowledged or failed."""

@@ -123,8 +123,10 @@ class BookieCore:
                 log.log(level, "add %d:%d could not be made durable: %s", req.ledger_id, req.entry_id, error)
             answer(OK if error is None else _status_of(error))
 
+        # An in-process client hands the payload over in parts (``AddRequest.tail``): joined here, once.
+        body = b"".join((req.body, *req.tail)) if req.tail else req.body
         try:
-            self.store.add_entry(req.ledger_id, req.entry_id, req.body, on_durable)
+            self.store.add_entry(req.ledger_id, req.entry_id, body, on_durable)
         except BookieError as exc:
             log.warning("add %d:%d refused by storage: %s", req.ledger_id, req.entry_id, exc)
             answer(exc.status)

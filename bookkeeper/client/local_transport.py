@@ -72,6 +72,11 @@ class LocalTransport:
     def reconnect(self, bookie: BookieId) -> None:
         self._down.discard(bookie)
 
+    def sends_parts(self) -> bool:
+        """An add reaches its bookie with its payload parts (``AddRequest.tail``) unjoined: the bookie joins
+        them once, as it stores the entry (``transport.SendsParts``)."""
+        return True
+
     def send(self, bookie: BookieId, request: Request, callback: ResponseCallback) -> None:
         call = _InFlight(callback)
         if bookie in self._down or bookie not in self._handlers:

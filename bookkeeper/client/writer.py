@@ -244,8 +244,9 @@ class LedgerWriter:
         self._wake()
 
     def _wake(self) -> None:
-        self._room.unpark_all()
-        if not self.pending:
+        if self._room:
+            self._room.unpark_all()
+        if self._idle and not self.pending:
             self._idle.unpark_all()
 
     # -- failures ------------------------------------------------------------------------------------------
