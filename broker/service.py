@@ -633,3 +633,6 @@ class BrokerService:
         """Pulsar's generated producer names: ``<cluster>-<broker>-<counter>``."""
         self._producer_counter += 1
         return f"{self.settings.cluster}-{self.broker_id}-{self._producer_counter}"
+
+    async def live_broker_native_urls(self) -> frozenset[str]:
+        return await self.ownership.live_native_urls()

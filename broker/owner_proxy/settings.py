@@ -54,6 +54,18 @@ class ProxySettings(BaseSettings):
     ws_proxy_partition_opens_max: Annotated[int, Field(ge=1, le=1_000)] = 16
     """A session on a partitioned topic opens its upstream sessions (one per partition) this many at a
     time."""
+    binary_proxy_enabled: bool = False
+    """Pulsar binary clients that can reach one address only (a Kubernetes Service, a load balancer): lookups
+    answer ``proxy_through_service_url``, so the client keeps connecting to its service address and names the
+    owner in CONNECT, and this broker relays such a connection to the owner it names - a live broker of the
+    cluster, never another address - after authenticating the client as it would itself
+    (:mod:`magnetar.broker.sessions.binary_relay`). Off: lookups name the owner to connect to directly, as
+    Pulsar's brokers do, and a CONNECT naming another broker is refused."""
+    binary_proxy_connections_max: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
+    """Binary connections this broker relays to owners at once; a CONNECT beyond it is refused
+    (``ServiceNotReady``)."""
+    binary_proxy_connect_timeout_ms: Millis = 5_000
+    """Reaching the owner of a relayed binary connection: TCP connect and TLS handshake."""
     broker_client_tls_enabled: bool = False
     """Open upstream sessions over TLS (``wss://``, the owner's ``httpUrlTls``) even when the owner also
     serves plain HTTP. An owner that serves only TLS is always reached over TLS."""

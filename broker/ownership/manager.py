@@ -114,7 +114,9 @@ class OwnershipManager:
 
     async def register_broker(self, load: dict[str, object] | None = None) -> None:
         self._load = dict(load or {})
-        value = json.dumps({"httpUrl": self.me.httpUrl, **self._load}).encode()
+        me = self.me
+        addresses = {"httpUrl": me.httpUrl, "nativeUrl": me.nativeUrl, "nativeUrlTls": me.nativeUrlTls}
+        value = json.dumps({**addresses, **self._load}).encode()
         await self._store.put(f"{BROKERS_ROOT}/{self.broker_id}", value, None, ephemeral=True)
 
     async def run(self) -> None:
@@ -150,6 +152,23 @@ class OwnershipManager:
 
     async def active_brokers(self) -> list[str]:
         return await self._store.get_children(BROKERS_ROOT)
+
+    async def live_native_urls(self) -> frozenset[str]:
+        """The binary addresses (``pulsar://``, ``pulsar+ssl://``) the live brokers registered, this one's
+        included: where a relayed binary connection may go."""
+        urls = {self.me.nativeUrl, self.me.nativeUrlTls}
+        for broker in await self.active_brokers():
+            result = await self._store.get(f"{BROKERS_ROOT}/{broker}")
+            if result is None:
+                continue
+            try:
+                data = json.loads(result.value)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                urls.update(str(data.get(key) or "") for key in ("nativeUrl", "nativeUrlTls"))
+        urls.discard("")
+        return frozenset(urls)
 
     async def get_owner(self, namespace: str, bundle: str) -> OwnerInfo | None:
         if self.owns(namespace, bundle):

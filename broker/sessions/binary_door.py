@@ -27,7 +27,7 @@ import trio
 
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.bookkeeper.runtime.auth.errors import AuthenticationError
-from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, handshake
+from magnetar.bookkeeper.runtime.auth.tls import TlsHandshakeError, client_ssl_context, handshake
 from magnetar.broker.core import (
     COMPACT_ALONE,
     Consumer,
@@ -98,11 +98,12 @@ from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics
 from magnetar.broker.sessions import binary_consumers
 from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerRequests
 from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
+from magnetar.broker.sessions.binary_relay import BinaryRelay, RelayRefused, RelayTarget, broker_address
 from magnetar.broker.sessions.binary_topics import answer_get_topics
 from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
 
 if TYPE_CHECKING:
-    from magnetar.broker.sessions.host import SessionHost
+    from magnetar.broker.sessions.host import SessionHost, SessionSettings
 
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,8 @@ class _Connection:
     challenged: bool = False
     """An AUTH_CHALLENGE is out and unanswered."""
     ping_outstanding: bool = False
+    relaying: bool = False
+    """The connection is relayed to its owner (:mod:`.binary_relay`): this broker sends nothing of its own."""
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
     def send(self, command: bytes) -> None:
@@ -185,6 +188,7 @@ class BinaryFrontDoor:
         self._keepalive_s = keepalive_s
         self._producers = ProducerRequests(service, self._topic)
         self.connections = 0
+        self._relay: BinaryRelay | None = None
 
     async def serve_tls(self, stream: trio.SocketStream) -> None:
         """One client connection to the TLS port: the handshake (bounded), then as :meth:`serve`."""
@@ -257,6 +261,8 @@ class BinaryFrontDoor:
             return
         while True:
             await trio.sleep(self._keepalive_s)
+            if conn.relaying:
+                return  # the owner keeps the relayed connection alive
             if conn.received_since_tick:
                 conn.received_since_tick = False
                 conn.ping_outstanding = False
@@ -274,6 +280,8 @@ class BinaryFrontDoor:
         interval = self._service.settings.authentication_refresh_check_seconds
         while True:
             await trio.sleep(interval)
+            if conn.relaying:
+                return  # the owner refreshes the relayed connection's credentials
             principal = conn.principal
             if principal is None or principal.expires_at_ms is None:
                 continue
@@ -318,7 +326,60 @@ class BinaryFrontDoor:
                 except ProtobufError as exc:
                     conn.send(encode_error(NO_REQUEST, ServerError.UnknownError, f"Invalid command: {exc}"))
                     raise _Closed(f"invalid command: {exc}") from None
+                if (
+                    isinstance(command, Connect)
+                    and command.proxy_to_broker_url
+                    and conn.principal is None
+                    and await self._relayed(conn, command, frame, decoder)
+                ):
+                    raise _Closed(f"relayed connection to {command.proxy_to_broker_url} ended")
                 await self._handle(conn, command, frame)
+
+    async def _relayed(
+        self, conn: _Connection, command: Connect, frame: Frame, decoder: FrameDecoder
+    ) -> bool:
+        """A CONNECT naming a broker (``proxy_to_broker_url``): False when it names this one (served here),
+        else the client is authenticated here and its connection relayed to that broker until either side
+        ends it (:mod:`.binary_relay`); True once the relay is over."""
+        url = command.proxy_to_broker_url
+        assert url is not None
+        own = {broker_address(mine) for mine in (self._broker_url(), self._broker_url_tls()) if mine}
+        if broker_address(url) in own:
+            return False
+        settings = self._service.settings
+        if not settings.binary_proxy_enabled:
+            reason = (
+                "this broker does not relay connections (binary_proxy_enabled=false): "
+                f"connect to {url} directly"
+            )
+            conn.send(encode_error(NO_REQUEST, ServerError.NotAllowedError, reason))
+            raise _Closed(f"CONNECT to relay to {url} refused: binary_proxy_enabled=false")
+        self._connect(conn, command, answer=False)  # the client is checked here first, as for itself
+        try:
+            target = RelayTarget.among(url, await self._service.live_broker_native_urls())
+            relay = self._relay_of(settings)
+            owner = await relay.open(target)
+        except (RelayRefused, ServiceError) as exc:
+            conn.send(encode_error(NO_REQUEST, ServerError.ServiceNotReady, str(exc)))
+            raise _Closed(f"relay refused: {exc}") from None
+        conn.relaying = True
+        log.info("binary connection %s (role %s) relayed to %s", conn.address, _role(conn), url)
+        first = encode_frame(frame.command, frame.rest) + decoder.take_unread()
+        await relay.relay(conn.stream, owner, first)
+        return True
+
+    def _relay_of(self, settings: SessionSettings) -> BinaryRelay:
+        if self._relay is None:
+            trust = settings.broker_client_tls_trust_certs_file or settings.tls_trust_certs_file
+            context = client_ssl_context(
+                trust_certs_file=trust, check_hostname=settings.broker_client_tls_hostname_verification
+            )
+            self._relay = BinaryRelay(
+                connections_max=settings.binary_proxy_connections_max,
+                connect_timeout_s=settings.binary_proxy_connect_timeout_ms / 1000,
+                ssl_context=context,
+            )
+        return self._relay
 
     # -- commands ----------------------------------------------------------------------------------
 
@@ -372,7 +433,8 @@ class BinaryFrontDoor:
                 raise _Closed(reason)
             conn.send(encode_error(command.request_id, ServerError.NotAllowedError, reason))
 
-    def _connect(self, conn: _Connection, command: Connect) -> None:
+    def _connect(self, conn: _Connection, command: Connect, *, answer: bool = True) -> None:
+        """Authenticate the CONNECT; ``answer``: reply CONNECTED (a relayed connection's owner replies)."""
         if conn.principal is not None:
             conn.send(encode_error(NO_REQUEST, ServerError.NotAllowedError, "CONNECT twice"))
             raise _Closed("CONNECT twice")
@@ -394,7 +456,8 @@ class BinaryFrontDoor:
             raise _Closed("authentication failed") from None
         conn.principal = principal
         conn.protocol_version = min(command.protocol_version, PROTOCOL_VERSION_MAX)
-        conn.send(encode_connected(conn.protocol_version, MAX_MESSAGE_SIZE_DEFAULT))
+        if answer:
+            conn.send(encode_connected(conn.protocol_version, MAX_MESSAGE_SIZE_DEFAULT))
 
     def _auth_response(self, conn: _Connection, command: AuthResponse) -> None:
         """Fresh credentials after AUTH_CHALLENGE: a valid token of the same role renews the connection's."""
@@ -438,6 +501,9 @@ class BinaryFrontDoor:
         owner = resolution.owner
         url = owner.nativeUrl or (self._broker_url() if not resolution.redirect else "")
         url_tls = owner.nativeUrlTls or (self._broker_url_tls() if not resolution.redirect else "")
+        # Relaying: the client keeps dialing its service address and names the broker in CONNECT; a redirect
+        # is answered as that broker's to connect to, whose own lookup then answers (through the relay).
+        through = self._service.settings.binary_proxy_enabled
         if not (url_tls if conn.tls else url):
             kind = "TLS binary URL" if conn.tls else "binary URL"
             conn.send(
@@ -451,8 +517,9 @@ class BinaryFrontDoor:
                 command.request_id,
                 url=url,
                 url_tls=url_tls,
-                redirect=resolution.redirect,
-                authoritative=resolution.authoritative if resolution.redirect else True,
+                redirect=resolution.redirect and not through,
+                authoritative=resolution.authoritative if resolution.redirect and not through else True,
+                proxy_through_service_url=through,
             )
         )
 
@@ -652,6 +719,10 @@ class BinaryFrontDoor:
         for consumer in conn.consumers.values():
             consumer.close()
         conn.consumers.clear()
+
+
+def _role(conn: _Connection) -> str:
+    return (conn.principal.role if conn.principal is not None else None) or "-"
 
 
 def _address(stream: trio.SocketStream) -> str:

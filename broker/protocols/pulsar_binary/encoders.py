@@ -76,7 +76,13 @@ def encode_success(request_id: int) -> bytes:
 
 
 def encode_lookup_response(
-    request_id: int, *, url: str = "", url_tls: str = "", redirect: bool = False, authoritative: bool = True
+    request_id: int,
+    *,
+    url: str = "",
+    url_tls: str = "",
+    redirect: bool = False,
+    authoritative: bool = True,
+    proxy_through_service_url: bool = False,
 ) -> bytes:
     w = Writer()
     if url:
@@ -84,6 +90,8 @@ def encode_lookup_response(
     if url_tls:
         w.string(2, url_tls)
     w.uint(3, LOOKUP_REDIRECT if redirect else LOOKUP_CONNECT).uint(4, request_id).boolean(5, authoritative)
+    if proxy_through_service_url:
+        w.boolean(8, True)
     return _base(CommandType.LOOKUP_RESPONSE, w)
 
 

@@ -132,6 +132,13 @@ class FrameDecoder:
                 self._pos = 0
             self._buf += data
 
+    def take_unread(self) -> bytes:
+        """The bytes received after the last whole frame taken, handed over (a relayed connection's)."""
+        rest = bytes(self._buf[self._pos :])
+        self._buf = bytearray()
+        self._pos = 0
+        return rest
+
     def next_frame(self) -> Frame | None:
         """The next whole frame, or None until more bytes arrive; :class:`FrameError` (for good) when the
         stream is invalid - as soon as the 8 header bytes show it."""
