@@ -125,6 +125,8 @@ class BrokerService:
             self.topic_policies.retention_minutes,
             self.delete_topic,
             self.policies,
+            lambda: list(self.non_persistent.topics.values()),
+            lambda topic: self.non_persistent.delete(topic, force=False),
         )
         """Deletes inactive topics and expired subscriptions as their policies say (:mod:`.inactivity`)."""
         self.metrics = BrokerMetrics(

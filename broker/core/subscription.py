@@ -594,4 +594,5 @@ class Subscription:
             "replicated": False,
             "msgDelayed": dispatcher.delayed_count,
             "blockedSubscriptionOnUnackedMsgs": self.dispatcher.blocked_on_unacked,
+            **dispatcher.throttled_events.stats(),
         }
