@@ -113,7 +113,9 @@ class PersistentTopic(TopicBase):
         self._stopped = trio.Event()
         self._dispatch_limiter: DispatchLimiter | None = None
         """The topic's ``dispatchRate``, shared by its subscriptions (:mod:`.throttle`)."""
-        self._dedup = TopicDedup(str(name), ml, settings, self.producers.values, lambda: self._nursery)
+        self._dedup = TopicDedup(
+            str(name), ml, settings, self.producers.values, lambda: self._nursery, self.now_ms
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -198,6 +200,11 @@ class PersistentTopic(TopicBase):
     def dedup_status(self) -> str:
         """Pulsar's ``deduplicationStatus``."""
         return self._dedup.status
+
+    def purge_inactive_producers(self, timeout_ms: int) -> list[str]:
+        """Forget the deduplication state of producer names without a producer for ``timeout_ms``
+        (:meth:`.topic_dedup.TopicDedup.purge_inactive`)."""
+        return self._dedup.purge_inactive(self.now_ms() - timeout_ms)
 
     async def check_deduplication(self) -> None:
         """Bring deduplication in line with the topic's limits (:meth:`.topic_dedup.TopicDedup.check`). Topic
