@@ -10,6 +10,12 @@ it: a retention time of -1 keeps it for ever, a positive one until the topic was
 deletion is the admin API's (refused if a client connected meanwhile; nothing is lost then). A partition's
 data goes; its partitioned topic's metadata stays, as in Pulsar by default.
 
+Non-persistent topics, in the same round and by the same policies: one is active while it has a producer or
+a consumer, and - in mode ``delete_when_no_subscriptions`` - while it has any subscription (a durable one
+outlives its consumers; a non-durable one goes with its last). Inactive for ``maxInactiveDurationSeconds``
+it is removed from the broker (nothing is stored, so retention does not keep it), as Pulsar's non-persistent
+topics go; a client that comes back later creates it afresh.
+
 Subscriptions, every ``subscription_expiry_check_interval_s``: a durable subscription without consumers
 since the first check that saw it so, for longer than the effective ``subscriptionExpirationTime`` (minutes;
 0 = never), is deleted. The time is measured between checks, so an expiry can come up to one interval late.
@@ -27,7 +33,7 @@ import trio
 
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime import Clock
-from magnetar.broker.core import PersistentTopic, ServiceError
+from magnetar.broker.core import NonPersistentTopic, PersistentTopic, ServiceError
 from magnetar.broker.policies import PolicyError, PolicyStore
 from magnetar.broker.wire import TopicName
 
@@ -44,6 +50,12 @@ def is_active(topic: PersistentTopic) -> bool:
     return any(s.durable for s in topic.subscriptions.values())
 
 
+def is_active_non_persistent(topic: NonPersistentTopic) -> bool:
+    if topic.producers or any(s.consumers for s in topic.subscriptions.values()):
+        return True
+    return topic.limits.inactive_mode != "delete_when_subscriptions_caught_up" and bool(topic.subscriptions)
+
+
 class InactivityMonitor:
     def __init__(
         self,
@@ -52,9 +64,15 @@ class InactivityMonitor:
         retention_minutes: Callable[[TopicName], Awaitable[int]],
         delete_topic: Callable[[TopicName], Awaitable[None]],
         policies: PolicyStore,
+        non_persistent: Callable[[], Iterable[NonPersistentTopic]] = list,
+        remove_non_persistent: Callable[[TopicName], None] = lambda _: None,
     ) -> None:
+        """``non_persistent``: the loaded non-persistent topics; ``remove_non_persistent`` drops one from the
+        broker (refused with :class:`~.core.SubscriptionBusyError` while a client is connected)."""
         self._clock = clock
         self._loaded = loaded
+        self._non_persistent = non_persistent
+        self._remove_non_persistent = remove_non_persistent
         self._retention_minutes = retention_minutes
         self._delete_topic = delete_topic
         self._policies = policies
@@ -99,9 +117,33 @@ class InactivityMonitor:
                 continue
             log.info("deleted topic %s: inactive for %d s", key, idle_ms // 1000)
             deleted.append(key)
-        names = {t.full_name for t in loaded} - set(deleted)
+        non_persistent = list(self._non_persistent())
+        for np_topic in non_persistent:
+            idle = self._idle_long_enough(np_topic, now, is_active_non_persistent(np_topic))
+            if idle and await self._remove_idle_non_persistent(np_topic, now):
+                deleted.append(np_topic.full_name)
+        names = {t.full_name for t in [*loaded, *non_persistent]} - set(deleted)
         self._active_at = {k: v for k, v in self._active_at.items() if k in names}
         return deleted
+
+    def _idle_long_enough(self, topic: NonPersistentTopic, now: int, active: bool) -> bool:
+        key = topic.full_name
+        if key not in self._active_at or active:
+            self._active_at[key] = now
+            return False
+        limits = topic.limits
+        return limits.delete_while_inactive and now - self._active_at[key] >= limits.max_inactive_s * 1000
+
+    async def _remove_idle_non_persistent(self, topic: NonPersistentTopic, now: int) -> bool:
+        key = topic.full_name
+        try:
+            self._remove_non_persistent(topic.name)
+            await self._policies.delete_topic_policies(str(topic.name.namespace_name), topic.name.local_name)
+        except (ServiceError, PolicyError, MetadataStoreError) as exc:
+            log.info("inactive topic %s not removed: %s", key, exc)
+            return False
+        log.info("removed topic %s: inactive for %d s", key, (now - self._active_at[key]) // 1000)
+        return True
 
     async def check_subscriptions(self) -> list[tuple[str, str]]:
         """One round over the loaded topics' subscriptions; (topic, subscription) of those deleted."""

@@ -125,6 +125,8 @@ class BrokerService:
             self.topic_policies.retention_minutes,
             self.delete_topic,
             self.policies,
+            lambda: list(self.non_persistent.topics.values()),
+            lambda topic: self.non_persistent.delete(topic, force=False),
         )
         """Deletes inactive topics and expired subscriptions as their policies say (:mod:`.inactivity`)."""
         self.metrics = BrokerMetrics(
@@ -207,6 +209,7 @@ class BrokerService:
                     self.settings.subscription_expiry_check_interval_s,
                 )
                 nursery.start_soon(self._update_rates)
+                nursery.start_soon(self._purge_inactive_producers)
                 if self.settings.load_balancer_enabled:
                     self.load_manager = self._load_manager(self._ownership)
                     await self.load_manager.report_once(force=True)
@@ -231,6 +234,15 @@ class BrokerService:
             for np_topic in list(self.non_persistent.topics.values()):
                 np_topic.update_rates(now - started)
             started = now
+
+    async def _purge_inactive_producers(self) -> None:
+        """Every third of ``broker_deduplication_producer_inactivity_timeout_minutes``: each loaded topic
+        forgets the deduplication state of producer names gone for that long (:mod:`.core.dedup`)."""
+        timeout_ms = int(self.settings.broker_deduplication_producer_inactivity_timeout_minutes * 60_000)
+        while True:
+            await trio.sleep(max(0.001, timeout_ms / 3000))
+            for topic in list(self.topics.values()):
+                topic.purge_inactive_producers(timeout_ms)
 
     async def shutdown(self) -> None:
         """Graceful stop: unload every topic (cursors persisted), then give every bundle up."""

@@ -92,6 +92,12 @@ class TopicPolicyDefaults(QuorumSettings):
     broker_deduplication_max_number_of_producers: Annotated[int, Field(ge=1, le=1_000_000)] = 10_000
     """Producer names a topic's deduplication state tracks at most (count); beyond, the least recently
     active is forgotten."""
+    broker_deduplication_producer_inactivity_timeout_minutes: Annotated[float, Field(gt=0, le=INT32_MAX)] = (
+        360
+    )
+    """Minutes after which the deduplication state of a producer name with no producer connected is
+    forgotten (Pulsar's ``brokerDeduplicationProducerInactivityTimeoutMinutes``; checked every third of it;
+    a fraction of a minute is allowed)."""
     broker_deduplication_snapshot_interval_s: Annotated[int, Field(ge=0, le=INT32_MAX)] = 120
     """Seconds between timer snapshots of the deduplication state, where neither the topic nor its namespace
     says (Pulsar's ``brokerDeduplicationSnapshotIntervalSeconds``); 0 = only every

@@ -33,6 +33,7 @@ from magnetar.admin.rest import (
 from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.http import Router
 from magnetar.broker.core import (
+    THROTTLED_STATS_FIELDS,
     NotOwnerError,
     PersistentTopic,
     ServiceError,
@@ -231,6 +232,7 @@ class BrokerTopicHost:
                 msgDelayed=int(sub.get("msgDelayed", 0)),
                 blockedSubscriptionOnUnackedMsgs=bool(sub.get("blockedSubscriptionOnUnackedMsgs", False)),
                 consumers=list(sub.get("consumers", [])),
+                dispatchThrottled={key: int(sub.get(key, 0)) for key in THROTTLED_STATS_FIELDS},
             )
             for name, sub in stats["subscriptions"].items()
         }

@@ -34,6 +34,7 @@ from magnetar.admin.rest.peer_http import PeerRequestError, get_json_for
 from magnetar.admin.rest.served import host_of
 from magnetar.admin.rest.topics import topic_stats
 from magnetar.bookkeeper.runtime.http import HttpResponse
+from magnetar.broker.core import THROTTLED_STATS_FIELDS
 from magnetar.broker.wire import TopicName
 from magnetar.managed_ledger.stats import internal_stats
 
@@ -53,7 +54,7 @@ SUBSCRIPTION_SUMS = (
     "msgRateOut", "msgThroughputOut", "bytesOutCounter", "msgOutCounter", "msgRateRedeliver",
     "chunkedMessageRate", "msgBacklog", "backlogSize", "msgBacklogNoDelayed", "msgDelayed",
     "unackedMessages", "msgRateExpired", "totalMsgExpired", "nonContiguousDeletedMessagesRanges",
-    "nonContiguousDeletedMessagesRangesSerializedSize",
+    "nonContiguousDeletedMessagesRangesSerializedSize", *THROTTLED_STATS_FIELDS,
 )  # fmt: skip
 SUBSCRIPTION_ORS = ("isReplicated", "isDurable", "allowOutOfOrderDelivery")
 CONSUMER_SUMS = (

@@ -34,6 +34,8 @@ class SubscriptionTraffic:
     blockedSubscriptionOnUnackedMsgs: bool = False
     """Entries held back for delayed delivery."""
     consumers: list[dict[str, Any]] = field(default_factory=list)
+    dispatchThrottled: dict[str, int] = field(default_factory=dict)
+    """Pulsar's ``dispatchThrottled{Msg,Bytes}EventsBy*Limit`` counters, by field name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,7 @@ from magnetar.admin.rest.served import ensure_served, host_of, served_named, ser
 from magnetar.admin.rest.subscriptions import subscription_cursors
 from magnetar.admin.rest.topic_host import TopicTraffic
 from magnetar.bookkeeper.runtime.http import HttpResponse
-from magnetar.broker.core import first_at_or_after
+from magnetar.broker.core import THROTTLED_STATS_FIELDS, first_at_or_after
 from magnetar.broker.policies import PartitionedTopicMetadata
 from magnetar.broker.wire import MessageId, TopicName
 from magnetar.gc import backlog_bytes
@@ -202,6 +202,7 @@ def _subscription_stats(ml: ManagedLedger, traffic: TopicTraffic) -> dict[str, A
             "consumersAfterMarkDeletePosition": {},
             "nonContiguousDeletedMessagesRanges": len(cursor.acked_ranges),
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+            **{key: sub.dispatchThrottled.get(key, 0) if sub else 0 for key in THROTTLED_STATS_FIELDS},
         }
     return out
 

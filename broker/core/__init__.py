@@ -41,7 +41,7 @@ from magnetar.broker.core.redelivery_timers import RedeliveryTimers
 from magnetar.broker.core.routing import PartitionRouter
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import Subscription
-from magnetar.broker.core.throttle import DispatchLimit
+from magnetar.broker.core.throttle import THROTTLED_STATS_FIELDS, DispatchLimit
 from magnetar.broker.core.topic import PersistentTopic
 from magnetar.broker.core.topic_base import TopicBase
 from magnetar.broker.core.topic_limits import TopicLimits
@@ -51,6 +51,7 @@ __all__ = [
     "COMPACT_ALONE",
     "MESSAGES",
     "PUBLISH_LATENCY_BUCKETS_S",
+    "THROTTLED_STATS_FIELDS",
     "AccessError",
     "AccessMode",
     "AuthorizationUncheckedError",

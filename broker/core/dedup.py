@@ -25,6 +25,14 @@ resends are no longer recognised, as after Pulsar's purge of inactive producers)
 same at most ``producers_max`` names, and at most :data:`SNAPSHOT_BYTES_MAX` bytes of them (the most recently
 updated first): it is written as one cursor position entry, and a clean close puts it in the cursor's
 metadata node, whose size the metadata store bounds.
+
+Inactive producers (Pulsar's ``brokerDeduplicationProducerInactivityTimeoutMinutes``). A name with no
+producer connected is noted with the time its last producer left (:meth:`DedupState.producer_left`; a name
+recovered from storage while none of that name is connected counts from the recovery), and forgotten when a
+producer of that name connects again (:meth:`DedupState.producer_joined`). :meth:`DedupState.purge_inactive`
+drops the names idle since before a time from both maps - the same sequence id from that name is then stored
+again, as a new message - and the topic takes a snapshot, so the stored state forgets them too. The notes
+are bounded by the maps: only names they hold are noted, and a name the maps evict loses its note.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ class DedupState:
     __slots__ = (
         "_since_snapshot",
         "entries_interval",
+        "inactive",
         "last_position",
         "persisted",
         "producers_max",
@@ -88,6 +97,8 @@ class DedupState:
         self._since_snapshot = 0
         self.snapshot_due: Callable[[], None] = _nothing
         """Called when :meth:`on_persisted` says a snapshot is due (the topic takes it)."""
+        self.inactive: dict[str, int] = {}
+        """Names in the maps with no producer connected -> since when (epoch ms); see the module docstring."""
 
     # -- publish --------------------------------------------------------------------------------------
 
@@ -128,6 +139,26 @@ class DedupState:
         """The highest sequence id pushed for ``name``, -1 if none (``last_sequence_id`` of Pulsar's
         PRODUCER_SUCCESS: the client numbers on from there)."""
         return self.pushed.get(name, -1)
+
+    # -- inactive producers ----------------------------------------------------------------------------
+
+    def producer_joined(self, name: str) -> None:
+        """A producer of ``name`` connected: its state is no longer a candidate for the purge."""
+        self.inactive.pop(name, None)
+
+    def producer_left(self, name: str, now_ms: int) -> None:
+        """The producer of ``name`` left at ``now_ms`` (a name the maps do not hold is not noted)."""
+        if name in self.pushed or name in self.persisted:
+            self.inactive[name] = now_ms
+
+    def purge_inactive(self, before_ms: int) -> list[str]:
+        """Forget every name without a producer since before ``before_ms``: the names forgotten."""
+        gone = [name for name, since in self.inactive.items() if since < before_ms]
+        for name in gone:
+            del self.inactive[name]
+            self.pushed.pop(name, None)
+            self.persisted.pop(name, None)
+        return gone
 
     # -- snapshot and recovery -------------------------------------------------------------------------
 
@@ -173,6 +204,7 @@ class DedupState:
         if len(table) > self.producers_max:
             oldest = next(iter(table))
             del table[oldest]
+            self.inactive.pop(oldest, None)
             if table is self.persisted:
                 self.pushed.pop(oldest, None)
             else:

@@ -53,6 +53,9 @@ class Delivery:
     slot: int = 0
     """Key_Shared slot of the message's key (0 for other subscription types)."""
     sent_at: float = 0.0
+    deliver_at_ms: int = 0
+    """The entry's deliver-at time (epoch ms; 0: not delayed), for the protocols that show it (the binary
+    MESSAGE's ``deliver_at_time``)."""
 
     @property
     def key(self) -> MsgKey:

@@ -72,6 +72,7 @@ from magnetar.broker.core.errors import ConsumerBusyError
 from magnetar.broker.core.key_hash import HashRing
 from magnetar.broker.core.throttle import (
     DispatchLimiter,
+    ThrottledEvents,
     dispatch_allowance,
     dispatch_consumed,
     dispatch_wait_s,
@@ -188,6 +189,8 @@ class Dispatcher:
         """Its own dispatch rate (part of ``throttle``), kept by the topic across changes of the topic's."""
         self._throttled_s = 0.0
         """How long the last step found the reads held by ``throttle`` (0: not held)."""
+        self.throttled_events = ThrottledEvents()
+        """Reads ``throttle`` held back or cut short (the subscription's stats)."""
 
     # -- consumers --------------------------------------------------------------------------------
 
@@ -422,7 +425,7 @@ class Dispatcher:
         throttle = self.throttle
         if throttle is not None:
             now = trio.current_time()
-            wanted = dispatch_allowance(throttle, wanted, now)
+            wanted = dispatch_allowance(throttle, wanted, now, self.throttled_events)
             if wanted <= 0:
                 self._throttled_s = dispatch_wait_s(throttle, now)
                 return False

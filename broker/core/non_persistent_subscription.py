@@ -33,9 +33,14 @@ from magnetar.broker.core.dispatcher import SubscriptionType, pick_active
 from magnetar.broker.core.errors import ConsumerBusyError
 from magnetar.broker.core.key_hash import HashRing, sticky_key_slot
 from magnetar.broker.core.rates import Rate
+from magnetar.broker.core.throttle import ThrottledEvents
 from magnetar.broker.wire import MessageId
 
 log = logging.getLogger(__name__)
+
+
+NO_THROTTLED_EVENTS = ThrottledEvents().stats()
+"""A non-persistent subscription has no dispatch rate: its throttled-dispatch counters stay 0."""
 
 
 class EndlessCursor:
@@ -223,6 +228,7 @@ class NonPersistentSubscription:
             "consumersAfterMarkDeletePosition": {},
             "nonContiguousDeletedMessagesRanges": 0,
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+            **NO_THROTTLED_EVENTS,
             "subscriptionProperties": {},
             "msgDropRate": self.rate_drop.msgs_per_s,
         }

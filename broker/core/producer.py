@@ -268,6 +268,7 @@ class Producer:
         """The topic deduplicates: number on from the highest sequence id it accepted of this name (as a
         Pulsar client does with PRODUCER_SUCCESS's ``last_sequence_id``)."""
         self.dedup = dedup
+        dedup.producer_joined(self.name)
         last = dedup.last_sequence_id(self.name)
         self._sequence_id = max(self._sequence_id, last)
 

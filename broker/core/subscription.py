@@ -169,6 +169,9 @@ class Subscription:
                         continue
                     slot = sticky_key_slot(message.key) if key_shared else 0
                     out.append(Delivery(ledger_id, entry_id, index, size, message, slot))
+        if decoded.deliver_at_ms:  # due, or delivered at once (not Shared, delays off): the time goes along
+            for delivery in out:
+                delivery.deliver_at_ms = decoded.deliver_at_ms
         if self._start_after is not None:
             start = self._start_after
             out = [d for d in out if d.key > start]
@@ -594,4 +597,5 @@ class Subscription:
             "replicated": False,
             "msgDelayed": dispatcher.delayed_count,
             "blockedSubscriptionOnUnackedMsgs": self.dispatcher.blocked_on_unacked,
+            **dispatcher.throttled_events.stats(),
         }

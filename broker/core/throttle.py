@@ -17,7 +17,9 @@ Dispatch (:class:`DispatchLimiter`, one per topic shared by its subscriptions an
 read asks :func:`dispatch_allowance` for the messages it may read (the tokens left in every limiter of the
 subscription); with none left it is rescheduled after :func:`dispatch_wait_s`. What was dispatched is then
 taken from each limiter (:func:`dispatch_consumed`), bytes included, so a read larger than the byte tokens
-left puts that bucket in debt and the next read waits.
+left puts that bucket in debt and the next read waits. Each read a limiter cuts short or holds back counts
+once in the subscription's :class:`ThrottledEvents`, by dimension (messages, bytes) and by the limiter's
+``reason`` (``"topic"``, ``"subscription"``) - Pulsar's ``dispatchThrottled{Msg,Bytes}EventsBy*Limit``.
 
 Subscribe (:class:`SubscribeLimiter`, one per topic): a bucket of ``count`` tokens per ``period_s`` for each
 consumer (its client address and name), at most ``SUBSCRIBE_KEYS_MAX`` of them (least recently used
@@ -32,6 +34,17 @@ from dataclasses import dataclass
 
 RESUME_S = 0.01
 """A paused producer resumes once its topic's buckets hold this many seconds of tokens again."""
+REASON_SUBSCRIPTION = "subscription"
+REASON_TOPIC = "topic"
+REASON_BROKER = "broker"
+REASONS = (REASON_SUBSCRIPTION, REASON_TOPIC, REASON_BROKER)
+"""Whose dispatch rate held a read back (Pulsar's ``reason`` label and ``By*Limit`` stats)."""
+THROTTLED_STATS_FIELDS = tuple(
+    f"dispatchThrottled{dimension}EventsBy{reason.capitalize()}Limit"
+    for reason in REASONS
+    for dimension in ("Msg", "Bytes")
+)
+"""The subscription stats fields of :class:`ThrottledEvents`, in Pulsar's order."""
 SUBSCRIBE_KEYS_MAX = 10_000
 """Consumers (address and name) whose subscribe rate one topic tracks at once."""
 
@@ -134,12 +147,19 @@ class DispatchLimit:
 class DispatchLimiter:
     """The buckets of one dispatch rate (a topic's, shared by its subscriptions, or a subscription's)."""
 
-    __slots__ = ("buckets", "limit", "throttled_events")
+    __slots__ = ("buckets", "limit", "reason")
 
     def __init__(
-        self, limit: DispatchLimit, now: float | None = None, publish_rate: tuple[float, float] = (0.0, 0.0)
+        self,
+        limit: DispatchLimit,
+        now: float | None = None,
+        publish_rate: tuple[float, float] = (0.0, 0.0),
+        *,
+        reason: str = REASON_SUBSCRIPTION,
     ) -> None:
         self.limit = limit
+        self.reason = reason
+        """Whose rate it is (:data:`REASON_TOPIC`, :data:`REASON_SUBSCRIPTION`): the stats' ``By*Limit``."""
         period = max(1, limit.period_s)
         msgs, size = float(limit.msgs), float(limit.bytes)
         if limit.relative:  # the publish rate is per second; the limit per period
@@ -147,23 +167,44 @@ class DispatchLimiter:
             size = size + publish_rate[1] * period if size > 0 else size
         self.buckets = (_bucket(msgs, period, now), _bucket(size, period, now))
         """Messages, bytes (None: that dimension is off)."""
-        self.throttled_events = 0
-        """Reads this limiter held back or cut short (Pulsar's ``dispatchThrottled*Events``)."""
 
 
-def dispatch_allowance(limiters: tuple[DispatchLimiter, ...], wanted: int, now: float) -> int:
-    """How many of ``wanted`` messages may be read now (0: none, wait :func:`dispatch_wait_s`)."""
+class ThrottledEvents:
+    """One subscription's reads held back or cut short by a dispatch rate, by dimension and by whose rate
+    (Pulsar's subscription stats ``dispatchThrottled{Msg,Bytes}EventsBy{Subscription,Topic,Broker}Limit``;
+    Magnetar has no broker-wide dispatch rate, so the broker's stay 0)."""
+
+    __slots__ = ("bytes", "msgs")
+
+    def __init__(self) -> None:
+        self.msgs: dict[str, int] = dict.fromkeys(REASONS, 0)
+        self.bytes: dict[str, int] = dict.fromkeys(REASONS, 0)
+
+    def stats(self) -> dict[str, int]:
+        """The six stats fields under Pulsar's names (:data:`THROTTLED_STATS_FIELDS`)."""
+        counts = [(self.msgs[reason], self.bytes[reason]) for reason in REASONS]
+        values = [count for pair in counts for count in pair]
+        return dict(zip(THROTTLED_STATS_FIELDS, values, strict=True))
+
+
+def dispatch_allowance(
+    limiters: tuple[DispatchLimiter, ...], wanted: int, now: float, events: ThrottledEvents | None = None
+) -> int:
+    """How many of ``wanted`` messages may be read now (0: none, wait :func:`dispatch_wait_s`); a limiter
+    that cuts the read counts in ``events`` (its message or its byte bucket, or both)."""
     allowed = wanted
     for limiter in limiters:
         msgs, size = limiter.buckets
-        cut = allowed
+        by_msgs = allowed
         if msgs is not None:
-            cut = min(cut, math.floor(msgs.refill(now)))
-        if size is not None and size.refill(now) <= 0:
-            cut = 0
-        if cut < allowed:
-            limiter.throttled_events += 1
-            allowed = max(0, cut)
+            by_msgs = min(allowed, math.floor(msgs.refill(now)))
+        by_bytes = size is not None and size.refill(now) <= 0
+        if events is not None:
+            if by_msgs < allowed:
+                events.msgs[limiter.reason] += 1
+            if by_bytes:
+                events.bytes[limiter.reason] += 1
+        allowed = 0 if by_bytes else max(0, by_msgs)
     return allowed
 
 

@@ -45,7 +45,7 @@ from magnetar.broker.core.publish_queue import PublishQueue, PublishSettings
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.subscriber import Subscriber
 from magnetar.broker.core.subscription import BATCH_INDEX_AFTER_ALL, Subscription
-from magnetar.broker.core.throttle import DispatchLimit, DispatchLimiter
+from magnetar.broker.core.throttle import REASON_SUBSCRIPTION, REASON_TOPIC, DispatchLimit, DispatchLimiter
 from magnetar.broker.core.topic_base import TopicBase, detach_subscription
 from magnetar.broker.core.topic_dedup import DedupSettings, TopicDedup
 from magnetar.broker.core.topic_limits import TopicLimits
@@ -113,7 +113,9 @@ class PersistentTopic(TopicBase):
         self._stopped = trio.Event()
         self._dispatch_limiter: DispatchLimiter | None = None
         """The topic's ``dispatchRate``, shared by its subscriptions (:mod:`.throttle`)."""
-        self._dedup = TopicDedup(str(name), ml, settings, self.producers.values, lambda: self._nursery)
+        self._dedup = TopicDedup(
+            str(name), ml, settings, self.producers.values, lambda: self._nursery, self.now_ms
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -198,6 +200,11 @@ class PersistentTopic(TopicBase):
     def dedup_status(self) -> str:
         """Pulsar's ``deduplicationStatus``."""
         return self._dedup.status
+
+    def purge_inactive_producers(self, timeout_ms: int) -> list[str]:
+        """Forget the deduplication state of producer names without a producer for ``timeout_ms``
+        (:meth:`.topic_dedup.TopicDedup.purge_inactive`)."""
+        return self._dedup.purge_inactive(self.now_ms() - timeout_ms)
 
     async def check_deduplication(self) -> None:
         """Bring deduplication in line with the topic's limits (:meth:`.topic_dedup.TopicDedup.check`). Topic
@@ -363,15 +370,18 @@ class PersistentTopic(TopicBase):
 
     # -- dispatch rates (:mod:`.throttle`) ---------------------------------------------------------
 
-    def _limiter(self, limit: DispatchLimit | None) -> DispatchLimiter | None:
+    def _limiter(
+        self, limit: DispatchLimit | None, reason: str = REASON_SUBSCRIPTION
+    ) -> DispatchLimiter | None:
         if limit is None:
             return None
-        return DispatchLimiter(limit, publish_rate=(self.rate_in.msgs_per_s, self.rate_in.bytes_per_s))
+        publish_rate = (self.rate_in.msgs_per_s, self.rate_in.bytes_per_s)
+        return DispatchLimiter(limit, publish_rate=publish_rate, reason=reason)
 
     def _rebuild_dispatch_limits(self) -> None:
         """New buckets for the topic's and every subscription's dispatch rate (a rate changed, or the
         publish rate a relative one adds)."""
-        self._dispatch_limiter = self._limiter(self.limits.dispatch_rate)
+        self._dispatch_limiter = self._limiter(self.limits.dispatch_rate, REASON_TOPIC)
         for subscription in self.subscriptions.values():
             self._set_dispatch_limits(subscription, rebuild=True)
 

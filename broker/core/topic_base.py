@@ -232,3 +232,5 @@ class TopicBase:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
             self.access.released(producer.name, self.producers)
+            if producer.dedup is not None:  # its name's deduplication state may be purged from now on
+                producer.dedup.producer_left(producer.name, self.now_ms())

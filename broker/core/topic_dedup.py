@@ -12,6 +12,11 @@ covers, with the state as the cursor's properties, persisted together by the cur
 ``broker_deduplication_entries_interval`` stored entries (taken at the next scheduling step, once every
 request of the entry being answered was counted), on the timer when entries were stored since the last, and
 when the topic closes.
+
+Inactive producers: :meth:`TopicDedup.purge_inactive` (called by the broker every third of
+``broker_deduplication_producer_inactivity_timeout_minutes``) drops the state of names without a producer for
+that long (:meth:`.dedup.DedupState.purge_inactive`) and takes a snapshot, so the ``pulsar.dedup`` cursor's
+properties - what internal stats show - no longer hold them.
 """
 
 from __future__ import annotations
@@ -56,8 +61,11 @@ class TopicDedup:
         settings: DedupSettings,
         producers: Callable[[], Iterable[Producer]],
         nursery: Callable[[], trio.Nursery | None],
+        time_ms: Callable[[], int],
     ) -> None:
         self._name = name
+        self._time_ms = time_ms
+        """Epoch milliseconds (the topic's clock)."""
         self._ml = ml
         self._settings = settings
         self._producers = producers
@@ -101,6 +109,9 @@ class TopicDedup:
             raise ServiceUnitNotReadyError(reason) from exc
         state.snapshot_due = self._snapshot_soon
         self.state = state
+        now_ms = self._time_ms()
+        for name in [*state.pushed, *state.persisted]:  # recovered: idle from now until a producer comes
+            state.producer_left(name, now_ms)
         for producer in self._producers():
             producer.attach_dedup(state)
         self.status = "Enabled"
@@ -173,6 +184,18 @@ class TopicDedup:
             cursor.mark_delete_with_properties(Position(*position), properties)
         except ValueError as exc:  # the position is gone (trimmed meanwhile): the next snapshot moves on
             log.warning("topic %s: deduplication snapshot at %s: %s", self._name, position, exc)
+
+    def purge_inactive(self, before_ms: int) -> list[str]:
+        """Forget the names without a producer since before ``before_ms`` (epoch ms) and, if any, take a
+        snapshot; the names forgotten."""
+        state = self.state
+        if state is None:
+            return []
+        gone = state.purge_inactive(before_ms)
+        if gone:
+            log.info("topic %s: deduplication state of %d inactive producers purged", self._name, len(gone))
+            self.take_snapshot()
+        return gone
 
     def _restart_timer(self, interval_s: int) -> None:
         if self._timer is not None:

@@ -11,7 +11,8 @@ the broker exports them as Pulsar does:
   the logical size times the write quorum, as Pulsar) and ``pulsar_storage_logical_size``,
   ``pulsar_msg_backlog`` (unacknowledged messages over the durable subscriptions),
   ``pulsar_storage_write_rate`` (entries per second), ``pulsar_in_messages_total`` / ``pulsar_in_bytes_total``
-  (since the topic was loaded) and ``pulsar_storage_write_latency_le_*`` (Pulsar's buckets, 0.5 ms ... 1 s and
+  (since the topic was loaded), ``pulsar_publish_rate_limit_times`` (publishes that found the topic over its
+  ``publishRate``) and ``pulsar_storage_write_latency_le_*`` (Pulsar's buckets, 0.5 ms ... 1 s and
   overflow, with ``_count``, and ``_sum`` in microseconds as Pulsar's: the entries stored during the last
   stats period by how long they took, from the message's arrival to its acknowledgement by the bookies; each
   bucket counts its own range, not those below it, as Pulsar's ``StatsBuckets``);
@@ -22,7 +23,10 @@ the broker exports them as Pulsar does:
   ``pulsar_subscription_msg_throughput_out``, ``pulsar_subscription_msg_rate_redeliver``,
   ``pulsar_subscription_unacked_messages``, ``pulsar_subscription_blocked_on_unacked_messages``,
   ``pulsar_subscription_consumers_count``, ``pulsar_subscription_last_acked_timestamp`` and the delivery
-  counters ``pulsar_out_messages_total`` / ``pulsar_out_bytes_total``;
+  counters ``pulsar_out_messages_total`` / ``pulsar_out_bytes_total``; and, with the label ``reason``
+  (``subscription``, ``topic``, ``broker``: whose dispatch rate),
+  ``pulsar_subscription_dispatch_throttled_msg_events`` / ``..._bytes_events`` (reads a dispatch rate held
+  back or cut short);
 * per namespace: ``pulsar_topics_count``; per broker (label ``cluster``): ``pulsar_broker_*`` (topics,
   subscriptions, producers, consumers, rates, throughputs, storage, backlog), as Pulsar's broker-level stats.
 
@@ -181,6 +185,10 @@ def _bytes_out(t: Topic) -> float:
     return sum(s.bytes_out_counter for s in t.subscriptions.values())
 
 
+def _publish_rate_limited(t: Topic) -> float:
+    return t.publish_rate_limited()
+
+
 def _sub_backlog(s: AnySubscription) -> float:
     return s.backlog()
 
@@ -261,6 +269,9 @@ TOPIC_FIGURES: tuple[Figure, ...] = (
     Figure("pulsar_storage_write_rate", "Entries written per second" + PERIOD, _write_rate, True, True),
     Figure("pulsar_in_messages_total", "Messages published since the topic was loaded", _msg_in),
     Figure("pulsar_in_bytes_total", "Bytes published since the topic was loaded", _bytes_in),
+    Figure(
+        "pulsar_publish_rate_limit_times", "Publishes over the topic's publishRate", _publish_rate_limited
+    ),
 )
 AVERAGE_MSG_SIZE = Figure("pulsar_average_msg_size", "Mean message size" + PERIOD, _average_msg_size)
 NAMESPACE_OUT_FIGURES: tuple[Figure, ...] = (
@@ -305,6 +316,13 @@ SUBSCRIPTION_FIGURES: tuple[SubscriptionFigure, ...] = (
     SubscriptionFigure("pulsar_out_messages_total", "Messages delivered since loaded", _sub_msg_out),
     SubscriptionFigure("pulsar_out_bytes_total", "Bytes delivered since loaded", _sub_bytes_out),
 )
+THROTTLED_LABELS = (*SUBSCRIPTION_LABELS, "reason")
+THROTTLED_FAMILIES: tuple[tuple[Family, str], ...] = (
+    (Family("pulsar_subscription_dispatch_throttled_msg_events", GAUGE,
+            "Reads held back or cut short by a dispatch rate's messages", THROTTLED_LABELS), "msgs"),
+    (Family("pulsar_subscription_dispatch_throttled_bytes_events", GAUGE,
+            "Reads held back or cut short by a dispatch rate's bytes", THROTTLED_LABELS), "bytes"),
+)  # fmt: skip
 TOPICS_COUNT = Family("pulsar_topics_count", GAUGE, "Topics loaded", NAMESPACE_LABELS)
 WRITE_LATENCY_FAMILIES: tuple[Family, ...] = (
     *(
@@ -458,6 +476,8 @@ class BrokerMetrics:
             for sub_figure in SUBSCRIPTION_FIGURES:
                 family = Family(sub_figure.name, GAUGE, sub_figure.help, SUBSCRIPTION_LABELS)
                 yield family, self._subscription_rows(topics, sub_figure.read)
+            for family, dimension in THROTTLED_FAMILIES:
+                yield family, self._throttled_rows(topics, dimension)
         else:
             for figure in NAMESPACE_OUT_FIGURES:
                 yield self._topic_family(figure, topics)
@@ -512,6 +532,18 @@ class BrokerMetrics:
             for name, subscription in topic.subscriptions.items():
                 if subscription.durable:
                     yield (*labels, name), read(subscription)
+
+    def _throttled_rows(self, topics: list[Topic], dimension: str) -> Iterator[Row]:
+        """One row per reason for each durable subscription of a persistent topic (a non-persistent one has
+        no dispatch rate)."""
+        for topic in topics:
+            labels = self._labels(topic)
+            for name, subscription in topic.subscriptions.items():
+                if not isinstance(subscription, NonPersistentSubscription) and subscription.durable:
+                    events = subscription.dispatcher.throttled_events
+                    counts = events.msgs if dimension == "msgs" else events.bytes
+                    for reason, count in counts.items():
+                        yield (*labels, name, reason), count
 
     def _write_latency(self, topics: list[Topic]) -> Iterator[FamilyRows]:
         """Pulsar's write-latency families. Each topic's buckets are computed once, while the first family's

@@ -10,9 +10,13 @@ protocol creates a topic, sets its ``publishRate`` with the REST call of Java's 
 with 100-byte messages - the official client's producer (``--protocols binary``: ``send_async`` with a full
 queue blocking) or a WebSocket producer (``ws``: one thread sends, the main thread reads the acks) - sending
 ``rate x (duration + 2.5 s)`` messages, so the producer is over the rate throughout. Observed: the acks in the
-``--duration-s`` window that starts one second after the first ack (the first second is the bucket's initial
-burst), divided by the window. Prints one line per run and a Markdown table. Every process it started is
-stopped by pid at the end.
+``--duration-s`` window that ends a quarter of a second before the last ack, divided by the window. The
+bucket starts with one second of tokens, which a producer spends at the broker's own pace: near the broker's
+capacity that takes several seconds (at ``M`` msgs/s, ``rate / (M - rate)`` of them), so a window at the
+start would count part of the burst; the flood's last ``duration + 1.5`` seconds are past it whatever ``M``
+is. Capacity: the same flood on a topic without a ``publishRate`` (``rate x (duration + 2.5 s)`` messages at
+the largest rate asked), the same window - a rate above it cannot be reached whatever the limiter does.
+Prints one line per run and a Markdown table. Every process it started is stopped by pid at the end.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from fixtures.processes import MagnetarProcess
 from fixtures.standalone_process import official_client, running_standalone
 
 SKIP_S = 1.0
+END_S = 0.25
 PAYLOAD = b"x" * 100
 
 
@@ -49,8 +54,8 @@ def admin(process: MagnetarProcess, method: str, path: str, body: object = None)
 
 
 def observed_rate(times: list[float], window_s: float) -> float:
-    start = min(times) + SKIP_S
-    return sum(1 for t in times if start <= t < start + window_s) / window_s
+    end = max(times) - END_S
+    return sum(1 for t in times if end - window_s <= t < end) / window_s
 
 
 def flood_binary(process: MagnetarProcess, topic: str, total: int) -> list[float]:
@@ -109,12 +114,18 @@ def main() -> None:
     parser.add_argument("--protocols", nargs="+", choices=sorted(FLOODS), default=["binary", "ws"])
     args = parser.parse_args()
     rows: list[tuple[str, int, float, int]] = []
+    capacity: dict[str, float] = {}
     with (
         tempfile.TemporaryDirectory(prefix="rate-accuracy-") as tmp,
         running_standalone(Path(tmp)) as process,
     ):
         assert admin(process, "PUT", "/namespaces/public/rates") == 204
         for protocol in args.protocols:
+            topic = f"public/rates/{protocol}-unlimited"
+            assert admin(process, "PUT", f"/persistent/{topic}") == 204
+            acks = FLOODS[protocol](process, topic, int(max(args.rates) * (args.duration_s + SKIP_S + 1.5)))
+            capacity[protocol] = observed_rate(acks, args.duration_s)
+            print(f"{protocol} capacity (no publishRate) {capacity[protocol]:.1f}/s", flush=True)
             for rate in args.rates:
                 topic = f"public/rates/{protocol}-{rate}"
                 assert admin(process, "PUT", f"/persistent/{topic}") == 204
@@ -128,10 +139,11 @@ def main() -> None:
                 print(f"{protocol} target {rate}/s observed {observed:.1f}/s ({observed / rate - 1:+.1%}), "
                       f"{len(acks)} acks", flush=True)  # fmt: skip
     print()
-    print("| protocol | target msgs/s | observed msgs/s | error | acks |")
-    print("|---|---:|---:|---:|---:|")
+    print("| protocol | target msgs/s | observed msgs/s | error | acks | capacity msgs/s |")
+    print("|---|---:|---:|---:|---:|---:|")
     for protocol, rate, observed, acked in rows:
-        print(f"| {protocol} | {rate:,} | {observed:,.1f} | {observed / rate - 1:+.1%} | {acked:,} |")
+        print(f"| {protocol} | {rate:,} | {observed:,.1f} | {observed / rate - 1:+.1%} | {acked:,} "
+              f"| {capacity[protocol]:,.1f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -307,3 +307,47 @@ def test_binary_sequence_ids_beyond_a_java_long_are_refused(
         assert read_all(client, topic) == [b"fine"]
     finally:
         client.close()
+
+
+def test_an_inactive_producers_state_is_purged_and_its_sequence_ids_stored_again(tmp_path: Path) -> None:
+    """A standalone told to forget a producer name after 0.05 minutes (3 s) without a producer of that
+    name: the internal stats' snapshot loses the name, a new producer of the name starts from -1 and the
+    same sequence id is stored again; a name whose producer stays connected keeps its state."""
+    env = {
+        "MAGNETAR_BROKER_DEDUPLICATION_PRODUCER_INACTIVITY_TIMEOUT_MINUTES": "0.05",
+        "MAGNETAR_BROKER_DEDUPLICATION_ENTRIES_INTERVAL": "1",  # a snapshot per entry: the stats show each
+    }
+    with running_standalone(tmp_path, env=env) as process:
+        assert call(process, "PUT", f"/namespaces/{NS}")[0] == 204
+        assert call(process, "POST", f"/namespaces/{NS}/deduplication", True)[0] == 204
+        topic = topic_name()
+        path = topic[len("persistent://") :]
+        client = pulsar.Client(process.ready["brokerUrl"], operation_timeout_seconds=10)
+        try:
+            stays = client.create_producer(topic, producer_name="stays", batching_enabled=False)
+            assert not is_duplicate_id(stays.send(b"s7", sequence_id=7))
+            producer = client.create_producer(topic, producer_name="idle", batching_enabled=False)
+            assert not is_duplicate_id(producer.send(b"first", sequence_id=5))
+            assert is_duplicate_id(producer.send(b"resent", sequence_id=5))
+            producer.close()
+
+            def properties() -> dict[str, int]:
+                status, internal = call(process, "GET", f"/persistent/{path}/internalStats")
+                assert status == 200
+                return dict(internal["cursors"]["pulsar.dedup"]["properties"])
+
+            assert properties() == {"stays": 7, "idle": 5}
+            deadline = time.monotonic() + 30
+            while "idle" in properties():  # purged within the timeout plus a third of it
+                assert time.monotonic() < deadline, properties()
+                time.sleep(0.2)
+            assert properties() == {"stays": 7}
+            again = client.create_producer(topic, producer_name="idle", batching_enabled=False)
+            assert again.last_sequence_id() == -1
+            assert not is_duplicate_id(again.send(b"stored again", sequence_id=5))
+            assert is_duplicate_id(stays.send(b"s7 again", sequence_id=7))  # connected all along
+            again.close()
+            stays.close()
+            assert read_all(client, topic) == [b"s7", b"first", b"stored again"]
+        finally:
+            client.close()

@@ -255,6 +255,37 @@ def test_official_client_deliver_after(standalone: MagnetarProcess) -> None:
         client.close()
 
 
+@pytest.mark.parametrize("sub_type", [1, 0], ids=["Shared", "Exclusive"])
+def test_a_binary_message_carries_its_deliver_at_time(standalone: MagnetarProcess, sub_type: int) -> None:
+    """The MESSAGE of a delayed message has ``deliver_at_time`` in its metadata (held back on Shared, at
+    once on Exclusive), a plain one none (the Python client does not show it: raw frames read it)."""
+    topic = "persistent://public/default/deliver-at-" + uuid.uuid4().hex[:8]
+    deliver_at = int(time.time() * 1000) + 1500
+    client = pulsar.Client(standalone.ready["brokerUrl"], operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"plain")
+        producer.send(b"delayed", deliver_at=deliver_at)
+        producer.close()
+    finally:
+        client.close()
+    raw = RawClient(HOST, standalone.ready["brokerServicePort"])
+    try:
+        raw.subscribe(topic, "raw", consumer_id=1, request_id=1, sub_type=sub_type)
+        assert raw.read()[0] == CommandType.SUCCESS
+        raw.flow(1, 10)
+        seen: list[tuple[int, int | None]] = []
+        for _ in range(2):
+            kind, _ = raw.read()
+            assert kind == CommandType.MESSAGE
+            meta = raw.last_metadata
+            assert meta is not None
+            seen.append((meta.sequence_id, meta.deliver_at_time_ms))
+        assert seen == [(0, None), (1, deliver_at)]  # plain first (stored first; on Shared, not held)
+    finally:
+        raw.close()
+
+
 def test_a_delayed_message_survives_a_crash(standalone: MagnetarProcess) -> None:
     """Last in the module: it SIGKILLs the standalone and starts it again (same data, new ports); the
     delayed message is tracked again from the backlog - delivered, and not before its time."""

@@ -275,6 +275,39 @@ def test_inactive_topic_is_deleted(admin: Admin, client: pulsar.Client, namespac
     assert kept in admin.call("GET", f"/persistent/{namespace}")[1]
 
 
+def test_inactive_non_persistent_topic_is_removed(
+    admin: Admin, client: pulsar.Client, namespace: str
+) -> None:
+    """The namespace's inactiveTopicPolicies (a one-second inactive duration) remove a non-persistent topic
+    once its last producer is gone; one with a connected consumer stays."""
+    policy = {"inactiveTopicDeleteMode": "delete_when_no_subscriptions", "maxInactiveDurationSeconds": 1,
+              "deleteWhileInactive": True}  # fmt: skip
+    topic = f"non-persistent://{namespace}/idle"
+    kept = f"non-persistent://{namespace}/consumed"
+
+    def loaded() -> list[str]:
+        status, names = admin.call("GET", f"/non-persistent/{namespace}")
+        assert status == 200
+        return list(names)
+
+    consumer = client.subscribe(kept, "reads")
+    try:
+        producer = client.create_producer(topic)
+        producer.send(b"x")
+        assert admin.call("POST", f"/namespaces/{namespace}/inactiveTopicPolicies", policy)[0] == 204
+        time.sleep(3)
+        assert topic in loaded()  # a producer: active
+        producer.close()
+        eventually(lambda: topic not in loaded(), timeout_s=15)
+        assert kept in loaded()
+        again = client.create_producer(topic)  # a client that comes back creates it afresh
+        again.send(b"y")
+        assert topic in loaded()
+        again.close()
+    finally:
+        consumer.close()
+
+
 def test_auto_creation_of_partitioned_topics(
     standalone: MagnetarProcess, admin: Admin, client: pulsar.Client, namespace: str
 ) -> None:

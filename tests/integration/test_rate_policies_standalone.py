@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pulsar
 import pytest
 import websocket
@@ -68,6 +70,16 @@ def enough(rate: int) -> int:
     return int(rate * (1 + SKIP_S + WINDOW_S + 0.2))
 
 
+def metric(standalone: MagnetarProcess, name: str, **labels: str) -> float:
+    """The value of the ``/metrics`` row of ``name`` whose labels include ``labels`` (0 when none)."""
+    text = httpx.get(f"http://{HOST}:{standalone.ready['port']}/metrics", timeout=30).text
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if match and all(f'{key}="{value}"' in match.group(1) for key, value in labels.items()):
+            return float(match.group(2))
+    return 0.0
+
+
 def create_topic(admin: Admin, topic: str) -> None:
     """A loaded topic: created over REST, as ``pulsar-admin topics create`` does."""
     assert admin.call("PUT", f"/persistent/{topic}")[0] == 204
@@ -107,6 +119,10 @@ def test_publish_rate_slows_a_websocket_producer_to_the_rate(
     status, stats = admin.call("GET", f"/persistent/{topic}/stats")
     assert status == 200
     assert stats["publishRateLimitedTimes"] > 0
+    full = f"persistent://{topic}"
+    assert (
+        metric(standalone, "pulsar_publish_rate_limit_times", topic=full) == stats["publishRateLimitedTimes"]
+    )
 
 
 def test_publish_rate_slows_the_official_clients_producer(
@@ -189,6 +205,15 @@ def test_dispatch_rate_feeds_a_websocket_consumer_at_the_rate(
     received = consume_backlog(standalone, topic, "sub", enough(rate))
     observed = observed_rate(received)
     assert abs(observed - rate) <= 0.1 * rate, (observed, rate)
+    # the namespace's dispatchRate is the topic's limit: the stats and /metrics say so, under Pulsar's names
+    sub = admin.call("GET", f"/persistent/{topic}/stats")[1]["subscriptions"]["sub"]
+    assert sub["dispatchThrottledMsgEventsByTopicLimit"] > 0
+    assert sub["dispatchThrottledMsgEventsBySubscriptionLimit"] == 0
+    assert sub["dispatchThrottledBytesEventsByTopicLimit"] == 0  # no byte rate
+    assert sub["dispatchThrottledMsgEventsByBrokerLimit"] == 0
+    labels = {"topic": f"persistent://{topic}", "subscription": "sub"}
+    events = metric(standalone, "pulsar_subscription_dispatch_throttled_msg_events", reason="topic", **labels)
+    assert events >= sub["dispatchThrottledMsgEventsByTopicLimit"]
 
 
 def consume_backlog(standalone: MagnetarProcess, topic: str, subscription: str, count: int) -> list[float]:
@@ -228,6 +253,13 @@ def test_subscription_own_dispatch_rate_reaches_a_loaded_topic(
     received = consume_backlog(standalone, topic, "s1", enough(rate))
     observed = observed_rate(received)
     assert abs(observed - rate) <= 0.1 * rate, (observed, rate)
+    sub = admin.call("GET", f"/persistent/{topic}/stats")[1]["subscriptions"]["s1"]
+    assert sub["dispatchThrottledMsgEventsBySubscriptionLimit"] > 0
+    assert sub["dispatchThrottledMsgEventsByTopicLimit"] == 0
+    labels = {"topic": f"persistent://{topic}", "subscription": "s1"}
+    name = "pulsar_subscription_dispatch_throttled_msg_events"
+    assert metric(standalone, name, reason="subscription", **labels) > 0
+    assert metric(standalone, name, reason="topic", **labels) == 0
 
 
 def test_subscribe_rate_refuses_a_consumer_beyond_it_on_both_protocols(

@@ -214,13 +214,15 @@ class ConsumerDeliveries:
         if group is None:
             return
         self._open = None
-        first = group.deliveries[0].message
+        first_delivery = group.deliveries[0]
+        first = first_delivery.message
         singles = [_single_message(d.message) for d in group.deliveries]
         meta = MessageMetadata(
             first.producer_name,
             first.sequence_id,
             first.publish_time_ms,
             num_messages_in_batch=len(singles),
+            deliver_at_time_ms=first_delivery.deliver_at_ms or None,  # one entry: one time
         )
         ledger_id, entry_id = group.entry
         command = encode_message_command(
@@ -239,6 +241,7 @@ class ConsumerDeliveries:
             dict(message.properties),
             message.key,
             message.event_time_ms,
+            deliver_at_time_ms=delivery.deliver_at_ms or None,
         )
         command = encode_message_command(
             self.consumer_id, delivery.ledger_id, delivery.entry_id, partition, redelivery_count

@@ -158,6 +158,36 @@ def test_the_snapshot_is_bounded_in_bytes_keeping_the_most_recent_names() -> Non
     assert len(state.persisted) == 1000  # memory keeps them all (bounded by producers_max)
 
 
+def test_names_without_a_producer_are_purged_after_the_timeout_only() -> None:
+    state = DedupState(producers_max=3, entries_interval=1000)
+    for entry, name in enumerate(["gone", "back", "here"]):
+        state.check(name, 5, 5)
+        state.on_persisted(name, 5, 1, entry)
+    state.producer_left("gone", 1_000)
+    state.producer_left("back", 1_000)
+    state.producer_left("never-published", 1_000)  # not in the maps: not noted
+    state.producer_joined("back")  # a producer of the name came back: kept
+    assert state.purge_inactive(1_000) == []  # not before the time
+    assert state.purge_inactive(1_001) == ["gone"]
+    assert "gone" not in state.pushed
+    assert "gone" not in state.persisted
+    assert state.check("gone", 5, 5) is Verdict.NEW  # the same sequence id is stored again
+    assert state.check("back", 5, 5) is Verdict.DUPLICATE
+    assert "gone" not in state.snapshot()[1]
+    assert state.inactive == {}
+
+
+def test_inactive_notes_are_bounded_by_the_maps() -> None:
+    state = DedupState(producers_max=2, entries_interval=1000)
+    for entry, name in enumerate(["a", "b"]):
+        state.check(name, 0, 0)
+        state.on_persisted(name, 0, 1, entry)
+        state.producer_left(name, 0)
+    state.check("c", 0, 0)
+    state.on_persisted("c", 0, 1, 2)  # evicts "a" from both maps, and its note
+    assert set(state.inactive) == {"b"}
+
+
 def test_restore_ignores_values_out_of_range() -> None:
     state = DedupState(producers_max=10, entries_interval=10)
     state.restore({"ok": 5, "neg": -3, "huge": 2**63}, (3, 4))

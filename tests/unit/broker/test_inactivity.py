@@ -45,7 +45,8 @@ class Topic:
 class World:
     def __init__(self, *topics: Topic, retention_min: int = 0) -> None:
         self.clock = FakeClock()
-        self.topics = {t.full_name: t for t in topics}
+        self.topics = {t.full_name: t for t in topics if t.name.is_persistent}
+        self.non_persistent = {t.full_name: t for t in topics if not t.name.is_persistent}
         self.deleted: list[str] = []
         self.retention_min = retention_min
         self.busy = False
@@ -59,9 +60,16 @@ class World:
             self.deleted.append(str(name))
             del self.topics[str(name)]
 
+        def remove(name: TopicName) -> None:
+            if self.busy:
+                raise SubscriptionBusyError("Topic has active producers/subscriptions")
+            self.deleted.append(str(name))
+            del self.non_persistent[str(name)]
+
         loaded: Any = lambda: list(self.topics.values())  # noqa: E731 - stand-in topics
+        non_persistent: Any = lambda: list(self.non_persistent.values())  # noqa: E731
         self.monitor = InactivityMonitor(
-            self.clock, loaded, retention, delete, PolicyStore(MemoryMetadataStore())
+            self.clock, loaded, retention, delete, PolicyStore(MemoryMetadataStore()), non_persistent, remove
         )
 
 
@@ -102,6 +110,40 @@ async def test_activity_by_mode() -> None:
     assert await world.monitor.check_topics() == []  # the producer was there 5 s ago, at the last check
     world.clock.advance(6)
     assert await world.monitor.check_topics() == ["persistent://t/ns/producing"]
+
+
+def np_topic(local: str, **limits: Any) -> Topic:
+    name = parse_topic_name(f"non-persistent://t/ns/{local}", allow_non_persistent=True)
+    return Topic(name, TopicLimits(**limits))
+
+
+async def test_an_idle_non_persistent_topic_is_removed_by_the_same_policies() -> None:
+    idle = np_topic("idle", delete_while_inactive=True, max_inactive_s=10)
+    kept = np_topic("kept")  # deleteWhileInactive false
+    subscribed = np_topic("subscribed", delete_while_inactive=True, max_inactive_s=10)
+    subscribed.subscriptions["s"] = Sub()
+    caught_up = np_topic("caught-up", delete_while_inactive=True, max_inactive_s=10,
+                         inactive_mode="delete_when_subscriptions_caught_up")  # fmt: skip
+    caught_up.subscriptions["s"] = Sub()
+    producing = np_topic("producing", delete_while_inactive=True, max_inactive_s=10)
+    producing.producers["p"] = object()
+    world = World(idle, kept, subscribed, caught_up, producing, retention_min=-1)  # retention: not asked
+    assert await world.monitor.check_topics() == []
+    world.clock.advance(9)
+    assert await world.monitor.check_topics() == []
+    world.clock.advance(1)
+    assert sorted(await world.monitor.check_topics()) == [
+        "non-persistent://t/ns/caught-up",
+        "non-persistent://t/ns/idle",
+    ]
+    producing.producers.clear()
+    world.busy = True  # a client connected meanwhile: refused, tried again at the next round
+    world.clock.advance(10)
+    assert await world.monitor.check_topics() == []
+    world.busy = False
+    world.clock.advance(10)
+    assert await world.monitor.check_topics() == ["non-persistent://t/ns/producing"]
+    assert sorted(world.non_persistent) == ["non-persistent://t/ns/kept", "non-persistent://t/ns/subscribed"]
 
 
 async def test_retention_keeps_an_inactive_topic() -> None:

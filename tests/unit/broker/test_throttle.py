@@ -18,6 +18,7 @@ from magnetar.broker.core.throttle import (
     PublishThrottle,
     RateBucket,
     SubscribeLimiter,
+    ThrottledEvents,
     dispatch_allowance,
     dispatch_consumed,
     dispatch_wait_s,
@@ -98,23 +99,35 @@ def test_bucket_ignores_time_going_backwards_and_refuses_bad_rates() -> None:
 
 
 def test_dispatch_allowance_is_capped_by_every_limiter_and_waits_when_empty() -> None:
-    topic = DispatchLimiter(DispatchLimit(msgs=100, bytes=0), 0.0)
+    topic = DispatchLimiter(DispatchLimit(msgs=100, bytes=0), 0.0, reason="topic")
     subscription = DispatchLimiter(DispatchLimit(msgs=10, bytes=0, period_s=2), 0.0)
     chain = (topic, subscription)
-    assert dispatch_allowance(chain, 50, 0.0) == 10
-    assert subscription.throttled_events == 1
+    events = ThrottledEvents()
+    assert dispatch_allowance(chain, 50, 0.0, events) == 10
+    assert events.stats()["dispatchThrottledMsgEventsBySubscriptionLimit"] == 1
+    assert events.stats()["dispatchThrottledMsgEventsByTopicLimit"] == 0
     dispatch_consumed(chain, 10, 1000, 0.0)
-    assert dispatch_allowance(chain, 50, 0.0) == 0
+    assert dispatch_allowance(chain, 50, 0.0, events) == 0
+    assert events.stats()["dispatchThrottledMsgEventsBySubscriptionLimit"] == 2
     wait = dispatch_wait_s(chain, 0.0)
     assert wait == pytest.approx(0.2, abs=1e-3)  # 10 messages per 2 s: one message every 0.2 s
     assert dispatch_allowance(chain, 50, wait) == 1
 
 
 def test_dispatch_by_bytes_lets_one_read_go_into_debt() -> None:
-    limiter = DispatchLimiter(DispatchLimit(msgs=0, bytes=1000), 0.0)
-    assert dispatch_allowance((limiter,), 100, 0.0) == 100
+    limiter = DispatchLimiter(DispatchLimit(msgs=0, bytes=1000), 0.0, reason="topic")
+    events = ThrottledEvents()
+    assert dispatch_allowance((limiter,), 100, 0.0, events) == 100
     dispatch_consumed((limiter,), 100, 3000, 0.0)
-    assert dispatch_allowance((limiter,), 100, 0.0) == 0
+    assert dispatch_allowance((limiter,), 100, 0.0, events) == 0
+    assert events.stats() == {
+        "dispatchThrottledMsgEventsBySubscriptionLimit": 0,
+        "dispatchThrottledBytesEventsBySubscriptionLimit": 0,
+        "dispatchThrottledMsgEventsByTopicLimit": 0,
+        "dispatchThrottledBytesEventsByTopicLimit": 1,
+        "dispatchThrottledMsgEventsByBrokerLimit": 0,
+        "dispatchThrottledBytesEventsByBrokerLimit": 0,
+    }
     assert dispatch_wait_s((limiter,), 0.0) == pytest.approx(2.0, abs=1e-3)
 
 
