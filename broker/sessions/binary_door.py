@@ -33,6 +33,7 @@ from magnetar.broker.core import (
     Consumer,
     DeliveryDelayTooLongError,
     FlowControl,
+    KeySharedPolicy,
     ServiceError,
     Subscriber,
     SubscriptionType,
@@ -121,6 +122,10 @@ _SUB_TYPES = {
     2: SubscriptionType.FAILOVER,
     3: SubscriptionType.KEY_SHARED,
 }
+
+
+_AUTO_SPLIT, _STICKY = 0, 1
+"""KeySharedMeta's ``keySharedMode`` values."""
 
 
 class _Closed(Exception):
@@ -550,6 +555,7 @@ class BinaryFrontDoor:
         flow = FlowControl(0, pull_mode=True)
         sub_type = _SUB_TYPES[command.sub_type]
         try:
+            key_shared = _key_shared_policy(command) if sub_type is SubscriptionType.KEY_SHARED else None
             topic_name = self._topic(command.topic)
             assert conn.principal is not None
             await self._service.security.authorize_consumer(conn.principal, topic_name, command.subscription)
@@ -570,6 +576,7 @@ class BinaryFrontDoor:
                     unacked_messages_max=settings.consumer_unacked_messages_max,
                     unacked_bytes_max=settings.consumer_unacked_bytes_max,
                     whole_entries=True,
+                    key_shared=key_shared,
                 )
                 consumer.address = conn.address
                 consumer.connected_since_ms = topic.now_ms()
@@ -660,6 +667,16 @@ def _address(stream: trio.SocketStream) -> str:
     except OSError:
         return ""
     return f"{peer[0]}:{peer[1]}"
+
+
+def _key_shared_policy(command: Subscribe) -> KeySharedPolicy | None:
+    """SUBSCRIBE's KeySharedMeta as the core's policy (the core checks the ranges)."""
+    mode = command.key_shared_mode
+    if mode is None or mode == _AUTO_SPLIT:
+        return KeySharedPolicy(allow_out_of_order=command.allow_out_of_order)
+    if mode != _STICKY:
+        raise _Refusal(ServerError.ConsumerAssignError, f"Unknown keySharedMode {mode}")
+    return KeySharedPolicy(command.hash_ranges, command.allow_out_of_order)
 
 
 def _remove_producer(handle: _ProducerHandle) -> None:
