@@ -101,6 +101,7 @@ from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerR
 from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
 from magnetar.broker.sessions.binary_topics import answer_get_topics
 from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
+from magnetar.broker.wire.listeners import listener_named, unknown_listener
 
 if TYPE_CHECKING:
     from magnetar.broker.sessions.host import SessionHost
@@ -443,6 +444,17 @@ class BinaryFrontDoor:
         owner = resolution.owner
         url = owner.nativeUrl or (self._broker_url() if not resolution.redirect else "")
         url_tls = owner.nativeUrlTls or (self._broker_url_tls() if not resolution.redirect else "")
+        name = (command.listener_name or "").strip()
+        if name:  # as Pulsar: a blank name is none; the owner's address on the named listener, else refused
+            listener = listener_named(owner.advertisedListeners, name)
+            if listener is None:
+                conn.send(
+                    encode_lookup_failed(
+                        command.request_id, ServerError.ServiceNotReady, unknown_listener(name)
+                    )
+                )
+                return
+            url, url_tls = listener.url, listener.url_tls
         if not (url_tls if conn.tls else url):
             kind = "TLS binary URL" if conn.tls else "binary URL"
             conn.send(
