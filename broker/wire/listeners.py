@@ -4,9 +4,10 @@ broker's binary protocol, one per network its clients come from.
 The setting ``advertised_listeners`` is Pulsar's text, ``name:pulsar://host:port,name:pulsar+ssl://host:port``:
 each name has at most one ``pulsar://`` and one ``pulsar+ssl://`` URL. The listeners go into the broker's
 registration (its ownership records and load reports, :mod:`magnetar.broker.ownership`, as Pulsar's
-``advertisedListeners`` of ``NamespaceEphemeralData``), so that any broker answers a lookup for a topic another one owns with the owner's
-address on the listener the client named (LOOKUP's ``advertised_listener_name``, the HTTP lookup's
-``listenerName`` parameter or ``X-Pulsar-ListenerName`` header). A name the owner does not have is refused
+``advertisedListeners`` of ``NamespaceEphemeralData``), so that any broker answers a lookup for a topic
+another one owns with the owner's address on the listener the client named (LOOKUP's
+``advertised_listener_name``, the HTTP lookup's ``listenerName`` parameter or ``X-Pulsar-ListenerName``
+header). A name the owner does not have is refused
 (binary: ``ServiceNotReady``; HTTP: 500; "the broker do not have <name> listener"), as Pulsar refuses it.
 With listeners set, the broker's own binary URLs (what a lookup naming no listener answers) are those of the
 internal listener (``internal_listener_name``, default the first one named), as Pulsar's.
