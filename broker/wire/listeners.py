@@ -135,6 +135,6 @@ def listeners_from_json(data: Any) -> tuple[AdvertisedListener, ...]:
 def shown(text: str) -> str:
     """``text`` (a setting's, or a listener name a client sent) for an error message or a log line: escaped
     (control and bidi characters visible) and cut short."""
-    if len(text) <= LISTENER_NAME_CHARS_MAX and text.isascii() and text.isprintable():
+    if text and len(text) <= LISTENER_NAME_CHARS_MAX and text.isascii() and text.isprintable():
         return text
     return ascii(text if len(text) <= LISTENER_NAME_CHARS_MAX else f"{text[:LISTENER_NAME_CHARS_MAX]}...")
