@@ -10,7 +10,11 @@ from typing import Any
 import pydantic
 import pytest
 
+from magnetar.bookkeeper.runtime.http import HttpError, HttpRequest, RequestHead
+from magnetar.bookkeeper.runtime.http.types import QueryParams
+from magnetar.broker.ownership.load_manager import Resolution
 from magnetar.broker.ownership.load_report import LoadReport
+from magnetar.broker.ownership.lookup import LookupHandlers
 from magnetar.broker.ownership.manager import OwnerInfo
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.listeners import (
@@ -146,3 +150,42 @@ def test_a_hostile_stored_record_yields_no_listener(stored: Any) -> None:
 def test_a_stored_record_is_held_to_the_bound_of_names() -> None:
     stored = {f"n{i}": {"brokerServiceUrl": f"pulsar://h:{i + 1}"} for i in range(1000)}
     assert len(listeners_from_json(stored)) == LISTENERS_MAX
+
+
+class _RedirectingHost:
+    """A lookup host whose answer is a redirect to another broker (the one that decides)."""
+
+    security: Any = None
+
+    async def check_partition_exists(self, topic: Any) -> None:
+        return None
+
+    async def lookup(self, topic: Any) -> Resolution:
+        return Resolution(OwnerInfo("http://leader:8080"), redirect=True, authoritative=True)
+
+    async def bundle_of(self, topic: Any) -> tuple[str, str]:
+        raise NotImplementedError
+
+
+def _request(query: str, headers: tuple[tuple[str, str], ...] = ()) -> HttpRequest:
+    path = "/lookup/v2/topic/persistent/public/default/t"
+    params = {"domain": "persistent", "tenant": "public", "namespace": "default", "topic": "t"}
+    head = RequestHead("GET", f"{path}?{query}", path, QueryParams.parse(query), headers, params, None)
+    return HttpRequest(head)
+
+
+@pytest.mark.parametrize(
+    ("query", "headers"),
+    [("listenerName=external", ()), ("", (("x-pulsar-listenername", "external"),))],
+)
+async def test_a_redirect_carries_the_listener_name_on(
+    query: str, headers: tuple[tuple[str, str], ...]
+) -> None:
+    handlers = LookupHandlers(_RedirectingHost())
+    with pytest.raises(HttpError) as redirected:
+        await handlers.lookup(_request(query, headers))
+    assert redirected.value.status == 307
+    location = dict(redirected.value.headers)["location"]
+    assert location == (
+        "http://leader:8080/lookup/v2/topic/persistent/public/default/t?authoritative=true&listenerName=external"
+    )
