@@ -607,9 +607,11 @@ class BinaryFrontDoor:
                     start_earliest=command.initial_earliest,
                 )
         except _Refusal as exc:
+            sink.close()  # its hooks on the connection's outbound queue go with it
             conn.send(encode_error(command.request_id, exc.error, exc.message))
             return
         except (InvalidTopicNameError, ServiceError) as exc:
+            sink.close()
             conn.send(encode_error(command.request_id, server_error_of(exc), str(exc)))
             return
         consumer_id = command.consumer_id
