@@ -76,8 +76,7 @@ from magnetar.broker.policies import PolicyError, PolicyStore, PublishGate
 from magnetar.broker.security import build_security
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic_policy_watch import TopicPolicyWatch
-from magnetar.broker.wire import NamespaceName, TopicName
-from magnetar.broker.wire.listeners import AdvertisedListener
+from magnetar.broker.wire import AdvertisedListener, NamespaceName, TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 

@@ -51,11 +51,11 @@ from magnetar.broker.ownership import BUNDLES_MAX, LoadBalancerSettings
 from magnetar.broker.policies import BrokerPolicyDefaults
 from magnetar.broker.security import SecuritySettings
 from magnetar.broker.topic_policy_settings import TopicPolicyDefaults
-from magnetar.broker.wire.listeners import (
+from magnetar.broker.wire import (
     ADVERTISED_LISTENERS_CHARS_MAX,
     AdvertisedListener,
     parse_advertised_listeners,
-    shown,
+    shown_name,
 )
 from magnetar.managed_ledger.retention_settings import RetentionDefaults, RetentionSettings
 from magnetar.managed_ledger.settings import ManagedLedgerOptions, ManagedLedgerSettings
@@ -260,7 +260,7 @@ class BrokerSettings(
             names = [listener.name for listener in self.listeners()]
             if self.internal_listener_name not in names:
                 raise ValueError(
-                    f"internal_listener_name {shown(self.internal_listener_name)} is not a listener of "
+                    f"internal_listener_name {shown_name(self.internal_listener_name)} is not a listener of "
                     f"advertised_listeners (which names {names or 'none'})"
                 )
         if self.broker_service_port_tls is not None and (

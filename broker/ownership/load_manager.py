@@ -58,7 +58,7 @@ from magnetar.broker.ownership.load_report import (
     report_update_due,
 )
 from magnetar.broker.ownership.manager import BROKERS_ROOT, OwnerInfo, OwnershipManager
-from magnetar.broker.wire.listeners import listeners_from_json, listeners_json
+from magnetar.broker.wire import listeners_from_json, listeners_json
 
 log = logging.getLogger(__name__)
 

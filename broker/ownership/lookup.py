@@ -26,8 +26,13 @@ from magnetar.broker.ownership.load_manager import Resolution
 from magnetar.broker.ownership.manager import OwnerInfo
 from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.security import BrokerSecurity, TopicOperation
-from magnetar.broker.wire import InvalidTopicNameError, TopicDomain, TopicName
-from magnetar.broker.wire.listeners import listener_named, unknown_listener
+from magnetar.broker.wire import (
+    InvalidTopicNameError,
+    TopicDomain,
+    TopicName,
+    listener_named,
+    unknown_listener,
+)
 
 
 def topic_from_path(request: HttpRequest | RequestHead) -> TopicName:

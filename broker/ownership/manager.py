@@ -41,7 +41,7 @@ from magnetar.broker.ownership.state import (
     GiveUp,
     OwnershipState,
 )
-from magnetar.broker.wire.listeners import (
+from magnetar.broker.wire import (
     AdvertisedListener,
     listeners_from_json,
     listeners_json,

@@ -100,8 +100,13 @@ from magnetar.broker.sessions import binary_consumers
 from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerRequests
 from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
 from magnetar.broker.sessions.binary_topics import answer_get_topics
-from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
-from magnetar.broker.wire.listeners import listener_named, unknown_listener
+from magnetar.broker.wire import (
+    InvalidTopicNameError,
+    TopicName,
+    listener_named,
+    parse_topic_name,
+    unknown_listener,
+)
 
 if TYPE_CHECKING:
     from magnetar.broker.sessions.host import SessionHost

@@ -56,7 +56,7 @@ def parse_advertised_listeners(
         item = raw.strip()
         name, sep, url = item.partition(":")
         if not sep or not url:
-            raise ValueError(f"{setting}: {shown(item)} is not name:pulsar://host:port")
+            raise ValueError(f"{setting}: {shown_name(item)} is not name:pulsar://host:port")
         check_listener_name(name, setting)
         tls = _check_url(url, setting)
         listener = urls.setdefault(name, {})
@@ -72,8 +72,8 @@ def parse_advertised_listeners(
 def check_listener_name(name: str, setting: str) -> None:
     if not name or len(name) > LISTENER_NAME_CHARS_MAX or not _NAME.fullmatch(name):
         raise ValueError(
-            f"{setting}: listener name {shown(name)} is not 1 to {LISTENER_NAME_CHARS_MAX} characters of "
-            "A-Z, a-z, 0-9, '_', '.', '-' (starting with a letter or digit)"
+            f"{setting}: listener name {shown_name(name)} is not 1 to {LISTENER_NAME_CHARS_MAX} "
+            "characters of A-Z, a-z, 0-9, '_', '.', '-' (starting with a letter or digit)"
         )
 
 
@@ -90,7 +90,7 @@ def _check_url(url: str, setting: str) -> bool:
         or not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535)
     ):
         raise ValueError(
-            f"{setting}: {shown(url)} is not a pulsar://host:port or pulsar+ssl://host:port URL "
+            f"{setting}: {shown_name(url)} is not a pulsar://host:port or pulsar+ssl://host:port URL "
             f"(port 1-65535, at most {LISTENER_URL_CHARS_MAX} characters)"
         )
     return _SCHEMES[scheme]
@@ -102,7 +102,7 @@ def listener_named(listeners: tuple[AdvertisedListener, ...], name: str) -> Adve
 
 def unknown_listener(name: str) -> str:
     """Pulsar's refusal of a lookup naming a listener the owner does not have (the name shown escaped)."""
-    return f"the broker do not have {shown(name)} listener"
+    return f"the broker do not have {shown_name(name)} listener"
 
 
 def listeners_json(listeners: tuple[AdvertisedListener, ...]) -> dict[str, dict[str, str]]:
@@ -132,7 +132,7 @@ def listeners_from_json(data: Any) -> tuple[AdvertisedListener, ...]:
     return tuple(out)
 
 
-def shown(text: str) -> str:
+def shown_name(text: str) -> str:
     """``text`` (a setting's, or a listener name a client sent) for an error message or a log line: escaped
     (control and bidi characters visible) and cut short."""
     if text and len(text) <= LISTENER_NAME_CHARS_MAX and text.isascii() and text.isprintable():
