@@ -185,11 +185,15 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
 
             async def run_service(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
                 with service_scope:
+                    internal = settings.internal_listener()
                     await service.run(
                         http_url,
                         http_url_tls=http_url_tls,
-                        native_url=broker_url,
-                        native_url_tls=broker_url_tls,
+                        native_url=internal.url if internal is not None and internal.url else broker_url,
+                        native_url_tls=(
+                            internal.url_tls if internal is not None and internal.url_tls else broker_url_tls
+                        ),
+                        advertised_listeners=settings.listeners(),
                         task_status=task_status,
                     )
 

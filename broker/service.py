@@ -76,7 +76,7 @@ from magnetar.broker.policies import PolicyError, PolicyStore, PublishGate
 from magnetar.broker.security import build_security
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic_policy_watch import TopicPolicyWatch
-from magnetar.broker.wire import NamespaceName, TopicName
+from magnetar.broker.wire import AdvertisedListener, NamespaceName, TopicName
 from magnetar.managed_ledger.errors import ManagedLedgerError
 from magnetar.managed_ledger.factory import ManagedLedgerFactory
 
@@ -179,14 +179,20 @@ class BrokerService:
         http_url_tls: str = "",
         native_url: str = "",
         native_url_tls: str = "",
+        advertised_listeners: tuple[AdvertisedListener, ...] = (),
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Register the broker under ``http_url`` (and ``http_url_tls`` when it serves TLS; ``native_url``:
-        its ``pulsar://`` URL, ``native_url_tls`` its ``pulsar+ssl://`` one) and serve until cancelled (call
-        :meth:`shutdown` first for a clean stop)."""
+        its ``pulsar://`` URL, ``native_url_tls`` its ``pulsar+ssl://`` one, ``advertised_listeners`` its
+        named listeners, published with them) and serve until cancelled (call :meth:`shutdown` first for a
+        clean stop)."""
         self.http_url = http_url
         me = OwnerInfo(
-            httpUrl=http_url, httpUrlTls=http_url_tls, nativeUrl=native_url, nativeUrlTls=native_url_tls
+            httpUrl=http_url,
+            httpUrlTls=http_url_tls,
+            nativeUrl=native_url,
+            nativeUrlTls=native_url_tls,
+            advertisedListeners=advertised_listeners,
         )
         self._ownership = OwnershipManager(
             self.metadata,

@@ -37,7 +37,7 @@ import random
 import ssl
 from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSettings
@@ -51,6 +51,12 @@ from magnetar.broker.ownership import BUNDLES_MAX, LoadBalancerSettings
 from magnetar.broker.policies import BrokerPolicyDefaults
 from magnetar.broker.security import SecuritySettings
 from magnetar.broker.topic_policy_settings import TopicPolicyDefaults
+from magnetar.broker.wire import (
+    ADVERTISED_LISTENERS_CHARS_MAX,
+    AdvertisedListener,
+    parse_advertised_listeners,
+    shown_name,
+)
 from magnetar.managed_ledger.retention_settings import RetentionDefaults, RetentionSettings
 from magnetar.managed_ledger.settings import ManagedLedgerOptions, ManagedLedgerSettings
 
@@ -207,6 +213,17 @@ class BrokerSettings(
     it, a PING goes out once a whole interval passed without a command from the client, and a PING still
     unanswered at the next tick ends the connection (a silent client is gone within about three
     intervals)."""
+    advertised_listeners: Annotated[str, Field(max_length=ADVERTISED_LISTENERS_CHARS_MAX)] = ""
+    """Pulsar's ``advertisedListeners``: named binary addresses for clients on other networks,
+    ``name:pulsar://host:port,name:pulsar+ssl://host:port,...`` (at most one URL of each kind per name; see
+    :mod:`magnetar.broker.wire.listeners` for the bounds). A LOOKUP naming a listener
+    (``advertised_listener_name``; the Python client's ``listener_name``) or an HTTP lookup with
+    ``listenerName`` / ``X-Pulsar-ListenerName`` gets the owner's address on that listener; an unknown name
+    is refused. Empty: off."""
+    internal_listener_name: str | None = None
+    """Pulsar's ``internalListenerName``: the listener of ``advertised_listeners`` whose URLs are the broker's
+    own (what a lookup naming no listener answers, and what other brokers register for it); unset: the first
+    one named."""
 
     # -- metrics -------------------------------------------------------------------------------------
     expose_topic_level_metrics_in_prometheus: bool = True
@@ -230,9 +247,22 @@ class BrokerSettings(
         nested, _ = nest_flat(cls, data)
         return nested
 
+    @field_validator("advertised_listeners")
+    @classmethod
+    def _check_listeners(cls, value: str) -> str:
+        parse_advertised_listeners(value)  # ValueError naming the setting and the fault
+        return value
+
     @model_validator(mode="after")
     def _check_relations(self) -> Self:
         check_size_chain(**self.size_chain())
+        if self.internal_listener_name is not None:
+            names = [listener.name for listener in self.listeners()]
+            if self.internal_listener_name not in names:
+                raise ValueError(
+                    f"internal_listener_name {shown_name(self.internal_listener_name)} is not a listener of "
+                    f"advertised_listeners (which names {names or 'none'})"
+                )
         if self.broker_service_port_tls is not None and (
             self.tls_certificate_file is None or self.tls_key_file is None
         ):
@@ -268,6 +298,19 @@ class BrokerSettings(
             trust_certs_file=self.tls_trust_certs_file,
             require_client_cert=self.tls_require_trusted_client_cert,
         )
+
+    def listeners(self) -> tuple[AdvertisedListener, ...]:
+        """``advertised_listeners``, parsed."""
+        return parse_advertised_listeners(self.advertised_listeners)
+
+    def internal_listener(self) -> AdvertisedListener | None:
+        """The listener whose URLs are the broker's own (``internal_listener_name``, else the first); None
+        without ``advertised_listeners``."""
+        listeners = self.listeners()
+        if not listeners:
+            return None
+        name = self.internal_listener_name or listeners[0].name
+        return next(listener for listener in listeners if listener.name == name)
 
     def advertised_host(self) -> str:
         return advertised_host_for(self.advertised_address, self.bind_address)

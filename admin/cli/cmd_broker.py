@@ -27,6 +27,8 @@ FLAGS = (
     "broker_service_port_tls",
     "bind_address",
     "advertised_address",
+    "advertised_listeners",
+    "internal_listener_name",
     "cluster",
     "ensemble_size",
     "write_quorum",
@@ -66,6 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bind", dest="bind_address", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--advertised-address", help="host clients are told to use (lookup, redirects)")
+    parser.add_argument(
+        "--advertised-listeners",
+        help="named binary addresses, name:pulsar://host:port,name:pulsar+ssl://host:port,... "
+        "(lookups naming a listener get its address)",
+    )
+    parser.add_argument(
+        "--internal-listener-name", help="the listener whose URLs are the broker's own (default: the first)"
+    )
     parser.add_argument("--cluster", help="cluster name (default standalone)")
     parser.add_argument("--ensemble-size", type=int, help="bookies per ledger (default 2)")
     parser.add_argument("--write-quorum", type=int, help="copies of each entry (default 2)")

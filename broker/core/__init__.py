@@ -12,6 +12,7 @@ from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
     AccessError,
     AuthorizationUncheckedError,
+    ConsumerAssignError,
     DeliveryDelayTooLongError,
     ErrorKind,
     NotAuthenticatedError,
@@ -31,6 +32,7 @@ from magnetar.broker.core.errors import (
     TooManyTopicsError,
     TopicNotFoundError,
 )
+from magnetar.broker.core.key_shared import KeySharedPolicy
 from magnetar.broker.core.non_persistent_subscription import NonPersistentSubscription
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.positions import first_at_or_after, last_message, publish_time
@@ -58,11 +60,13 @@ __all__ = [
     "Capacity",
     "CompactLayout",
     "Consumer",
+    "ConsumerAssignError",
     "Delivery",
     "DeliveryDelayTooLongError",
     "DispatchLimit",
     "ErrorKind",
     "FlowControl",
+    "KeySharedPolicy",
     "NonPersistentSubscription",
     "NonPersistentTopic",
     "NotAuthenticatedError",

@@ -41,6 +41,7 @@ from magnetar.broker.core.delivery import (
     FlowControl,
     MsgKey,
 )
+from magnetar.broker.core.key_shared import KeySharedPolicy
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.wire import format_timestamp
 
@@ -64,6 +65,7 @@ class Consumer:
         unacked_messages_max: int = UNACKED_MESSAGES_MAX,
         unacked_bytes_max: int = UNACKED_BYTES_MAX,
         whole_entries: bool = False,
+        key_shared: KeySharedPolicy | None = None,
     ) -> None:
         self.id = next(_consumer_ids)
         self.name = name
@@ -81,6 +83,9 @@ class Consumer:
         self.whole_entries = whole_entries
         """Dispatchers hand this consumer the messages of an entry together, even past its permits
         (:mod:`.dispatcher`)."""
+        self.key_shared = key_shared
+        """On a Key_Shared subscription: its mode and sticky hash ranges (None: auto-split;
+        :mod:`.key_shared`)."""
         self.unacked_messages_max = unacked_messages_max
         self.unacked_bytes_max = unacked_bytes_max
         self._held_by_unacked = False

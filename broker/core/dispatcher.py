@@ -19,7 +19,9 @@ Subscription types:
   (the cursor rewinds; acknowledged messages are skipped).
 * **Shared** - round robin over the consumers with permits; a consumer that leaves hands its unacknowledged
   messages back for redelivery to the others.
-* **Key_Shared** - a message goes to the consumer owning its key's slot on a consistent-hash ring. Per-key
+* **Key_Shared** - a message goes to the consumer owning its key's slot (:mod:`.key_shared`: on a
+  consistent-hash ring, or in the consumer's own sticky hash ranges; a slot no sticky consumer covers is held
+  in the redelivery set until one does). Per-key
   order is kept while consumers join and leave with Pulsar's "draining hashes" rule (PIP-379): a message
   whose slot still has unacknowledged messages pending at *another* consumer is not delivered yet; it waits
   in the redelivery set, and every later message of that slot waits behind it.
@@ -69,7 +71,7 @@ from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delayed_tracker import DelayedTracker
 from magnetar.broker.core.delivery import Delivery, MsgKey
 from magnetar.broker.core.errors import ConsumerBusyError
-from magnetar.broker.core.key_hash import HashRing
+from magnetar.broker.core.key_shared import KeySharedSelector
 from magnetar.broker.core.throttle import (
     DispatchLimiter,
     ThrottledEvents,
@@ -175,7 +177,7 @@ class Dispatcher:
         self._redeliver_slots: dict[int, int] = {}
         self._slot_pending: dict[int, list[int]] = {}
         """Key_Shared: slot -> [consumer id, unacknowledged messages of that slot it holds]."""
-        self._ring = HashRing()
+        self._ring = KeySharedSelector()
         self._given: dict[int, tuple[int, int]] = {}
         """Key_Shared, this round: the entry each whole-entry consumer was last given (the rest of that
         entry's messages for it go too, past its permits)."""
@@ -199,12 +201,12 @@ class Dispatcher:
             raise ConsumerBusyError("Subscription is of different type")
         if sub_type is SubscriptionType.EXCLUSIVE and self.consumers:
             raise ConsumerBusyError("Exclusive consumer is already connected")
+        if sub_type is SubscriptionType.KEY_SHARED:  # may refuse it (mode, ranges): before anything changes
+            self._ring.add(consumer.id, consumer.name, consumer.key_shared, consumer)
         self.type = sub_type
         self.consumers.append(consumer)
         consumer.flow.add_listener(self.wake)
         consumer.sink.add_listener(self.wake)  # room again in a full outbound queue
-        if sub_type is SubscriptionType.KEY_SHARED:
-            self._ring.add(consumer.id, consumer.name, consumer)
         if sub_type.single_active:
             self._pick_active()
         self.wake()

@@ -37,6 +37,9 @@ class ErrorKind(Enum):
     """The caller could not be authenticated (no credentials where they are required, or bad ones)."""
     FORBIDDEN = "forbidden"
     """The caller's role may not do this."""
+    UNASSIGNABLE = "cannot assign"
+    """The dispatcher cannot take the consumer as asked (Key_Shared hash ranges that overlap another
+    consumer's, or are not valid ranges)."""
     INTERNAL = "internal"
     """Anything else."""
 
@@ -135,6 +138,13 @@ class ServiceUnitNotReadyError(ServiceError):
     """The bundle's ownership could not be settled (metadata store unavailable, a race): retry."""
 
     kind = ErrorKind.UNAVAILABLE
+
+
+class ConsumerAssignError(ServiceError):
+    """Pulsar's ``ConsumerAssignException``: a Key_Shared sticky consumer's hash ranges are invalid or
+    overlap another consumer's."""
+
+    kind = ErrorKind.UNASSIGNABLE
 
 
 class SubscriptionBusyError(ServiceError):

@@ -31,7 +31,8 @@ from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, MsgKey
 from magnetar.broker.core.dispatcher import SubscriptionType, pick_active
 from magnetar.broker.core.errors import ConsumerBusyError
-from magnetar.broker.core.key_hash import HashRing, sticky_key_slot
+from magnetar.broker.core.key_hash import sticky_key_slot
+from magnetar.broker.core.key_shared import KeySharedSelector
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.throttle import ThrottledEvents
 from magnetar.broker.wire import MessageId
@@ -66,7 +67,7 @@ class NonPersistentSubscription:
         self.type: SubscriptionType | None = None
         self.consumers: list[Consumer] = []
         self.active: Consumer | None = None
-        self._ring = HashRing()
+        self._ring = KeySharedSelector()
         self._rr = 0
         self.closed = False
         self.msg_out_counter = 0
@@ -86,11 +87,11 @@ class NonPersistentSubscription:
             raise ConsumerBusyError("Subscription is of different type")
         if sub_type is SubscriptionType.EXCLUSIVE and self.consumers:
             raise ConsumerBusyError("Exclusive consumer is already connected")
+        if sub_type is SubscriptionType.KEY_SHARED:  # may refuse it (mode, ranges): before anything changes
+            self._ring.add(consumer.id, consumer.name, consumer.key_shared, consumer)
         consumer.track_pending = False  # at most once: nothing is kept for acks or redelivery
         self.type = sub_type
         self.consumers.append(consumer)
-        if sub_type is SubscriptionType.KEY_SHARED:
-            self._ring.add(consumer.id, consumer.name, consumer)
         if sub_type.single_active:
             self._pick_active()
 

@@ -6,9 +6,10 @@ Ownership is an ephemeral node per bundle (:mod:`.manager`), decided by a sans-I
 bundle served through a metadata outage (:mod:`.state`). A lookup answers the owner of a topic's bundle
 (:mod:`.lookup`, Pulsar's ``/lookup/v2``). The load manager (:mod:`.load_manager`, its settings in
 :mod:`.load_balancer_settings`) reports each broker's load (:mod:`.load_report`), and its leader decides
-placement, shedding and splits (:mod:`.load_decisions`, sans-IO). :mod:`.peer_addresses` keeps the addresses
-of the other live brokers. Nothing here imports the session front door, the owner proxy or the service: the
-service composes them.
+placement, shedding and splits (:mod:`.load_decisions`, sans-IO). A broker's named binary addresses
+(Pulsar's advertised listeners, :mod:`magnetar.broker.wire.listeners`) travel in its registration.
+:mod:`.peer_addresses` keeps the addresses of the other live brokers. Nothing here imports the session front
+door, the owner proxy or the service: the service composes them.
 """
 
 from magnetar.broker.ownership.bundle_map import Bundle, BundleMap

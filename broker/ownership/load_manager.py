@@ -58,6 +58,7 @@ from magnetar.broker.ownership.load_report import (
     report_update_due,
 )
 from magnetar.broker.ownership.manager import BROKERS_ROOT, OwnerInfo, OwnershipManager
+from magnetar.broker.wire import listeners_from_json, listeners_json
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,7 @@ class LoadManager:
                 "httpUrlTls": self.me.httpUrlTls,
                 "nativeUrl": self.me.nativeUrl,
                 "nativeUrlTls": self.me.nativeUrlTls,
+                "advertisedListeners": listeners_json(self.me.advertisedListeners),
             },
         )
         return self._resources(report)
@@ -280,6 +282,7 @@ class LoadManager:
             httpUrlTls=str(report.extra.get("httpUrlTls", "")),
             nativeUrl=str(report.extra.get("nativeUrl", "")),
             nativeUrlTls=str(report.extra.get("nativeUrlTls", "")),
+            advertisedListeners=listeners_from_json(report.extra.get("advertisedListeners")),
         )
 
     async def check_owner_alive(self, owner: OwnerInfo, namespace: str, bundle: str) -> None:

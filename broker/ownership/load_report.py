@@ -210,7 +210,7 @@ class LoadReport:
         )
 
 
-_EXTRA_KEPT = frozenset({"cluster", "httpUrlTls", "nativeUrl", "nativeUrlTls"})
+_EXTRA_KEPT = frozenset({"advertisedListeners", "cluster", "httpUrlTls", "nativeUrl", "nativeUrlTls"})
 """What a report carries beyond its figures: the cluster and the addresses a lookup hands to clients."""
 
 

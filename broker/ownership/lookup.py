@@ -8,7 +8,9 @@ whose broker process does not answer is never named (503: retry). ``.../bundle``
 (``"0x00000000_0x40000000"``). A missing namespace is 404, an invalid name 412, a partition beyond its
 partitioned topic's count 404 (it names no topic). With authentication on, both need a token (401) of a role
 that may produce or consume on the topic (403), as Pulsar's lookup operation; :meth:`LookupHandlers.check`
-decides that from the request head, before any body is read.
+decides that from the request head, before any body is read. A ``listenerName`` parameter (or an
+``X-Pulsar-ListenerName`` header) answers the owner's URLs on that advertised listener
+(:mod:`magnetar.broker.wire.listeners`), and travels with a redirect.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from magnetar.broker.ownership.load_manager import Resolution
 from magnetar.broker.ownership.manager import OwnerInfo
 from magnetar.broker.protocols.http_status import http_status
 from magnetar.broker.security import BrokerSecurity, TopicOperation
-from magnetar.broker.wire import InvalidTopicNameError, TopicDomain, TopicName
+from magnetar.broker.wire import (
+    InvalidTopicNameError,
+    TopicDomain,
+    TopicName,
+    listener_named,
+    unknown_listener,
+)
 
 
 def topic_from_path(request: HttpRequest | RequestHead) -> TopicName:
@@ -51,16 +59,30 @@ class LookupHost(Protocol):
         ...
 
 
-def lookup_data(owner: OwnerInfo) -> dict[str, Any]:
-    """Pulsar's ``LookupData``; Magnetar has no binary protocol, so the broker URLs are empty."""
+def lookup_data(owner: OwnerInfo, listener_name: str = "") -> dict[str, Any]:
+    """Pulsar's ``LookupData``: the owner's binary URLs, on the named listener when one is named (500 with
+    Pulsar's message when the owner has no such listener)."""
+    url, url_tls = owner.nativeUrl, owner.nativeUrlTls
+    if listener_name:
+        listener = listener_named(owner.advertisedListeners, listener_name)
+        if listener is None:
+            raise HttpError(500, unknown_listener(listener_name))
+        url, url_tls = listener.url, listener.url_tls
     return {
-        "brokerUrl": owner.nativeUrl,
-        "brokerUrlTls": owner.nativeUrlTls,
+        "brokerUrl": url,
+        "brokerUrlTls": url_tls,
         "httpUrl": owner.httpUrl,
         "httpUrlTls": owner.httpUrlTls,
-        "nativeUrl": owner.nativeUrl,
+        "nativeUrl": url,
         "brokerUrlSsl": "",
     }
+
+
+def listener_name_of(request: HttpRequest) -> str:
+    """Pulsar's lookup parameter ``listenerName``, else its header ``X-Pulsar-ListenerName`` ("" for none;
+    blank is none)."""
+    name = request.query.get("listenerName") or request.head.header("x-pulsar-listenername") or ""
+    return name.strip()
 
 
 class LookupHandlers:
@@ -87,13 +109,16 @@ class LookupHandlers:
         except ServiceError as exc:
             raise HttpError(http_status(exc), str(exc)) from None
         owner = resolution.owner
+        listener_name = listener_name_of(request)
         if resolution.redirect:
             base = owner.httpUrlTls if request.head.tls and owner.httpUrlTls else owner.httpUrl
-            pairs = [(k, v) for k, v in request.query.pairs if k != "authoritative"]
+            pairs = [(k, v) for k, v in request.query.pairs if k not in ("authoritative", "listenerName")]
             pairs.append(("authoritative", "true" if resolution.authoritative else "false"))
+            if listener_name:  # the owner answers on the same listener, as Pulsar's redirect says
+                pairs.append(("listenerName", listener_name))
             location = f"{base.rstrip('/')}{request.path}?{urlencode(pairs)}"
             raise HttpError(307, f"Redirect to {owner.httpUrl}", (("location", location),))
-        return json_response(lookup_data(owner))
+        return json_response(lookup_data(owner, listener_name))
 
     async def bundle(self, request: HttpRequest) -> HttpResponse:
         topic = topic_from_path(request)

@@ -41,6 +41,11 @@ from magnetar.broker.ownership.state import (
     GiveUp,
     OwnershipState,
 )
+from magnetar.broker.wire import (
+    AdvertisedListener,
+    listeners_from_json,
+    listeners_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +62,13 @@ class OwnerInfo:
     nativeUrl: str = ""
     nativeUrlTls: str = ""
     disabled: bool = False
+    advertisedListeners: tuple[AdvertisedListener, ...] = ()
+    """The broker's named listeners (:mod:`.listeners`), stored as Pulsar's name -> URLs map."""
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        data = asdict(self)
+        data["advertisedListeners"] = listeners_json(self.advertisedListeners)
+        return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> OwnerInfo:
@@ -70,6 +79,7 @@ class OwnerInfo:
             nativeUrl=str(data.get("nativeUrl", "")),
             nativeUrlTls=str(data.get("nativeUrlTls", "")),
             disabled=bool(data.get("disabled", False)),
+            advertisedListeners=listeners_from_json(data.get("advertisedListeners")),
         )
 
 

@@ -20,6 +20,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.ELSEWHERE: 307,
     ErrorKind.UNAUTHENTICATED: 401,
     ErrorKind.FORBIDDEN: 403,
+    ErrorKind.UNASSIGNABLE: 409,
     ErrorKind.INTERNAL: 500,
 }
 

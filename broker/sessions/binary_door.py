@@ -33,6 +33,7 @@ from magnetar.broker.core import (
     Consumer,
     DeliveryDelayTooLongError,
     FlowControl,
+    KeySharedPolicy,
     ServiceError,
     Subscriber,
     SubscriptionType,
@@ -100,7 +101,13 @@ from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerR
 from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
 from magnetar.broker.sessions.binary_relay import BinaryRelay, RelayRefused, RelayTarget, broker_address
 from magnetar.broker.sessions.binary_topics import answer_get_topics
-from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
+from magnetar.broker.wire import (
+    InvalidTopicNameError,
+    TopicName,
+    listener_named,
+    parse_topic_name,
+    unknown_listener,
+)
 
 if TYPE_CHECKING:
     from magnetar.broker.sessions.host import SessionHost, SessionSettings
@@ -122,6 +129,10 @@ _SUB_TYPES = {
     2: SubscriptionType.FAILOVER,
     3: SubscriptionType.KEY_SHARED,
 }
+
+
+_AUTO_SPLIT, _STICKY = 0, 1
+"""KeySharedMeta's ``keySharedMode`` values."""
 
 
 class _Closed(Exception):
@@ -504,6 +515,17 @@ class BinaryFrontDoor:
         # Relaying: the client keeps dialing its service address and names the broker in CONNECT; a redirect
         # is answered as that broker's to connect to, whose own lookup then answers (through the relay).
         through = self._service.settings.binary_proxy_enabled
+        name = (command.listener_name or "").strip()
+        if name:  # as Pulsar: a blank name is none; the owner's address on the named listener, else refused
+            listener = listener_named(owner.advertisedListeners, name)
+            if listener is None:
+                conn.send(
+                    encode_lookup_failed(
+                        command.request_id, ServerError.ServiceNotReady, unknown_listener(name)
+                    )
+                )
+                return
+            url, url_tls = listener.url, listener.url_tls
         if not (url_tls if conn.tls else url):
             kind = "TLS binary URL" if conn.tls else "binary URL"
             conn.send(
@@ -617,6 +639,7 @@ class BinaryFrontDoor:
         flow = FlowControl(0, pull_mode=True)
         sub_type = _SUB_TYPES[command.sub_type]
         try:
+            key_shared = _key_shared_policy(command) if sub_type is SubscriptionType.KEY_SHARED else None
             topic_name = self._topic(command.topic)
             assert conn.principal is not None
             await self._service.security.authorize_consumer(conn.principal, topic_name, command.subscription)
@@ -637,6 +660,7 @@ class BinaryFrontDoor:
                     unacked_messages_max=settings.consumer_unacked_messages_max,
                     unacked_bytes_max=settings.consumer_unacked_bytes_max,
                     whole_entries=True,
+                    key_shared=key_shared,
                 )
                 consumer.address = conn.address
                 consumer.connected_since_ms = topic.now_ms()
@@ -655,9 +679,11 @@ class BinaryFrontDoor:
                     start_earliest=command.initial_earliest,
                 )
         except _Refusal as exc:
+            sink.close()  # its hooks on the connection's outbound queue go with it
             conn.send(encode_error(command.request_id, exc.error, exc.message))
             return
         except (InvalidTopicNameError, ServiceError) as exc:
+            sink.close()
             conn.send(encode_error(command.request_id, server_error_of(exc), str(exc)))
             return
         consumer_id = command.consumer_id
@@ -731,6 +757,16 @@ def _address(stream: trio.SocketStream) -> str:
     except OSError:
         return ""
     return f"{peer[0]}:{peer[1]}"
+
+
+def _key_shared_policy(command: Subscribe) -> KeySharedPolicy | None:
+    """SUBSCRIBE's KeySharedMeta as the core's policy (the core checks the ranges)."""
+    mode = command.key_shared_mode
+    if mode is None or mode == _AUTO_SPLIT:
+        return KeySharedPolicy(allow_out_of_order=command.allow_out_of_order)
+    if mode != _STICKY:
+        raise _Refusal(ServerError.ConsumerAssignError, f"Unknown keySharedMode {mode}")
+    return KeySharedPolicy(command.hash_ranges, command.allow_out_of_order)
 
 
 def _remove_producer(handle: _ProducerHandle) -> None:

@@ -1,6 +1,6 @@
 """Wire formats that clients need too: message ids, topic names, the entry format, the ``magnetar.v1``
-frame codec and Pulsar's date format. Nothing here imports the server: the admin command line, the Spark
-source and the perf tools import these without it."""
+frame codec, Pulsar's date format and its advertised listeners. Nothing here imports the server: the admin
+command line, the Spark source and the perf tools import these without it."""
 
 from magnetar.broker.wire.date_format import DateParseError, UtcTimestamps, format_timestamp, parse_timestamp
 from magnetar.broker.wire.entry_format import (
@@ -23,6 +23,16 @@ from magnetar.broker.wire.entry_format import (
     entry_message_count,
 )
 from magnetar.broker.wire.errors import BrokerError, InvalidMessageIdError, InvalidTopicNameError
+from magnetar.broker.wire.listeners import (
+    ADVERTISED_LISTENERS_CHARS_MAX,
+    AdvertisedListener,
+    listener_named,
+    listeners_from_json,
+    listeners_json,
+    parse_advertised_listeners,
+    shown_name,
+    unknown_listener,
+)
 from magnetar.broker.wire.message_id import (
     EARLIEST,
     LATEST,
@@ -70,6 +80,7 @@ from magnetar.broker.wire.topic_name import (
 _OWN_FACES = ("magnetar_v1",)
 
 __all__ = [
+    "ADVERTISED_LISTENERS_CHARS_MAX",
     "COMPACT_HEAD",
     "COMPACT_MESSAGE",
     "COMPACT_NO_KEY",
@@ -90,6 +101,7 @@ __all__ = [
     "PUBLIC_TENANT",
     "RELATIVE_SEGMENTS",
     "VERSION",
+    "AdvertisedListener",
     "BrokerError",
     "CorruptEntryError",
     "DateParseError",
@@ -120,12 +132,18 @@ __all__ = [
     "entry_message_count",
     "format_timestamp",
     "is_decimal_integer",
+    "listener_named",
+    "listeners_from_json",
+    "listeners_json",
     "message_id_parts",
+    "parse_advertised_listeners",
     "parse_int",
     "parse_long",
     "parse_timestamp",
     "parse_topic_name",
     "shown",
+    "shown_name",
+    "unknown_listener",
     "url_decode",
     "url_encode",
     "write_varint",

@@ -652,3 +652,28 @@ def test_broker_replication_reaches_the_broker_settings(
     settings = load_settings(BrokerSettings, {}).settings
     assert (settings.ensemble_size, settings.write_quorum, settings.ack_quorum) == (3, 3, 2)
     assert settings.cluster == "magnetar"
+
+
+def test_advertised_listeners_reach_each_broker_with_its_pod_name(chart: helm_python.Chart) -> None:
+    """``broker.advertisedListeners`` becomes MAGNETAR_ADVERTISED_LISTENERS with ``$(POD_NAME)`` expanded per
+    pod, and the broker's settings accept what a pod gets; unset, neither variable is rendered."""
+    listeners = "internal:pulsar://$(POD_IP):6650,external:pulsar://$(POD_NAME).brokers.example.com:16650"
+    values = {"broker": {"advertisedListeners": listeners, "internalListenerName": "internal"}}
+    rendered = render(chart, values)
+    pod = {"POD_IP": "10.1.2.3", "POD_NAME": "magnetar-broker-7d9f-abcde"}
+    environment = container_environment(rendered, "broker", pod)
+    assert environment["MAGNETAR_ADVERTISED_LISTENERS"] == (
+        "internal:pulsar://10.1.2.3:6650,external:pulsar://magnetar-broker-7d9f-abcde.brokers.example.com:16650"
+    )
+    assert environment["MAGNETAR_INTERNAL_LISTENER_NAME"] == "internal"
+    settings = BrokerSettings.model_validate(
+        {
+            "metadata_url": "memory://",
+            "advertised_listeners": environment["MAGNETAR_ADVERTISED_LISTENERS"],
+            "internal_listener_name": "internal",
+        }
+    )
+    assert [listener.name for listener in settings.listeners()] == ["internal", "external"]
+    default = container_environment(render(chart), "broker")
+    assert "MAGNETAR_ADVERTISED_LISTENERS" not in default
+    assert "MAGNETAR_INTERNAL_LISTENER_NAME" not in default

@@ -13,8 +13,10 @@ Message metadata and the batch payload layout are :mod:`.metadata`; the frame ar
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from magnetar.broker.protocols.pulsar_binary.consumer_commands import (
     GetLastMessageId,
@@ -229,6 +231,12 @@ class Subscribe:
     initial_earliest: bool
     read_compacted: bool
     force_topic_creation: bool
+    key_shared_mode: int | None = None
+    """``KeySharedMeta.keySharedMode`` as sent (0 AUTO_SPLIT, 1 STICKY; None without a KeySharedMeta)."""
+    hash_ranges: tuple[tuple[int, int], ...] = ()
+    """``KeySharedMeta.hashRanges`` as sent (signed; at most :data:`HASH_RANGES_DECODED_MAX`, one more
+    stands for "too many"): whether they are valid is the broker core's question."""
+    allow_out_of_order: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,7 +469,26 @@ def _subscribe(f: Fields) -> Subscribe:
         initial_earliest=f.uint(13) == 1,
         read_compacted=f.boolean(11),
         force_topic_creation=f.boolean(15, True),
+        **_key_shared_meta(f.message(17, "KeySharedMeta")),
     )
+
+
+HASH_RANGES_DECODED_MAX = 65536
+"""``IntRange``\\ s of a KeySharedMeta decoded (no more disjoint ranges fit the 65536 slots); one more is kept
+so that the broker refuses the list as too long."""
+
+
+def _key_shared_meta(meta: Fields | None) -> dict[str, Any]:
+    """KeySharedMeta: 1 keySharedMode, 3 hashRanges (IntRange: 1 start, 2 end, int32), 4
+    allowOutOfOrderDelivery. Values are read as 64-bit so that an out-of-range one is the broker's refusal
+    (ConsumerAssignError), not a malformed command."""
+    if meta is None:
+        return {}
+    ranges = tuple(
+        (r.int64(1), r.int64(2))
+        for r in itertools.islice(meta.repeated_messages(3, "IntRange"), HASH_RANGES_DECODED_MAX + 1)
+    )
+    return {"key_shared_mode": meta.uint(1), "hash_ranges": ranges, "allow_out_of_order": meta.boolean(4)}
 
 
 def _flow(f: Fields) -> Flow:

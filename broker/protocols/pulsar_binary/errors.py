@@ -19,6 +19,7 @@ _ERRORS = {
     ErrorKind.ELSEWHERE: ServerError.ServiceNotReady,
     ErrorKind.UNAUTHENTICATED: ServerError.AuthenticationError,
     ErrorKind.FORBIDDEN: ServerError.AuthorizationError,
+    ErrorKind.UNASSIGNABLE: ServerError.ConsumerAssignError,
     ErrorKind.INTERNAL: ServerError.UnknownError,
 }
 

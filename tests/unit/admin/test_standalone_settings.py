@@ -55,7 +55,11 @@ COMPANIONS: dict[str, dict[str, Any]] = {
     "bookkeeper_tls_key_file": {"bookkeeper_tls_certificate_file": Path("/etc/reach/bk-cert.pem")},
     # the message size chain: smaller entries need smaller WebSocket messages
     "client.entry_payload_bytes_max": {"ws_frame_bytes_max": 1024 * 1024},
+    # the internal listener is one of the advertised listeners
+    "internal_listener_name": {"advertised_listeners": "reach-value:pulsar://reach:6650"},
 }
+FORMATTED: dict[str, list[Any]] = {"advertised_listeners": ["reach:pulsar://reach:6650"]}
+"""Settings whose strings have a format: values of it (any other string is refused)."""
 
 
 @pytest.fixture(autouse=True)
@@ -170,7 +174,7 @@ def reachable_value(
     """A value (and its companions) that the flat name gives the part, checked through a config file."""
     default = dotted_get(getattr(defaults(), part), dotted)
     failures = []
-    for value in candidates(annotation, default):
+    for value in FORMATTED.get(dotted) or candidates(annotation, default):
         values = {dotted: value, **COMPANIONS.get(dotted, {})}
         try:
             loaded = load_file(toml_file(tmp_path / "flat.toml", values, None))

@@ -13,12 +13,15 @@ from magnetar.broker.core.consumer import Consumer
 from magnetar.broker.core.delivery import Delivery, FlowControl, deliver_each
 from magnetar.broker.core.dispatcher import SubscriptionType
 from magnetar.broker.core.errors import (
+    ConsumerAssignError,
     ConsumerBusyError,
     SubscriptionBusyError,
     TooManyTopicsError,
     TopicClosedError,
     TopicNotFoundError,
 )
+from magnetar.broker.core.key_hash import sticky_key_slot
+from magnetar.broker.core.key_shared import KeySharedPolicy
 from magnetar.broker.core.non_persistent_topic import NonPersistentTopic
 from magnetar.broker.core.producer import Capacity, Producer
 from magnetar.broker.core.publish import MESSAGES, PublishRequest
@@ -97,13 +100,14 @@ async def subscribe(
     *,
     name: str = "c",
     pull: bool = False,
+    key_shared: KeySharedPolicy | None = None,
 ) -> tuple[Subscriber, Sink]:
     sink = Sink()
 
     def make() -> Consumer:
         return Consumer(
             name=name, priority_level=0, partition=topic.partition, flow=FlowControl(window, pull_mode=pull),
-            sink=sink,
+            sink=sink, key_shared=key_shared,
         )  # fmt: skip
 
     subscriber = await topic.subscribe(sub, make, sub_type, durable=True, start_earliest=True)
@@ -214,6 +218,28 @@ async def test_key_shared_keeps_a_key_on_one_consumer_and_drops_when_it_has_no_p
         keys = [d.message.key for d, _ in sink.delivered]
         assert all(keys.count(k) == 2 for k in keys)
     assert len(one.delivered) + len(two.delivered) == 12
+
+
+async def test_key_shared_sticky_ranges_split_keys_and_drop_what_nobody_covers() -> None:
+    topic, producer = new_topic()
+    receipts = Receipts()
+    keys = [f"k{i}" for i in range(30)]
+    low_keys = [k for k in keys if sticky_key_slot(k) <= 32767]
+    _, low = await subscribe(
+        topic, "k", 100, SubscriptionType.KEY_SHARED, name="low", key_shared=KeySharedPolicy(((0, 32767),))
+    )
+    with pytest.raises(ConsumerAssignError, match="Range conflict with consumer low"):
+        await subscribe(
+            topic,
+            "k",
+            100,
+            SubscriptionType.KEY_SHARED,
+            name="x",
+            key_shared=KeySharedPolicy(((100, 40000),)),
+        )
+    for key in keys:
+        publish(producer, receipts, key.encode(), key=key)
+    assert [d.message.key for d, _ in low.delivered] == low_keys  # the others: no consumer covers them
 
 
 async def test_reader_starts_at_the_next_message_and_goes_with_its_consumer() -> None:
