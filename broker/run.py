@@ -157,6 +157,8 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 broker_url_tls=lambda: broker_url_tls,
                 ssl_context=binary_ssl,
                 keepalive_s=settings.keep_alive_interval_seconds,
+                max_message_size=settings.max_message_size,
+                chunked_message_bytes_max=settings.chunked_message_bytes_max,
             )
             binary_scopes = [trio.CancelScope(), trio.CancelScope()]  # plain and TLS listeners
             listeners = await nursery.start(

@@ -85,7 +85,8 @@ from magnetar.broker.protocols.pulsar_binary.encoders import (
 )
 from magnetar.broker.protocols.pulsar_binary.errors import server_error_of
 from magnetar.broker.protocols.pulsar_binary.framing import (
-    FRAME_BYTES_MAX_DEFAULT,
+    CHUNKED_MESSAGE_BYTES_MAX_DEFAULT,
+    FRAME_PADDING,
     MAX_MESSAGE_SIZE_DEFAULT,
     Frame,
     FrameDecoder,
@@ -171,17 +172,22 @@ class BinaryFrontDoor:
         broker_url: Callable[[], str],
         broker_url_tls: Callable[[], str] = lambda: "",
         ssl_context: ssl.SSLContext | None = None,
-        frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
         keepalive_s: float = 30.0,
+        max_message_size: int = MAX_MESSAGE_SIZE_DEFAULT,
+        chunked_message_bytes_max: int = CHUNKED_MESSAGE_BYTES_MAX_DEFAULT,
     ) -> None:
         """``keepalive_s``: the setting ``keep_alive_interval_seconds`` (Pulsar's
         ``keepAliveIntervalSeconds``), also the time a connection has from its start (after TLS) to its
-        CONNECT, as Pulsar's."""
+        CONNECT, as Pulsar's. ``max_message_size`` (bytes: the setting, sent in CONNECTED) bounds a frame at
+        itself plus :data:`FRAME_PADDING`; ``chunked_message_bytes_max`` (bytes) the whole message a chunk
+        claims."""
         self._service = service
         self._broker_url = broker_url
         self._broker_url_tls = broker_url_tls
         self._ssl_context = ssl_context
-        self._frame_bytes_max = frame_bytes_max
+        self._frame_bytes_max = max_message_size + FRAME_PADDING
+        self._max_message_size = max_message_size
+        self._chunked_message_bytes_max = chunked_message_bytes_max
         self._keepalive_s = keepalive_s
         self._producers = ProducerRequests(service, self._topic)
         self.connections = 0
@@ -394,7 +400,7 @@ class BinaryFrontDoor:
             raise _Closed("authentication failed") from None
         conn.principal = principal
         conn.protocol_version = min(command.protocol_version, PROTOCOL_VERSION_MAX)
-        conn.send(encode_connected(conn.protocol_version, MAX_MESSAGE_SIZE_DEFAULT))
+        conn.send(encode_connected(conn.protocol_version, self._max_message_size))
 
     def _auth_response(self, conn: _Connection, command: AuthResponse) -> None:
         """Fresh credentials after AUTH_CHALLENGE: a valid token of the same role renews the connection's."""
@@ -492,7 +498,12 @@ class BinaryFrontDoor:
             if highest > SEQUENCE_ID_MAX:
                 raise SendRefused(ServerError.NotAllowedError, f"sequence id {highest} out of range")
             section = frame.payload_section()
-            body, messages, payload_bytes, deliver_at_ms = compact_messages(section)
+            send = compact_messages(section, self._max_message_size, self._chunked_message_bytes_max)
+            if send.chunk is not None and handle.producer.dedup is not None:
+                raise SendRefused(
+                    ServerError.NotAllowedError,
+                    "chunked messages on a topic with deduplication are not supported by Magnetar yet",
+                )
         except PayloadError as exc:
             conn.send(
                 encode_send_error(
@@ -506,10 +517,13 @@ class BinaryFrontDoor:
         except SendRefused as exc:
             conn.send(encode_send_error(command.producer_id, command.sequence_id, exc.error, exc.message))
             return
+        body, messages, payload_bytes, deliver_at_ms, chunk = send
         producer = handle.producer
         await producer.capacity.wait_for(messages)
         tag = (command.producer_id, command.sequence_id, highest)
-        if deliver_at_ms:  # delayed: an entry of its own with its time (Pulsar's clients never batch these)
+        if deliver_at_ms or chunk is not None:
+            # delayed (Pulsar's clients never batch these) or a chunk: an entry of its own with its time
+            # and its chunk head
             try:
                 producer.publish_delayed(
                     COMPACT_ALONE,
@@ -522,6 +536,7 @@ class BinaryFrontDoor:
                     deliver_at_ms=deliver_at_ms,
                     sequence_id=command.sequence_id,
                     highest_sequence_id=highest,
+                    chunk=chunk,
                 )
             except DeliveryDelayTooLongError as exc:
                 error = server_error_of(exc)

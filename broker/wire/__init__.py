@@ -4,6 +4,8 @@ source and the perf tools import these without it."""
 
 from magnetar.broker.wire.date_format import DateParseError, UtcTimestamps, format_timestamp, parse_timestamp
 from magnetar.broker.wire.entry_format import (
+    CHUNK_FLAG,
+    CHUNK_HEAD,
     COMPACT_HEAD,
     COMPACT_MESSAGE,
     COMPACT_NO_KEY,
@@ -13,6 +15,7 @@ from magnetar.broker.wire.entry_format import (
     KIND_SINGLE,
     MAGIC,
     VERSION,
+    ChunkInfo,
     CorruptEntryError,
     MessageFields,
     StoredMessage,
@@ -70,6 +73,8 @@ from magnetar.broker.wire.topic_name import (
 _OWN_FACES = ("magnetar_v1",)
 
 __all__ = [
+    "CHUNK_FLAG",
+    "CHUNK_HEAD",
     "COMPACT_HEAD",
     "COMPACT_MESSAGE",
     "COMPACT_NO_KEY",
@@ -91,6 +96,7 @@ __all__ = [
     "RELATIVE_SEGMENTS",
     "VERSION",
     "BrokerError",
+    "ChunkInfo",
     "CorruptEntryError",
     "DateParseError",
     "InvalidMessageIdError",
