@@ -595,7 +595,7 @@ def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
         if chunk is not None:
             if len(messages[0].payload) > chunk.total_size:
                 raise CorruptEntryError(
-                    f"a chunk of {len(messages[0].payload)} bytes, its message's total less"
+                    f"a chunk of {len(messages[0].payload)} bytes, more than its message's total"
                 )
             messages[0] = messages[0]._replace(chunk=chunk)
         return DecodedEntry(True, messages, deliver_at_ms)

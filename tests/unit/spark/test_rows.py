@@ -143,6 +143,7 @@ stored = st.builds(
     event_time_ms=st.sampled_from([0, 1_700_000_000_123]),
     key=st.none() | text,
     properties=st.dictionaries(text, text, max_size=3),
+    chunk=st.none(),
 )
 
 
