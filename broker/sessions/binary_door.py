@@ -101,10 +101,16 @@ from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerR
 from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
 from magnetar.broker.sessions.binary_topics import answer_get_topics
 from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
+from magnetar.broker.wire.entry_format import compact_entry_bytes
 
 if TYPE_CHECKING:
     from magnetar.broker.sessions.host import SessionHost
 
+
+ENTRY_ROOM = 8 * 1024
+"""Bytes kept free in an entry beyond the ``max_message_size`` CONNECTED announces: the entry's head, the
+producer name and a chunk's uuid (each at most 1 KiB or 2 KiB), the key and properties of a message of usual
+size, and the managed ledger's prefix."""
 
 log = logging.getLogger(__name__)
 
@@ -175,18 +181,25 @@ class BinaryFrontDoor:
         keepalive_s: float = 30.0,
         max_message_size: int = MAX_MESSAGE_SIZE_DEFAULT,
         chunked_message_bytes_max: int = CHUNKED_MESSAGE_BYTES_MAX_DEFAULT,
+        entry_bytes_max: int = MAX_MESSAGE_SIZE_DEFAULT,
     ) -> None:
         """``keepalive_s``: the setting ``keep_alive_interval_seconds`` (Pulsar's
         ``keepAliveIntervalSeconds``), also the time a connection has from its start (after TLS) to its
-        CONNECT, as Pulsar's. ``max_message_size`` (bytes: the setting, sent in CONNECTED) bounds a frame at
-        itself plus :data:`FRAME_PADDING`; ``chunked_message_bytes_max`` (bytes) the whole message a chunk
-        claims."""
+        CONNECT, as Pulsar's. ``max_message_size`` (bytes: the setting) bounds a frame at itself plus
+        :data:`FRAME_PADDING`; ``chunked_message_bytes_max`` (bytes) the whole message a chunk claims;
+        ``entry_bytes_max`` (bytes) the broker's entry a SEND is stored as (what the managed ledger accepts).
+        CONNECTED announces the smaller of ``max_message_size`` and ``entry_bytes_max`` less
+        :data:`ENTRY_ROOM` (room for the entry's own fields), so that what an official client sends - a whole
+        message, or a chunk it sized by that figure - fits an entry; a SEND whose entry would not fit anyway
+        (large keys or properties, a forged client) is answered ``SEND_ERROR NotAllowedError`` before it is
+        published."""
         self._service = service
         self._broker_url = broker_url
         self._broker_url_tls = broker_url_tls
         self._ssl_context = ssl_context
         self._frame_bytes_max = max_message_size + FRAME_PADDING
-        self._max_message_size = max_message_size
+        self._max_message_size = min(max_message_size, entry_bytes_max - ENTRY_ROOM)
+        self._entry_bytes_max = entry_bytes_max
         self._chunked_message_bytes_max = chunked_message_bytes_max
         self._keepalive_s = keepalive_s
         self._producers = ProducerRequests(service, self._topic)
@@ -499,6 +512,14 @@ class BinaryFrontDoor:
                 raise SendRefused(ServerError.NotAllowedError, f"sequence id {highest} out of range")
             section = frame.payload_section()
             send = compact_messages(section, self._max_message_size, self._chunked_message_bytes_max)
+            name = handle.producer.name
+            size = compact_entry_bytes(len(send.body), name, delayed=send.deliver_at_ms > 0, chunk=send.chunk)
+            if size > self._entry_bytes_max:
+                raise SendRefused(
+                    ServerError.NotAllowedError,
+                    f"Exceed maximum message size: stored, it would take {size} bytes, "
+                    f"more than the {self._entry_bytes_max} an entry holds",
+                )
             if send.chunk is not None and handle.producer.dedup is not None:
                 raise SendRefused(
                     ServerError.NotAllowedError,

@@ -360,6 +360,19 @@ def encode_compact_batch(
     return b"".join((head, COMPACT_HEAD.pack(first_sequence_id, publish_time_ms), *bodies))
 
 
+def compact_entry_bytes(
+    body_bytes: int, producer_name: str, *, delayed: bool, chunk: ChunkInfo | None
+) -> int:
+    """The size of the compact entry :func:`encode_compact_batch` makes of ``body_bytes`` bytes of compact
+    messages (a publish refused for its size is checked with this before the entry exists)."""
+    size = _HEAD.size + 2 + len(producer_name.encode("utf-8", "surrogatepass")) + 4 + COMPACT_HEAD.size
+    if delayed:
+        size += _I64.size
+    if chunk is not None:
+        size += CHUNK_HEAD.size + len(chunk.uuid.encode("utf-8", "surrogatepass"))
+    return size + body_bytes
+
+
 def check_compact_messages(data: bytes | memoryview, pos: int, count: int) -> tuple[int, bool]:
     """Validate ``count`` compact messages from ``pos`` to exactly the end of ``data`` (bounds, UTF-8 keys and
     properties); returns (payload bytes, whether any message has a key or properties), or raises

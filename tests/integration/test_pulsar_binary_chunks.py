@@ -28,8 +28,13 @@ from magnetar.broker.wire import ChunkInfo
 pytestmark = [pytest.mark.processes]
 
 HOST = "127.0.0.1"
-MAX_MESSAGE_SIZE = 256 * 1024
-"""This module's ``max_message_size`` (bytes): small, so that chunking splits a few MiB into many chunks."""
+MAX_MESSAGE_SIZE = 1024 * 1024
+"""This module's ``max_message_size`` (bytes): small, so that chunking splits 5 MiB into several chunks."""
+ENTRY_BYTES_MAX = 1024 * 1024
+"""This module's ``entry_payload_bytes_max`` (bytes; the WebSocket frame bound lowered with it, as the size
+chain asks), so that a raw SEND within the frame bound can still be too large for an entry."""
+ADVERTISED = ENTRY_BYTES_MAX - 10 - 8 * 1024
+"""What CONNECTED announces: the entry bound less the index prefix and the room for the entry's fields."""
 CHUNKED_MAX = 16 * 1024 * 1024
 """This module's ``chunked_message_bytes_max`` (bytes)."""
 BIG = 5 * 1024 * 1024
@@ -39,6 +44,8 @@ BIG = 5 * 1024 * 1024
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MagnetarProcess]:
     env = {
         "MAGNETAR_MAX_MESSAGE_SIZE": str(MAX_MESSAGE_SIZE),
+        "MAGNETAR_ENTRY_PAYLOAD_BYTES_MAX": str(ENTRY_BYTES_MAX),
+        "MAGNETAR_WS_FRAME_BYTES_MAX": str(ENTRY_BYTES_MAX + 1024),
         "MAGNETAR_CHUNKED_MESSAGE_BYTES_MAX": str(CHUNKED_MAX),
     }
     with running_standalone(tmp_path_factory.mktemp("binary-chunks"), env=env) as process:
@@ -88,7 +95,7 @@ def test_a_chunked_message_is_received_whole(standalone: MagnetarProcess, client
     assert message.partition_key() == "key-1"
     consumer.acknowledge(message)
     stats = httpx.get(f"{_admin(standalone)}/{topic.removeprefix('persistent://')}/stats", timeout=10).json()
-    chunks = -(-BIG // MAX_MESSAGE_SIZE)
+    chunks = -(-BIG // ADVERTISED)
     assert stats["msgInCounter"] >= chunks  # each chunk is a message of its own on the broker
     producer.close()
     consumer.close()
@@ -143,7 +150,7 @@ def test_chunked_and_whole_messages_mix(client: pulsar.Client) -> None:
 def test_without_chunking_a_large_payload_is_message_too_big(client: pulsar.Client) -> None:
     producer = client.create_producer(_topic(), batching_enabled=False)
     with pytest.raises(pulsar.MessageTooBig):
-        producer.send(b"x" * (MAX_MESSAGE_SIZE + 1))
+        producer.send(b"x" * (ADVERTISED + 1))
     producer.send(b"still serving")
     producer.close()
 
@@ -221,6 +228,24 @@ def test_forged_chunks_are_send_errors(raw: RawClient, chunk: ChunkInfo, text: s
     kind, fields = raw.read()
     assert kind == CommandType.SEND_RECEIPT, (kind, fields.string(4))
     raw.send(1, 2, MessageMetadata("raw", 2, 1), b"whole")
+    kind, _ = raw.read()
+    assert kind == CommandType.SEND_RECEIPT
+
+
+def test_a_send_too_large_for_an_entry_is_refused(raw: RawClient) -> None:
+    """A forged client ignores CONNECTED's maximum: a payload within the frame bound that no entry can hold
+    is a SEND_ERROR (it would be refused by the managed ledger), whole or as a chunk."""
+    kind, _ = raw.producer(_topic("forged"), 1, 1, name="raw")
+    assert kind == CommandType.PRODUCER_SUCCESS
+    raw.send(1, 0, MessageMetadata("raw", 0, 1), b"y" * (ENTRY_BYTES_MAX + 1024))
+    kind, fields = raw.read()
+    assert (kind, fields.uint(3)) == (CommandType.SEND_ERROR, ServerError.NotAllowedError)
+    assert "Exceed maximum message size" in fields.string(4)
+    chunk = ChunkInfo("raw-1", 0, 2, 3 * ENTRY_BYTES_MAX)
+    raw.send(1, 1, _chunk_meta(1, chunk), b"y" * (ENTRY_BYTES_MAX + 1024))
+    kind, fields = raw.read()
+    assert (kind, fields.uint(3)) == (CommandType.SEND_ERROR, ServerError.NotAllowedError)
+    raw.send(1, 2, MessageMetadata("raw", 2, 1), b"y" * ADVERTISED)
     kind, _ = raw.read()
     assert kind == CommandType.SEND_RECEIPT
 
