@@ -100,8 +100,7 @@ from magnetar.broker.sessions import binary_consumers
 from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerRequests
 from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
 from magnetar.broker.sessions.binary_topics import answer_get_topics
-from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
-from magnetar.broker.wire.entry_format import compact_entry_bytes
+from magnetar.broker.wire import InvalidTopicNameError, TopicName, compact_entry_bytes, parse_topic_name
 
 if TYPE_CHECKING:
     from magnetar.broker.sessions.host import SessionHost

@@ -1,9 +1,10 @@
 """Chunked messages over Pulsar's binary protocol against a real ``magnetar standalone`` whose
-``max_message_size`` is lowered for this module (256 KiB, so a 5 MiB payload goes as about 20 chunks): the
-official ``pulsar-client`` publishes with chunking and an official consumer reassembles byte-identical
+``max_message_size`` and entry bound are lowered for this module (1 MiB: a 5 MiB payload goes as 6 chunks):
+the official ``pulsar-client`` publishes with chunking and an official consumer reassembles byte-identical
 messages; chunks of two producers interleave; chunked and whole messages mix; forged chunk fields from a raw
-client are answered SEND_ERROR on that send only; without chunking a payload beyond the maximum is the
-client's ``MessageTooBig``; a WebSocket consumer and the admin API see each chunk as a message of its own."""
+client are answered SEND_ERROR on that send only, and so is a SEND too large for an entry; without chunking a
+payload beyond the maximum is the client's ``MessageTooBig``; a WebSocket consumer and the admin API see each
+chunk as a message of its own."""
 
 from __future__ import annotations
 

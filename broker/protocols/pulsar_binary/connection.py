@@ -56,8 +56,7 @@ from magnetar.broker.protocols.pulsar_binary.metadata import (
     encode_metadata,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
-from magnetar.broker.wire import COMPACT_MESSAGE, COMPACT_NO_KEY, ChunkInfo, StoredMessage
-from magnetar.broker.wire.entry_format import check_chunk
+from magnetar.broker.wire import COMPACT_MESSAGE, COMPACT_NO_KEY, ChunkInfo, StoredMessage, check_chunk
 
 OUTBOUND_BYTES_MAX = 8 * 1024 * 1024
 """Bytes a connection's outbound queue holds before deliveries stop."""

@@ -19,7 +19,12 @@ from magnetar.broker.protocols.pulsar_binary.framing import PayloadSection
 from magnetar.broker.protocols.pulsar_binary.metadata import MessageMetadata, decode_metadata, encode_metadata
 from magnetar.broker.protocols.pulsar_binary.protobuf import Writer
 from magnetar.broker.settings import BrokerSettings
-from magnetar.broker.wire.entry_format import ChunkInfo, decode_entry, encode_compact_batch
+from magnetar.broker.wire.entry_format import (
+    ChunkInfo,
+    compact_entry_bytes,
+    decode_entry,
+    encode_compact_batch,
+)
 
 
 def _section(meta: MessageMetadata | bytes, payload: bytes) -> PayloadSection:
@@ -159,3 +164,11 @@ def test_a_standalone_passes_them_to_its_broker(monkeypatch: pytest.MonkeyPatch,
     standalone = StandaloneSettings.model_validate({"data_dir": tmp_path})
     assert standalone.broker.max_message_size == 262144
     assert standalone.broker.chunked_message_bytes_max == 1048576
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+@pytest.mark.parametrize("chunk", [None, ChunkInfo("prödücer-9", 0, 2, 100)])
+def test_the_entry_size_is_known_before_the_entry_exists(delayed: bool, chunk: ChunkInfo | None) -> None:
+    send = compact_messages(_section(_meta(None, partition_key="k", properties={"a": "b"}), b"payload"))
+    entry = encode_compact_batch("prödücer", 7, 1000, 1, [send.body], 10**12 if delayed else 0, chunk)
+    assert compact_entry_bytes(len(send.body), "prödücer", delayed=delayed, chunk=chunk) == len(entry)
