@@ -106,6 +106,9 @@ if TYPE_CHECKING:
     from magnetar.broker.sessions.host import SessionHost
 
 
+ENTRY_FIELDS_MAX = 4 * 1024
+"""An entry's bytes beyond its compact messages, at most: head, producer name (1 KiB), chunk head and uuid
+(2 KiB). A SEND further than this below the bound needs no exact count."""
 ENTRY_ROOM = 8 * 1024
 """Bytes kept free in an entry beyond the ``max_message_size`` CONNECTED announces: the entry's head, the
 producer name and a chunk's uuid (each at most 1 KiB or 2 KiB), the key and properties of a message of usual
@@ -511,8 +514,12 @@ class BinaryFrontDoor:
                 raise SendRefused(ServerError.NotAllowedError, f"sequence id {highest} out of range")
             section = frame.payload_section()
             send = compact_messages(section, self._max_message_size, self._chunked_message_bytes_max)
-            name = handle.producer.name
-            size = compact_entry_bytes(len(send.body), name, delayed=send.deliver_at_ms > 0, chunk=send.chunk)
+            if len(send.body) > self._entry_bytes_max - ENTRY_FIELDS_MAX:  # near the bound: the exact size
+                name = handle.producer.name
+                delayed = send.deliver_at_ms > 0
+                size = compact_entry_bytes(len(send.body), name, delayed=delayed, chunk=send.chunk)
+            else:
+                size = 0
             if size > self._entry_bytes_max:
                 raise SendRefused(
                     ServerError.NotAllowedError,

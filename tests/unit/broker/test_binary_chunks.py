@@ -18,8 +18,11 @@ from magnetar.broker.protocols.pulsar_binary.connection import SendRefused, comp
 from magnetar.broker.protocols.pulsar_binary.framing import PayloadSection
 from magnetar.broker.protocols.pulsar_binary.metadata import MessageMetadata, decode_metadata, encode_metadata
 from magnetar.broker.protocols.pulsar_binary.protobuf import Writer
+from magnetar.broker.sessions.binary_door import ENTRY_FIELDS_MAX
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire.entry_format import (
+    CHUNK_UUID_BYTES_MAX,
+    PRODUCER_NAME_BYTES_MAX,
     ChunkInfo,
     compact_entry_bytes,
     decode_entry,
@@ -172,3 +175,9 @@ def test_the_entry_size_is_known_before_the_entry_exists(delayed: bool, chunk: C
     send = compact_messages(_section(_meta(None, partition_key="k", properties={"a": "b"}), b"payload"))
     entry = encode_compact_batch("prödücer", 7, 1000, 1, [send.body], 10**12 if delayed else 0, chunk)
     assert compact_entry_bytes(len(send.body), "prödücer", delayed=delayed, chunk=chunk) == len(entry)
+
+
+def test_the_entry_fields_bound_holds_the_largest_fields() -> None:
+    chunk = ChunkInfo("u" * CHUNK_UUID_BYTES_MAX, 0, 2, 100)
+    largest = compact_entry_bytes(0, "n" * PRODUCER_NAME_BYTES_MAX, delayed=True, chunk=chunk)
+    assert largest <= ENTRY_FIELDS_MAX
