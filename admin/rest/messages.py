@@ -19,7 +19,7 @@ which is what the Java admin client parses (``TopicsImpl.getMessagesFromHttpResp
   entry, Magnetar's broker-side batches may hold several (a difference the README lists).
 
 A header Pulsar would send but HTTP cannot carry (a property name that is not an HTTP token, a value with a
-line break or outside Latin-1) is left out rather than failing the answer.
+control character or outside Latin-1) is left out rather than failing the answer.
 
 Message ids by time use the entries' publish times: the first entry published at or after the time
 (binary search, as Pulsar's ``findMessageIdByPublishTime``).
@@ -53,8 +53,12 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP header name (RFC 9110 ``token``)."""
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""What an HTTP header value cannot hold (RFC 9110 ``field-value``: no control characters but tab)."""
+
+
 def _sendable(name: str, value: str) -> bool:
-    if not _TOKEN.fullmatch(name) or "\n" in value or "\r" in value:
+    if not _TOKEN.fullmatch(name) or _CONTROL.search(value):
         return False
     try:
         value.encode("latin-1")

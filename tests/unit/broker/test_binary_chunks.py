@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from magnetar.admin.processes.standalone_settings import StandaloneSettings
+from magnetar.admin.rest.messages import entry_response
 from magnetar.broker.protocols.pulsar_binary.commands import CompressionType, ServerError
 from magnetar.broker.protocols.pulsar_binary.connection import SendRefused, compact_messages
 from magnetar.broker.protocols.pulsar_binary.framing import PayloadSection
@@ -28,6 +29,8 @@ from magnetar.broker.wire.entry_format import (
     decode_entry,
     encode_compact_batch,
 )
+from magnetar.managed_ledger.entry import Entry
+from magnetar.managed_ledger.position import Position
 
 
 def _section(meta: MessageMetadata | bytes, payload: bytes) -> PayloadSection:
@@ -181,3 +184,18 @@ def test_the_entry_fields_bound_holds_the_largest_fields() -> None:
     chunk = ChunkInfo("u" * CHUNK_UUID_BYTES_MAX, 0, 2, 100)
     largest = compact_entry_bytes(0, "n" * PRODUCER_NAME_BYTES_MAX, delayed=True, chunk=chunk)
     assert largest <= ENTRY_FIELDS_MAX
+
+
+@pytest.mark.parametrize("uuid", ["\x00\x01", "id\u202egnp", "a\r\nX-Injected: 1", "ünï-1", "\ufeff"])
+def test_a_uuid_of_any_text_is_kept_and_never_breaks_a_peek(uuid: str) -> None:
+    chunk = ChunkInfo(uuid, 0, 2, 100)
+    send = compact_messages(_section(_meta(chunk), b"0123456789"))
+    data = encode_compact_batch("p", 7, 1000, 1, [send.body], 0, send.chunk)
+    assert decode_entry(data).messages[0].chunk == chunk
+    response = entry_response(Entry(Position(3, 4), data))
+    headers = dict(response.headers)
+    assert response.status == 200
+    assert headers["X-Pulsar-chunk-id"] == "0"
+    printable = uuid.isprintable() and all(ord(c) < 256 for c in uuid)
+    assert headers.get("X-Pulsar-uuid") == (uuid if printable else None)
+    assert "X-Injected" not in headers
