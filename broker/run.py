@@ -39,6 +39,7 @@ from magnetar.broker.service import BrokerService
 from magnetar.broker.sessions.binary_door import BinaryFrontDoor
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.wire import entry_message_count
+from magnetar.managed_ledger import entry_prefix
 from magnetar.managed_ledger.entry_prefix import EntryIndexing
 from magnetar.managed_ledger.factory import open_managed_ledger_factory
 from magnetar.managed_ledger.ledger import ManagedLedger
@@ -157,6 +158,9 @@ async def run_broker(  # noqa: PLR0915 (one composition root: every listener sta
                 broker_url_tls=lambda: broker_url_tls,
                 ssl_context=binary_ssl,
                 keepalive_s=settings.keep_alive_interval_seconds,
+                max_message_size=settings.max_message_size,
+                chunked_message_bytes_max=settings.chunked_message_bytes_max,
+                entry_bytes_max=settings.client.entry_payload_bytes_max - entry_prefix.SIZE,
             )
             binary_scopes = [trio.CancelScope(), trio.CancelScope()]  # plain and TLS listeners
             listeners = await nursery.start(

@@ -49,6 +49,10 @@ from magnetar.bookkeeper.runtime.http import HttpLimits, HttpListenSettings, Htt
 from magnetar.broker.owner_proxy.settings import ProxySettings
 from magnetar.broker.ownership import BUNDLES_MAX, LoadBalancerSettings
 from magnetar.broker.policies import BrokerPolicyDefaults
+from magnetar.broker.protocols.pulsar_binary.framing import (
+    CHUNKED_MESSAGE_BYTES_MAX_DEFAULT,
+    MAX_MESSAGE_SIZE_DEFAULT,
+)
 from magnetar.broker.security import SecuritySettings
 from magnetar.broker.topic_policy_settings import TopicPolicyDefaults
 from magnetar.broker.wire import (
@@ -224,6 +228,19 @@ class BrokerSettings(
     """Pulsar's ``internalListenerName``: the listener of ``advertised_listeners`` whose URLs are the broker's
     own (what a lookup naming no listener answers, and what other brokers register for it); unset: the first
     one named."""
+    max_message_size: Annotated[int, Field(ge=16 * 1024, le=MAX_MESSAGE_SIZE_DEFAULT)] = (
+        MAX_MESSAGE_SIZE_DEFAULT
+    )
+    """Pulsar's ``maxMessageSize``, in bytes (payload of one SEND): sent in CONNECTED, so the official clients
+    refuse a larger message themselves (``MessageTooBig``) or, with chunking on, split it into chunks of this
+    size; a frame beyond it plus 10 KiB ends the connection. At most the 5 MiB default (the bookie frames
+    are sized for it)."""
+    chunked_message_bytes_max: Annotated[int, Field(ge=16 * 1024, le=2**31 - 1)] = (
+        CHUNKED_MESSAGE_BYTES_MAX_DEFAULT
+    )
+    """The largest whole message a chunk may belong to (its ``total_chunk_msg_size``), in bytes. Pulsar's
+    broker has no such bound; Magnetar refuses a chunk claiming more (``SEND_ERROR MetadataError``), so that
+    no consumer is told to reassemble more than this."""
 
     # -- metrics -------------------------------------------------------------------------------------
     expose_topic_level_metrics_in_prometheus: bool = True

@@ -8,6 +8,9 @@ which is what the Java admin client parses (``TopicsImpl.getMessagesFromHttpResp
   ``X-Pulsar-event-time``, ``X-Pulsar-producer-name``, ``X-Pulsar-sequence-id``, ``X-Pulsar-partition-key``
   and one ``X-Pulsar-PROPERTY-<name>`` per property (the Java client finds properties by that exact,
   case-sensitive prefix);
+* a chunk of a larger message (Pulsar's chunking) is answered as one message, with the chunk's bytes as the
+  body and its chunk fields in ``X-Pulsar-uuid``, ``X-Pulsar-num-chunks-from-msg``,
+  ``X-Pulsar-total-chunk-msg-size`` and ``X-Pulsar-chunk-id``, as Pulsar does;
 * an entry holding a broker-side batch: the batch in Pulsar's wire form (:mod:`magnetar.admin.pulsar_batch`:
   ``SingleMessageMetadata`` + payload per message, carrying each message's properties, key, event time and
   sequence id) with ``X-Pulsar-num-batch-message: N`` and ``X-Pulsar-batch-size``; the client cuts it into N
@@ -16,7 +19,7 @@ which is what the Java admin client parses (``TopicsImpl.getMessagesFromHttpResp
   entry, Magnetar's broker-side batches may hold several (a difference the README lists).
 
 A header Pulsar would send but HTTP cannot carry (a property name that is not an HTTP token, a value with a
-line break or outside Latin-1) is left out rather than failing the answer.
+control character or outside Latin-1) is left out rather than failing the answer.
 
 Message ids by time use the entries' publish times: the first entry published at or after the time
 (binary search, as Pulsar's ``findMessageIdByPublishTime``).
@@ -42,12 +45,20 @@ HEADER_PARTITION_KEY = "X-Pulsar-partition-key"
 HEADER_BATCH_COUNT = "X-Pulsar-num-batch-message"
 HEADER_BATCH_SIZE = "X-Pulsar-batch-size"
 PROPERTY_HEADER_PREFIX = "X-Pulsar-PROPERTY-"
+HEADER_CHUNK_UUID = "X-Pulsar-uuid"
+HEADER_CHUNK_COUNT = "X-Pulsar-num-chunks-from-msg"
+HEADER_CHUNK_TOTAL_SIZE = "X-Pulsar-total-chunk-msg-size"
+HEADER_CHUNK_ID = "X-Pulsar-chunk-id"
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP header name (RFC 9110 ``token``)."""
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""What an HTTP header value cannot hold (RFC 9110 ``field-value``: no control characters but tab)."""
+
+
 def _sendable(name: str, value: str) -> bool:
-    if not _TOKEN.fullmatch(name) or "\n" in value or "\r" in value:
+    if not _TOKEN.fullmatch(name) or _CONTROL.search(value):
         return False
     try:
         value.encode("latin-1")
@@ -73,6 +84,12 @@ def _single_headers(message: StoredMessage, message_id: str) -> list[tuple[str, 
     if message.key is not None:
         headers.append((HEADER_PARTITION_KEY, message.key))
     headers.extend((PROPERTY_HEADER_PREFIX + name, value) for name, value in message.properties.items())
+    chunk = message.chunk
+    if chunk is not None:
+        headers.append((HEADER_CHUNK_UUID, chunk.uuid))
+        headers.append((HEADER_CHUNK_COUNT, str(chunk.num_chunks)))
+        headers.append((HEADER_CHUNK_TOTAL_SIZE, str(chunk.total_size)))
+        headers.append((HEADER_CHUNK_ID, str(chunk.chunk_id)))
     return headers
 
 
@@ -98,7 +115,7 @@ def entry_response(entry: Entry) -> HttpResponse:
         raise AdminError(500, f"Entry {entry.position} cannot be decoded: {exc}") from None
     message_id = f"{entry.position.ledger_id}:{entry.position.entry_id}"
     first = decoded.messages[0]
-    if not decoded.batched:
+    if not decoded.batched or first.chunk is not None:  # a chunk: its own message, as Pulsar stores it
         headers = _single_headers(first, message_id)
         body = first.payload
     else:
@@ -124,7 +141,8 @@ def message_response(entry: Entry, offset: int, indexed_messages: int) -> HttpRe
     except CorruptEntryError as exc:
         raise AdminError(500, f"Entry {entry.position} cannot be decoded: {exc}") from None
     count = len(decoded.messages)
-    if not decoded.batched or count != indexed_messages or not 0 <= offset < count:
+    chunk = decoded.messages[0].chunk
+    if not decoded.batched or chunk is not None or count != indexed_messages or not 0 <= offset < count:
         return entry_response(entry)
     message = decoded.messages[offset]
     headers = _single_headers(message, f"{entry.position.ledger_id}:{entry.position.entry_id}:{offset}")

@@ -61,7 +61,15 @@ from magnetar.admin.range_frames import (
     FrameError,
     RangeEnd,
 )
-from magnetar.broker.wire import COMPACT_HEAD, COMPACT_MESSAGE, COMPACT_NO_KEY, DELAYED_FLAG, write_varint
+from magnetar.broker.wire import (
+    CHUNK_FLAG,
+    CHUNK_HEAD,
+    COMPACT_HEAD,
+    COMPACT_MESSAGE,
+    COMPACT_NO_KEY,
+    DELAYED_FLAG,
+    write_varint,
+)
 from magnetar.broker.wire import KIND_BATCH as ENTRY_BATCH
 from magnetar.broker.wire import KIND_COMPACT as ENTRY_COMPACT
 from magnetar.broker.wire import KIND_SINGLE as ENTRY_SINGLE
@@ -302,6 +310,10 @@ class _Decoder:
         if kind & DELAYED_FLAG:  # a delayed entry: its deliver-at time (i64) is not a column
             kind &= ~DELAYED_FLAG
             cursor += 8
+        if kind & CHUNK_FLAG:  # one chunk of a larger message: a row of its own, with the chunk's bytes
+            kind &= ~CHUNK_FLAG
+            uuid_len = CHUNK_HEAD.unpack_from(body, cursor)[3]
+            cursor += CHUNK_HEAD.size + uuid_len
         known = (ENTRY_SINGLE, ENTRY_BATCH, ENTRY_COMPACT)
         if magic != ENTRY_MAGIC or version != ENTRY_VERSION or kind not in known:
             raise FrameError(f"entry {ledger}:{entry} is not in a known entry format")

@@ -65,7 +65,7 @@ from magnetar.broker.core.publish import (
 from magnetar.broker.core.rates import Rate
 from magnetar.broker.core.throttle import PublishThrottle
 from magnetar.broker.core.topic_limits import TopicLimits, check_delivery_delay
-from magnetar.broker.wire import INT64_MAX, format_timestamp
+from magnetar.broker.wire import INT64_MAX, ChunkInfo, format_timestamp
 
 
 class Capacity:
@@ -238,6 +238,7 @@ class Producer:
         deliver_after_ms: int = 0,
         sequence_id: int | None = None,
         highest_sequence_id: int = -1,
+        chunk: ChunkInfo | None = None,
     ) -> None:
         """:meth:`publish` of messages to be delivered no earlier than ``deliver_at_ms`` (epoch ms) or, when
         ``deliver_after_ms`` is above 0 (it wins, as a Pulsar client's later ``deliverAfter`` does),
@@ -245,13 +246,16 @@ class Producer:
         not after now (0, negative) is no delay: the messages go as ``layout`` says. Delayed, they go in an
         entry of their own (:class:`~.publish.DelayedLayout`). Raises
         :class:`~.errors.DeliveryDelayTooLongError` (nothing published) when the delay exceeds the topic's
-        ``maxDeliveryDelayInMillis``."""
+        ``maxDeliveryDelayInMillis``. With ``chunk`` (compact content: one chunk of a larger message) the
+        entry is a chunk entry of its own, delayed or not."""
         now_ms = self._clock.time_ms()
         if deliver_after_ms > 0:
             deliver_at_ms = min(now_ms + deliver_after_ms, INT64_MAX)
         if deliver_at_ms > now_ms:
             check_delivery_delay(self._target.limits, deliver_at_ms - now_ms)
-            layout = DelayedLayout(deliver_at_ms, compact=layout is not MESSAGES)
+            layout = DelayedLayout(deliver_at_ms, compact=layout is not MESSAGES, chunk=chunk)
+        elif chunk is not None:
+            layout = DelayedLayout(0, compact=True, chunk=chunk)
         self.publish(
             layout,
             content,

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, cast
 
-from magnetar.broker.wire import MessageFields, encode_compact_batch, encode_entry
+from magnetar.broker.wire import ChunkInfo, MessageFields, encode_compact_batch, encode_entry
 
 
 class RequestOwner(Protocol):
@@ -206,17 +206,18 @@ class _CompactAlone(CompactLayout):
 
 
 class DelayedLayout:
-    """A delayed request's own layout: its entry holds it alone, with its deliver-at time; ``compact`` says
-    whether its content is compact messages (a binary SEND, ``kind = 3``) or one message's fields (``kind =
-    1``)."""
+    """A delayed request's own layout, or a chunk's: its entry holds it alone, with its deliver-at time (0:
+    none) and its chunk head (a chunk of a larger message, compact content only); ``compact`` says whether
+    its content is compact messages (a binary SEND, ``kind = 3``) or one message's fields (``kind = 1``)."""
 
-    __slots__ = ("compact", "deliver_at_ms")
+    __slots__ = ("chunk", "compact", "deliver_at_ms")
     alone = True
 
-    def __init__(self, deliver_at_ms: int, *, compact: bool) -> None:
+    def __init__(self, deliver_at_ms: int, *, compact: bool, chunk: ChunkInfo | None = None) -> None:
         self.deliver_at_ms = deliver_at_ms
-        """Epoch milliseconds, > 0."""
+        """Epoch milliseconds, > 0; 0 for a chunk without delay."""
         self.compact = compact
+        self.chunk = chunk
 
     def encode(
         self, group: Sequence[PublishRequest], messages: int, publish_time_ms: int
@@ -226,7 +227,7 @@ class DelayedLayout:
             body = cast("bytes | memoryview", request.content)
             name = request.producer.name
             data = encode_compact_batch(
-                name, request.sequence_id, publish_time_ms, messages, (body,), self.deliver_at_ms
+                name, request.sequence_id, publish_time_ms, messages, (body,), self.deliver_at_ms, self.chunk
             )
             return data, True
         fields = cast("MessageFields", request.content)

@@ -86,7 +86,8 @@ from magnetar.broker.protocols.pulsar_binary.encoders import (
 )
 from magnetar.broker.protocols.pulsar_binary.errors import server_error_of
 from magnetar.broker.protocols.pulsar_binary.framing import (
-    FRAME_BYTES_MAX_DEFAULT,
+    CHUNKED_MESSAGE_BYTES_MAX_DEFAULT,
+    FRAME_PADDING,
     MAX_MESSAGE_SIZE_DEFAULT,
     Frame,
     FrameDecoder,
@@ -104,6 +105,7 @@ from magnetar.broker.sessions.binary_topics import answer_get_topics
 from magnetar.broker.wire import (
     InvalidTopicNameError,
     TopicName,
+    compact_entry_bytes,
     listener_named,
     parse_topic_name,
     unknown_listener,
@@ -112,6 +114,14 @@ from magnetar.broker.wire import (
 if TYPE_CHECKING:
     from magnetar.broker.sessions.host import SessionHost, SessionSettings
 
+
+ENTRY_FIELDS_MAX = 4 * 1024
+"""An entry's bytes beyond its compact messages, at most: head, producer name (1 KiB), chunk head and uuid
+(2 KiB). A SEND further than this below the bound needs no exact count."""
+ENTRY_ROOM = 8 * 1024
+"""Bytes kept free in an entry beyond the ``max_message_size`` CONNECTED announces: the entry's head, the
+producer name and a chunk's uuid (each at most 1 KiB or 2 KiB), the key and properties of a message of usual
+size, and the managed ledger's prefix."""
 
 log = logging.getLogger(__name__)
 
@@ -185,17 +195,29 @@ class BinaryFrontDoor:
         broker_url: Callable[[], str],
         broker_url_tls: Callable[[], str] = lambda: "",
         ssl_context: ssl.SSLContext | None = None,
-        frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
         keepalive_s: float = 30.0,
+        max_message_size: int = MAX_MESSAGE_SIZE_DEFAULT,
+        chunked_message_bytes_max: int = CHUNKED_MESSAGE_BYTES_MAX_DEFAULT,
+        entry_bytes_max: int = MAX_MESSAGE_SIZE_DEFAULT,
     ) -> None:
         """``keepalive_s``: the setting ``keep_alive_interval_seconds`` (Pulsar's
         ``keepAliveIntervalSeconds``), also the time a connection has from its start (after TLS) to its
-        CONNECT, as Pulsar's."""
+        CONNECT, as Pulsar's. ``max_message_size`` (bytes: the setting) bounds a frame at itself plus
+        :data:`FRAME_PADDING`; ``chunked_message_bytes_max`` (bytes) the whole message a chunk claims;
+        ``entry_bytes_max`` (bytes) the broker's entry a SEND is stored as (what the managed ledger accepts).
+        CONNECTED announces the smaller of ``max_message_size`` and ``entry_bytes_max`` less
+        :data:`ENTRY_ROOM` (room for the entry's own fields), so that what an official client sends - a whole
+        message, or a chunk it sized by that figure - fits an entry; a SEND whose entry would not fit anyway
+        (large keys or properties, a forged client) is answered ``SEND_ERROR NotAllowedError`` before it is
+        published."""
         self._service = service
         self._broker_url = broker_url
         self._broker_url_tls = broker_url_tls
         self._ssl_context = ssl_context
-        self._frame_bytes_max = frame_bytes_max
+        self._frame_bytes_max = max_message_size + FRAME_PADDING
+        self._max_message_size = min(max_message_size, entry_bytes_max - ENTRY_ROOM)
+        self._entry_bytes_max = entry_bytes_max
+        self._chunked_message_bytes_max = chunked_message_bytes_max
         self._keepalive_s = keepalive_s
         self._producers = ProducerRequests(service, self._topic)
         self.connections = 0
@@ -468,7 +490,7 @@ class BinaryFrontDoor:
         conn.principal = principal
         conn.protocol_version = min(command.protocol_version, PROTOCOL_VERSION_MAX)
         if answer:
-            conn.send(encode_connected(conn.protocol_version, MAX_MESSAGE_SIZE_DEFAULT))
+            conn.send(encode_connected(conn.protocol_version, self._max_message_size))
 
     def _auth_response(self, conn: _Connection, command: AuthResponse) -> None:
         """Fresh credentials after AUTH_CHALLENGE: a valid token of the same role renews the connection's."""
@@ -581,7 +603,24 @@ class BinaryFrontDoor:
             if highest > SEQUENCE_ID_MAX:
                 raise SendRefused(ServerError.NotAllowedError, f"sequence id {highest} out of range")
             section = frame.payload_section()
-            body, messages, payload_bytes, deliver_at_ms = compact_messages(section)
+            send = compact_messages(section, self._max_message_size, self._chunked_message_bytes_max)
+            if len(send.body) > self._entry_bytes_max - ENTRY_FIELDS_MAX:  # near the bound: the exact size
+                name = handle.producer.name
+                delayed = send.deliver_at_ms > 0
+                size = compact_entry_bytes(len(send.body), name, delayed=delayed, chunk=send.chunk)
+            else:
+                size = 0
+            if size > self._entry_bytes_max:
+                raise SendRefused(
+                    ServerError.NotAllowedError,
+                    f"Exceed maximum message size: stored, it would take {size} bytes, "
+                    f"more than the {self._entry_bytes_max} an entry holds",
+                )
+            if send.chunk is not None and handle.producer.dedup is not None:
+                raise SendRefused(
+                    ServerError.NotAllowedError,
+                    "chunked messages on a topic with deduplication are not supported by Magnetar yet",
+                )
         except PayloadError as exc:
             conn.send(
                 encode_send_error(
@@ -595,10 +634,13 @@ class BinaryFrontDoor:
         except SendRefused as exc:
             conn.send(encode_send_error(command.producer_id, command.sequence_id, exc.error, exc.message))
             return
+        body, messages, payload_bytes, deliver_at_ms, chunk = send
         producer = handle.producer
         await producer.capacity.wait_for(messages)
         tag = (command.producer_id, command.sequence_id, highest)
-        if deliver_at_ms:  # delayed: an entry of its own with its time (Pulsar's clients never batch these)
+        if deliver_at_ms or chunk is not None:
+            # delayed (Pulsar's clients never batch these) or a chunk: an entry of its own with its time
+            # and its chunk head
             try:
                 producer.publish_delayed(
                     COMPACT_ALONE,
@@ -611,6 +653,7 @@ class BinaryFrontDoor:
                     deliver_at_ms=deliver_at_ms,
                     sequence_id=command.sequence_id,
                     highest_sequence_id=highest,
+                    chunk=chunk,
                 )
             except DeliveryDelayTooLongError as exc:
                 error = server_error_of(exc)

@@ -4,6 +4,8 @@ command line, the Spark source and the perf tools import these without it."""
 
 from magnetar.broker.wire.date_format import DateParseError, UtcTimestamps, format_timestamp, parse_timestamp
 from magnetar.broker.wire.entry_format import (
+    CHUNK_FLAG,
+    CHUNK_HEAD,
     COMPACT_HEAD,
     COMPACT_MESSAGE,
     COMPACT_NO_KEY,
@@ -13,9 +15,12 @@ from magnetar.broker.wire.entry_format import (
     KIND_SINGLE,
     MAGIC,
     VERSION,
+    ChunkInfo,
     CorruptEntryError,
     MessageFields,
     StoredMessage,
+    check_chunk,
+    compact_entry_bytes,
     decode_entry,
     encode_compact_batch,
     encode_entry,
@@ -81,6 +86,8 @@ _OWN_FACES = ("magnetar_v1",)
 
 __all__ = [
     "ADVERTISED_LISTENERS_CHARS_MAX",
+    "CHUNK_FLAG",
+    "CHUNK_HEAD",
     "COMPACT_HEAD",
     "COMPACT_MESSAGE",
     "COMPACT_NO_KEY",
@@ -103,6 +110,7 @@ __all__ = [
     "VERSION",
     "AdvertisedListener",
     "BrokerError",
+    "ChunkInfo",
     "CorruptEntryError",
     "DateParseError",
     "InvalidMessageIdError",
@@ -117,9 +125,11 @@ __all__ = [
     "UnsafeNameError",
     "UtcTimestamps",
     "batch_index_field",
+    "check_chunk",
     "check_name_characters",
     "check_named_entity",
     "check_subscription_name",
+    "compact_entry_bytes",
     "decode_base64_java",
     "decode_entry",
     "delivered_id_fields",

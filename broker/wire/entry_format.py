@@ -42,6 +42,16 @@ and an ``i64`` deliver-at time (epoch milliseconds, >= 0) right after the fixed 
 Every entry written before has bit 7 clear and decodes unchanged; :attr:`DecodedEntry.deliver_at_ms` is 0
 for it (and for every entry without a delay). Other bits of the kind byte stay refused.
 
+**Chunk entries.** A message larger than the broker's maximum message size reaches it as chunks (Pulsar's
+chunking: each chunk a SEND of its own, the client reassembles). Each chunk is a compact entry of one message
+with bit 6 of its kind byte set (:data:`CHUNK_FLAG`) and a chunk head after the fixed head (and after the
+deliver-at time of a delayed entry), before the name table::
+
+    chunk := chunk_id u32 | num_chunks u32 | total_size u32 | uuid_len u16 | uuid (UTF-8)
+
+The message decodes with :attr:`StoredMessage.chunk` set; every other message has None there. The fields are
+checked when the chunk is published (:func:`check_chunk`) and again when decoded.
+
 **What is stored is more than the entry.** The managed ledger writes its own message index prefix in front
 of every entry it stores and removes it from every entry it reads
 (``magnetar.managed_ledger.entry_prefix``, the one owner of those bytes): the decoders here see the entry
@@ -84,6 +94,16 @@ PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
 """One message's payload; the broker's own limit (Pulsar's ``maxMessageSize``, 5 MiB) is far below."""
 BATCH_MESSAGES_MAX = 65535
 PRODUCERS_PER_ENTRY_MAX = 65535
+CHUNK_FLAG = 0x40
+"""Bit of the kind byte: a chunk head follows the fixed head (and the deliver-at time, if any)."""
+CHUNK_UUID_BYTES_MAX = 2048
+"""A chunk's uuid, in UTF-8 bytes (Pulsar's clients write ``<producer name>-<sequence id>``)."""
+CHUNKS_MAX = 2**31 - 1
+"""Chunks of one message: Pulsar's ``int32`` field; the total size bounds them much lower in practice."""
+CHUNK_TOTAL_BYTES_MAX = 2**31 - 1
+"""The whole message of a chunk entry, in bytes (Pulsar's ``int32``); the broker's setting is lower."""
+CHUNK_HEAD = struct.Struct("<IIIH")
+"""A chunk entry's chunk head: chunk_id, num_chunks, total_size, uuid length (the uuid follows)."""
 
 _HEAD = struct.Struct("<2sBBH")  # magic, version, kind, name_count
 _U16 = struct.Struct("<H")
@@ -104,6 +124,41 @@ class CorruptEntryError(BrokerError, ValueError):
     """The bytes are not an entry of this format (truncated, bad magic or version, a length out of bounds)."""
 
 
+class ChunkInfo(NamedTuple):
+    """What a chunk entry says of its chunk (Pulsar's ``uuid``, ``chunk_id``, ``num_chunks_from_msg``,
+    ``total_chunk_msg_size``); checked when the chunk is published, and again when decoded."""
+
+    uuid: str
+    chunk_id: int
+    num_chunks: int
+    total_size: int
+    """Bytes of the whole message (the chunks' payloads joined)."""
+
+
+def check_chunk(chunk: ChunkInfo, payload_bytes: int, total_max: int) -> str | None:
+    """What is wrong with ``chunk`` (a chunk of ``payload_bytes`` bytes, the whole message at most
+    ``total_max`` bytes), or None when it is consistent: a uuid of 1..:data:`CHUNK_UUID_BYTES_MAX` bytes,
+    ``0 <= chunk_id < num_chunks <= total_size <= total_max`` (every chunk holds a byte at least; one
+    chunk of a message that fits one frame is allowed) and a chunk no larger than the whole."""
+    uuid_bytes = len(chunk.uuid.encode("utf-8", "surrogatepass"))
+    if not 1 <= uuid_bytes <= CHUNK_UUID_BYTES_MAX:
+        return f"chunk uuid of {uuid_bytes} bytes (1 to {CHUNK_UUID_BYTES_MAX})"
+    if not 1 <= chunk.num_chunks <= CHUNKS_MAX:
+        return f"num_chunks_from_msg {chunk.num_chunks} out of range (1 to {CHUNKS_MAX})"
+    if not 0 <= chunk.chunk_id < chunk.num_chunks:
+        return (
+            f"chunk_id {chunk.chunk_id} out of range (0 to num_chunks_from_msg - 1 = {chunk.num_chunks - 1})"
+        )
+    if not 0 <= chunk.total_size <= total_max:
+        return f"total_chunk_msg_size {chunk.total_size} out of range (0 to {total_max} bytes)"
+    if chunk.total_size < max(chunk.num_chunks, payload_bytes):
+        return (
+            f"total_chunk_msg_size {chunk.total_size} is less than this chunk's {payload_bytes} bytes or "
+            f"than {chunk.num_chunks} chunks of one byte"
+        )
+    return None
+
+
 class StoredMessage(NamedTuple):
     """One message with its metadata. A named tuple rather than a frozen dataclass: it is built for every
     message published and every message read, and a frozen dataclass costs ~3x as much to build here."""
@@ -116,6 +171,8 @@ class StoredMessage(NamedTuple):
     key: str | None = None
     properties: Mapping[str, str] = MappingProxyType({})
     """Read-only; a decoded message has a dict of its own."""
+    chunk: ChunkInfo | None = None
+    """Set when the message is one chunk of a larger message (a chunk entry: see the module docstring)."""
 
 
 _new_message = tuple.__new__
@@ -279,10 +336,12 @@ def encode_compact_batch(
     count: int,
     bodies: Sequence[bytes | memoryview],
     deliver_at_ms: int = 0,
+    chunk: ChunkInfo | None = None,
 ) -> bytes:
     """A compact batch entry (``kind = 3``) of ``count`` messages whose bytes - compact messages, validated by
     :func:`check_compact_messages` - are ``bodies`` joined, with consecutive sequence ids from
-    ``first_sequence_id``; delayed until ``deliver_at_ms`` when it is not 0."""
+    ``first_sequence_id``; delayed until ``deliver_at_ms`` when it is not 0; a chunk entry (one message,
+    checked by :func:`check_chunk` before) when ``chunk`` is given."""
     if not 1 <= count <= BATCH_MESSAGES_MAX:
         raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {count}")
     _check_int64("sequence_id", first_sequence_id + count)
@@ -291,8 +350,27 @@ def encode_compact_batch(
     head = _HEAD.pack(MAGIC, VERSION, KIND_COMPACT, 1)
     if deliver_at_ms:
         head = _delayed_head(head, deliver_at_ms)
+    if chunk is not None:
+        if count != 1:
+            raise ValueError("a chunk entry holds one message")
+        uuid = _encode_str("chunk uuid", chunk.uuid, CHUNK_UUID_BYTES_MAX)
+        chunk_head = CHUNK_HEAD.pack(chunk.chunk_id, chunk.num_chunks, chunk.total_size, len(uuid))
+        head = head[:3] + bytes((head[3] | CHUNK_FLAG,)) + head[4:] + chunk_head + uuid
     head += _U16.pack(len(name)) + name + _U32.pack(count)
     return b"".join((head, COMPACT_HEAD.pack(first_sequence_id, publish_time_ms), *bodies))
+
+
+def compact_entry_bytes(
+    body_bytes: int, producer_name: str, *, delayed: bool, chunk: ChunkInfo | None
+) -> int:
+    """The size of the compact entry :func:`encode_compact_batch` makes of ``body_bytes`` bytes of compact
+    messages (a publish refused for its size is checked with this before the entry exists)."""
+    size = _HEAD.size + 2 + len(producer_name.encode("utf-8", "surrogatepass")) + 4 + COMPACT_HEAD.size
+    if delayed:
+        size += _I64.size
+    if chunk is not None:
+        size += CHUNK_HEAD.size + len(chunk.uuid.encode("utf-8", "surrogatepass"))
+    return size + body_bytes
 
 
 def check_compact_messages(data: bytes | memoryview, pos: int, count: int) -> tuple[int, bool]:
@@ -382,9 +460,10 @@ class _Reader:
             raise CorruptEntryError(f"{what} is not valid UTF-8") from None
 
 
-def _read_head(reader: _Reader) -> tuple[int, list[str], int, int]:
-    """The kind (without :data:`DELAYED_FLAG`), producer names, message count and deliver-at time (0: none)
-    of an entry, leaving ``reader`` at its first message."""
+def _read_head(reader: _Reader) -> tuple[int, list[str], int, int, ChunkInfo | None]:
+    """The kind (without :data:`DELAYED_FLAG` and :data:`CHUNK_FLAG`), producer names, message count,
+    deliver-at time (0: none) and chunk (None: not a chunk entry) of an entry, leaving ``reader`` at its
+    first message."""
     magic, version, kind, name_count = reader.unpack(_HEAD)
     if magic != MAGIC:
         raise CorruptEntryError("not a Magnetar entry (bad magic)")
@@ -396,6 +475,10 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int, int]:
         (deliver_at_ms,) = reader.unpack(_I64)
         if deliver_at_ms <= 0:
             raise CorruptEntryError(f"deliver-at time {deliver_at_ms} is not after the epoch")
+    chunk = None
+    if kind & CHUNK_FLAG:
+        kind &= ~CHUNK_FLAG
+        chunk = _read_chunk(reader)
     if kind not in _KINDS:
         raise CorruptEntryError(f"unknown entry kind {kind}")
     if kind == KIND_COMPACT and name_count != 1:
@@ -411,12 +494,26 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int, int]:
         raise CorruptEntryError(f"entry claims {count} messages")
     if kind == KIND_SINGLE and count != 1:
         raise CorruptEntryError("a single-message entry holds more than one message")
+    if chunk is not None and (kind != KIND_COMPACT or count != 1):
+        raise CorruptEntryError("a chunk entry holds one compact message")
     fixed = (
         COMPACT_HEAD.size + count * COMPACT_MESSAGE.size if kind == KIND_COMPACT else count * _MESSAGE.size
     )
     if fixed > len(reader.data) - reader.pos:
         raise CorruptEntryError(f"entry too short for {count} messages")
-    return kind, names, count, deliver_at_ms
+    return kind, names, count, deliver_at_ms, chunk
+
+
+def _read_chunk(reader: _Reader) -> ChunkInfo:
+    """A chunk entry's chunk head (checked as when it was published, against the largest total)."""
+    chunk_id, num_chunks, total_size, uuid_len = reader.unpack(CHUNK_HEAD)
+    if uuid_len > CHUNK_UUID_BYTES_MAX:
+        raise CorruptEntryError(f"chunk uuid of {uuid_len} bytes")
+    chunk = ChunkInfo(reader.text(uuid_len, "chunk uuid"), chunk_id, num_chunks, total_size)
+    fault = check_chunk(chunk, 0, CHUNK_TOTAL_BYTES_MAX)
+    if fault is not None:
+        raise CorruptEntryError(fault)
+    return chunk
 
 
 def _utf8(data: bytes | memoryview, what: str) -> str:
@@ -488,6 +585,7 @@ def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[s
                     event,
                     key,
                     properties,
+                    None,
                 ),
             )
         )
@@ -504,9 +602,16 @@ def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
     third of the decode of a batch of small messages), and each payload is then a slice of ``bytes``."""
     buffer = data if isinstance(data, bytes) else bytes(data)
     reader = _Reader(memoryview(buffer))
-    kind, names, count, deliver_at_ms = _read_head(reader)
+    kind, names, count, deliver_at_ms, chunk = _read_head(reader)
     if kind == KIND_COMPACT:
-        return DecodedEntry(True, _read_compact_messages(buffer, reader.pos, count, names[0]), deliver_at_ms)
+        messages = _read_compact_messages(buffer, reader.pos, count, names[0])
+        if chunk is not None:
+            if len(messages[0].payload) > chunk.total_size:
+                raise CorruptEntryError(
+                    f"a chunk of {len(messages[0].payload)} bytes, more than its message's total"
+                )
+            messages[0] = messages[0]._replace(chunk=chunk)
+        return DecodedEntry(True, messages, deliver_at_ms)
     return DecodedEntry(kind == KIND_BATCH, _read_messages(buffer, reader.pos, count, names), deliver_at_ms)
 
 
@@ -549,6 +654,7 @@ def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name:
                     event,
                     key,
                     properties,
+                    None,
                 ),
             )
         )

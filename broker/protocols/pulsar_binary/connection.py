@@ -23,6 +23,7 @@ import builtins
 import struct
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import NamedTuple
 
 import trio
 
@@ -40,6 +41,7 @@ from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_send_receipt,
 )
 from magnetar.broker.protocols.pulsar_binary.framing import (
+    CHUNKED_MESSAGE_BYTES_MAX_DEFAULT,
     MAX_MESSAGE_SIZE_DEFAULT,
     PayloadSection,
     encode_frame,
@@ -54,7 +56,7 @@ from magnetar.broker.protocols.pulsar_binary.metadata import (
     encode_metadata,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
-from magnetar.broker.wire import COMPACT_MESSAGE, COMPACT_NO_KEY, StoredMessage
+from magnetar.broker.wire import COMPACT_MESSAGE, COMPACT_NO_KEY, ChunkInfo, StoredMessage, check_chunk
 
 OUTBOUND_BYTES_MAX = 8 * 1024 * 1024
 """Bytes a connection's outbound queue holds before deliveries stop."""
@@ -242,6 +244,7 @@ class ConsumerDeliveries:
             message.key,
             message.event_time_ms,
             deliver_at_time_ms=delivery.deliver_at_ms or None,
+            chunk=message.chunk,
         )
         command = encode_message_command(
             self.consumer_id, delivery.ledger_id, delivery.entry_id, partition, redelivery_count
@@ -292,26 +295,42 @@ def _compact(payload: bytes, key: str | None, properties: Mapping[str, str], eve
     return b"".join((head, key_bytes, *parts, payload))
 
 
+class CompactSend(NamedTuple):
+    """A SEND's messages as the broker stores them (:func:`compact_messages`)."""
+
+    body: bytes
+    """Compact messages."""
+    messages: int
+    payload_bytes: int
+    deliver_at_ms: int
+    """The metadata's ``deliver_at_time``; 0 when it has none."""
+    chunk: ChunkInfo | None
+    """Checked chunk fields when the SEND is one chunk of a larger message."""
+
+
 def compact_messages(
-    section: PayloadSection, message_size_max: int = MAX_MESSAGE_SIZE_DEFAULT
-) -> tuple[bytes, int, int, int]:
-    """A SEND's messages as compact messages: (bytes, message count, payload bytes, deliver-at time - the
-    metadata's ``deliver_at_time``, 0 when it has none). A compressed payload is
-    decompressed first (bounded by ``message_size_max``: :mod:`.compression`) and stored uncompressed.
-    Refuses what Magnetar does not store (a payload that does not decompress as its metadata says, chunks,
-    encryption) with :class:`SendRefused`."""
+    section: PayloadSection,
+    message_size_max: int = MAX_MESSAGE_SIZE_DEFAULT,
+    chunked_message_bytes_max: int = CHUNKED_MESSAGE_BYTES_MAX_DEFAULT,
+) -> CompactSend:
+    """A SEND's messages as compact messages. A compressed payload is decompressed first (bounded by
+    ``message_size_max``: :mod:`.compression`) and stored uncompressed. A chunk (the metadata has a chunk
+    field) must be one uncompressed, unbatched message whose chunk fields agree (:func:`check_chunk`, the
+    whole message at most ``chunked_message_bytes_max`` bytes). Refuses what Magnetar does not store (a
+    payload that does not decompress as its metadata says, a compressed chunk, encryption) with
+    :class:`SendRefused`."""
     if not section.checksum_ok:
         raise SendRefused(ServerError.ChecksumError, "Checksum failed on the broker")
     try:
         meta = decode_metadata(section.metadata)
     except ProtobufError as exc:
         raise SendRefused(ServerError.MetadataError, f"Invalid message metadata: {exc}") from None
-    if meta.chunked:
-        raise SendRefused(ServerError.NotAllowedError, "chunked messages are not supported by Magnetar yet")
     if meta.encrypted:
         raise SendRefused(ServerError.NotAllowedError, "encrypted messages are not supported by Magnetar yet")
     deliver_at = meta.deliver_at_time_ms or 0
     payload = section.payload
+    if meta.chunk is not None:
+        _check_chunk(meta, len(payload), chunked_message_bytes_max)
     if meta.compression != CompressionType.NONE:
         try:
             payload = decompress(meta.compression, payload, meta.uncompressed_size, message_size_max)
@@ -320,13 +339,28 @@ def compact_messages(
             raise SendRefused(error, f"Invalid compressed payload: {exc}") from None
     if meta.num_messages_in_batch is None:
         body = _compact(payload, meta.partition_key, meta.properties, meta.event_time_ms)
-        return body, 1, len(payload), deliver_at
+        return CompactSend(body, 1, len(payload), deliver_at, meta.chunk)
     try:
         messages = decode_batch(payload, meta.num_messages_in_batch)
     except ProtobufError as exc:
         raise SendRefused(ServerError.MetadataError, f"Invalid batch: {exc}") from None
     bodies = [_compact(m.payload, m.partition_key, m.properties, m.event_time_ms) for m in messages]
-    return b"".join(bodies), len(messages), sum(len(m.payload) for m in messages), deliver_at
+    payload_bytes = sum(len(m.payload) for m in messages)
+    return CompactSend(b"".join(bodies), len(messages), payload_bytes, deliver_at, None)
+
+
+def _check_chunk(meta: MessageMetadata, payload_bytes: int, total_max: int) -> None:
+    """A chunk's metadata as Magnetar stores it, or :class:`SendRefused` naming what is wrong."""
+    assert meta.chunk is not None
+    if meta.num_messages_in_batch is not None:
+        raise SendRefused(ServerError.MetadataError, "Invalid chunk: a chunk cannot be a batch")
+    if meta.compression != CompressionType.NONE:
+        raise SendRefused(
+            ServerError.NotAllowedError, "compressed chunked messages are not supported by Magnetar yet"
+        )
+    fault = check_chunk(meta.chunk, payload_bytes, total_max)
+    if fault is not None:
+        raise SendRefused(ServerError.MetadataError, f"Invalid chunk: {fault}")
 
 
 class SendCompletion:

@@ -26,7 +26,10 @@ import crc32c
 MAGIC_CHECKSUM = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02
 MAX_MESSAGE_SIZE_DEFAULT = 5 * 1024 * 1024
-"""Pulsar's ``maxMessageSize`` default (5 MiB)."""
+"""Pulsar's ``maxMessageSize`` default (5 MiB): the default of the setting ``max_message_size``."""
+CHUNKED_MESSAGE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+"""The largest whole message a chunk may claim to belong to (``total_chunk_msg_size``), in bytes: the
+default of the setting ``chunked_message_bytes_max``."""
 FRAME_PADDING = 10 * 1024
 """What a frame may hold beyond a message of ``maxMessageSize`` (command, metadata)."""
 FRAME_BYTES_MAX_DEFAULT = MAX_MESSAGE_SIZE_DEFAULT + FRAME_PADDING

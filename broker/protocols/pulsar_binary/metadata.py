@@ -15,6 +15,7 @@ from magnetar.broker.protocols.pulsar_binary.commands import (
     CompressionType,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import Fields, ProtobufError, Writer, parse_message
+from magnetar.broker.wire import ChunkInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,9 @@ class MessageMetadata:
     """Present (even 1) when the payload is a batch."""
     ordering_key: bytes | None = None
     deliver_at_time_ms: int | None = None
-    chunked: bool = False
+    chunk: ChunkInfo | None = None
+    """Set when any of the chunk fields is present (``uuid``, ``num_chunks_from_msg``,
+    ``total_chunk_msg_size``, ``chunk_id``): what they say, unchecked (missing ones as 0, -1 or "")."""
     encrypted: bool = False
     null_value: bool = False
 
@@ -58,6 +61,10 @@ def _properties(fields: Fields, number: int) -> Mapping[str, str]:
     return out
 
 
+def _chunk(f: Fields) -> ChunkInfo:
+    return ChunkInfo(f.string(26), f.int32(29, -1), f.int32(27, 0), f.int32(28, -1))
+
+
 def decode_metadata(data: bytes | memoryview) -> MessageMetadata:
     f = parse_message(data, "MessageMetadata")
     batch = f.int32(11) if f.has(11) else None
@@ -76,7 +83,7 @@ def decode_metadata(data: bytes | memoryview) -> MessageMetadata:
         num_messages_in_batch=batch,
         ordering_key=f.bytes_(18) if f.has(18) else None,
         deliver_at_time_ms=f.int64(19) if f.has(19) else None,
-        chunked=f.int32(27, 0) > 1 or f.has(26),
+        chunk=_chunk(f) if f.has(26) or f.has(27) or f.has(28) or f.has(29) else None,
         encrypted=f.has(13),
         null_value=f.boolean(25),
     )
@@ -106,6 +113,11 @@ def encode_metadata(meta: MessageMetadata) -> bytes:
         w.sint(19, meta.deliver_at_time_ms)
     if meta.null_value:
         w.boolean(25, True)
+    chunk = meta.chunk
+    if chunk is not None:
+        w.string(26, chunk.uuid).sint(27, chunk.num_chunks).sint(28, chunk.total_size).sint(
+            29, chunk.chunk_id
+        )
     return w.bytes()
 
 

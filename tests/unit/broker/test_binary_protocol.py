@@ -196,6 +196,7 @@ stored = st.builds(
     event_time_ms=st.integers(0, 2**62),
     key=st.none() | texts,
     properties=st.dictionaries(texts, texts, max_size=3),
+    chunk=st.none(),
 )
 
 

@@ -11,12 +11,17 @@ from hypothesis import strategies as st
 
 from magnetar.broker.wire.entry_format import (
     BATCH_MESSAGES_MAX,
+    CHUNK_FLAG,
+    CHUNK_HEAD,
+    CHUNK_UUID_BYTES_MAX,
     COMPACT_MESSAGE,
     COMPACT_NO_KEY,
     KEY_BYTES_MAX,
     PRODUCER_NAME_BYTES_MAX,
+    ChunkInfo,
     CorruptEntryError,
     StoredMessage,
+    check_chunk,
     check_compact_messages,
     decode_entry,
     encode_batch,
@@ -38,6 +43,7 @@ messages = st.builds(
     event_time_ms=int64,
     key=st.none() | short_text,
     properties=st.dictionaries(short_text, short_text, max_size=5),
+    chunk=st.none(),
 )
 
 
@@ -287,11 +293,19 @@ def test_every_truncation_of_a_delayed_entry_is_detected() -> None:
             decode_entry(sample[:size])
 
 
-@pytest.mark.parametrize("kind", [0x80, 0x84, 0xC1, 0x81 | 0x40])
+@pytest.mark.parametrize("kind", [0x80, 0x84, 0xA1, 0x81 | 0x20])
 def test_unknown_kinds_with_the_delay_bit_are_refused(kind: int) -> None:
     data = bytearray(encode_message(StoredMessage(b"x", "p", 0, 0), deliver_at_ms=5))
     data[3] = kind
     with pytest.raises(CorruptEntryError, match="kind"):
+        decode_entry(bytes(data))
+
+
+@pytest.mark.parametrize("kind", [0xC1, 0xC2, 0x41, 0x42])
+def test_the_chunk_bit_on_an_entry_without_a_chunk_head_is_refused(kind: int) -> None:
+    data = bytearray(encode_message(StoredMessage(b"x", "p", 0, 0), deliver_at_ms=5))
+    data[3] = kind
+    with pytest.raises(CorruptEntryError):
         decode_entry(bytes(data))
 
 
@@ -304,3 +318,89 @@ def test_mutations_of_a_delayed_entry_decode_or_raise_the_typed_error(data: st.D
     with contextlib.suppress(CorruptEntryError):
         entry = decode_entry(bytes(raw))
         assert entry.deliver_at_ms >= 0
+
+
+CHUNK = ChunkInfo("producer-7-42", 1, 3, 5000)
+
+
+@given(deliver_at_ms=st.sampled_from([0, 1, 2**63 - 1]), payload=st.binary(max_size=200))
+def test_a_chunk_entry_round_trips(deliver_at_ms: int, payload: bytes) -> None:
+    data = encode_compact_batch("p1", 4, 1000, 1, [compact_message(payload, "k")], deliver_at_ms, CHUNK)
+    entry = decode_entry(data)
+    assert entry.messages == [StoredMessage(payload, "p1", 4, 1000, 5, "k", {}, CHUNK)]
+    assert entry.deliver_at_ms == deliver_at_ms == entry_deliver_at(data)
+    assert entry_message_count(data) == 1
+    assert data[3] & CHUNK_FLAG
+    assert decode_entry(COMPACT_SAMPLE).messages[0].chunk is None
+
+
+def test_a_chunk_entry_holds_one_message() -> None:
+    with pytest.raises(ValueError, match="one message"):
+        encode_compact_batch("p1", 1, 1000, 2, [COMPACT_BODY], chunk=CHUNK)
+
+
+def _forged_chunk_entry(
+    chunk_id: int, num_chunks: int, total: int, uuid: bytes, payload: bytes = b"ab"
+) -> bytes:
+    head = bytes((ord("M"), ord("g"), 1, 3 | CHUNK_FLAG)) + struct.pack("<H", 1)
+    chunk_head = CHUNK_HEAD.pack(chunk_id, num_chunks, total, len(uuid)) + uuid
+    rest = struct.pack("<H", 2) + b"p1" + struct.pack("<I", 1) + struct.pack("<qq", 1, 1000)
+    return head + chunk_head + rest + compact_message(payload)
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ((3, 3, 100, b"u"), "chunk_id 3 out of range"),
+        ((0, 0, 100, b"u"), "num_chunks_from_msg 0"),
+        ((0, 2**31, 2**31, b"u"), "num_chunks_from_msg"),
+        ((0, 2, 2**32 - 1, b"u"), "total_chunk_msg_size"),
+        ((0, 2, 1, b"u"), "less than"),
+        ((0, 2, 100, b""), "uuid of 0 bytes"),
+        ((0, 2, 100, b"\xff"), "not valid UTF-8"),
+    ],
+)
+def test_forged_chunk_heads_are_corrupt(fields: tuple[int, int, int, bytes], match: str) -> None:
+    with pytest.raises(CorruptEntryError, match=match):
+        decode_entry(_forged_chunk_entry(*fields))
+
+
+def test_a_chunk_larger_than_its_total_or_a_chunk_of_a_batch_is_corrupt() -> None:
+    with pytest.raises(CorruptEntryError, match="more than its message's total"):
+        decode_entry(_forged_chunk_entry(0, 2, 2, b"u", payload=b"abcd"))
+    flagged = bytearray(encode_batch([StoredMessage(b"a", "p", 1, 2)] * 2))
+    flagged[3] |= CHUNK_FLAG
+    with pytest.raises(CorruptEntryError):
+        decode_entry(bytes(flagged))
+    big_uuid = _forged_chunk_entry(0, 2, 100, b"u" * (CHUNK_UUID_BYTES_MAX + 1))
+    with pytest.raises(CorruptEntryError, match="chunk uuid of"):
+        decode_entry(big_uuid)
+
+
+@given(st.data())
+def test_mutated_chunk_entries_decode_or_raise_the_typed_error(data: st.DataObject) -> None:
+    sample = bytearray(encode_compact_batch("p1", 4, 1000, 1, [compact_message(b"xyz")], 0, CHUNK))
+    index = data.draw(st.integers(0, len(sample) - 1))
+    sample[index] = data.draw(st.integers(0, 255))
+    with contextlib.suppress(CorruptEntryError):
+        decode_entry(bytes(sample))
+
+
+@pytest.mark.parametrize(
+    ("chunk", "size", "total_max", "fault"),
+    [
+        (ChunkInfo("u", 0, 1, 10), 10, 10, None),
+        (ChunkInfo("u", 2, 3, 30), 10, 100, None),
+        (ChunkInfo("u", 0, 2, 11), 10, 10, "total_chunk_msg_size 11 out of range (0 to 10 bytes)"),
+        (ChunkInfo("u", 0, 2, 10), 11, 100, "less than this chunk's 11 bytes"),
+        (ChunkInfo("u", -1, 2, 10), 1, 100, "chunk_id -1 out of range"),
+        (ChunkInfo("ü" * 1025, 0, 2, 10), 1, 100, "chunk uuid of 2050 bytes"),
+    ],
+)
+def test_check_chunk(chunk: ChunkInfo, size: int, total_max: int, fault: str | None) -> None:
+    found = check_chunk(chunk, size, total_max)
+    if fault is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert fault in found

@@ -88,7 +88,7 @@ def test_a_compressed_batch_is_stored_uncompressed(codec: Codec) -> None:
     meta = MessageMetadata(
         "p", 0, 1, compression=codec, uncompressed_size=len(batch), num_messages_in_batch=len(singles)
     )
-    body, count, payload_bytes, _ = compact_messages(_section(meta, COMPRESS[codec](batch)))
+    body, count, payload_bytes, _, _ = compact_messages(_section(meta, COMPRESS[codec](batch)))
     assert count == 20
     assert payload_bytes == sum(len(s.payload) for s in singles)
     stored = decode_entry(encode_compact_batch("p", 0, 1, count, [body])).messages

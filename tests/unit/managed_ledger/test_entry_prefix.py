@@ -49,6 +49,7 @@ stored_messages = st.builds(
     event_time_ms=st.integers(0, 2**45),
     key=st.none() | st.text(max_size=5),
     properties=st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2),
+    chunk=st.none(),
 )
 
 

@@ -20,6 +20,7 @@ from magnetar.admin.range_frames import (
 )
 from magnetar.admin.spark.rows import arrow_schema, decode_body, record_batch, spark_schema
 from magnetar.broker.wire.entry_format import (
+    ChunkInfo,
     StoredMessage,
     encode_batch,
     encode_compact_batch,
@@ -143,6 +144,7 @@ stored = st.builds(
     event_time_ms=st.sampled_from([0, 1_700_000_000_123]),
     key=st.none() | text,
     properties=st.dictionaries(text, text, max_size=3),
+    chunk=st.none(),
 )
 
 
@@ -216,3 +218,25 @@ def test_broken_entry_frames_raise_frame_errors() -> None:
         for data in (entry[:-1], b"Xg" + entry[2:], entry + b"\x00"):
             with pytest.raises(FrameError):
                 decode_body(encode_entry_frame(1, 0, data) + end, -1)
+
+
+@pytest.mark.parametrize("deliver_at_ms", [0, 1_700_000_000_000])
+def test_a_chunk_entry_is_a_row_of_its_own(deliver_at_ms: int) -> None:
+    """A chunk of a larger message (Pulsar's chunking) is stored as an entry of its own: the Spark source
+    reads it as one row holding the chunk's bytes, as the broker's own decoder does."""
+    run = parse_send(encode_send(1, [OutgoingMessage(b"chunk-bytes", "k", {"p": "v"}, 0)])).run
+    chunk = ChunkInfo("producer-1-9", 1, 3, 33)
+    stored = encode_compact_batch("producer", 9, 1000, 1, [run.body], deliver_at_ms, chunk)
+    whole = encode_message(StoredMessage(b"whole", "producer", 10, 1001))
+    body = (
+        encode_entry_frame(4, 0, encode_prefix(3) + stored)
+        + encode_entry_frame(4, 1, whole)
+        + encode_end_frame(RangeEnd((4, 2), 2, True))
+    )
+    decoded = decode_body(body, -1)
+    reference = [m for m in FrameDecoder().feed(body) if isinstance(m, RangeMessage)]
+    assert decoded.columns.values == [b"chunk-bytes", b"whole"] == [m.payload for m in reference]
+    assert decoded.columns.keys == [b"k", None]
+    assert decoded.columns.message_ids == [
+        MessageId(m.ledger_id, m.entry_id, -1, m.batch_index, m.batch_size).to_bytes() for m in reference
+    ]
