@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from magnetar.bookkeeper.client import LedgerFencedError
+from magnetar.bookkeeper.client import BKError, LedgerFencedError
 from magnetar.managed_ledger.entry_prefix import SIZE as PREFIX_SIZE
 from magnetar.managed_ledger.entry_prefix import encode_prefix
 from magnetar.managed_ledger.errors import (
@@ -181,7 +181,18 @@ class AddPipeline:
         def on_complete(result: int | BaseException) -> None:
             self._on_add_complete(ledger_id, op, result)
 
-        handle.add_entry_nowait(payload, on_complete)
+        try:
+            handle.add_entry_nowait(payload, on_complete)
+        except BKError as exc:  # refused before it was sent (too large, no room): that add fails, alone
+            self.pushed -= 1
+            self.inflight -= 1
+            self._inflight_messages -= op.messages
+            log.warning("managed ledger %s: add refused by ledger %d: %s", self._ml.name, ledger_id, exc)
+            op.callback(ManagedLedgerWriteError(f"add refused: {exc}"))
+            self._free_capacity()
+            if self.inflight == 0:
+                self._inflight_drained.set()
+            return
         if self.pushed >= self._settings.max_entries_per_ledger:
             self._ml.switcher.start_rollover()
 

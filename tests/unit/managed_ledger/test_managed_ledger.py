@@ -13,6 +13,7 @@ from magnetar.bookkeeper.metadata import MemoryMetadataStore
 from magnetar.managed_ledger.errors import (
     ManagedLedgerFencedError,
     ManagedLedgerTerminatedError,
+    ManagedLedgerWriteError,
 )
 from magnetar.managed_ledger.factory import ManagedLedgerFactory, open_managed_ledger_factory
 from magnetar.managed_ledger.ledger_state import State
@@ -469,3 +470,41 @@ async def test_entries_from_before_a_reopen_count_one_message_each(
         assert cursor.message_backlog() == 3
         await ml.add_entry(b"abcd", messages=4)
         assert (cursor.backlog(), cursor.message_backlog()) == (4, 7)
+
+
+async def test_an_add_the_ledger_refuses_fails_alone_and_the_ledger_goes_on(
+    client_metadata: MemoryMetadataStore, in_process_bookies: InProcessBookies
+) -> None:
+    """An entry over the client's ``entry_payload_bytes_max`` is refused before it is sent: that add fails
+    at once with a managed-ledger error through its callback, as a refusal does (never an exception into the
+    caller, whose task it would end - a publishing connection's, and with it the broker's listener), and the
+    adds around it are stored."""
+    settings = ClientSettings(ensemble_size=3, write_quorum=3, ack_quorum=2, entry_payload_bytes_max=1024)
+    async with (
+        open_bookkeeper(client_metadata, in_process_bookies.transport, settings) as bk,
+        open_managed_ledger_factory(bk, client_metadata, SETTINGS) as factory,
+    ):
+        ml = await factory.open("t/ns/persistent/too-large")
+        results: dict[bytes, Position | Exception] = {}
+        done = trio.Event()
+
+        def collector(data: bytes) -> Callable[[Position | Exception], None]:
+            def collect(result: Position | Exception) -> None:
+                results[data] = result
+                if len(results) == 3:
+                    done.set()
+
+            return collect
+
+        for data in (b"before", b"x" * 2048, b"after"):
+            ml.add_entry_nowait(data, collector(data))
+        await done.wait()
+        before, refused, after = results[b"before"], results[b"x" * 2048], results[b"after"]
+        assert isinstance(before, Position)
+        assert isinstance(after, Position)
+        assert before < after
+        assert isinstance(refused, ManagedLedgerWriteError)
+        assert "entry_payload_bytes_max=1024" in str(refused)
+        assert ml.state is State.LEDGER_OPENED
+        entries = await ml.read_entries(before, 10)
+        assert [e.data for e in entries] == [b"before", b"after"]
