@@ -40,7 +40,12 @@ and an ``i64`` deliver-at time (epoch milliseconds, >= 0) right after the fixed 
                | ... (the rest as the kind says)
 
 Every entry written before has bit 7 clear and decodes unchanged; :attr:`DecodedEntry.deliver_at_ms` is 0
-for it (and for every entry without a delay). Other bits of the kind byte stay refused.
+for it (and for every entry without a delay).
+
+**Schema versions.** The messages of a producer that named a schema (Pulsar's ``schema_version``, one per
+producer, so one per entry) are written with bit 6 of the kind byte set (:data:`SCHEMA_FLAG`) and an ``i64``
+version (>= 0) after the fixed head and the deliver-at time if any; every message decoded from it carries
+that version (:attr:`StoredMessage.schema_version`, -1 without). Other bits of the kind byte stay refused.
 
 **What is stored is more than the entry.** The managed ledger writes its own message index prefix in front
 of every entry it stores and removes it from every entry it reads
@@ -71,6 +76,7 @@ KIND_SINGLE = 1
 KIND_BATCH = 2
 KIND_COMPACT = 3
 DELAYED_FLAG = 0x80
+SCHEMA_FLAG = 0x40
 """Bit of the kind byte: a deliver-at time follows the fixed head (see the module docstring)."""
 _KINDS = (KIND_SINGLE, KIND_BATCH, KIND_COMPACT)
 
@@ -116,6 +122,8 @@ class StoredMessage(NamedTuple):
     key: str | None = None
     properties: Mapping[str, str] = MappingProxyType({})
     """Read-only; a decoded message has a dict of its own."""
+    schema_version: int = -1
+    """The version of its producer's schema (-1: none); see the module docstring."""
 
 
 _new_message = tuple.__new__
@@ -279,10 +287,12 @@ def encode_compact_batch(
     count: int,
     bodies: Sequence[bytes | memoryview],
     deliver_at_ms: int = 0,
+    schema_version: int = -1,
 ) -> bytes:
     """A compact batch entry (``kind = 3``) of ``count`` messages whose bytes - compact messages, validated by
     :func:`check_compact_messages` - are ``bodies`` joined, with consecutive sequence ids from
-    ``first_sequence_id``; delayed until ``deliver_at_ms`` when it is not 0."""
+    ``first_sequence_id``; delayed until ``deliver_at_ms`` when it is not 0, with the producer's
+    ``schema_version`` when it is not -1."""
     if not 1 <= count <= BATCH_MESSAGES_MAX:
         raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {count}")
     _check_int64("sequence_id", first_sequence_id + count)
@@ -291,6 +301,9 @@ def encode_compact_batch(
     head = _HEAD.pack(MAGIC, VERSION, KIND_COMPACT, 1)
     if deliver_at_ms:
         head = _delayed_head(head, deliver_at_ms)
+    if schema_version >= 0:
+        _check_int64("schema_version", schema_version)
+        head = head[:3] + bytes((head[3] | SCHEMA_FLAG,)) + head[4:] + _I64.pack(schema_version)
     head += _U16.pack(len(name)) + name + _U32.pack(count)
     return b"".join((head, COMPACT_HEAD.pack(first_sequence_id, publish_time_ms), *bodies))
 
@@ -382,9 +395,10 @@ class _Reader:
             raise CorruptEntryError(f"{what} is not valid UTF-8") from None
 
 
-def _read_head(reader: _Reader) -> tuple[int, list[str], int, int]:
-    """The kind (without :data:`DELAYED_FLAG`), producer names, message count and deliver-at time (0: none)
-    of an entry, leaving ``reader`` at its first message."""
+def _read_head(reader: _Reader) -> tuple[int, list[str], int, int, int]:
+    """The kind (without :data:`DELAYED_FLAG` and :data:`SCHEMA_FLAG`), producer names, message count,
+    deliver-at time (0: none) and schema version (-1: none) of an entry, leaving ``reader`` at its first
+    message."""
     magic, version, kind, name_count = reader.unpack(_HEAD)
     if magic != MAGIC:
         raise CorruptEntryError("not a Magnetar entry (bad magic)")
@@ -396,6 +410,12 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int, int]:
         (deliver_at_ms,) = reader.unpack(_I64)
         if deliver_at_ms <= 0:
             raise CorruptEntryError(f"deliver-at time {deliver_at_ms} is not after the epoch")
+    schema_version = -1
+    if kind & SCHEMA_FLAG:
+        kind &= ~SCHEMA_FLAG
+        (schema_version,) = reader.unpack(_I64)
+        if schema_version < 0:
+            raise CorruptEntryError(f"schema version {schema_version} is negative")
     if kind not in _KINDS:
         raise CorruptEntryError(f"unknown entry kind {kind}")
     if kind == KIND_COMPACT and name_count != 1:
@@ -416,7 +436,7 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int, int]:
     )
     if fixed > len(reader.data) - reader.pos:
         raise CorruptEntryError(f"entry too short for {count} messages")
-    return kind, names, count, deliver_at_ms
+    return kind, names, count, deliver_at_ms, schema_version
 
 
 def _utf8(data: bytes | memoryview, what: str) -> str:
@@ -443,7 +463,9 @@ def _read_properties(data: bytes | memoryview, pos: int, count: int) -> tuple[di
     return properties, pos
 
 
-def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[str]) -> list[StoredMessage]:
+def _read_messages(
+    data: bytes | memoryview, pos: int, count: int, names: list[str], schema_version: int
+) -> list[StoredMessage]:
     """The ``count`` messages from ``pos`` on, to exactly the end of ``data`` (one inlined loop: this runs
     for every message a subscription reads)."""
     end = len(data)
@@ -488,6 +510,7 @@ def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[s
                     event,
                     key,
                     properties,
+                    schema_version,
                 ),
             )
         )
@@ -504,13 +527,18 @@ def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
     third of the decode of a batch of small messages), and each payload is then a slice of ``bytes``."""
     buffer = data if isinstance(data, bytes) else bytes(data)
     reader = _Reader(memoryview(buffer))
-    kind, names, count, deliver_at_ms = _read_head(reader)
+    kind, names, count, deliver_at_ms, schema = _read_head(reader)
     if kind == KIND_COMPACT:
-        return DecodedEntry(True, _read_compact_messages(buffer, reader.pos, count, names[0]), deliver_at_ms)
-    return DecodedEntry(kind == KIND_BATCH, _read_messages(buffer, reader.pos, count, names), deliver_at_ms)
+        messages = _read_compact_messages(buffer, reader.pos, count, names[0], schema)
+        return DecodedEntry(True, messages, deliver_at_ms)
+    return DecodedEntry(
+        kind == KIND_BATCH, _read_messages(buffer, reader.pos, count, names, schema), deliver_at_ms
+    )
 
 
-def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name: str) -> list[StoredMessage]:
+def _read_compact_messages(
+    data: bytes | memoryview, pos: int, count: int, name: str, schema_version: int
+) -> list[StoredMessage]:
     """A compact batch's messages, from its sequence and publish time at ``pos`` to exactly the end."""
     sequence_id, publish = COMPACT_HEAD.unpack_from(data, pos)
     pos += COMPACT_HEAD.size
@@ -549,6 +577,7 @@ def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name:
                     event,
                     key,
                     properties,
+                    schema_version,
                 ),
             )
         )

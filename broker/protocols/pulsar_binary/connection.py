@@ -221,6 +221,7 @@ class ConsumerDeliveries:
             first.sequence_id,
             first.publish_time_ms,
             num_messages_in_batch=len(singles),
+            schema_version=first.schema_version,
         )
         ledger_id, entry_id = group.entry
         command = encode_message_command(
@@ -239,6 +240,7 @@ class ConsumerDeliveries:
             dict(message.properties),
             message.key,
             message.event_time_ms,
+            schema_version=message.schema_version,
         )
         command = encode_message_command(
             self.consumer_id, delivery.ledger_id, delivery.entry_id, partition, redelivery_count

@@ -36,6 +36,11 @@ class MessageMetadata:
     chunked: bool = False
     encrypted: bool = False
     null_value: bool = False
+    schema_version: int = -1
+    """The producer's schema version, written as field 16 (8 big-endian bytes) when >= 0."""
+
+
+_SCHEMA_VERSION = struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,8 @@ def encode_metadata(meta: MessageMetadata) -> bytes:
         w.data(18, meta.ordering_key)
     if meta.deliver_at_time_ms is not None:
         w.sint(19, meta.deliver_at_time_ms)
+    if meta.schema_version >= 0:
+        w.data(16, _SCHEMA_VERSION.pack(meta.schema_version))
     if meta.null_value:
         w.boolean(25, True)
     return w.bytes()

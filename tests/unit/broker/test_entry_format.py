@@ -38,6 +38,7 @@ messages = st.builds(
     event_time_ms=int64,
     key=st.none() | short_text,
     properties=st.dictionaries(short_text, short_text, max_size=5),
+    schema_version=st.just(-1),  # only compact batches carry a schema version (tested below)
 )
 
 
@@ -287,7 +288,7 @@ def test_every_truncation_of_a_delayed_entry_is_detected() -> None:
             decode_entry(sample[:size])
 
 
-@pytest.mark.parametrize("kind", [0x80, 0x84, 0xC1, 0x81 | 0x40])
+@pytest.mark.parametrize("kind", [0x80, 0x84, 0xA1, 0xC1 | 0x20])  # 0x40 is the schema version flag
 def test_unknown_kinds_with_the_delay_bit_are_refused(kind: int) -> None:
     data = bytearray(encode_message(StoredMessage(b"x", "p", 0, 0), deliver_at_ms=5))
     data[3] = kind
@@ -304,3 +305,20 @@ def test_mutations_of_a_delayed_entry_decode_or_raise_the_typed_error(data: st.D
     with contextlib.suppress(CorruptEntryError):
         entry = decode_entry(bytes(raw))
         assert entry.deliver_at_ms >= 0
+
+
+@given(st.integers(0, 2**63 - 1), st.sampled_from([0, 1, 2**63 - 1]))
+def test_compact_batches_carry_their_schema_version(version: int, deliver_at_ms: int) -> None:
+    data = encode_compact_batch("p1", 1, 1000, 2, [COMPACT_BODY], deliver_at_ms, version)
+    decoded = decode_entry(data)
+    assert [m.schema_version for m in decoded.messages] == [version, version]
+    assert decoded.deliver_at_ms == deliver_at_ms
+    assert [m.payload for m in decoded.messages] == [b"hello", b"world"]
+    assert entry_message_count(data) == 2
+
+
+def test_a_negative_stored_schema_version_is_corrupt() -> None:
+    data = bytearray(encode_compact_batch("p1", 1, 1000, 2, [COMPACT_BODY], 0, 5))
+    data[6:14] = (-1).to_bytes(8, "little", signed=True)
+    with pytest.raises(CorruptEntryError, match="schema version"):
+        decode_entry(bytes(data))
