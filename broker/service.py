@@ -73,7 +73,7 @@ from magnetar.broker.ownership import (
     tcp_probe,
 )
 from magnetar.broker.policies import PolicyError, PolicyStore, PublishGate
-from magnetar.broker.schemas import SchemaLimits, SchemaRegistry, Strategy
+from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.security import build_security
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic_policy_watch import TopicPolicyWatch
@@ -103,15 +103,7 @@ class BrokerService:
         self.policies = PolicyStore(metadata, last_known_max=settings.policies_last_known_max)
         self.clock = clock or SystemClock()
         self.security = build_security(settings, self.policies, self.clock)
-        self.schemas = SchemaRegistry(
-            metadata,
-            SchemaLimits(
-                settings.schema_data_bytes_max,
-                settings.schema_versions_max,
-                Strategy(settings.schema_compatibility_strategy),
-            ),
-            self.clock.time_ms,
-        )
+        self.schemas = SchemaRegistry(metadata, settings.schema_limits(), self.clock.time_ms)
         """Topic schemas (:mod:`.schemas`), for the binary protocol and the admin API."""
         self.rng = rng or random.Random()
         self.topics: dict[str, PersistentTopic] = {}

@@ -35,13 +35,13 @@ from __future__ import annotations
 import dataclasses
 import random
 import ssl
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from magnetar.bookkeeper.client import ClientOptions, ClientSettings, QuorumSettings
-from magnetar.bookkeeper.metadata import METADATA_VALUE_BYTES_MAX, ProcessMetadataSettings
+from magnetar.bookkeeper.metadata import ProcessMetadataSettings
 from magnetar.bookkeeper.protocol import FRAME_BYTES_MAX_DEFAULT, SizeLimit, check_size_chain
 from magnetar.bookkeeper.runtime import AdvertisedAddressSettings, advertised_host_for, nest_flat
 from magnetar.bookkeeper.runtime.auth.tls import server_ssl_context
@@ -49,6 +49,7 @@ from magnetar.bookkeeper.runtime.http import HttpLimits, HttpListenSettings, Htt
 from magnetar.broker.owner_proxy.settings import ProxySettings
 from magnetar.broker.ownership import BUNDLES_MAX, LoadBalancerSettings
 from magnetar.broker.policies import BrokerPolicyDefaults
+from magnetar.broker.schemas.settings import SchemaSettings
 from magnetar.broker.security import SecuritySettings
 from magnetar.broker.topic_policy_settings import TopicPolicyDefaults
 from magnetar.managed_ledger.retention_settings import RetentionDefaults, RetentionSettings
@@ -102,6 +103,7 @@ class BrokerSettings(
     QuorumSettings,
     HttpListenSettings,
     AdvertisedAddressSettings,
+    SchemaSettings,
 ):
     model_config = SettingsConfigDict(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"
@@ -207,24 +209,6 @@ class BrokerSettings(
     it, a PING goes out once a whole interval passed without a command from the client, and a PING still
     unanswered at the next tick ends the connection (a silent client is gone within about three
     intervals)."""
-
-    # -- schemas (docs/schemas.md) -------------------------------------------------------------------
-    schema_compatibility_strategy: Literal[
-        "ALWAYS_INCOMPATIBLE",
-        "ALWAYS_COMPATIBLE",
-        "BACKWARD",
-        "FORWARD",
-        "FULL",
-        "BACKWARD_TRANSITIVE",
-        "FORWARD_TRANSITIVE",
-        "FULL_TRANSITIVE",
-    ] = "FULL"
-    """Pulsar's ``schemaCompatibilityStrategy``: whether a producer's new schema may become a topic's next
-    version (FULL: records written with either can be read with the other)."""
-    schema_data_bytes_max: Annotated[int, Field(ge=1, le=METADATA_VALUE_BYTES_MAX)] = 1_000_000
-    """Bytes of one schema version's data (the Avro/JSON definition); a larger one is refused."""
-    schema_versions_max: Annotated[int, Field(ge=1, le=1000)] = 100
-    """Versions (deletion marks included) one topic's schema history may hold; one more is refused."""
 
     # -- metrics -------------------------------------------------------------------------------------
     expose_topic_level_metrics_in_prometheus: bool = True
