@@ -11,6 +11,7 @@ import struct
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pulsar
 import pytest
 from fixtures.processes import MagnetarProcess
@@ -276,3 +277,87 @@ def test_bidi_topic_name_is_a_clear_error(client: pulsar.Client) -> None:
     with _raw(client_url(client)) as conn:
         answer = conn.request(encode_get_schema(1, "persistent://public/default/a\u202eb"))
         assert answer.uint(2) == ServerError.InvalidTopicName
+
+
+# -- the admin API (PulsarAdmin.schemas() shapes) --------------------------------------------------------
+
+
+def _admin(standalone: MagnetarProcess) -> httpx.Client:
+    return httpx.Client(base_url=standalone.ready["httpUrl"], timeout=10)
+
+
+def test_admin_schema_routes(standalone: MagnetarProcess, client: pulsar.Client) -> None:
+    local = f"admin-{uuid.uuid4().hex[:8]}"
+    base = f"/admin/v2/schemas/public/default/{local}"
+    v0 = {"type": "AVRO", "schema": _avro('{"name":"a","type":"int"}').decode(), "properties": {"k": "v"}}
+    v1 = {"type": "AVRO", "schema": _avro('{"name":"a","type":"int"},{"name":"b","type":"int","default":1}')
+          .decode(), "properties": {}}  # fmt: skip
+    bad = {"type": "AVRO", "schema": _avro('{"name":"a","type":"int"},{"name":"c","type":"int"}').decode()}
+    with _admin(standalone) as http:
+        assert http.get(f"{base}/schema").json() == {"reason": "Schema not found"}
+        assert http.get(f"{base}/schema").status_code == 404
+        posted = http.post(f"{base}/schema", json=v0)
+        assert (posted.status_code, posted.json()) == (202, {"version": {"version": 0}})
+        assert http.post(f"{base}/schema", json=v0).json() == {"version": {"version": 0}}
+        got = http.get(f"{base}/schema").json()
+        assert {k: got[k] for k in ("version", "type", "data", "properties")} == {
+            "version": 0, "type": "AVRO", "data": v0["schema"], "properties": {"k": "v"}
+        }  # fmt: skip
+        assert got["timestamp"] > 0
+        compat = http.post(f"{base}/compatibility", json=bad).json()
+        assert compat == {"compatibility": False, "schemaCompatibilityStrategy": "FULL"}
+        refused = http.post(f"{base}/schema", json=bad)
+        assert refused.status_code == 409
+        assert "Unable to read schema" in refused.json()["reason"]
+        assert http.post(f"{base}/schema", json=v1).json() == {"version": {"version": 1}}
+        assert http.post(f"{base}/version", json=v0).json() == {"version": 0}
+        assert http.post(f"{base}/version", json=bad).json() == {"version": -1}
+        assert [s["version"] for s in http.get(f"{base}/schemas").json()["getSchemaResponses"]] == [0, 1]
+        assert http.get(f"{base}/schema/0").json()["data"] == v0["schema"]
+        assert http.delete(f"{base}/schema").json() == {"version": 2}
+        assert http.get(f"{base}/schema").json() == {"reason": "Schema is deleted"}
+        assert http.get(f"{base}/schema/0").status_code == 404
+        assert http.get(f"{base}/schemas").json() == {"getSchemaResponses": []}
+        assert http.post(f"{base}/schema", json=bad).json() == {"version": {"version": 3}}  # a fresh start
+        assert http.delete(f"{base}/schema", params={"force": "true"}).json() == {"version": -1}
+        assert http.get(f"{base}/schema").json() == {"reason": "Schema not found"}
+    # a schema posted by the admin is what a producer of the topic meets
+    with _admin(standalone) as http:
+        http.post(f"{base}/schema", json={"type": "STRING", "schema": ""})
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(f"persistent://public/default/{local}", schema=AvroSchema(User))
+
+
+@pytest.mark.parametrize(
+    ("method", "suffix", "body", "status"),
+    [
+        ("GET", "/schema/-1", None, 412),
+        ("GET", "/schema/9223372036854775808", None, 412),
+        ("GET", "/schema/%D9%A1", None, 412),  # an Arabic-Indic digit one
+        ("GET", "/schema/abc", None, 412),
+        ("GET", "/schema/9223372036854775807", None, 404),
+        ("POST", "/schema", {"type": "PROTOBUF", "schema": ""}, 422),
+        ("POST", "/schema", {"type": "NOPE\u202e", "schema": ""}, 422),
+        ("POST", "/schema", {"type": 4, "schema": ""}, 400),
+        ("POST", "/schema", {"type": "AVRO", "schema": "{"}, 422),
+        ("POST", "/schema", {"type": "JSON", "schema": "x" * (2**20 + 1)}, 422),
+        ("POST", "/schema", {"type": "STRING", "schema": "", "properties": {"k": "v" * 5000}}, 422),
+        ("POST", "/schema", {"schema": ""}, 400),
+        ("POST", "/compatibility", [], 400),
+    ],
+)
+def test_admin_hostile_input(
+    standalone: MagnetarProcess, method: str, suffix: str, body: object, status: int
+) -> None:
+    base = f"/admin/v2/schemas/public/default/hostile-{uuid.uuid4().hex[:8]}"
+    with _admin(standalone) as http:
+        answer = http.request(method, base + suffix, json=body)
+        assert answer.status_code == status, answer.text
+        assert answer.json()["reason"]
+        assert http.get(f"{base}/schemas").status_code == 200  # still served
+
+
+def test_admin_bidi_topic_is_a_clear_error(standalone: MagnetarProcess) -> None:
+    with _admin(standalone) as http:
+        answer = http.get("/admin/v2/schemas/public/default/a%E2%80%AEb/schema")
+        assert answer.status_code == 412
