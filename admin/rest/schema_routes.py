@@ -27,9 +27,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from magnetar.admin.rest.framework import AdminError, Call, Endpoint, QueryModel, ok
 from magnetar.admin.rest.names import topic_of
-from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.http import HttpResponse, json_response
-from magnetar.broker.schemas import Schema, SchemaError, SchemaRegistry, StoredSchema, type_named
+from magnetar.broker.schemas import (
+    Schema,
+    SchemaError,
+    SchemaRegistry,
+    SchemaStoreError,
+    StoredSchema,
+    type_named,
+)
 
 TAG = "schemas"
 PREFIX = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
@@ -82,8 +88,8 @@ def _schema_of(payload: PostSchemaPayload) -> Schema:
     )
 
 
-def _failed(exc: SchemaError | MetadataStoreError) -> AdminError:
-    if isinstance(exc, MetadataStoreError):
+def _failed(exc: SchemaError | SchemaStoreError) -> AdminError:
+    if isinstance(exc, SchemaStoreError):
         return AdminError(503, f"metadata store: {exc}")
     if exc.incompatible:
         return AdminError(409, exc.message)
@@ -103,7 +109,7 @@ async def get_schema(call: Call) -> HttpResponse:
     try:
         history = await _registry(call).history(topic)
         stored = await _registry(call).get(topic)
-    except (SchemaError, MetadataStoreError) as exc:
+    except (SchemaError, SchemaStoreError) as exc:
         raise _failed(exc) from None
     if stored is None:
         raise AdminError(404, "Schema is deleted" if history else "Schema not found")
@@ -115,7 +121,7 @@ async def get_schema_version(call: Call) -> HttpResponse:
     version = _version_of(call.param("version"))
     try:
         stored = await _registry(call).get(topic, version)
-    except (SchemaError, MetadataStoreError) as exc:
+    except (SchemaError, SchemaStoreError) as exc:
         raise _failed(exc) from None
     if stored is None:
         raise AdminError(404, "Schema not found")
@@ -126,7 +132,7 @@ async def get_all_schemas(call: Call) -> HttpResponse:
     topic = topic_of(call)
     try:
         stored = await _registry(call).all_live(topic)
-    except (SchemaError, MetadataStoreError) as exc:
+    except (SchemaError, SchemaStoreError) as exc:
         raise _failed(exc) from None
     return ok({"getSchemaResponses": [_response(s) for s in stored]})
 
@@ -137,7 +143,7 @@ async def post_schema(call: Call) -> HttpResponse:
     registry = _registry(call)
     try:
         version = await registry.put(topic, schema, registry.strategy())
-    except (SchemaError, MetadataStoreError) as exc:
+    except (SchemaError, SchemaStoreError) as exc:
         raise _failed(exc) from None
     return json_response({"version": {"version": version}}, 202)
 
@@ -147,7 +153,7 @@ async def delete_schema(call: Call) -> HttpResponse:
     force = call.query_as(DeleteQuery).force
     try:
         version = await _registry(call).delete(topic, force=force)
-    except (SchemaError, MetadataStoreError) as exc:
+    except (SchemaError, SchemaStoreError) as exc:
         raise _failed(exc) from None
     return ok({"version": -1 if version is None else version})
 
@@ -164,7 +170,7 @@ async def test_compatibility(call: Call) -> HttpResponse:
         if not (exc.incompatible or exc.invalid):
             raise _failed(exc) from None
         compatible = False
-    except MetadataStoreError as exc:
+    except SchemaStoreError as exc:
         raise _failed(exc) from None
     return ok({"compatibility": compatible, "schemaCompatibilityStrategy": strategy.value})
 
@@ -174,7 +180,7 @@ async def get_version_by_schema(call: Call) -> HttpResponse:
     schema = _schema_of(call.body)
     try:
         version = await _registry(call).find_version(topic, schema)
-    except (SchemaError, MetadataStoreError) as exc:
+    except (SchemaError, SchemaStoreError) as exc:
         raise _failed(exc) from None
     return ok({"version": -1 if version is None else version})
 

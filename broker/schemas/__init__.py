@@ -11,13 +11,14 @@ from magnetar.broker.schemas.core import (
     type_named,
     type_of,
 )
-from magnetar.broker.schemas.registry import SchemaLimits, SchemaRegistry, StoredSchema
+from magnetar.broker.schemas.registry import SchemaLimits, SchemaRegistry, SchemaStoreError, StoredSchema
 
 __all__ = [
     "Schema",
     "SchemaError",
     "SchemaLimits",
     "SchemaRegistry",
+    "SchemaStoreError",
     "SchemaType",
     "StoredSchema",
     "Strategy",

@@ -21,12 +21,19 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from magnetar.bookkeeper.metadata import BadVersionError, MetadataStore, ValueTooLargeError
+from magnetar.bookkeeper.metadata import (
+    BadVersionError,
+    MetadataStore,
+    MetadataStoreError,
+    ValueTooLargeError,
+)
 from magnetar.broker.schemas import core
 from magnetar.broker.schemas.core import Schema, SchemaError, SchemaType, Strategy, VersionEntry
 from magnetar.broker.wire import TopicName, url_encode
 
 SCHEMAS = "/schemas"
+SchemaStoreError = MetadataStoreError
+"""What the registry's methods raise when the metadata store fails (besides :class:`~.core.SchemaError`)."""
 _PUT_ATTEMPTS = 2
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from magnetar.bookkeeper.metadata import MetadataStoreError
 from magnetar.bookkeeper.runtime.auth.authentication import Principal
 from magnetar.broker.core import ServiceError
 from magnetar.broker.protocols.pulsar_binary.commands import ServerError
@@ -33,7 +32,7 @@ from magnetar.broker.protocols.pulsar_binary.schema_commands import (
     encode_get_schema_response,
     encode_version,
 )
-from magnetar.broker.schemas import Schema, SchemaError, SchemaType, type_of
+from magnetar.broker.schemas import Schema, SchemaError, SchemaStoreError, SchemaType, type_of
 from magnetar.broker.wire import InvalidTopicNameError, TopicName, parse_topic_name
 
 if TYPE_CHECKING:
@@ -47,8 +46,8 @@ class SchemaRefusal(Exception):
         self.message = message
 
 
-def _refusal(exc: SchemaError | MetadataStoreError) -> SchemaRefusal:
-    if isinstance(exc, MetadataStoreError):
+def _refusal(exc: SchemaError | SchemaStoreError) -> SchemaRefusal:
+    if isinstance(exc, SchemaStoreError):
         return SchemaRefusal(ServerError.ServiceNotReady, f"metadata store: {exc}")
     if exc.incompatible or exc.invalid:
         return SchemaRefusal(ServerError.IncompatibleSchema, exc.message)
@@ -74,7 +73,7 @@ async def producer_schema(service: SessionHost, topic: TopicName, wire: WireSche
     registry = service.schemas
     try:
         version = await registry.put(topic, schema, registry.strategy())
-    except (SchemaError, MetadataStoreError) as exc:
+    except (SchemaError, SchemaStoreError) as exc:
         raise _refusal(exc) from None
     return encode_version(version)
 
@@ -89,7 +88,7 @@ async def consumer_schema(
     registry = service.schemas
     try:
         await registry.add_for_consumer(topic, schema, registry.strategy(), idle=_idle(served))
-    except (SchemaError, MetadataStoreError) as exc:
+    except (SchemaError, SchemaStoreError) as exc:
         raise _refusal(exc) from None
 
 
@@ -125,7 +124,7 @@ async def answer_get_schema(service: SessionHost, principal: Principal, command:
         return encode_get_schema_error(request_id, ServerError.IncompatibleSchema, str(exc))
     except (InvalidTopicNameError, ServiceError) as exc:
         return encode_get_schema_error(request_id, server_error_of(exc), str(exc))
-    except (SchemaError, MetadataStoreError) as exc:
+    except (SchemaError, SchemaStoreError) as exc:
         refusal = _refusal(exc)
         return encode_get_schema_error(request_id, refusal.error, refusal.message)
     if stored is None:

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 
 import crc32c
 
-from magnetar.bookkeeper.metadata import METADATA_VALUE_BYTES_MAX
-
 MAGIC_CHECKSUM = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02
 MAX_MESSAGE_SIZE_DEFAULT = 5 * 1024 * 1024
@@ -32,10 +30,10 @@ MAX_MESSAGE_SIZE_DEFAULT = 5 * 1024 * 1024
 FRAME_PADDING = 10 * 1024
 """What a frame may hold beyond a message of ``maxMessageSize`` (command, metadata)."""
 FRAME_BYTES_MAX_DEFAULT = MAX_MESSAGE_SIZE_DEFAULT + FRAME_PADDING
-COMMAND_BYTES_MAX = 64 * 1024 + METADATA_VALUE_BYTES_MAX
+COMMAND_BYTES_MAX = 64 * 1024 + 1024 * 1024
 """A command alone (without payload) is small - but PRODUCER, SUBSCRIBE and GET_OR_CREATE_SCHEMA may carry a
-schema, whose data the registry takes up to the metadata store's value size (``schema_data_bytes_max``): a
-larger command size is refused and ends the connection."""
+schema, whose data the registry takes up to the metadata store's value size (``schema_data_bytes_max``, at
+most 1 MiB - 8 KiB): a larger command size is refused and ends the connection."""
 
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
