@@ -6,10 +6,13 @@ on a raw connection."""
 
 from __future__ import annotations
 
+import io
+import json
 import socket
 import struct
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pulsar
@@ -18,6 +21,7 @@ from fixtures.processes import MagnetarProcess
 from fixtures.standalone_process import official_client, running_standalone
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
+from magnetar.admin.cli.admin_client import admin_main
 from magnetar.broker.protocols.pulsar_binary.commands import CommandType, ServerError
 from magnetar.broker.protocols.pulsar_binary.encoders import encode_connect
 from magnetar.broker.protocols.pulsar_binary.framing import encode_frame
@@ -361,3 +365,27 @@ def test_admin_bidi_topic_is_a_clear_error(standalone: MagnetarProcess) -> None:
     with _admin(standalone) as http:
         answer = http.get("/admin/v2/schemas/public/default/a%E2%80%AEb/schema")
         assert answer.status_code == 412
+
+
+def test_magnetar_admin_schemas_verbs(standalone: MagnetarProcess, tmp_path: Path) -> None:
+    topic = f"persistent://public/default/cli-{uuid.uuid4().hex[:8]}"
+    payload = tmp_path / "schema.json"
+    payload.write_text(json.dumps({"type": "AVRO", "schema": _avro('{"name":"a","type":"int"}').decode()}))
+    url = ["--admin-url", standalone.ready["httpUrl"]]
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        code = admin_main([*url, "schemas", *argv], out, err)
+        return code, out.getvalue(), err.getvalue()
+
+    assert run("upload", topic, "-f", str(payload))[0] == 0
+    code, out, _ = run("get", topic)
+    assert code == 0
+    assert json.loads(out)["type"] == "AVRO"
+    assert json.loads(run("get", topic, "--version", "0")[1])["version"] == 0
+    assert json.loads(run("compatibility", topic, "-f", str(payload))[1])["compatibility"] is True
+    assert json.loads(run("delete", topic)[1]) == {"version": 1}
+    code, _, err = run("get", topic)
+    assert code == 1
+    assert "Schema is deleted" in err
+    assert run("upload", topic, "-f", str(tmp_path / "missing.json"))[0] == 2
