@@ -49,7 +49,7 @@ from magnetar.bookkeeper.runtime.http import HttpLimits, HttpListenSettings, Htt
 from magnetar.broker.owner_proxy.settings import ProxySettings
 from magnetar.broker.ownership import BUNDLES_MAX, LoadBalancerSettings
 from magnetar.broker.policies import BrokerPolicyDefaults
-from magnetar.broker.schemas.settings import SchemaSettings
+from magnetar.broker.schemas import SchemaSettings
 from magnetar.broker.security import SecuritySettings
 from magnetar.broker.topic_policy_settings import TopicPolicyDefaults
 from magnetar.managed_ledger.retention_settings import RetentionDefaults, RetentionSettings

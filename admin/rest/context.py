@@ -18,10 +18,9 @@ from pydantic import ConfigDict, Field
 from magnetar.admin.rest.bundle_host import BundleHost
 from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.metadata import MetadataStore
-from magnetar.bookkeeper.runtime.clock import SystemClock
+from magnetar.bookkeeper.runtime import SystemClock
 from magnetar.broker.policies import PolicyStore
-from magnetar.broker.schemas import SchemaRegistry
-from magnetar.broker.schemas.settings import SchemaSettings
+from magnetar.broker.schemas import SchemaRegistry, SchemaSettings
 from magnetar.broker.security import BrokerSecurity
 from magnetar.broker.settings import NamespaceDefaultsSettings
 from magnetar.broker.wire import NamespaceName, TopicName

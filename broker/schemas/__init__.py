@@ -12,12 +12,14 @@ from magnetar.broker.schemas.core import (
     type_of,
 )
 from magnetar.broker.schemas.registry import SchemaLimits, SchemaRegistry, SchemaStoreError, StoredSchema
+from magnetar.broker.schemas.settings import SchemaSettings
 
 __all__ = [
     "Schema",
     "SchemaError",
     "SchemaLimits",
     "SchemaRegistry",
+    "SchemaSettings",
     "SchemaStoreError",
     "SchemaType",
     "StoredSchema",
