@@ -389,3 +389,19 @@ def test_magnetar_admin_schemas_verbs(standalone: MagnetarProcess, tmp_path: Pat
     assert code == 1
     assert "Schema is deleted" in err
     assert run("upload", topic, "-f", str(tmp_path / "missing.json"))[0] == 2
+
+
+def test_a_partitioned_topic_shares_one_schema(standalone: MagnetarProcess, client: pulsar.Client) -> None:
+    local = f"parts-{uuid.uuid4().hex[:8]}"
+    with _admin(standalone) as http:
+        assert http.put(f"/admin/v2/persistent/public/default/{local}/partitions", json=3).status_code == 204
+    topic = f"persistent://public/default/{local}"
+    got = _round_trip(client, topic, AvroSchema(User), [User(name=str(i), age=i) for i in range(6)])
+    assert sorted(u.age for u in got) == list(range(6))
+    with _admin(standalone) as http:
+        versions = http.get(f"/admin/v2/schemas/public/default/{local}/schemas").json()["getSchemaResponses"]
+        assert [v["version"] for v in versions] == [0]
+        partition = http.get(f"/admin/v2/schemas/public/default/{local}-partition-2/schema").json()
+        assert partition["version"] == 0
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(UserWithRequiredEmail))
