@@ -104,7 +104,7 @@ def _idle(topic: object) -> bool:
 
 async def _topic_for(service: SessionHost, principal: Principal, name: str) -> TopicName:
     topic = parse_topic_name(name, allow_non_persistent=True)
-    await service.security.authorize_reader(principal, topic)
+    await service.security.authorize_lookup(principal, topic)
     return topic
 
 
