@@ -73,6 +73,7 @@ from magnetar.broker.ownership import (
     tcp_probe,
 )
 from magnetar.broker.policies import PolicyError, PolicyStore, PublishGate
+from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.security import build_security
 from magnetar.broker.settings import BrokerSettings
 from magnetar.broker.topic_policy_watch import TopicPolicyWatch
@@ -102,6 +103,8 @@ class BrokerService:
         self.policies = PolicyStore(metadata, last_known_max=settings.policies_last_known_max)
         self.clock = clock or SystemClock()
         self.security = build_security(settings, self.policies, self.clock)
+        self.schemas = SchemaRegistry(metadata, settings.schema_limits(), self.clock.time_ms)
+        """Topic schemas (:mod:`.schemas`), for the binary protocol and the admin API."""
         self.rng = rng or random.Random()
         self.topics: dict[str, PersistentTopic] = {}
         self.non_persistent = NonPersistentTopics(self.clock, settings.non_persistent_topics_max)

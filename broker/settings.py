@@ -53,6 +53,7 @@ from magnetar.broker.protocols.pulsar_binary.framing import (
     CHUNKED_MESSAGE_BYTES_MAX_DEFAULT,
     MAX_MESSAGE_SIZE_DEFAULT,
 )
+from magnetar.broker.schemas import SchemaSettings
 from magnetar.broker.security import SecuritySettings
 from magnetar.broker.topic_policy_settings import TopicPolicyDefaults
 from magnetar.broker.wire import (
@@ -112,6 +113,7 @@ class BrokerSettings(
     QuorumSettings,
     HttpListenSettings,
     AdvertisedAddressSettings,
+    SchemaSettings,
 ):
     model_config = SettingsConfigDict(
         env_prefix="MAGNETAR_", env_nested_delimiter="__", frozen=True, extra="forbid"

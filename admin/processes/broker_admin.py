@@ -289,6 +289,7 @@ class BrokerAdmin:
             bundles=BrokerBundleHost(service),
             security=service.security,
             non_persistent=LoadedNonPersistentTopics(service),
+            schema_registry=service.schemas,
         )
         register_admin_routes(router, self.context)
         register_storage_metrics(service.metrics, service.ml_factory, self.retention, self.settings.cluster)

@@ -16,6 +16,7 @@ from magnetar.admin.rest import (
     partitioned_stats,
     permissions,
     range_read,
+    schema_routes,
     subscriptions,
     topic_metadata,
     topics,
@@ -41,6 +42,7 @@ def admin_endpoints(*, with_topics: bool = False, with_bundles: bool = False) ->
         *permissions.endpoints(),
         *topic_metadata.endpoints(),
         *non_persistent.endpoints(),
+        *schema_routes.endpoints(),
     ]
     if with_topics:
         endpoints += [

@@ -73,6 +73,7 @@ TOPIC_PREFIX = "/admin/v2/persistent/{tenant}/{namespace}"
 NON_PERSISTENT_PREFIX = "/admin/v2/non-persistent/{tenant}/{namespace}"
 T = TOPIC_PREFIX + "/{topic}"
 SUB = T + "/subscription/{subscription}"
+SCHEMA = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 _NS_POLICIES = ("retention", "messageTTL", "backlogQuota", "backlogQuotaMap", *(s.ns_path for s in CATALOGUE))
 _TOPIC_POLICIES = (
     "retention",
@@ -164,6 +165,13 @@ def _rules() -> dict[tuple[str, str], Access]:
         ("POST", f"{SUB}/resetcursor"): topic(TN.RESET_CURSOR),
         ("POST", f"{SUB}/resetcursor/{{timestamp}}"): topic(TN.RESET_CURSOR),
         ("GET", f"{SUB}/position/{{n}}"): topic(TN.PEEK_MESSAGES),
+        ("GET", f"{SCHEMA}/schema"): topic(TN.GET_METADATA),
+        ("GET", f"{SCHEMA}/schema/{{version}}"): topic(TN.GET_METADATA),
+        ("GET", f"{SCHEMA}/schemas"): topic(TN.GET_METADATA),
+        ("POST", f"{SCHEMA}/version"): topic(TN.GET_METADATA),
+        ("POST", f"{SCHEMA}/schema"): TENANT_ADMIN,
+        ("DELETE", f"{SCHEMA}/schema"): TENANT_ADMIN,
+        ("POST", f"{SCHEMA}/compatibility"): TENANT_ADMIN,
     }
     for name in _NS_POLICIES:
         rules[("GET", f"{NS}/{name}")] = namespace(NO.GET_POLICIES)

@@ -18,7 +18,9 @@ from pydantic import ConfigDict, Field
 from magnetar.admin.rest.bundle_host import BundleHost
 from magnetar.admin.rest.topic_host import TopicHost
 from magnetar.bookkeeper.metadata import MetadataStore
+from magnetar.bookkeeper.runtime import SystemClock
 from magnetar.broker.policies import PolicyStore
+from magnetar.broker.schemas import SchemaRegistry, SchemaSettings
 from magnetar.broker.security import BrokerSecurity
 from magnetar.broker.settings import NamespaceDefaultsSettings
 from magnetar.broker.wire import NamespaceName, TopicName
@@ -176,7 +178,14 @@ class AdminContext:
     """Authentication, authorization and rate limits (:mod:`.access`); None: every call is allowed."""
     non_persistent: NonPersistentDirectory = field(default_factory=NoNonPersistentTopics)
     """The non-persistent topics the ``non-persistent`` routes answer (a broker's loaded ones)."""
+    schema_registry: SchemaRegistry | None = None
+    """The broker's schema registry; without one (an admin process without a broker) one with the default
+    schema settings over the same metadata store."""
     policies: PolicyStore = field(init=False)
+    schemas: SchemaRegistry = field(init=False)
 
     def __post_init__(self) -> None:
         self.policies = PolicyStore(self.metadata)
+        self.schemas = self.schema_registry or SchemaRegistry(
+            self.metadata, SchemaSettings().schema_limits(), SystemClock().time_ms
+        )

@@ -168,6 +168,9 @@ class Producer:
         """Pulsar's name of its access mode (:mod:`.producer_access`), set when the topic admits it."""
         self.topic_epoch: int | None = None
         """The topic epoch it was admitted with (exclusive modes only)."""
+        self.schema_version = -1
+        """The version of the schema it named in its topic's registry (-1: none), set by the adapter; its
+        messages carry it."""
         self.throttle: PublishThrottle | None = None
         """Its topic's publish rate (set by the topic; None: none)."""
         self.dedup: DedupState | None = None

@@ -42,6 +42,11 @@ class RequestOwner(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def schema_version(self) -> int:
+        """The version of the producer's schema, written into its compact entries (-1: none)."""
+        ...
+
     def on_stored(
         self, request: PublishRequest, ledger_id: int, entry_id: int, first_index: int, batch_size: int
     ) -> None: ...
@@ -194,7 +199,14 @@ class CompactLayout:
     ) -> tuple[bytes, bool]:
         first = group[0]
         bodies = cast("list[bytes | memoryview]", [request.content for request in group])
-        data = encode_compact_batch(first.producer.name, first.sequence_id, publish_time_ms, messages, bodies)
+        data = encode_compact_batch(
+            first.producer.name,
+            first.sequence_id,
+            publish_time_ms,
+            messages,
+            bodies,
+            schema_version=first.producer.schema_version,
+        )
         return data, True
 
 
@@ -227,7 +239,14 @@ class DelayedLayout:
             body = cast("bytes | memoryview", request.content)
             name = request.producer.name
             data = encode_compact_batch(
-                name, request.sequence_id, publish_time_ms, messages, (body,), self.deliver_at_ms, self.chunk
+                name,
+                request.sequence_id,
+                publish_time_ms,
+                messages,
+                (body,),
+                self.deliver_at_ms,
+                self.chunk,
+                request.producer.schema_version,
             )
             return data, True
         fields = cast("MessageFields", request.content)

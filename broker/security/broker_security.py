@@ -184,6 +184,10 @@ class BrokerSecurity:
     async def authorize_reader(self, principal: Principal, topic: TopicName) -> None:
         await self._authorize_session(principal, topic, TopicOperation.CONSUME, None)
 
+    async def authorize_lookup(self, principal: Principal, topic: TopicName) -> None:
+        """What a produce or a consume permission allows (Pulsar's ``lookup``): reading a topic's schema."""
+        await self._authorize_session(principal, topic, TopicOperation.LOOKUP, None)
+
     async def authorize_namespace_topics(self, principal: Principal, namespace: NamespaceName) -> None:
         """Listing a namespace's topics over the binary protocol (pattern consumers): ``consume`` on the
         namespace, as Pulsar's broker checks it."""

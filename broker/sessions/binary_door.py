@@ -96,11 +96,18 @@ from magnetar.broker.protocols.pulsar_binary.framing import (
     encode_frame,
 )
 from magnetar.broker.protocols.pulsar_binary.protobuf import ProtobufError
+from magnetar.broker.protocols.pulsar_binary.schema_commands import GetOrCreateSchema, GetSchema
 from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics
 from magnetar.broker.sessions import binary_consumers
 from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerRequests
 from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
 from magnetar.broker.sessions.binary_relay import BinaryRelay, RelayRefused, RelayTarget, broker_address
+from magnetar.broker.sessions.binary_schemas import (
+    SchemaRefusal,
+    answer_get_or_create_schema,
+    answer_get_schema,
+    consumer_schema,
+)
 from magnetar.broker.sessions.binary_topics import answer_get_topics
 from magnetar.broker.wire import (
     InvalidTopicNameError,
@@ -455,9 +462,8 @@ class BinaryFrontDoor:
             await binary_consumers.seek(conn.consumers, command, conn.send)
         elif isinstance(command, AuthResponse):
             self._auth_response(conn, command)
-        elif isinstance(command, GetTopics):
-            assert conn.principal is not None
-            conn.send(await answer_get_topics(self._service, conn.principal, command))
+        elif isinstance(command, GetTopics | GetSchema | GetOrCreateSchema):
+            conn.send(await self._query(conn.principal, command))
         else:
             assert isinstance(command, UnsupportedCommand)
             reason = f"{command.name} is not supported by Magnetar yet"
@@ -465,6 +471,14 @@ class BinaryFrontDoor:
                 conn.send(encode_error(NO_REQUEST, ServerError.NotAllowedError, reason))
                 raise _Closed(reason)
             conn.send(encode_error(command.request_id, ServerError.NotAllowedError, reason))
+
+    async def _query(self, principal: Principal, command: GetTopics | GetSchema | GetOrCreateSchema) -> bytes:
+        """The answer to a request about topics or schemas (no handle is created)."""
+        if isinstance(command, GetTopics):
+            return await answer_get_topics(self._service, principal, command)
+        if isinstance(command, GetSchema):
+            return await answer_get_schema(self._service, principal, command)
+        return await answer_get_or_create_schema(self._service, principal, command)
 
     def _connect(self, conn: _Connection, command: Connect, *, answer: bool = True) -> None:
         """Authenticate the CONNECT; ``answer``: reply CONNECTED (a relayed connection's owner replies)."""
@@ -691,6 +705,7 @@ class BinaryFrontDoor:
                     ServerError.NotAllowedError, "subscribe to each partition of a partitioned topic"
                 )
             topic = await self._service.serve_topic(topic_name, create=command.force_topic_creation)
+            await consumer_schema(self._service, topic_name, command.schema, topic)
             name = command.consumer_name or "consumer"
 
             def make() -> Consumer:
@@ -721,7 +736,7 @@ class BinaryFrontDoor:
                     durable=command.durable,
                     start_earliest=command.initial_earliest,
                 )
-        except _Refusal as exc:
+        except (_Refusal, SchemaRefusal) as exc:
             sink.close()  # its hooks on the connection's outbound queue go with it
             conn.send(encode_error(command.request_id, exc.error, exc.message))
             return

@@ -9,7 +9,8 @@ refusal). A WaitForExclusive producer that finds the topic taken is told so (PRO
 on serving its other producers and consumers; the task ends with a second PRODUCER_SUCCESS (same request id,
 ready) or an ERROR, and is cancelled by a CLOSE_PRODUCER for that id or by the connection's end (the
 producer then leaves the line). A name already connected to the topic is ``ProducerBusy``, as Pulsar's.
-Schemas are not stored yet: a producer that names one is served, and its bytes are published as they are.
+A producer's schema goes to the topic's schema registry before the producer is created
+(:mod:`.binary_schemas`); its version is answered in PRODUCER_SUCCESS.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from magnetar.broker.protocols.pulsar_binary.encoders import (
     encode_producer_success,
 )
 from magnetar.broker.protocols.pulsar_binary.errors import server_error_of
+from magnetar.broker.protocols.pulsar_binary.schema_commands import decode_version
+from magnetar.broker.sessions.binary_schemas import SchemaRefusal, producer_schema
 from magnetar.broker.wire import InvalidTopicNameError, TopicName
 
 if TYPE_CHECKING:
@@ -62,6 +65,8 @@ class ProducerHandle:
     topic_name: TopicName
     producer: Producer
     topic: object
+    schema_version: bytes | None = None
+    """The producer's schema version (8 bytes), when it named a schema."""
 
 
 class ProducerSide(Protocol):
@@ -95,7 +100,15 @@ class ProducerRequests:
             producer = existing.producer
             epoch = producer.topic_epoch
             last = _last_sequence_id(producer)
-            conn.send(encode_producer_success(command.request_id, producer.name, last, topic_epoch=epoch))
+            conn.send(
+                encode_producer_success(
+                    command.request_id,
+                    producer.name,
+                    last,
+                    topic_epoch=epoch,
+                    schema_version=existing.schema_version,
+                )
+            )
             return True
         if command.producer_id in conn.pending_producers:
             message = "Producer is already present on the connection"
@@ -143,6 +156,7 @@ class ProducerRequests:
             assert conn.principal is not None
             await service.security.authorize_producer(conn.principal, topic_name)
             topic = await service.serve_topic(topic_name)
+            schema_version = await producer_schema(service, topic_name, command.schema)
             name = command.producer_name or service.next_producer_name()
             capacity = Capacity(service.settings.producer_pending_messages_max)
 
@@ -157,6 +171,9 @@ class ProducerRequests:
             producer = await topic.wait_for_producer(
                 name, make, access=access, topic_epoch=command.topic_epoch, queued=queued
             )
+        except SchemaRefusal as exc:
+            conn.send(encode_error(request_id, exc.error, exc.message))
+            return
         except ProducerFencedError as exc:
             conn.send(encode_error(request_id, ServerError.ProducerFenced, str(exc)))
             return
@@ -168,6 +185,8 @@ class ProducerRequests:
             return
         producer.address = conn.address
         producer.client_version = "pulsar-binary"
+        if schema_version is not None:
+            producer.schema_version = decode_version(schema_version)
         producer_id = command.producer_id
 
         def going_away(reason: str) -> None:
@@ -176,9 +195,13 @@ class ProducerRequests:
                 conn.send(encode_close_producer(producer_id))
 
         producer.disconnect = going_away
-        conn.producers[producer_id] = ProducerHandle(topic_name, producer, topic)
+        conn.producers[producer_id] = ProducerHandle(topic_name, producer, topic, schema_version)
         last = _last_sequence_id(producer)
-        conn.send(encode_producer_success(request_id, name, last, topic_epoch=producer.topic_epoch))
+        conn.send(
+            encode_producer_success(
+                request_id, name, last, topic_epoch=producer.topic_epoch, schema_version=schema_version
+            )
+        )
 
     @staticmethod
     def close_waiting(conn: ProducerSide, producer_id: int) -> None:

@@ -10,6 +10,7 @@ from typing import Protocol
 from magnetar.broker.core import NonPersistentTopic, PersistentTopic
 from magnetar.broker.owner_proxy.host import ProxyHost, ProxyHostSettings
 from magnetar.broker.policies import PublishGate
+from magnetar.broker.schemas import SchemaRegistry
 from magnetar.broker.security import BrokerSecurity
 from magnetar.broker.wire import NamespaceName, TopicName
 
@@ -40,6 +41,8 @@ class SessionHost(ProxyHost, Protocol):
     def settings(self) -> SessionSettings: ...
     @property
     def security(self) -> BrokerSecurity: ...
+    @property
+    def schemas(self) -> SchemaRegistry: ...
     @property
     def publish_gate(self) -> PublishGate | None:
         """Backlog-quota admission, when the composition root set one."""

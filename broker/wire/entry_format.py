@@ -40,12 +40,17 @@ and an ``i64`` deliver-at time (epoch milliseconds, >= 0) right after the fixed 
                | ... (the rest as the kind says)
 
 Every entry written before has bit 7 clear and decodes unchanged; :attr:`DecodedEntry.deliver_at_ms` is 0
-for it (and for every entry without a delay). Other bits of the kind byte stay refused.
+for it (and for every entry without a delay).
+
+**Schema versions.** The messages of a producer that named a schema (Pulsar's ``schema_version``, one per
+producer, so one per entry) are written with bit 6 of the kind byte set (:data:`SCHEMA_FLAG`) and an ``i64``
+version (>= 0) after the fixed head and the deliver-at time if any; every message decoded from it carries
+that version (:attr:`StoredMessage.schema_version`, -1 without). Other bits of the kind byte stay refused.
 
 **Chunk entries.** A message larger than the broker's maximum message size reaches it as chunks (Pulsar's
 chunking: each chunk a SEND of its own, the client reassembles). Each chunk is a compact entry of one message
-with bit 6 of its kind byte set (:data:`CHUNK_FLAG`) and a chunk head after the fixed head (and after the
-deliver-at time of a delayed entry), before the name table::
+with bit 5 of its kind byte set (:data:`CHUNK_FLAG`) and a chunk head after the fixed head (and after the
+deliver-at time and the schema version, when the entry has them), before the name table::
 
     chunk := chunk_id u32 | num_chunks u32 | total_size u32 | uuid_len u16 | uuid (UTF-8)
 
@@ -82,6 +87,8 @@ KIND_BATCH = 2
 KIND_COMPACT = 3
 DELAYED_FLAG = 0x80
 """Bit of the kind byte: a deliver-at time follows the fixed head (see the module docstring)."""
+SCHEMA_FLAG = 0x40
+"""Bit of the kind byte: the producer's schema version follows (after the deliver-at time, if any)."""
 _KINDS = (KIND_SINGLE, KIND_BATCH, KIND_COMPACT)
 
 PRODUCER_NAME_BYTES_MAX = 1024
@@ -94,8 +101,9 @@ PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
 """One message's payload; the broker's own limit (Pulsar's ``maxMessageSize``, 5 MiB) is far below."""
 BATCH_MESSAGES_MAX = 65535
 PRODUCERS_PER_ENTRY_MAX = 65535
-CHUNK_FLAG = 0x40
-"""Bit of the kind byte: a chunk head follows the fixed head (and the deliver-at time, if any)."""
+CHUNK_FLAG = 0x20
+"""Bit of the kind byte: a chunk head follows the fixed head (and the deliver-at time and the schema version,
+if any)."""
 CHUNK_UUID_BYTES_MAX = 2048
 """A chunk's uuid, in UTF-8 bytes (Pulsar's clients write ``<producer name>-<sequence id>``)."""
 CHUNKS_MAX = 2**31 - 1
@@ -173,6 +181,8 @@ class StoredMessage(NamedTuple):
     """Read-only; a decoded message has a dict of its own."""
     chunk: ChunkInfo | None = None
     """Set when the message is one chunk of a larger message (a chunk entry: see the module docstring)."""
+    schema_version: int = -1
+    """The version of its producer's schema (-1: none); see the module docstring."""
 
 
 _new_message = tuple.__new__
@@ -337,11 +347,13 @@ def encode_compact_batch(
     bodies: Sequence[bytes | memoryview],
     deliver_at_ms: int = 0,
     chunk: ChunkInfo | None = None,
+    schema_version: int = -1,
 ) -> bytes:
     """A compact batch entry (``kind = 3``) of ``count`` messages whose bytes - compact messages, validated by
     :func:`check_compact_messages` - are ``bodies`` joined, with consecutive sequence ids from
-    ``first_sequence_id``; delayed until ``deliver_at_ms`` when it is not 0; a chunk entry (one message,
-    checked by :func:`check_chunk` before) when ``chunk`` is given."""
+    ``first_sequence_id``; delayed until ``deliver_at_ms`` when it is not 0, with the producer's
+    ``schema_version`` when it is not -1; a chunk entry (one message, checked by :func:`check_chunk` before)
+    when ``chunk`` is given."""
     if not 1 <= count <= BATCH_MESSAGES_MAX:
         raise ValueError(f"an entry holds 1..{BATCH_MESSAGES_MAX} messages, got {count}")
     _check_int64("sequence_id", first_sequence_id + count)
@@ -350,6 +362,9 @@ def encode_compact_batch(
     head = _HEAD.pack(MAGIC, VERSION, KIND_COMPACT, 1)
     if deliver_at_ms:
         head = _delayed_head(head, deliver_at_ms)
+    if schema_version >= 0:
+        _check_int64("schema_version", schema_version)
+        head = head[:3] + bytes((head[3] | SCHEMA_FLAG,)) + head[4:] + _I64.pack(schema_version)
     if chunk is not None:
         if count != 1:
             raise ValueError("a chunk entry holds one message")
@@ -368,6 +383,7 @@ def compact_entry_bytes(
     size = _HEAD.size + 2 + len(producer_name.encode("utf-8", "surrogatepass")) + 4 + COMPACT_HEAD.size
     if delayed:
         size += _I64.size
+    size += _I64.size  # a schema version, when the producer has one (counted always: an upper bound)
     if chunk is not None:
         size += CHUNK_HEAD.size + len(chunk.uuid.encode("utf-8", "surrogatepass"))
     return size + body_bytes
@@ -460,10 +476,10 @@ class _Reader:
             raise CorruptEntryError(f"{what} is not valid UTF-8") from None
 
 
-def _read_head(reader: _Reader) -> tuple[int, list[str], int, int, ChunkInfo | None]:
-    """The kind (without :data:`DELAYED_FLAG` and :data:`CHUNK_FLAG`), producer names, message count,
-    deliver-at time (0: none) and chunk (None: not a chunk entry) of an entry, leaving ``reader`` at its
-    first message."""
+def _read_head(reader: _Reader) -> tuple[int, list[str], int, int, int, ChunkInfo | None]:
+    """The kind (without :data:`DELAYED_FLAG`, :data:`SCHEMA_FLAG` and :data:`CHUNK_FLAG`), producer names,
+    message count, deliver-at time (0: none), schema version (-1: none) and chunk (None: not a chunk entry)
+    of an entry, leaving ``reader`` at its first message."""
     magic, version, kind, name_count = reader.unpack(_HEAD)
     if magic != MAGIC:
         raise CorruptEntryError("not a Magnetar entry (bad magic)")
@@ -475,6 +491,12 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int, int, ChunkInfo | N
         (deliver_at_ms,) = reader.unpack(_I64)
         if deliver_at_ms <= 0:
             raise CorruptEntryError(f"deliver-at time {deliver_at_ms} is not after the epoch")
+    schema_version = -1
+    if kind & SCHEMA_FLAG:
+        kind &= ~SCHEMA_FLAG
+        (schema_version,) = reader.unpack(_I64)
+        if schema_version < 0:
+            raise CorruptEntryError(f"schema version {schema_version} is negative")
     chunk = None
     if kind & CHUNK_FLAG:
         kind &= ~CHUNK_FLAG
@@ -501,7 +523,7 @@ def _read_head(reader: _Reader) -> tuple[int, list[str], int, int, ChunkInfo | N
     )
     if fixed > len(reader.data) - reader.pos:
         raise CorruptEntryError(f"entry too short for {count} messages")
-    return kind, names, count, deliver_at_ms, chunk
+    return kind, names, count, deliver_at_ms, schema_version, chunk
 
 
 def _read_chunk(reader: _Reader) -> ChunkInfo:
@@ -540,7 +562,9 @@ def _read_properties(data: bytes | memoryview, pos: int, count: int) -> tuple[di
     return properties, pos
 
 
-def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[str]) -> list[StoredMessage]:
+def _read_messages(
+    data: bytes | memoryview, pos: int, count: int, names: list[str], schema_version: int
+) -> list[StoredMessage]:
     """The ``count`` messages from ``pos`` on, to exactly the end of ``data`` (one inlined loop: this runs
     for every message a subscription reads)."""
     end = len(data)
@@ -586,6 +610,7 @@ def _read_messages(data: bytes | memoryview, pos: int, count: int, names: list[s
                     key,
                     properties,
                     None,
+                    schema_version,
                 ),
             )
         )
@@ -602,9 +627,9 @@ def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
     third of the decode of a batch of small messages), and each payload is then a slice of ``bytes``."""
     buffer = data if isinstance(data, bytes) else bytes(data)
     reader = _Reader(memoryview(buffer))
-    kind, names, count, deliver_at_ms, chunk = _read_head(reader)
+    kind, names, count, deliver_at_ms, schema, chunk = _read_head(reader)
     if kind == KIND_COMPACT:
-        messages = _read_compact_messages(buffer, reader.pos, count, names[0])
+        messages = _read_compact_messages(buffer, reader.pos, count, names[0], schema)
         if chunk is not None:
             if len(messages[0].payload) > chunk.total_size:
                 raise CorruptEntryError(
@@ -612,10 +637,14 @@ def decode_entry(data: bytes | bytearray | memoryview) -> DecodedEntry:
                 )
             messages[0] = messages[0]._replace(chunk=chunk)
         return DecodedEntry(True, messages, deliver_at_ms)
-    return DecodedEntry(kind == KIND_BATCH, _read_messages(buffer, reader.pos, count, names), deliver_at_ms)
+    return DecodedEntry(
+        kind == KIND_BATCH, _read_messages(buffer, reader.pos, count, names, schema), deliver_at_ms
+    )
 
 
-def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name: str) -> list[StoredMessage]:
+def _read_compact_messages(
+    data: bytes | memoryview, pos: int, count: int, name: str, schema_version: int
+) -> list[StoredMessage]:
     """A compact batch's messages, from its sequence and publish time at ``pos`` to exactly the end."""
     sequence_id, publish = COMPACT_HEAD.unpack_from(data, pos)
     pos += COMPACT_HEAD.size
@@ -655,6 +684,7 @@ def _read_compact_messages(data: bytes | memoryview, pos: int, count: int, name:
                     key,
                     properties,
                     None,
+                    schema_version,
                 ),
             )
         )

@@ -38,6 +38,8 @@ SUB = T + "/subscription/{subscription}"
 RETENTION = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
 QUOTA = {"limitSize": 1024 * 1024, "limitTime": -1, "policy": "producer_request_hold"}
 TENANT = {"adminRoles": ["someone"], "allowedClusters": ["standalone"]}
+SCHEMA = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
+STRING_SCHEMA = {"type": "STRING", "schema": "", "properties": {}}
 
 
 @dataclass
@@ -156,6 +158,13 @@ CASES: dict[tuple[str, str], Case] = {
     ("POST", f"{SUB}/resetcursor"): Case(body={"ledgerId": -1, "entryId": -1}),
     ("GET", f"{SUB}/position/{{n}}"): Case(),
     ("GET", f"{T}/entries"): Case(),
+    ("GET", f"{SCHEMA}/schema"): Case(),
+    ("GET", f"{SCHEMA}/schema/{{version}}"): Case({"version": "0"}),
+    ("GET", f"{SCHEMA}/schemas"): Case(),
+    ("POST", f"{SCHEMA}/schema"): Case(body=STRING_SCHEMA),
+    ("DELETE", f"{SCHEMA}/schema"): Case({"topic": "doomed-topic"}),
+    ("POST", f"{SCHEMA}/compatibility"): Case(body=STRING_SCHEMA),
+    ("POST", f"{SCHEMA}/version"): Case(body=STRING_SCHEMA),
 }
 
 # The namespace and topic limit policies: their routes come from one table (the policy catalogue), and so do
@@ -300,6 +309,7 @@ def set_up(admin: Admin) -> dict[str, str]:
     for subscription in ("sub", "doomed-sub"):
         admin.ok("PUT", f"/admin/v2/persistent/acme/ns/orders/subscription/{subscription}", json="earliest")
     admin.ok("POST", "/admin/v2/persistent/acme/ns/orders/permissions/matrix-role", json=["consume"])
+    admin.ok("POST", "/admin/v2/schemas/acme/ns/orders/schema", json=STRING_SCHEMA)
     token = admin.keys.token(PRODUCER)
     producer = websocket.create_connection(
         f"{admin.broker.ws_url}/ws/v2/producer/persistent/acme/ns/orders",

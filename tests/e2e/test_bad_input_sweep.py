@@ -42,6 +42,7 @@ VALID = {
     "broker": "127.0.0.1:8080",
     "name": "maxProducersPerTopic",
     "value": "1",
+    "version": "0",
 }
 NAMES = (
     "cluster",

@@ -12,8 +12,8 @@ alone; the protocol-neutral core (``broker.core``) imports the wire formats and 
 protocol adapter, a frame codec or the rest of the broker; the adapters (``broker.protocols``) sit on the
 core, the wire formats and their shared helpers only, never the rest of the broker; the session front door
 (``broker.sessions``) and the owner proxy (``broker.owner_proxy``) use the adapters; the broker's rooms
-(ownership, security, policies, metrics) sit below them; the composition root at the broker's top (service,
-settings, HTTP app) composes them all and no room imports it. No two folders import each other.
+(ownership, security, policies, schemas, metrics) sit below them; the composition root at the broker's top
+(service, settings, HTTP app) composes them all and no room imports it. No two folders import each other.
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ ALLOWED: dict[str, set[str]] = {
     # (service, settings, HTTP app): the service satisfies the hosts' protocols (sessions.host,
     # owner_proxy.host, ownership.lookup) instead
     "magnetar.broker.policies": {"magnetar.bookkeeper.metadata", "magnetar.broker.wire"},
+    "magnetar.broker.schemas": {"magnetar.bookkeeper.metadata", "magnetar.broker.wire"},
     "magnetar.broker.metrics": {"magnetar.broker.core"},
     "magnetar.broker.security": {
         "magnetar.bookkeeper.runtime",
@@ -130,6 +131,7 @@ ALLOWED: dict[str, set[str]] = {
         "magnetar.broker.wire",
         "magnetar.broker.protocols",
         "magnetar.broker.policies",
+        "magnetar.broker.schemas",
         "magnetar.broker.security",
         "magnetar.broker.owner_proxy",
     },

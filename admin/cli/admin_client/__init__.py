@@ -1,8 +1,8 @@
 """``magnetar admin``: a command-line client of the admin REST API, mirroring ``pulsar-admin``.
 
 ``magnetar admin [--admin-url URL] [--output json|table] GROUP VERB ...`` with the groups ``clusters``,
-``brokers``, ``tenants``, ``namespaces``, ``topics`` and ``subscriptions`` (the admin REST API of a broker),
-and ``bookies`` (a bookie's REST API, :mod:`.bookies`). Answers are printed as JSON (or a
+``brokers``, ``tenants``, ``namespaces``, ``topics``, ``subscriptions`` and ``schemas`` (the admin REST API
+of a broker), and ``bookies`` (a bookie's REST API, :mod:`.bookies`). Answers are printed as JSON (or a
 table); a refused request prints ``error: <status> <server's reason>`` on stderr and exits 1; a bad argument
 exits 2. ``--auth-token`` (``token:<jwt>``, ``file:///path`` or the bare token; env ``MAGNETAR_AUTH_TOKEN``)
 authenticates every request; ``--tls-trust-certs-file`` (env ``MAGNETAR_TLS_TRUST_CERTS_FILE``) names the CA
@@ -22,6 +22,7 @@ from magnetar.admin.cli.admin_client.bookies import BOOKIES
 from magnetar.admin.cli.admin_client.client import DEFAULT_ADMIN_URL, AdminApiError, AdminClient
 from magnetar.admin.cli.admin_client.output import render
 from magnetar.admin.cli.admin_client.policy_verbs import namespace_policy_verbs, topic_policy_verbs
+from magnetar.admin.cli.admin_client.schemas import SCHEMAS
 from magnetar.admin.cli.admin_client.tenancy import BROKERS, CLUSTERS, NAMESPACES, TENANTS
 from magnetar.admin.cli.admin_client.topics import SUBSCRIPTIONS, TOPICS
 from magnetar.admin.cli.admin_client.verbs import UsageError, add_group
@@ -36,6 +37,7 @@ GROUPS = [
     ("namespaces", "manage namespaces and their policies", [*NAMESPACES, *namespace_policy_verbs()]),
     ("topics", "manage topics, their subscriptions and policies", [*TOPICS, *topic_policy_verbs()]),
     ("subscriptions", "manage subscriptions", SUBSCRIPTIONS),
+    ("schemas", "manage topic schemas", SCHEMAS),
     ("bookies", "bookies and AutoRecovery, through a bookie's REST API (--bookie-url)", BOOKIES),
 ]
 

@@ -101,7 +101,7 @@ class BinaryFrames(OutboundFrames):
         taken = 0
         for delivery in deliveries:
             message = delivery.message
-            payload, _, _, publish_ms, event_ms, key, properties, _ = message
+            payload, _, _, publish_ms, event_ms, key, properties, _, _ = message
             count = redelivery_counts[taken] if redelivery_counts is not None else 0
             if key is None and not properties:
                 record = (

@@ -30,6 +30,14 @@ from magnetar.broker.protocols.pulsar_binary.protobuf import (
     ProtobufError,
     parse_message,
 )
+from magnetar.broker.protocols.pulsar_binary.schema_commands import (
+    GetOrCreateSchema,
+    GetSchema,
+    WireSchema,
+    decode_get_or_create_schema,
+    decode_get_schema,
+    optional_schema,
+)
 from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics, decode_get_topics
 
 PROTOCOL_VERSION_MAX = 21
@@ -200,7 +208,7 @@ class CreateProducer:
     producer_name: str | None
     epoch: int
     access_mode: int
-    has_schema: bool
+    schema: WireSchema | None
     topic_epoch: int | None = None
     """The epoch an exclusive producer was given before (a reconnect), as sent: any uint64."""
 
@@ -237,6 +245,7 @@ class Subscribe:
     """``KeySharedMeta.hashRanges`` as sent (signed; at most :data:`HASH_RANGES_DECODED_MAX`, one more
     stands for "too many"): whether they are valid is the broker core's question."""
     allow_out_of_order: bool = False
+    schema: WireSchema | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +336,8 @@ Command = (
     | GetTopics
     | Seek
     | GetLastMessageId
+    | GetSchema
+    | GetOrCreateSchema
     | UnsupportedCommand
 )
 
@@ -357,8 +368,6 @@ def _request_id_of(sub: Fields, kind: CommandType) -> int | None:
     number = {
         CommandType.SEEK: 2,
         CommandType.GET_LAST_MESSAGE_ID: 2,
-        CommandType.GET_SCHEMA: 1,
-        CommandType.GET_OR_CREATE_SCHEMA: 1,
         CommandType.CONSUMER_STATS: 1,
         CommandType.NEW_TXN: 1,
         CommandType.ADD_PARTITION_TO_TXN: 1,
@@ -423,7 +432,7 @@ def _producer(f: Fields) -> CreateProducer:
         producer_name=f.optional_string(4),
         epoch=f.uint(8),
         access_mode=f.uint(10),
-        has_schema=f.has(7),
+        schema=optional_schema(f, 7),
         topic_epoch=f.uint(11) if f.has(11) else None,
     )
 
@@ -470,6 +479,7 @@ def _subscribe(f: Fields) -> Subscribe:
         read_compacted=f.boolean(11),
         force_topic_creation=f.boolean(15, True),
         **_key_shared_meta(f.message(17, "KeySharedMeta")),
+        schema=optional_schema(f, 12),
     )
 
 
@@ -562,4 +572,6 @@ _DECODERS: dict[CommandType, Callable[[Fields], Command]] = {
     CommandType.GET_TOPICS_OF_NAMESPACE: decode_get_topics,
     CommandType.SEEK: decode_seek,
     CommandType.GET_LAST_MESSAGE_ID: decode_get_last_message_id,
+    CommandType.GET_SCHEMA: decode_get_schema,
+    CommandType.GET_OR_CREATE_SCHEMA: decode_get_or_create_schema,
 }

@@ -225,6 +225,7 @@ class ConsumerDeliveries:
             first.publish_time_ms,
             num_messages_in_batch=len(singles),
             deliver_at_time_ms=first_delivery.deliver_at_ms or None,  # one entry: one time
+            schema_version=first.schema_version,
         )
         ledger_id, entry_id = group.entry
         command = encode_message_command(
@@ -245,6 +246,7 @@ class ConsumerDeliveries:
             message.event_time_ms,
             deliver_at_time_ms=delivery.deliver_at_ms or None,
             chunk=message.chunk,
+            schema_version=message.schema_version,
         )
         command = encode_message_command(
             self.consumer_id, delivery.ledger_id, delivery.entry_id, partition, redelivery_count

@@ -117,10 +117,14 @@ def encode_producer_success(
     *,
     topic_epoch: int | None = None,
     ready: bool = True,
+    schema_version: bytes | None = None,
 ) -> bytes:
     """PRODUCER_SUCCESS; ``ready`` False tells a WaitForExclusive producer it is queued (a second one,
-    ready, follows when it gets the topic); ``topic_epoch`` for the exclusive modes."""
+    ready, follows when it gets the topic); ``topic_epoch`` for the exclusive modes; ``schema_version``
+    (8 bytes) when the producer named a schema."""
     w = Writer().uint(1, request_id).string(2, producer_name).sint(3, last_sequence_id)
+    if schema_version is not None:
+        w.data(4, schema_version)
     if topic_epoch is not None:
         w.uint(5, topic_epoch)
     w.boolean(6, ready)

@@ -33,8 +33,10 @@ default of the setting ``chunked_message_bytes_max``."""
 FRAME_PADDING = 10 * 1024
 """What a frame may hold beyond a message of ``maxMessageSize`` (command, metadata)."""
 FRAME_BYTES_MAX_DEFAULT = MAX_MESSAGE_SIZE_DEFAULT + FRAME_PADDING
-COMMAND_BYTES_MAX = 64 * 1024
-"""A command alone (without payload) is small; a larger command size is refused."""
+COMMAND_BYTES_MAX = 64 * 1024 + 1024 * 1024
+"""A command alone (without payload) is small - but PRODUCER, SUBSCRIBE and GET_OR_CREATE_SCHEMA may carry a
+schema, whose data the registry takes up to the metadata store's value size (``schema_data_bytes_max``, at
+most 1 MiB - 8 KiB): a larger command size is refused and ends the connection."""
 
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")

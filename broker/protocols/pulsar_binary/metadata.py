@@ -39,6 +39,11 @@ class MessageMetadata:
     ``total_chunk_msg_size``, ``chunk_id``): what they say, unchecked (missing ones as 0, -1 or "")."""
     encrypted: bool = False
     null_value: bool = False
+    schema_version: int = -1
+    """The producer's schema version, written as field 16 (8 big-endian bytes) when >= 0."""
+
+
+_SCHEMA_VERSION = struct.Struct(">q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,8 @@ def encode_metadata(meta: MessageMetadata) -> bytes:
         w.data(18, meta.ordering_key)
     if meta.deliver_at_time_ms is not None:
         w.sint(19, meta.deliver_at_time_ms)
+    if meta.schema_version >= 0:
+        w.data(16, _SCHEMA_VERSION.pack(meta.schema_version))
     if meta.null_value:
         w.boolean(25, True)
     chunk = meta.chunk

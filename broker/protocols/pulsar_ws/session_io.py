@@ -99,7 +99,7 @@ class JsonFrames(OutboundFrames):
         taken = 0
         for delivery, message_id in zip(deliveries, ids, strict=True):
             # A stored message is a named tuple: its fields in one unpacking, not five attribute lookups.
-            payload, _, _, publish_ms, event_ms, key, properties, _ = delivery.message
+            payload, _, _, publish_ms, event_ms, key, properties, _, _ = delivery.message
             if publish_ms != last_ms:
                 last_ms = publish_ms
                 publish_time = times.format(publish_ms)

@@ -73,12 +73,15 @@ async def test_upgrade_authentication_and_authorization(token_keys: TokenKeys, p
     with pytest.raises(NotAuthorizedError) as forbidden:
         await guard.authorize_producer(principal, TOPIC)
     assert http_status(forbidden.value) == 403
+    with pytest.raises(NotAuthorizedError):
+        await guard.authorize_lookup(principal, TOPIC)  # a topic's schema: produce or consume needed
     assert "'alice' is not authorized to produce" in str(forbidden.value)
     await guard.authorization.grant_namespace_permission(
         NamespaceName("acme", "ns"), "alice", [AuthAction.CONSUME]
     )
     await guard.authorize_consumer(principal, TOPIC, "sub")
     await guard.authorize_reader(principal, TOPIC)
+    await guard.authorize_lookup(principal, TOPIC)
     with pytest.raises(NotAuthorizedError, match="Not authorized"):
         await guard.authorize_producer(principal, TOPIC)
 

@@ -18,6 +18,7 @@ from magnetar.broker.wire.entry_format import (
     COMPACT_NO_KEY,
     KEY_BYTES_MAX,
     PRODUCER_NAME_BYTES_MAX,
+    SCHEMA_FLAG,
     ChunkInfo,
     CorruptEntryError,
     StoredMessage,
@@ -44,6 +45,7 @@ messages = st.builds(
     key=st.none() | short_text,
     properties=st.dictionaries(short_text, short_text, max_size=5),
     chunk=st.none(),
+    schema_version=st.just(-1),  # only compact batches carry a schema version (tested below)
 )
 
 
@@ -293,7 +295,7 @@ def test_every_truncation_of_a_delayed_entry_is_detected() -> None:
             decode_entry(sample[:size])
 
 
-@pytest.mark.parametrize("kind", [0x80, 0x84, 0xA1, 0x81 | 0x20])
+@pytest.mark.parametrize("kind", [0x80, 0x84, 0xA1, 0xC1 | 0x10])  # 0x40: schema version, 0x20: chunk
 def test_unknown_kinds_with_the_delay_bit_are_refused(kind: int) -> None:
     data = bytearray(encode_message(StoredMessage(b"x", "p", 0, 0), deliver_at_ms=5))
     data[3] = kind
@@ -404,3 +406,29 @@ def test_check_chunk(chunk: ChunkInfo, size: int, total_max: int, fault: str | N
     else:
         assert found is not None
         assert fault in found
+
+
+@given(st.integers(0, 2**63 - 1), st.sampled_from([0, 1, 2**63 - 1]))
+def test_compact_batches_carry_their_schema_version(version: int, deliver_at_ms: int) -> None:
+    data = encode_compact_batch("p1", 1, 1000, 2, [COMPACT_BODY], deliver_at_ms, version)
+    decoded = decode_entry(data)
+    assert [m.schema_version for m in decoded.messages] == [version, version]
+    assert decoded.deliver_at_ms == deliver_at_ms
+    assert [m.payload for m in decoded.messages] == [b"hello", b"world"]
+    assert entry_message_count(data) == 2
+
+
+def test_a_negative_stored_schema_version_is_corrupt() -> None:
+    data = bytearray(encode_compact_batch("p1", 1, 1000, 2, [COMPACT_BODY], 0, 5))
+    data[6:14] = (-1).to_bytes(8, "little", signed=True)
+    with pytest.raises(CorruptEntryError, match="schema version"):
+        decode_entry(bytes(data))
+
+
+def test_a_chunk_of_a_producer_with_a_schema_keeps_both() -> None:
+    data = encode_compact_batch("p1", 4, 1000, 1, [compact_message(b"part", "k")], 77, CHUNK, 3)
+    entry = decode_entry(data)
+    assert entry.messages == [StoredMessage(b"part", "p1", 4, 1000, 5, "k", {}, CHUNK, 3)]
+    assert entry.deliver_at_ms == 77
+    assert data[3] & CHUNK_FLAG
+    assert data[3] & SCHEMA_FLAG

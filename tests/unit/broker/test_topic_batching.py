@@ -167,6 +167,7 @@ class BinaryProducer:
     failed: list[int] = field(default_factory=list)
     next_sequence_id: int = 0
     layout: EntryLayout = field(default_factory=CompactLayout)
+    schema_version: int = -1
 
     def run(self, slot: int, count: int) -> PublishRequest:
         payloads = [b"%s%02d" % (self.name.encode()[:2], self.next_sequence_id + i) for i in range(count)]
