@@ -245,8 +245,8 @@ class DelayedLayout:
                 messages,
                 (body,),
                 self.deliver_at_ms,
-                self.chunk,
-                request.producer.schema_version,
+                chunk=self.chunk,
+                schema_version=request.producer.schema_version,
             )
             return data, True
         fields = cast("MessageFields", request.content)

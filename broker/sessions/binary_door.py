@@ -621,7 +621,13 @@ class BinaryFrontDoor:
             if len(send.body) > self._entry_bytes_max - ENTRY_FIELDS_MAX:  # near the bound: the exact size
                 name = handle.producer.name
                 delayed = send.deliver_at_ms > 0
-                size = compact_entry_bytes(len(send.body), name, delayed=delayed, chunk=send.chunk)
+                size = compact_entry_bytes(
+                    len(send.body),
+                    name,
+                    delayed=delayed,
+                    chunk=send.chunk,
+                    versioned=handle.producer.schema_version >= 0,
+                )
             else:
                 size = 0
             if size > self._entry_bytes_max:

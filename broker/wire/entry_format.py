@@ -376,14 +376,15 @@ def encode_compact_batch(
 
 
 def compact_entry_bytes(
-    body_bytes: int, producer_name: str, *, delayed: bool, chunk: ChunkInfo | None
+    body_bytes: int, producer_name: str, *, delayed: bool, chunk: ChunkInfo | None, versioned: bool = False
 ) -> int:
     """The size of the compact entry :func:`encode_compact_batch` makes of ``body_bytes`` bytes of compact
     messages (a publish refused for its size is checked with this before the entry exists)."""
     size = _HEAD.size + 2 + len(producer_name.encode("utf-8", "surrogatepass")) + 4 + COMPACT_HEAD.size
     if delayed:
         size += _I64.size
-    size += _I64.size  # a schema version, when the producer has one (counted always: an upper bound)
+    if versioned:  # the producer's schema version
+        size += _I64.size
     if chunk is not None:
         size += CHUNK_HEAD.size + len(chunk.uuid.encode("utf-8", "surrogatepass"))
     return size + body_bytes

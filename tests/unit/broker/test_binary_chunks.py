@@ -174,15 +174,22 @@ def test_a_standalone_passes_them_to_its_broker(monkeypatch: pytest.MonkeyPatch,
 
 @pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("chunk", [None, ChunkInfo("prödücer-9", 0, 2, 100)])
-def test_the_entry_size_is_known_before_the_entry_exists(delayed: bool, chunk: ChunkInfo | None) -> None:
+@pytest.mark.parametrize("version", [-1, 0, 2**62])
+def test_the_entry_size_is_known_before_the_entry_exists(
+    delayed: bool, chunk: ChunkInfo | None, version: int
+) -> None:
     send = compact_messages(_section(_meta(None, partition_key="k", properties={"a": "b"}), b"payload"))
-    entry = encode_compact_batch("prödücer", 7, 1000, 1, [send.body], 10**12 if delayed else 0, chunk)
-    assert compact_entry_bytes(len(send.body), "prödücer", delayed=delayed, chunk=chunk) == len(entry)
+    deliver_at = 10**12 if delayed else 0
+    entry = encode_compact_batch("prödücer", 7, 1000, 1, [send.body], deliver_at, chunk, version)
+    size = compact_entry_bytes(
+        len(send.body), "prödücer", delayed=delayed, chunk=chunk, versioned=version >= 0
+    )
+    assert size == len(entry)
 
 
 def test_the_entry_fields_bound_holds_the_largest_fields() -> None:
     chunk = ChunkInfo("u" * CHUNK_UUID_BYTES_MAX, 0, 2, 100)
-    largest = compact_entry_bytes(0, "n" * PRODUCER_NAME_BYTES_MAX, delayed=True, chunk=chunk)
+    largest = compact_entry_bytes(0, "n" * PRODUCER_NAME_BYTES_MAX, delayed=True, chunk=chunk, versioned=True)
     assert largest <= ENTRY_FIELDS_MAX
 
 

@@ -24,6 +24,7 @@ def test_the_source_imports_only_the_broker_formats() -> None:
         "magnetar.broker.wire.date_format",  # the wire formats' face loads all of them but the frame codec
         "magnetar.broker.wire.entry_format",
         "magnetar.broker.wire.errors",
+        "magnetar.broker.wire.listeners",  # standard library only
         "magnetar.broker.wire.message_id",
         "magnetar.broker.wire.strict_input",
         "magnetar.broker.wire.topic_name",
