@@ -153,14 +153,18 @@ def test_hostile_key_shared_meta_is_refused_on_its_request(
     assert standalone.is_running()
 
 
-def test_ten_thousand_ranges_exceed_the_command_size(
+def test_ten_thousand_ranges_are_refused_and_a_hundred_thousand_exceed_the_command_size(
     standalone: MagnetarProcess, client: pulsar.Client
 ) -> None:
-    """10,000 IntRanges make a SUBSCRIBE larger than a command may be (64 KiB): the connection ends with an
-    ERROR naming the frame, as for any oversized command; the broker goes on."""
+    """10,000 IntRanges fit a command (64 KiB plus room for a schema) and are refused by the core's bound
+    (ConsumerAssignError, the connection goes on); 120,000 make a SUBSCRIBE larger than a command may be: the
+    connection ends with an ERROR naming the frame, as for any oversized command. The broker goes on."""
     raw = RawClient("127.0.0.1", int(standalone.ready["brokerServicePort"]))
     try:
         kind, error, text = _subscribe_raw(raw, _topic(), 1, 1, [(i, i) for i in range(10_000)])
+        assert (kind, error) == (CommandType.ERROR, ServerError.ConsumerAssignError)
+        assert "Too many hash ranges for KeyShared policy: 10000 (at most 1024)" in text
+        kind, error, text = _subscribe_raw(raw, _topic(), 2, 1, [(i, i) for i in range(120_000)])
     finally:
         raw.close()
     assert (kind, error) == (CommandType.ERROR, ServerError.UnknownError)
