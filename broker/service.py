@@ -655,5 +655,5 @@ class BrokerService:
         self._producer_counter += 1
         return f"{self.settings.cluster}-{self.broker_id}-{self._producer_counter}"
 
-    async def live_broker_native_urls(self) -> frozenset[str]:
+    async def live_broker_native_urls(self) -> dict[str, str]:
         return await self.ownership.live_native_urls()

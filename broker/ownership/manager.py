@@ -22,6 +22,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import trio
 
@@ -163,10 +164,13 @@ class OwnershipManager:
     async def active_brokers(self) -> list[str]:
         return await self._store.get_children(BROKERS_ROOT)
 
-    async def live_native_urls(self) -> frozenset[str]:
+    async def live_native_urls(self) -> dict[str, str]:
         """The binary addresses (``pulsar://``, ``pulsar+ssl://``) the live brokers registered, this one's
-        included: where a relayed binary connection may go."""
-        urls = {self.me.nativeUrl, self.me.nativeUrlTls}
+        included, each with the address a relayed connection to it dials: itself, or for an advertised
+        listener's URL the broker's own (internal) URL of the same kind."""
+        records: list[dict[str, Any]] = [
+            {"nativeUrl": self.me.nativeUrl, "nativeUrlTls": self.me.nativeUrlTls}
+        ]
         for broker in await self.active_brokers():
             result = await self._store.get(f"{BROKERS_ROOT}/{broker}")
             if result is None:
@@ -176,9 +180,16 @@ class OwnershipManager:
             except ValueError:
                 continue
             if isinstance(data, dict):
-                urls.update(str(data.get(key) or "") for key in ("nativeUrl", "nativeUrlTls"))
-        urls.discard("")
-        return frozenset(urls)
+                records.append(data)
+        urls: dict[str, str] = {}
+        for data in records:
+            plain, tls = str(data.get("nativeUrl") or ""), str(data.get("nativeUrlTls") or "")
+            for listener in listeners_from_json(data.get("advertisedListeners")):
+                urls[listener.url] = plain
+                urls[listener.url_tls] = tls
+            urls[plain] = plain
+            urls[tls] = tls
+        return {named: dialled for named, dialled in urls.items() if named and dialled}
 
     async def get_owner(self, namespace: str, bundle: str) -> OwnerInfo | None:
         if self.owns(namespace, bundle):

@@ -21,7 +21,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
@@ -101,7 +101,13 @@ from magnetar.broker.protocols.pulsar_binary.topic_list import GetTopics
 from magnetar.broker.sessions import binary_consumers
 from magnetar.broker.sessions.binary_producers import PendingProducer, ProducerRequests
 from magnetar.broker.sessions.binary_producers import ProducerHandle as _ProducerHandle
-from magnetar.broker.sessions.binary_relay import BinaryRelay, RelayRefused, RelayTarget, broker_address
+from magnetar.broker.sessions.binary_relay import (
+    LIVE_URLS_TTL_S,
+    BinaryRelay,
+    RelayRefused,
+    RelayTarget,
+    broker_address,
+)
 from magnetar.broker.sessions.binary_schemas import (
     SchemaRefusal,
     answer_get_or_create_schema,
@@ -229,6 +235,7 @@ class BinaryFrontDoor:
         self._producers = ProducerRequests(service, self._topic)
         self.connections = 0
         self._relay: BinaryRelay | None = None
+        self._live_urls_read: tuple[float, dict[str, str]] | None = None
 
     async def serve_tls(self, stream: trio.SocketStream) -> None:
         """One client connection to the TLS port: the handshake (bounded), then as :meth:`serve`."""
@@ -366,26 +373,27 @@ class BinaryFrontDoor:
                 except ProtobufError as exc:
                     conn.send(encode_error(NO_REQUEST, ServerError.UnknownError, f"Invalid command: {exc}"))
                     raise _Closed(f"invalid command: {exc}") from None
-                if (
-                    isinstance(command, Connect)
-                    and command.proxy_to_broker_url
-                    and conn.principal is None
-                    and await self._relayed(conn, command, frame, decoder)
-                ):
-                    raise _Closed(f"relayed connection to {command.proxy_to_broker_url} ended")
+                if isinstance(command, Connect) and command.proxy_to_broker_url and conn.principal is None:
+                    outcome = await self._relayed(conn, command, frame, decoder)
+                    if outcome == "relayed":
+                        raise _Closed(f"relayed connection to {command.proxy_to_broker_url} ended")
+                    if outcome == "answered":
+                        continue  # it named one of this broker's listeners: authenticated and answered
                 await self._handle(conn, command, frame)
 
     async def _relayed(
         self, conn: _Connection, command: Connect, frame: Frame, decoder: FrameDecoder
-    ) -> bool:
-        """A CONNECT naming a broker (``proxy_to_broker_url``): False when it names this one (served here),
-        else the client is authenticated here and its connection relayed to that broker until either side
-        ends it (:mod:`.binary_relay`); True once the relay is over."""
+    ) -> Literal["here", "answered", "relayed"]:
+        """A CONNECT naming a broker (``proxy_to_broker_url``): ``here`` when it names this broker's own
+        address (:meth:`_handle` serves it), ``answered`` when it names one of this broker's advertised
+        listeners (found once the client was authenticated: CONNECTED sent here), else the client is
+        authenticated here and its connection relayed to that broker until either side ends it
+        (:mod:`.binary_relay`): ``relayed`` once the relay is over."""
         url = command.proxy_to_broker_url
         assert url is not None
         own = {broker_address(mine) for mine in (self._broker_url(), self._broker_url_tls()) if mine}
         if broker_address(url) in own:
-            return False
+            return "here"
         settings = self._service.settings
         if not settings.binary_proxy_enabled:
             reason = (
@@ -396,7 +404,10 @@ class BinaryFrontDoor:
             raise _Closed(f"CONNECT to relay to {url} refused: binary_proxy_enabled=false")
         self._connect(conn, command, answer=False)  # the client is checked here first, as for itself
         try:
-            target = RelayTarget.among(url, await self._service.live_broker_native_urls())
+            target = RelayTarget.among(url, await self._live_urls())
+            if broker_address(target.url) in own:
+                conn.send(encode_connected(conn.protocol_version, self._max_message_size))
+                return "answered"
             relay = self._relay_of(settings)
             owner = await relay.open(target)
         except (RelayRefused, ServiceError) as exc:
@@ -406,7 +417,15 @@ class BinaryFrontDoor:
         log.info("binary connection %s (role %s) relayed to %s", conn.address, _role(conn), url)
         first = encode_frame(frame.command, frame.rest) + decoder.take_unread()
         await relay.relay(conn.stream, owner, first)
-        return True
+        return "relayed"
+
+    async def _live_urls(self) -> dict[str, str]:
+        """The live brokers' binary addresses (:meth:`SessionHost.live_broker_native_urls`), read again at
+        most every :data:`LIVE_URLS_TTL_S`: relayed connections do not cost metadata reads each."""
+        now = trio.current_time()
+        if self._live_urls_read is None or now - self._live_urls_read[0] > LIVE_URLS_TTL_S:
+            self._live_urls_read = (now, await self._service.live_broker_native_urls())
+        return self._live_urls_read[1]
 
     def _relay_of(self, settings: SessionSettings) -> BinaryRelay:
         if self._relay is None:

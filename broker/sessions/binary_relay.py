@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -37,6 +38,9 @@ log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 64 * 1024
 """The most one copy step reads from a side before writing it to the other."""
+LIVE_URLS_TTL_S = 5.0
+"""How long the live brokers' addresses, once read from the metadata store, serve relayed CONNECTs (a broker
+that joined meanwhile is relayed to at most this much later)."""
 
 
 class RelayRefused(Exception):
@@ -60,17 +64,19 @@ class RelayTarget:
     tls: bool
 
     @classmethod
-    def among(cls, named: str, live_urls: frozenset[str]) -> RelayTarget:
-        """The live broker ``named`` (its URL or its ``host:port``) names; :class:`RelayRefused` for anything
-        else - the relay never dials an address no broker of the cluster registered."""
+    def among(cls, named: str, live_urls: Mapping[str, str]) -> RelayTarget:
+        """The live broker ``named`` (a URL it registered, an advertised listener's included, or its
+        ``host:port``) names, as the address to dial (``live_urls[url]``: the broker's own URL of that kind);
+        :class:`RelayRefused` for anything else - the relay never dials an address no broker of the cluster
+        registered."""
         wanted = broker_address(named)
         scheme = named.split("://", 1)[0] if "://" in named else None
         for url in sorted(live_urls):
             if scheme is not None and scheme not in ("pulsar", "pulsar+ssl"):
                 break
-            parts = urlsplit(url)
+            parts = urlsplit(live_urls[url])
             if broker_address(url) == wanted and parts.hostname and parts.port is not None:
-                return cls(url, parts.hostname, parts.port, parts.scheme == "pulsar+ssl")
+                return cls(live_urls[url], parts.hostname, parts.port, parts.scheme == "pulsar+ssl")
         raise RelayRefused(f"proxy_to_broker_url {named[:200]!r} is not a live broker of this cluster")
 
 

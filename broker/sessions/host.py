@@ -49,8 +49,9 @@ class SessionHost(ProxyHost, Protocol):
         ...
 
     def next_producer_name(self) -> str: ...
-    async def live_broker_native_urls(self) -> frozenset[str]:
-        """The binary addresses the cluster's live brokers registered (this broker's included)."""
+    async def live_broker_native_urls(self) -> dict[str, str]:
+        """The binary addresses the cluster's live brokers registered (this broker's included, advertised
+        listeners' too), each with the address a relay to it dials (the broker's own URL of that kind)."""
         ...
 
     async def partitions(self, topic: TopicName) -> int:

@@ -8,7 +8,9 @@ Run (not a test)::
 Starts one ``magnetar standalone`` (ports picked free, data in a temporary directory), and for each rate and
 protocol creates a topic, sets its ``publishRate`` with the REST call of Java's ``PulsarAdmin`` and floods it
 with 100-byte messages - the official client's producer (``--protocols binary``: ``send_async`` with a full
-queue blocking) or a WebSocket producer (``ws``: one thread sends, the main thread reads the acks) - sending
+queue blocking, one message a SEND; ``binary-batched``: the same with the client's default batching, as most
+applications publish) or a WebSocket producer (``ws``: one thread sends, the main thread reads the acks) -
+sending
 ``rate x (duration + 2.5 s)`` messages, so the producer is over the rate throughout. Observed: the acks in the
 ``--duration-s`` window that ends a quarter of a second before the last ack, divided by the window. The
 bucket starts with one second of tokens, which a producer spends at the broker's own pace: near the broker's
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import sys
 import tempfile
@@ -58,7 +61,7 @@ def observed_rate(times: list[float], window_s: float) -> float:
     return sum(1 for t in times if end - window_s <= t < end) / window_s
 
 
-def flood_binary(process: MagnetarProcess, topic: str, total: int) -> list[float]:
+def flood_binary(process: MagnetarProcess, topic: str, total: int, *, batching: bool = False) -> list[float]:
     acks: list[float] = []
 
     def sent(result: object, _id: object) -> None:
@@ -68,7 +71,7 @@ def flood_binary(process: MagnetarProcess, topic: str, total: int) -> list[float
     with official_client(process) as client:
         producer = client.create_producer(
             f"persistent://{topic}",
-            batching_enabled=False,
+            batching_enabled=batching,  # batched: the client's default (1,000 messages or 10 ms a batch)
             max_pending_messages=5000,
             block_if_queue_full=True,
         )
@@ -103,6 +106,7 @@ def flood_ws(process: MagnetarProcess, topic: str, total: int) -> list[float]:
 
 FLOODS: dict[str, Callable[[MagnetarProcess, str, int], list[float]]] = {
     "binary": flood_binary,
+    "binary-batched": functools.partial(flood_binary, batching=True),
     "ws": flood_ws,
 }
 
