@@ -21,7 +21,9 @@ Theory of operation (docs/upstream.md, Pulsar §3, the add half of Pulsar's ``Ma
   add; if it went to the current ledger, the adds queued behind it fail too (their outcome is unknown, so they
   are not silently re-sent) and the managed ledger moves to ``WRITE_FAILED``; the next add starts a new
   ledger. An add while the rollover is deferred
-  and the current ledger is past its bound fails at once with :class:`RolloverDeferredError`.
+  and the current ledger is past its bound fails at once with :class:`RolloverDeferredError`. An add the
+  ledger refuses before sending it (over the client's ``entry_payload_bytes_max``, no room) fails alone, at
+  once, through its callback (:class:`ManagedLedgerWriteError`); the ledger goes on.
 
 The pipeline owns the queue and the in-flight counts; the current ledger, the state (changed only through the
 ledger's checked transitions) and ``last_confirmed`` belong to the :class:`~.ledger.ManagedLedger`.
