@@ -95,34 +95,41 @@ class BinaryRelay:
         """Connections relayed since the broker started."""
 
     async def open(self, target: RelayTarget) -> trio.abc.Stream:
-        """A connection to ``target`` (TLS for ``pulsar+ssl``), within the connect timeout."""
+        """A connection to ``target`` (TLS for ``pulsar+ssl``), within the connect timeout. It counts as
+        relayed from here (so connects in progress count against the bound too) until :meth:`relay` ends;
+        hand it to :meth:`relay` at once."""
         if self.connections >= self._connections_max:
             raise RelayRefused(
                 f"this broker relays binary_proxy_connections_max={self._connections_max} connections already"
             )
+        self.connections += 1
+        stream: trio.abc.Stream | None = None
         try:
             with trio.fail_after(self._connect_timeout_s):
-                stream: trio.abc.Stream = await trio.open_tcp_stream(target.host, target.port)
+                stream = await trio.open_tcp_stream(target.host, target.port)
                 if target.tls:
                     if self._ssl_context is None:
-                        await trio.aclose_forcefully(stream)
                         raise RelayRefused(f"{target.url} serves TLS only and this broker has no TLS client")
                     tls = trio.SSLStream(stream, self._ssl_context, server_hostname=target.host)
                     await tls.do_handshake()
                     stream = tls
-        except (OSError, trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError) as exc:
+            return stream
+        except BaseException as exc:
+            self.connections -= 1
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            if not isinstance(exc, OSError | trio.TooSlowError | trio.BrokenResourceError | ssl.SSLError):
+                raise
             timeout_ms = round(self._connect_timeout_s * 1000)
             reason = "no answer" if isinstance(exc, trio.TooSlowError) else str(exc) or type(exc).__name__
             raise RelayRefused(
                 f"could not reach the owner {target.url} (binary_proxy_connect_timeout_ms={timeout_ms}): "
                 f"{reason}"
             ) from None
-        return stream
 
     async def relay(self, client: trio.abc.Stream, owner: trio.abc.Stream, first: bytes) -> None:
-        """Send ``first`` (the client's CONNECT and whatever followed it) to the owner, then copy both ways
-        until either side closes; closes ``owner``."""
-        self.connections += 1
+        """Send ``first`` (the client's CONNECT and whatever followed it) to the owner (a stream
+        :meth:`open` gave), then copy both ways until either side closes; closes ``owner``."""
         self.relayed_total += 1
         try:
             await owner.send_all(first)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magnetar.broker.sessions.binary_relay import RelayRefused, RelayTarget, broker_address
+from magnetar.broker.sessions.binary_relay import BinaryRelay, RelayRefused, RelayTarget, broker_address
 
 LIVE = {
     url: url for url in ("pulsar://10.0.0.1:6650", "pulsar+ssl://10.0.0.1:6651", "pulsar://10.0.0.2:6650")
@@ -60,3 +61,30 @@ def test_no_string_reaches_an_address_no_broker_registered(named: str) -> None:
     except RelayRefused:
         return
     assert target.url in LIVE.values()
+
+
+async def test_connects_in_progress_count_against_the_bound_and_a_failed_one_frees_its_place() -> None:
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    relay = BinaryRelay(connections_max=1, connect_timeout_s=5.0, ssl_context=None)
+    live = RelayTarget.among(
+        f"127.0.0.1:{port}", {f"pulsar://127.0.0.1:{port}": f"pulsar://127.0.0.1:{port}"}
+    )
+    owner = await relay.open(live)
+    assert relay.connections == 1
+    with pytest.raises(RelayRefused, match="binary_proxy_connections_max=1"):
+        await relay.open(live)
+    await owner.aclose()
+    relay.connections = 0  # as relay() does when a relayed connection ends
+    listener.close()
+    with pytest.raises(RelayRefused, match="could not reach the owner"):
+        await relay.open(live)  # nothing listens there any more
+    assert relay.connections == 0
+    tls = RelayTarget.among(
+        f"127.0.0.1:{port}", {f"pulsar+ssl://127.0.0.1:{port}": f"pulsar+ssl://127.0.0.1:{port}"}
+    )
+    with pytest.raises(RelayRefused):
+        await relay.open(tls)
+    assert relay.connections == 0
